@@ -1,0 +1,19 @@
+"""profdsl: say what to profile in a distributed RL / LLM training job; profdsl does the how.
+
+``import profdsl`` stays light: it imports neither torch, ray, nvtx, vllm nor sglang.
+"""
+
+from profdsl._version import __version__
+from profdsl.config import FinishHook, ProfilerConfig, Schedule, TorchOptions
+from profdsl.errors import ConfigError, LifecycleError, ProfdslError
+
+__all__ = [
+    "ConfigError",
+    "FinishHook",
+    "LifecycleError",
+    "ProfdslError",
+    "ProfilerConfig",
+    "Schedule",
+    "TorchOptions",
+    "__version__",
+]

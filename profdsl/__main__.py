@@ -1,0 +1,5 @@
+"""``python -m profdsl``: the command line."""
+
+from profdsl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""Reading the engine-local rank out of rollout engine trace file names (vLLM, SGLang).
+
+The conventions are described in ``profdsl.ranks.local_rank_from_trace_name``, the public entry
+point; this module only holds the patterns, so that a new engine version means one new reader.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = ["AMBIGUOUS", "Ambiguous", "read_engine_rank"]
+
+# Torch-exported trace tail: ".<time>.pt.trace.json" with optional gzip.
+_PT_TAIL: Final = r"\.[0-9]+\.pt\.trace\.json(?:\.gz)?"
+
+# vLLM: "[prefix_][dp.._pp.._tp.._dcp.._ep.._]rank<r>.<ns>.pt.trace.json[.gz]". The rank must be a
+# whole "_"-separated token right before the timestamp, so host names cannot pose as it.
+_VLLM = re.compile(rf"(?:(?P<head>.*)_)?rank(?P<rank>[0-9]+){_PT_TAIL}", re.ASCII | re.DOTALL)
+# vLLM's parallel-state block, when it ends the part before "_rank<r>".
+_VLLM_PARALLEL = re.compile(
+    r"(?:^|_)dp(?P<dp>[0-9]+)_pp[0-9]+_tp[0-9]+_dcp[0-9]+_ep[0-9]+\Z", re.ASCII | re.DOTALL
+)
+
+# Older instance convention: "<instance>-rank-<k>.<ts>.pt.trace.json[.gz]".
+_INSTANCE = re.compile(rf".+-rank-(?P<rank>[0-9]+){_PT_TAIL}", re.ASCII | re.DOTALL)
+
+# SGLang: "...-TP-<tp>[-DP-<d>][-PP-<p>][-EP-<e>][-<stage>].trace.json.gz", and memory snapshots
+# "...-TP-<tp>[...]-memory[-<stage>].pickle".
+_SGLANG = re.compile(
+    r".+-TP-(?P<tp>[0-9]+)(?P<dims>(?:-(?:DP|PP|EP)-[0-9]+)*)"
+    r"(?:(?:-[A-Za-z]+)?\.trace\.json(?:\.gz)?|-memory(?:-[A-Za-z]+)?\.pickle)",
+    re.ASCII | re.DOTALL,
+)
+
+
+class Ambiguous:
+    """Marker: the name follows a known convention but does not fix the rank inside the replica."""
+
+
+AMBIGUOUS: Final = Ambiguous()
+
+
+def _basename(name: str) -> str:
+    """Return the last path component, accepting both ``/`` and ``\\`` separators."""
+    return re.split(r"[/\\]", name)[-1]
+
+
+def _vllm_dp_nonzero(head: str | None) -> bool:
+    """Tell whether the text before ``_rank<r>`` ends in a parallel-state block with dp > 0."""
+    if head is None:
+        return False
+    block = _VLLM_PARALLEL.search(head)
+    return block is not None and int(block["dp"]) > 0
+
+
+def _read_vllm(base: str) -> int | Ambiguous | None:
+    """Read a vLLM worker trace name; None when it is not one."""
+    match = _VLLM.fullmatch(base)
+    if match is None:
+        return None
+    if _vllm_dp_nonzero(match["head"]):
+        return AMBIGUOUS
+    return int(match["rank"])
+
+
+def _read_instance(base: str) -> int | None:
+    """Read an ``<instance>-rank-<k>`` trace name; None when it is not one."""
+    match = _INSTANCE.fullmatch(base)
+    return None if match is None else int(match["rank"])
+
+
+def _read_sglang(base: str) -> int | Ambiguous | None:
+    """Read an SGLang trace or memory-snapshot name; None when it is not one."""
+    match = _SGLANG.fullmatch(base)
+    if match is None:
+        return None
+    if match["dims"]:
+        return AMBIGUOUS
+    return int(match["tp"])
+
+
+def read_engine_rank(name: str) -> int | Ambiguous | None:
+    """The rank an engine trace file name carries: an int, AMBIGUOUS, or None (no convention).
+
+    Only the base name is read (``/`` and ``\\`` both separate folders).
+    """
+    base = _basename(name)
+    for reader in (_read_vllm, _read_instance, _read_sglang):
+        value = reader(base)
+        if value is not None:
+            return value
+    return None
+
+

@@ -1,0 +1,18 @@
+"""Shared test configuration: hypothesis profiles."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+# CI machines are shared and noisy: no deadlines, and a derandomized profile so a run is repeatable.
+settings.register_profile(
+    "ci",
+    deadline=None,
+    derandomize=True,
+    max_examples=200,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None, max_examples=100)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))

@@ -1,0 +1,42 @@
+"""The examples run as a user would run them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_plan_preview_runs(tmp_path: Path) -> None:
+    """examples/plan_preview.py prints the sessions, ranks, windows and names of its config."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "plan_preview.py")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "sessions (open step, close step): [(2, 2), (3, 3), (6, 6)]" in out.stdout
+    assert "profiled ranks of 8: [0, 4]" in out.stdout
+    assert "trace files (mini-batch windows): [(3, 4), (7, 8)]" in out.stdout
+    assert "_mb3-4_" in out.stdout
+
+
+def test_plan_preview_reads_a_yaml_config(tmp_path: Path) -> None:
+    """Given a YAML config and a world size, the preview uses them; a bad config fails clearly."""
+    good = tmp_path / "p.yaml"
+    good.write_text("enable: true\nsteps: [4, 5]\ncontinuous_steps: true\nall_ranks: true\n")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "plan_preview.py"), str(good), "3"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "sessions (open step, close step): [(4, 5)]" in out.stdout
+    assert "profiled ranks of 3: [0, 1, 2]" in out.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("enable: true\nstepz: [4]\n")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "plan_preview.py"), str(bad)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode != 0 and "unknown key 'stepz' in ProfilerConfig; did you mean 'steps'?" in out.stderr

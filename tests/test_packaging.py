@@ -1,0 +1,94 @@
+"""Tests for the package as a user installs it: light import, public names, console script."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import profdsl
+
+HEAVY = ("torch", "ray", "nvtx", "vllm", "sglang", "numpy", "yaml")
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+
+
+class TestImport:
+    """`import profdsl` stays light."""
+
+    def test_import_pulls_in_no_heavy_module(self) -> None:
+        """A fresh interpreter importing profdsl (and its pure core) loads none of the heavy deps."""
+        code = (
+            "import sys, profdsl, profdsl.schedule, profdsl.plan, profdsl.config\n"
+            f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+        )
+        assert run_python(code).stdout.strip() == ""
+
+    def test_all_is_sorted_and_resolves(self) -> None:
+        """__all__ is sorted and every name in it exists."""
+        assert list(profdsl.__all__) == sorted(profdsl.__all__)
+        for name in profdsl.__all__:
+            assert hasattr(profdsl, name), name
+
+    def test_contract_names_exported(self) -> None:
+        """The config classes of the contract are importable from profdsl."""
+        for name in ("ConfigError", "FinishHook", "ProfilerConfig", "Schedule", "TorchOptions"):
+            assert name in profdsl.__all__
+
+    def test_config_error_is_value_error(self) -> None:
+        """ConfigError is a ValueError, as the contract says."""
+        assert issubclass(profdsl.ConfigError, ValueError)
+
+
+class TestCommandLine:
+    """The `profdsl` console script and `python -m profdsl`."""
+
+    def test_version(self) -> None:
+        """--version prints the package version."""
+        out = subprocess.run(
+            [sys.executable, "-m", "profdsl", "--version"], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0 and out.stdout.strip() == f"profdsl {profdsl.__version__}"
+
+    def test_help(self) -> None:
+        """--help exits 0 and shows an example."""
+        out = subprocess.run(
+            [sys.executable, "-m", "profdsl", "--help"], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0 and "usage: profdsl" in out.stdout and "examples:" in out.stdout
+
+    def test_no_command_is_usage_error(self) -> None:
+        """No subcommand prints usage to stderr and exits 2."""
+        out = subprocess.run([sys.executable, "-m", "profdsl"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and "usage: profdsl" in out.stderr
+
+    def test_console_script_installed(self) -> None:
+        """The installed `profdsl` entry point runs."""
+        import shutil
+
+        exe = shutil.which("profdsl", path=str(__import__("pathlib").Path(sys.executable).parent))
+        assert exe is not None, "profdsl console script not installed next to the interpreter"
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and profdsl.__version__ in out.stdout
+
+    def test_py_typed_shipped(self) -> None:
+        """The package ships its py.typed marker."""
+        from importlib.resources import files
+
+        assert files("profdsl").joinpath("py.typed").is_file()
+
+
+def test_mypy_strict_clean() -> None:
+    """The package type-checks under mypy --strict (setup.cfg's [mypy] section)."""
+    import pytest
+
+    pytest.importorskip("mypy")
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(root / "setup.cfg"), str(root / "profdsl")],
+        capture_output=True, text=True, timeout=600, cwd=root,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
