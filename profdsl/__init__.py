@@ -5,15 +5,20 @@
 
 from profdsl._version import __version__
 from profdsl.config import FinishHook, ProfilerConfig, Schedule, TorchOptions
+from profdsl.dsl import mini_batch_window, profile_stage
 from profdsl.errors import ConfigError, LifecycleError, ProfdslError
+from profdsl.session import Profiler
 
 __all__ = [
     "ConfigError",
     "FinishHook",
     "LifecycleError",
     "ProfdslError",
+    "Profiler",
     "ProfilerConfig",
     "Schedule",
     "TorchOptions",
     "__version__",
+    "mini_batch_window",
+    "profile_stage",
 ]

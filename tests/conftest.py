@@ -16,3 +16,16 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=100)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _reset_profdsl():
+    """Every test starts and ends with no started profiler, open session or logged-once key."""
+    from profdsl._context import reset_for_tests
+
+    reset_for_tests()
+    yield
+    reset_for_tests()

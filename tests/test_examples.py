@@ -40,3 +40,20 @@ def test_plan_preview_reads_a_yaml_config(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )
     assert out.returncode != 0 and "unknown key 'stepz' in ProfilerConfig; did you mean 'steps'?" in out.stderr
+
+
+def test_train_loop_runs(tmp_path: Path) -> None:
+    """examples/train_loop.py profiles steps 2 and 4: 3 stage traces each, 2 of them windows."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "train_loop.py"), "--out", str(tmp_path / "p")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "8 traces in" in out.stdout
+    from profdsl.manifest import read_manifest
+
+    records = read_manifest(tmp_path / "p")
+    assert sorted({(r["step"], r["stage"]) for r in records}) == [
+        (2, "compute_log_prob"), (2, "generate"), (2, "update_actor"),
+        (4, "compute_log_prob"), (4, "generate"), (4, "update_actor")]
+    assert [r["window"] for r in records if r["stage"] == "update_actor"] == [[2, 3], [6, 7]] * 2

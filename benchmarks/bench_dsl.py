@@ -1,0 +1,122 @@
+"""Cost of the DSL, as ratios against baselines measured in the same run.
+
+    python benchmarks/bench_dsl.py [--quick]
+
+Prints ns per call (the minimum over repeats, the least noisy estimate on a shared machine) and
+each target ratio of issue 3: nothing profiled, a decorated call at most 1.5x a minimal
+pass-through wrapper and a ``with profile_stage`` block at most 1.5x ``with nullcontext()``;
+under an active torch profiler, a stage at most 1.25x raw ``record_function``; a mini-batch at
+most 300 ns more than a plain loop's item when nothing is profiled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+import timeit
+from collections.abc import Callable
+
+import profdsl
+from profdsl import Profiler, ProfilerConfig, TorchOptions, mini_batch_window, profile_stage
+
+
+def ns_per_call(stmt: Callable[[], object], number: int, repeat: int = 7) -> float:
+    return min(timeit.repeat(stmt, number=number, repeat=repeat)) / number * 1e9
+
+
+def main(quick: bool) -> int:
+    import nvtx
+    import torch
+    from torch.profiler import record_function
+
+    n = 20_000 if quick else 200_000
+    n_slow = 2_000 if quick else 20_000
+
+    def f() -> None:
+        return None
+
+    def passthrough(*a: object, **k: object) -> None:
+        return f(*a, **k)
+
+    staged = profile_stage("bench")(f)
+    rows: dict[str, float] = {}
+    rows["bare call"] = ns_per_call(f, n)
+    rows["pass-through wrapper"] = ns_per_call(passthrough, n)
+    rows["@profile_stage, not profiled"] = ns_per_call(staged, n)
+
+    def with_null() -> None:
+        with contextlib.nullcontext():
+            pass
+
+    def with_stage() -> None:
+        with profile_stage("bench"):
+            pass
+
+    def with_nvtx() -> None:
+        with nvtx.annotate("bench"):
+            pass
+
+    def raw_rf() -> None:
+        with record_function("bench"):
+            pass
+
+    rows["with nullcontext()"] = ns_per_call(with_null, n)
+    rows["with profile_stage, not profiled"] = ns_per_call(with_stage, n)
+    rows["with nvtx.annotate"] = ns_per_call(with_nvtx, n)
+    rows["raw record_function, no profiler"] = ns_per_call(raw_rf, n_slow)
+
+    items = list(range(1000))
+
+    def plain_loop() -> None:
+        for _ in items:
+            pass
+
+    def window_loop() -> None:
+        for _ in mini_batch_window(items):
+            pass
+
+    def with_window() -> None:
+        with mini_batch_window():
+            pass
+
+    rows["with mini_batch_window(), not profiled"] = ns_per_call(with_window, n)
+    loops = max(n // 1000, 20)
+    rows["plain loop, per item"] = ns_per_call(plain_loop, loops) / len(items)
+    rows["mini_batch_window, not profiled, per item"] = ns_per_call(window_loop, loops) / len(items)
+
+    with tempfile.TemporaryDirectory() as out:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            rows["raw record_function, active profiler"] = ns_per_call(raw_rf, n_slow, repeat=3)
+        cfg = ProfilerConfig(enable=True, steps=[1], save_path=out, torch=TorchOptions(contents=["cpu"]))
+        with Profiler(cfg, role="bench", rank=0, world_size=1) as profiler, profiler.step(1):
+            rows["with profile_stage, active profiler"] = ns_per_call(with_stage, n_slow, repeat=3)
+            rows["@profile_stage, active profiler"] = ns_per_call(staged, n_slow, repeat=3)
+            # The same raw region inside profdsl's own session (it profiles all threads).
+            rows["raw record_function, profdsl session"] = ns_per_call(raw_rf, n_slow, repeat=3)
+
+    width = max(map(len, rows))
+    print(f"profdsl {profdsl.__version__}, torch {torch.__version__}, python {sys.version.split()[0]}")
+    for name, value in rows.items():
+        print(f"  {name:<{width}}  {value:10.1f} ns")
+    checks = [
+        ("@profile_stage / pass-through wrapper (not profiled)",
+         rows["@profile_stage, not profiled"] / rows["pass-through wrapper"], 1.5),
+        ("with profile_stage / with nullcontext (not profiled)",
+         rows["with profile_stage, not profiled"] / rows["with nullcontext()"], 1.5),
+        ("with profile_stage / raw record_function (active)",
+         rows["with profile_stage, active profiler"] / rows["raw record_function, active profiler"], 1.25),
+        ("@profile_stage / raw record_function (active)",
+         rows["@profile_stage, active profiler"] / rows["raw record_function, active profiler"], 1.25),
+    ]
+    print("ratios (target):")
+    for name, ratio, target in checks:
+        print(f"  {name:<56} {ratio:5.2f}x  (<= {target}x) {'ok' if ratio <= target else 'OVER'}")
+    extra = rows["mini_batch_window, not profiled, per item"] - rows["plain loop, per item"]
+    print(f"  {'mini_batch_window extra ns per item (not profiled)':<56} {extra:5.1f} ns (<= 300 ns) "
+          f"{'ok' if extra <= 300 else 'OVER'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main("--quick" in sys.argv))

@@ -1,0 +1,70 @@
+"""The one process-wide registry: which profilers are profiling a step right now.
+
+A plain module-level object rather than a ``ContextVar``: under Ray the trainer's
+``start_profile`` call and the stage it profiles run on different threads or asyncio tasks, and a
+stage must still find its profiler. Writers copy-on-write under a lock; the DSL's hot path reads
+one attribute, ``REGISTRY.active``, without locking.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from profdsl.session import Profiler
+
+__all__ = ["REGISTRY", "Registry", "reset_for_tests"]
+
+
+class Registry:
+    """Profilers that are profiling a step, in the order they started."""
+
+    __slots__ = ("_lock", "active")
+
+    def __init__(self) -> None:
+        self.active: tuple[Profiler, ...] = ()
+        self._lock = threading.Lock()
+
+    def add(self, profiler: Profiler) -> None:
+        """Register ``profiler`` (idempotent)."""
+        with self._lock:
+            if profiler not in self.active:
+                self.active = (*self.active, profiler)
+
+    def remove(self, profiler: Profiler) -> None:
+        """Unregister ``profiler`` (idempotent)."""
+        with self._lock:
+            self.active = tuple(p for p in self.active if p is not profiler)
+
+    def find(self, role: str | None = None) -> Profiler | None:
+        """The active profiler of ``role``, or the first one started when ``role`` is None."""
+        active = self.active
+        if not active:
+            return None
+        if role is None:
+            return active[0]
+        for profiler in active:
+            if profiler.role == role:
+                return profiler
+        return None
+
+
+REGISTRY = Registry()
+
+
+def reset_for_tests() -> None:
+    """Forget every registered profiler, close open capture sessions, forget logged-once keys."""
+    from profdsl import _log
+
+    for profiler in REGISTRY.active:
+        REGISTRY.remove(profiler)
+    import sys
+
+    torch_capture = sys.modules.get("profdsl.backends.torch_capture")
+    if torch_capture is not None:
+        torch_capture.reset_for_tests()
+    nsys_capture = sys.modules.get("profdsl.backends.nsys_capture")
+    if nsys_capture is not None:
+        nsys_capture.reset_for_tests()
+    _log.reset_once()

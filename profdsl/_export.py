@@ -1,0 +1,87 @@
+"""Writing one trace file into ``save_path``: collision-free, never overwriting, recorded.
+
+The trace is first written to a hidden temporary name in ``save_path``; then its final name is
+reserved with an exclusive create (bumping ``part`` while the name is taken, by this or any other
+process) and the temporary file is renamed over the reservation. A failure is logged once and
+recorded in the manifest; it never reaches the training loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from typing import Callable
+
+import attrs
+
+from profdsl._log import once
+from profdsl.backends.base import TraceLabel
+from profdsl.manifest import append_record, make_record
+from profdsl.naming import MAX_INDEX, TraceName
+
+__all__ = ["export_trace", "reserve"]
+
+
+def reserve(save_path: str, name: TraceName) -> TraceName:
+    """Create an empty file under ``name`` (or the next free ``part``) and return the name used."""
+    candidate = name
+    while True:
+        path = os.path.join(save_path, candidate.format())
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return candidate
+        except FileExistsError:
+            part = (candidate.part or 0) + 1
+            if part > MAX_INDEX:
+                raise
+            candidate = attrs.evolve(candidate, part=part)
+
+
+def export_trace(
+    write: Callable[[str], object],
+    label: TraceLabel,
+    *,
+    window: tuple[int, int] | None,
+    time_ms: int,
+    extra: dict[str, object] | None = None,
+) -> str | None:
+    """Write a trace with ``write(path)`` and move it under its final name; None on failure."""
+    name = TraceName(
+        role=label.role, stage=label.stage, step=label.step, rank=label.rank,
+        world_size=label.world_size, window=window, host=label.host, pid=label.pid,
+        time_ms=time_ms,
+    )
+    tmp = os.path.join(label.save_path, f".profdsl-tmp-{label.pid}-{uuid.uuid4().hex}.json.gz")
+    final: str | None = None
+    fields: dict[str, object] = dict(
+        role=label.role, stage=label.stage, step=label.step, rank=label.rank,
+        world_size=label.world_size, window=window, host=label.host, pid=label.pid,
+        roles=list(label.roles or (label.role,)), config_hash=label.config_hash, time_ms=time_ms,
+    )
+    fields.update(extra or {})
+    try:
+        os.makedirs(label.save_path, exist_ok=True)
+        write(tmp)
+        final = reserve(label.save_path, name).format()
+        os.replace(tmp, os.path.join(label.save_path, final))
+        size = os.path.getsize(os.path.join(label.save_path, final))
+    except Exception as exc:
+        once(f"export:{label.save_path}", logging.ERROR,
+             "[profdsl rank %s] could not write a %s trace into %s: %s",
+             label.rank, label.role, label.save_path, exc)
+        _remove_quietly(tmp)
+        if final is not None:  # reserved but not filled: an empty file would pose as a trace
+            _remove_quietly(os.path.join(label.save_path, final))
+        append_record(label.save_path, make_record(
+            "trace", final or name.format(), status="failed", error=str(exc), bytes=None, **fields))
+        return None
+    append_record(label.save_path, make_record("trace", final, bytes=size, **fields))
+    return os.path.join(label.save_path, final)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

@@ -1,0 +1,62 @@
+"""One dedicated thread that owns the process's torch profiler session.
+
+torch requires a profiler session to be started and stopped on the same thread, but a Ray worker
+may receive ``start_profile`` and ``stop_profile`` on different threads, and stages may run on yet
+others. All session calls therefore go through :class:`ProfilerThread`; regions opened on any
+thread are still captured because the session is created with ``profile_all_threads``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, TypeVar
+
+__all__ = ["Inline", "ProfilerThread"]
+
+T = TypeVar("T")
+_Job = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...]]
+
+
+class ProfilerThread:
+    """A daemon thread running submitted calls one at a time, in order.
+
+    A daemon, so that a profiler call that never returns cannot keep the interpreter from exiting.
+    """
+
+    def __init__(self, name: str = "profdsl-profiler") -> None:
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            future, fn, args = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # handed to the caller, who decides
+                future.set_exception(exc)
+
+    def call(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
+        """Run ``fn(*args)`` on the thread and return its result.
+
+        Raises:
+            TimeoutError: no result within ``timeout`` seconds (the call goes on in the thread).
+            Exception: whatever ``fn`` raised.
+        """
+        if threading.current_thread() is self._thread:  # re-entrant: a callback calling back in
+            return fn(*args)
+        future: Future[T] = Future()
+        self._jobs.put((future, fn, args))
+        return future.result(timeout)
+
+
+class Inline:
+    """Runs calls on the caller's thread (when torch cannot capture other threads anyway)."""
+
+    def call(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
+        """Run ``fn(*args)`` here; ``timeout`` is ignored."""
+        return fn(*args)

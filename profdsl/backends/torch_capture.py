@@ -1,0 +1,233 @@
+"""The torch.profiler capture: one session per process, driven from one dedicated thread.
+
+Facts this is built around (torch 2.13, see docs/concepts.md): only one profiler session may run
+in a process; it must start and stop on one thread; regions on other threads are captured only
+with ``profile_all_threads``; and with a schedule the trace-ready handler also fires for windows
+that recorded nothing, which are dropped here instead of being exported (verl's bugs B1, B2).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import warnings
+from typing import Any
+
+from profdsl._export import export_trace
+from profdsl._log import once
+from profdsl._runner import Inline, ProfilerThread
+from profdsl.backends.base import Session, TraceLabel
+from profdsl.config import Schedule, TorchOptions
+from profdsl.schedule import action_at
+
+__all__ = ["STOP_TIMEOUT_S", "TorchCapture", "reset_for_tests"]
+
+#: How long a caller waits for a session to start or for a mini-batch step.
+CALL_TIMEOUT_S = 120.0
+#: How long ``close`` waits for a session to stop and export (large traces take minutes).
+STOP_TIMEOUT_S = 900.0
+
+
+class _Process:
+    """The process-wide part: the profiler thread and the one open session."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.current: _TorchSession | None = None
+        self._thread: ProfilerThread | Inline | None = None
+
+    @property
+    def thread(self) -> ProfilerThread | Inline:
+        if self._thread is None:
+            # Without profile_all_threads only the starting thread is captured: start inline.
+            self._thread = ProfilerThread() if _all_threads_config() is not None else Inline()
+        return self._thread
+
+
+_PROCESS = _Process()
+
+# torch warns about this once per process; profdsl writes one file per window on purpose.
+warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
+
+
+def reset_for_tests() -> None:
+    """Stop a session left open by a test."""
+    session = _PROCESS.current
+    if session is not None:
+        session.force_close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TorchCapture:
+    """Opens torch.profiler sessions with one role's options."""
+
+    def __init__(self, options: TorchOptions) -> None:
+        self.options = options
+
+    def current(self) -> Session | None:
+        """The session open in this process, if any."""
+        return _PROCESS.current
+
+    def open(self, label: TraceLabel, schedule: Schedule | None, *, join: bool) -> Session | None:
+        """Start a session; join the open one if ``join``, else return None when one is open."""
+        with _PROCESS.lock:
+            current = _PROCESS.current
+            if current is not None:
+                if join:
+                    current.join(label.role)
+                    return current
+                return None
+            try:
+                session = _TorchSession(label, schedule, self.options, _PROCESS.thread)
+            except Exception as exc:
+                once(f"torch-start:{type(exc).__name__}", logging.ERROR,
+                     "[profdsl rank %s] could not start the torch profiler: %s", label.rank, exc)
+                return None
+            _PROCESS.current = session
+            return session
+
+
+class _TorchSession:
+    """One torch.profiler session; every torch call runs on the profiler thread."""
+
+    def __init__(self, label: TraceLabel, schedule: Schedule | None, options: TorchOptions,
+                 thread: ProfilerThread | Inline) -> None:
+        self.label = label
+        self.schedule = schedule
+        self._options = options
+        self._thread = thread
+        self._roles = [label.role]
+        self._participants = 1
+        self._index = 0  # mini-batches done in this session
+        self._pending: list[int] = []  # recorded mini-batches of the window being written
+        self._window_ms = _now_ms()
+        self._prof: Any = thread.call(self._start, timeout=CALL_TIMEOUT_S)
+
+    @property
+    def scheduled(self) -> bool:
+        return self.schedule is not None
+
+    def join(self, role: str) -> None:
+        self._participants += 1
+        if role not in self._roles:
+            self._roles.append(role)
+            if self.schedule is None:  # scheduled windows refresh their metadata every mini-batch
+                self._thread.call(self._add_metadata, self._prof, None, timeout=CALL_TIMEOUT_S)
+
+    # -- on the profiler thread --------------------------------------------------------------
+    def _start(self) -> Any:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        options = self._options
+        activities = [ProfilerActivity.CPU]
+        if options.cuda and torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        kwargs: dict[str, Any] = dict(
+            activities=activities,
+            record_shapes="shapes" in options.contents,
+            profile_memory="memory" in options.contents,
+            with_stack="stack" in options.contents,
+            on_trace_ready=self._on_trace_ready,
+        )
+        all_threads = _all_threads_config()
+        if all_threads is not None:
+            kwargs["experimental_config"] = all_threads
+        if self.schedule is not None:
+            s = self.schedule
+            with warnings.catch_warnings():  # "won't be using warmup": warmup=0 is a choice
+                warnings.simplefilter("ignore", UserWarning)
+                kwargs["schedule"] = torch.profiler.schedule(
+                    skip_first=s.skip_first, wait=s.wait, warmup=s.warmup, active=s.active,
+                    repeat=s.repeat)
+        prof = profile(**kwargs)
+        prof.record_steps = False  # no ProfilerStep#n rows: profdsl names its own regions
+        prof.start()
+        if self.schedule is None:
+            self._add_metadata(prof, None)
+        return prof
+
+    def _add_metadata(self, prof: Any, window: tuple[int, int] | None) -> None:
+        label = self.label
+        meta = {
+            "role": label.role, "roles": self._roles, "stage": label.stage, "step": label.step,
+            "rank": label.rank, "world_size": label.world_size,
+            "window": list(window) if window else None, "config_hash": label.config_hash,
+            "host": label.host, "pid": label.pid,
+        }
+        prof.add_metadata_json("profdsl", json.dumps(meta))
+        if not _distributed_initialized():  # torch adds its own distributedInfo otherwise
+            prof.add_metadata_json("distributedInfo", json.dumps(
+                {"rank": label.rank, "world_size": label.world_size, "backend": None}))
+
+    def _advance(self) -> None:
+        assert self.schedule is not None
+        i = self._index
+        if action_at(self.schedule, i).records:
+            if not self._pending:
+                self._window_ms = _now_ms()
+            self._pending.append(i)
+            self._add_metadata(self._prof, (self._pending[0], i))
+        self._index += 1
+        self._prof.step()
+
+    def _on_trace_ready(self, prof: Any) -> None:
+        pending, self._pending = self._pending, []
+        if self.schedule is not None and not pending:
+            return  # a window that recorded no mini-batch: torch fires anyway, nothing to write
+        window = (pending[0], pending[-1]) if pending else None
+        export_trace(prof.export_chrome_trace, self.label, window=window, time_ms=self._window_ms,
+                     extra={"roles": list(self._roles)})
+
+    def _stop(self) -> None:
+        self._prof.stop()
+
+    # -- from any thread ---------------------------------------------------------------------
+    def mini_batch_done(self) -> None:
+        if self.schedule is None:
+            return
+        try:
+            self._thread.call(self._advance, timeout=CALL_TIMEOUT_S)
+        except Exception as exc:
+            once(f"torch-step:{type(exc).__name__}", logging.ERROR,
+                 "[profdsl rank %s] torch profiler step failed: %s", self.label.rank, exc)
+
+    def close(self) -> None:
+        with _PROCESS.lock:
+            self._participants -= 1
+            if self._participants > 0:
+                return
+            if _PROCESS.current is self:
+                _PROCESS.current = None
+        try:
+            self._thread.call(self._stop, timeout=STOP_TIMEOUT_S)
+        except Exception as exc:
+            once(f"torch-stop:{type(exc).__name__}", logging.ERROR,
+                 "[profdsl rank %s] stopping the torch profiler failed: %s", self.label.rank, exc)
+
+    def force_close(self) -> None:
+        self._participants = 1
+        self.close()
+
+
+def _all_threads_config() -> Any:
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(profile_all_threads=True)
+    except (ImportError, TypeError):  # torch < 2.7: only the starting thread is captured
+        once("torch-all-threads", logging.WARNING,
+             "profdsl: this torch cannot profile all threads; regions on threads other than the "
+             "profiler's are not captured (upgrade to torch >= 2.7)")
+        return None
+
+
+def _distributed_initialized() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())

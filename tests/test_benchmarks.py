@@ -1,0 +1,20 @@
+"""The benchmark script runs (its figures are read by people, never asserted: no timed tests)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_dsl_runs_quick() -> None:
+    """bench_dsl.py --quick prints every row and every target ratio."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_dsl.py"), "--quick"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    for row in ("bare call", "with profile_stage, active profiler", "raw record_function, profdsl session",
+                "mini_batch_window extra ns per item"):
+        assert row in out.stdout
+    assert out.stdout.count("(<= ") == 5

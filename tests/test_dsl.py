@@ -1,0 +1,277 @@
+"""Tests for the DSL (`profile_stage`, `mini_batch_window`) in every form, profiled and not."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profdsl import (ConfigError, Profiler, ProfilerConfig, Schedule, TorchOptions,
+                     mini_batch_window, profile_stage)
+from profdsl._context import REGISTRY
+from profdsl.backends.annotators import TorchAnnotator
+
+from .traces import events, names, parsed, trace_files
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def profiling(tmp_path: Path):
+    """A continuous profiler profiling step 1 for the duration of the test."""
+    cfg = ProfilerConfig(enable=True, steps=[1], save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"]))
+    profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
+    profiler.start(1)
+    yield tmp_path
+    profiler.close()
+
+
+def only_trace(folder: Path) -> dict[str, Any]:
+    files = parsed(folder)
+    assert len(files) == 1
+    return files[0][1]
+
+
+@pytest.fixture
+def no_backend_calls(monkeypatch: pytest.MonkeyPatch):
+    """Fail if any region reaches the torch annotator."""
+    def refuse(self: object, *args: object) -> None:
+        raise AssertionError("backend called while nothing is profiled")
+
+    monkeypatch.setattr(TorchAnnotator, "push", refuse)
+    monkeypatch.setattr(TorchAnnotator, "pop", refuse)
+
+
+class Model:
+    """A class whose methods are decorated."""
+
+    @profile_stage("method_stage")
+    def method(self, x: int, *, scale: int = 2) -> int:
+        """Doc of method."""
+        return x * scale
+
+    @profile_stage("async_stage")
+    async def amethod(self, x: int) -> int:
+        await asyncio.sleep(0)
+        return x + 1
+
+    @profile_stage("gen_stage")
+    def gen(self, n: int):
+        for i in range(n):
+            yield i
+        return "done"
+
+
+class TestProfileStage:
+    """`profile_stage` as with-block and decorator, profiled and not."""
+
+    def test_with_profiled(self, profiling: Path) -> None:
+        """A with block is a named region in the trace."""
+        with profile_stage("with_stage"):
+            torch.ones(2).sum()
+        REGISTRY.active[0].close()
+        assert names(only_trace(profiling), "with_stage") == ["with_stage"]
+
+    def test_decorator_profiled(self, profiling: Path) -> None:
+        """Decorated methods, coroutines and generators give their regions and results."""
+        model = Model()
+        assert model.method(3) == 6
+        assert asyncio.run(model.amethod(1)) == 2
+        gen = model.gen(2)
+        assert list(gen) == [0, 1]
+        REGISTRY.active[0].close()
+        trace = only_trace(profiling)
+        assert names(trace, "method_stage") == ["method_stage"]
+        assert names(trace, "async_stage") == ["async_stage", "async_stage"]  # one per slice
+        assert names(trace, "gen_stage") == ["gen_stage"] * 3
+
+    def test_not_profiled(self, no_backend_calls: None) -> None:
+        """Nothing profiled: every form runs its body and calls no backend."""
+        model = Model()
+        with profile_stage("x"):
+            pass
+        assert model.method(3, scale=3) == 9
+        assert asyncio.run(model.amethod(1)) == 2
+        assert list(model.gen(3)) == [0, 1, 2]
+
+    def test_transparency(self) -> None:
+        """Names, docstrings, signatures, kinds and return values are kept."""
+        assert Model.method.__name__ == "method" and Model.method.__doc__ == "Doc of method."
+        assert inspect.signature(Model.method) == inspect.signature(Model.method.__wrapped__)
+        assert list(inspect.signature(Model.method).parameters) == ["self", "x", "scale"]
+        assert inspect.iscoroutinefunction(Model.amethod)
+        assert inspect.isgeneratorfunction(Model.gen)
+
+        def gen_return():
+            return (yield from Model().gen(1))
+
+        assert list(gen_return()) == [0]
+
+    @pytest.mark.parametrize("profiled", [False, True])
+    def test_exceptions_pass_through(self, tmp_path: Path, profiled: bool) -> None:
+        """The same exception object comes out of every form, and regions are closed."""
+        cfg = ProfilerConfig(enable=profiled, steps=[1], save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"]))
+        error = KeyError("k")
+
+        @profile_stage("raise_sync")
+        def sync() -> None:
+            raise error
+
+        @profile_stage("raise_async")
+        async def coro() -> None:
+            await asyncio.sleep(0)
+            raise error
+
+        @profile_stage("raise_gen")
+        def gen():
+            yield 1
+            raise error
+
+        with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
+            for run in (sync, lambda: asyncio.run(coro()), lambda: list(gen())):
+                with pytest.raises(KeyError) as info:
+                    run()
+                assert info.value is error
+            with pytest.raises(KeyError) as info, profile_stage("raise_with"):
+                raise error
+            assert info.value is error
+        if profiled:
+            trace = only_trace(tmp_path)
+            for name in ("raise_sync", "raise_async", "raise_gen", "raise_with"):
+                assert names(trace, name), name
+
+    def test_generator_close_closes_region(self, profiling: Path) -> None:
+        """A generator stage abandoned early runs its cleanup in a region and closes it."""
+        gen = Model().gen(10)
+        assert next(gen) == 0
+        gen.close()
+        REGISTRY.active[0].close()
+        assert names(only_trace(profiling), "gen_stage") == ["gen_stage", "gen_stage"]
+
+    def test_async_regions_never_overlap_across_tasks(self, profiling: Path) -> None:
+        """Interleaved tasks' stage regions on one thread are disjoint, not mis-nested."""
+
+        @profile_stage("task_stage")
+        async def task(i: int) -> int:
+            for _ in range(3):
+                torch.ones(4).sum()
+                await asyncio.sleep(0)
+            return i
+
+        async def main() -> list[int]:
+            return await asyncio.gather(task(0), task(1), task(2))
+
+        assert asyncio.run(main()) == [0, 1, 2]
+        REGISTRY.active[0].close()
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events(only_trace(profiling), "task_stage"))
+        assert len(spans) == 12
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert end <= start
+
+    def test_async_cancellation_reaches_body(self, profiling: Path) -> None:
+        """Cancelling a task cancels the decorated coroutine's own await."""
+        seen: list[str] = []
+
+        @profile_stage("cancel_stage")
+        async def slow() -> None:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+
+        async def main() -> None:
+            t = asyncio.ensure_future(slow())
+            await asyncio.sleep(0)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+
+        asyncio.run(main())
+        assert seen == ["cancelled"]
+
+    def test_bad_name(self) -> None:
+        """An empty or non-string name is a ConfigError naming it."""
+        with pytest.raises(ConfigError, match="profile_stage name must be a non-empty string, got ''"):
+            profile_stage("")
+        with pytest.raises(ConfigError, match="got 3"):
+            profile_stage(3)  # type: ignore[arg-type]
+
+    def test_decorated_function_pickles(self) -> None:
+        """A decorated module-level function survives pickling (Ray ships them)."""
+        assert pickle.loads(pickle.dumps(Model)) is Model
+
+
+class TestMiniBatchWindow:
+    """`mini_batch_window` as iterator, with-block and decorator."""
+
+    def schedule_cfg(self, tmp_path: Path) -> ProfilerConfig:
+        return ProfilerConfig(enable=True, steps=[1], discrete=True, save_path=str(tmp_path),
+                              torch=TorchOptions(contents=["cpu"], schedule=Schedule(active=2)))
+
+    @pytest.mark.parametrize("form", ["iterate", "with", "decorator"])
+    def test_forms_advance_the_schedule(self, tmp_path: Path, form: str) -> None:
+        """Each form advances the schedule once per mini-batch: 3 mini-batches, 2 windows."""
+
+        @mini_batch_window()
+        def one(mb: int) -> int:
+            torch.ones(2).sum()
+            return mb
+
+        with Profiler(self.schedule_cfg(tmp_path), role="actor", rank=0, world_size=1) as p, p.step(1):
+            with profile_stage("update", scheduled=True):
+                if form == "iterate":
+                    assert list(mini_batch_window([5, 6, 7])) == [5, 6, 7]
+                elif form == "with":
+                    for _ in range(3):
+                        with mini_batch_window():
+                            torch.ones(2).sum()
+                else:
+                    assert [one(i) for i in range(3)] == [0, 1, 2]
+        assert [(n.window, names(t, "mini_batch")) for n, t in parsed(tmp_path)] == [
+            ((0, 1), ["mini_batch0", "mini_batch1"]), ((2, 2), ["mini_batch2"])]
+
+    def test_custom_name(self, profiling: Path) -> None:
+        """name= names the regions."""
+        list(mini_batch_window(range(2), name="micro"))
+        REGISTRY.active[0].close()
+        assert names(only_trace(profiling), "micro") == ["micro0", "micro1"]
+
+    def test_not_profiled_is_a_plain_iterator(self, no_backend_calls: None) -> None:
+        """Nothing profiled: iteration hands back the iterable's own iterator."""
+        items = [1, 2, 3]
+        assert type(iter(mini_batch_window(items))) is type(iter(items))
+        with mini_batch_window():
+            pass
+
+    def test_break_closes_the_region(self, profiling: Path) -> None:
+        """Leaving the loop early closes the open mini-batch region."""
+        for mb in mini_batch_window(range(5)):
+            if mb == 1:
+                break
+        REGISTRY.active[0].close()
+        assert names(only_trace(profiling), "mini_batch") == ["mini_batch0", "mini_batch1"]
+
+    def test_iterating_without_iterable(self) -> None:
+        """Iterating a window built without an iterable is a clear TypeError."""
+        with pytest.raises(TypeError, match="needs an iterable"):
+            iter(mini_batch_window())
+
+
+def test_internal_fault_is_swallowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A fault inside profdsl's region code is logged once; the stage's result is unchanged."""
+    cfg = ProfilerConfig(enable=True, steps=[1], save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"]))
+
+    def broken(self: object, name: str) -> object:
+        raise RuntimeError("annotator broke")
+
+    monkeypatch.setattr(TorchAnnotator, "push", broken)
+    with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
+        assert profile_stage("s")(lambda: 7)() == 7
+        assert profile_stage("s")(lambda: 8)() == 8
+    assert caplog.text.count("annotator broke") == 1
+    assert len(trace_files(tmp_path)) == 1
