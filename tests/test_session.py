@@ -310,3 +310,16 @@ def test_finish_hook_config_is_accepted(tmp_path: Path) -> None:
     """A config with a hook builds a profiler (the hook itself is tested with the finish hook)."""
     cfg = config(tmp_path, finish_hook=FinishHook(cmd="true"))
     Profiler(cfg, role="actor", rank=0, world_size=1).close()
+
+
+def test_foreign_profiler_is_not_doubled(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A user's own torch profiler is running: profdsl logs and starts none (a second session
+    crashed the process), the user's profiler still works, training goes on."""
+    cfg = config(tmp_path, discrete=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as theirs:
+        with caplog.at_level(logging.ERROR, logger="profdsl"):
+            with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
+                assert profile_stage("update")(lambda: 5)() == 5
+    assert "another torch profiler is already running" in caplog.text
+    assert not tmp_path.exists() or trace_files(tmp_path) == []
+    assert "update" in {e.name for e in theirs.events()}

@@ -82,6 +82,11 @@ class TorchCapture:
                     current.join(label.role)
                     return current
                 return None
+            if _foreign_profiler_running():
+                once("torch-foreign", logging.ERROR,
+                     "[profdsl rank %s] another torch profiler is already running in this process; "
+                     "profdsl will not start a second one (torch allows one at a time)", label.rank)
+                return None
             try:
                 session = _TorchSession(label, schedule, self.options, _PROCESS.thread)
             except Exception as exc:
@@ -225,6 +230,13 @@ def _all_threads_config() -> Any:
              "profdsl: this torch cannot profile all threads; regions on threads other than the "
              "profiler's are not captured (upgrade to torch >= 2.7)")
         return None
+
+
+def _foreign_profiler_running() -> bool:
+    """Whether a torch profiler that profdsl did not start is running (a second would crash)."""
+    import torch.autograd.profiler as autograd_profiler
+
+    return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
 
 
 def _distributed_initialized() -> bool:
