@@ -6,6 +6,7 @@
 from profdsl._version import __version__
 from profdsl.config import FinishHook, ProfilerConfig, Schedule, TorchOptions
 from profdsl.dsl import mini_batch_window, profile_stage
+from profdsl import finish_hook
 from profdsl.errors import ConfigError, LifecycleError, ProfdslError
 from profdsl.session import Profiler
 

@@ -64,7 +64,8 @@ def reset_for_tests() -> None:
     torch_capture = sys.modules.get("profdsl.backends.torch_capture")
     if torch_capture is not None:
         torch_capture.reset_for_tests()
-    nsys_capture = sys.modules.get("profdsl.backends.nsys_capture")
-    if nsys_capture is not None:
-        nsys_capture.reset_for_tests()
+    for name in ("profdsl.backends.nsys_capture", "profdsl.finish_hook"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.reset_for_tests()
     _log.reset_once()

@@ -13,29 +13,13 @@ import os
 import uuid
 from typing import Callable
 
-import attrs
-
 from profdsl._log import once
 from profdsl.backends.base import TraceLabel
 from profdsl.manifest import append_record, make_record
-from profdsl.naming import MAX_INDEX, TraceName
+from profdsl.artifacts import reserve
+from profdsl.naming import TraceName
 
-__all__ = ["export_trace", "reserve"]
-
-
-def reserve(save_path: str, name: TraceName) -> TraceName:
-    """Create an empty file under ``name`` (or the next free ``part``) and return the name used."""
-    candidate = name
-    while True:
-        path = os.path.join(save_path, candidate.format())
-        try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-            return candidate
-        except FileExistsError:
-            part = (candidate.part or 0) + 1
-            if part > MAX_INDEX:
-                raise
-            candidate = attrs.evolve(candidate, part=part)
+__all__ = ["export_trace"]
 
 
 def export_trace(

@@ -68,6 +68,7 @@ def _hook_union(a: FinishHook, b: FinishHook) -> FinishHook:
         ranks=sorted(set(a.ranks) | set(b.ranks)),
         all_ranks=a.all_ranks or b.all_ranks,
         timeout_s=max(a.timeout_s, b.timeout_s),
+        background=a.background or b.background,
     )
 
 
@@ -78,6 +79,7 @@ def _hook_intersect(a: FinishHook, b: FinishHook) -> FinishHook:
         ranks=sorted(set(a.ranks) & set(b.ranks)),
         all_ranks=a.all_ranks and b.all_ranks,
         timeout_s=min(a.timeout_s, b.timeout_s),
+        background=a.background and b.background,
     )
 
 

@@ -122,13 +122,15 @@ class FinishHook(_Mappable):
     """A shell command run once, after the last profiled step, to ship the traces somewhere.
 
     It runs via ``/bin/sh -c`` on ``ranks`` (every rank with ``all_ranks``; the profiled ranks when
-    neither is set), bounded by ``timeout_s``. A blank ``cmd`` means no hook.
+    neither is set), bounded by ``timeout_s``. A blank ``cmd`` means no hook. With ``background``
+    it runs on a thread and ``Profiler.close()`` waits for it (up to its timeout).
     """
 
     cmd: str | None = attrs.field(default=None)
     ranks: tuple[int, ...] = attrs.field(default=(), converter=_hook_ranks)
     all_ranks: bool = attrs.field(default=False, validator=boolean)
     timeout_s: float = attrs.field(default=1800.0, validator=positive_finite)
+    background: bool = attrs.field(default=False, validator=boolean)
 
     @cmd.validator
     def _check_cmd(self, _attribute: object, value: object) -> None:
@@ -169,6 +171,11 @@ def _finish_hook(value: object) -> FinishHook:
     return to_nested("ProfilerConfig.finish_hook", value, FinishHook)
 
 
+def _optional_dir(_inst: object, _attribute: object, value: str | None) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigError(f"ProfilerConfig.nsys_report_dir must be a folder path or None, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class ProfilerConfig(_Mappable):
     """What to profile (steps, ranks, tool), where traces go, and the finish hook.
@@ -198,6 +205,7 @@ class ProfilerConfig(_Mappable):
     torch: TorchOptions = attrs.field(factory=TorchOptions, converter=_torch_options)
     relocate_results: bool = attrs.field(default=True, validator=boolean)
     finish_hook: FinishHook = attrs.field(factory=FinishHook, converter=_finish_hook)
+    nsys_report_dir: str | None = attrs.field(default=None, validator=_optional_dir)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, section: str | None = None) -> ProfilerConfig:

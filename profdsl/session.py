@@ -9,6 +9,7 @@ so the DSL costs it one attribute check. Misuse (a second ``stop()``, ``start()`
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import enum
 import hashlib
@@ -16,9 +17,11 @@ import json
 import logging
 import os
 import socket
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from profdsl._collect import Collector
 from profdsl._context import REGISTRY
 from profdsl._log import logger, once
 from profdsl.backends import NULL_CAPTURE, Session, TraceLabel, make_annotators, make_capture
@@ -27,6 +30,19 @@ from profdsl.plan import Event, StepPlan, StepTracker
 from profdsl.ranks import discover_rank, is_rank_selected
 
 __all__ = ["Profiler", "State"]
+
+# Profilers not yet closed: closed at interpreter exit, so a loop that forgets close() still
+# flushes its last session and runs an owed finish hook (once: close() is idempotent).
+_LIVE: weakref.WeakSet[Profiler] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live() -> None:
+    for profiler in list(_LIVE):
+        try:
+            profiler.close()
+        except Exception as exc:  # interpreter exit: say it and go on with the others
+            logger.error("profdsl: closing %s at exit failed: %s", profiler.role, exc)
 
 
 class State(enum.Enum):
@@ -75,6 +91,10 @@ class Profiler:
         self._session_step: int | None = None
         self._session: Session | None = None
         self._mini_batch = 0
+        self._profiled_steps: list[int] = []
+        self._collector = Collector(config, role=role, rank=self.rank,
+                                    world_size=self.world_size, selected=self.selected)
+        _LIVE.add(self)
 
     @property
     def state(self) -> State:
@@ -98,6 +118,8 @@ class Profiler:
             self.stop()
         events = self._tracker.begin(step)
         self._step, self._mini_batch = step, 0
+        if self._tracker.plan.is_profiled(step):
+            self._profiled_steps.append(step)
         self._apply(events)
         if self.selected and self._tracker.is_open:
             self._state = State.ARMED if self.config.discrete else State.RECORDING
@@ -130,9 +152,13 @@ class Profiler:
         if self._state is State.CLOSED:
             return
         self._step = None
-        self._apply(self._tracker.finish())
-        REGISTRY.remove(self)
         self._state = State.CLOSED
+        REGISTRY.remove(self)
+        self._apply(self._tracker.finish())
+        self._collector.after_session(final=True)
+        self._collector.done()
+        self._collector.wait()
+        _LIVE.discard(self)
 
     def __enter__(self) -> Profiler:
         return self
@@ -149,12 +175,10 @@ class Profiler:
             elif event is Event.CLOSE and self._session is not None:
                 session, self._session = self._session, None
                 session.close()
-            elif event is Event.HOOK:
-                self._finish()
-
-    def _finish(self) -> None:
-        """The finish hook is owed now (see profdsl.finish_hook)."""
-        logger.debug("[profdsl rank %s] %s: profiling finished", self.rank, self.role)
+                self._collector.after_session(final=False)
+            elif event is Event.HOOK:  # every artifact first, then the upload
+                self._collector.after_session(final=True)
+                self._collector.run_hook(self._profiled_steps)
 
     def _label(self, stage: str | None) -> TraceLabel:
         step = self._step if stage is not None or self._session_step is None else self._session_step

@@ -31,6 +31,7 @@ finish_hooks = st.builds(
     ranks=rank_lists,
     all_ranks=st.booleans(),
     timeout_s=st.sampled_from([0.5, 30.0, 1800.0]),
+    background=st.booleans(),
 )
 
 configs = st.builds(
@@ -47,4 +48,5 @@ configs = st.builds(
     torch=torch_options,
     relocate_results=st.booleans(),
     finish_hook=finish_hooks,
+    nsys_report_dir=st.none() | st.just("/tmp/ray/nsight"),
 )
