@@ -90,7 +90,37 @@ def _check_name(kind: str, name: object) -> str:
     return name
 
 
-class profile_stage:  # noqa: N801 (a lower-case DSL word, like nvtx.annotate)
+class _Annotation:
+    """The ``with`` and decorator behaviour shared by the DSL words; subclasses say what one
+    entry opens (``_begin``) and fill the slots ``profiler`` and ``_open``."""
+
+    __slots__ = ("profiler", "_open")
+    profiler: Profiler | None
+    _open: list[_Region] | None
+
+    def _begin(self) -> _Region | None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        if not REGISTRY.active and self.profiler is None:
+            return self
+        region = self._begin()
+        if region is not None:
+            if self._open is None:
+                self._open = []
+            self._open.append(region)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._open:
+            self._open.pop().close()
+
+    def __call__(self, func: F) -> F:
+        """Decorate a function, method, ``async def`` or generator function."""
+        return _decorate(func, self._begin)  # type: ignore[return-value]
+
+
+class profile_stage(_Annotation):  # noqa: N801 (a lower-case DSL word, like nvtx.annotate)
     """Mark a named stage of training: a ``record_function`` region (and NVTX range).
 
     In discrete mode the outermost stage of a profiled step writes its own trace; with
@@ -113,7 +143,7 @@ class profile_stage:  # noqa: N801 (a lower-case DSL word, like nvtx.annotate)
         2
     """
 
-    __slots__ = ("name", "scheduled", "role", "profiler", "color", "_open")
+    __slots__ = ("name", "scheduled", "role", "color")
 
     def __init__(self, name: str, *, scheduled: bool = False, role: str | None = None,
                  profiler: Profiler | None = None, color: int | str | None = None) -> None:
@@ -138,26 +168,9 @@ class profile_stage:  # noqa: N801 (a lower-case DSL word, like nvtx.annotate)
             _fault("stage begin", exc)
             return None
 
-    def __enter__(self) -> profile_stage:
-        if not REGISTRY.active and self.profiler is None:
-            return self
-        region = self._begin()
-        if region is not None:
-            if self._open is None:
-                self._open = []
-            self._open.append(region)
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._open:
-            self._open.pop().close()
-
-    def __call__(self, func: F) -> F:
-        """Decorate a function, method, ``async def`` or generator function."""
-        return _decorate(func, self._begin)  # type: ignore[return-value]
 
 
-class mini_batch_window:  # noqa: N801
+class mini_batch_window(_Annotation):  # noqa: N801
     """One update mini-batch: a region ``f"{name}{i}"`` that advances the schedule at its end.
 
     Iterate it over the mini-batches, or use it as a ``with`` block around one mini-batch, or as a
@@ -176,7 +189,7 @@ class mini_batch_window:  # noqa: N801
         8
     """
 
-    __slots__ = ("iterable", "name", "role", "profiler", "_open")
+    __slots__ = ("iterable", "name", "role")
 
     def __init__(self, iterable: Iterable[T] | None = None, *, name: str = "mini_batch",
                  role: str | None = None, profiler: Profiler | None = None) -> None:
@@ -211,23 +224,6 @@ class mini_batch_window:  # noqa: N801
                 if region is not None:
                     region.close()
 
-    def __enter__(self) -> mini_batch_window:
-        if not REGISTRY.active and self.profiler is None:
-            return self
-        region = self._begin()
-        if region is not None:
-            if self._open is None:
-                self._open = []
-            self._open.append(region)
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._open:
-            self._open.pop().close()
-
-    def __call__(self, func: F) -> F:
-        """Decorate a per-mini-batch function (plain, method, ``async def`` or generator)."""
-        return _decorate(func, self._begin)  # type: ignore[return-value]
 
 
 def _decorate(func: Callable[..., Any], begin: Callable[[], _Region | None]) -> Callable[..., Any]:

@@ -20,16 +20,20 @@ torch_profiler = pytest.importorskip("torch.profiler")
 counts = st.integers(min_value=0, max_value=60)
 
 
-def torch_actions(schedule: Schedule, n: int) -> list[str]:
+def torch_schedule(schedule: Schedule):  # type: ignore[no-untyped-def]
     with warnings.catch_warnings():  # "won't be using warmup" when warmup == 0
         warnings.simplefilter("ignore", UserWarning)
-        fn = torch_profiler.schedule(
+        return torch_profiler.schedule(
             skip_first=schedule.skip_first,
             wait=schedule.wait,
             warmup=schedule.warmup,
             active=schedule.active,
             repeat=schedule.repeat,
         )
+
+
+def torch_actions(schedule: Schedule, n: int) -> list[str]:
+    fn = torch_schedule(schedule)
     return [fn(i).name for i in range(n)]
 
 
@@ -151,15 +155,9 @@ def mini_batches_in_real_traces(schedule: Schedule, n: int) -> list[list[int]]:
         names = {e.name for e in prof.events() if e.name.startswith("profdsl_mb")}
         saved.append(sorted(int(name.removeprefix("profdsl_mb")) for name in names))
 
+    sched = torch_schedule(schedule)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        sched = torch_profiler.schedule(
-            skip_first=schedule.skip_first,
-            wait=schedule.wait,
-            warmup=schedule.warmup,
-            active=schedule.active,
-            repeat=schedule.repeat,
-        )
         with torch_profiler.profile(
             activities=[torch_profiler.ProfilerActivity.CPU],
             schedule=sched,
