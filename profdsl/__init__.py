@@ -4,10 +4,11 @@
 """
 
 from profdsl._version import __version__
-from profdsl.config import FinishHook, ProfilerConfig, Schedule, TorchOptions
+from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
 from profdsl.dsl import mini_batch_window, profile_stage
 from profdsl import finish_hook
 from profdsl.errors import ConfigError, LifecycleError, ProfdslError
+from profdsl.rollout.window import rollout_window
 from profdsl.session import Profiler
 
 __all__ = [
@@ -17,9 +18,11 @@ __all__ = [
     "ProfdslError",
     "Profiler",
     "ProfilerConfig",
+    "RolloutOptions",
     "Schedule",
     "TorchOptions",
     "__version__",
     "mini_batch_window",
     "profile_stage",
+    "rollout_window",
 ]

@@ -18,13 +18,29 @@ __all__ = ["REGISTRY", "Registry", "reset_for_tests"]
 
 
 class Registry:
-    """Profilers that are profiling a step, in the order they started."""
+    """Profilers that are profiling a step (``active``), and those whose current step is a
+    profiled step whatever their rank (``stepping``: a driver whose rank is not profiled still
+    decides when rollout engines are), in the order they started."""
 
-    __slots__ = ("_lock", "active")
+    __slots__ = ("_lock", "active", "stepping")
 
     def __init__(self) -> None:
         self.active: tuple[Profiler, ...] = ()
+        self.stepping: tuple[Profiler, ...] = ()
         self._lock = threading.Lock()
+
+    def set_stepping(self, profiler: Profiler, stepping: bool) -> None:
+        """Record whether ``profiler`` is in a profiled step."""
+        with self._lock:
+            rest = tuple(p for p in self.stepping if p is not profiler)
+            self.stepping = (*rest, profiler) if stepping else rest
+
+    def find_stepping(self, role: str | None = None) -> Profiler | None:
+        """The profiler of ``role`` (or the first) that is in a profiled step."""
+        for profiler in self.stepping:
+            if role is None or profiler.role == role:
+                return profiler
+        return None
 
     def add(self, profiler: Profiler) -> None:
         """Register ``profiler`` (idempotent)."""
@@ -59,6 +75,8 @@ def reset_for_tests() -> None:
 
     for profiler in REGISTRY.active:
         REGISTRY.remove(profiler)
+    for profiler in REGISTRY.stepping:
+        REGISTRY.set_stepping(profiler, False)
     import sys
 
     torch_capture = sys.modules.get("profdsl.backends.torch_capture")

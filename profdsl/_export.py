@@ -57,10 +57,13 @@ def export_trace(
         _remove_quietly(tmp)
         if final is not None:  # reserved but not filled: an empty file would pose as a trace
             _remove_quietly(os.path.join(label.save_path, final))
-        append_record(label.save_path, make_record(
-            "trace", final or name.format(), status="failed", error=str(exc), bytes=None, **fields))
+        if label.manifest:
+            append_record(label.save_path, make_record(
+                "trace", final or name.format(), status="failed", error=str(exc), bytes=None,
+                **fields))
         return None
-    append_record(label.save_path, make_record("trace", final, bytes=size, **fields))
+    if label.manifest:
+        append_record(label.save_path, make_record("trace", final, bytes=size, **fields))
     return os.path.join(label.save_path, final)
 
 

@@ -46,7 +46,8 @@ class Move:
 
 @attrs.frozen
 class Skip:
-    """Leave ``source`` where it is, for ``reason``; recorded when ``status`` is set."""
+    """Leave ``source`` where it is, for ``reason``. ``status`` None: never recorded (left on
+    purpose); ``"incomplete"``: recorded at the last pass; ``"skipped"``: always recorded."""
 
     source: str
     reason: str
@@ -139,7 +140,8 @@ def plan_nsys(names: Iterable[str], *, source_dir: str, pid: int, label: dict[st
         if match["ext"] == "qdstrm":
             continue
         if match["index"] in converting:
-            plan.append(Skip(source, "nsys is still converting its .qdstrm", status=None))
+            plan.append(Skip(source, "nsys is still converting its .qdstrm", status="incomplete",
+                             fields=dict(label)))
             continue
         part = int(match["index"][1:]) if match["index"] else None
         trace = TraceName(role=label["role"], rank=label["rank"], world_size=label["world_size"],
@@ -159,14 +161,20 @@ def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float,
     incomplete = set(wait_complete([m.source for m in moves], wait_s)) if moves else set()
     records = []
     for item in plan:
-        if isinstance(item, Skip) or item.source in incomplete or item not in moves:
-            status = "incomplete" if isinstance(item, Skip) or item.source in incomplete else "skipped"
-            if record_incomplete or status == "skipped":
-                reason = item.reason if isinstance(item, Skip) else "still being written"
-                records.append(make_record(item.kind, None, status=status, source=item.source,
-                                           reason=reason, **item.fields))
-            continue
-        records.append(_move(item, save_path))
+        if isinstance(item, Skip):
+            if item.status == "skipped" or (item.status == "incomplete" and record_incomplete):
+                records.append(make_record(item.kind, None, status=item.status, source=item.source,
+                                           reason=item.reason, **item.fields))
+        elif item not in moves:
+            records.append(make_record(item.kind, None, status="skipped", source=item.source,
+                                       reason="not a regular file (symlinks are not followed)",
+                                       **item.fields))
+        elif item.source in incomplete:
+            if record_incomplete:
+                records.append(make_record(item.kind, None, status="incomplete", source=item.source,
+                                           reason="still being written", **item.fields))
+        else:
+            records.append(_move(item, save_path))
     for record in records:
         append_record(save_path, record)
     return records

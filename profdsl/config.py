@@ -35,7 +35,9 @@ from profdsl._validate import (
 )
 from profdsl.errors import ConfigError
 
-__all__ = ["CONTENTS", "TOOLS", "FinishHook", "ProfilerConfig", "Schedule", "TorchOptions"]
+__all__ = [
+    "CONTENTS", "TOOLS", "FinishHook", "ProfilerConfig", "RolloutOptions", "Schedule", "TorchOptions",
+]
 
 #: The torch profiler contents a user may ask for.
 CONTENTS = frozenset({"cpu", "cuda", "memory", "shapes", "stack"})
@@ -111,6 +113,27 @@ class TorchOptions(_Mappable):
     def cuda(self) -> bool:
         """Whether CUDA activity is recorded."""
         return not self.contents or "cuda" in self.contents
+
+
+@attrs.frozen(kw_only=True)
+class RolloutOptions(_Mappable):
+    """How rollout engines are profiled (``rollout_window`` and the engine adapters).
+
+    ``max_iterations`` engine iterations are recorded after ``delay_iterations`` (0: until
+    ``stop_profile``); a finite default keeps engine traces small and flushes short. Calls to
+    the engines are bounded by ``start_timeout_s`` and ``stop_timeout_s`` (flushing a long window
+    can take minutes); after stopping, traces get ``flush_wait_s`` to be complete.
+    """
+
+    max_iterations: int = attrs.field(default=64, validator=int_at_least(0))
+    delay_iterations: int = attrs.field(default=0, validator=int_at_least(0))
+    start_timeout_s: float = attrs.field(default=60.0, validator=positive_finite)
+    stop_timeout_s: float = attrs.field(default=900.0, validator=positive_finite)
+    flush_wait_s: float = attrs.field(default=300.0, validator=positive_finite)
+
+
+def _rollout(value: object) -> RolloutOptions:
+    return to_nested("ProfilerConfig.rollout", value, RolloutOptions)
 
 
 def _hook_ranks(value: object) -> tuple[int, ...]:
@@ -206,6 +229,7 @@ class ProfilerConfig(_Mappable):
     relocate_results: bool = attrs.field(default=True, validator=boolean)
     finish_hook: FinishHook = attrs.field(factory=FinishHook, converter=_finish_hook)
     nsys_report_dir: str | None = attrs.field(default=None, validator=_optional_dir)
+    rollout: RolloutOptions = attrs.field(factory=RolloutOptions, converter=_rollout)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, section: str | None = None) -> ProfilerConfig:

@@ -102,6 +102,11 @@ class Profiler:
         return self._state
 
     @property
+    def current_step(self) -> int | None:
+        """The step between ``start`` and ``stop``, or None."""
+        return self._step
+
+    @property
     def is_profiling(self) -> bool:
         """Whether this profiler is profiling the current step (stages find it)."""
         return self._state in (State.ARMED, State.RECORDING)
@@ -120,6 +125,7 @@ class Profiler:
         self._step, self._mini_batch = step, 0
         if self._tracker.plan.is_profiled(step):
             self._profiled_steps.append(step)
+            REGISTRY.set_stepping(self, True)
         self._apply(events)
         if self.selected and self._tracker.is_open:
             self._state = State.ARMED if self.config.discrete else State.RECORDING
@@ -133,6 +139,7 @@ class Profiler:
                                self.rank, self.role)
             return
         self._step = None
+        REGISTRY.set_stepping(self, False)
         self._apply(self._tracker.end())
         if not self._tracker.is_open:
             REGISTRY.remove(self)
@@ -154,6 +161,7 @@ class Profiler:
         self._step = None
         self._state = State.CLOSED
         REGISTRY.remove(self)
+        REGISTRY.set_stepping(self, False)
         self._apply(self._tracker.finish())
         self._collector.after_session(final=True)
         self._collector.done()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from profdsl.config import CONTENTS, FinishHook, ProfilerConfig, Schedule, TorchOptions
+from profdsl.config import CONTENTS, FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
 
 small = st.integers(min_value=0, max_value=6)
 
@@ -49,4 +49,6 @@ configs = st.builds(
     relocate_results=st.booleans(),
     finish_hook=finish_hooks,
     nsys_report_dir=st.none() | st.just("/tmp/ray/nsight"),
+    rollout=st.builds(RolloutOptions, max_iterations=st.sampled_from([0, 64]),
+                      stop_timeout_s=st.sampled_from([900.0, 60.0])),
 )

@@ -42,6 +42,7 @@ def align_left_biased(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
         b,
         save_path=a.save_path,
         nsys_report_dir=a.nsys_report_dir,
+        rollout=a.rollout,
         torch=attrs.evolve(b.torch, schedule=a.torch.schedule),
         finish_hook=attrs.evolve(b.finish_hook, cmd=a.finish_hook.cmd),
     )

@@ -25,6 +25,7 @@ class TraceLabel:
     pid: int
     config_hash: str
     roles: tuple[str, ...] = ()
+    manifest: bool = True  # False for files that are moved (and recorded) elsewhere later
 
 
 class Session(Protocol):

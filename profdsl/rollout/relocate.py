@@ -1,0 +1,70 @@
+"""Which engine trace files of a replica move into ``save_path``, under which names (pure)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from profdsl.artifacts import Move, Skip
+from profdsl.manifest import MANIFEST_NAME
+from profdsl.naming import TraceName
+from profdsl.ranks import local_rank_from_trace_name
+
+__all__ = ["engine_extension", "plan_rollout"]
+
+_KNOWN_EXTENSIONS = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json",
+                     ".json.gz", ".json", ".pickle", ".txt")
+_PIECE = re.compile(r"\.[A-Za-z0-9][A-Za-z0-9-]{0,15}")
+
+
+def engine_extension(name: str) -> str:
+    """The extension to keep for an engine file: a known trace extension, else its last suffix.
+
+    >>> engine_extension("p_rank1.1732870000.pt.trace.json.gz")
+    '.pt.trace.json.gz'
+    >>> engine_extension("x-TP-0-memory.pickle")
+    '.pickle'
+    """
+    for extension in _KNOWN_EXTENSIONS:
+        if name.endswith(extension):
+            return extension
+    dot = name.rfind(".")
+    suffix = name[dot:] if dot > 0 else ""
+    return suffix if _PIECE.fullmatch(suffix) else ".bin"
+
+
+def _local_rank(name: str, replica_world_size: int) -> int | None:
+    ours = TraceName.try_parse(name)  # written by profdsl's own torch sampler
+    if ours is not None:
+        return ours.rank if ours.rank is not None and ours.rank < replica_world_size else None
+    return local_rank_from_trace_name(name, replica_world_size)
+
+
+def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica_world_size: int,
+                 keep: Collection[int] | None, step: int | None, world_size: int | None,
+                 host: str, pid: int, time_ms: int) -> list[Move | Skip]:
+    """Plan the moves of one replica's files (a listing of ``source_dir``).
+
+    A file whose rank can be told moves as global rank ``replica * W + local`` unless ``keep``
+    (the selected global ranks; None keeps all) leaves it out; then it stays where the engine
+    wrote it. A file whose rank cannot be told always moves, with rank None.
+    """
+    plan: list[Move | Skip] = []
+    for name in sorted(names):
+        if name == MANIFEST_NAME or name.startswith("."):
+            continue
+        source = f"{source_dir.rstrip('/')}/{name}"
+        local = _local_rank(name, replica_world_size)
+        rank = None if local is None else replica * replica_world_size + local
+        if keep is not None and rank is not None and rank not in keep:
+            plan.append(Skip(source, f"global rank {rank} is not selected", kind="rollout"))
+            continue
+        fields: dict[str, Any] = {"role": "rollout", "step": step, "replica": replica, "rank": rank,
+                                  "world_size": world_size, "host": host, "pid": pid}
+        trace = TraceName(role="rollout", step=step, rank=rank,
+                          world_size=world_size if rank is not None else None, replica=replica,
+                          host=host, pid=pid, time_ms=time_ms, ext=engine_extension(name))
+        reason = "rank unknown: kept" if rank is None else f"global rank {rank}"
+        plan.append(Move(source, trace, "rollout", fields, reason))
+    return plan

@@ -1,0 +1,70 @@
+"""A ``rollout_window`` engine for samplers that generate with a plain torch model (HF
+``generate``, a custom decoding loop), in their own actor process or in the trainer's.
+
+Its traces go through profdsl's one torch session per process (a second session crashed the
+process): in its own process it records into the replica's trace dir; in a process where a
+profdsl session is already open (the trainer's, in continuous mode) it records nothing of its own,
+since its work is already in that session's trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+from profdsl._log import once
+from profdsl.backends.base import Session, TraceLabel
+from profdsl.config import ProfilerConfig
+from profdsl.rollout import rollout_trace_dir
+
+__all__ = ["TorchSamplerEngine"]
+
+
+class TorchSamplerEngine:
+    """Profiles a torch sampler as rollout replica ``replica`` (GPU ``local_rank`` of it).
+
+    Examples:
+        >>> from profdsl import ProfilerConfig
+        >>> engine = TorchSamplerEngine(ProfilerConfig(enable=True, save_path="/tmp/p"), replica=0)
+        >>> engine.replica
+        0
+    """
+
+    def __init__(self, config: ProfilerConfig, replica: int, *, local_rank: int = 0,
+                 replica_world_size: int = 1) -> None:
+        self.config, self.replica = config, replica
+        self.local_rank, self.replica_world_size = local_rank, replica_world_size
+        self._session: Session | None = None
+
+    def start_profile(self, profile_prefix: str | None = None) -> None:
+        """Open a torch session writing into this replica's trace dir."""
+        from profdsl.backends.torch_capture import TorchCapture
+
+        label = TraceLabel(
+            role="rollout", stage=profile_prefix, step=None, rank=self.local_rank,
+            world_size=self.replica_world_size,
+            save_path=rollout_trace_dir(self.config.save_path, self.replica),
+            host=socket.gethostname(), pid=os.getpid(), config_hash="", manifest=False)
+        session = TorchCapture(self.config.torch).open(label, None, join=False)
+        if session is None:
+            once("sampler-shared", logging.INFO,
+                 "profdsl: the torch sampler shares its process with an open profdsl session; "
+                 "its work is recorded in that session's trace")
+        self._session = session
+
+    def stop_profile(self) -> None:
+        """Close the session, writing its trace."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:  # shipped to a Ray actor without its session
+        return (TorchSamplerEngine, (self.config, self.replica),
+                {"local_rank": self.local_rank, "replica_world_size": self.replica_world_size})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.local_rank = state["local_rank"]
+        self.replica_world_size = state["replica_world_size"]
+        self._session = None
