@@ -31,16 +31,16 @@ class Collector:
     """Artifact relocation and the finish hook for one role of one process."""
 
     def __init__(self, config: ProfilerConfig, *, role: str, rank: int, world_size: int,
-                 selected: bool) -> None:
+                 selected: bool, hooks: bool = True) -> None:
         self.config, self.role, self.rank, self.world_size = config, role, rank, world_size
         self.selected = selected
         hook = config.finish_hook
-        self.hook_rank = hook.cmd is not None and is_hook_rank(
+        self.hook_rank = hooks and hook.cmd is not None and is_hook_rank(
             rank, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks,
             profiled_ranks=config.ranks, profiled_all_ranks=config.all_ranks)
         self._background: threading.Thread | None = None
-        self._arrived = False
-        if config.enable:
+        self._arrived = not hooks  # a step clock never holds up another role's hook
+        if config.enable and hooks:
             finish_hook.join(config.save_path, self)
         self._final_done = False  # incomplete reports are recorded once, at the first final pass
 

@@ -72,10 +72,12 @@ class Profiler:
     """
 
     def __init__(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
-                 world_size: int | None = None) -> None:
+                 world_size: int | None = None, capture: bool = True) -> None:
+        """``capture=False`` makes a step clock (a driver's): it follows the profiled steps, for
+        ``rollout_window``, but captures nothing and runs no hook."""
         info = discover_rank(rank, world_size)
         self.config, self.role, self.rank, self.world_size = config, role, info.rank, info.world_size
-        self.selected = config.enable and is_rank_selected(
+        self.selected = capture and config.enable and is_rank_selected(
             self.rank, config.ranks, all_ranks=config.all_ranks)
         schedule = config.torch.schedule
         # With a schedule each step runs it afresh, so steps never share a session (verl's R6).
@@ -92,8 +94,8 @@ class Profiler:
         self._session: Session | None = None
         self._mini_batch = 0
         self._profiled_steps: list[int] = []
-        self._collector = Collector(config, role=role, rank=self.rank,
-                                    world_size=self.world_size, selected=self.selected)
+        self._collector = Collector(config, role=role, rank=self.rank, world_size=self.world_size,
+                                    selected=self.selected, hooks=capture)
         _LIVE.add(self)
 
     @property

@@ -7,6 +7,7 @@ import inspect
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -15,6 +16,7 @@ from profdsl import artifacts
 from profdsl._context import REGISTRY
 from profdsl._log import once
 from profdsl._validate import is_int
+from profdsl.config import ProfilerConfig
 from profdsl.errors import ConfigError
 from profdsl.manifest import append_record, make_record
 from profdsl.ranks import replicas_for_ranks
@@ -65,28 +67,62 @@ class _Run:
                 pid=os.getpid()))
 
     def relocate(self) -> None:
-        """Move the selected ranks' engine files into save_path (bounded wait for completion)."""
+        """Move the selected ranks' engine files into save_path, on the node that wrote them."""
         if not self.config.relocate_results:
             return
-        config = self.config
-        # Empty ranks select global rank 0, as on the training side.
-        keep = None if config.all_ranks else set(config.ranks or (0,))
-        plan: list[artifacts.Move | artifacts.Skip] = []
-        for replica in sorted(self.selected):
-            source = rollout_trace_dir(config.save_path, replica)
+        here, remote = _nodes(self.selected)
+        for node, replicas in remote.items():
             try:
-                names = os.listdir(source)
-            except OSError:
-                continue
-            plan += plan_rollout(
-                names, source_dir=source, replica=replica, replica_world_size=self.width,
-                keep=keep, step=self.step, world_size=self.world_size, host=socket.gethostname(),
-                pid=os.getpid(), time_ms=time.time_ns() // 1_000_000)
+                from profdsl.ray import run_on_node
+
+                run_on_node(node, relocate_replicas, self.config, self.step, replicas, self.width,
+                            self.world_size, timeout=self.config.rollout.flush_wait_s + 120)
+            except Exception as exc:
+                once(f"rollout-remote:{node}", logging.ERROR,
+                     "profdsl: moving rollout traces on node %s failed: %s", node, exc)
+        relocate_replicas(self.config, self.step, here, self.width, self.world_size)
+
+
+def _nodes(engines: dict[int, Any]) -> tuple[list[int], dict[str, list[int]]]:
+    """Replicas whose files are on this node, and those on other Ray nodes (by node id)."""
+    here: list[int] = []
+    remote: dict[str, list[int]] = {}
+    if "ray" not in sys.modules or not any(hasattr(e, "_actor_id") for e in engines.values()):
+        return sorted(engines), remote
+    from profdsl.ray import current_node, node_of
+
+    this = current_node()
+    for replica, engine in sorted(engines.items()):
+        node = node_of(engine) if hasattr(engine, "_actor_id") else None
+        if node is None or node == this:
+            here.append(replica)
+        else:
+            remote.setdefault(node, []).append(replica)
+    return here, remote
+
+
+def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequence[int],
+                      width: int, world_size: int) -> None:
+    """Move replicas' engine files into save_path on this node (runs as a pinned Ray task for
+    replicas on other nodes); bounded by ``rollout.flush_wait_s``; never raises."""
+    # Empty ranks select global rank 0, as on the training side.
+    keep = None if config.all_ranks else set(config.ranks or (0,))
+    plan: list[artifacts.Move | artifacts.Skip] = []
+    for replica in replicas:
+        source = rollout_trace_dir(config.save_path, replica)
         try:
-            artifacts.apply(plan, config.save_path, wait_s=config.rollout.flush_wait_s,
-                            record_incomplete=True)
-        except Exception as exc:
-            once("rollout-relocate", logging.ERROR, "profdsl: moving rollout traces failed: %s", exc)
+            names = os.listdir(source)
+        except OSError:
+            continue
+        plan += plan_rollout(
+            names, source_dir=source, replica=replica, replica_world_size=width, keep=keep,
+            step=step, world_size=world_size, host=socket.gethostname(), pid=os.getpid(),
+            time_ms=time.time_ns() // 1_000_000)
+    try:
+        artifacts.apply(plan, config.save_path, wait_s=config.rollout.flush_wait_s,
+                        record_incomplete=True)
+    except Exception as exc:
+        once("rollout-relocate", logging.ERROR, "profdsl: moving rollout traces failed: %s", exc)
 
 
 class rollout_window:  # noqa: N801 (a lower-case DSL word)
