@@ -29,6 +29,11 @@ class Registry:
         self.stepping: tuple[Profiler, ...] = ()
         self._lock = threading.Lock()
 
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        # Decorated functions pickled by value (Ray ships classes defined in __main__) refer to
+        # the registry: they must get this process's registry on the other side, not a copy.
+        return (_registry, ())
+
     def set_stepping(self, profiler: Profiler, stepping: bool) -> None:
         """Record whether ``profiler`` is in a profiled step."""
         with self._lock:
@@ -67,6 +72,10 @@ class Registry:
 
 
 REGISTRY = Registry()
+
+
+def _registry() -> Registry:
+    return REGISTRY
 
 
 def reset_for_tests() -> None:

@@ -15,7 +15,9 @@ from profdsl._version import __version__
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 #: name -> (module path, one-line help). Filled as commands land.
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("profdsl.demo", "run a toy RL loop on CPU, profiled end to end (--ray for Ray actors)"),
+}
 
 _EPILOG = """\
 examples:

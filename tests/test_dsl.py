@@ -275,3 +275,20 @@ def test_internal_fault_is_swallowed(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert profile_stage("s")(lambda: 8)() == 8
     assert caplog.text.count("annotator broke") == 1
     assert len(trace_files(tmp_path)) == 1
+
+
+def test_decorated_function_pickles_by_value(tmp_path: Path) -> None:
+    """A decorated function pickled by value (as Ray does for classes in __main__) works on the
+    other side and uses that process's registry."""
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+
+    @profile_stage("shipped")
+    def shipped(x: int) -> int:
+        return x * 3
+
+    copy = cloudpickle.loads(cloudpickle.dumps(shipped))
+    assert copy(2) == 6
+    cfg = ProfilerConfig(enable=True, steps=[1], save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"]))
+    with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
+        assert copy(3) == 9
+    assert names(only_trace(tmp_path), "shipped") == ["shipped"]

@@ -57,3 +57,21 @@ def test_train_loop_runs(tmp_path: Path) -> None:
         (2, "compute_log_prob"), (2, "generate"), (2, "update_actor"),
         (4, "compute_log_prob"), (4, "generate"), (4, "update_actor")]
     assert [r["window"] for r in records if r["stage"] == "update_actor"] == [[2, 3], [6, 7]] * 2
+
+
+def test_ray_ppo_runs(tmp_path: Path) -> None:
+    """examples/ray_ppo.py profiles steps 1 and 2 on rank 0 and replica 0, and runs its hook."""
+    import pytest
+
+    pytest.importorskip("ray")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "ray_ppo.py"), "--out", str(tmp_path / "p")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    from profdsl.manifest import read_manifest
+
+    records = read_manifest(tmp_path / "p")
+    assert sorted({(r["kind"], r["step"], r["rank"]) for r in records if r["kind"] != "hook"}) == [
+        ("rollout", 1, 0), ("rollout", 2, 0), ("trace", 1, 0), ("trace", 2, 0)]
+    assert [r["status"] for r in records if r["kind"] == "hook"].count("ok") == 1

@@ -43,7 +43,7 @@ def _local_rank(name: str, replica_world_size: int) -> int | None:
 
 def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica_world_size: int,
                  keep: Collection[int] | None, step: int | None, world_size: int | None,
-                 host: str, pid: int, time_ms: int) -> list[Move | Skip]:
+                 host: str, pid: int, time_ms: int, node: str | None = None) -> list[Move | Skip]:
     """Plan the moves of one replica's files (a listing of ``source_dir``).
 
     A file whose rank can be told moves as global rank ``replica * W + local`` unless ``keep``
@@ -62,6 +62,8 @@ def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica
             continue
         fields: dict[str, Any] = {"role": "rollout", "step": step, "replica": replica, "rank": rank,
                                   "world_size": world_size, "host": host, "pid": pid}
+        if node is not None:
+            fields["node"] = node
         trace = TraceName(role="rollout", step=step, rank=rank,
                           world_size=world_size if rank is not None else None, replica=replica,
                           host=host, pid=pid, time_ms=time_ms, ext=engine_extension(name))

@@ -76,11 +76,18 @@ class _Run:
                 from profdsl.ray import run_on_node
 
                 run_on_node(node, relocate_replicas, self.config, self.step, replicas, self.width,
-                            self.world_size, timeout=self.config.rollout.flush_wait_s + 120)
+                            self.world_size, node, timeout=self.config.rollout.flush_wait_s + 120)
             except Exception as exc:
                 once(f"rollout-remote:{node}", logging.ERROR,
                      "profdsl: moving rollout traces on node %s failed: %s", node, exc)
-        relocate_replicas(self.config, self.step, here, self.width, self.world_size)
+        relocate_replicas(self.config, self.step, here, self.width, self.world_size,
+                          _this_node() if remote else None)
+
+
+def _this_node() -> str | None:
+    from profdsl.ray import current_node
+
+    return current_node()
 
 
 def _nodes(engines: dict[int, Any]) -> tuple[list[int], dict[str, list[int]]]:
@@ -102,7 +109,7 @@ def _nodes(engines: dict[int, Any]) -> tuple[list[int], dict[str, list[int]]]:
 
 
 def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequence[int],
-                      width: int, world_size: int) -> None:
+                      width: int, world_size: int, node: str | None = None) -> None:
     """Move replicas' engine files into save_path on this node (runs as a pinned Ray task for
     replicas on other nodes); bounded by ``rollout.flush_wait_s``; never raises."""
     # Empty ranks select global rank 0, as on the training side.
@@ -117,7 +124,7 @@ def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequen
         plan += plan_rollout(
             names, source_dir=source, replica=replica, replica_world_size=width, keep=keep,
             step=step, world_size=world_size, host=socket.gethostname(), pid=os.getpid(),
-            time_ms=time.time_ns() // 1_000_000)
+            time_ms=time.time_ns() // 1_000_000, node=node)
     try:
         artifacts.apply(plan, config.save_path, wait_s=config.rollout.flush_wait_s,
                         record_incomplete=True)

@@ -1,0 +1,107 @@
+"""The demo's workers: a toy RL trainer's roles on a tiny torch policy (CPU, milliseconds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profdsl import ProfilerConfig, mini_batch_window, profile_stage
+from profdsl.ray import ProfiledWorker
+from profdsl.rollout.torch_sampler import TorchSamplerEngine
+
+HIDDEN, ACTIONS = 64, 16
+
+
+def _policy(seed: int) -> Any:
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
+                               torch.nn.Linear(HIDDEN, ACTIONS))
+
+
+class Sampler:
+    """A rollout replica: samples actions from a copy of the policy."""
+
+    def __init__(self, config: ProfilerConfig, replica: int) -> None:
+        self.engine = TorchSamplerEngine(config, replica)
+        self.policy = _policy(replica)
+
+    def start_profile(self, profile_prefix: str | None = None) -> None:
+        self.engine.start_profile(profile_prefix)
+
+    def stop_profile(self) -> None:
+        self.engine.stop_profile()
+
+    def generate(self, prompts: Any) -> Any:
+        import torch
+
+        with torch.no_grad():
+            for _ in range(4):  # a few "decode" iterations
+                logits = self.policy(prompts)
+            return torch.distributions.Categorical(logits=logits).sample()  # type: ignore[no-untyped-call]
+
+
+class Trainer(ProfiledWorker):
+    """One rank of the fused actor + ref + critic worker."""
+
+    def __init__(self, config: ProfilerConfig, rank: int, world_size: int, mini_batches: int) -> None:
+        import torch
+
+        for role in ("actor", "ref", "critic"):
+            self.init_profiler(config, role=role, rank=rank, world_size=world_size)
+        self.actor, self.ref = _policy(0), _policy(0)
+        self.critic = torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
+                                          torch.nn.Linear(HIDDEN, 1))
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-3)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1e-3)
+        self.mini_batches = mini_batches
+
+    @profile_stage("compute_ref_log_prob", role="ref")
+    def ref_log_prob(self, prompts: Any, actions: Any) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return torch.log_softmax(self.ref(prompts), -1).gather(1, actions[:, None]).squeeze(1)
+
+    @profile_stage("compute_values", role="critic")
+    def values(self, prompts: Any) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return self.critic(prompts).squeeze(1)
+
+    @profile_stage("update_actor", role="actor", scheduled=True)
+    def update_actor(self, prompts: Any, actions: Any, ref_logp: Any, advantages: Any) -> float:
+        import torch
+
+        total = 0.0
+        batches = zip(*(t.chunk(self.mini_batches) for t in (prompts, actions, ref_logp, advantages)))
+        for p, a, old, adv in mini_batch_window(batches, role="actor"):
+            logp = torch.log_softmax(self.actor(p), -1).gather(1, a[:, None]).squeeze(1)
+            ratio = torch.exp(logp - old)
+            loss = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
+            self.actor_opt.zero_grad()
+            loss.backward()
+            self.actor_opt.step()
+            total += loss.item()
+        return total / self.mini_batches
+
+    @profile_stage("update_critic", role="critic")
+    def update_critic(self, prompts: Any, returns: Any) -> float:
+        import torch
+
+        loss = torch.nn.functional.mse_loss(self.critic(prompts).squeeze(1), returns)
+        self.critic_opt.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        self.critic_opt.step()
+        return float(loss.item())
+
+    def train_step(self, prompts: Any, actions: Any) -> float:
+        """One RL step's training work on this rank, after generation."""
+        rewards = (actions % 3 == 0).float()
+        ref_logp = self.ref_log_prob(prompts, actions)
+        values = self.values(prompts)
+        advantages = rewards - values
+        loss = self.update_actor(prompts, actions, ref_logp, (advantages - advantages.mean()) / (advantages.std() + 1e-6))
+        self.update_critic(prompts, rewards)
+        return loss

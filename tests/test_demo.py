@@ -1,0 +1,38 @@
+"""`profdsl demo`, as the README runs it, in both modes (real subprocesses; Ray for --ray)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from profdsl.manifest import read_manifest
+
+pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("mode", ["local", "ray"])
+def test_demo(tmp_path: Path, mode: str) -> None:
+    """The demo profiles steps 2 and 3 of 0..4 on rank 0: each stage's trace, the scheduled
+    update's window, replica 0's rollout trace, one hook run that packs the folder."""
+    if mode == "ray":
+        pytest.importorskip("ray")
+    out = tmp_path / "profiles"
+    command = [sys.executable, "-m", "profdsl", "demo", "--out", str(out)] + (["--ray"] if mode == "ray" else [])
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "step 4 of 0..4" in result.stdout and "time per stage" in result.stdout
+    records = read_manifest(out)
+    stages = sorted({(r["role"], r["stage"], r["step"]) for r in records if r["kind"] == "trace"})
+    assert stages == sorted((role, stage, step) for step in (2, 3) for role, stage in (
+        ("actor", "update_actor"), ("ref", "compute_ref_log_prob"), ("critic", "compute_values"),
+        ("critic", "update_critic")))
+    assert {tuple(r["window"]) for r in records if r["stage"] == "update_actor"} == {(1, 2)}
+    assert sorted((r["step"], r["replica"]) for r in records if r["kind"] == "rollout") == [(2, 0), (3, 0)]
+    assert sorted(r["status"] for r in records if r["kind"] == "hook") == ["ok", "skipped", "skipped"]
+    with tarfile.open(str(out) + ".tgz") as tar:
+        packed = {Path(n).name for n in tar.getnames()}
+    assert {r["path"] for r in records if r["path"]} <= packed
