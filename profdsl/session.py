@@ -24,7 +24,7 @@ from typing import Any
 from profdsl._collect import Collector
 from profdsl._context import REGISTRY
 from profdsl._log import logger, once
-from profdsl.backends import NULL_CAPTURE, Session, TraceLabel, make_annotators, make_capture
+from profdsl.backends import NULL_CAPTURE, Capture, Session, TraceLabel, make_annotators, make_capture
 from profdsl.config import ProfilerConfig
 from profdsl.plan import Event, StepPlan, StepTracker
 from profdsl.ranks import discover_rank, is_rank_selected
@@ -55,7 +55,45 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-class Profiler:
+class _DslCallbacks:
+    """What the DSL calls on a profiler that is profiling (kept apart from the lifecycle)."""
+
+    config: ProfilerConfig
+    _capture: Capture
+    _annotator: Any
+    _session: Session | None
+    _mini_batch: int
+
+    def _label(self, stage: str | None) -> TraceLabel:
+        raise NotImplementedError
+
+    def _stage_begin(self, name: str, scheduled: bool) -> Session | None:
+        if not self.config.discrete:
+            return None
+        schedule = self.config.torch.schedule if scheduled else None
+        session = self._capture.open(self._label(name), schedule, join=False)
+        if session is not None:
+            self._mini_batch = 0
+        return session
+
+    def _push(self, name: str) -> object:
+        return None if self._annotator is None else self._annotator.push(name)
+
+    def _pop(self, token: object) -> None:
+        if self._annotator is not None:
+            self._annotator.pop(token)
+
+    def _next_mini_batch(self, name: str) -> str:
+        index, self._mini_batch = self._mini_batch, self._mini_batch + 1
+        return f"{name}{index}"
+
+    def _mini_batch_done(self) -> None:
+        session = self._session or self._capture.current()
+        if session is not None and session.scheduled:
+            session.mini_batch_done()
+
+
+class Profiler(_DslCallbacks):
     """Profiles one role (``"actor"``, ``"ref"``, ...) of one process on the configured steps.
 
     Examples:
@@ -195,29 +233,3 @@ class Profiler:
         return TraceLabel(role=self.role, stage=stage, step=step, rank=self.rank,
                           world_size=self.world_size, save_path=self.config.save_path,
                           host=socket.gethostname(), pid=os.getpid(), config_hash=self._hash)
-
-    # -- called by the DSL while this profiler is profiling ------------------------------------
-    def _stage_begin(self, name: str, scheduled: bool) -> Session | None:
-        if not self.config.discrete:
-            return None
-        schedule = self.config.torch.schedule if scheduled else None
-        session = self._capture.open(self._label(name), schedule, join=False)
-        if session is not None:
-            self._mini_batch = 0
-        return session
-
-    def _push(self, name: str) -> object:
-        return None if self._annotator is None else self._annotator.push(name)
-
-    def _pop(self, token: object) -> None:
-        if self._annotator is not None:
-            self._annotator.pop(token)
-
-    def _next_mini_batch(self, name: str) -> str:
-        index, self._mini_batch = self._mini_batch, self._mini_batch + 1
-        return f"{name}{index}"
-
-    def _mini_batch_done(self) -> None:
-        session = self._session or self._capture.current()
-        if session is not None and session.scheduled:
-            session.mini_batch_done()
