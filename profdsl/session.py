@@ -23,6 +23,7 @@ from typing import Any
 
 from profdsl._collect import Collector
 from profdsl._context import REGISTRY
+from profdsl._regions import MINI_BATCHES, STAGES
 from profdsl._log import logger, once
 from profdsl.backends import NULL_CAPTURE, Capture, Session, TraceLabel, make_annotators, make_capture
 from profdsl.config import ProfilerConfig
@@ -68,6 +69,7 @@ class _DslCallbacks:
         raise NotImplementedError
 
     def _stage_begin(self, name: str, scheduled: bool) -> Session | None:
+        STAGES.add(name)
         if not self.config.discrete:
             return None
         schedule = self.config.torch.schedule if scheduled else None
@@ -85,6 +87,7 @@ class _DslCallbacks:
 
     def _next_mini_batch(self, name: str) -> str:
         index, self._mini_batch = self._mini_batch, self._mini_batch + 1
+        MINI_BATCHES.add(name)
         return f"{name}{index}"
 
     def _mini_batch_done(self) -> None:

@@ -15,6 +15,7 @@ import time
 import warnings
 from typing import Any
 
+from profdsl import _regions as regions
 from profdsl._export import export_trace
 from profdsl._log import once
 from profdsl._runner import Inline, ProfilerThread
@@ -163,7 +164,7 @@ class _TorchSession:
             "role": label.role, "roles": self._roles, "stage": label.stage, "step": label.step,
             "rank": label.rank, "world_size": label.world_size,
             "window": list(window) if window else None, "config_hash": label.config_hash,
-            "host": label.host, "pid": label.pid,
+            "host": label.host, "pid": label.pid, "regions": regions.as_metadata(),
         }
         prof.add_metadata_json("profdsl", json.dumps(meta))
         if not _distributed_initialized():  # torch adds its own distributedInfo otherwise
@@ -190,6 +191,8 @@ class _TorchSession:
                      extra={"roles": list(self._roles)})
 
     def _stop(self) -> None:
+        if self.schedule is None:  # now the regions this session saw are known
+            self._add_metadata(self._prof, None)
         self._prof.stop()
 
     # -- from any thread ---------------------------------------------------------------------
