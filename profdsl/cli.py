@@ -17,6 +17,12 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 #: name -> (module path, one-line help). Filled as commands land.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("profdsl.demo", "run a toy RL loop on CPU, profiled end to end (--ray for Ray actors)"),
+    "ls": ("profdsl.commands.ls", "list the artifacts of a profiles folder"),
+    "check": ("profdsl.commands.check", "check that every trace is there, whole and readable"),
+    "summary": ("profdsl.commands.summary", "time per role / stage / step / rank"),
+    "merge": ("profdsl.commands.merge", "merge a folder's traces into one timeline, a row per role and rank"),
+    "plot": ("profdsl.commands.plot", "plot per-stage time per rank and step (or a timeline) to a PNG"),
+    "plan": ("profdsl.commands.plan", "show what a profiler config will capture, before a run"),
 }
 
 _EPILOG = """\
@@ -56,4 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import importlib
 
     module, _help = COMMANDS[args.command]
-    return int(importlib.import_module(module).run(args))
+    try:
+        return int(importlib.import_module(module).run(args))
+    except BrokenPipeError:  # `profdsl ls DIR | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0

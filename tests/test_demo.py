@@ -33,6 +33,9 @@ def test_demo(tmp_path: Path, mode: str) -> None:
     assert {tuple(r["window"]) for r in records if r["stage"] == "update_actor"} == {(1, 2)}
     assert sorted((r["step"], r["replica"]) for r in records if r["kind"] == "rollout") == [(2, 0), (3, 0)]
     assert sorted(r["status"] for r in records if r["kind"] == "hook") == ["ok", "skipped", "skipped"]
+    check = subprocess.run([sys.executable, "-m", "profdsl", "check", str(out)], capture_output=True,
+                           text=True, timeout=600)
+    assert check.returncode == 0, check.stdout
     with tarfile.open(str(out) + ".tgz") as tar:
         packed = {Path(n).name for n in tar.getnames()}
     assert {r["path"] for r in records if r["path"]} <= packed

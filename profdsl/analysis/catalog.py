@@ -54,7 +54,7 @@ def _from_record(record: dict[str, Any]) -> Artifact:
         kind=record.get("kind", "trace"), path=record.get("path"), role=record.get("role"),
         stage=record.get("stage"), step=record.get("step"), rank=record.get("rank"),
         world_size=record.get("world_size"), replica=record.get("replica"),
-        window=tuple(window) if window else None, bytes=record.get("bytes"),  # type: ignore[arg-type]
+        window=tuple(window) if window else None, bytes=record.get("bytes"),
         status=record.get("status") or "ok", record=record)
 
 

@@ -16,8 +16,10 @@ from typing import IO, Any
 
 __all__ = ["TraceError", "events", "header", "open_trace"]
 
-#: Top-level keys read by :func:`header`.
+#: Read buffer for streaming events; the header is read with a small one (it is near the start,
+#: and ijson's C backend builds a whole buffer's parse events at once).
 CHUNK = 1 << 20
+HEADER_CHUNK = 1 << 16
 
 
 class TraceError(Exception):
@@ -52,7 +54,7 @@ def header(path: str | os.PathLike[str]) -> dict[str, Any]:
         with open_trace(path) as stream:
             builder: Any = None
             key = None
-            for prefix, event, value in ijson.parse(stream, buf_size=CHUNK):
+            for prefix, event, value in ijson.parse(stream, buf_size=HEADER_CHUNK):
                 if builder is None:
                     if prefix == "" and event == "map_key":
                         if value == "traceEvents":

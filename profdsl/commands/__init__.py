@@ -1,0 +1,1 @@
+"""The `profdsl` subcommands: one module each, imported only when its command runs."""

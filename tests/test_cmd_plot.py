@@ -1,0 +1,269 @@
+"""``profdsl plot``: pictures of a folder written by the real runtime, checked pixel-wise, and the
+per-stage aggregation checked against an independent recount (plain gzip + json)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+matplotlib = pytest.importorskip("matplotlib")
+np = pytest.importorskip("numpy")
+
+import profdsl.cli  # noqa: E402
+from profdsl.commands import plot  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+STAGES = ("update_actor", "compute_log_prob")
+
+
+def _profile(folder: Path) -> None:
+    from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
+
+    cfg = ProfilerConfig(enable=True, steps=[1, 2], all_ranks=True, discrete=True,
+                         save_path=str(folder), torch=TorchOptions(contents=["cpu"]))
+    for rank in (0, 1):
+        with Profiler(cfg, role="actor", rank=rank, world_size=2) as p:
+            for step in (1, 2):
+                with p.step(step):
+                    with profile_stage("update_actor"):
+                        torch.ones(64, 64).mm(torch.ones(64, 64))
+                    with profile_stage("compute_log_prob"):
+                        torch.ones(8).sum()
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of discrete traces: actor ranks 0 and 1, steps 1 and 2, two stages each."""
+    from profdsl._context import reset_for_tests
+
+    folder = tmp_path_factory.mktemp("profiles")
+    reset_for_tests()
+    try:
+        _profile(folder)
+    finally:
+        reset_for_tests()
+    assert len(list(folder.glob("*.json.gz"))) == 8
+    return folder
+
+
+@pytest.fixture
+def folder(profiled: Path, tmp_path: Path) -> Path:
+    """A private copy of the profiled folder, free to damage."""
+    return Path(shutil.copytree(profiled, tmp_path / "run"))
+
+
+@pytest.fixture(autouse=True)
+def _registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(profdsl.cli.COMMANDS, "plot", ("profdsl.commands.plot", "draw a folder"))
+
+
+def _load(path: Path) -> dict[str, Any]:
+    with gzip.open(path, "rt") as file:
+        return json.load(file)  # type: ignore[no-any-return]
+
+
+def _image(path: Path) -> Any:
+    import matplotlib.image
+
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    return matplotlib.image.imread(str(path))
+
+
+def _share_of(image: Any, colour: tuple[float, ...]) -> float:
+    """Fraction of the image's pixels within a small distance of ``colour`` (RGB)."""
+    rgb = image[..., :3]
+    close = np.all(np.abs(rgb - np.asarray(colour[:3], dtype=rgb.dtype)) < 0.02, axis=-1)
+    return float(close.mean())
+
+
+def _assert_picture(path: Path) -> Any:
+    image = _image(path)
+    height, width = image.shape[:2]
+    assert height > 200 and width > 400
+    colours = np.unique(image[..., :3].reshape(-1, 3), axis=0)
+    assert len(colours) > 2, "a blank image"
+    return image
+
+
+# --- the two views ----------------------------------------------------------------------------
+
+
+def test_default_view_draws_stacked_bars(profiled: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "stages.png"
+    assert profdsl.cli.main(["plot", str(profiled), "-o", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    image = _assert_picture(out)
+    tab10 = matplotlib.colormaps["tab10"]
+    # stages are coloured in name order: compute_log_prob first, update_actor second; the big
+    # update_actor segments must cover far more than a legend swatch
+    assert _share_of(image, tab10(1)) > 0.05
+    assert _share_of(image, tab10(0)) > 0
+
+
+def test_timeline_draws_one_row_per_rank(profiled: Path, tmp_path: Path) -> None:
+    out = tmp_path / "timeline.png"
+    assert profdsl.cli.main(["plot", str(profiled), "-o", str(out), "--timeline"]) == 0
+    image = _assert_picture(out)
+    assert _share_of(image, matplotlib.colormaps["tab10"](1)) > 0.01
+
+
+def test_dpi_sets_the_resolution(profiled: Path, tmp_path: Path) -> None:
+    small, large = tmp_path / "small.png", tmp_path / "large.png"
+    assert profdsl.cli.main(["plot", str(profiled), "-o", str(small), "--dpi", "50"]) == 0
+    assert profdsl.cli.main(["plot", str(profiled), "-o", str(large), "--dpi", "100"]) == 0
+    assert _image(large).shape[1] > 1.5 * _image(small).shape[1]
+
+
+def test_runs_headless_in_a_fresh_process(profiled: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sub.png"
+    code = ("import profdsl.cli as c; c.COMMANDS['plot']=('profdsl.commands.plot','p'); "
+            f"raise SystemExit(c.main(['plot', {str(profiled)!r}, '-o', {str(out)!r}, '--timeline']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "MPLBACKEND": "TkAgg", "DISPLAY": ""}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    _assert_picture(out)
+
+
+# --- the numbers behind the pictures ----------------------------------------------------------
+
+
+def test_stage_totals_match_an_independent_recount(profiled: Path) -> None:
+    seen: set[str] = set()
+    for path in sorted(profiled.glob("*.json.gz")):
+        trace = _load(path)
+        stages = set(trace["profdsl"]["regions"]["stages"])
+        expected: dict[str, float] = {}
+        for event in trace["traceEvents"]:
+            if event.get("ph") == "X" and event.get("name") in stages:
+                expected[event["name"]] = expected.get(event["name"], 0.0) + event["dur"]
+        scan = plot._scan(str(path), "trace")
+        assert scan.totals_us.keys() == expected.keys()
+        for stage, us in expected.items():
+            assert scan.totals_us[stage] == pytest.approx(us)
+            assert us > 0
+        seen.update(expected)
+    assert seen == set(STAGES)
+
+
+def test_regions_are_in_wall_clock_microseconds(profiled: Path) -> None:
+    path = sorted(profiled.glob("actor.update-actor_*.json.gz"))[0]
+    trace = _load(path)
+    base = trace["baseTimeNanoseconds"] / 1000
+    (own,) = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"] == "update_actor"]
+    (region,) = plot._scan(str(path), "trace").regions
+    assert region == ("update_actor", pytest.approx(base + own["ts"]),
+                      pytest.approx(base + own["ts"] + own["dur"]))
+
+
+def test_bars_add_up_a_ranks_traces_per_step(profiled: Path) -> None:
+    from profdsl.analysis.catalog import artifacts
+
+    scans, failures = plot._scan_folder(str(profiled), artifacts(profiled))
+    assert failures == []
+    bars = plot._bar_totals(scans)
+    assert sorted(bars) == [("actor", -1, rank, step) for rank in (0, 1) for step in (1, 2)]
+    for (_role, _replica, rank, step), stages in bars.items():
+        assert set(stages) == set(STAGES)
+        files = profiled.glob(f"actor.update-actor_step{step:06d}_rank{rank}-of-2_*.json.gz")
+        (update,) = [_load(p) for p in files]
+        (own,) = [e for e in update["traceEvents"] if e.get("name") == "update_actor"]
+        assert stages["update_actor"] == pytest.approx(own["dur"] / 1000)
+
+
+def _write_engine_trace(path: Path, spans: list[tuple[float, float]]) -> None:
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "ts": 0,
+               "args": {"name": "engine"}}]
+    events += [{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+               for i, (ts, dur) in enumerate(spans)]
+    with gzip.open(path, "wt") as file:
+        json.dump({"schemaVersion": 1, "traceEvents": events}, file)
+
+
+def test_an_engine_trace_counts_as_its_span(tmp_path: Path) -> None:
+    path = tmp_path / "engine.json.gz"
+    _write_engine_trace(path, [(100.0, 50.0), (120.0, 400.0), (90.0, 5.0)])
+    scan = plot._scan(str(path), "rollout")
+    assert scan.totals_us == {plot.ENGINE_STAGE: pytest.approx(520.0 - 90.0)}
+    assert scan.regions == ((plot.ENGINE_STAGE, 90.0, 520.0),)
+
+
+def test_only_outermost_regions_are_drawn() -> None:
+    regions = [("inner", 20.0, 30.0), ("outer", 10.0, 50.0), ("next", 60.0, 70.0), ("same", 10.0, 50.0)]
+    assert plot._outermost(regions) == [("outer", 10.0, 50.0), ("next", 60.0, 70.0)]
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+
+def test_a_missing_folder_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere"
+    assert profdsl.cli.main(["plot", str(missing), "-o", str(tmp_path / "x.png")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_an_empty_folder_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    assert profdsl.cli.main(["plot", str(tmp_path / "empty"), "-o", str(tmp_path / "x.png")]) == 2
+    assert "no profdsl manifest" in capsys.readouterr().err
+
+
+def test_an_unreadable_trace_is_named_and_the_rest_drawn(folder: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    broken = sorted(folder.glob("actor.update-actor_step000002_rank1-*.json.gz"))[0]
+    broken.write_bytes(b"not a gzip file")
+    out = tmp_path / "partial.png"
+    assert profdsl.cli.main(["plot", str(folder), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert broken.name in err
+    assert err.count(".json.gz") == 1
+    _assert_picture(out)
+
+
+def test_an_unwritable_output_is_a_usage_error(profiled: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "no" / "such" / "dir.png"
+    assert profdsl.cli.main(["plot", str(profiled), "-o", str(out)]) == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_without_matplotlib_it_says_what_to_install(profiled: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert profdsl.cli.main(["plot", str(profiled), "-o", str(tmp_path / "x.png")]) == 2
+    assert "pip install profdsl[plot]" in capsys.readouterr().err
+
+
+def test_output_is_required(profiled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        profdsl.cli.main(["plot", str(profiled)])
+    assert exit_info.value.code == 2
+    assert "--output" in capsys.readouterr().err
+
+
+def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        profdsl.cli.main(["plot", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "profdsl plot profiles -o stages.png" in out
+    assert "--timeline" in out
+
+
+def test_importing_profdsl_does_not_import_matplotlib() -> None:
+    code = ("import sys, profdsl, profdsl.cli, profdsl.commands.plot; "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
