@@ -61,7 +61,8 @@ class _Region:
         try:
             if self.pushed:
                 self.pushed = False
-                self.profiler._pop(self.token)
+                token, self.token = self.token, None  # end the region object here, not in a GC
+                self.profiler._pop(token)
         except Exception as exc:
             _fault("region suspend", exc)
 

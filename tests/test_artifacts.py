@@ -162,3 +162,15 @@ class TestNsysWithProfiler:
         assert (nsight / f"worker_process_{pid}.2.qdstrm").exists()
         files = sorted(p.name for p in (tmp_path / "save").iterdir() if p.suffix == ".nsys-rep")
         assert len(files) == 1 and (tmp_path / "save" / files[0]).read_bytes() == b"report 1"
+
+
+def test_hostile_labels_stay_inside_save_path(tmp_path: Path) -> None:
+    """Labels full of `..` and separators cannot place a file outside save_path."""
+    src = tmp_path / "engine.json"
+    src.write_text("{}")
+    name = TraceName(role="../../etc", stage="/abs/../x", host="..\\..", pid=1, time_ms=1_795_000_000_000,
+                     ext=".json")
+    save = tmp_path / "deep" / "save"
+    [record] = apply([Move(str(src), name, "rollout", {}, "t")], str(save), wait_s=5, record_incomplete=True)
+    assert record["status"] == "ok" and "/" not in record["path"] and ".." not in record["path"]
+    assert [p.parent for p in save.iterdir() if p.suffix == ".json"] == [save]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,12 @@ def test_dead_worker_does_not_hang_the_driver(cluster: None, tmp_path: Path) -> 
     workers = [remote(TrainWorker, config, 0, 1, ("actor",))]
     ray.get(workers[0].pid.remote())
     ray.kill(workers[0])
+    for _ in range(120):  # ray.kill is asynchronous: wait until calls really fail
+        try:
+            ray.get(workers[0].pid.remote(), timeout=30)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            break
+        time.sleep(0.5)
     trainer = RayStepProfiler(config, workers=workers, call_timeout_s=60)
     with trainer.step(1):
         pass

@@ -172,7 +172,8 @@ class _TorchSession:
                 {"rank": label.rank, "world_size": label.world_size, "backend": None}))
 
     def _advance(self) -> None:
-        assert self.schedule is not None
+        if self.schedule is None or self._prof is None:  # stopped meanwhile: nothing to advance
+            return
         i = self._index
         if action_at(self.schedule, i).records:
             if not self._pending:
@@ -191,9 +192,18 @@ class _TorchSession:
                      extra={"roles": list(self._roles)})
 
     def _stop(self) -> None:
+        if self._prof is None:
+            return
         if self.schedule is None:  # now the regions this session saw are known
             self._add_metadata(self._prof, None)
-        self._prof.stop()
+        prof, self._prof = self._prof, None
+        try:
+            prof.stop()
+        finally:
+            # torch's profile object is a reference cycle, freed by the garbage collector at any
+            # time, on any thread; freeing its kineto results then (while another session starts)
+            # crashed the process. Drop them here, now, on the profiler thread.
+            prof.profiler = None
 
     # -- from any thread ---------------------------------------------------------------------
     def mini_batch_done(self) -> None:
