@@ -8,6 +8,7 @@ one attribute, ``REGISTRY.active``, without locking.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -76,6 +77,22 @@ REGISTRY = Registry()
 
 def _registry() -> Registry:
     return REGISTRY
+
+
+def _after_fork_in_child() -> None:
+    # A child forked mid-step (a DataLoader worker) inherits the parent's registry and profiler
+    # objects, but not the profiler thread behind them: it profiles nothing.
+    REGISTRY.active, REGISTRY.stepping = (), ()
+    REGISTRY._lock = threading.Lock()
+    import sys
+
+    capture = sys.modules.get("profdsl.backends.torch_capture")
+    if capture is not None:
+        capture.forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def reset_for_tests() -> None:

@@ -31,11 +31,6 @@ def export_trace(
     extra: dict[str, object] | None = None,
 ) -> str | None:
     """Write a trace with ``write(path)`` and move it under its final name; None on failure."""
-    name = TraceName(
-        role=label.role, stage=label.stage, step=label.step, rank=label.rank,
-        world_size=label.world_size, window=window, host=label.host, pid=label.pid,
-        time_ms=time_ms,
-    )
     tmp = os.path.join(label.save_path, f".profdsl-tmp-{label.pid}-{uuid.uuid4().hex}.json.gz")
     final: str | None = None
     fields: dict[str, object] = dict(
@@ -44,7 +39,13 @@ def export_trace(
         roles=list(label.roles or (label.role,)), config_hash=label.config_hash, time_ms=time_ms,
     )
     fields.update(extra or {})
+    name: TraceName | None = None
     try:
+        name = TraceName(
+            role=label.role, stage=label.stage, step=label.step, rank=label.rank,
+            world_size=label.world_size, window=window, host=label.host, pid=label.pid,
+            time_ms=time_ms,
+        )
         os.makedirs(label.save_path, exist_ok=True)
         write(tmp)
         final = reserve(label.save_path, name).format()
@@ -59,7 +60,8 @@ def export_trace(
             _remove_quietly(os.path.join(label.save_path, final))
         if label.manifest:
             append_record(label.save_path, make_record(
-                "trace", final or name.format(), status="failed", error=str(exc), bytes=None,
+                "trace", final or (name.format() if name else None), status="failed",
+                error=f"{type(exc).__name__}: {exc}", bytes=None,
                 **fields))
         return None
     if label.manifest:

@@ -49,7 +49,8 @@ def _torch_union(a: TorchOptions, b: TorchOptions) -> TorchOptions:
     # No schedule records every mini-batch, which contains any schedule's windows.
     schedule = None if a.schedule is None or b.schedule is None else a.schedule
     return attrs.evolve(
-        a, contents=_contents(a.contents, b.contents, frozenset.union), schedule=schedule
+        a, contents=_contents(a.contents, b.contents, frozenset.union), schedule=schedule,
+        all_threads=a.all_threads or b.all_threads,
     )
 
 
@@ -58,6 +59,7 @@ def _torch_intersect(a: TorchOptions, b: TorchOptions) -> TorchOptions:
         a,
         contents=_contents(a.contents, b.contents, frozenset.intersection),
         schedule=_first(a.schedule, b.schedule),
+        all_threads=a.all_threads and b.all_threads,
     )
 
 

@@ -40,6 +40,10 @@ class ProfilerThread:
             except BaseException as exc:  # handed to the caller, who decides
                 future.set_exception(exc)
 
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue ``fn(*args)`` without waiting for it."""
+        self._jobs.put((Future(), fn, args))
+
     def call(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
         """Run ``fn(*args)`` on the thread and return its result.
 
@@ -51,11 +55,20 @@ class ProfilerThread:
             return fn(*args)
         future: Future[T] = Future()
         self._jobs.put((future, fn, args))
-        return future.result(timeout)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            if future.cancel():  # never started: it will not run at all
+                raise TimeoutError(f"{getattr(fn, '__name__', fn)} was still queued after {timeout}s") from None
+            raise TimeoutError(f"{getattr(fn, '__name__', fn)} took over {timeout}s") from None
 
 
 class Inline:
     """Runs calls on the caller's thread (when torch cannot capture other threads anyway)."""
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` now."""
+        fn(*args)
 
     def call(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
         """Run ``fn(*args)`` here; ``timeout`` is ignored."""

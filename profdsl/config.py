@@ -104,10 +104,16 @@ class TorchOptions(_Mappable):
     CPU activity is always recorded (stage markers are CPU events); CUDA is recorded when
     ``contents`` is empty or names ``"cuda"``; ``"stack"``, ``"shapes"`` and ``"memory"`` switch on
     ``with_stack``, ``record_shapes`` and ``profile_memory``.
+
+    A session records the thread that starts it (torch's default). ``all_threads=True`` runs
+    sessions on a dedicated thread with torch's experimental ``profile_all_threads`` (torch >= 2.7),
+    so that start, stop and stages may come from any threads; it intermittently crashed the process
+    in profdsl's tests on torch 2.13, hence off by default.
     """
 
     contents: frozenset[str] = attrs.field(factory=frozenset, converter=_contents)
     schedule: Schedule | None = attrs.field(default=None, converter=_schedule)
+    all_threads: bool = attrs.field(default=False, validator=boolean)
 
     @property
     def cuda(self) -> bool:

@@ -162,11 +162,14 @@ class profile_stage(_Annotation):  # noqa: N801 (a lower-case DSL word, like nvt
         profiler = _find(self.role, self.profiler)
         if profiler is None:
             return None
+        session = None
         try:
             session = profiler._stage_begin(self.name, self.scheduled)
             return _Region(profiler, self.name, session, False)
         except Exception as exc:
             _fault("stage begin", exc)
+            if session is not None:  # never leave a session open that no region will close
+                session.close()
             return None
 
 

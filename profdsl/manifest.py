@@ -78,7 +78,10 @@ def _lock(fd: int) -> None:
         import fcntl
     except ImportError:  # not POSIX: O_APPEND alone keeps single writes whole on local disks
         return
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # a filesystem without flock (Lustre -o noflock): O_APPEND keeps lines whole
+        pass
 
 
 def read_manifest(save_path: str | os.PathLike[str]) -> list[dict[str, Any]]:

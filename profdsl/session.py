@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import socket
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,8 +32,9 @@ from profdsl.ranks import discover_rank, is_rank_selected
 __all__ = ["Profiler", "State"]
 
 # Profilers not yet closed: closed at interpreter exit, so a loop that forgets close() still
-# flushes its last session and runs an owed finish hook (once: close() is idempotent).
-_LIVE: weakref.WeakSet[Profiler] = weakref.WeakSet()
+# flushes its last session and runs an owed finish hook (once: close() is idempotent). Strong
+# references: a profiler dropped without close() must still run the hook it owes.
+_LIVE: set[Profiler] = set()
 
 
 @atexit.register
@@ -213,6 +213,10 @@ class Profiler(_DslCallbacks):
 
     def __enter__(self) -> Profiler:
         return self
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Profiler holds this process's profiling state and cannot be shipped to "
+                        "another process: create it inside the Ray actor (ProfiledWorker.init_profiler)")
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

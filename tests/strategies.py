@@ -21,6 +21,7 @@ torch_options = st.builds(
     TorchOptions,
     contents=st.frozensets(st.sampled_from(sorted(CONTENTS))),
     schedule=st.none() | schedules,
+    all_threads=st.booleans(),
 )
 
 rank_lists = st.lists(st.integers(min_value=0, max_value=7), max_size=4)

@@ -166,8 +166,8 @@ class TestContinuous:
             (1, (1, 1), ["mini_batch1"]), (2, (1, 1), ["mini_batch1"])]
 
     def test_stage_on_another_thread_is_captured(self, tmp_path: Path) -> None:
-        """A stage run on a worker thread lands in the step's trace."""
-        cfg = config(tmp_path)
+        """With all_threads, a stage run on a worker thread lands in the step's trace."""
+        cfg = config(tmp_path, torch=TorchOptions(contents=["cpu"], all_threads=True))
         with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
             thread = threading.Thread(target=lambda: profile_stage("on_thread")(work)())
             thread.start()
@@ -201,6 +201,25 @@ class TestSelection:
 
 class TestRegistry:
     """Stages find their profiler across threads, and by role."""
+
+    def test_inline_session_stopped_from_another_thread_is_not_crashed(
+            self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        """Without all_threads, a continuous session started on one thread and stopped from
+        another is left running with one clear error (torch crashes otherwise), never a crash."""
+        profiler = Profiler(config(tmp_path), role="actor", rank=0, world_size=1)
+        profiler.start(1)
+        with caplog.at_level(logging.ERROR, logger="profdsl"):
+            thread = threading.Thread(target=profiler.stop)
+            thread.start()
+            thread.join(timeout=60)
+        assert "started on another thread; stopping it from this thread is skipped" in caplog.text
+        from profdsl.backends import torch_capture
+
+        session = torch_capture._PROCESS.current
+        assert session is not None
+        session.close()  # from the owner thread: stops and writes the trace
+        profiler.close()
+        assert len(trace_files(tmp_path)) == 1
 
     def test_start_stage_stop_on_three_threads(self, tmp_path: Path) -> None:
         """start on one thread, the stage on a second and stop on a third: one trace written."""

@@ -79,9 +79,8 @@ def artifacts(folder: str | os.PathLike[str]) -> list[Artifact]:
         raise FolderError(f"{folder}: no such folder")
     if not path.is_dir():
         raise FolderError(f"{folder}: not a folder")
-    if (path / MANIFEST_NAME).exists():
-        rows = [_from_record(r) for r in read_manifest(path)]
-    else:
+    rows = [_from_record(r) for r in read_manifest(path)] if (path / MANIFEST_NAME).exists() else []
+    if not rows:  # no manifest, or an empty one: read the file names
         rows = [a for n in sorted(os.listdir(path)) if n.endswith(_TRACE_SUFFIXES)
                 for a in [_from_name(path, n)] if a is not None]
     if not rows:

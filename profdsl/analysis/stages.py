@@ -44,7 +44,7 @@ class StageRow:
     rank: int | None
     count: int
     total_ms: float
-    share: float | None  # of the (step, rank)'s outermost region time, when known
+    share: float | None  # of the role's outermost region time at that step and rank
 
     @property
     def mean_ms(self) -> float:
@@ -80,8 +80,8 @@ def regions_of(path: str | os.PathLike[str], *, engine: bool = False) -> list[Re
     found: list[tuple[Any, float, float, str]] = []
     first, last = float("inf"), float("-inf")
     for event in events(path):
-        if event.get("ph") != "X":
-            continue
+        if event.get("ph") != "X" or event.get("cat") == "gpu_user_annotation":
+            continue  # GPU-side copies of a region would count it twice
         ts, dur = float(event.get("ts", 0)), float(event.get("dur", 0))
         first, last = min(first, ts), max(last, ts + dur)
         stage = _stage_name(str(event.get("name", "")), stages, bases) if meta else None
@@ -107,7 +107,7 @@ def _nest(found: list[tuple[Any, float, float, str]]) -> list[Region]:
 def stage_rows(folder: str | os.PathLike[str], items: Iterable[Artifact]) -> list[StageRow]:
     """Aggregate every ok trace of ``items`` into one row per (role, stage, step, rank)."""
     totals: dict[tuple[str, str, int | None, int | None], list[float]] = defaultdict(list)
-    outer: dict[tuple[int | None, int | None], float] = defaultdict(float)
+    outer: dict[tuple[str, int | None, int | None], float] = defaultdict(float)
     for artifact in items:
         if artifact.status != "ok" or not artifact.path or not artifact.path.endswith((".json", ".json.gz")):
             continue
@@ -116,10 +116,10 @@ def stage_rows(folder: str | os.PathLike[str], items: Iterable[Artifact]) -> lis
             key = (artifact.role or "unknown", region.stage, artifact.step, artifact.rank)
             totals[key].append(region.dur_us / 1000)
             if region.outermost:
-                outer[(artifact.step, artifact.rank)] += region.dur_us / 1000
+                outer[(key[0], artifact.step, artifact.rank)] += region.dur_us / 1000
     rows = []
     for (role, stage, step, rank), values in totals.items():
-        denominator = outer.get((step, rank), 0.0)
+        denominator = outer.get((role, step, rank), 0.0)
         share = sum(values) / denominator if denominator else None
         rows.append(StageRow(role, stage, step, rank, len(values), sum(values), share))
     return sorted(rows, key=lambda r: (r.role, r.stage, _order(r.step), _order(r.rank)))

@@ -37,13 +37,15 @@ class _Process:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.current: _TorchSession | None = None
-        self._thread: ProfilerThread | Inline | None = None
+        self._thread: ProfilerThread | None = None
 
-    @property
-    def thread(self) -> ProfilerThread | Inline:
+    def runner(self, all_threads: bool) -> ProfilerThread | Inline:
+        """Where a session's torch calls run: the shared profiler thread for ``all_threads``
+        sessions (torch >= 2.7), else the calling thread."""
+        if not all_threads or _all_threads_config() is None:
+            return Inline()
         if self._thread is None:
-            # Without profile_all_threads only the starting thread is captured: start inline.
-            self._thread = ProfilerThread() if _all_threads_config() is not None else Inline()
+            self._thread = ProfilerThread()
         return self._thread
 
 
@@ -53,11 +55,18 @@ _PROCESS = _Process()
 warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
 
 
+def forget_after_fork() -> None:
+    """In a forked child: no session, no profiler thread (it was not forked)."""
+    global _PROCESS
+    _PROCESS = _Process()
+
+
 def reset_for_tests() -> None:
-    """Stop a session left open by a test."""
+    """Stop a session left open by a test (forget it if it belongs to another thread)."""
     session = _PROCESS.current
     if session is not None:
         session.force_close()
+        _PROCESS.current = None
 
 
 def _now_ms() -> int:
@@ -79,23 +88,26 @@ class TorchCapture:
         with _PROCESS.lock:
             current = _PROCESS.current
             if current is not None:
-                if join:
-                    current.join(label.role)
-                    return current
-                return None
-            if _foreign_profiler_running():
-                once("torch-foreign", logging.ERROR,
-                     "[profdsl rank %s] another torch profiler is already running in this process; "
-                     "profdsl will not start a second one (torch allows one at a time)", label.rank)
-                return None
-            try:
-                session = _TorchSession(label, schedule, self.options, _PROCESS.thread)
-            except Exception as exc:
-                once(f"torch-start:{type(exc).__name__}", logging.ERROR,
-                     "[profdsl rank %s] could not start the torch profiler: %s", label.rank, exc)
-                return None
-            _PROCESS.current = session
-            return session
+                if not join:
+                    return None
+                current.join(label.role)
+            else:
+                runner = _PROCESS.runner(self.options.all_threads)
+                session = _TorchSession(label, schedule, self.options, runner)
+                _PROCESS.current = session
+        if current is not None:  # outside the lock: the profiler thread may be busy exporting
+            current.refresh_metadata()
+            return current
+        try:
+            session.start()
+        except Exception as exc:
+            with _PROCESS.lock:
+                if _PROCESS.current is session:
+                    _PROCESS.current = None
+            once(f"torch-start:{type(exc).__name__}", logging.ERROR,
+                 "[profdsl rank %s] could not start the torch profiler: %r", label.rank, exc)
+            return None
+        return session
 
 
 class _TorchSession:
@@ -112,23 +124,55 @@ class _TorchSession:
         self._index = 0  # mini-batches done in this session
         self._pending: list[int] = []  # recorded mini-batches of the window being written
         self._window_ms = _now_ms()
-        self._prof: Any = thread.call(self._start, timeout=CALL_TIMEOUT_S)
+        self._prof: Any = None
+        self._owner = threading.get_ident()  # inline sessions: torch calls only from this thread
+
+    def start(self) -> None:
+        """Start the profiler on the profiler thread; on timeout, stop it whenever it starts."""
+        try:
+            self._thread.call(self._start, timeout=CALL_TIMEOUT_S)
+        except TimeoutError:
+            self._thread.submit(self._abandon)  # runs after the late _start: no orphan profiler
+            raise
+
+    def _abandon(self) -> None:
+        """Stop a profiler whose start came too late for its caller."""
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            prof.stop()
+            prof.profiler = None
 
     @property
     def scheduled(self) -> bool:
         return self.schedule is not None
 
     def join(self, role: str) -> None:
+        """Count another participant (called under the process lock)."""
         self._participants += 1
         if role not in self._roles:
             self._roles.append(role)
-            if self.schedule is None:  # scheduled windows refresh their metadata every mini-batch
-                self._thread.call(self._add_metadata, self._prof, None, timeout=CALL_TIMEOUT_S)
+
+    def refresh_metadata(self) -> None:
+        """Rewrite the metadata with the roles that joined (scheduled windows do it per mini-batch)."""
+        if self.schedule is None:
+            try:
+                self._thread.call(self._add_metadata_now, timeout=CALL_TIMEOUT_S)
+            except Exception as exc:
+                once("torch-join", logging.WARNING, "profdsl: updating trace metadata failed: %r", exc)
+
+    def _add_metadata_now(self) -> None:
+        if self._prof is not None:
+            self._add_metadata(self._prof, None)
 
     # -- on the profiler thread --------------------------------------------------------------
     def _start(self) -> Any:
         import torch
         from torch.profiler import ProfilerActivity, profile
+
+        # Checked here, on the profiler thread, after any earlier session of ours has stopped.
+        if _foreign_profiler_running():
+            raise RuntimeError("another torch profiler is already running in this process; "
+                               "profdsl will not start a second one (torch allows one at a time)")
 
         options = self._options
         activities = [ProfilerActivity.CPU]
@@ -156,6 +200,7 @@ class _TorchSession:
         prof.start()
         if self.schedule is None:
             self._add_metadata(prof, None)
+        self._prof = prof
         return prof
 
     def _add_metadata(self, prof: Any, window: tuple[int, int] | None) -> None:
@@ -194,10 +239,10 @@ class _TorchSession:
     def _stop(self) -> None:
         if self._prof is None:
             return
-        if self.schedule is None:  # now the regions this session saw are known
-            self._add_metadata(self._prof, None)
         prof, self._prof = self._prof, None
         try:
+            if self.schedule is None:  # now the regions this session saw are known
+                self._add_metadata(prof, None)
             prof.stop()
         finally:
             # torch's profile object is a reference cycle, freed by the garbage collector at any
@@ -206,8 +251,18 @@ class _TorchSession:
             prof.profiler = None
 
     # -- from any thread ---------------------------------------------------------------------
+    def _foreign_thread(self, what: str) -> bool:
+        """An inline session touched from a thread that did not start it (torch would crash)."""
+        if isinstance(self._thread, ProfilerThread) or threading.get_ident() == self._owner:
+            return False
+        once(f"torch-thread:{what}", logging.ERROR,
+             "[profdsl rank %s] the torch profiler session was started on another thread; %s from "
+             "this thread is skipped (torch crashes otherwise). Call start/stop and run mini-batches "
+             "on one thread, or set TorchOptions(all_threads=True)", self.label.rank, what)
+        return True
+
     def mini_batch_done(self) -> None:
-        if self.schedule is None:
+        if self.schedule is None or self._foreign_thread("a schedule step"):
             return
         try:
             self._thread.call(self._advance, timeout=CALL_TIMEOUT_S)
@@ -216,6 +271,8 @@ class _TorchSession:
                  "[profdsl rank %s] torch profiler step failed: %s", self.label.rank, exc)
 
     def close(self) -> None:
+        if self._foreign_thread("stopping it"):
+            return  # left running (and still current): no second session can start beside it
         with _PROCESS.lock:
             self._participants -= 1
             if self._participants > 0:

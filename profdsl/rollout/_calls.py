@@ -40,6 +40,12 @@ def accepts(engine: Any, method: str, parameter: str) -> bool:
         return False
 
 
+def _thread_affine(engine: Any) -> bool:
+    """Engines that profile the calling thread (an in-process torch sampler) must be started
+    and stopped on the caller's thread, not on a helper thread."""
+    return bool(getattr(engine, "profdsl_thread_affine", False))
+
+
 def _invoke(engine: Any, method: str, kwargs: Mapping[str, Any]) -> Any:
     fn = getattr(engine, method)
     remote = getattr(fn, "remote", None)
@@ -72,10 +78,22 @@ def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mappi
     must not keep the interpreter alive), waiting at most ``timeout`` seconds in all."""
     results: dict[int, Outcome] = {}
     lock = threading.Lock()
+    try:
+        asyncio.get_running_loop()
+        in_loop = True
+    except RuntimeError:
+        in_loop = False
 
     def run(replica: int, engine: Any) -> None:
         try:
-            _resolve(_invoke(engine, method, kwargs.get(replica, {})), timeout)
+            value = _invoke(engine, method, kwargs.get(replica, {}))
+            if in_loop and inspect.isawaitable(value) and not _object_ref(value):
+                close = getattr(value, "close", None)
+                if callable(close):
+                    close()
+                raise RuntimeError("an async engine method inside a running event loop: "
+                                   "use `async with rollout_window(...)`")
+            _resolve(value, timeout)
             outcome = Outcome(replica, "ok")
         except Exception as exc:
             outcome = Outcome(replica, "failed", _describe(exc))
@@ -83,7 +101,10 @@ def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mappi
             results[replica] = outcome
 
     threads = [threading.Thread(target=run, args=(r, e), daemon=True, name=f"profdsl-{method}-{r}")
-               for r, e in engines.items()]
+               for r, e in engines.items() if not _thread_affine(e)]
+    for replica, engine in engines.items():
+        if _thread_affine(engine):  # it profiles this thread: start and stop it here
+            run(replica, engine)
     deadline = time.monotonic() + timeout
     for thread in threads:
         thread.start()
@@ -94,6 +115,35 @@ def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mappi
                 for r in engines]
 
 
+def in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future[Any]:
+    """Run ``fn(*args)`` on a daemon thread; an awaitable for its result. Unlike
+    ``asyncio.to_thread``, a call that never returns cannot hold up ``asyncio.run``'s shutdown
+    or the interpreter's exit."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():  # the caller gave up (timeout) meanwhile
+            return
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+    def run() -> None:
+        try:
+            value, error = fn(*args), None
+        except BaseException as exc:
+            value, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, value, error)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    threading.Thread(target=run, daemon=True, name="profdsl-engine-call").start()
+    return future
+
+
 async def call_all_async(engines: Mapping[int, Any], method: str,
                          kwargs: Mapping[int, Mapping[str, Any]], timeout: float) -> list[Outcome]:
     """``call_all`` for an event loop: plain methods run in threads, coroutines and ObjectRefs
@@ -101,7 +151,10 @@ async def call_all_async(engines: Mapping[int, Any], method: str,
 
     async def run(replica: int, engine: Any) -> Outcome:
         try:
-            value = await asyncio.to_thread(_invoke, engine, method, kwargs.get(replica, {}))
+            if _thread_affine(engine):  # it profiles this thread: call it here
+                value = _invoke(engine, method, kwargs.get(replica, {}))
+            else:
+                value = await in_daemon_thread(_invoke, engine, method, kwargs.get(replica, {}))
             if _object_ref(value) or inspect.isawaitable(value):
                 await value
             return Outcome(replica, "ok")

@@ -16,6 +16,7 @@ __all__ = ["engine_extension", "plan_rollout"]
 _KNOWN_EXTENSIONS = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json",
                      ".json.gz", ".json", ".pickle", ".txt")
 _PIECE = re.compile(r"\.[A-Za-z0-9][A-Za-z0-9-]{0,15}")
+_PREFIX = re.compile(r"step(\d+)-replica(\d+)(?![0-9])")
 
 
 def engine_extension(name: str) -> str:
@@ -56,15 +57,17 @@ def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica
             continue
         source = f"{source_dir.rstrip('/')}/{name}"
         local = _local_rank(name, replica_world_size)
+        prefixed = _PREFIX.match(name)  # a file left over from an earlier step keeps its step
+        file_step = int(prefixed[1]) if prefixed and int(prefixed[2]) == replica else step
         rank = None if local is None else replica * replica_world_size + local
         if keep is not None and rank is not None and rank not in keep:
             plan.append(Skip(source, f"global rank {rank} is not selected", kind="rollout"))
             continue
-        fields: dict[str, Any] = {"role": "rollout", "step": step, "replica": replica, "rank": rank,
+        fields: dict[str, Any] = {"role": "rollout", "step": file_step, "replica": replica, "rank": rank,
                                   "world_size": world_size, "host": host, "pid": pid}
         if node is not None:
             fields["node"] = node
-        trace = TraceName(role="rollout", step=step, rank=rank,
+        trace = TraceName(role="rollout", step=file_step, rank=rank,
                           world_size=world_size if rank is not None else None, replica=replica,
                           host=host, pid=pid, time_ms=time_ms, ext=engine_extension(name))
         reason = "rank unknown: kept" if rank is None else f"global rank {rank}"

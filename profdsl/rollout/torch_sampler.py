@@ -32,6 +32,9 @@ class TorchSamplerEngine:
         0
     """
 
+    #: rollout_window calls it on its own thread: its session records the thread that starts it.
+    profdsl_thread_affine = True
+
     def __init__(self, config: ProfilerConfig, replica: int, *, local_rank: int = 0,
                  replica_world_size: int = 1) -> None:
         self.config, self.replica = config, replica

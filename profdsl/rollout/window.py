@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+
+import attrs
 import logging
 import os
 import socket
@@ -21,7 +23,7 @@ from profdsl.errors import ConfigError
 from profdsl.manifest import append_record, make_record
 from profdsl.ranks import replicas_for_ranks
 from profdsl.rollout import rollout_trace_dir, trace_prefix
-from profdsl.rollout._calls import Outcome, accepts, call_all, call_all_async
+from profdsl.rollout._calls import Outcome, accepts, call_all, call_all_async, in_daemon_thread
 from profdsl.rollout.relocate import plan_rollout
 
 if TYPE_CHECKING:
@@ -75,7 +77,8 @@ class _Run:
             try:
                 from profdsl.ray import run_on_node
 
-                run_on_node(node, relocate_replicas, self.config, self.step, replicas, self.width,
+                absolute = attrs.evolve(self.config, save_path=os.path.abspath(self.config.save_path))
+                run_on_node(node, relocate_replicas, absolute, self.step, replicas, self.width,
                             self.world_size, node, timeout=self.config.rollout.flush_wait_s + 120)
             except Exception as exc:
                 once(f"rollout-remote:{node}", logging.ERROR,
@@ -210,7 +213,7 @@ class rollout_window:  # noqa: N801 (a lower-case DSL word)
         if run is not None:
             run.record(await call_all_async(run.started, "stop_profile", {},
                                             run.config.rollout.stop_timeout_s), "stop_profile")
-            await asyncio.to_thread(run.relocate)
+            await in_daemon_thread(run.relocate)
 
     def __call__(self, func: F) -> F:
         """Decorate a generation function (plain, method, ``async def`` or generator)."""
@@ -218,6 +221,8 @@ class rollout_window:  # noqa: N801 (a lower-case DSL word)
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                if not REGISTRY.stepping:  # nothing is profiled: no window at all
+                    return await func(*args, **kwargs)
                 async with self._fresh():
                     return await func(*args, **kwargs)
 
@@ -233,6 +238,8 @@ class rollout_window:  # noqa: N801 (a lower-case DSL word)
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not REGISTRY.stepping:  # nothing is profiled: no window at all
+                return func(*args, **kwargs)
             with self._fresh():
                 return func(*args, **kwargs)
 
