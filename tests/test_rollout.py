@@ -349,3 +349,40 @@ class TestPlanRollout:
             if expected_move:
                 assert moved[name].fields["rank"] == rank and moved[name].name.rank == rank
         assert len({(m.source) for m in moved.values()}) == len(moved)
+
+
+def test_thread_affine_engines_are_called_on_the_callers_thread(tmp_path: Path) -> None:
+    """An engine that profiles its caller's thread (profdsl_thread_affine) is started and stopped
+    on the thread running the window, in `with` and `async with`; others on helper threads."""
+    import threading
+
+    class Affine:
+        profdsl_thread_affine = True
+
+        def __init__(self) -> None:
+            self.threads: list[int] = []
+
+        def start_profile(self) -> None:
+            self.threads.append(threading.get_ident())
+
+        def stop_profile(self) -> None:
+            self.threads.append(threading.get_ident())
+
+    class Plain(Affine):
+        profdsl_thread_affine = False
+
+    cfg = config(tmp_path, all_ranks=True, steps=[1, 2])
+    affine, plain = Affine(), Plain()
+    with driver(cfg) as profiler:
+        with profiler.step(1), rollout_window([affine, plain]):
+            pass
+
+        async def generate() -> None:
+            async with rollout_window([affine, plain]):
+                pass
+
+        with profiler.step(2):
+            asyncio.run(generate())
+    me = threading.get_ident()
+    assert affine.threads == [me] * 4
+    assert len(plain.threads) == 4 and me not in plain.threads

@@ -22,6 +22,10 @@ def _policy(seed: int) -> Any:
 class Sampler:
     """A rollout replica: samples actions from a copy of the policy."""
 
+    # In-process, its torch session records the thread that starts it: rollout_window must call
+    # it on the generating thread (a Ray actor runs it on the actor's own thread anyway).
+    profdsl_thread_affine = True
+
     def __init__(self, config: ProfilerConfig, replica: int) -> None:
         self.engine = TorchSamplerEngine(config, replica)
         self.policy = _policy(replica)
