@@ -155,10 +155,7 @@ class _TorchSession:
     def refresh_metadata(self) -> None:
         """Rewrite the metadata with the roles that joined (scheduled windows do it per mini-batch)."""
         if self.schedule is None:
-            try:
-                self._thread.call(self._add_metadata_now, timeout=CALL_TIMEOUT_S)
-            except Exception as exc:
-                once("torch-join", logging.WARNING, "profdsl: updating trace metadata failed: %r", exc)
+            self._on_thread(self._add_metadata_now, CALL_TIMEOUT_S, "metadata update")
 
     def _add_metadata_now(self) -> None:
         if self._prof is not None:
@@ -264,11 +261,7 @@ class _TorchSession:
     def mini_batch_done(self) -> None:
         if self.schedule is None or self._foreign_thread("a schedule step"):
             return
-        try:
-            self._thread.call(self._advance, timeout=CALL_TIMEOUT_S)
-        except Exception as exc:
-            once(f"torch-step:{type(exc).__name__}", logging.ERROR,
-                 "[profdsl rank %s] torch profiler step failed: %s", self.label.rank, exc)
+        self._on_thread(self._advance, CALL_TIMEOUT_S, "step")
 
     def close(self) -> None:
         if self._foreign_thread("stopping it"):
@@ -279,11 +272,15 @@ class _TorchSession:
                 return
             if _PROCESS.current is self:
                 _PROCESS.current = None
+        self._on_thread(self._stop, STOP_TIMEOUT_S, "stop")
+
+    def _on_thread(self, fn: Any, timeout: float, what: str) -> None:
+        """Run a session call where the session lives; a failure is logged once, never raised."""
         try:
-            self._thread.call(self._stop, timeout=STOP_TIMEOUT_S)
+            self._thread.call(fn, timeout=timeout)
         except Exception as exc:
-            once(f"torch-stop:{type(exc).__name__}", logging.ERROR,
-                 "[profdsl rank %s] stopping the torch profiler failed: %s", self.label.rank, exc)
+            once(f"torch-{what}:{type(exc).__name__}", logging.ERROR,
+                 "[profdsl rank %s] torch profiler %s failed: %r", self.label.rank, what, exc)
 
     def force_close(self) -> None:
         self._participants = 1
