@@ -15,7 +15,7 @@ import time
 
 from profdsl import FinishHook, ProfilerConfig, Schedule, TorchOptions
 from profdsl.naming import TraceName
-from profdsl.plan import StepPlan
+from profdsl.core.step_plan import StepPlan
 from profdsl.ranks import is_hook_rank, is_rank_selected
 from profdsl.schedule import action_at, recorded_windows
 

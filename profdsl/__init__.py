@@ -6,15 +6,13 @@
 from profdsl._version import __version__
 from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
 from profdsl.dsl import mini_batch_window, profile_stage
-from profdsl import finish_hook
-from profdsl.errors import ConfigError, LifecycleError, ProfdslError
+from profdsl.errors import ConfigError, ProfdslError
 from profdsl.rollout.window import rollout_window
-from profdsl.session import Profiler
+from profdsl.runtime.profiler import Profiler
 
 __all__ = [
     "ConfigError",
     "FinishHook",
-    "LifecycleError",
     "ProfdslError",
     "Profiler",
     "ProfilerConfig",

@@ -5,7 +5,7 @@ This module is a leaf: it imports nothing from profdsl, so every other module ma
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "LifecycleError", "ProfdslError"]
+__all__ = ["ConfigError", "ProfdslError"]
 
 
 class ProfdslError(Exception):
@@ -18,7 +18,3 @@ class ConfigError(ProfdslError, ValueError):
     Raised at construction time; the message names the field and the offending value, for example
     ``Schedule.active must be an integer >= 1, got 0``.
     """
-
-
-class LifecycleError(ProfdslError, RuntimeError):
-    """A profiler method was called in a state where it makes no sense (only in strict mode)."""

@@ -2,96 +2,13 @@
 
 A :class:`~profdsl.config.Schedule` advances once per update mini-batch. :func:`action_at` says
 what ``torch.profiler.schedule`` does at mini-batch ``i``; :func:`recorded_windows` says which
-trace files a scheduled stage writes for ``n`` mini-batches, and which mini-batches each holds.
+mini-batches a scheduled stage records, grouped into the windows (trace files) it writes.
 
 >>> from profdsl.config import Schedule
 >>> recorded_windows(Schedule(wait=1, warmup=1, active=2), 9)
 [(2, 3), (6, 7)]
 """
 
-from __future__ import annotations
-
-import enum
-
-from profdsl._validate import is_int
-from profdsl.config import Schedule
-from profdsl.errors import ConfigError
+from profdsl.core.schedule import Action, action_at, cycle_of, recorded_windows
 
 __all__ = ["Action", "action_at", "cycle_of", "recorded_windows"]
-
-
-class Action(enum.Enum):
-    """What the profiler does during one mini-batch; mirrors ``torch.profiler.ProfilerAction``."""
-
-    NONE = 0
-    WARMUP = 1
-    RECORD = 2
-    RECORD_AND_SAVE = 3
-
-    @property
-    def records(self) -> bool:
-        """Whether the mini-batch's events end up in a trace file."""
-        return self in (Action.RECORD, Action.RECORD_AND_SAVE)
-
-
-def _check_index(name: str, value: object) -> int:
-    if not is_int(value) or value < 0:  # type: ignore[operator]
-        raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
-    return value  # type: ignore[return-value]
-
-
-def cycle_of(schedule: Schedule, i: int) -> int | None:
-    """The schedule cycle mini-batch ``i`` belongs to, or None (skipped, or past ``repeat``)."""
-    i = _check_index("mini-batch index", i)
-    if i < schedule.skip_first:
-        return None
-    cycle = (i - schedule.skip_first) // schedule.cycle_len
-    if schedule.repeat and cycle >= schedule.repeat:
-        return None
-    return cycle
-
-
-def action_at(schedule: Schedule, i: int) -> Action:
-    """The action ``torch.profiler.schedule`` takes at mini-batch ``i`` (0-based).
-
-    >>> from profdsl.config import Schedule
-    >>> [action_at(Schedule(wait=1, active=2), i).name for i in range(3)]
-    ['NONE', 'RECORD', 'RECORD_AND_SAVE']
-    """
-    cycle = cycle_of(schedule, i)
-    if cycle is None:
-        return Action.NONE
-    position = i - schedule.skip_first - cycle * schedule.cycle_len
-    if position < schedule.wait:
-        return Action.NONE
-    if position < schedule.wait + schedule.warmup:
-        return Action.WARMUP
-    if position < schedule.cycle_len - 1:
-        return Action.RECORD
-    return Action.RECORD_AND_SAVE
-
-
-def recorded_windows(schedule: Schedule, n: int) -> list[tuple[int, int]]:
-    """Inclusive ``(first, last)`` mini-batch ranges, one per trace a stage of ``n`` writes.
-
-    Exactly the mini-batches whose action records, grouped by schedule cycle; a cycle cut short by
-    the end of the stage gives a shorter window, and a cycle that recorded nothing gives none (no
-    empty or duplicate trace, unlike verl's bugs B1 and B2).
-
-    >>> from profdsl.config import Schedule
-    >>> recorded_windows(Schedule(active=2), 4)
-    [(0, 1), (2, 3)]
-    >>> recorded_windows(Schedule(skip_first=1, wait=1, warmup=1, active=2), 3)
-    []
-    """
-    n = _check_index("number of mini-batches", n)
-    windows = []
-    cycle = 0
-    while not schedule.repeat or cycle < schedule.repeat:
-        start = schedule.skip_first + cycle * schedule.cycle_len
-        first = start + schedule.wait + schedule.warmup
-        if first >= n:
-            break
-        windows.append((first, min(start + schedule.cycle_len, n) - 1))
-        cycle += 1
-    return windows

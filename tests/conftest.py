@@ -24,7 +24,7 @@ import pytest  # noqa: E402
 @pytest.fixture(autouse=True)
 def _reset_profdsl():
     """Every test starts and ends with no started profiler, open session or logged-once key."""
-    from profdsl._context import reset_for_tests
+    from profdsl.testing import reset as reset_for_tests
 
     reset_for_tests()
     yield

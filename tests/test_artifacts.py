@@ -1,4 +1,4 @@
-"""Tests for `profdsl.artifacts`: relocation plans (pure) and applying them to real files."""
+"""Tests for `profdsl.collect.relocate`: relocation plans (pure) and applying them to real files."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profdsl import Profiler, ProfilerConfig, profile_stage
-from profdsl.artifacts import Move, Skip, apply, gzip_complete, plan_nsys, wait_complete
+from profdsl.collect.relocate import Move, Skip, apply, gzip_complete, plan_nsys, wait_complete
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
 

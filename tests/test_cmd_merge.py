@@ -31,7 +31,7 @@ def write_run(folder: Path) -> None:
     import torch
 
     from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
-    from profdsl._context import reset_for_tests
+    from profdsl.testing import reset as reset_for_tests
 
     cfg = ProfilerConfig(enable=True, steps=[1, 2], all_ranks=True, discrete=True,
                          save_path=str(folder), torch=TorchOptions(contents=["cpu"]))
@@ -58,10 +58,8 @@ def run_dir(pristine: Path, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def merge(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+def merge(capsys: pytest.CaptureFixture[str]):
     """Run ``profdsl merge ARGS`` in-process; returns (exit code, stdout, stderr)."""
-    monkeypatch.setitem(profdsl.cli.COMMANDS, "merge", ("profdsl.commands.merge", "merge traces"))
-
     def call(*args: str) -> tuple[int, str, str]:
         code = profdsl.cli.main(["merge", *args])
         out, err = capsys.readouterr()
@@ -345,7 +343,7 @@ class TestSubprocess:
 
     def test_real_process(self, run_dir: Path, tmp_path: Path) -> None:
         out_file = tmp_path / "merged.json"
-        code = ("import profdsl.cli as c; c.COMMANDS['merge'] = ('profdsl.commands.merge', 'm'); "
+        code = ("import profdsl.cli as c; "
                 f"raise SystemExit(c.main(['merge', {str(run_dir)!r}, '-o', {str(out_file)!r}]))")
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

@@ -19,7 +19,7 @@ matplotlib = pytest.importorskip("matplotlib")
 np = pytest.importorskip("numpy")
 
 import profdsl.cli  # noqa: E402
-from profdsl.commands import plot  # noqa: E402
+from profdsl.cli import plot  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 STAGES = ("update_actor", "compute_log_prob")
@@ -43,7 +43,7 @@ def _profile(folder: Path) -> None:
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder of discrete traces: actor ranks 0 and 1, steps 1 and 2, two stages each."""
-    from profdsl._context import reset_for_tests
+    from profdsl.testing import reset as reset_for_tests
 
     folder = tmp_path_factory.mktemp("profiles")
     reset_for_tests()
@@ -59,11 +59,6 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def folder(profiled: Path, tmp_path: Path) -> Path:
     """A private copy of the profiled folder, free to damage."""
     return Path(shutil.copytree(profiled, tmp_path / "run"))
-
-
-@pytest.fixture(autouse=True)
-def _registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(profdsl.cli.COMMANDS, "plot", ("profdsl.commands.plot", "draw a folder"))
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -127,7 +122,7 @@ def test_dpi_sets_the_resolution(profiled: Path, tmp_path: Path) -> None:
 
 def test_runs_headless_in_a_fresh_process(profiled: Path, tmp_path: Path) -> None:
     out = tmp_path / "sub.png"
-    code = ("import profdsl.cli as c; c.COMMANDS['plot']=('profdsl.commands.plot','p'); "
+    code = ("import profdsl.cli as c; "
             f"raise SystemExit(c.main(['plot', {str(profiled)!r}, '-o', {str(out)!r}, '--timeline']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "MPLBACKEND": "TkAgg", "DISPLAY": ""}, timeout=120)
@@ -263,7 +258,7 @@ def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_importing_profdsl_does_not_import_matplotlib() -> None:
-    code = ("import sys, profdsl, profdsl.cli, profdsl.commands.plot; "
+    code = ("import sys, profdsl, profdsl.cli, profdsl.cli.plot; "
             "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -12,8 +12,8 @@ import pytest
 
 from profdsl import (ConfigError, Profiler, ProfilerConfig, Schedule, TorchOptions,
                      mini_batch_window, profile_stage)
-from profdsl._context import REGISTRY
-from profdsl.backends.annotators import TorchAnnotator
+from profdsl.runtime.process import PROCESS
+from profdsl.capture.annotators import TorchAnnotator
 
 from .traces import events, names, parsed, trace_files
 
@@ -28,6 +28,12 @@ def profiling(tmp_path: Path):
     profiler.start(1)
     yield tmp_path
     profiler.close()
+
+
+def close_profiling() -> None:
+    """Close the profiler the `profiling` fixture started (its step's trace is written)."""
+    for profiler in list(PROCESS.live):
+        profiler.close()
 
 
 def only_trace(folder: Path) -> dict[str, Any]:
@@ -73,7 +79,7 @@ class TestProfileStage:
         """A with block is a named region in the trace."""
         with profile_stage("with_stage"):
             torch.ones(2).sum()
-        REGISTRY.active[0].close()
+        close_profiling()
         assert names(only_trace(profiling), "with_stage") == ["with_stage"]
 
     def test_decorator_profiled(self, profiling: Path) -> None:
@@ -83,7 +89,7 @@ class TestProfileStage:
         assert asyncio.run(model.amethod(1)) == 2
         gen = model.gen(2)
         assert list(gen) == [0, 1]
-        REGISTRY.active[0].close()
+        close_profiling()
         trace = only_trace(profiling)
         assert names(trace, "method_stage") == ["method_stage"]
         assert names(trace, "async_stage") == ["async_stage", "async_stage"]  # one per slice
@@ -149,7 +155,7 @@ class TestProfileStage:
         gen = Model().gen(10)
         assert next(gen) == 0
         gen.close()
-        REGISTRY.active[0].close()
+        close_profiling()
         assert names(only_trace(profiling), "gen_stage") == ["gen_stage", "gen_stage"]
 
     def test_async_regions_never_overlap_across_tasks(self, profiling: Path) -> None:
@@ -166,7 +172,7 @@ class TestProfileStage:
             return await asyncio.gather(task(0), task(1), task(2))
 
         assert asyncio.run(main()) == [0, 1, 2]
-        REGISTRY.active[0].close()
+        close_profiling()
         spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events(only_trace(profiling), "task_stage"))
         assert len(spans) == 12
         for (_, end), (start, _) in zip(spans, spans[1:]):
@@ -238,7 +244,7 @@ class TestMiniBatchWindow:
     def test_custom_name(self, profiling: Path) -> None:
         """name= names the regions."""
         list(mini_batch_window(range(2), name="micro"))
-        REGISTRY.active[0].close()
+        close_profiling()
         assert names(only_trace(profiling), "micro") == ["micro0", "micro1"]
 
     def test_not_profiled_is_a_plain_iterator(self, no_backend_calls: None) -> None:
@@ -253,7 +259,7 @@ class TestMiniBatchWindow:
         for mb in mini_batch_window(range(5)):
             if mb == 1:
                 break
-        REGISTRY.active[0].close()
+        close_profiling()
         assert names(only_trace(profiling), "mini_batch") == ["mini_batch0", "mini_batch1"]
 
     def test_iterating_without_iterable(self) -> None:
@@ -266,7 +272,7 @@ def test_internal_fault_is_swallowed(tmp_path: Path, monkeypatch: pytest.MonkeyP
     """A fault inside profdsl's region code is logged once; the stage's result is unchanged."""
     cfg = ProfilerConfig(enable=True, steps=[1], save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"]))
 
-    def broken(self: object, name: str) -> object:
+    def broken(self: object, *args: object) -> object:
         raise RuntimeError("annotator broke")
 
     monkeypatch.setattr(TorchAnnotator, "push", broken)

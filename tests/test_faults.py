@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 def test_full_disk_during_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """ENOSPC while writing a trace: one log line, the stage's result is intact, the loss is
     recorded in the manifest, no temporary or empty file is left behind."""
-    import profdsl._export as export
+    import profdsl.collect.export as export
 
     real_replace = os.replace
 

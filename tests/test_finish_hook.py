@@ -12,19 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from profdsl import FinishHook, Profiler, ProfilerConfig, TorchOptions, finish_hook, profile_stage
+from profdsl import FinishHook, Profiler, ProfilerConfig, TorchOptions, profile_stage
+from profdsl.collect import finish_hook
+from profdsl.runtime.process import PROCESS
 from profdsl.manifest import read_manifest
 
 from .traces import trace_files
 
 pytest.importorskip("torch")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_claims():
-    finish_hook.reset_for_tests()
-    yield
-    finish_hook.reset_for_tests()
 
 
 def config(save_path: Path, cmd: str, **kwargs: object) -> ProfilerConfig:
@@ -104,7 +99,7 @@ class TestWhenAndWhere:
         """The hook runs on its ranks (which need not be profiled), else on the profiled ranks."""
         ran = []
         for rank in range(3):
-            finish_hook.reset_for_tests()  # ranks are separate processes in real life
+            PROCESS.hooks.clear()  # ranks are separate processes in real life
             save = tmp_path / f"rank{rank}"
             cfg = config(save, "true", ranks=profiled, hook={"ranks": hook_ranks})
             run_steps(Profiler(cfg, role="actor", rank=rank, world_size=3), range(3))

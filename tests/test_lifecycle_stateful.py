@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
-from profdsl._context import REGISTRY, reset_for_tests
-from profdsl.session import State
+from profdsl.runtime.process import PROCESS
+from profdsl.runtime.profiler import State
+from profdsl.testing import reset as reset_for_tests
 
 from .traces import parsed
 
@@ -53,7 +54,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def registry_matches_state(self) -> None:
-        registered = self.profiler in REGISTRY.active
+        registered = self.profiler.recorder in PROCESS.registry.recorders
         assert registered == self.profiler.is_profiling
         assert self.profiler.is_profiling == (self.profiler.state in (State.ARMED, State.RECORDING))
         if self.profiler.state is State.CLOSED:

@@ -325,12 +325,6 @@ class TestTraceName:
         parsed = TraceName.parse(make(host="pid7", pid=9).format())
         assert (parsed.host, parsed.pid) == ("pid7", 9)
 
-    def test_with_part(self) -> None:
-        """with_part returns a copy differing only in part."""
-        name = make(step=2)
-        assert name.with_part(3) == attrs.evolve(name, part=3)
-        assert name.with_part(3).format() != name.format()
-
 
 class TestTimestamp:
     """time_ms is written as a UTC time to the millisecond and read back exactly."""

@@ -22,7 +22,7 @@ class TestImport:
     def test_import_pulls_in_no_heavy_module(self) -> None:
         """A fresh interpreter importing profdsl (and its pure core) loads none of the heavy deps."""
         code = (
-            "import sys, profdsl, profdsl.schedule, profdsl.plan, profdsl.config\n"
+            "import sys, profdsl, profdsl.schedule, profdsl.core.step_plan, profdsl.config, profdsl.naming, profdsl.ranks, profdsl.manifest, profdsl.ray, profdsl.testing\n"
             f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
         )
         assert run_python(code).stdout.strip() == ""

@@ -1,4 +1,4 @@
-"""Tests for `profdsl.plan`: the online tracker is checked against the properties a trainer
+"""Tests for `profdsl.core.step_plan`: the online tracker is checked against the properties a trainer
 needs, over random loops that skip steps and stop early."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profdsl.errors import ConfigError
-from profdsl.plan import Event, StepPlan, StepTracker
+from profdsl.core.step_plan import Event, StepPlan, StepTracker
 
 plans = st.builds(
     StepPlan,

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profdsl import (ConfigError, FinishHook, Profiler, ProfilerConfig, RolloutOptions, TorchOptions,
-                     finish_hook, profile_stage, rollout_window)
+                     profile_stage, rollout_window)
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
 from profdsl.rollout import rollout_trace_dir
@@ -127,7 +127,6 @@ class TestSelectionAndRelocation:
 
     def test_finish_hook_sees_the_rollout_traces(self, tmp_path: Path) -> None:
         """The last step's rollout traces are in save_path before the hook runs (verl B3)."""
-        finish_hook.reset_for_tests()
         cmd = 'ls "$PROFDSL_SAVE_PATH" > "$PROFDSL_SAVE_PATH/../listing.txt"'
         cfg = config(tmp_path, finish_hook=FinishHook(cmd=cmd))
         engines = vllm_replicas(cfg, 1, tp=1)
@@ -329,7 +328,7 @@ class TestPlanRollout:
                                               files: list[tuple[int, bool]], keep: frozenset[int] | None) -> None:
         """A file moves iff its rank is unknown or its global rank is kept; moved names are
         distinct per file and carry the global rank."""
-        from profdsl.artifacts import Move
+        from profdsl.collect.relocate import Move
         from profdsl.rollout.relocate import plan_rollout
 
         names = []

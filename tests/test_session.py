@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from profdsl import (FinishHook, Profiler, ProfilerConfig, Schedule, TorchOptions,
                      mini_batch_window, profile_stage)
-from profdsl._context import REGISTRY
+from profdsl.runtime.process import PROCESS
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
 from profdsl.schedule import recorded_windows
-from profdsl.session import State
+from profdsl.runtime.profiler import State
 
 from .strategies import schedules
 from .traces import load, names, parsed, trace_files
@@ -102,9 +102,9 @@ class TestDiscrete:
 
     def test_same_millisecond_stages_get_unique_names(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Unscheduled stages starting in the same millisecond never share a name (verl B8)."""
-        from profdsl.backends import torch_capture
+        from profdsl.capture import torch_session
 
-        monkeypatch.setattr(torch_capture, "_now_ms", lambda: 1_795_000_000_000)
+        monkeypatch.setattr(torch_session, "now_ms", lambda: 1_795_000_000_000)
         cfg = config(tmp_path, discrete=True)
         with Profiler(cfg, role="critic", rank=0, world_size=1) as profiler, profiler.step(1):
             for _ in range(3):
@@ -153,8 +153,8 @@ class TestContinuous:
         assert [names(t, "s") for _, t in files] == [["s1", "s2", "s3"], ["s5"]]
 
     def test_schedule_restarts_every_step(self, tmp_path: Path) -> None:
-        """With a schedule, every profiled step of a continuous run records its windows (verl R6
-        recorded only the first step's)."""
+        """With a schedule, every profiled step of a continuous run records its own windows (verl
+        R6 recorded only the first step's): the mini-batch count restarts each step."""
         cfg = config(tmp_path, steps=[1, 2], continuous_steps=True,
                      torch=TorchOptions(contents=["cpu"], schedule=Schedule(wait=1, active=1, repeat=1)))
         with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
@@ -162,8 +162,11 @@ class TestContinuous:
                 with profiler.step(step):
                     for _ in mini_batch_window(range(3)):
                         work()
-        assert [(n.step, n.window, names(t, "mini_batch")) for n, t in parsed(tmp_path)] == [
-            (1, (1, 1), ["mini_batch1"]), (2, (1, 1), ["mini_batch1"])]
+        [(name, trace)] = parsed(tmp_path)  # steps 1-2 run together: one session
+        assert (name.step, name.window) == (1, None)
+        assert names(trace, "mini_batch") == ["mini_batch1", "mini_batch1"]
+        assert trace["profdsl"]["windows"] == [{"role": "actor", "step": 1, "window": [1, 1]},
+                                               {"role": "actor", "step": 2, "window": [1, 1]}]
 
     def test_stage_on_another_thread_is_captured(self, tmp_path: Path) -> None:
         """With all_threads, a stage run on a worker thread lands in the step's trace."""
@@ -186,7 +189,7 @@ class TestSelection:
         """Nothing is written and no profiler is registered."""
         cfg = config(tmp_path, discrete=True, **kwargs)
         with Profiler(cfg, role="actor", rank=rank, world_size=2) as profiler, profiler.step(1):
-            assert REGISTRY.active == ()
+            assert PROCESS.registry.recorders == ()
             with profile_stage("update_actor"):
                 work()
         assert not tmp_path.exists() or trace_files(tmp_path) == []
@@ -213,11 +216,9 @@ class TestRegistry:
             thread.start()
             thread.join(timeout=60)
         assert "started on another thread; stopping it from this thread is skipped" in caplog.text
-        from profdsl.backends import torch_capture
-
-        session = torch_capture._PROCESS.current
-        assert session is not None
-        session.close()  # from the owner thread: stops and writes the trace
+        segment = PROCESS.coordinator.current
+        assert segment is not None and segment.session is not None
+        PROCESS.coordinator.reset()  # from the owner thread: stops and writes the trace
         profiler.close()
         assert len(trace_files(tmp_path)) == 1
 
@@ -297,7 +298,7 @@ class TestLifecycle:
         profiler.start(1)
         work()
         profiler.close()
-        assert len(trace_files(tmp_path)) == 1 and REGISTRY.active == ()
+        assert len(trace_files(tmp_path)) == 1 and PROCESS.registry.recorders == ()
 
     def test_manifest_records(self, tmp_path: Path) -> None:
         """Every trace is one manifest record with the contract's keys."""

@@ -9,12 +9,11 @@ from typing import Any
 
 import attrs
 
-from profdsl.manifest import MANIFEST_NAME, read_manifest
-from profdsl.naming import TraceName
+from profdsl.collect.manifest import MANIFEST_NAME, read_manifest
+from profdsl.core.naming import ARTIFACT_SUFFIXES, NSYS_EXT, TraceName
 
 __all__ = ["Artifact", "FolderError", "artifacts"]
 
-_TRACE_SUFFIXES = (".json.gz", ".json", ".nsys-rep")
 
 
 class FolderError(Exception):
@@ -62,7 +61,7 @@ def _from_name(folder: Path, name: str) -> Artifact | None:
     parsed = TraceName.try_parse(name)
     if parsed is None:
         return None
-    kind = "nsys" if parsed.ext == ".nsys-rep" else "rollout" if parsed.role == "rollout" else "trace"
+    kind = "nsys" if parsed.ext == NSYS_EXT else "rollout" if parsed.role == "rollout" else "trace"
     return Artifact(kind=kind, path=name, role=parsed.role, stage=parsed.stage, step=parsed.step,
                     rank=parsed.rank, world_size=parsed.world_size, replica=parsed.replica,
                     window=parsed.window, bytes=(folder / name).stat().st_size)
@@ -81,7 +80,7 @@ def artifacts(folder: str | os.PathLike[str]) -> list[Artifact]:
         raise FolderError(f"{folder}: not a folder")
     rows = [_from_record(r) for r in read_manifest(path)] if (path / MANIFEST_NAME).exists() else []
     if not rows:  # no manifest, or an empty one: read the file names
-        rows = [a for n in sorted(os.listdir(path)) if n.endswith(_TRACE_SUFFIXES)
+        rows = [a for n in sorted(os.listdir(path)) if n.endswith(ARTIFACT_SUFFIXES)
                 for a in [_from_name(path, n)] if a is not None]
     if not rows:
         raise FolderError(f"{folder}: no profdsl manifest and no profdsl trace files")

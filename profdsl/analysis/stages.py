@@ -18,6 +18,7 @@ import attrs
 
 from profdsl.analysis.catalog import Artifact
 from profdsl.analysis.reader import events, header
+from profdsl.core.naming import is_json_trace
 
 __all__ = ["ENGINE_STAGE", "Region", "StageRow", "regions_of", "stage_rows"]
 
@@ -109,7 +110,7 @@ def stage_rows(folder: str | os.PathLike[str], items: Iterable[Artifact]) -> lis
     totals: dict[tuple[str, str, int | None, int | None], list[float]] = defaultdict(list)
     outer: dict[tuple[str, int | None, int | None], float] = defaultdict(float)
     for artifact in items:
-        if artifact.status != "ok" or not artifact.path or not artifact.path.endswith((".json", ".json.gz")):
+        if artifact.status != "ok" or not artifact.path or not is_json_trace(artifact.path):
             continue
         engine = artifact.kind == "rollout"
         for region in regions_of(os.path.join(folder, artifact.path), engine=engine):

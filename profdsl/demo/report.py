@@ -8,7 +8,8 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from profdsl.manifest import read_manifest
+from profdsl.analysis.stages import ENGINE_STAGE
+from profdsl.collect.manifest import read_manifest
 
 __all__ = ["artifacts_table", "stage_table"]
 
@@ -31,7 +32,7 @@ def stage_table(save_path: str) -> list[tuple[str, str, int, float]]:
         if record["kind"] not in ("trace", "rollout") or record["status"] != "ok":
             continue
         events = _load(os.path.join(save_path, record["path"]))["traceEvents"]
-        stage = record.get("stage") or ("generate (engine)" if record["kind"] == "rollout" else "step")
+        stage = record.get("stage") or (ENGINE_STAGE if record["kind"] == "rollout" else "step")
         own = [e for e in events if e.get("ph") == "X" and e.get("name") == record.get("stage")]
         ms = sum(e.get("dur", 0) for e in own) / 1000 if own else _span_ms(events)
         totals[(record["role"], stage)].append(ms)

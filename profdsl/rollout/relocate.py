@@ -6,10 +6,10 @@ import re
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from profdsl.artifacts import Move, Skip
-from profdsl.manifest import MANIFEST_NAME
-from profdsl.naming import TraceName
-from profdsl.ranks import local_rank_from_trace_name
+from profdsl.collect.relocate import Move, Skip
+from profdsl.collect.manifest import MANIFEST_NAME
+from profdsl.core.naming import TraceName
+from profdsl.core.ranks import local_rank_from_trace_name
 
 __all__ = ["engine_extension", "plan_rollout"]
 

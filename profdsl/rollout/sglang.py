@@ -13,10 +13,10 @@ import logging
 import urllib.request
 from typing import Any
 
-from profdsl._log import once
+from profdsl.core.log import once
 from profdsl.config import ProfilerConfig
 from profdsl.rollout import rollout_trace_dir
-from profdsl.rollout._select import replica_selected
+from profdsl.rollout.select import replica_selected
 
 __all__ = ["SGLangEngine", "SGLangHttpEngine", "sglang_profile_request"]
 

@@ -14,10 +14,12 @@ import os
 import socket
 from typing import Any
 
-from profdsl._log import once
-from profdsl.backends.base import Session, TraceLabel
+from profdsl.collect.export import TraceLabel
 from profdsl.config import ProfilerConfig
+from profdsl.core.log import once
 from profdsl.rollout import rollout_trace_dir
+from profdsl.runtime.process import PROCESS
+from profdsl.runtime.segment import Segment
 
 __all__ = ["TorchSamplerEngine"]
 
@@ -39,29 +41,31 @@ class TorchSamplerEngine:
                  replica_world_size: int = 1) -> None:
         self.config, self.replica = config, replica
         self.local_rank, self.replica_world_size = local_rank, replica_world_size
-        self._session: Session | None = None
+        self._segment: Segment | None = None
 
     def start_profile(self, profile_prefix: str | None = None) -> None:
         """Open a torch session writing into this replica's trace dir."""
-        from profdsl.backends.torch_capture import TorchCapture
+        from profdsl.capture.torch_session import TorchBackend
 
         label = TraceLabel(
             role="rollout", stage=profile_prefix, step=None, rank=self.local_rank,
             world_size=self.replica_world_size,
             save_path=rollout_trace_dir(self.config.save_path, self.replica),
             host=socket.gethostname(), pid=os.getpid(), config_hash="", manifest=False)
-        session = TorchCapture(self.config.torch).open(label, None, join=False)
-        if session is None:
+        segment = PROCESS.coordinator.begin_stage(label, TorchBackend(self.config.torch), None,
+                                                  cut=False)
+        if not isinstance(segment, Segment):
             once("sampler-shared", logging.INFO,
                  "profdsl: the torch sampler shares its process with an open profdsl session; "
                  "its work is recorded in that session's trace")
-        self._session = session
+            segment = None
+        self._segment = segment
 
     def stop_profile(self) -> None:
         """Close the session, writing its trace."""
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
+        segment, self._segment = self._segment, None
+        if segment is not None:
+            PROCESS.coordinator.end_stage(segment)
 
     def __reduce__(self) -> tuple[Any, ...]:  # shipped to a Ray actor without its session
         return (TorchSamplerEngine, (self.config, self.replica),
@@ -70,4 +74,4 @@ class TorchSamplerEngine:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.local_rank = state["local_rank"]
         self.replica_world_size = state["replica_world_size"]
-        self._session = None
+        self._segment = None

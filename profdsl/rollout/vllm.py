@@ -17,8 +17,8 @@ import attrs
 
 from profdsl.config import ProfilerConfig
 from profdsl.rollout import rollout_trace_dir
-from profdsl.rollout._calls import accepts
-from profdsl.rollout._select import replica_selected
+from profdsl.rollout.calls import accepts
+from profdsl.rollout.select import replica_selected
 
 __all__ = ["PROFILER_CONFIG_SINCE", "VllmEngine", "VllmLaunch", "installed_version", "vllm_launch"]
 

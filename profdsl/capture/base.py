@@ -1,0 +1,59 @@
+"""The capture protocols: a backend opens sessions; a session records until it is stopped.
+
+A session knows nothing of roles or steps: the runtime hands it ``describe`` (the metadata to
+write into the trace for a mini-batch window, or for the whole session) and ``sink`` (where a
+finished trace goes: ``sink(write, window, time_ms)``, ``write(path)`` writing the trace file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from profdsl.config import Schedule
+
+__all__ = ["Backend", "Describe", "Runner", "Session", "Sink"]
+
+#: ``describe(window)``: the ``profdsl`` metadata of the trace (``window`` None: whole session).
+Describe = Callable[[tuple[int, int] | None], dict[str, Any]]
+#: ``sink(write, window, time_ms)``: a trace is ready; ``write(path)`` writes it.
+Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int], None]
+
+
+class Runner(Protocol):
+    """Where a session's calls run: the calling thread, or one dedicated thread."""
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
+        """Run ``fn(*args)`` there and return its result."""
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue ``fn(*args)`` without waiting."""
+
+
+class Session(Protocol):
+    """One open capture session. Only the thread that owns it (:meth:`owned_here`) drives it."""
+
+    def owned_here(self) -> bool:
+        """Whether the calling thread may drive the session (torch crashes otherwise)."""
+
+    def advance(self, index: int) -> None:
+        """A scheduled session: update mini-batch ``index`` ended; step the schedule."""
+
+    def set_collecting(self, on: bool) -> None:
+        """Pause (``False``) or resume collection, for mini-batches the schedule leaves out."""
+
+    def refresh(self) -> None:
+        """Write the metadata again (another role joined)."""
+
+    def stop(self) -> None:
+        """Stop recording and hand what is left to the sink."""
+
+
+class Backend(Protocol):
+    """Opens capture sessions of one tool."""
+
+    tool: str
+
+    def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
+             runner: Runner) -> Session | None:
+        """Start a session; None (logged) when it cannot start."""

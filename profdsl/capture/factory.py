@@ -1,0 +1,46 @@
+"""Choosing a profiler's backend and annotator, once, from its config."""
+
+from __future__ import annotations
+
+import logging
+
+from profdsl.capture.annotators import Annotator, MultiAnnotator, TorchAnnotator, nvtx_or_none
+from profdsl.capture.base import Backend
+from profdsl.config import ProfilerConfig
+from profdsl.core.log import once
+
+__all__ = ["make_annotator", "make_backend"]
+
+
+def make_backend(config: ProfilerConfig) -> Backend | None:
+    """The backend for ``config.tool``; None when torch cannot be imported (logged once)."""
+    if config.tool == "nsys":
+        from profdsl.capture.nsys import NsysBackend
+
+        return NsysBackend()
+    try:
+        import torch  # noqa: F401  (fail here, once, rather than at every stage)
+    except ImportError:
+        once("torch-missing", logging.ERROR,
+             "profdsl: tool='torch' but torch is not installed; nothing will be captured")
+        return None
+    from profdsl.capture.torch_session import TorchBackend
+
+    return TorchBackend(config.torch)
+
+
+def make_annotator(config: ProfilerConfig, role: str) -> Annotator | None:
+    """The annotator for a profiled role: record_function, NVTX, both, or None."""
+    parts: list[Annotator] = []
+    if config.tool == "torch":
+        try:
+            parts.append(TorchAnnotator())
+        except ImportError:
+            pass  # make_backend logged it
+    if config.nvtx or config.tool == "nsys":
+        nvtx = nvtx_or_none(role)
+        if nvtx is not None:
+            parts.append(nvtx)
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else MultiAnnotator(tuple(parts))

@@ -1,0 +1,240 @@
+"""The torch.profiler backend: one ``torch.profiler.profile`` per session.
+
+Facts this is built around (torch 2.13, see docs/concepts.md): a session is started and stopped
+on one thread; regions on other threads are captured only with ``profile_all_threads``, asked for
+with ``TorchOptions.all_threads`` and off by default; with a schedule the trace-ready handler
+also fires for windows that recorded nothing, which are dropped here instead of being written
+(verl's bugs B1, B2); collection can be paused and resumed inside a session
+(``toggle_collection_dynamic``), which is how mini-batches a continuous step's schedule leaves
+out stay out of its trace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import warnings
+from typing import Any
+
+from profdsl.capture.base import Describe, Runner, Sink
+from profdsl.capture.runner import ProfilerThread
+from profdsl.config import Schedule, TorchOptions
+from profdsl.core.log import once
+from profdsl.core.schedule import action_at
+
+__all__ = ["CALL_TIMEOUT_S", "STOP_TIMEOUT_S", "TorchBackend", "TorchSession"]
+
+#: How long a caller waits for a session to start or for a mini-batch step.
+CALL_TIMEOUT_S = 120.0
+#: How long ``stop`` waits for a session to stop and export (large traces take minutes).
+STOP_TIMEOUT_S = 900.0
+
+# torch warns about this once per process; profdsl writes one file per window on purpose.
+warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds: a trace's time in its name."""
+    return time.time_ns() // 1_000_000
+
+
+class TorchBackend:
+    """Opens torch.profiler sessions with one role's options."""
+
+    tool = "torch"
+
+    def __init__(self, options: TorchOptions) -> None:
+        self.options = options
+        self.all_threads = options.all_threads
+
+    def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
+             runner: Runner) -> TorchSession | None:
+        """Start a session on ``runner``; None (logged once) when torch refuses."""
+        session = TorchSession(self.options, rank=rank, schedule=schedule, describe=describe,
+                               sink=sink, runner=runner)
+        try:
+            session.start()
+        except Exception as exc:
+            once(f"torch-start:{type(exc).__name__}", logging.ERROR,
+                 "[profdsl rank %s] could not start the torch profiler: %r", rank, exc)
+            return None
+        return session
+
+
+class TorchSession:
+    """One torch.profiler session; every torch call runs on its runner's thread."""
+
+    def __init__(self, options: TorchOptions, *, rank: int, schedule: Schedule | None,
+                 describe: Describe, sink: Sink, runner: Runner) -> None:
+        self.rank, self.schedule = rank, schedule
+        self._options, self._describe, self._sink, self._runner = options, describe, sink, runner
+        self._pending: list[int] = []  # recorded mini-batches of the window being written
+        self._window_ms = now_ms()
+        self._prof: Any = None
+        self._collecting = True
+        self._owner = threading.get_ident()  # inline sessions: torch calls only from this thread
+
+    def start(self) -> None:
+        """Start the profiler; on timeout, stop it whenever it does start."""
+        try:
+            self._runner.call(self._start, timeout=CALL_TIMEOUT_S)
+        except TimeoutError:
+            self._runner.submit(self._abandon)  # runs after the late _start: no orphan profiler
+            raise
+
+    def owned_here(self) -> bool:
+        """Whether the calling thread may drive the session."""
+        return isinstance(self._runner, ProfilerThread) or threading.get_ident() == self._owner
+
+    def advance(self, index: int) -> None:
+        """Scheduled: mini-batch ``index`` ended."""
+        if self.schedule is not None:
+            self._on_runner(self._advance, CALL_TIMEOUT_S, "schedule step", index)
+
+    def set_collecting(self, on: bool) -> None:
+        """Pause or resume collection of ops, regions and device activity."""
+        self._on_runner(self._toggle, CALL_TIMEOUT_S, "collection toggle", on)
+
+    def refresh(self) -> None:
+        """Rewrite the whole-session metadata (scheduled windows rewrite theirs per mini-batch)."""
+        if self.schedule is None:
+            self._on_runner(self._add_metadata_now, CALL_TIMEOUT_S, "metadata update")
+
+    def stop(self) -> None:
+        """Stop the profiler and write what it recorded."""
+        self._on_runner(self._stop, STOP_TIMEOUT_S, "stop")
+
+    # -- on the runner's thread --------------------------------------------------------------
+    def _start(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        # Checked here, where the session runs, after any earlier session of ours has stopped.
+        if _foreign_profiler_running():
+            raise RuntimeError("another torch profiler is already running in this process; "
+                               "profdsl will not start a second one (torch allows one at a time)")
+        options = self._options
+        activities = [ProfilerActivity.CPU]
+        if options.cuda and torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        kwargs: dict[str, Any] = dict(
+            activities=activities,
+            record_shapes="shapes" in options.contents,
+            profile_memory="memory" in options.contents,
+            with_stack="stack" in options.contents,
+            on_trace_ready=self._on_trace_ready,
+        )
+        if options.all_threads:
+            experimental = _all_threads_config()
+            if experimental is not None:
+                kwargs["experimental_config"] = experimental
+        if self.schedule is not None:
+            s = self.schedule
+            with warnings.catch_warnings():  # "won't be using warmup": warmup=0 is a choice
+                warnings.simplefilter("ignore", UserWarning)
+                kwargs["schedule"] = torch.profiler.schedule(
+                    skip_first=s.skip_first, wait=s.wait, warmup=s.warmup, active=s.active,
+                    repeat=s.repeat)
+        prof = profile(**kwargs)
+        prof.record_steps = False  # no ProfilerStep#n rows: profdsl names its own regions
+        prof.start()
+        if self.schedule is None:
+            self._add_metadata(prof, None)
+        self._prof = prof
+
+    def _abandon(self) -> None:
+        """Stop a profiler whose start came too late for its caller."""
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            prof.stop()
+            prof.profiler = None
+
+    def _add_metadata_now(self) -> None:
+        if self._prof is not None:
+            self._add_metadata(self._prof, None)
+
+    def _add_metadata(self, prof: Any, window: tuple[int, int] | None) -> None:
+        meta = self._describe(window)
+        prof.add_metadata_json("profdsl", json.dumps(meta))
+        if not _distributed_initialized():  # torch adds its own distributedInfo otherwise
+            prof.add_metadata_json("distributedInfo", json.dumps(
+                {"rank": meta.get("rank"), "world_size": meta.get("world_size"), "backend": None}))
+
+    def _advance(self, index: int) -> None:
+        if self.schedule is None or self._prof is None:  # stopped meanwhile: nothing to advance
+            return
+        if action_at(self.schedule, index).records:
+            if not self._pending:
+                self._window_ms = now_ms()
+            self._pending.append(index)
+            self._add_metadata(self._prof, (self._pending[0], index))
+        self._prof.step()
+
+    def _toggle(self, on: bool) -> None:
+        from torch.profiler import ProfilerActivity
+
+        if self._prof is None or on == self._collecting:
+            return
+        self._collecting = on
+        # All device kinds, CPU included: torch warns about a partial toggle with GPU activity on.
+        self._prof.toggle_collection_dynamic(on, [ProfilerActivity.CPU, ProfilerActivity.CUDA,
+                                                  ProfilerActivity.XPU])
+
+    def _on_trace_ready(self, prof: Any) -> None:
+        pending, self._pending = self._pending, []
+        if self.schedule is not None and not pending:
+            return  # a window that recorded no mini-batch: torch fires anyway, nothing to write
+        window = (pending[0], pending[-1]) if pending else None
+        self._sink(prof.export_chrome_trace, window, self._window_ms)
+
+    def _stop(self) -> None:
+        prof = self._prof
+        if prof is None:
+            return
+        try:
+            if self.schedule is None:  # now the regions this session saw are known
+                self._add_metadata(prof, None)
+            self._toggle(True)  # stopped inside a left-out mini-batch: stop with collection on
+            self._prof = None
+            prof.stop()
+        finally:
+            self._prof = None
+            # torch's profile object is a reference cycle, freed by the garbage collector at any
+            # time, on any thread; freeing its kineto results then (while another session starts)
+            # crashed the process. Drop them here, now, on the session's thread.
+            prof.profiler = None
+
+    def _on_runner(self, fn: Any, timeout: float, what: str, *args: Any) -> None:
+        """Run a session call where the session lives; a failure is logged once, never raised."""
+        try:
+            self._runner.call(fn, *args, timeout=timeout)
+        except Exception as exc:
+            once(f"torch-{what}:{type(exc).__name__}", logging.ERROR,
+                 "[profdsl rank %s] torch profiler %s failed: %r", self.rank, what, exc)
+
+
+def _all_threads_config() -> Any:
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(profile_all_threads=True)
+    except (ImportError, TypeError):  # torch < 2.7: only the starting thread is captured
+        once("torch-all-threads", logging.WARNING,
+             "profdsl: this torch cannot profile all threads; regions on threads other than the "
+             "profiler's are not captured (upgrade to torch >= 2.7)")
+        return None
+
+
+def _foreign_profiler_running() -> bool:
+    """Whether a torch profiler that profdsl did not start is running (a second would crash)."""
+    import torch.autograd.profiler as autograd_profiler
+
+    return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
+
+
+def _distributed_initialized() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())

@@ -1,0 +1,107 @@
+"""``profdsl check DIR``: is every artifact there, whole and readable, and is anything missing?"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections import defaultdict
+
+from profdsl.analysis.catalog import Artifact, FolderError, artifacts
+from profdsl.analysis.reader import TraceError, events, header
+from profdsl.cli.common import fail
+from profdsl.config import ProfilerConfig
+from profdsl.errors import ConfigError
+from profdsl.core.naming import ARTIFACT_SUFFIXES, is_json_trace
+from profdsl.core.ranks import is_rank_selected
+
+HELP = "check that every trace exists, is non-empty, parses and carries its metadata; list what is missing"
+EXAMPLES = """examples:
+  profdsl check profiles                 # exit 0: all well; 1: problems (each named); 2: usage
+  profdsl check profiles --config profiler.yaml --world-size 16
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``DIR`` and, to know what was expected, ``--config`` and ``--world-size``."""
+    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
+    parser.add_argument("dir", help="a save_path folder")
+    parser.add_argument("--config", help="the run's profiler config (YAML or JSON), to list profiled ranks that wrote nothing")
+    parser.add_argument("--world-size", type=int, help="the training world size (with --config)")
+
+
+def check_file(folder: str, artifact: Artifact) -> str | None:
+    """What is wrong with one artifact's file, or None."""
+    if artifact.path is None:
+        return None
+    path = os.path.join(folder, artifact.path)
+    if not os.path.isfile(path):
+        return "missing"
+    if os.path.getsize(path) == 0:
+        return "empty"
+    if not is_json_trace(artifact.path):
+        return None
+    try:
+        count = sum(1 for _ in events(path))
+        meta = header(path)
+    except TraceError as exc:
+        return f"unreadable: {exc}"
+    if count == 0:
+        return "no trace events"
+    if artifact.kind == "trace" and not ("profdsl" in meta and "distributedInfo" in meta):
+        return "no profdsl / distributedInfo metadata"
+    return None
+
+
+def problems(folder: str, rows: list[Artifact], config: ProfilerConfig | None,
+             world_size: int | None) -> list[str]:
+    """Every problem of ``folder``, one line each."""
+    found = []
+    for a in rows:
+        where = a.path or a.record.get("source") or f"{a.kind} of {a.label}"
+        if a.status not in ("ok", "skipped"):
+            detail = a.record.get("error") or a.record.get("reason") or ""
+            found.append(f"{where}: {a.kind} {a.status} {detail}".rstrip())
+            continue
+        issue = check_file(folder, a)
+        if issue:
+            found.append(f"{where}: {issue}")
+    listed = {a.path for a in rows if a.path}
+    for name in sorted(os.listdir(folder)):
+        if name.startswith(".profdsl-tmp-"):
+            found.append(f"{name}: temporary file left by an interrupted write")
+        elif name.endswith(ARTIFACT_SUFFIXES) and name not in listed and any(a.record for a in rows):
+            found.append(f"{name}: not in the manifest")
+    found += missing_ranks(rows, config, world_size)
+    return found
+
+
+def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_size: int | None) -> list[str]:
+    """Profiled ranks that wrote no trace in a step that other ranks did write."""
+    wrote: dict[int | None, set[int | None]] = defaultdict(set)
+    for a in rows:
+        if a.kind == "trace" and a.status == "ok":
+            wrote[a.step].add(a.rank)
+    if config is not None and world_size:
+        expected = {r for r in range(world_size)
+                    if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
+    else:
+        expected = {r for ranks in wrote.values() for r in ranks if r is not None}
+    return [f"step {step}: profiled rank {rank} wrote no trace"
+            for step in sorted(s for s in wrote if s is not None)
+            for rank in sorted(expected - wrote[step])]
+
+
+def run(args: argparse.Namespace) -> int:
+    """0 when all is well, 1 naming each problem, 2 for usage errors."""
+    try:
+        rows = artifacts(args.dir)
+        config = ProfilerConfig.from_file(args.config) if args.config else None
+    except (FolderError, ConfigError) as exc:
+        return fail(str(exc))
+    issues = problems(args.dir, rows, config, args.world_size)
+    for issue in issues:
+        print(f"FAIL {issue}")
+    files = sum(1 for a in rows if a.path)
+    print(f"{len(rows)} artifacts ({files} files) checked: "
+          f"{'all well' if not issues else f'{len(issues)} problem(s)'}")
+    return 1 if issues else 0

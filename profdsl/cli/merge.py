@@ -1,0 +1,296 @@
+"""``profdsl merge DIR -o FILE``: every JSON trace of a folder in one Chrome trace.
+
+Each distinct :attr:`~profdsl.analysis.catalog.Artifact.label` (role, rollout replica, rank)
+becomes one process row, and every timestamp is moved onto one clock: torch writes event ``ts``
+in microseconds relative to the trace's ``baseTimeNanoseconds``, so an input's events are
+shifted by ``(its base - the smallest base) / 1000`` and the output carries the smallest base.
+Inputs are streamed event by event; no trace is ever held whole in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+
+from profdsl.analysis import reader
+from profdsl.analysis.catalog import Artifact, FolderError, artifacts
+from profdsl.core.naming import is_json_trace
+
+__all__ = ["HELP", "MergeReport", "Row", "add_arguments", "merge_folder", "run"]
+
+HELP = "merge a folder's JSON traces into one Chrome trace: one process row per role and rank"
+
+_EPILOG = """\
+examples:
+  profdsl merge runs/7/profiles -o merged.json.gz
+  profdsl merge runs/7/profiles -o step3.json --steps 3
+
+Open the result in https://ui.perfetto.dev (Open trace file). Rows are named
+"ROLE [replicaN] rankN"; all timestamps share the smallest baseTimeNanoseconds.
+"""
+
+Event = dict[str, Any]
+
+#: Input metadata that would rename or reorder the rows merge assigns.
+_ROW_METADATA = frozenset({"process_name", "process_labels", "process_sort_index"})
+_FLOW_PHASES = frozenset({"s", "t", "f"})
+#: Flow ids of input i become (i << _FLOW_SHIFT) + id: ranks number their flows alike, and a
+#: shared id would draw arrows between unrelated ranks.
+_FLOW_SHIFT = 40
+
+
+@attrs.frozen
+class Row:
+    """One process row of the merged trace.
+
+    Attributes:
+        pid: The pid every event of the row carries in the output.
+        label: The row's name (``Artifact.label``).
+        traces: How many input traces went into the row.
+        events: How many events were written to the row (row metadata included).
+    """
+
+    pid: int
+    label: str
+    traces: int
+    events: int
+
+
+@attrs.frozen
+class MergeReport:
+    """What :func:`merge_folder` did.
+
+    Attributes:
+        output: The file written, or None when there was nothing to merge.
+        rows: The process rows, in pid order.
+        errors: One message per unreadable input (each names the file).
+        skipped: Artifacts left out because they are not ok JSON traces or not in ``steps``.
+    """
+
+    output: Path | None
+    rows: tuple[Row, ...]
+    errors: tuple[str, ...]
+    skipped: int
+
+
+@attrs.frozen
+class _Input:
+    path: Path
+    label: str
+    base_ns: int
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``DIR``, ``-o/--output`` and ``--steps``, with an examples epilog."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _EPILOG
+    parser.add_argument("folder", metavar="DIR", help="a profdsl save_path (with or without manifest)")
+    parser.add_argument("-o", "--output", metavar="FILE", required=True,
+                        help="the merged trace; gzipped when it ends with .gz")
+    parser.add_argument("--steps", metavar="STEP", type=int, nargs="+", default=None,
+                        help="merge only the traces of these steps")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Merge ``args.folder`` into ``args.output``.
+
+    Returns:
+        0 when every selected trace was merged, 1 when an input was unreadable or nothing was
+        left to merge, 2 for a missing or empty folder or an output that cannot be written.
+    """
+    try:
+        report = merge_folder(args.folder, args.output, steps=args.steps)
+    except FolderError as exc:
+        print(f"profdsl merge: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"profdsl merge: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    for message in report.errors:
+        print(f"profdsl merge: {message}", file=sys.stderr)
+    if report.output is None:
+        which = f" of steps {' '.join(map(str, args.steps))}" if args.steps else ""
+        print(f"profdsl merge: {args.folder}: no readable JSON trace{which} to merge", file=sys.stderr)
+        return 1
+    for row in report.rows:
+        print(f"pid {row.pid:<3} {row.label}: {row.traces} trace(s), {row.events} events")
+    if report.skipped:
+        print(f"skipped {report.skipped} artifacts (not an ok JSON trace, or another step)")
+    print(f"wrote {report.output}")
+    return 1 if report.errors else 0
+
+
+def merge_folder(folder: str | os.PathLike[str], output: str | os.PathLike[str],
+                 steps: Sequence[int] | None = None) -> MergeReport:
+    """Merge every ok ``.json``/``.json.gz`` trace of ``folder`` into ``output``.
+
+    An unreadable input is reported in ``errors`` and the others are still merged; events read
+    from a trace before it turned out to be cut short are kept.
+
+    Args:
+        folder: A profdsl save_path.
+        output: The file to write (gzipped when it ends with ``.gz``); replaced atomically.
+        steps: Merge only artifacts of these steps (artifacts without a step are left out).
+
+    Raises:
+        FolderError: ``folder`` is missing, not a folder, or holds no artifact.
+        OSError: ``output`` cannot be written.
+    """
+    found = artifacts(folder)
+    chosen = _select(found, steps)
+    inputs, errors = _read_headers(Path(folder), chosen)
+    if not inputs:
+        return MergeReport(None, (), tuple(errors), len(found) - len(chosen))
+    rows, stream_errors = _write(inputs, Path(output))
+    return MergeReport(Path(output), rows, tuple(errors + stream_errors), len(found) - len(chosen))
+
+
+def _select(found: Iterable[Artifact], steps: Sequence[int] | None) -> list[Artifact]:
+    wanted = None if steps is None else set(steps)
+    chosen: dict[str, Artifact] = {}
+    for artifact in found:
+        if (artifact.path is None or artifact.status != "ok"
+                or not is_json_trace(artifact.path)
+                or (wanted is not None and artifact.step not in wanted)):
+            continue
+        chosen.setdefault(artifact.path, artifact)  # a path listed twice is merged once
+    return sorted(chosen.values(), key=_order)
+
+
+def _order(artifact: Artifact) -> tuple[str, int, str]:
+    return artifact.label, -1 if artifact.step is None else artifact.step, artifact.path or ""
+
+
+def _read_headers(folder: Path, chosen: Iterable[Artifact]) -> tuple[list[_Input], list[str]]:
+    inputs: list[_Input] = []
+    errors: list[str] = []
+    for artifact in chosen:
+        path = folder / str(artifact.path)
+        try:
+            meta = reader.header(path)
+        except reader.TraceError as exc:
+            errors.append(str(exc))
+            continue
+        inputs.append(_Input(path, artifact.label, _base_ns(meta)))
+    return inputs, errors
+
+
+def _base_ns(meta: dict[str, Any]) -> int:
+    """The trace's ``baseTimeNanoseconds``; 0 when the header has none."""
+    value = meta.get("baseTimeNanoseconds")
+    if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
+        return int(value)
+    return 0
+
+
+def _assign_pids(labels: Iterable[str]) -> dict[str, int]:
+    """Pids 1, 2, ... for the distinct labels, in sorted label order."""
+    return {label: pid for pid, label in enumerate(sorted(set(labels)), start=1)}
+
+
+def _row_metadata(label: str, pid: int) -> list[Event]:
+    return [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}},
+        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}},
+    ]
+
+
+def _rewrite(event: Event, pid: int, shift_us: float, flow_base: int) -> Event | None:
+    """``event`` moved to row ``pid`` and shifted by ``shift_us``; None for input row metadata.
+
+    Args:
+        event: One input event (changed in place).
+        pid: The row's pid.
+        shift_us: Microseconds added to ``ts``.
+        flow_base: Added to integer flow ids (``ph`` s/t/f) so inputs' flows stay apart.
+    """
+    if event.get("ph") == "M" and event.get("name") in _ROW_METADATA:
+        return None
+    event["pid"] = pid
+    ts = event.get("ts")
+    if shift_us and isinstance(ts, (int, float)) and not isinstance(ts, bool):
+        event["ts"] = ts + shift_us
+    flow_id = event.get("id")
+    if (event.get("ph") in _FLOW_PHASES and isinstance(flow_id, int) and not isinstance(flow_id, bool)
+            and 0 <= flow_id < 1 << _FLOW_SHIFT):
+        event["id"] = flow_base + flow_id
+    return event
+
+
+def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[str]]:
+    """Stream every input into ``output`` (through a temporary file, renamed at the end)."""
+    base = min(i.base_ns for i in inputs)
+    pids = _assign_pids(i.label for i in inputs)
+    counts = dict.fromkeys(pids, 0)
+    errors: list[str] = []
+    partial = output.with_name(f".{output.name}.partial")
+    try:
+        with _open_output(partial, gzipped=output.name.endswith(".gz")) as stream:
+            # The header goes before traceEvents, where reader.header looks for it.
+            stream.write(f'{{"displayTimeUnit": "ms", "baseTimeNanoseconds": {base}, '
+                         f'"profdsl": {{"merged_traces": {len(inputs)}}}, "traceEvents": [\n')
+            writer = _ArrayWriter(stream)
+            for label, pid in pids.items():
+                counts[label] += writer.write_all(_row_metadata(label, pid))
+            for index, item in enumerate(inputs):
+                written, error = _copy(item, writer, pids[item.label], (item.base_ns - base) / 1000,
+                                       index << _FLOW_SHIFT)
+                counts[item.label] += written
+                if error is not None:
+                    errors.append(error)
+            stream.write("\n]}\n")
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
+    traces = {label: sum(1 for i in inputs if i.label == label) for label in pids}
+    rows = tuple(Row(pid, label, traces[label], counts[label]) for label, pid in pids.items())
+    return rows, errors
+
+
+def _copy(item: _Input, writer: _ArrayWriter, pid: int, shift_us: float,
+          flow_base: int) -> tuple[int, str | None]:
+    """Copy one input's events; returns (events written, error message or None)."""
+    written = 0
+    try:
+        for event in reader.events(item.path):
+            moved = _rewrite(event, pid, shift_us, flow_base)
+            if moved is not None:
+                written += writer.write_all([moved])
+    except reader.TraceError as exc:
+        kept = f" (kept the {written} events read before the error)" if written else ""
+        return written, f"{exc}{kept}"
+    return written, None
+
+
+def _open_output(path: Path, gzipped: bool) -> IO[str]:
+    if gzipped:
+        return gzip.open(path, "wt", encoding="utf-8")
+    return open(path, "w", encoding="utf-8")
+
+
+class _ArrayWriter:
+    """Writes JSON array items one at a time, with the commas between them."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._first = True
+
+    def write_all(self, items: Iterable[Event]) -> int:
+        """Write ``items``; returns how many."""
+        count = 0
+        for item in items:
+            if not self._first:
+                self._stream.write(",\n")
+            self._stream.write(json.dumps(item, separators=(",", ":")))
+            self._first = False
+            count += 1
+        return count

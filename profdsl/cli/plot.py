@@ -1,0 +1,343 @@
+"""``profdsl plot``: a PNG of what a profile folder holds, for people to look at.
+
+Two views: stacked bars of time per stage for each (role, rank, step) (the default), and with
+``--timeline`` a Gantt chart with one row per process and a bar per outermost stage region.
+Traces are streamed (bounded memory); matplotlib is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from profdsl.analysis.catalog import Artifact, FolderError, artifacts
+from profdsl.analysis.reader import TraceError, events, header
+from profdsl.analysis.stages import ENGINE_STAGE
+from profdsl.core.naming import is_json_trace
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["add_arguments", "run"]
+
+HELP = "plot per-stage time per rank and step (or a timeline) to a PNG"
+# record_function ranges are mirrored onto GPU streams under the same name; counting them too
+# would double a stage's time.
+_SKIPPED_CATEGORIES = frozenset({"gpu_user_annotation"})
+_INSTALL_HINT = "plotting needs matplotlib: pip install profdsl[plot]"
+
+EXAMPLES = """examples:
+  profdsl plot profiles -o stages.png             time per stage, one bar per rank and step
+  profdsl plot profiles -o timeline.png --timeline   when each stage ran, one row per process
+  profdsl plot profiles -o stages.png --dpi 200
+
+for numbers rather than pictures, use: profdsl summary profiles --json
+"""
+
+Region = tuple[str, float, float]
+"""A stage region: (stage name, start µs, end µs), in absolute (wall-clock) microseconds."""
+BarKey = tuple[str, int, int, int]
+"""(role, replica, rank, step) of one bar; -1 stands for an unknown number."""
+
+
+@attrs.frozen
+class _Scan:
+    """What one trace contributes: time per stage and its outermost stage regions."""
+
+    totals_us: dict[str, float]
+    regions: tuple[Region, ...]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``plot`` command's arguments."""
+    parser.epilog = EXAMPLES
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("folder", metavar="DIR", help="a profile folder (a profdsl save_path)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE.png",
+                        help="the image to write (the format follows the extension)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="draw when each stage ran (one row per process) instead of stacked bars")
+    parser.add_argument("--dpi", type=_positive_int, default=150, help="image resolution (default 150)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Draw the folder ``args.folder`` into ``args.output``.
+
+    Returns:
+        0 when every trace was drawn, 1 when some trace was unreadable (the rest is drawn) or
+        nothing could be drawn, 2 on usage errors (no folder, no matplotlib, unwritable output).
+    """
+    try:
+        rows = artifacts(args.folder)
+    except FolderError as exc:
+        print(f"profdsl plot: {exc}", file=sys.stderr)
+        return 2
+    try:
+        _matplotlib()
+    except ImportError:
+        print(f"profdsl plot: {_INSTALL_HINT}", file=sys.stderr)
+        return 2
+    scans, failures = _scan_folder(args.folder, rows)
+    for failure in failures:
+        print(f"profdsl plot: skipped an unreadable trace: {failure}", file=sys.stderr)
+    if not any(scan.totals_us for _row, scan in scans):
+        print(f"profdsl plot: {args.folder}: no stage time found in any readable trace",
+              file=sys.stderr)
+        return 1
+    title = Path(args.folder).resolve().name
+    figure = _timeline_figure(scans, title) if args.timeline else _bars_figure(scans, title)
+    try:
+        figure.savefig(args.output, dpi=args.dpi, bbox_inches="tight")
+    except (OSError, ValueError) as exc:
+        print(f"profdsl plot: cannot write {args.output}: {exc}", file=sys.stderr)
+        return 2
+    print(args.output)
+    return 1 if failures else 0
+
+
+def _matplotlib() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return matplotlib
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def _scan_folder(folder: str, rows: Iterable[Artifact]
+                 ) -> tuple[list[tuple[Artifact, _Scan]], list[str]]:
+    """Scan every readable trace of the folder; also returns one message per unreadable trace."""
+    scans: list[tuple[Artifact, _Scan]] = []
+    failures: list[str] = []
+    for row in rows:
+        if row.kind not in ("trace", "rollout") or row.status != "ok" or row.path is None:
+            continue
+        if not is_json_trace(row.path):
+            continue
+        try:
+            scans.append((row, _scan(os.path.join(folder, row.path), row.kind, row.stage)))
+        except TraceError as exc:
+            failures.append(str(exc))
+    return scans, failures
+
+
+def _scan(path: str, kind: str, stage: str | None = None) -> _Scan:
+    """Time per profdsl stage in one trace, summed over its complete events, in one stream.
+
+    A trace with no profdsl stage region (a rollout engine's trace) counts as its span (last end
+    minus first start of its complete events), under :data:`ENGINE_STAGE` for rollouts or else
+    under the artifact's ``stage`` (``"whole trace"`` when it has none).
+
+    Raises:
+        TraceError: the trace cannot be read.
+    """
+    meta = header(path)
+    names = _stage_names(meta)
+    base_us = float(meta.get("baseTimeNanoseconds") or 0) / 1000
+    totals: dict[str, float] = defaultdict(float)
+    regions: list[Region] = []
+    first, last = float("inf"), float("-inf")
+    for event in events(path):
+        if event.get("ph") != "X":
+            continue
+        start = float(event.get("ts", 0))
+        duration = float(event.get("dur") or 0)
+        end = start + duration
+        first, last = min(first, start), max(last, end)
+        name = event.get("name")
+        if name in names and event.get("cat") not in _SKIPPED_CATEGORIES:
+            totals[name] += duration  # not end - start: ts is large enough to lose digits
+            regions.append((name, base_us + start, base_us + end))
+    if regions or first > last:
+        return _Scan(dict(totals), tuple(_outermost(regions)))
+    fallback = ENGINE_STAGE if kind == "rollout" else stage or "whole trace"
+    return _Scan({fallback: last - first}, ((fallback, base_us + first, base_us + last),))
+
+
+def _stage_names(meta: dict[str, Any]) -> frozenset[str]:
+    profdsl = meta.get("profdsl")
+    regions = profdsl.get("regions") if isinstance(profdsl, dict) else None
+    stages = regions.get("stages") if isinstance(regions, dict) else None
+    return frozenset(s for s in stages or () if isinstance(s, str))
+
+
+def _outermost(regions: Iterable[Region]) -> list[Region]:
+    """The regions not inside another one (a nested stage is drawn as part of its parent)."""
+    kept: list[Region] = []
+    for region in sorted(regions, key=lambda r: (r[1], -r[2])):
+        if kept and region[2] <= kept[-1][2]:
+            continue
+        kept.append(region)
+    return kept
+
+
+# --- drawing ----------------------------------------------------------------------------------
+
+
+def _colours(stages: Iterable[str]) -> dict[str, Any]:
+    """One colour per stage, assigned in name order so a stage keeps its colour in both views."""
+    import matplotlib
+
+    names = sorted(set(stages))
+    if len(names) <= 10:
+        palette = matplotlib.colormaps["tab10"]
+        return {name: palette(i) for i, name in enumerate(names)}
+    if len(names) <= 20:
+        palette = matplotlib.colormaps["tab20"]
+        return {name: palette(i) for i, name in enumerate(names)}
+    palette = matplotlib.colormaps["turbo"]
+    return {name: palette(i / (len(names) - 1)) for i, name in enumerate(names)}
+
+
+def _bar_key(row: Artifact) -> BarKey:
+    def known(value: int | None) -> int:
+        return -1 if value is None else value
+
+    return (row.role or "unknown", known(row.replica), known(row.rank), known(row.step))
+
+
+def _bar_label(key: BarKey, with_role: bool) -> str:
+    role, replica, rank, step = key
+    parts = [role] if with_role else []
+    if replica >= 0:
+        parts.append(f"rep{replica}")
+    parts.append(f"r{rank}" if rank >= 0 else "r?")
+    parts.append(f"s{step}" if step >= 0 else "s?")
+    return " ".join(parts)
+
+
+def _bar_totals(scans: Iterable[tuple[Artifact, _Scan]]) -> dict[BarKey, dict[str, float]]:
+    """Milliseconds per stage for each bar: a rank's traces of one step add up."""
+    bars: dict[BarKey, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for row, scan in scans:
+        for stage, us in scan.totals_us.items():
+            bars[_bar_key(row)][stage] += us / 1000
+    return bars
+
+
+def _bar_positions(keys: Sequence[BarKey]) -> list[float]:
+    """x of each bar (keys ordered by role then step): gaps set roles and steps apart."""
+    xs: list[float] = []
+    x = 0.0
+    for i, key in enumerate(keys):
+        if i and key[0] != keys[i - 1][0]:
+            x += 1.0
+        elif i and key[3] != keys[i - 1][3]:
+            x += 0.4
+        xs.append(x)
+        x += 1.0
+    return xs
+
+
+def _bars_figure(scans: Sequence[tuple[Artifact, _Scan]], title: str) -> Figure:
+    """Stacked bars: one per (role, rank, step), a segment per stage, the biggest stage lowest."""
+    from matplotlib.figure import Figure
+
+    bars = _bar_totals(scans)
+    keys = sorted(bars, key=lambda k: (k[0], k[3], k[1], k[2]))
+    stage_sum: dict[str, float] = defaultdict(float)
+    for stages in bars.values():
+        for stage, ms in stages.items():
+            stage_sum[stage] += ms
+    order = sorted(stage_sum, key=lambda s: (-stage_sum[s], s))
+    colours = _colours(order)
+    xs = _bar_positions(keys)
+    figure = Figure(figsize=(min(max(3 + 0.45 * (xs[-1] + 1), 7.0), 30.0), 5.5))
+    axes = figure.add_subplot()
+    bottoms = [0.0] * len(keys)
+    for stage in order:
+        heights = [bars[key].get(stage, 0.0) for key in keys]
+        axes.bar(xs, heights, bottom=bottoms, width=0.8, color=colours[stage], label=stage,
+                 edgecolor="white", linewidth=0.5)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    if len(keys) <= 40:
+        for x, total in zip(xs, bottoms):
+            axes.annotate(f"{total:.3g}", (x, total), xytext=(0, 2), textcoords="offset points",
+                          ha="center", va="bottom", fontsize=7, color="0.3")
+    with_role = len({key[0] for key in keys}) > 1
+    axes.set_xticks(xs, [_bar_label(key, with_role) for key in keys],
+                    rotation=45 if len(keys) > 8 or with_role else 0,
+                    ha="right" if len(keys) > 8 or with_role else "center", fontsize=8)
+    axes.set_xlim(-0.7, xs[-1] + 0.7)
+    axes.set_ylim(0, max(bottoms) * 1.1)
+    axes.set_ylabel("time in stage (ms)")
+    axes.set_xlabel("rank (r) and step (s)" if not with_role else "role, rank (r) and step (s)")
+    axes.set_title(f"{title}: time per stage", loc="left")
+    axes.grid(axis="y", alpha=0.3)
+    axes.set_axisbelow(True)
+    _despine(axes)
+    handles, labels = axes.get_legend_handles_labels()
+    axes.legend(handles[::-1], labels[::-1], title="stage", loc="upper left",
+                bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+    return figure
+
+
+def _timeline_figure(scans: Sequence[tuple[Artifact, _Scan]], title: str) -> Figure:
+    """A Gantt chart: a row per process label, a bar per outermost stage region, in ms."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    rows: dict[str, list[Region]] = defaultdict(list)
+    order_of: dict[str, tuple[str, int, int]] = {}
+    for row, scan in scans:
+        rows[row.label].extend(scan.regions)
+        order_of[row.label] = _bar_key(row)[:3]
+    labels = sorted((label for label in rows if rows[label]), key=lambda label: order_of[label])
+    origin = min(start for label in labels for _stage, start, _end in rows[label])
+    colours = _colours(stage for label in labels for stage, _start, _end in rows[label])
+    figure = Figure(figsize=(12, min(max(1.5 + 0.45 * len(labels), 3.0), 30)))
+    axes = figure.add_subplot()
+    for y, label in enumerate(labels):
+        per_stage: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for stage, start, end in rows[label]:
+            per_stage[stage].append(((start - origin) / 1000, (end - start) / 1000))
+        for stage, spans in per_stage.items():
+            # a thin edge in the bar's own colour keeps very short regions visible
+            axes.broken_barh(spans, (y - 0.35, 0.7), facecolors=colours[stage],
+                             edgecolors=colours[stage], linewidth=0.6)
+    axes.set_yticks(range(len(labels)), labels, fontsize=8)
+    axes.set_ylim(len(labels) - 0.5, -0.5)
+    axes.set_xlim(left=0)
+    axes.set_xlabel(_time_axis_label(origin))
+    axes.set_title(f"{title}: when each stage ran", loc="left")
+    axes.grid(axis="x", alpha=0.3)
+    axes.set_axisbelow(True)
+    _despine(axes)
+    handles = [Patch(color=colour, label=stage) for stage, colour in colours.items()]
+    axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                frameon=False, fontsize=8)
+    return figure
+
+
+def _time_axis_label(origin_us: float) -> str:
+    """The x label, with the wall-clock time of the first region when it looks like one."""
+    seconds = origin_us / 1e6
+    if seconds < 946684800:  # before 2000: no baseTimeNanoseconds, so not a wall clock
+        return "time since the first stage region (ms)"
+    when = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
+    return f"time since the first stage region (ms), which began {when:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _despine(axes: Axes) -> None:
+    for side in ("top", "right"):
+        axes.spines[side].set_visible(False)

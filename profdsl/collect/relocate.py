@@ -1,0 +1,224 @@
+"""Relocating artifacts that other tools wrote (nsys reports, engine traces) into ``save_path``.
+
+Plan, then apply. Planning is pure: file names in, :class:`Move` and :class:`Skip` out, each
+with its reason. Applying is best effort and never raises: it waits (bounded) until each source is
+complete, reserves the destination name with an exclusive create (never overwriting anything),
+renames within a filesystem or copies, fsyncs and renames across filesystems, and returns one
+manifest record per file, ``incomplete`` ones included.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import stat
+import sys
+import time
+import uuid
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from profdsl.collect.manifest import append_record, make_record
+from profdsl.core.naming import MAX_INDEX, NSYS_EXT, TraceName
+
+__all__ = ["Move", "Skip", "apply", "default_nsys_dir", "gzip_complete", "plan_nsys", "reserve",
+           "wait_complete"]
+
+#: Poll interval while waiting for files to stop growing.
+POLL_S = 0.2
+
+
+@attrs.frozen
+class Move:
+    """Move ``source`` into ``save_path`` as ``name``; ``fields`` go into its manifest record."""
+
+    source: str
+    name: TraceName
+    kind: str
+    fields: dict[str, Any] = attrs.field(factory=dict)
+    reason: str = ""
+
+
+@attrs.frozen
+class Skip:
+    """Leave ``source`` where it is, for ``reason``. ``status`` None: never recorded (left on
+    purpose); ``"incomplete"``: recorded at the last pass; ``"skipped"``: always recorded."""
+
+    source: str
+    reason: str
+    kind: str = "nsys"
+    status: str | None = None
+    fields: dict[str, Any] = attrs.field(factory=dict)
+
+
+def reserve(save_path: str, name: TraceName) -> TraceName:
+    """Create an empty file under ``name`` (or the next free ``part``); return the name used."""
+    candidate = name
+    while True:
+        path = os.path.join(save_path, candidate.format())
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return candidate
+        except FileExistsError:
+            part = (candidate.part or 0) + 1
+            if part > MAX_INDEX:
+                raise
+            candidate = attrs.evolve(candidate, part=part)
+
+
+def gzip_complete(path: str, chunk: int = 1 << 20) -> bool:
+    """Whether ``path`` is a whole gzip stream (decompressed in chunks: bounded memory)."""
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        with open(path, "rb") as file:
+            while block := file.read(chunk):
+                inflater.decompress(block, 0)
+                if inflater.eof:
+                    return True
+    except (OSError, zlib.error):
+        return False
+    return inflater.eof
+
+
+def wait_complete(paths: Sequence[str], timeout_s: float, poll_s: float = POLL_S) -> list[str]:
+    """Wait until each file's size and mtime hold still over one poll (and a ``.gz`` is a whole
+    stream), at most ``timeout_s``; return the paths still incomplete then."""
+    deadline = time.monotonic() + timeout_s
+    pending = {p: _signature(p) for p in paths}
+    while pending:
+        time.sleep(poll_s)
+        for path, before in list(pending.items()):
+            now = _signature(path)
+            if now is not None and now == before and now[0] > 0 and (
+                    not path.endswith(".gz") or gzip_complete(path)):
+                del pending[path]
+            else:
+                pending[path] = now
+        if time.monotonic() >= deadline:
+            break
+    return sorted(pending)
+
+
+def _signature(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns)
+
+
+def default_nsys_dir() -> str:
+    """Where Ray's nsight plugin writes reports: ``<session dir>/logs/nsight``."""
+    ray = sys.modules.get("ray")
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    session = getattr(node, "get_session_dir_path", None)
+    base = session() if callable(session) else os.path.join("/tmp", "ray", "session_latest")
+    return os.path.join(base, "logs", "nsight")
+
+
+_NSYS = re.compile(r"worker_process_(?P<pid>[0-9]+)(?P<index>\.[0-9]+)?\.(?P<ext>nsys-rep|qdstrm)")
+
+
+def plan_nsys(names: Iterable[str], *, source_dir: str, pid: int, label: dict[str, Any],
+              time_ms: int) -> list[Move | Skip]:
+    """Which of ``names`` (a listing of ``source_dir``) to move: this process's ``.nsys-rep``
+    reports whose ``.qdstrm`` conversion is over. ``label`` holds role, rank, world_size, host."""
+    ours = {}
+    for name in names:
+        match = _NSYS.fullmatch(name)
+        if match and int(match["pid"]) == pid:
+            ours[name] = match
+    converting = {m["index"] for m in ours.values() if m["ext"] == "qdstrm"}
+    plan: list[Move | Skip] = []
+    for name, match in sorted(ours.items()):
+        source = os.path.join(source_dir, name)
+        if match["ext"] == "qdstrm":
+            continue
+        if match["index"] in converting:
+            plan.append(Skip(source, "nsys is still converting its .qdstrm", status="incomplete",
+                             fields=dict(label)))
+            continue
+        part = int(match["index"][1:]) if match["index"] else None
+        trace = TraceName(role=label["role"], rank=label["rank"], world_size=label["world_size"],
+                          host=label["host"], pid=pid, time_ms=time_ms, part=part, ext=NSYS_EXT)
+        plan.append(Move(source, trace, "nsys", dict(label), "this process's finished nsys report"))
+    return plan
+
+
+def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float,
+          record_incomplete: bool) -> list[dict[str, Any]]:
+    """Carry out ``plan``; returns (and appends to the manifest) one record per file handled.
+
+    Sources still incomplete after ``wait_s`` stay where they are; with ``record_incomplete``
+    (the last chance, at close) they are recorded as ``incomplete``.
+    """
+    moves = [m for m in plan if isinstance(m, Move) and _is_regular(m.source)]
+    incomplete = set(wait_complete([m.source for m in moves], wait_s)) if moves else set()
+    records = []
+    for item in plan:
+        if isinstance(item, Skip):
+            if item.status == "skipped" or (item.status == "incomplete" and record_incomplete):
+                records.append(make_record(item.kind, None, status=item.status, source=item.source,
+                                           reason=item.reason, **item.fields))
+        elif item not in moves:
+            records.append(make_record(item.kind, None, status="skipped", source=item.source,
+                                       reason="not a regular file (symlinks are not followed)",
+                                       **item.fields))
+        elif item.source in incomplete:
+            if record_incomplete:
+                records.append(make_record(item.kind, None, status="incomplete", source=item.source,
+                                           reason="still being written", **item.fields))
+        else:
+            records.append(_move(item, save_path))
+    for record in records:
+        append_record(save_path, record)
+    return records
+
+
+def _is_regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)  # a symlink is never followed out
+    except OSError:
+        return False
+
+
+def _move(move: Move, save_path: str) -> dict[str, Any]:
+    reserved: str | None = None
+    try:
+        os.makedirs(save_path, exist_ok=True)
+        name = reserve(save_path, move.name).format()
+        reserved = os.path.join(save_path, name)
+        try:
+            os.replace(move.source, reserved)  # atomic within a filesystem
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            _copy_across(move.source, save_path, reserved)
+        size = os.path.getsize(reserved)
+    except Exception as exc:
+        if reserved is not None and os.path.exists(reserved) and os.path.getsize(reserved) == 0:
+            os.remove(reserved)
+        return make_record(move.kind, None, status="failed", source=move.source,
+                           error=f"{type(exc).__name__}: {exc}", **move.fields)
+    return make_record(move.kind, name, bytes=size, source=move.source, **move.fields)
+
+
+def _copy_across(source: str, save_path: str, destination: str) -> None:
+    """Copy to a temporary name beside ``destination``, fsync, rename, then drop the source."""
+    tmp = os.path.join(save_path, f".profdsl-tmp-{os.getpid()}-{uuid.uuid4().hex}")
+    try:
+        with open(source, "rb") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, destination)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    os.remove(source)

@@ -1,1 +1,0 @@
-"""The `profdsl` subcommands: one module each, imported only when its command runs."""

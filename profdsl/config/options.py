@@ -1,0 +1,271 @@
+"""The configuration classes (re-exported by :mod:`profdsl.config` and :mod:`profdsl`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import attrs
+
+from profdsl.config import combine
+from profdsl.config.validate import (
+    boolean,
+    check_keys,
+    int_at_least,
+    one_of,
+    positive_finite,
+    to_int_set,
+    to_name_set,
+    to_nested,
+)
+from profdsl.errors import ConfigError
+
+__all__ = [
+    "CONTENTS", "TOOLS", "FinishHook", "ProfilerConfig", "RolloutOptions", "Schedule", "TorchOptions",
+]
+
+#: The torch profiler contents a user may ask for.
+CONTENTS = frozenset({"cpu", "cuda", "memory", "shapes", "stack"})
+#: The profiling tools (backends) profdsl drives.
+TOOLS = ("torch", "nsys")
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class _Mappable:
+    """``from_mapping`` / ``to_mapping`` for an attrs class whose nested fields know theirs."""
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any], *, _path: str | None = None) -> Any:
+        """Build from a nested plain mapping; unknown keys raise ``ConfigError``."""
+        check_keys(_path or cls.__name__, mapping, cls)
+        return cls(**mapping)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """Plain dicts, lists, strings and numbers (JSON and YAML safe) that rebuild ``self``."""
+        return attrs.asdict(self, value_serializer=_plain)  # type: ignore[arg-type]
+
+
+def _plain(_inst: object, _field: object, value: object) -> object:
+    if isinstance(value, frozenset):
+        return sorted(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class Schedule(_Mappable):
+    """A ``torch.profiler.schedule`` over update mini-batches.
+
+    Each cycle is ``wait`` idle, ``warmup`` traced-but-discarded and ``active`` recorded
+    mini-batches, after ``skip_first`` mini-batches skipped once; ``repeat`` cycles (0: unbounded).
+    """
+
+    skip_first: int = attrs.field(default=0, validator=int_at_least(0))
+    wait: int = attrs.field(default=0, validator=int_at_least(0))
+    warmup: int = attrs.field(default=0, validator=int_at_least(0))
+    active: int = attrs.field(default=1, validator=int_at_least(1))
+    repeat: int = attrs.field(default=0, validator=int_at_least(0))
+
+    @property
+    def cycle_len(self) -> int:
+        """Mini-batches in one cycle: ``wait + warmup + active``."""
+        return self.wait + self.warmup + self.active
+
+
+def _contents(value: object) -> frozenset[str]:
+    return to_name_set("TorchOptions.contents", value, CONTENTS)
+
+
+def _schedule(value: object) -> Schedule | None:
+    return None if value is None else to_nested("TorchOptions.schedule", value, Schedule)
+
+
+@attrs.frozen(kw_only=True)
+class TorchOptions(_Mappable):
+    """Options of the torch profiler backend.
+
+    CPU activity is always recorded (stage markers are CPU events); CUDA is recorded when
+    ``contents`` is empty or names ``"cuda"``; ``"stack"``, ``"shapes"`` and ``"memory"`` switch on
+    ``with_stack``, ``record_shapes`` and ``profile_memory``.
+
+    A session records the thread that starts it (torch's default). ``all_threads=True`` runs
+    sessions on a dedicated thread with torch's experimental ``profile_all_threads`` (torch >= 2.7),
+    so that start, stop and stages may come from any threads; it intermittently crashed the process
+    in profdsl's tests on torch 2.13, hence off by default.
+    """
+
+    contents: frozenset[str] = attrs.field(factory=frozenset, converter=_contents)
+    schedule: Schedule | None = attrs.field(default=None, converter=_schedule)
+    all_threads: bool = attrs.field(default=False, validator=boolean)
+
+    @property
+    def cuda(self) -> bool:
+        """Whether CUDA activity is recorded."""
+        return not self.contents or "cuda" in self.contents
+
+
+@attrs.frozen(kw_only=True)
+class RolloutOptions(_Mappable):
+    """How rollout engines are profiled (``rollout_window`` and the engine adapters).
+
+    ``max_iterations`` engine iterations are recorded after ``delay_iterations`` (0: until
+    ``stop_profile``); a finite default keeps engine traces small and flushes short. Calls to
+    the engines are bounded by ``start_timeout_s`` and ``stop_timeout_s`` (flushing a long window
+    can take minutes); after stopping, traces get ``flush_wait_s`` to be complete.
+    """
+
+    max_iterations: int = attrs.field(default=64, validator=int_at_least(0))
+    delay_iterations: int = attrs.field(default=0, validator=int_at_least(0))
+    start_timeout_s: float = attrs.field(default=60.0, validator=positive_finite)
+    stop_timeout_s: float = attrs.field(default=900.0, validator=positive_finite)
+    flush_wait_s: float = attrs.field(default=300.0, validator=positive_finite)
+
+
+def _rollout(value: object) -> RolloutOptions:
+    return to_nested("ProfilerConfig.rollout", value, RolloutOptions)
+
+
+def _hook_ranks(value: object) -> tuple[int, ...]:
+    return to_int_set("FinishHook.ranks", value)
+
+
+@attrs.frozen(kw_only=True)
+class FinishHook(_Mappable):
+    """A shell command run once, after the last profiled step, to ship the traces somewhere.
+
+    It runs via ``/bin/sh -c`` on ``ranks`` (every rank with ``all_ranks``; the profiled ranks when
+    neither is set), bounded by ``timeout_s``. A blank ``cmd`` means no hook. With ``background``
+    it runs on a thread and ``Profiler.close()`` waits for it (up to its timeout).
+    """
+
+    cmd: str | None = attrs.field(default=None)
+    ranks: tuple[int, ...] = attrs.field(default=(), converter=_hook_ranks)
+    all_ranks: bool = attrs.field(default=False, validator=boolean)
+    timeout_s: float = attrs.field(default=1800.0, validator=positive_finite)
+    background: bool = attrs.field(default=False, validator=boolean)
+
+    @cmd.validator
+    def _check_cmd(self, _attribute: object, value: object) -> None:
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"FinishHook.cmd must be a string or None, got {value!r}")
+
+    def __attrs_post_init__(self) -> None:
+        if self.cmd is not None and not self.cmd.strip():
+            object.__setattr__(self, "cmd", None)
+
+
+def _save_path(value: object) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"ProfilerConfig.save_path must be a non-empty local path, got {value!r}")
+    if _URL.match(value):
+        raise ConfigError(
+            f"ProfilerConfig.save_path must be a local path, got the URL {value!r}: traces are "
+            "written locally and uploaded by the finish hook (FinishHook.cmd)"
+        )
+    return value
+
+
+def _steps(value: object) -> tuple[int, ...]:
+    return to_int_set("ProfilerConfig.steps", value)
+
+
+def _ranks(value: object) -> tuple[int, ...]:
+    return to_int_set("ProfilerConfig.ranks", value)
+
+
+def _torch_options(value: object) -> TorchOptions:
+    return to_nested("ProfilerConfig.torch", value, TorchOptions)
+
+
+def _finish_hook(value: object) -> FinishHook:
+    return to_nested("ProfilerConfig.finish_hook", value, FinishHook)
+
+
+def _optional_dir(_inst: object, _attribute: object, value: str | None) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigError(f"ProfilerConfig.nsys_report_dir must be a folder path or None, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ProfilerConfig(_Mappable):
+    """What to profile (steps, ranks, tool), where traces go, and the finish hook.
+
+    ``steps`` are RL training steps; empty ``ranks`` with ``all_ranks=False`` selects rank 0.
+    ``discrete=True`` gives each outermost stage its own trace; otherwise one trace spans a step
+    (or a run of consecutive steps with ``continuous_steps``).
+
+    Examples:
+        >>> cfg = ProfilerConfig.from_mapping({"enable": True, "steps": [3], "torch": {"contents": ["cpu"]}})
+        >>> ProfilerConfig.from_mapping(cfg.to_mapping()) == cfg
+        True
+    """
+
+    #: Extensions :meth:`from_file` reads as YAML (anything else is read as JSON).
+    YAML_SUFFIXES: ClassVar[tuple[str, ...]] = (".yaml", ".yml")
+
+    enable: bool = attrs.field(default=False, validator=boolean)
+    tool: Literal["torch", "nsys"] = attrs.field(default="torch", validator=one_of(TOOLS))
+    steps: tuple[int, ...] = attrs.field(default=(), converter=_steps)
+    ranks: tuple[int, ...] = attrs.field(default=(), converter=_ranks)
+    all_ranks: bool = attrs.field(default=False, validator=boolean)
+    save_path: str = attrs.field(default="profiles", converter=_save_path)
+    discrete: bool = attrs.field(default=False, validator=boolean)
+    continuous_steps: bool = attrs.field(default=False, validator=boolean)
+    nvtx: bool = attrs.field(default=False, validator=boolean)
+    torch: TorchOptions = attrs.field(factory=TorchOptions, converter=_torch_options)
+    relocate_results: bool = attrs.field(default=True, validator=boolean)
+    finish_hook: FinishHook = attrs.field(factory=FinishHook, converter=_finish_hook)
+    nsys_report_dir: str | None = attrs.field(default=None, validator=_optional_dir)
+    rollout: RolloutOptions = attrs.field(factory=RolloutOptions, converter=_rollout)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], *, section: str | None = None) -> ProfilerConfig:
+        """Read a YAML (``.yaml``/``.yml``) or JSON file.
+
+        Args:
+            path: the file.
+            section: a dotted key selecting a nested block, e.g. ``"actor.profiler"``.
+
+        Raises:
+            ConfigError: unreadable file, bad syntax, missing section or invalid values.
+        """
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read profiler config {str(path)!r}: {exc}") from exc
+        try:
+            if path.suffix.lower() in cls.YAML_SUFFIXES:
+                import yaml  # type: ignore[import-untyped]  # lazily: only file configs need it
+
+                data = yaml.safe_load(text)
+            else:
+                data = json.loads(text)
+        except Exception as exc:  # yaml.YAMLError and json.JSONDecodeError share no base
+            raise ConfigError(f"cannot parse profiler config {str(path)!r}: {exc}") from exc
+        where = str(path)
+        for key in section.split(".") if section else ():
+            if not isinstance(data, Mapping) or key not in data:
+                raise ConfigError(f"{where} has no key {key!r}")
+            data, where = data[key], f"{where}:{key}"
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where} must hold a mapping of profiler settings, got {data!r}")
+        return cls.from_mapping(data)  # type: ignore[no-any-return]
+
+    def union(self, other: ProfilerConfig) -> ProfilerConfig:
+        """A config that profiles whatever either config profiles (see ``docs/configuration.md``)."""
+        return combine.union(self, other)
+
+    def intersect(self, other: ProfilerConfig) -> ProfilerConfig:
+        """A config that profiles only what both configs profile (see ``docs/configuration.md``)."""
+        return combine.intersect(self, other)

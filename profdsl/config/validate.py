@@ -1,0 +1,208 @@
+"""Validators and converters: the one home of profdsl's input checks.
+
+Each one raises :class:`~profdsl.errors.ConfigError` with a message naming the field (as
+``Class.field``) or argument and the offending value, so a bad YAML key is found without a
+traceback dive. :func:`require_int` is the only integer check in profdsl: config fields, trace
+name fields, schedule indices, step numbers and ranks all go through it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable, TypeVar
+
+import attrs
+
+from profdsl.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def _where(inst: object, attribute: attrs.Attribute[Any]) -> str:
+    return f"{type(inst).__name__}.{attribute.name}"
+
+
+def is_int(value: object) -> bool:
+    """True for a real integer; ``bool`` is excluded although it subclasses ``int``."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_in_range(value: object, minimum: int, maximum: int | None) -> bool:
+    return is_int(value) and minimum <= value and (maximum is None or value <= maximum)  # type: ignore[operator]
+
+
+def require_int(label: str, value: object, minimum: int = 0, maximum: int | None = None, *,
+                optional: bool = False) -> int:
+    """Return ``value`` if it is an integer in ``minimum..maximum`` (no upper bound when None).
+
+    Args:
+        label: how the message names the value, e.g. ``"Schedule.wait"`` or ``"argument rank"``.
+        value: the value to check; ``bool`` is refused although it subclasses ``int``.
+        minimum: the smallest allowed value.
+        maximum: the largest allowed value, or None.
+        optional: None is allowed too (and returned as is).
+
+    Raises:
+        ConfigError: ``"<label> must be an integer >= <minimum>, got <value>"`` (``in
+            <minimum>..<maximum>`` with a maximum, ``or None`` when optional).
+
+    >>> require_int("Schedule.wait", 2)
+    2
+    >>> require_int("TraceName.step", -1, 0, 9)
+    Traceback (most recent call last):
+    ...
+    profdsl.errors.ConfigError: TraceName.step must be an integer in 0..9, got -1
+    """
+    if optional and value is None:
+        return value  # type: ignore[return-value]
+    if not _int_in_range(value, minimum, maximum):
+        bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+        raise ConfigError(
+            f"{label} must be an integer {bound}{' or None' if optional else ''}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def int_in(minimum: int, maximum: int | None = None, *, optional: bool = False
+           ) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """An attrs validator: :func:`require_int` on the field."""
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        require_int(_where(inst, attribute), value, minimum, maximum, optional=optional)
+
+    return check
+
+
+def int_at_least(minimum: int) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """An attrs validator: an integer (not a bool) ``>= minimum``."""
+    return int_in(minimum)
+
+
+def boolean(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: exactly ``True`` or ``False`` (YAML ``"yes"`` is not a bool)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{_where(inst, attribute)} must be true or false, got {value!r}")
+
+
+def positive_finite(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a finite number of seconds > 0."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigError(
+            f"{_where(inst, attribute)} must be a finite number of seconds > 0, got {value!r}"
+        )
+
+
+def one_of(choices: Iterable[str]) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """An attrs validator: one of ``choices``, suggesting the closest one on a typo."""
+    allowed = tuple(choices)
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value not in allowed:
+            raise ConfigError(
+                f"{_where(inst, attribute)} must be one of {', '.join(map(repr, allowed))}, "
+                f"got {value!r}{suggest(value, allowed)}"
+            )
+
+    return check
+
+
+def suggest(value: object, choices: Iterable[str]) -> str:
+    """A ``"; did you mean 'x'?"`` tail for an error message, or ``""``."""
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+#: Colour names NVTX knows without matplotlib, as RGB.
+COLOR_NAMES = {
+    "blue": 0x0000FF, "cyan": 0x00FFFF, "darkgreen": 0x006400, "green": 0x008000,
+    "orange": 0xFFA500, "purple": 0x800080, "rapids": 0x7400FF, "red": 0xFF0000,
+    "white": 0xFFFFFF, "yellow": 0xFFFF00,
+}
+_HEX_COLOR = re.compile(r"#(?:[0-9a-fA-F]{6}|[0-9a-fA-F]{8})")
+
+
+def to_color(where: str, value: object) -> int | None:
+    """An NVTX colour as an ARGB integer: an integer ``0..0xFFFFFFFF``, ``"#RRGGBB"``,
+    ``"#AARRGGBB"`` or one of :data:`COLOR_NAMES`; None stays None.
+
+    >>> hex(to_color("color", "#336699")), hex(to_color("color", "red"))
+    ('0xff336699', '0xffff0000')
+    """
+    if value is None:
+        return None
+    if is_int(value):
+        return require_int(where, value, 0, 0xFFFFFFFF)
+    if isinstance(value, str):
+        if value in COLOR_NAMES:
+            return 0xFF000000 | COLOR_NAMES[value]
+        if _HEX_COLOR.fullmatch(value):
+            argb = int(value[1:], 16)
+            return argb if len(value) == 9 else 0xFF000000 | argb
+    raise ConfigError(
+        f"{where} must be an ARGB integer, '#RRGGBB', '#AARRGGBB' or one of "
+        f"{', '.join(sorted(COLOR_NAMES))}, got {value!r}{suggest(value, COLOR_NAMES)}")
+
+
+def to_int_set(where: str, value: object, *, minimum: int = 0) -> tuple[int, ...]:
+    """Convert any iterable of integers to a sorted tuple without duplicates.
+
+    ``None`` means empty. A string is refused explicitly: ``"0,1"`` iterates as characters.
+    """
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{where} must be a list of integers, got {value!r}")
+    items = list(value)
+    for item in items:
+        if not _int_in_range(item, minimum, None):
+            raise ConfigError(
+                f"{where} must contain integers >= {minimum}, got {item!r} in {value!r}"
+            )
+    return tuple(sorted(set(items)))
+
+
+def to_name_set(where: str, value: object, allowed: frozenset[str]) -> frozenset[str]:
+    """Convert an iterable of names from ``allowed`` to a frozenset."""
+    if value is None:
+        return frozenset()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{where} must be a list of names from {sorted(allowed)}, got {value!r}")
+    items = frozenset(value)
+    for item in sorted(items, key=repr):
+        if item not in allowed:
+            raise ConfigError(
+                f"{where} has unknown item {item!r}; allowed: {', '.join(sorted(allowed))}"
+                f"{suggest(item, allowed)}"
+            )
+    return items
+
+
+def to_nested(where: str, value: object, cls: type[T]) -> T:
+    """Convert a plain mapping (YAML/JSON input) to ``cls`` via its ``from_mapping``."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        return cls.from_mapping(value, _path=where)  # type: ignore[attr-defined, no-any-return]
+    raise ConfigError(f"{where} must be a {cls.__name__} or a mapping, got {value!r}")
+
+
+def check_keys(path: str, mapping: Mapping[str, Any], cls: type) -> None:
+    """Refuse keys of ``mapping`` that are not fields of ``cls``, with a close-match hint."""
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"{path} must be a mapping, got {mapping!r}")
+    names = [a.name for a in attrs.fields(cls)]
+    for key in mapping:
+        if key not in names:
+            raise ConfigError(
+                f"unknown key {key!r} in {path}{suggest(key, names)} "
+                f"(known keys: {', '.join(names)})"
+            )

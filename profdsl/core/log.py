@@ -1,0 +1,53 @@
+"""profdsl's logger, and logging each distinct problem once per process.
+
+Profiling faults are logged and recorded, never raised into training; a fault that repeats every
+mini-batch must not flood the log either, hence :func:`once`. The memory of what was logged is
+one :class:`OnceLog`, owned (reset, and renewed after a fork) by the process state
+(:mod:`profdsl.runtime.process`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+__all__ = ["ONCE", "OnceLog", "logger", "once"]
+
+logger = logging.getLogger("profdsl")
+
+
+class OnceLog:
+    """The keys already logged in this process."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def first(self, key: str) -> bool:
+        """True the first time ``key`` is seen (and remember it)."""
+        with self._lock:
+            if key in self._seen:
+                return False
+            self._seen.add(key)
+            return True
+
+    def clear(self) -> None:
+        """Forget every key."""
+        with self._lock:
+            self._seen.clear()
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (the parent's may have been held by another thread)."""
+        self._lock = threading.Lock()
+
+
+#: The process's log memory.
+ONCE = OnceLog()
+
+
+def once(key: str, level: int, message: str, *args: object, exc_info: bool = False) -> bool:
+    """Log ``message`` the first time ``key`` is seen in this process; True if it was logged."""
+    if not ONCE.first(key):
+        return False
+    logger.log(level, message, *args, exc_info=exc_info)
+    return True

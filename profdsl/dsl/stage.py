@@ -1,0 +1,70 @@
+"""``profile_stage``: a named stage of training."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from profdsl.config.validate import to_color
+from profdsl.dsl.base import Annotation
+from profdsl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from profdsl.runtime.context import Entry
+    from profdsl.runtime.handles import Handle
+    from profdsl.runtime.profiler import Profiler
+    from profdsl.runtime.recorder import NullRecorder, Recorder
+
+__all__ = ["check_name", "profile_stage"]
+
+
+def check_name(kind: str, name: object) -> str:
+    """A DSL name: a non-empty string (a ConfigError naming ``kind`` otherwise)."""
+    if name.__class__ is not str or not name:
+        raise ConfigError(f"{kind} name must be a non-empty string, got {name!r}")
+    return name
+
+
+class profile_stage(Annotation):  # noqa: N801 (a lower-case DSL word, like nvtx.annotate)
+    """Mark a named stage of training: a ``record_function`` region (and an NVTX range).
+
+    In discrete mode the outermost stage of a profiled step writes its own trace; with
+    ``scheduled=True`` it runs the configured schedule, one trace per recorded mini-batch window.
+    One object may be entered from several threads or tasks at once, and re-entered: each entry
+    keeps its own state.
+
+    Args:
+        name: the stage's name, e.g. ``"update_actor"``.
+        scheduled: in discrete mode, follow the ``Schedule`` over this stage's mini-batches.
+        role: which started profiler to use when several roles share a process.
+        profiler: an explicit profiler (otherwise the one started for ``role``).
+        color: the NVTX range's colour: an ARGB integer, ``"#RRGGBB"``, ``"#AARRGGBB"`` or an
+            NVTX colour name such as ``"green"`` (default: the role's colour).
+
+    Raises:
+        ConfigError: an empty or non-string name, or a colour that is none of the above.
+
+    Examples:
+        >>> with profile_stage("compute_values"):
+        ...     pass
+        >>> @profile_stage("update_actor", scheduled=True, color="green")
+        ... def update_actor(batch):
+        ...     return len(batch)
+        >>> update_actor([1, 2])
+        2
+    """
+
+    __slots__ = ("color", "name", "scheduled")
+
+    def __init__(self, name: str, *, scheduled: bool = False, role: str | None = None,
+                 profiler: Profiler | None = None, color: int | str | None = None) -> None:
+        # Kept flat (no helper call on the common path): this runs for every `with` block.
+        if name.__class__ is not str or not name:
+            check_name("profile_stage", name)
+        self.name = name
+        self.scheduled = scheduled
+        self.role = role
+        self.profiler = profiler
+        self.color = None if color is None else to_color("profile_stage color", color)
+
+    def _open(self, recorder: Recorder | NullRecorder, top: Entry | None) -> Handle | None:
+        return recorder.stage(self.name, scheduled=self.scheduled, color=self.color, context=top)

@@ -1,0 +1,1 @@
+"""Adapters to trainers: Ray (:mod:`profdsl.ray`)."""

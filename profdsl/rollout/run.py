@@ -1,0 +1,123 @@
+"""One profiled rollout: start and stop the selected replicas, then move their traces.
+
+Each call to the engines is bounded and concurrent; failures are logged and recorded, never
+raised. Relocation runs on the node that wrote the files (a pinned Ray task for replicas on other
+nodes) and is bounded by ``rollout.flush_wait_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from profdsl.collect import relocate
+from profdsl.collect.manifest import append_record, make_record
+from profdsl.config import ProfilerConfig
+from profdsl.core.log import once
+from profdsl.rollout import rollout_trace_dir, trace_prefix
+from profdsl.rollout.calls import Outcome, accepts
+from profdsl.rollout.nodes import current_node, node_of, run_on_node
+from profdsl.rollout.relocate import plan_rollout
+
+if TYPE_CHECKING:
+    from profdsl.runtime.profiler import Profiler
+
+__all__ = ["RolloutRun", "relocate_replicas"]
+
+
+class RolloutRun:
+    """One profiled rollout: the selected replicas of one step."""
+
+    def __init__(self, profiler: Profiler, engines: Sequence[Any], replicas: list[int],
+                 replica_world_size: int) -> None:
+        self.config = profiler.config
+        self.step = profiler.current_step
+        self.width = replica_world_size
+        self.world_size = len(engines) * replica_world_size
+        self.selected = {r: engines[r] for r in replicas}
+        self.started: dict[int, Any] = {}
+
+    def start_kwargs(self) -> dict[int, dict[str, Any]]:
+        return {r: {"profile_prefix": trace_prefix(self.step, r)}
+                for r, engine in self.selected.items()
+                if accepts(engine, "start_profile", "profile_prefix")}
+
+    def started_from(self, outcomes: list[Outcome]) -> None:
+        self.record(outcomes, "start_profile")
+        # A replica that timed out may still have started: it is stopped too.
+        self.started = {o.replica: self.selected[o.replica] for o in outcomes if o.status != "failed"}
+
+    def record(self, outcomes: list[Outcome], call: str) -> None:
+        for outcome in outcomes:
+            if outcome.status == "ok":
+                continue
+            once(f"rollout:{call}:{outcome.replica}:{outcome.status}", logging.WARNING,
+                 "profdsl: rollout replica %s %s %s at step %s: %s", outcome.replica, call,
+                 outcome.status, self.step, outcome.error)
+            append_record(self.config.save_path, make_record(
+                "rollout", None, status=outcome.status, role="rollout", step=self.step,
+                replica=outcome.replica, call=call, error=outcome.error, host=socket.gethostname(),
+                pid=os.getpid()))
+
+    def relocate(self) -> None:
+        """Move the selected ranks' engine files into save_path, on the node that wrote them."""
+        if not self.config.relocate_results:
+            return
+        here, remote = _nodes(self.selected)
+        for node, replicas in remote.items():
+            try:
+                absolute = attrs.evolve(self.config, save_path=os.path.abspath(self.config.save_path))
+                run_on_node(node, relocate_replicas, absolute, self.step, replicas, self.width,
+                            self.world_size, node, timeout=self.config.rollout.flush_wait_s + 120)
+            except Exception as exc:
+                once(f"rollout-remote:{node}", logging.ERROR,
+                     "profdsl: moving rollout traces on node %s failed: %s", node, exc)
+        relocate_replicas(self.config, self.step, here, self.width, self.world_size,
+                          current_node() if remote else None)
+
+
+def _nodes(engines: dict[int, Any]) -> tuple[list[int], dict[str, list[int]]]:
+    """Replicas whose files are on this node, and those on other Ray nodes (by node id)."""
+    here: list[int] = []
+    remote: dict[str, list[int]] = {}
+    if "ray" not in sys.modules or not any(hasattr(e, "_actor_id") for e in engines.values()):
+        return sorted(engines), remote
+    this = current_node()
+    for replica, engine in sorted(engines.items()):
+        node = node_of(engine) if hasattr(engine, "_actor_id") else None
+        if node is None or node == this:
+            here.append(replica)
+        else:
+            remote.setdefault(node, []).append(replica)
+    return here, remote
+
+
+def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequence[int],
+                      width: int, world_size: int, node: str | None = None) -> None:
+    """Move replicas' engine files into save_path on this node (runs as a pinned Ray task for
+    replicas on other nodes); bounded by ``rollout.flush_wait_s``; never raises."""
+    # Empty ranks select global rank 0, as on the training side.
+    keep = None if config.all_ranks else set(config.ranks or (0,))
+    plan: list[relocate.Move | relocate.Skip] = []
+    for replica in replicas:
+        source = rollout_trace_dir(config.save_path, replica)
+        try:
+            names = os.listdir(source)
+        except OSError:
+            continue
+        plan += plan_rollout(
+            names, source_dir=source, replica=replica, replica_world_size=width, keep=keep,
+            step=step, world_size=world_size, host=socket.gethostname(), pid=os.getpid(),
+            time_ms=time.time_ns() // 1_000_000, node=node)
+    try:
+        relocate.apply(plan, config.save_path, wait_s=config.rollout.flush_wait_s,
+                        record_incomplete=True)
+    except Exception as exc:
+        once("rollout-relocate", logging.ERROR, "profdsl: moving rollout traces failed: %s", exc)

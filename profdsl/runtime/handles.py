@@ -1,0 +1,112 @@
+"""What one DSL entry opened (a :class:`Handle`), and the numbering of update mini-batches
+(:class:`Batches`).
+
+A handle is created per entry and closed exactly once, by that entry. ``suspend`` / ``resume``
+close and reopen its region around the ``await`` / ``yield`` points of an async or generator
+body, so that a region never spans code of other tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from profdsl.config import Schedule
+from profdsl.core.log import once
+from profdsl.core.schedule import action_at
+
+if TYPE_CHECKING:
+    from profdsl.capture.annotators import Annotator
+    from profdsl.runtime.segment import Segment
+
+__all__ = ["Batches", "Handle", "fault", "opaque"]
+
+
+def fault(where: str, exc: BaseException) -> None:
+    """A fault inside profdsl: logged once, never raised into the caller's code."""
+    once(f"dsl:{where}:{type(exc).__name__}", logging.ERROR,
+         "profdsl: internal error in %s (profiling continues without it): %r", where, exc)
+
+
+class Batches:
+    """Numbers the update mini-batches of one stage (discrete mode) or of one role's step
+    (continuous mode), and says whether the schedule records each one.
+
+    ``segment`` is the capture the mini-batches drive: a discrete scheduled stage's own session
+    (``advance`` steps torch's schedule), or, looked up per mini-batch through ``find``, the
+    continuous session the role's step shares (left-out mini-batches pause its collection).
+    """
+
+    __slots__ = ("find", "next", "role", "schedule", "segment", "step")
+
+    def __init__(self, schedule: Schedule | None, *, role: str, step: int | None,
+                 segment: Segment | None = None,
+                 find: Callable[[], Segment | None] | None = None) -> None:
+        self.schedule, self.role, self.step = schedule, role, step
+        self.segment, self.find = segment, find
+        self.next = 0
+
+    def begin(self) -> tuple[int, bool, Segment | None]:
+        """The next mini-batch: its index, whether it is recorded, and the capture it drives."""
+        index = self.next
+        self.next += 1
+        recorded = self.schedule is None or action_at(self.schedule, index).records
+        segment = self.segment if self.find is None else self.find()
+        return index, recorded, segment
+
+
+class Handle:
+    """One entry's open state: its region (annotator token), the mini-batch numbering it owns
+    (a stage that owns a capture session), and what to do when it closes."""
+
+    __slots__ = ("annotator", "batches", "closed", "color", "finish", "name", "opaque", "pushed",
+                 "token")
+
+    def __init__(self, annotator: Annotator | None, name: str, color: int | None = None, *,
+                 batches: Batches | None = None, finish: Callable[[], None] | None = None,
+                 opaque: bool = False) -> None:
+        self.annotator, self.name, self.color = annotator, name, color
+        self.batches, self.finish, self.opaque = batches, finish, opaque
+        self.closed = False
+        self.token: object = None
+        self.pushed = False
+        self.resume()
+
+    def suspend(self) -> None:
+        """Close the region for now (an ``await`` or ``yield`` of the body)."""
+        try:
+            if self.pushed and self.annotator is not None:
+                self.pushed = False
+                token, self.token = self.token, None  # end the region object here, not in a GC
+                self.annotator.pop(token)
+        except Exception as exc:
+            fault("region suspend", exc)
+
+    def resume(self) -> None:
+        """Reopen the region (the body continues)."""
+        try:
+            if not self.pushed and not self.closed and self.annotator is not None:
+                self.token = self.annotator.push(self.name, self.color)
+                self.pushed = True
+        except Exception as exc:
+            fault("region resume", exc)
+
+    def close(self) -> None:
+        """Close the region, then finish (end a session, step a schedule); once."""
+        if self.closed:
+            return
+        self.suspend()
+        self.closed = True
+        finish, self.finish = self.finish, None
+        if finish is not None:
+            try:
+                finish()
+            except Exception as exc:
+                fault("region close", exc)
+
+
+def opaque() -> Handle:
+    """The handle of an entry refused its own capture (a second concurrent scheduled stage): it
+    opens no region, and mini-batches inside it open none either."""
+    return Handle(None, "", opaque=True)

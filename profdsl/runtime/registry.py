@@ -1,0 +1,101 @@
+"""The registry: which recorders the DSL may use right now, and the DSL's one switch.
+
+A plain object rather than a ``ContextVar``: under Ray the trainer's ``start_profile`` call and
+the stage it profiles run on different threads or asyncio tasks, and a stage must still find its
+recorder. Writers copy-on-write under a lock; the DSL's hot path reads one attribute without
+locking: ``recorders`` (decorators) or ``hot`` (``with`` blocks, which must also close entries
+they opened before a profiler stopped).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from profdsl.runtime.profiler import Profiler
+    from profdsl.runtime.recorder import Recorder
+
+__all__ = ["Registry"]
+
+
+class Registry:
+    """Recorders of the roles profiling a step (``recorders``), profilers in a profiled step
+    whatever their rank (``stepping``: a driver whose rank is not profiled still decides when
+    rollout engines are), and how many ``with`` entries are open anywhere (``entries``).
+
+    ``hot`` is ``bool(recorders) or entries > 0``, kept as a plain attribute for the DSL.
+    """
+
+    __slots__ = ("_lock", "entries", "hot", "recorders", "stepping")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.recorders: tuple[Recorder, ...] = ()
+        self.stepping: tuple[Profiler, ...] = ()
+        self.entries = 0
+        self.hot = False
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # Decorated functions pickled by value (Ray ships classes defined in __main__) refer to
+        # the registry: they must get this process's registry on the other side, not a copy.
+        from profdsl.runtime.process import registry
+
+        return (registry, ())
+
+    def _update(self) -> None:
+        self.hot = bool(self.recorders) or self.entries > 0
+
+    def activate(self, recorder: Recorder) -> None:
+        """``recorder`` is in use: stages of its role find it."""
+        with self._lock:
+            if recorder not in self.recorders:
+                self.recorders = (*self.recorders, recorder)
+            self._update()
+
+    def deactivate(self, recorder: Recorder) -> None:
+        """``recorder``'s step is over (idempotent)."""
+        with self._lock:
+            self.recorders = tuple(r for r in self.recorders if r is not recorder)
+            self._update()
+
+    def find(self, role: str | None = None) -> Recorder | None:
+        """The recorder of ``role``, or the first one activated when ``role`` is None."""
+        recorders = self.recorders
+        if role is None:
+            return recorders[0] if recorders else None
+        for recorder in recorders:
+            if recorder.role == role:
+                return recorder
+        return None
+
+    def set_stepping(self, profiler: Profiler, stepping: bool) -> None:
+        """Record whether ``profiler`` is in a profiled step."""
+        with self._lock:
+            rest = tuple(p for p in self.stepping if p is not profiler)
+            self.stepping = (*rest, profiler) if stepping else rest
+
+    def find_stepping(self, role: str | None = None) -> Profiler | None:
+        """The profiler of ``role`` (or the first) that is in a profiled step."""
+        for profiler in self.stepping:
+            if role is None or profiler.role == role:
+                return profiler
+        return None
+
+    def entry_opened(self) -> None:
+        """A ``with`` entry pushed state onto its context's stack."""
+        with self._lock:
+            self.entries += 1
+            self._update()
+
+    def entry_closed(self) -> None:
+        """A ``with`` entry popped its state."""
+        with self._lock:
+            self.entries = max(0, self.entries - 1)
+            self._update()
+
+    def clear(self) -> None:
+        """Forget everything (tests, and a forked child, which inherits none of it)."""
+        self._lock = threading.Lock()
+        self.recorders, self.stepping, self.entries = (), (), 0
+        self._update()

@@ -1,0 +1,130 @@
+"""A segment: one capture session, and what its trace is named and described by.
+
+A *step* segment records one or more continuous roles' profiled steps (fused roles share it; it
+is named by the first of them and lists them all). A *stage* segment records one discrete stage
+(or, scheduled, one trace per recorded mini-batch window). The segment keeps the region names
+its session saw and, in a step segment, which mini-batches of which role and step it recorded,
+and writes them into the trace's ``profdsl`` metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from profdsl.capture.base import Backend, Runner, Session
+from profdsl.collect.export import TraceLabel, export_trace
+from profdsl.config import Schedule
+from profdsl.core.log import once
+from profdsl.core.schedule import cycle_of
+
+__all__ = ["Segment"]
+
+
+class Segment:
+    """One capture session of this process; ``kind`` is ``"step"`` or ``"stage"``."""
+
+    def __init__(self, kind: str, label: TraceLabel, backend: Backend,
+                 schedule: Schedule | None = None) -> None:
+        self.kind, self.label, self.backend, self.schedule = kind, label, backend, schedule
+        self.roles: list[str] = [label.role]
+        self.session: Session | None = None
+        self.stages: set[str] = set() if label.stage is None else {label.stage}
+        self.bases: set[str] = set()
+        self._recorded: dict[tuple[str, int | None], tuple[Schedule | None, list[int]]] = {}
+        self._muted = 0
+        self._open_recorded = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self, runner: Runner) -> bool:
+        """Open the session; False when the backend could not start one."""
+        self.session = self.backend.open(rank=self.label.rank, schedule=self.schedule,
+                                         describe=self.describe, sink=self.sink, runner=runner)
+        return self.session is not None
+
+    def owned_here(self) -> bool:
+        """Whether the calling thread may drive this segment's session."""
+        return self.session is None or self.session.owned_here()
+
+    def stop(self) -> None:
+        """Stop the session and write its trace (the sink names it by the current label)."""
+        session, self.session = self.session, None
+        if session is not None:
+            session.stop()
+
+    def join(self, role: str) -> None:
+        """Another role's step shares this segment."""
+        if role not in self.roles:
+            self.roles.append(role)
+            self.label = attrs.evolve(self.label, roles=tuple(self.roles))
+            if self.session is not None and self.session.owned_here():
+                self.session.refresh()
+
+    # -- what the DSL tells it --------------------------------------------------------------
+    def note(self, name: str, *, mini_batch: bool) -> None:
+        """A region opened while this segment recorded (a stage, or a mini-batch base name)."""
+        (self.bases if mini_batch else self.stages).add(name)
+
+    def mini_batch_began(self, recorded: bool) -> None:
+        """A mini-batch of a continuous role began; collection pauses for a left-out one (unless
+        a recorded one is open meanwhile, e.g. on another task)."""
+        if recorded:
+            self._open_recorded += 1
+        else:
+            self._muted += 1
+        self._apply_collecting()
+
+    def mini_batch_ended(self, role: str, step: int | None, schedule: Schedule | None,
+                         index: int, recorded: bool) -> None:
+        """A mini-batch of a continuous role ended."""
+        if recorded:
+            self._open_recorded -= 1
+            self._recorded.setdefault((role, step), (schedule, []))[1].append(index)
+        else:
+            self._muted -= 1
+        self._apply_collecting()
+
+    def advance(self, index: int) -> None:
+        """A scheduled stage's mini-batch ``index`` ended: step the session's schedule."""
+        if self.session is not None:
+            self.session.advance(index)
+
+    def _apply_collecting(self) -> None:
+        session = self.session
+        if session is not None and session.owned_here():
+            session.set_collecting(not (self._muted > 0 and self._open_recorded == 0))
+
+    # -- what the session asks --------------------------------------------------------------
+    def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
+        """The trace's ``profdsl`` metadata."""
+        label = self.label
+        return {
+            "role": label.role, "roles": list(self.roles), "stage": label.stage, "step": label.step,
+            "rank": label.rank, "world_size": label.world_size,
+            "window": list(window) if window else None, "windows": self.windows(),
+            "config_hash": label.config_hash, "host": label.host, "pid": label.pid,
+            "regions": {"stages": sorted(self.stages), "mini_batches": sorted(self.bases)},
+        }
+
+    def windows(self) -> list[dict[str, Any]]:
+        """The mini-batch windows a step segment recorded, per role and step: the recorded
+        mini-batches grouped by schedule cycle (one window without a schedule)."""
+        found = []
+        for (role, step), (schedule, indices) in self._recorded.items():
+            groups: dict[int | None, list[int]] = {}
+            for index in sorted(indices):
+                groups.setdefault(0 if schedule is None else cycle_of(schedule, index), []).append(index)
+            found += [{"role": role, "step": step, "window": [g[0], g[-1]]} for g in groups.values()]
+        return found
+
+    def sink(self, write: Callable[[str], object], window: tuple[int, int] | None,
+             time_ms: int) -> None:
+        """A trace is ready: write it into save_path under its name, and record it."""
+        try:
+            export_trace(write, self.label, window=window, time_ms=time_ms,
+                         extra={"windows": self.windows()} if self.kind == "step" else None)
+        except Exception as exc:  # export_trace never raises; this is the last guard
+            once("segment-sink", logging.ERROR, "profdsl: writing a trace failed: %r", exc)
