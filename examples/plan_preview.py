@@ -14,10 +14,9 @@ import sys
 import time
 
 from profdsl import FinishHook, ProfilerConfig, Schedule, TorchOptions
+from profdsl.core.preview import preview
 from profdsl.naming import TraceName
-from profdsl.core.step_plan import StepPlan
-from profdsl.ranks import is_hook_rank, is_rank_selected
-from profdsl.schedule import action_at, recorded_windows
+from profdsl.schedule import action_at
 
 EXAMPLE = ProfilerConfig(
     enable=True,
@@ -34,38 +33,25 @@ def main(argv: list[str]) -> int:
     world_size = int(argv[1]) if len(argv) > 1 else 8
     mini_batches = 10
 
-    plan = StepPlan(steps=config.steps, continuous_steps=config.continuous_steps)
-    profiled = [r for r in range(world_size) if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)]
-    hook = config.finish_hook
-    hook_ranks = [
-        r
-        for r in range(world_size)
-        if is_hook_rank(
-            r,
-            hook_ranks=hook.ranks,
-            hook_all_ranks=hook.all_ranks,
-            profiled_ranks=config.ranks,
-            profiled_all_ranks=config.all_ranks,
-        )
-    ]
+    plan = preview(config, world_size=world_size, mini_batches=mini_batches)
     print(f"enabled: {config.enable}   tool: {config.tool}   mode: {'discrete' if config.discrete else 'continuous'}")
     print(f"sessions (open step, close step): {list(plan.sessions)}")
-    print(f"profiled ranks of {world_size}: {profiled}")
-    print(f"finish hook: {hook.cmd!r} on ranks {hook_ranks}, after step {plan.hook_step}")
+    print(f"profiled ranks of {world_size}: {list(plan.ranks)}")
+    print(f"finish hook: {config.finish_hook.cmd!r} on ranks {list(plan.hook_ranks)}, after step {plan.hook_step}")
 
     schedule = config.torch.schedule
     if schedule is not None:
         print(f"\nschedule {schedule} over {mini_batches} mini-batches:")
         print("  " + " ".join(f"{i:>2}" for i in range(mini_batches)))
         print("  " + " ".join(f"{action_at(schedule, i).name[:2]:>2}" for i in range(mini_batches)))
-        print(f"  trace files (mini-batch windows): {recorded_windows(schedule, mini_batches)}")
+        print(f"  trace files (mini-batch windows): {list(plan.windows)}")
 
     print("\nexample trace names:")
     now = int(time.time() * 1000)
     host = socket.gethostname()
-    windows = recorded_windows(schedule, mini_batches) if schedule else [None]
-    for step in plan.reachable[:1]:
-        for rank in profiled[:2]:
+    windows: list[tuple[int, int] | None] = list(plan.windows) if schedule else [None]
+    for step in plan.steps[:1]:
+        for rank in plan.ranks[:2]:
             for window in windows[:2]:
                 name = TraceName(role="actor", stage="update_actor", step=step, rank=rank,
                                  world_size=world_size, window=window, host=host, pid=12345, time_ms=now)

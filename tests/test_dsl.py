@@ -212,6 +212,71 @@ class TestProfileStage:
         assert pickle.loads(pickle.dumps(Model)) is Model
 
 
+class Methods:
+    """profile_stage above and below @staticmethod and @classmethod, in every body form."""
+
+    factor = 3
+
+    @profile_stage("static_above")
+    @staticmethod
+    def static_above(x: int) -> int:
+        return x + 1
+
+    @staticmethod
+    @profile_stage("static_below")
+    def static_below(x: int) -> int:
+        return x + 2
+
+    @profile_stage("class_above")
+    @classmethod
+    def class_above(cls, x: int) -> int:
+        return x * cls.factor
+
+    @classmethod
+    @profile_stage("class_below")
+    def class_below(cls, x: int) -> int:
+        return x * cls.factor + 1
+
+    @profile_stage("static_async")
+    @staticmethod
+    async def static_async(x: int) -> int:
+        await asyncio.sleep(0)
+        return -x
+
+    @profile_stage("class_gen")
+    @classmethod
+    def class_gen(cls, n: int):
+        yield from range(n * cls.factor)
+
+
+class TestMethodDecorators:
+    """`@profile_stage` works above or below `@staticmethod` / `@classmethod` (defect 8)."""
+
+    def calls(self) -> list[object]:
+        obj = Methods()
+        return [Methods.static_above(1), obj.static_above(1), Methods.static_below(1),
+                obj.static_below(1), Methods.class_above(2), obj.class_above(2),
+                Methods.class_below(2), obj.class_below(2), asyncio.run(Methods.static_async(4)),
+                list(obj.class_gen(1))]
+
+    EXPECTED = [2, 2, 3, 3, 6, 6, 7, 7, -4, [0, 1, 2]]
+
+    def test_not_profiled(self) -> None:
+        """Nothing profiled: every form returns its result."""
+        assert self.calls() == self.EXPECTED
+        assert inspect.iscoroutinefunction(Methods.static_async)
+        assert inspect.isgeneratorfunction(Methods.__dict__["class_gen"].__func__)
+
+    def test_profiled(self, profiling: Path) -> None:
+        """Profiled: the same results, and each method's region is in the trace."""
+        assert self.calls() == self.EXPECTED
+        close_profiling()
+        trace = only_trace(profiling)
+        for name in ("static_above", "static_below", "class_above", "class_below",
+                     "static_async", "class_gen"):
+            assert names(trace, name), name
+
+
 class TestMiniBatchWindow:
     """`mini_batch_window` as iterator, with-block and decorator."""
 

@@ -168,6 +168,19 @@ class TestContinuous:
         assert trace["profdsl"]["windows"] == [{"role": "actor", "step": 1, "window": [1, 1]},
                                                {"role": "actor", "step": 2, "window": [1, 1]}]
 
+    def test_default_session_records_only_its_own_thread(self, tmp_path: Path) -> None:
+        """all_threads is off by default (it crashed the process): a region on another thread is
+        not in the trace, the starting thread's is."""
+        cfg = config(tmp_path)
+        assert cfg.torch.all_threads is False
+        with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
+            thread = threading.Thread(target=lambda: profile_stage("on_thread")(work)())
+            thread.start()
+            thread.join(timeout=60)
+            profile_stage("here")(work)()
+        [(_, trace)] = parsed(tmp_path)
+        assert names(trace, "on_thread") == [] and names(trace, "here") == ["here"]
+
     def test_stage_on_another_thread_is_captured(self, tmp_path: Path) -> None:
         """With all_threads, a stage run on a worker thread lands in the step's trace."""
         cfg = config(tmp_path, torch=TorchOptions(contents=["cpu"], all_threads=True))

@@ -5,20 +5,19 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 
+import json
+
 from profdsl.cli.common import fail
 from profdsl.config import ProfilerConfig
+from profdsl.core.preview import Preview, preview
 from profdsl.errors import ConfigError
-from profdsl.core.naming import TraceName
-from profdsl.core.step_plan import StepPlan
-from profdsl.core.ranks import is_hook_rank, is_rank_selected, replicas_for_ranks
-from profdsl.core.schedule import recorded_windows
 
 HELP = "show what a profiler config will capture (steps, ranks, replicas, windows, file names, size warnings)"
 EXAMPLES = """examples:
   profdsl plan profiler.yaml --world-size 16
   profdsl plan trainer.yaml --section actor.profiler --world-size 64 --replica-world-size 8 --mini-batches 16
+  profdsl plan profiler.yaml --world-size 8 --json
 """
-EXAMPLE_TIME_MS = 1_795_000_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-size", type=int, required=True, help="training ranks")
     parser.add_argument("--replica-world-size", type=int, help="GPUs per rollout replica (tp*dp*pp)")
     parser.add_argument("--mini-batches", type=int, default=8, help="update mini-batches per step")
+    parser.add_argument("--json", action="store_true", help="print the prediction as JSON")
 
 
 def spans(values: Iterable[int]) -> str:
@@ -64,43 +64,35 @@ def warnings_for(config: ProfilerConfig, profiled: int) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the plan; a bad config exits 2 with the ConfigError message."""
-    if args.world_size < 1 or args.mini_batches < 0:
-        return fail("--world-size must be >= 1 and --mini-batches >= 0")
+    """Print the plan; a bad config or argument exits 2 with the ConfigError message."""
     try:
         config = ProfilerConfig.from_file(args.config, section=args.section)
+        found = preview(config, world_size=args.world_size, mini_batches=args.mini_batches,
+                        replica_world_size=args.replica_world_size)
     except ConfigError as exc:
         return fail(str(exc))
-    n = args.world_size
-    plan = StepPlan(steps=config.steps if config.enable else (),
-                    continuous_steps=config.continuous_steps and not config.discrete)
-    ranks = [r for r in range(n) if config.enable and is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)]
-    hook = config.finish_hook
-    hook_ranks = [r for r in range(n) if hook.cmd and is_hook_rank(
-        r, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks, profiled_ranks=config.ranks,
-        profiled_all_ranks=config.all_ranks)]
-    print(f"enabled: {config.enable}   tool: {config.tool}   "
-          f"mode: {'discrete (a trace per stage)' if config.discrete else 'continuous (a trace per step)'}")
-    print(f"save_path: {config.save_path}")
-    print(f"profiled steps: {spans(plan.steps)}   sessions: {list(plan.sessions) or 'none'}")
-    print(f"profiled ranks ({len(ranks)} of {n}): {spans(ranks)}")
-    print(f"finish hook: {hook.cmd!r} on ranks {spans(hook_ranks)}, after step {plan.hook_step}"
-          if hook.cmd else "finish hook: none")
-    if args.replica_world_size:
-        width = args.replica_world_size
-        replicas = replicas_for_ranks(config.ranks, width, all_ranks=config.all_ranks,
-                                      num_replicas=max(n // width, 1)) if config.enable else set()
-        print(f"rollout replicas of {width} GPUs: {spans(replicas)} of {max(n // width, 1)}")
-    schedule = config.torch.schedule
-    windows = recorded_windows(schedule, args.mini_batches) if schedule else None
-    if schedule is not None:
-        print(f"scheduled stages over {args.mini_batches} mini-batches write windows: {windows}")
-    step = plan.steps[0] if plan.steps else 0
-    example = TraceName(role="actor", stage="update_actor" if config.discrete else None, step=step,
-                        rank=ranks[0] if ranks else 0, world_size=n,
-                        window=windows[0] if windows and config.discrete else None, host="HOST",
-                        pid=1234, time_ms=EXAMPLE_TIME_MS)
-    print(f"example file: {example.format()}")
-    for warning in warnings_for(config, len(ranks)):
-        print(f"warning: {warning}")
+    if args.json:
+        print(json.dumps(found.to_mapping(), indent=1))
+        return 0
+    _print(config, found, args.world_size, args.replica_world_size)
     return 0
+
+
+def _print(config: ProfilerConfig, found: Preview, world_size: int, width: int | None) -> None:
+    mode = "discrete (a trace per stage)" if found.discrete else "continuous (a trace per step)"
+    print(f"enabled: {found.enabled}   tool: {found.tool}   mode: {mode}")
+    print(f"save_path: {config.save_path}")
+    print(f"profiled steps: {spans(found.steps)}   sessions: {list(found.sessions) or 'none'}")
+    print(f"profiled ranks ({len(found.ranks)} of {world_size}): {spans(found.ranks)}")
+    hook = config.finish_hook
+    print(f"finish hook: {hook.cmd!r} on ranks {spans(found.hook_ranks)}, after step {found.hook_step}"
+          if hook.cmd else "finish hook: none")
+    if found.replicas is not None and width:
+        print(f"rollout replicas of {width} GPUs: {spans(found.replicas)} of {max(world_size // width, 1)}")
+    if config.torch.schedule is not None:
+        where = ("scheduled stages write one trace per window" if found.discrete
+                 else "each step's trace records these mini-batches")
+        print(f"over {found.mini_batches} mini-batches, {where}: windows: {list(found.windows)}")
+    print(f"example file: {found.example}")
+    for warning in warnings_for(config, len(found.ranks)):
+        print(f"warning: {warning}")

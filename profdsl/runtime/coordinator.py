@@ -85,8 +85,11 @@ class Coordinator:
         with self._lock:
             if claim in self._claims:
                 self._claims.remove(claim)
+            if self._claims:
+                return
+            self._pieces = 0
             current = self.current
-            if current is None or current.kind != "step" or self._claims:
+            if current is None or current.kind != "step":
                 return
             if not current.owned_here():
                 _foreign(current, "stopping it")
@@ -133,8 +136,8 @@ class Coordinator:
                 _foreign(segment, "stopping it")
                 return
             self.current = None
-            if self._claims:
-                resume = self.current = self._step_segment(part=self._pieces)
+            if self._claims:  # numbered only if it was cut before
+                resume = self.current = self._step_segment(part=self._pieces or None)
         segment.stop()
         if resume is not None:
             self._start(resume)

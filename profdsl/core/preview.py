@@ -1,0 +1,118 @@
+"""What a config will capture, before a run (pure): the prediction ``profdsl plan`` prints.
+
+Every answer comes from the rule's one home: sessions from
+:meth:`~profdsl.core.step_plan.StepPlan.from_config`, ranks from
+:mod:`~profdsl.core.ranks`, windows from :func:`~profdsl.core.schedule.recorded_windows`.
+
+>>> from profdsl.config import ProfilerConfig
+>>> p = preview(ProfilerConfig(enable=True, steps=[1, 2, 4], continuous_steps=True), world_size=2)
+>>> p.sessions, p.ranks, p.traces_per_rank
+(((1, 2), (4, 4)), (0,), 2)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from profdsl.config import ProfilerConfig
+from profdsl.config.validate import require_int
+from profdsl.core.naming import TraceName
+from profdsl.core.ranks import is_hook_rank, is_rank_selected, replicas_for_ranks
+from profdsl.core.schedule import recorded_windows
+from profdsl.core.step_plan import StepPlan
+
+__all__ = ["Preview", "mini_batch_windows", "preview"]
+
+#: A fixed time for example file names, so that a preview is reproducible.
+EXAMPLE_TIME_MS = 1_795_000_000_000
+
+
+def mini_batch_windows(config: ProfilerConfig, mini_batches: int) -> tuple[tuple[int, int], ...]:
+    """The windows ``mini_batches`` update mini-batches record: those of the schedule (in a
+    scheduled discrete stage, one trace each; in a continuous step, listed in its trace), or all
+    of them as one window without a schedule."""
+    require_int("mini_batches", mini_batches)
+    schedule = config.torch.schedule
+    if schedule is not None:
+        return tuple(recorded_windows(schedule, mini_batches))
+    return ((0, mini_batches - 1),) if mini_batches else ()
+
+
+@attrs.frozen(kw_only=True)
+class Preview:
+    """What a config captures in a run of ``world_size`` ranks.
+
+    Attributes:
+        enabled: whether anything is profiled at all.
+        tool: ``"torch"`` or ``"nsys"``.
+        discrete: a trace per outermost stage (else one per step or run of steps).
+        steps: the profiled steps.
+        sessions: inclusive ``(first, last)`` steps of each capture (continuous: one trace each;
+            discrete: each step's stages write their own traces).
+        ranks: the profiled ranks.
+        hook_ranks: the ranks that run the finish hook.
+        hook_step: the step after which the hook runs (or at ``close()`` if never reached).
+        replicas: rollout replicas profiled, when ``replica_world_size`` is given.
+        mini_batches: update mini-batches per step the windows are computed for.
+        windows: the mini-batch windows recorded (see :func:`mini_batch_windows`).
+        traces_per_rank: trace files a profiled rank writes in continuous mode (one per session);
+            in discrete mode, per profiled step, one per outermost stage (a scheduled stage: one
+            per window).
+        example: an example trace file name.
+    """
+
+    enabled: bool
+    tool: str
+    discrete: bool
+    steps: tuple[int, ...]
+    sessions: tuple[tuple[int, int], ...]
+    ranks: tuple[int, ...]
+    hook_ranks: tuple[int, ...]
+    hook_step: int | None
+    replicas: tuple[int, ...] | None
+    mini_batches: int
+    windows: tuple[tuple[int, int], ...]
+    traces_per_rank: int | None
+    example: str
+
+    def to_mapping(self) -> dict[str, Any]:
+        """Plain lists and numbers (``profdsl plan --json``)."""
+        return attrs.asdict(self, value_serializer=lambda _i, _f, v: list(v) if isinstance(v, tuple) else v)
+
+
+def preview(config: ProfilerConfig, *, world_size: int, mini_batches: int = 8,
+            replica_world_size: int | None = None) -> Preview:
+    """Predict what ``config`` captures on ``world_size`` ranks.
+
+    Raises:
+        ConfigError: ``world_size`` is not an integer >= 1, ``mini_batches`` not >= 0, or
+            ``replica_world_size`` not >= 1.
+    """
+    require_int("world_size", world_size, 1)
+    plan = StepPlan.from_config(config)
+    ranks = tuple(r for r in range(world_size) if config.enable and is_rank_selected(
+        r, config.ranks, all_ranks=config.all_ranks))
+    hook = config.finish_hook
+    hook_ranks = tuple(r for r in range(world_size) if config.enable and hook.cmd and is_hook_rank(
+        r, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks, profiled_ranks=config.ranks,
+        profiled_all_ranks=config.all_ranks))
+    replicas = None
+    if replica_world_size is not None:
+        width = require_int("replica_world_size", replica_world_size, 1)
+        replicas = tuple(sorted(replicas_for_ranks(
+            config.ranks, width, all_ranks=config.all_ranks,
+            num_replicas=max(world_size // width, 1)))) if config.enable else ()
+    windows = mini_batch_windows(config, mini_batches)
+    scheduled = config.discrete and config.torch.schedule is not None
+    example = TraceName(role="actor", stage="update_actor" if config.discrete else None,
+                        step=plan.steps[0] if plan.steps else 0, rank=ranks[0] if ranks else 0,
+                        world_size=world_size, window=windows[0] if windows and scheduled else None,
+                        host="HOST", pid=1234, time_ms=EXAMPLE_TIME_MS)
+    return Preview(
+        enabled=config.enable, tool=config.tool, discrete=config.discrete, steps=plan.steps,
+        sessions=plan.sessions, ranks=ranks, hook_ranks=hook_ranks,
+        hook_step=plan.hook_step if hook_ranks else None, replicas=replicas,
+        mini_batches=mini_batches, windows=windows,
+        traces_per_rank=None if config.discrete else len(plan.sessions), example=example.format())
