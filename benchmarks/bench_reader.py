@@ -81,7 +81,8 @@ MINI_BATCH = "mini_batch_"
 #: (name, input dims, input types, launches a kernel)
 CPU_OPS: tuple[tuple[str, str, str, bool], ...] = (
     ("aten::linear", "[[8, 4096], [4096, 4096], [4096]]", '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16"]', True),
-    ("aten::addmm", "[[4096], [8, 4096], [4096, 4096], [], []]", '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar", "Scalar"]', True),
+    ("aten::addmm", "[[4096], [8, 4096], [4096, 4096], [], []]",
+     '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar", "Scalar"]', True),
     ("aten::empty", "[[], [], [], [], [], []]", '["ScalarList", "Scalar", "", "Device", "Scalar", ""]', False),
     ("aten::view", "[[8, 128, 4096], []]", '["c10::BFloat16", "ScalarList"]', False),
     ("aten::t", "[[4096, 4096]]", '["c10::BFloat16"]', False),
@@ -90,8 +91,10 @@ CPU_OPS: tuple[tuple[str, str, str, bool], ...] = (
     ("aten::mul", "[[8, 128, 4096], [8, 128, 4096]]", '["c10::BFloat16", "c10::BFloat16"]', True),
     ("aten::add_", "[[8, 128, 4096], [8, 128, 4096], []]", '["c10::BFloat16", "c10::BFloat16", "Scalar"]', True),
     ("aten::copy_", "[[8, 128, 4096], [8, 128, 4096], []]", '["float", "c10::BFloat16", "Scalar"]', True),
-    ("aten::_to_copy", "[[8, 128, 4096], [], [], [], [], [], []]", '["c10::BFloat16", "Scalar", "", "", "", "Scalar", ""]', False),
-    ("aten::scaled_dot_product_attention", "[[8, 32, 128, 128], [8, 32, 128, 128], [8, 32, 128, 128], [], [], [], [], []]",
+    ("aten::_to_copy", "[[8, 128, 4096], [], [], [], [], [], []]",
+     '["c10::BFloat16", "Scalar", "", "", "", "Scalar", ""]', False),
+    ("aten::scaled_dot_product_attention",
+     "[[8, 32, 128, 128], [8, 32, 128, 128], [8, 32, 128, 128], [], [], [], [], []]",
      '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "", "Scalar", "Scalar", "", "Scalar"]', True),
 )
 KERNELS = (

@@ -14,8 +14,7 @@ import argparse
 import ray
 import torch
 
-from profdsl import (FinishHook, ProfilerConfig, Schedule, TorchOptions, mini_batch_window,
-                     profile_stage)
+from profdsl import FinishHook, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl.manifest import read_manifest
 from profdsl.ray import ProfiledWorker, RayStepProfiler, runtime_env
 from profdsl.rollout.torch_sampler import TorchSamplerEngine

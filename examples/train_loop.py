@@ -15,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-from profdsl import (Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window,
-                     profile_stage)
+from profdsl import Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl.manifest import read_manifest
 
 

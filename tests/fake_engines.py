@@ -124,7 +124,7 @@ class FakeSGLangServer:
         engine = self.engine = FakeSGLangEngine(tp)
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"null")
                 try:

@@ -11,7 +11,6 @@ import attrs
 import pytest
 import yaml
 from hypothesis import given
-from hypothesis import strategies as st
 
 from profdsl import ConfigError, FinishHook, ProfilerConfig, Schedule, TorchOptions
 
@@ -151,7 +150,8 @@ class TestFromMapping:
         [
             ({"enabled": True}, "unknown key 'enabled' in ProfilerConfig; did you mean 'enable'?"),
             ({"torch": {"schedul": {}}}, "unknown key 'schedul' in ProfilerConfig.torch; did you mean 'schedule'?"),
-            ({"torch": {"schedule": {"actve": 2}}}, "unknown key 'actve' in TorchOptions.schedule; did you mean 'active'?"),
+            ({"torch": {"schedule": {"actve": 2}}},
+             "unknown key 'actve' in TorchOptions.schedule; did you mean 'active'?"),
             ({"finish_hook": {"command": "x"}}, "unknown key 'command' in ProfilerConfig.finish_hook"),
             ({"zzz": 1}, "unknown key 'zzz' in ProfilerConfig (known keys: enable, tool"),
         ],

@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from profdsl import (ConfigError, Profiler, ProfilerConfig, Schedule, TorchOptions,
-                     mini_batch_window, profile_stage)
-from profdsl.runtime.process import PROCESS
+from profdsl import ConfigError, Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl.capture.annotators import TorchAnnotator
+from profdsl.runtime.process import PROCESS
 
 from .traces import events, names, parsed, trace_files
 
@@ -67,8 +66,7 @@ class Model:
 
     @profile_stage("gen_stage")
     def gen(self, n: int):
-        for i in range(n):
-            yield i
+        yield from range(n)
         return "done"
 
 
@@ -333,7 +331,8 @@ class TestMiniBatchWindow:
             iter(mini_batch_window())
 
 
-def test_internal_fault_is_swallowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_internal_fault_is_swallowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     caplog: pytest.LogCaptureFixture) -> None:
     """A fault inside profdsl's region code is logged once; the stage's result is unchanged."""
     cfg = ProfilerConfig(enable=True, steps=[1], save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"]))
 

@@ -20,7 +20,8 @@ from .traces import load, trace_files
 pytest.importorskip("torch")
 
 
-def test_full_disk_during_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_full_disk_during_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 caplog: pytest.LogCaptureFixture) -> None:
     """ENOSPC while writing a trace: one log line, the stage's result is intact, the loss is
     recorded in the manifest, no temporary or empty file is left behind."""
     import profdsl.collect.export as export
@@ -39,7 +40,7 @@ def test_full_disk_during_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
             for step in (1, 2):
                 with profiler.step(step):
-                    assert profile_stage("update")(lambda: step * 10)() == step * 10
+                    assert profile_stage("update")(lambda s=step: s * 10)() == step * 10
     assert caplog.text.count("No space left on device") == 1
     assert [(r["status"], r["step"]) for r in read_manifest(tmp_path)] == [("failed", 1), ("failed", 2)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["profdsl-manifest.jsonl"]

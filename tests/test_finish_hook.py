@@ -14,8 +14,8 @@ import pytest
 
 from profdsl import FinishHook, Profiler, ProfilerConfig, TorchOptions, profile_stage
 from profdsl.collect import finish_hook
-from profdsl.runtime.process import PROCESS
 from profdsl.manifest import read_manifest
+from profdsl.runtime.process import PROCESS
 
 from .traces import trace_files
 

@@ -109,7 +109,8 @@ class TestNvtxRanges:
 class TestNsys:
     """tool='nsys' on a machine without CUDA."""
 
-    def test_warns_once_and_still_emits_ranges(self, tmp_path: Path, spy: SpyDomain, caplog: pytest.LogCaptureFixture) -> None:
+    def test_warns_once_and_still_emits_ranges(self, tmp_path: Path, spy: SpyDomain,
+                                               caplog: pytest.LogCaptureFixture) -> None:
         """No CUDA: one warning, NVTX ranges still pushed, no torch trace written."""
         cfg = ProfilerConfig(enable=True, tool="nsys", steps=[1, 2], save_path=str(tmp_path))
         with caplog.at_level(logging.WARNING, logger="profdsl"):

@@ -22,7 +22,8 @@ class TestImport:
     def test_import_pulls_in_no_heavy_module(self) -> None:
         """A fresh interpreter importing profdsl (and its pure core) loads none of the heavy deps."""
         code = (
-            "import sys, profdsl, profdsl.schedule, profdsl.core.step_plan, profdsl.config, profdsl.naming, profdsl.ranks, profdsl.manifest, profdsl.ray, profdsl.testing\n"
+            "import sys, profdsl, profdsl.schedule, profdsl.core.step_plan, profdsl.config, profdsl.naming, "
+            "profdsl.ranks, profdsl.manifest, profdsl.ray, profdsl.testing, profdsl.core.preview\n"
             f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
         )
         assert run_python(code).stdout.strip() == ""
@@ -90,5 +91,18 @@ def test_mypy_strict_clean() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(root / "setup.cfg"), str(root / "profdsl")],
         capture_output=True, text=True, timeout=600, cwd=root,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_clean() -> None:
+    """Lint and import order are clean under ruff (ruff.toml)."""
+    import pytest
+
+    pytest.importorskip("ruff")
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "profdsl", "tests", "benchmarks", "examples"],
+        capture_output=True, text=True, timeout=300, cwd=root,
     )
     assert out.returncode == 0, out.stdout + out.stderr

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from profdsl.errors import ConfigError
 from profdsl.core.step_plan import Event, StepPlan, StepTracker
+from profdsl.errors import ConfigError
 
 plans = st.builds(
     StepPlan,

@@ -13,8 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from profdsl import (ConfigError, FinishHook, Profiler, ProfilerConfig, RolloutOptions, TorchOptions,
-                     profile_stage, rollout_window)
+from profdsl import (
+    ConfigError,
+    FinishHook,
+    Profiler,
+    ProfilerConfig,
+    RolloutOptions,
+    TorchOptions,
+    profile_stage,
+    rollout_window,
+)
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
 from profdsl.rollout import rollout_trace_dir
@@ -22,8 +30,14 @@ from profdsl.rollout.sglang import SGLangEngine, SGLangHttpEngine, sglang_profil
 from profdsl.rollout.torch_sampler import TorchSamplerEngine
 from profdsl.rollout.vllm import VllmEngine, vllm_launch
 
-from .fake_engines import (SGLANG_PROFILE_REQ_FIELDS, VLLM_PROFILER_CONFIG_FIELDS, FakeAsyncLLM,
-                           FakeSGLangEngine, FakeSGLangServer, FakeVllmLLM)
+from .fake_engines import (
+    SGLANG_PROFILE_REQ_FIELDS,
+    VLLM_PROFILER_CONFIG_FIELDS,
+    FakeAsyncLLM,
+    FakeSGLangEngine,
+    FakeSGLangServer,
+    FakeVllmLLM,
+)
 from .traces import load
 
 torch = pytest.importorskip("torch")

@@ -10,13 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profdsl import (FinishHook, Profiler, ProfilerConfig, Schedule, TorchOptions,
-                     mini_batch_window, profile_stage)
-from profdsl.runtime.process import PROCESS
+from profdsl import FinishHook, Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
-from profdsl.schedule import recorded_windows
+from profdsl.runtime.process import PROCESS
 from profdsl.runtime.profiler import State
+from profdsl.schedule import recorded_windows
 
 from .strategies import schedules
 from .traces import load, names, parsed, trace_files
@@ -327,7 +326,8 @@ class TestLifecycle:
             assert (record["rank"], record["world_size"], record["step"]) == (1, 2, 1)
             assert load(tmp_path / record["path"])["profdsl"]["config_hash"] == record["config_hash"]
 
-    def test_unwritable_save_path_does_not_break_training(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    def test_unwritable_save_path_does_not_break_training(self, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
         """A save_path that cannot be created is logged once; the step goes on."""
         blocker = tmp_path / "file"
         blocker.write_text("not a folder")

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profdsl import (Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window,
-                     profile_stage)
+from profdsl import Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl.manifest import read_manifest
 from profdsl.schedule import recorded_windows
 

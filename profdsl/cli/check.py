@@ -10,9 +10,9 @@ from profdsl.analysis.catalog import Artifact, FolderError, artifacts
 from profdsl.analysis.reader import TraceError, events, header
 from profdsl.cli.common import fail
 from profdsl.config import ProfilerConfig
-from profdsl.errors import ConfigError
 from profdsl.core.naming import ARTIFACT_SUFFIXES, is_json_trace
 from profdsl.core.ranks import is_rank_selected
+from profdsl.errors import ConfigError
 
 HELP = "check that every trace exists, is non-empty, parses and carries its metadata; list what is missing"
 EXAMPLES = """examples:
@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR`` and, to know what was expected, ``--config`` and ``--world-size``."""
     parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
-    parser.add_argument("--config", help="the run's profiler config (YAML or JSON), to list profiled ranks that wrote nothing")
+    parser.add_argument("--config", help="the run's profiler config (YAML or JSON), to list profiled ranks "
+                                          "that wrote nothing")
     parser.add_argument("--world-size", type=int, help="the training world size (with --config)")
 
 

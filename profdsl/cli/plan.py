@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
-
 import json
+from collections.abc import Iterable
 
 from profdsl.cli.common import fail
 from profdsl.config import ProfilerConfig

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 import attrs
 

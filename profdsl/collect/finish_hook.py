@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from profdsl.core.log import logger, once
 from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record
+from profdsl.core.log import logger, once
 
 __all__ = ["SHELL", "HookResult", "hook_environment", "record", "run_command"]
 

@@ -105,7 +105,7 @@ def _from_torch_distributed() -> _Found | None:
             return None
         rank = dist.get_rank()
         world_size = dist.get_world_size()
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     if not isinstance(rank, int) or not isinstance(world_size, int):
         return None

@@ -11,6 +11,7 @@ from typing import Any, Final
 import attrs
 
 from profdsl.config.validate import int_in, is_int, require_int
+from profdsl.core.name_reader import MAX_NAME_BYTES, NotANameError, fields_of
 from profdsl.errors import ConfigError
 
 __all__ = [
@@ -31,9 +32,6 @@ __all__ = [
     "is_json_trace",
     "sanitize_label",
 ]
-
-MAX_NAME_BYTES: Final = 255
-"""Longest name any `TraceName` formats to (the usual file-system limit on a name)."""
 
 # The caps below are chosen so that a name with every field at its maximum is exactly
 # MAX_NAME_BYTES long; tests/test_naming.py checks that sum.
@@ -76,19 +74,7 @@ def is_json_trace(name: str) -> bool:
 _UNSAFE_RUN = re.compile(r"[^a-z0-9]+")
 _HASH_LEN = 8
 _EXT = re.compile(r"(?:\.[A-Za-z0-9][A-Za-z0-9-]*)+", re.ASCII)
-_TIME_AND_EXT = re.compile(
-    r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{3})(\..*)",
-    re.ASCII | re.DOTALL,
-)
-_PID = re.compile(r"pid([0-9]+)", re.ASCII)
-_STEP = re.compile(r"step([0-9]+)", re.ASCII)
-_RANK = re.compile(r"rank([0-9]+)(?:-of-([0-9]+))?|world([0-9]+)", re.ASCII)
 _COORD_NAMES: Final = ("tp", "pp", "dp", "cp", "ep")
-_COORD = re.compile(r"(tp|pp|dp|cp|ep)([0-9]+)", re.ASCII)
-_COORDS = re.compile(r"(?:tp|pp|dp|cp|ep)[0-9]+(?:-(?:tp|pp|dp|cp|ep)[0-9]+)*", re.ASCII)
-_REPLICA = re.compile(r"replica([0-9]+)", re.ASCII)
-_WINDOW = re.compile(r"mb([0-9]+)(?:-([0-9]+))?", re.ASCII)
-_PART = re.compile(r"part([0-9]+)", re.ASCII)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -172,10 +158,6 @@ def _format_time(time_ms: int) -> str:
 
 def _quote(name: str) -> str:
     return repr(name) if len(name) <= 2 * MAX_NAME_BYTES else f"{name[: 2 * MAX_NAME_BYTES]!r}..."
-
-
-class _NotAName(Exception):
-    """Internal: why a string is not a trace name."""
 
 
 @attrs.frozen(kw_only=True)
@@ -285,9 +267,9 @@ class TraceName:
         if not isinstance(name, str):
             raise ConfigError(f"TraceName.parse needs a str, got {name!r}")
         try:
-            fields = _fields_of(name)
+            fields = fields_of(name)
             parsed = cls(**fields)
-        except (_NotAName, ConfigError) as exc:
+        except (NotANameError, ConfigError) as exc:
             raise ConfigError(f"{_quote(name)} is not a profdsl trace name: {exc}") from exc
         # Only the canonical spelling is accepted, so that parse and format are exact inverses.
         if parsed.format() != name:
@@ -314,94 +296,3 @@ class TraceName:
 
     def _coords(self) -> tuple[int | None, ...]:
         return (self.tp, self.pp, self.dp, self.cp, self.ep)
-
-
-def _fields_of(name: str) -> dict[str, Any]:
-    """Splits a would-be name into TraceName keyword arguments, without validating them."""
-    if len(name) > MAX_NAME_BYTES:
-        raise _NotAName(f"longer than {MAX_NAME_BYTES} characters")
-    if "/" in name or "\\" in name:
-        raise _NotAName("a bare file name is expected, not a path")
-    segments = name.split("_")
-    if len(segments) < 4:
-        raise _NotAName("expected <role>[.<stage>]_[fields_]<host>_pid<P>_<time><ext>")
-    head, *middle, host, pid, time_and_ext = segments
-    time_match = _TIME_AND_EXT.fullmatch(time_and_ext)
-    if time_match is None:
-        raise _NotAName(f"expected <YYYYMMDD>T<HHMMSSmmm><ext> last, got {time_and_ext!r}")
-    pid_match = _PID.fullmatch(pid)
-    if pid_match is None:
-        raise _NotAName(f"expected pid<P> before the time, got {pid!r}")
-    role, dot, stage = head.partition(".")
-    fields: dict[str, Any] = {
-        "role": role,
-        "stage": stage if dot else None,
-        "host": host,
-        "pid": int(pid_match[1]),
-        "time_ms": _parse_time(time_match),
-        "ext": time_match[8],
-    }
-    readers = [_read_step, _read_rank, _read_coords, _read_replica, _read_window, _read_part]
-    for segment in middle:
-        while readers and not readers[0](segment, fields):
-            readers.pop(0)
-        if not readers:
-            raise _NotAName(f"unexpected or misplaced segment {segment!r}")
-        readers.pop(0)
-    return fields
-
-
-def _parse_time(match: re.Match[str]) -> int:
-    year, month, day, hour, minute, second, milli = (int(g) for g in match.groups()[:7])
-    try:
-        moment = datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc)
-    except ValueError as exc:
-        raise _NotAName(f"bad time {match[0][:18]!r}: {exc}") from exc
-    return (moment - _EPOCH) // timedelta(milliseconds=1) + milli
-
-
-def _read_step(segment: str, fields: dict[str, Any]) -> bool:
-    match = _STEP.fullmatch(segment)
-    if match:
-        fields["step"] = int(match[1])
-    return match is not None
-
-
-def _read_rank(segment: str, fields: dict[str, Any]) -> bool:
-    match = _RANK.fullmatch(segment)
-    if match:
-        rank, of, world = match.groups()
-        world_size = of if world is None else world
-        fields["rank"] = None if rank is None else int(rank)
-        fields["world_size"] = None if world_size is None else int(world_size)
-    return match is not None
-
-
-def _read_coords(segment: str, fields: dict[str, Any]) -> bool:
-    if not _COORDS.fullmatch(segment):
-        return False
-    for coord, digits in _COORD.findall(segment):
-        fields[coord] = int(digits)
-    return True
-
-
-def _read_replica(segment: str, fields: dict[str, Any]) -> bool:
-    match = _REPLICA.fullmatch(segment)
-    if match:
-        fields["replica"] = int(match[1])
-    return match is not None
-
-
-def _read_window(segment: str, fields: dict[str, Any]) -> bool:
-    match = _WINDOW.fullmatch(segment)
-    if match:
-        first = int(match[1])
-        fields["window"] = (first, first if match[2] is None else int(match[2]))
-    return match is not None
-
-
-def _read_part(segment: str, fields: dict[str, Any]) -> bool:
-    match = _PART.fullmatch(segment)
-    if match:
-        fields["part"] = int(match[1])
-    return match is not None

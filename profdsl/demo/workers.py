@@ -106,6 +106,7 @@ class Trainer(ProfiledWorker):
         ref_logp = self.ref_log_prob(prompts, actions)
         values = self.values(prompts)
         advantages = rewards - values
-        loss = self.update_actor(prompts, actions, ref_logp, (advantages - advantages.mean()) / (advantages.std() + 1e-6))
+        normalized = (advantages - advantages.mean()) / (advantages.std() + 1e-6)
+        loss = self.update_actor(prompts, actions, ref_logp, normalized)
         self.update_critic(prompts, rewards)
         return loss

@@ -21,7 +21,7 @@ __all__ = ["mini_batch_window"]
 T = TypeVar("T")
 
 
-class mini_batch_window(Annotation):  # noqa: N801 (a lower-case DSL word)
+class mini_batch_window(Annotation):
     """One update mini-batch: a region ``f"{name}{i}"``, and one tick of the schedule.
 
     Iterate it over the mini-batches, or use it as a ``with`` block around one mini-batch, or as a

@@ -24,7 +24,7 @@ def check_name(kind: str, name: object) -> str:
     return name
 
 
-class profile_stage(Annotation):  # noqa: N801 (a lower-case DSL word, like nvtx.annotate)
+class profile_stage(Annotation):
     """Mark a named stage of training: a ``record_function`` region (and an NVTX range).
 
     In discrete mode the outermost stage of a profiled step writes its own trace; with

@@ -6,8 +6,8 @@ import re
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from profdsl.collect.relocate import Move, Skip
 from profdsl.collect.manifest import MANIFEST_NAME
+from profdsl.collect.relocate import Move, Skip
 from profdsl.core.naming import TraceName
 from profdsl.core.ranks import local_rank_from_trace_name
 

@@ -13,8 +13,8 @@ import logging
 import urllib.request
 from typing import Any
 
-from profdsl.core.log import once
 from profdsl.config import ProfilerConfig
+from profdsl.core.log import once
 from profdsl.rollout import rollout_trace_dir
 from profdsl.rollout.select import replica_selected
 
@@ -81,7 +81,7 @@ class SGLangHttpEngine:
         data = json.dumps(body).encode() if body is not None else b""
         req = urllib.request.Request(f"{self.base_url}{path}", data=data, method="POST",
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as response:  # noqa: S310
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
             return str(response.read().decode(errors="replace"))
 
     def start_profile(self, profile_prefix: str | None = None) -> str:

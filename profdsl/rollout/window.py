@@ -22,7 +22,7 @@ __all__ = ["rollout_window"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class rollout_window:  # noqa: N801 (a lower-case DSL word)
+class rollout_window:
     """Profile the rollout engine replicas of the current profiled step around generation.
 
     ``engines[r]`` is replica ``r``: an object with ``start_profile()`` and ``stop_profile()``

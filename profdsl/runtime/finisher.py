@@ -16,8 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from profdsl.collect import finish_hook
-from profdsl.collect import relocate
+from profdsl.collect import finish_hook, relocate
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.core.ranks import is_hook_rank

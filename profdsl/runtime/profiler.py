@@ -25,11 +25,10 @@ from profdsl.collect.export import TraceLabel
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import logger, once
 from profdsl.core.ranks import discover_rank, is_rank_selected
-from profdsl.core.step_plan import Event, StepPlan, StepTracker
-from profdsl.runtime.coordinator import Claim
 from profdsl.runtime.finisher import Finisher
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
+from profdsl.runtime.steps import StepSessions
 
 __all__ = ["Profiler", "State"]
 
@@ -74,20 +73,18 @@ class Profiler:
         self.config, self.role, self.rank, self.world_size = config, role, info.rank, info.world_size
         selected = capture and config.enable and is_rank_selected(
             self.rank, config.ranks, all_ranks=config.all_ranks)
-        backend = make_backend(config) if selected else None
-        self.selected = backend is not None
-        self._backend = backend
+        self._backend = make_backend(config) if selected else None
+        self.selected = self._backend is not None
         self._annotator = make_annotator(config, role) if self.selected else None
-        self._tracker = StepTracker(StepPlan.from_config(config))
         self._hash = hashlib.sha256(
             json.dumps(config.to_mapping(), sort_keys=True).encode()).hexdigest()[:12]
         self._state = State.IDLE
         self._step: int | None = None
-        self._claim: Claim | None = None
         self._recorder: Recorder | NullRecorder = NULL_RECORDER
-        self._profiled_steps: list[int] = []
-        self._finisher = Finisher(config, role=role, rank=self.rank, world_size=self.world_size,
-                                  selected=self.selected, rendezvous=PROCESS.hooks, hooks=capture)
+        finisher = Finisher(config, role=role, rank=self.rank, world_size=self.world_size,
+                            selected=self.selected, rendezvous=PROCESS.hooks, hooks=capture)
+        self._steps = StepSessions(config, backend=self._backend, coordinator=PROCESS.coordinator,
+                                   label=self._label, finisher=finisher)
         PROCESS.live.add(self)
 
     @property
@@ -120,13 +117,10 @@ class Profiler:
             logger.warning("[profdsl rank %s] %s: start(%s) while step %s is open; stopping it",
                            self.rank, self.role, step, self._step)
             self.stop()
-        events = self._tracker.begin(step)
         self._step = step
-        if self._tracker.plan.is_profiled(step):
-            self._profiled_steps.append(step)
+        if self._steps.begin(step):
             PROCESS.registry.set_stepping(self, True)
-        self._apply(events)
-        if self.selected and self._tracker.is_open:
+        if self.selected and self._steps.tracker.is_open:
             self._state = State.ARMED if self.config.discrete else State.RECORDING
             self._recorder = self._new_recorder(step)
             PROCESS.registry.activate(self._recorder)
@@ -141,7 +135,7 @@ class Profiler:
         self._step = None
         self._end_recorder()
         PROCESS.registry.set_stepping(self, False)
-        self._apply(self._tracker.end())
+        self._steps.end()
         if self._state is not State.IDLE:
             self._state = State.STOPPED  # a run of continuous steps keeps its capture between steps
 
@@ -162,10 +156,7 @@ class Profiler:
         self._state = State.CLOSED
         self._end_recorder()
         PROCESS.registry.set_stepping(self, False)
-        self._apply(self._tracker.finish())
-        self._finisher.after_session(final=True)
-        self._finisher.done()
-        self._finisher.wait()
+        self._steps.finish()
         PROCESS.live.discard(self)
 
     def __enter__(self) -> Profiler:
@@ -187,23 +178,10 @@ class Profiler:
         assert self._backend is not None
         return Recorder(self._label(step), annotator=self._annotator, backend=self._backend,
                         coordinator=PROCESS.coordinator, discrete=self.config.discrete,
-                        schedule=self.config.torch.schedule, claim=self._claim)
+                        schedule=self.config.torch.schedule, claim=self._steps.claim)
 
     def _end_recorder(self) -> None:
         recorder, self._recorder = self._recorder, NULL_RECORDER
         if isinstance(recorder, Recorder):
             PROCESS.registry.deactivate(recorder)
             recorder.close()
-
-    def _apply(self, events: list[Event]) -> None:
-        for event in events:
-            if event is Event.OPEN and self._backend is not None and not self.config.discrete:
-                self._claim = Claim(self._label(self._step), self._backend)
-                PROCESS.coordinator.claim(self._claim)
-            elif event is Event.CLOSE and self._claim is not None:
-                claim, self._claim = self._claim, None
-                PROCESS.coordinator.release(claim)
-                self._finisher.after_session(final=False)
-            elif event is Event.HOOK:  # every artifact first, then the upload
-                self._finisher.after_session(final=True)
-                self._finisher.run_hook(self._profiled_steps)
