@@ -12,12 +12,7 @@ True
 [('trace', 'actor', 3, None)]
 """
 
-from profdsl.collect.manifest import (
-    MANIFEST_NAME,
-    RECORD_KEYS,
-    append_record,
-    make_record,
-    read_manifest,
-)
+from profdsl.collect import manifest as _manifest
+from profdsl.collect.manifest import *  # noqa: F403  (the public names; their one home is profdsl.collect.manifest)
 
-__all__ = ["MANIFEST_NAME", "RECORD_KEYS", "append_record", "make_record", "read_manifest"]
+__all__ = _manifest.__all__

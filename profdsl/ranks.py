@@ -13,22 +13,7 @@ Two kinds of rank appear in profdsl:
   :func:`local_rank_from_trace_name` tells which GPU of a replica wrote an engine trace file.
 """
 
-from profdsl.core.ranks import (
-    RankInfo,
-    discover_rank,
-    is_hook_rank,
-    is_rank_selected,
-    local_rank_from_trace_name,
-    replica_ranks,
-    replicas_for_ranks,
-)
+from profdsl.core import ranks as _ranks
+from profdsl.core.ranks import *  # noqa: F403  (the public names; their one home is profdsl.core.ranks)
 
-__all__ = [
-    "RankInfo",
-    "discover_rank",
-    "is_hook_rank",
-    "is_rank_selected",
-    "local_rank_from_trace_name",
-    "replica_ranks",
-    "replicas_for_ranks",
-]
+__all__ = _ranks.__all__

@@ -9,6 +9,7 @@ mini-batches a scheduled stage records, grouped into the windows (trace files) i
 [(2, 3), (6, 7)]
 """
 
-from profdsl.core.schedule import Action, action_at, cycle_of, recorded_windows
+from profdsl.core import schedule as _schedule
+from profdsl.core.schedule import *  # noqa: F403  (the public names; their one home is profdsl.core.schedule)
 
-__all__ = ["Action", "action_at", "cycle_of", "recorded_windows"]
+__all__ = _schedule.__all__

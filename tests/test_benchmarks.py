@@ -14,7 +14,7 @@ def test_bench_dsl_runs_quick() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_dsl.py"), "--quick"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
-    for row in ("bare call", "with profile_stage, active profiler", "raw record_function, profdsl session",
+    for row in ("bare call", "with profile_stage, active profiler", "raw record_function, active profiler",
                 "mini_batch_window extra ns per item"):
         assert row in out.stdout
     assert out.stdout.count("(<= ") == 5

@@ -11,16 +11,7 @@ YAML, JSON and ``OmegaConf.to_container`` output can be passed straight in.
 (2, 5)
 """
 
-from profdsl.config.options import (
-    CONTENTS,
-    TOOLS,
-    FinishHook,
-    ProfilerConfig,
-    RolloutOptions,
-    Schedule,
-    TorchOptions,
-)
+from profdsl.config import options as _options
+from profdsl.config.options import *  # noqa: F403  (the public names; their one home is profdsl.config.options)
 
-__all__ = [
-    "CONTENTS", "TOOLS", "FinishHook", "ProfilerConfig", "RolloutOptions", "Schedule", "TorchOptions",
-]
+__all__ = _options.__all__

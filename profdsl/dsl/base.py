@@ -33,6 +33,8 @@ __all__ = ["Annotation"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _REGISTRY = PROCESS.registry  # the same object for the life of the process (reset in place)
+_STACK = context.STACK
+_OPENED = _REGISTRY.opened
 
 
 class Annotation:
@@ -52,6 +54,9 @@ class Annotation:
             profiler = self.profiler
             if profiler is not None:
                 recorder: Recorder | NullRecorder = profiler.recorder
+            elif self.role is None:
+                recorders = _REGISTRY.recorders
+                recorder = recorders[0] if recorders else NULL_RECORDER
             else:
                 recorder = _REGISTRY.find(self.role) or NULL_RECORDER
             return self._open(recorder, top)
@@ -62,23 +67,32 @@ class Annotation:
     def __enter__(self) -> Any:
         if not _REGISTRY.hot:
             return self
-        top = context.top()
+        top = _STACK.get()
         handle = self._handle(top)
         # An entry that opened nothing still marks its place when an outer entry of this same
         # object is open here: the nested exit must not close the outer entry's handle.
-        if handle is not None or any(e.key is self for e in context.walk(top)):
-            context.push(self, handle)
-            _REGISTRY.entry_opened()
+        if handle is not None or context.holds(self, top):
+            _STACK.set(context.Entry(self, handle, top))
+            _OPENED.append(None)
+            _REGISTRY.hot = True  # (see Registry: set after the append, never cleared by us)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if not _REGISTRY.hot:
             return
-        entry = context.remove(self, by_key=True)
-        if entry is not None:
-            _REGISTRY.entry_closed()
-            if entry.value is not None:
-                entry.value.close()
+        entry = _STACK.get()
+        if entry is not None and entry.key is self:  # the usual case: the innermost entry
+            _STACK.set(entry.below)
+        else:
+            entry = context.remove(self, by_key=True)
+            if entry is None:
+                return
+        if _OPENED:  # (empty only after a reset)
+            _OPENED.pop()
+        if not _REGISTRY.recorders:  # profiling stopped while this entry was open
+            _REGISTRY.refresh()
+        if entry.value is not None:
+            entry.value.close()
 
     def __call__(self, func: F) -> F:
         """Decorate a function, method, ``staticmethod``, ``classmethod``, ``async def`` or
@@ -89,13 +103,16 @@ class Annotation:
 
 
 class _Scoped:
-    """A decorated call's handle, current in its context exactly while the body runs."""
+    """A decorated call's handle. One that numbers mini-batches (a stage with its own capture) or
+    refuses them is current in its context exactly while the body runs, for the mini-batches
+    inside to find; a plain region needs no place on the stack."""
 
-    __slots__ = ("entry", "handle")
+    __slots__ = ("entry", "handle", "stacked")
 
     def __init__(self, handle: Handle) -> None:
         self.handle = handle
-        self.entry: Entry | None = context.push(None, handle)
+        self.stacked = handle.batches is not None or handle.opaque
+        self.entry: Entry | None = context.push(None, handle) if self.stacked else None
 
     def suspend(self) -> None:
         if self.entry is not None:
@@ -105,7 +122,7 @@ class _Scoped:
 
     def resume(self) -> None:
         self.handle.resume()
-        if self.entry is None:
+        if self.stacked and self.entry is None:
             self.entry = context.push(None, self.handle)
 
     def close(self) -> None:
@@ -120,7 +137,9 @@ def _decorate(func: Callable[..., Any],
     registry = _REGISTRY
 
     def begin() -> _Scoped | None:
-        handle = handle_for(context.top())
+        # Through the module: a decorated function pickled by value (Ray ships classes defined in
+        # __main__) takes its globals along, and a ContextVar cannot be pickled; a module can.
+        handle = handle_for(context.STACK.get())
         return None if handle is None else _Scoped(handle)
 
     if inspect.iscoroutinefunction(func):

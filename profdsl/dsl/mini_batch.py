@@ -57,7 +57,7 @@ class mini_batch_window(Annotation):
         self.role, self.profiler = role, profiler
 
     def _open(self, recorder: Recorder | NullRecorder, top: Entry | None) -> Handle | None:
-        return recorder.mini_batch(self.name, context=top)
+        return recorder.mini_batch(self.name, top)
 
     def __iter__(self) -> Iterator[Any]:
         if self.iterable is None:

@@ -67,4 +67,4 @@ class profile_stage(Annotation):
         self.color = None if color is None else to_color("profile_stage color", color)
 
     def _open(self, recorder: Recorder | NullRecorder, top: Entry | None) -> Handle | None:
-        return recorder.stage(self.name, scheduled=self.scheduled, color=self.color, context=top)
+        return recorder.stage(self.name, self.scheduled, self.color, top)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["Entry", "clear", "push", "remove", "top", "walk"]
+__all__ = ["STACK", "Entry", "clear", "holds", "push", "remove", "top", "walk"]
 
 
 class Entry:
@@ -30,12 +30,13 @@ class Entry:
         self.key, self.value, self.below = key, value, below
 
 
-_STACK: ContextVar[Entry | None] = ContextVar("profdsl_entries", default=None)
+#: The current context's innermost entry (the DSL's hot path reads and sets it directly).
+STACK: ContextVar[Entry | None] = ContextVar("profdsl_entries", default=None)
 
 
 def top() -> Entry | None:
     """The innermost open entry of the current context."""
-    return _STACK.get()
+    return STACK.get()
 
 
 def walk(entry: Entry | None) -> Iterator[Entry]:
@@ -45,23 +46,36 @@ def walk(entry: Entry | None) -> Iterator[Entry]:
         entry = entry.below
 
 
+def holds(key: object, entry: Entry | None) -> bool:
+    """Whether ``entry`` or an entry below it has ``key``."""
+    while entry is not None:
+        if entry.key is key:
+            return True
+        entry = entry.below
+    return False
+
+
 def push(key: object, value: Any) -> Entry:
     """Push an entry onto the current context's stack."""
-    entry = Entry(key, value, _STACK.get())
-    _STACK.set(entry)
+    entry = Entry(key, value, STACK.get())
+    STACK.set(entry)
     return entry
 
 
 def remove(match: object, *, by_key: bool) -> Entry | None:
     """Remove the innermost entry whose key (``by_key``) or identity is ``match``; None when the
     current context holds none (it was entered elsewhere, or opened nothing)."""
+    innermost = STACK.get()
+    if innermost is not None and ((innermost.key is match) if by_key else (innermost is match)):
+        STACK.set(innermost.below)  # the usual case: entries close in the order they opened
+        return innermost
     above: list[Entry] = []
-    for entry in walk(_STACK.get()):
+    for entry in walk(STACK.get()):
         if (entry.key is match) if by_key else (entry is match):
             below = entry.below
             for kept in reversed(above):  # rebuild what was pushed on top of it (rare)
                 below = Entry(kept.key, kept.value, below)
-            _STACK.set(below)
+            STACK.set(below)
             return entry
         above.append(entry)
     return None
@@ -69,4 +83,4 @@ def remove(match: object, *, by_key: bool) -> Entry | None:
 
 def clear() -> None:
     """Empty the current context's stack (a test's reset; other contexts are not reachable)."""
-    _STACK.set(None)
+    STACK.set(None)

@@ -71,35 +71,47 @@ class Handle:
         self.closed = False
         self.token: object = None
         self.pushed = False
-        self.resume()
+        if annotator is not None:
+            try:  # resume(), inlined: this runs for every profiled region
+                self.token = annotator.push(name, color)
+                self.pushed = True
+            except Exception as exc:
+                fault("region resume", exc)
 
     def suspend(self) -> None:
         """Close the region for now (an ``await`` or ``yield`` of the body)."""
-        try:
-            if self.pushed and self.annotator is not None:
-                self.pushed = False
-                token, self.token = self.token, None  # end the region object here, not in a GC
-                self.annotator.pop(token)
-        except Exception as exc:
-            fault("region suspend", exc)
+        if self.pushed:
+            self.pushed = False
+            token, self.token = self.token, None  # end the region object here, not in a GC
+            try:
+                self.annotator.pop(token)  # type: ignore[union-attr]
+            except Exception as exc:
+                fault("region suspend", exc)
 
     def resume(self) -> None:
         """Reopen the region (the body continues)."""
-        try:
-            if not self.pushed and not self.closed and self.annotator is not None:
+        if not self.pushed and not self.closed and self.annotator is not None:
+            try:
                 self.token = self.annotator.push(self.name, self.color)
                 self.pushed = True
-        except Exception as exc:
-            fault("region resume", exc)
+            except Exception as exc:
+                fault("region resume", exc)
 
     def close(self) -> None:
         """Close the region, then finish (end a session, step a schedule); once."""
         if self.closed:
             return
-        self.suspend()
         self.closed = True
-        finish, self.finish = self.finish, None
+        if self.pushed:  # suspend(), inlined: this runs for every profiled region
+            self.pushed = False
+            token, self.token = self.token, None
+            try:
+                self.annotator.pop(token)  # type: ignore[union-attr]
+            except Exception as exc:
+                fault("region suspend", exc)
+        finish = self.finish
         if finish is not None:
+            self.finish = None
             try:
                 finish()
             except Exception as exc:

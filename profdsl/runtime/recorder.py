@@ -60,12 +60,13 @@ class Recorder:
         self._batches = Batches(None if discrete else schedule, role=self.role, step=self.step,
                                 find=find)
 
-    def stage(self, name: str, *, scheduled: bool, color: int | None,
-              context: Entry | None) -> Handle:
+    def stage(self, name: str, scheduled: bool, color: int | None, context: Entry | None) -> Handle:
         """Open stage ``name``: a region and, for a discrete outermost stage, its own capture."""
         if self._discrete and _owner(context) is None:
             return self._stage_capture(name, scheduled, color)
-        self._note(name, mini_batch=False)
+        current = self._coordinator.current
+        if current is not None:
+            current.stages.add(name)
         return Handle(self._annotator, name, color)
 
     def _stage_capture(self, name: str, scheduled: bool, color: int | None) -> Handle:
@@ -97,7 +98,7 @@ class Recorder:
             step=self.step, rank=label.rank, world_size=label.world_size, host=label.host,
             pid=label.pid))
 
-    def mini_batch(self, base: str, *, context: Entry | None) -> Handle:
+    def mini_batch(self, base: str, context: Entry | None) -> Handle:
         """Open the next update mini-batch (a region ``f"{base}{i}"``)."""
         owner = _owner(context)
         if owner is not None and owner.opaque:
@@ -139,12 +140,11 @@ class NullRecorder:
     __slots__ = ()
     role: str | None = None
 
-    def stage(self, name: str, *, scheduled: bool, color: int | None,
-              context: Entry | None) -> None:
+    def stage(self, name: str, scheduled: bool, color: int | None, context: Entry | None) -> None:
         """Open nothing."""
         return None
 
-    def mini_batch(self, base: str, *, context: Entry | None) -> None:
+    def mini_batch(self, base: str, context: Entry | None) -> None:
         """Open nothing."""
         return None
 

@@ -22,18 +22,21 @@ __all__ = ["Registry"]
 class Registry:
     """Recorders of the roles profiling a step (``recorders``), profilers in a profiled step
     whatever their rank (``stepping``: a driver whose rank is not profiled still decides when
-    rollout engines are), and how many ``with`` entries are open anywhere (``entries``).
+    rollout engines are), and the ``with`` entries open anywhere (``opened``: one item each).
 
-    ``hot`` is ``bool(recorders) or entries > 0``, kept as a plain attribute for the DSL.
+    ``hot`` is ``bool(recorders) or bool(opened)``, kept as a plain attribute for the DSL. The DSL
+    appends to ``opened`` and sets ``hot`` without a lock (``list.append`` and ``list.pop`` are
+    atomic); every writer that may clear ``hot`` looks at ``opened`` again after writing, so an
+    entry opened meanwhile keeps it set.
     """
 
-    __slots__ = ("_lock", "entries", "hot", "recorders", "stepping")
+    __slots__ = ("_lock", "hot", "opened", "recorders", "stepping")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.recorders: tuple[Recorder, ...] = ()
         self.stepping: tuple[Profiler, ...] = ()
-        self.entries = 0
+        self.opened: list[None] = []
         self.hot = False
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
@@ -44,7 +47,9 @@ class Registry:
         return (registry, ())
 
     def _update(self) -> None:
-        self.hot = bool(self.recorders) or self.entries > 0
+        self.hot = bool(self.recorders) or bool(self.opened)
+        if not self.hot and self.opened:  # an entry opened between the read and the write
+            self.hot = True
 
     def activate(self, recorder: Recorder) -> None:
         """``recorder`` is in use: stages of its role find it."""
@@ -82,20 +87,15 @@ class Registry:
                 return profiler
         return None
 
-    def entry_opened(self) -> None:
-        """A ``with`` entry pushed state onto its context's stack."""
+    def refresh(self) -> None:
+        """Recompute ``hot`` (a ``with`` entry closed while no recorder is active)."""
         with self._lock:
-            self.entries += 1
-            self._update()
-
-    def entry_closed(self) -> None:
-        """A ``with`` entry popped its state."""
-        with self._lock:
-            self.entries = max(0, self.entries - 1)
             self._update()
 
     def clear(self) -> None:
-        """Forget everything (tests, and a forked child, which inherits none of it)."""
+        """Forget everything (tests, and a forked child, which inherits none of it). The list
+        ``opened`` is emptied in place: the DSL holds it."""
         self._lock = threading.Lock()
-        self.recorders, self.stepping, self.entries = (), (), 0
+        self.recorders, self.stepping = (), ()
+        self.opened.clear()
         self._update()
