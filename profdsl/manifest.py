@@ -4,12 +4,13 @@ Appends are one ``write`` on a file opened with ``O_APPEND`` while holding an ex
 so concurrent processes (ranks on a node, fused roles) never interleave or tear each other's
 lines. Readers skip a torn last line (a writer killed mid-write) and any other unreadable line.
 
->>> import tempfile
->>> folder = tempfile.mkdtemp()
->>> append_record(folder, make_record("trace", "a.pt.trace.json.gz", role="actor", step=3))
-True
->>> [(r["kind"], r["role"], r["step"], r["rank"]) for r in read_manifest(folder)]
-[('trace', 'actor', 3, None)]
+Examples:
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> append_record(folder, make_record("trace", "a.pt.trace.json.gz", role="actor", step=3))
+    True
+    >>> [(r["kind"], r["role"], r["step"], r["rank"]) for r in read_manifest(folder)]
+    [('trace', 'actor', 3, None)]
 """
 
 from profdsl.collect import manifest as _manifest

@@ -4,9 +4,10 @@ A :class:`~profdsl.config.Schedule` advances once per update mini-batch. :func:`
 what ``torch.profiler.schedule`` does at mini-batch ``i``; :func:`recorded_windows` says which
 mini-batches a scheduled stage records, grouped into the windows (trace files) it writes.
 
->>> from profdsl.config import Schedule
->>> recorded_windows(Schedule(wait=1, warmup=1, active=2), 9)
-[(2, 3), (6, 7)]
+Examples:
+    >>> from profdsl.config import Schedule
+    >>> recorded_windows(Schedule(wait=1, warmup=1, active=2), 9)
+    [(2, 3), (6, 7)]
 """
 
 from profdsl.core import schedule as _schedule

@@ -205,6 +205,12 @@ class TestProfileStage:
         with pytest.raises(ConfigError, match="got 3"):
             profile_stage(3)  # type: ignore[arg-type]
 
+    @pytest.mark.parametrize("color", ["mauve", "#12345", "#GGGGGG", -1, 2**32, 1.5, True, b"red"])
+    def test_bad_color(self, color: object) -> None:
+        """A colour that is no ARGB integer, hex string or NVTX colour name is refused at once."""
+        with pytest.raises(ConfigError, match="profile_stage color must be"):
+            profile_stage("s", color=color)  # type: ignore[arg-type]
+
     def test_decorated_function_pickles(self) -> None:
         """A decorated module-level function survives pickling (Ray ships them)."""
         assert pickle.loads(pickle.dumps(Model)) is Model

@@ -100,6 +100,18 @@ class TestNvtxRanges:
                 pass
         assert spy.calls == []
 
+    def test_stage_colour(self, tmp_path: Path, spy: SpyDomain) -> None:
+        """profile_stage(color=...) colours its NVTX range (the role's colour otherwise)."""
+        cfg = ProfilerConfig(enable=True, tool="nsys", steps=[1], save_path=str(tmp_path))
+        with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
+            with profile_stage("named", color="green"), profile_stage("hex", color="#102030"):
+                profile_stage("argb", color=0x80FF0000)(lambda: None)()
+            with profile_stage("plain"):
+                pass
+        colours = {a["message"]: a["color"] for a in spy.attributes}
+        assert colours == {"named": 0xFF008000, "hex": 0xFF102030, "argb": 0x80FF0000,
+                           "plain": role_color("actor")}
+
     def test_role_colours_are_stable(self) -> None:
         """A role's colour does not depend on the process (no salted hash)."""
         assert role_color("actor") == role_color("actor") != 0

@@ -5,10 +5,11 @@ raises :class:`~profdsl.errors.ConfigError` naming the field and the value. List
 where tuples or frozensets are stored, and nested plain mappings where a nested class is stored, so
 YAML, JSON and ``OmegaConf.to_container`` output can be passed straight in.
 
->>> config = ProfilerConfig(enable=True, steps=[2, 5], ranks=[0],
-...                         torch=TorchOptions(schedule=Schedule(wait=1, active=2)))
->>> config.steps
-(2, 5)
+Examples:
+    >>> config = ProfilerConfig(enable=True, steps=[2, 5], ranks=[0],
+    ...                         torch=TorchOptions(schedule=Schedule(wait=1, active=2)))
+    >>> config.steps
+    (2, 5)
 """
 
 from profdsl.config import options as _options

@@ -49,12 +49,13 @@ def require_int(label: str, value: object, minimum: int = 0, maximum: int | None
         ConfigError: ``"<label> must be an integer >= <minimum>, got <value>"`` (``in
             <minimum>..<maximum>`` with a maximum, ``or None`` when optional).
 
-    >>> require_int("Schedule.wait", 2)
-    2
-    >>> require_int("TraceName.step", -1, 0, 9)
-    Traceback (most recent call last):
-    ...
-    profdsl.errors.ConfigError: TraceName.step must be an integer in 0..9, got -1
+    Examples:
+        >>> require_int("Schedule.wait", 2)
+        2
+        >>> require_int("TraceName.step", -1, 0, 9)
+        Traceback (most recent call last):
+        ...
+        profdsl.errors.ConfigError: TraceName.step must be an integer in 0..9, got -1
     """
     if optional and value is None:
         return value  # type: ignore[return-value]
@@ -134,8 +135,9 @@ def to_color(where: str, value: object) -> int | None:
     """An NVTX colour as an ARGB integer: an integer ``0..0xFFFFFFFF``, ``"#RRGGBB"``,
     ``"#AARRGGBB"`` or one of :data:`COLOR_NAMES`; None stays None.
 
-    >>> hex(to_color("color", "#336699")), hex(to_color("color", "red"))
-    ('0xff336699', '0xffff0000')
+    Examples:
+        >>> hex(to_color("color", "#336699")), hex(to_color("color", "red"))
+        ('0xff336699', '0xffff0000')
     """
     if value is None:
         return None

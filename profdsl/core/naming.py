@@ -65,8 +65,9 @@ ARTIFACT_SUFFIXES: Final = (*JSON_TRACE_SUFFIXES, NSYS_EXT)
 def is_json_trace(name: str) -> bool:
     """Whether a file name (or path) is a Chrome JSON trace by its ending.
 
-    >>> is_json_trace("actor_step000001.pt.trace.json.gz"), is_json_trace("r.nsys-rep")
-    (True, False)
+    Examples:
+        >>> is_json_trace("actor_step000001.pt.trace.json.gz"), is_json_trace("r.nsys-rep")
+        (True, False)
     """
     return name.endswith(JSON_TRACE_SUFFIXES)
 

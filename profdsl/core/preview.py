@@ -4,10 +4,11 @@ Every answer comes from the rule's one home: sessions from
 :meth:`~profdsl.core.step_plan.StepPlan.from_config`, ranks from
 :mod:`~profdsl.core.ranks`, windows from :func:`~profdsl.core.schedule.recorded_windows`.
 
->>> from profdsl.config import ProfilerConfig
->>> p = preview(ProfilerConfig(enable=True, steps=[1, 2, 4], continuous_steps=True), world_size=2)
->>> p.sessions, p.ranks, p.traces_per_rank
-(((1, 2), (4, 4)), (0,), 2)
+Examples:
+    >>> from profdsl.config import ProfilerConfig
+    >>> p = preview(ProfilerConfig(enable=True, steps=[1, 2, 4], continuous_steps=True), world_size=2)
+    >>> p.sessions, p.ranks, p.traces_per_rank
+    (((1, 2), (4, 4)), (0,), 2)
 """
 
 from __future__ import annotations

@@ -38,9 +38,10 @@ def cycle_of(schedule: Schedule, i: int) -> int | None:
 def action_at(schedule: Schedule, i: int) -> Action:
     """The action ``torch.profiler.schedule`` takes at mini-batch ``i`` (0-based).
 
-    >>> from profdsl.config import Schedule
-    >>> [action_at(Schedule(wait=1, active=2), i).name for i in range(3)]
-    ['NONE', 'RECORD', 'RECORD_AND_SAVE']
+    Examples:
+        >>> from profdsl.config import Schedule
+        >>> [action_at(Schedule(wait=1, active=2), i).name for i in range(3)]
+        ['NONE', 'RECORD', 'RECORD_AND_SAVE']
     """
     cycle = cycle_of(schedule, i)
     if cycle is None:
@@ -62,11 +63,12 @@ def recorded_windows(schedule: Schedule, n: int) -> list[tuple[int, int]]:
     the end of the stage gives a shorter window, and a cycle that recorded nothing gives none (no
     empty or duplicate trace, unlike verl's bugs B1 and B2).
 
-    >>> from profdsl.config import Schedule
-    >>> recorded_windows(Schedule(active=2), 4)
-    [(0, 1), (2, 3)]
-    >>> recorded_windows(Schedule(skip_first=1, wait=1, warmup=1, active=2), 3)
-    []
+    Examples:
+        >>> from profdsl.config import Schedule
+        >>> recorded_windows(Schedule(active=2), 4)
+        [(0, 1), (2, 3)]
+        >>> recorded_windows(Schedule(skip_first=1, wait=1, warmup=1, active=2), 3)
+        []
     """
     n = require_int("number of mini-batches", n)
     windows = []

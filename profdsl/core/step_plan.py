@@ -6,9 +6,10 @@ run) or stop early. The finish hook is owed exactly once when any profiled step 
 session holding the last reachable profiled step closes, or at :meth:`StepTracker.finish` when
 training ended first (verl never runs it then: its bug B5).
 
->>> plan = StepPlan(steps=(2, 3, 7), continuous_steps=True)
->>> plan.sessions
-((2, 3), (7, 7))
+Examples:
+    >>> plan = StepPlan(steps=(2, 3, 7), continuous_steps=True)
+    >>> plan.sessions
+    ((2, 3), (7, 7))
 """
 
 from __future__ import annotations
@@ -58,12 +59,13 @@ class StepPlan:
         continuous mode with ``continuous_steps`` (discrete traces are per stage); a schedule does
         not change the grouping, since it selects mini-batches inside each step.
 
-        >>> from profdsl.config import ProfilerConfig
-        >>> StepPlan.from_config(ProfilerConfig(enable=True, steps=[1, 2, 4], continuous_steps=True)).sessions
-        ((1, 2), (4, 4))
-        >>> StepPlan.from_config(ProfilerConfig(enable=True, steps=[1, 2], discrete=True,
-        ...                                     continuous_steps=True)).sessions
-        ((1, 1), (2, 2))
+        Examples:
+            >>> from profdsl.config import ProfilerConfig
+            >>> StepPlan.from_config(ProfilerConfig(enable=True, steps=[1, 2, 4], continuous_steps=True)).sessions
+            ((1, 2), (4, 4))
+            >>> StepPlan.from_config(ProfilerConfig(enable=True, steps=[1, 2], discrete=True,
+            ...                                     continuous_steps=True)).sessions
+            ((1, 1), (2, 2))
         """
         return cls(steps=config.steps if config.enable else (),
                    continuous_steps=config.continuous_steps and not config.discrete,

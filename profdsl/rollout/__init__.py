@@ -17,8 +17,9 @@ __all__ = ["rollout_trace_dir", "trace_prefix"]
 def rollout_trace_dir(save_path: str, replica: int) -> str:
     """The absolute folder replica ``replica`` writes its engine traces into.
 
-    >>> rollout_trace_dir("/runs/7/profiles", 2)
-    '/runs/7/profiles/rollout_replica_2'
+    Examples:
+        >>> rollout_trace_dir("/runs/7/profiles", 2)
+        '/runs/7/profiles/rollout_replica_2'
     """
     return os.path.abspath(os.path.join(save_path, f"rollout_replica_{int(replica)}"))
 
@@ -27,7 +28,8 @@ def trace_prefix(step: int | None, replica: int) -> str:
     """The engine trace-name prefix carrying a rollout's identity (vLLM's and SGLang's rules:
     letters, digits, ``.``, ``_``, ``-``; starting with a letter or digit).
 
-    >>> trace_prefix(12, 3)
-    'step12-replica3'
+    Examples:
+        >>> trace_prefix(12, 3)
+        'step12-replica3'
     """
     return f"step{step}-replica{replica}" if step is not None else f"replica{replica}"

@@ -22,10 +22,11 @@ _PREFIX = re.compile(r"step(\d+)-replica(\d+)(?![0-9])")
 def engine_extension(name: str) -> str:
     """The extension to keep for an engine file: a known trace extension, else its last suffix.
 
-    >>> engine_extension("p_rank1.1732870000.pt.trace.json.gz")
-    '.pt.trace.json.gz'
-    >>> engine_extension("x-TP-0-memory.pickle")
-    '.pickle'
+    Examples:
+        >>> engine_extension("p_rank1.1732870000.pt.trace.json.gz")
+        '.pt.trace.json.gz'
+        >>> engine_extension("x-TP-0-memory.pickle")
+        '.pickle'
     """
     for extension in _KNOWN_EXTENSIONS:
         if name.endswith(extension):

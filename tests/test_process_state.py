@@ -1,0 +1,153 @@
+"""The process-state seam: one object (`profdsl.runtime.process.PROCESS`), one reset
+(`profdsl.testing.reset`), one after-fork rule; region names belong to the session that saw them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import profdsl.testing
+from profdsl import FinishHook, Profiler, ProfilerConfig, TorchOptions, profile_stage
+from profdsl.core.log import once
+from profdsl.runtime.process import PROCESS
+
+from .traces import parsed
+
+torch = pytest.importorskip("torch")
+
+
+def config(save_path: Path, **kwargs: Any) -> ProfilerConfig:
+    kwargs.setdefault("enable", True)
+    kwargs.setdefault("steps", [1])
+    kwargs.setdefault("torch", TorchOptions(contents=["cpu"]))
+    return ProfilerConfig(save_path=str(save_path), **kwargs)
+
+
+def torch_profiler_running() -> bool:
+    import torch.autograd.profiler as autograd_profiler
+
+    return bool(autograd_profiler._is_profiler_enabled)
+
+
+class TestReset:
+    """`profdsl.testing.reset()` returns profdsl to a fresh process's state."""
+
+    def test_reset_forgets_everything(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        stage = profile_stage("left_open")
+        profiler = Profiler(config(tmp_path / "a", finish_hook=FinishHook(cmd="true")), role="actor",
+                            rank=0, world_size=1)
+        profiler.start(1)
+        stage.__enter__()  # a with-entry a failing test never left
+        once("reset-probe", logging.WARNING, "probe")
+        assert PROCESS.live and PROCESS.registry.recorders and PROCESS.registry.hot
+        assert PROCESS.coordinator.current is not None and torch_profiler_running()
+
+        profdsl.testing.reset()
+
+        assert not PROCESS.live and PROCESS.registry.recorders == () and PROCESS.registry.stepping == ()
+        assert PROCESS.registry.opened == [] and PROCESS.registry.hot is False
+        assert PROCESS.coordinator.current is None and not torch_profiler_running()
+        with caplog.at_level(logging.WARNING, logger="profdsl"):
+            once("reset-probe", logging.WARNING, "probe again")
+        assert "probe again" in caplog.text
+        # A new profiler starts its own session; the old one's hook does not wait for anything.
+        other = Profiler(config(tmp_path / "b"), role="actor", rank=0, world_size=1)
+        with other, other.step(1), profile_stage("fresh"):
+            pass
+        assert [t["profdsl"]["regions"]["stages"] for _, t in parsed(tmp_path / "b")] == [["fresh"]]
+
+
+class TestRegionNames:
+    """Each trace lists the region names its own session saw, not a process-wide set."""
+
+    def test_names_do_not_leak_into_later_sessions(self, tmp_path: Path) -> None:
+        with Profiler(config(tmp_path, steps=[1, 2]), role="actor", rank=0, world_size=1) as profiler:
+            for step, name in ((1, "first"), (2, "second")):
+                with profiler.step(step), profile_stage(name):
+                    torch.ones(2).sum()
+        assert [t["profdsl"]["regions"]["stages"] for _, t in parsed(tmp_path)] == [["first"], ["second"]]
+
+
+class TestManyThreads:
+    """A shared stage object entered and left many times from many threads while profiling:
+    every entry's state is its own, and once all have left, nothing stays open."""
+
+    def test_balanced(self, tmp_path: Path) -> None:
+        shared = profile_stage("busy")
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                for _ in range(50):
+                    with shared:
+                        with shared:
+                            pass
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        with Profiler(config(tmp_path), role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
+            threads = [threading.Thread(target=worker) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=120)
+            assert PROCESS.registry.opened == []
+        assert not errors and PROCESS.registry.hot is False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+class TestFork:
+    """A child forked mid-step (a DataLoader worker) inherits none of the parent's profiling."""
+
+    def test_child_profiles_nothing(self, tmp_path: Path) -> None:
+        cfg = config(tmp_path, tool="nsys")  # no torch session to carry across the fork
+        profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
+        profiler.start(1)
+        assert PROCESS.registry.recorders and PROCESS.live
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, and leave without running the parent's atexit
+            try:
+                state = {"recorders": len(PROCESS.registry.recorders), "hot": PROCESS.registry.hot,
+                         "live": len(PROCESS.live), "current": PROCESS.coordinator.current is not None,
+                         "result": profile_stage("in_child")(lambda: 7)()}
+                os.write(write, json.dumps(state).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            state = json.loads(pipe.read())
+        os.waitpid(pid, 0)
+        profiler.close()
+        assert state == {"recorders": 0, "hot": False, "live": 0, "current": False, "result": 7}
+
+
+def test_process_state_lives_behind_one_object() -> None:
+    """No profdsl module keeps mutable module-level state of its own (a lowercase name bound to a
+    container, or any lock or set made at import); constant tables (UPPER_CASE) are allowed."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "profdsl"
+    stateful_calls = {"Lock", "RLock", "set", "dict", "list", "WeakSet", "WeakKeyDictionary"}
+    offenders = []
+    for path in root.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
+            for target in targets:
+                name = getattr(target, "id", "")
+                value = node.value  # type: ignore[union-attr]
+                call = getattr(getattr(value, "func", None), "attr", None) or getattr(
+                    getattr(value, "func", None), "id", None)
+                container = isinstance(value, (ast.List, ast.Dict, ast.Set))
+                if name == "__all__":
+                    continue
+                if call in stateful_calls or (container and not name.isupper()):
+                    offenders.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+    assert offenders == [], offenders
