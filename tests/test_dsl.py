@@ -253,6 +253,95 @@ class Methods:
         yield from range(n * cls.factor)
 
 
+class TestAsyncGenerators:
+    """`@profile_stage` on an `async def ... yield` function: an async generator stays one, its
+    region open exactly while its own code runs."""
+
+    @staticmethod
+    @profile_stage("agen_stage")
+    async def numbers(n: int):
+        for i in range(n):
+            await asyncio.sleep(0)
+            torch.ones(2).sum()
+            try:
+                got = yield i
+            except KeyError:
+                got = -1
+            if got is not None:
+                yield got * 10
+
+    async def consume(self) -> list[int]:
+        out = [i async for i in self.numbers(3)]
+        gen = self.numbers(5)
+        out.append(await gen.__anext__())
+        out.append(await gen.asend(7))
+        out.append(await gen.__anext__())
+        out.append(await gen.athrow(KeyError("k")))
+        await gen.aclose()
+        return out
+
+    def test_not_profiled(self) -> None:
+        assert inspect.isasyncgenfunction(TestAsyncGenerators.numbers)
+        assert asyncio.run(self.consume()) == [0, 1, 2, 0, 70, 1, -10]
+
+    def test_profiled(self, profiling: Path) -> None:
+        assert asyncio.run(self.consume()) == [0, 1, 2, 0, 70, 1, -10]
+        close_profiling()
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events(only_trace(profiling), "agen_stage"))
+        assert spans and all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+
+    def test_discrete_stage_spans_the_whole_generator(self, tmp_path: Path) -> None:
+        """Discrete mode: the stage's own trace spans the generator's whole life, not just the
+        creation of the generator object."""
+        cfg = ProfilerConfig(enable=True, steps=[1], discrete=True, save_path=str(tmp_path),
+                             torch=TorchOptions(contents=["cpu"]))
+
+        async def consume() -> list[int]:
+            return [i async for i in self.numbers(2)]
+
+        with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
+            assert asyncio.run(consume()) == [0, 1]
+        [trace] = [t for _, t in parsed(tmp_path)]
+        assert len(names(trace, "agen_stage")) >= 2
+        assert [e for e in trace["traceEvents"] if e.get("name") == "aten::ones"]
+
+
+class TestStopWhileSuspended:
+    """An async stage suspended across its profiler's stop does not reopen its region after."""
+
+    def test_no_slice_after_stop(self, tmp_path: Path) -> None:
+        cfg = ProfilerConfig(enable=True, steps=[1], save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"]))
+        actor = Profiler(cfg, role="actor", rank=0, world_size=1)
+        ref = Profiler(cfg, role="ref", rank=0, world_size=1)  # keeps the shared session going
+
+        @profile_stage("actor_async", role="actor")
+        async def stage(resume: asyncio.Event) -> None:
+            torch.ones(2).sum()
+            await resume.wait()
+            for _ in range(3):
+                torch.ones(2).sum()
+                await asyncio.sleep(0)
+
+        async def main() -> None:
+            resume = asyncio.Event()
+            task = asyncio.ensure_future(stage(resume))
+            await asyncio.sleep(0)
+            actor.stop()
+            with profile_stage("marker", role="ref"):
+                torch.ones(2).sum()
+            resume.set()
+            await task
+
+        with actor, ref:
+            ref.start(1)
+            actor.start(1)
+            asyncio.run(main())
+            ref.stop()
+        trace = only_trace(tmp_path)
+        [marker] = events(trace, "marker")
+        assert all(e["ts"] < marker["ts"] for e in events(trace, "actor_async"))
+
+
 class TestMethodDecorators:
     """`@profile_stage` works above or below `@staticmethod` / `@classmethod` (defect 8)."""
 

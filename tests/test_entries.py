@@ -183,6 +183,50 @@ class TestReentry:
         assert [names(t, "again") for _, t in parsed(tmp_path)] == [["again"], ["again"]]
 
 
+class TestOutOfOrder:
+    """Entries closed out of order or in another context than they opened in."""
+
+    def test_generator_finished_on_another_thread(self, tmp_path: Path) -> None:
+        """A generator's `with` block entered on one thread and left on another: the entry is
+        closed there, and nothing stays open (the off path is back to one attribute check)."""
+        from profdsl.runtime.process import PROCESS
+
+        def produce() -> Any:
+            with profile_stage("produce"):
+                yield 1
+                yield 2
+
+        profiler = Profiler(config(tmp_path), role="actor", rank=0, world_size=1)
+        with profiler, profiler.step(1):
+            gen = produce()
+            assert next(gen) == 1
+            run_threads(lambda: list(gen))
+        assert not PROCESS.registry.opened and PROCESS.registry.hot is False
+
+    def test_decorated_generators_leave_nothing_on_the_stack(self, tmp_path: Path) -> None:
+        """A decorated generator stage whose body holds a `with` across its yields: after each
+        call the caller's stack is as it was (entries keep their identity when removed out of
+        order)."""
+        from profdsl.runtime import context
+
+        inner = profile_stage("inner")
+
+        @profile_stage("produce")
+        def produce() -> Any:
+            with inner:
+                yield 1
+                yield 2
+
+        profiler = Profiler(config(tmp_path, discrete=True), role="actor", rank=0, world_size=1)
+        with profiler, profiler.step(1):
+            depths = []
+            for _ in range(3):
+                assert list(produce()) == [1, 2]
+                depths.append(sum(1 for _ in context.walk(context.top())))
+        assert depths == [0, 0, 0]
+        assert [n.stage for n, _ in parsed(tmp_path)] == ["produce"] * 3
+
+
 class Engine:
     """A rollout replica that counts its calls."""
 
@@ -213,6 +257,23 @@ class TestSharedRolloutWindow:
                     pass
                 assert engine.calls == ["start"]
             assert engine.calls == ["start", "stop"]
+
+    def test_nested_reentry_starts_nothing(self, tmp_path: Path) -> None:
+        """A decorated generate() called inside a `with` of the same window: the engines are
+        started once and stopped once, by the outer exit."""
+        engine = Engine()
+        cfg = config(tmp_path, relocate_results=False)
+        window = rollout_window([engine])
+
+        @window
+        def generate() -> str:
+            return "x"
+
+        with Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as clock:
+            with clock.step(1), window:
+                assert generate() == "x"
+                assert engine.calls == ["start"]
+        assert engine.calls == ["start", "stop"]
 
     def test_shared_across_threads(self, tmp_path: Path) -> None:
         """Thread A starts the engine; the step stops; thread B enters (starting nothing) and

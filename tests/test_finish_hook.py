@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,9 @@ class TestBoundedAndSafe:
         run_steps(Profiler(cfg, role="actor", rank=0, world_size=1), [1])
         assert [(h["status"], h["exit_code"] is not None) for h in hooks(tmp_path / "p")] == [("timeout", True)]
         child = int((tmp_path / "child.pid").read_text())
+        deadline = time.monotonic() + 60  # SIGKILL is delivered asynchronously: a bounded wait
+        while process_alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert not process_alive(child)
 
     def test_background_child_holding_the_pipe_does_not_block(self, tmp_path: Path) -> None:

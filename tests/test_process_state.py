@@ -51,7 +51,7 @@ class TestReset:
         profdsl.testing.reset()
 
         assert not PROCESS.live and PROCESS.registry.recorders == () and PROCESS.registry.stepping == ()
-        assert PROCESS.registry.opened == [] and PROCESS.registry.hot is False
+        assert not PROCESS.registry.opened and PROCESS.registry.hot is False
         assert PROCESS.coordinator.current is None and not torch_profiler_running()
         with caplog.at_level(logging.WARNING, logger="profdsl"):
             once("reset-probe", logging.WARNING, "probe again")
@@ -97,7 +97,7 @@ class TestManyThreads:
                 thread.start()
             for thread in threads:
                 thread.join(timeout=120)
-            assert PROCESS.registry.opened == []
+            assert not PROCESS.registry.opened
         assert not errors and PROCESS.registry.hot is False
 
 

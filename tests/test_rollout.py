@@ -317,6 +317,21 @@ class TestTorchSampler:
         names = {e["name"] for e in load(Path(cfg.save_path) / record["path"])["traceEvents"]}
         assert "aten::linear" in names
 
+    def test_sampler_in_a_reentered_window(self, tmp_path: Path) -> None:
+        """A window re-entered inside itself starts the sampler once: its trace is written and
+        the process's capture is free afterwards."""
+        from profdsl.runtime.process import PROCESS
+
+        cfg = config(tmp_path, discrete=True, steps=[2])
+        sampler = TorchSamplerEngine(cfg, replica=0)
+        window = rollout_window([sampler])
+        with driver(cfg) as profiler, profiler.step(2), window:
+            torch.nn.Linear(4, 4)(torch.randn(2, 4))
+            with window:
+                torch.nn.Linear(4, 4)(torch.randn(2, 4))
+        assert [(r["step"], r["replica"]) for r in rollout_records(cfg)] == [(2, 0)]
+        assert PROCESS.coordinator.current is None
+
     def test_sampler_in_a_profiled_process_shares_the_session(self, tmp_path: Path) -> None:
         """With the trainer's continuous session open, the sampler starts none (a second one
         would crash the process); its work is in the trainer's trace."""

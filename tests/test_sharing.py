@@ -135,7 +135,8 @@ class TestConcurrentScheduledStage:
         @profile_stage("update", scheduled=True)
         async def update(n: int) -> int:
             for _ in mini_batch_window(range(n)):
-                work()
+                with profile_stage("forward"):  # the refused call's nested stages open nothing
+                    work()
                 await asyncio.sleep(0)
             return n
 
@@ -151,6 +152,7 @@ class TestConcurrentScheduledStage:
             claimed = [f"mini_batch{i}" for i in range(name.window[0], name.window[1] + 1)]
             assert mini_batches(trace) == claimed
             assert trace["profdsl"]["window"] == list(name.window)
+            assert names(trace, "forward") == ["forward", "forward"]  # the owner's own, one each
         skipped = [r for r in read_manifest(tmp_path) if r["status"] == "skipped"]
         assert [(r["kind"], r["stage"], r["step"]) for r in skipped] == [("trace", "update", 1)]
         assert "gets no trace of its own" in caplog.text

@@ -50,9 +50,18 @@ class Session(Protocol):
 
 
 class Backend(Protocol):
-    """Opens capture sessions of one tool."""
+    """Opens capture sessions of one tool.
+
+    Attributes:
+        tool: ``"torch"`` or ``"nsys"``.
+        all_threads: sessions run on one dedicated thread and may be driven from any thread.
+        pausable: sessions can pause collection (``set_collecting``), so a continuous step's
+            schedule can leave mini-batches out.
+    """
 
     tool: str
+    all_threads: bool
+    pausable: bool
 
     def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
              runner: Runner) -> Session | None:

@@ -61,6 +61,7 @@ class NsysBackend:
 
     tool = "nsys"
     all_threads = False
+    pausable = False  # a capture range cannot be paused: every mini-batch is in it
 
     def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
              runner: Runner) -> NsysSession:

@@ -44,6 +44,7 @@ class TorchBackend:
     """Opens torch.profiler sessions with one role's options."""
 
     tool = "torch"
+    pausable = True
 
     def __init__(self, options: TorchOptions) -> None:
         self.options = options

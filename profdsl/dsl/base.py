@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from profdsl.dsl.slices import drive_coroutine, drive_generator
+from profdsl.dsl.slices import drive_async_generator, drive_coroutine, drive_generator
 from profdsl.runtime import context
 from profdsl.runtime.handles import Handle, fault
 from profdsl.runtime.process import PROCESS
@@ -35,6 +35,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 _REGISTRY = PROCESS.registry  # the same object for the life of the process (reset in place)
 _STACK = context.STACK
 _OPENED = _REGISTRY.opened
+
+
+def _entered_elsewhere(key: object) -> Entry | None:
+    """The latest open entry of ``key`` in another context (a generator whose ``with`` block
+    began on one thread and ends on another): marked done there, to be closed here."""
+    for entry in reversed(list(_OPENED)):
+        if entry.key is key and entry.live:
+            entry.live = False
+            return entry
+    return None
 
 
 class Annotation:
@@ -72,9 +82,10 @@ class Annotation:
         # An entry that opened nothing still marks its place when an outer entry of this same
         # object is open here: the nested exit must not close the outer entry's handle.
         if handle is not None or context.holds(self, top):
-            _STACK.set(context.Entry(self, handle, top))
-            _OPENED.append(None)
-            _REGISTRY.hot = True  # (see Registry: set after the append, never cleared by us)
+            entry = context.Entry(self, handle, top)
+            _STACK.set(entry)
+            _OPENED[entry] = None
+            _REGISTRY.hot = True  # (see Registry: set after the entry is added, never cleared here)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -82,13 +93,16 @@ class Annotation:
             return
         entry = _STACK.get()
         if entry is not None and entry.key is self:  # the usual case: the innermost entry
-            _STACK.set(entry.below)
+            entry.live = False
+            below = entry.below
+            while below is not None and not below.live:
+                below = below.below
+            _STACK.set(below)
         else:
-            entry = context.remove(self, by_key=True)
+            entry = context.remove(self, by_key=True) or _entered_elsewhere(self)
             if entry is None:
                 return
-        if _OPENED:  # (empty only after a reset)
-            _OPENED.pop()
+        _OPENED.pop(entry, None)
         if not _REGISTRY.recorders:  # profiling stopped while this entry was open
             _REGISTRY.refresh()
         if entry.value is not None:
@@ -157,6 +171,39 @@ def _decorate(func: Callable[..., Any],
                 scoped.close()
 
         return async_wrapper
+    if inspect.isasyncgenfunction(func):
+
+        @functools.wraps(func)
+        async def async_generator_wrapper(*args: Any, **kwargs: Any) -> Any:
+            body = func(*args, **kwargs)
+            scoped = begin() if registry.recorders else None
+            driven = body if scoped is None else drive_async_generator(body, scoped)
+            try:  # delegate: values out, asend / athrow / aclose in (no `yield from` here)
+                try:
+                    value = await driven.__anext__()
+                except StopAsyncIteration:
+                    return
+                while True:
+                    try:
+                        sent = yield value
+                    except GeneratorExit:
+                        await driven.aclose()
+                        raise
+                    except BaseException as exc:  # handed to the body, which decides
+                        try:
+                            value = await driven.athrow(exc)
+                        except StopAsyncIteration:
+                            return
+                    else:
+                        try:
+                            value = await driven.asend(sent)
+                        except StopAsyncIteration:
+                            return
+            finally:
+                if scoped is not None:
+                    scoped.close()
+
+        return async_generator_wrapper
     if inspect.isgeneratorfunction(func):
 
         @functools.wraps(func)

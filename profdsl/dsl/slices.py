@@ -1,4 +1,5 @@
-"""Running a coroutine or generator body in slices, with its region open only while it runs.
+"""Running a coroutine, generator or async generator body in slices, with its region open only
+while it runs.
 
 A region held open across an ``await`` would cover whatever other tasks run on the thread
 meanwhile, and torch's ranges of interleaved tasks would then overlap without nesting. Instead
@@ -8,10 +9,10 @@ loop (or the consumer of a generator) and resumed when the body continues.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Generator
+from collections.abc import AsyncGenerator, Coroutine, Generator
 from typing import Any, Protocol
 
-__all__ = ["drive_coroutine", "drive_generator"]
+__all__ = ["drive_async_generator", "drive_coroutine", "drive_generator"]
 
 
 class Suspendable(Protocol):
@@ -71,3 +72,29 @@ def drive_generator(gen: Generator[Any, Any, Any], region: Suspendable) -> Gener
         except BaseException as exc:
             send, error = None, exc
         region.resume()
+
+
+async def drive_async_generator(agen: AsyncGenerator[Any, Any],
+                                region: Suspendable) -> AsyncGenerator[Any, Any]:
+    """Delegate to ``agen`` (``asend``, ``athrow`` and ``aclose`` included) with ``region`` open
+    exactly while ``agen``'s own code runs: each step is a coroutine driven in slices, and the
+    region is closed while the consumer holds a yielded value."""
+    step: Any = agen.__anext__()
+    while True:
+        try:
+            value = await drive_coroutine(step, region)
+        except StopAsyncIteration:
+            return
+        region.suspend()
+        try:
+            sent = yield value
+        except GeneratorExit:
+            region.resume()
+            await drive_coroutine(agen.aclose(), region)
+            raise
+        except BaseException as exc:
+            region.resume()
+            step = agen.athrow(exc)
+        else:
+            region.resume()
+            step = agen.asend(sent)

@@ -18,6 +18,7 @@ from profdsl.collect.export import TraceLabel
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.rollout import rollout_trace_dir
+from profdsl.runtime.coordinator import Busy
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.segment import Segment
 
@@ -44,9 +45,11 @@ class TorchSamplerEngine:
         self._segment: Segment | None = None
 
     def start_profile(self, profile_prefix: str | None = None) -> None:
-        """Open a torch session writing into this replica's trace dir."""
+        """Open a torch session writing into this replica's trace dir (nothing if one is open)."""
         from profdsl.capture.torch_session import TorchBackend
 
+        if self._segment is not None:
+            return
         label = TraceLabel(
             role="rollout", stage=profile_prefix, step=None, rank=self.local_rank,
             world_size=self.replica_world_size,
@@ -54,12 +57,12 @@ class TorchSamplerEngine:
             host=socket.gethostname(), pid=os.getpid(), config_hash="", manifest=False)
         segment = PROCESS.coordinator.begin_stage(label, TorchBackend(self.config.torch), None,
                                                   cut=False)
-        if not isinstance(segment, Segment):
+        if isinstance(segment, Busy):
             once("sampler-shared", logging.INFO,
-                 "profdsl: the torch sampler shares its process with an open profdsl session; "
-                 "its work is recorded in that session's trace")
-            segment = None
-        self._segment = segment
+                 "profdsl: the torch sampler shares its process with an open profdsl capture (%s); "
+                 "its work is recorded there", segment.holder)
+        elif segment is not None:
+            self._segment = segment
 
     def stop_profile(self) -> None:
         """Close the session, writing its trace."""

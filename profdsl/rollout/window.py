@@ -75,10 +75,16 @@ class rollout_window:
                                              all_ranks=config.all_ranks, num_replicas=len(self.engines)))
         return RolloutRun(profiler, self.engines, replicas, self.replica_world_size) if replicas else None
 
+    def _nested(self) -> bool:
+        """Whether an outer entry of this object is open in this context: a nested entry starts
+        nothing (the engines already run) and marks its place, so its exit stops nothing."""
+        if context.holds(self, context.top()):
+            context.push(self, None)
+            return True
+        return False
+
     def _push(self, run: RolloutRun | None) -> None:
-        # As in the stage DSL: an entry that started nothing marks its place only when an outer
-        # entry of this object is open here, so a nested exit never stops the outer rollout.
-        if run is not None or any(e.key is self for e in context.walk(context.top())):
+        if run is not None:
             context.push(self, run)
 
     def _pop(self) -> RolloutRun | None:
@@ -86,6 +92,8 @@ class rollout_window:
         return None if entry is None else entry.value
 
     def __enter__(self) -> rollout_window:
+        if self._nested():
+            return self
         run = self._plan()
         if run is not None:
             run.started_from(call_all(run.selected, "start_profile", run.start_kwargs(),
@@ -101,6 +109,8 @@ class rollout_window:
             run.relocate()
 
     async def __aenter__(self) -> rollout_window:
+        if self._nested():
+            return self
         run = self._plan()
         if run is not None:
             run.started_from(await call_all_async(run.selected, "start_profile", run.start_kwargs(),
@@ -132,6 +142,8 @@ class rollout_window:
 
             @functools.wraps(func)
             def generator_wrapper(*args: Any, **kwargs: Any) -> Any:
+                if not registry.stepping:  # nothing is profiled: no window at all
+                    return (yield from func(*args, **kwargs))
                 with self:
                     return (yield from func(*args, **kwargs))
 

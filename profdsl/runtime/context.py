@@ -3,12 +3,15 @@
 A ``with profile_stage(...)`` object may be shared (a module-level constant) and entered from
 several threads or tasks at once, so what one entry opened cannot live on the object: it is
 pushed here, on the stack of the context that entered, and found again at exit by the object's
-identity. An entry that opened nothing pushes a sentinel while anything is open, so that a nested
-re-entry of the same object never closes its outer entry's state. Decorated calls push their
-handle too (without a key), so that a mini-batch finds the stage it belongs to.
+identity. An entry that opened nothing pushes a sentinel when an outer entry of the same object
+is open in its context, so that the nested exit never closes the outer entry's state. A
+decorated call pushes its handle only when mini-batches inside must find it (a stage that owns
+a capture, or one refused its own).
 
 The stack is an immutable linked list in a ``ContextVar``: a task copies its creator's context,
-and must not share a mutable list with it.
+and must not share a mutable list with it. An entry removed from the middle (entries closed out
+of order, as interleaved generators do) is marked dead and skipped, then dropped once the
+entries above it are gone: entries keep their identity.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ class Entry:
     """One open entry: ``key`` (the DSL object, None for a decorated call) and what it opened
     (``value``: a handle, or None for an entry that opened nothing)."""
 
-    __slots__ = ("below", "key", "value")
+    __slots__ = ("below", "key", "live", "value")
 
     def __init__(self, key: object, value: Any, below: Entry | None) -> None:
         self.key, self.value, self.below = key, value, below
+        self.live = True
 
 
 #: The current context's innermost entry (the DSL's hot path reads and sets it directly).
@@ -40,16 +44,17 @@ def top() -> Entry | None:
 
 
 def walk(entry: Entry | None) -> Iterator[Entry]:
-    """``entry`` and every entry below it, innermost first."""
+    """``entry`` and every live entry below it, innermost first."""
     while entry is not None:
-        yield entry
+        if entry.live:
+            yield entry
         entry = entry.below
 
 
 def holds(key: object, entry: Entry | None) -> bool:
-    """Whether ``entry`` or an entry below it has ``key``."""
+    """Whether ``entry`` or a live entry below it has ``key``."""
     while entry is not None:
-        if entry.key is key:
+        if entry.key is key and entry.live:
             return True
         entry = entry.below
     return False
@@ -63,21 +68,16 @@ def push(key: object, value: Any) -> Entry:
 
 
 def remove(match: object, *, by_key: bool) -> Entry | None:
-    """Remove the innermost entry whose key (``by_key``) or identity is ``match``; None when the
-    current context holds none (it was entered elsewhere, or opened nothing)."""
-    innermost = STACK.get()
-    if innermost is not None and ((innermost.key is match) if by_key else (innermost is match)):
-        STACK.set(innermost.below)  # the usual case: entries close in the order they opened
-        return innermost
-    above: list[Entry] = []
+    """Remove the innermost live entry whose key (``by_key``) or identity is ``match``; None
+    when the current context holds none (it was entered elsewhere, or opened nothing)."""
     for entry in walk(STACK.get()):
         if (entry.key is match) if by_key else (entry is match):
-            below = entry.below
-            for kept in reversed(above):  # rebuild what was pushed on top of it (rare)
-                below = Entry(kept.key, kept.value, below)
-            STACK.set(below)
+            entry.live = False
+            innermost = STACK.get()
+            while innermost is not None and not innermost.live:  # drop it and dead ones below
+                innermost = innermost.below
+            STACK.set(innermost)
             return entry
-        above.append(entry)
     return None
 
 

@@ -8,6 +8,7 @@ body, so that a region never spans code of other tasks.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from profdsl.core.schedule import action_at
 
 if TYPE_CHECKING:
     from profdsl.capture.annotators import Annotator
+    from profdsl.runtime.recorder import Recorder
     from profdsl.runtime.segment import Segment
 
 __all__ = ["Batches", "Handle", "fault", "opaque"]
@@ -34,39 +36,41 @@ class Batches:
     (continuous mode), and says whether the schedule records each one.
 
     ``segment`` is the capture the mini-batches drive: a discrete scheduled stage's own session
-    (``advance`` steps torch's schedule), or, looked up per mini-batch through ``find``, the
+    (torch's schedule steps after each), or, looked up per mini-batch through ``find``, the
     continuous session the role's step shares (left-out mini-batches pause its collection).
+    Numbering is atomic (``itertools.count``): threads never get the same index.
     """
 
-    __slots__ = ("find", "next", "role", "schedule", "segment", "step")
+    __slots__ = ("counter", "find", "schedule", "segment")
 
-    def __init__(self, schedule: Schedule | None, *, role: str, step: int | None,
-                 segment: Segment | None = None,
+    def __init__(self, schedule: Schedule | None, *, segment: Segment | None = None,
                  find: Callable[[], Segment | None] | None = None) -> None:
-        self.schedule, self.role, self.step = schedule, role, step
-        self.segment, self.find = segment, find
-        self.next = 0
+        self.schedule, self.segment, self.find = schedule, segment, find
+        self.counter = itertools.count()
 
-    def begin(self) -> tuple[int, bool, Segment | None]:
-        """The next mini-batch: its index, whether it is recorded, and the capture it drives."""
-        index = self.next
-        self.next += 1
-        recorded = self.schedule is None or action_at(self.schedule, index).records
-        segment = self.segment if self.find is None else self.find()
-        return index, recorded, segment
+    def capture(self) -> Segment | None:
+        """The capture the next mini-batch drives, if any."""
+        return self.segment if self.find is None else self.find()
+
+    def begin(self) -> tuple[int, bool]:
+        """The next mini-batch: its index, and whether the schedule records it."""
+        index = next(self.counter)
+        return index, self.schedule is None or action_at(self.schedule, index).records
 
 
 class Handle:
     """One entry's open state: its region (annotator token), the mini-batch numbering it owns
-    (a stage that owns a capture session), and what to do when it closes."""
+    (a stage that owns a capture session), and what to do when it closes. A region is reopened
+    (``resume``) only while the recorder that opened it is active: an async stage suspended
+    across its profiler's stop stays closed."""
 
-    __slots__ = ("annotator", "batches", "closed", "color", "finish", "name", "opaque", "pushed",
-                 "token")
+    __slots__ = ("annotator", "batches", "closed", "color", "finish", "name", "opaque", "owner",
+                 "pushed", "token")
 
     def __init__(self, annotator: Annotator | None, name: str, color: int | None = None, *,
-                 batches: Batches | None = None, finish: Callable[[], None] | None = None,
-                 opaque: bool = False) -> None:
-        self.annotator, self.name, self.color = annotator, name, color
+                 owner: Recorder | None = None, batches: Batches | None = None,
+                 finish: Callable[[], None] | None = None, opaque: bool = False) -> None:
+        self.annotator, self.name, self.color, self.owner = annotator, name, color, owner
         self.batches, self.finish, self.opaque = batches, finish, opaque
         self.closed = False
         self.token: object = None
@@ -90,7 +94,9 @@ class Handle:
 
     def resume(self) -> None:
         """Reopen the region (the body continues)."""
-        if not self.pushed and not self.closed and self.annotator is not None:
+        owner = self.owner
+        if (not self.pushed and not self.closed and self.annotator is not None
+                and (owner is None or owner.active)):
             try:
                 self.token = self.annotator.push(self.name, self.color)
                 self.pushed = True

@@ -39,12 +39,17 @@ class ProcessState:
         self.log: OnceLog = ONCE
 
     def close_live(self) -> None:
-        """Close every profiler not yet closed (at interpreter exit)."""
+        """Close every profiler not yet closed, and stop a session another thread asked to stop
+        when this thread owns it (at interpreter exit)."""
         for profiler in list(self.live):
             try:
                 profiler.close()
             except Exception as exc:  # interpreter exit: say it and go on with the others
                 logger.error("profdsl: closing %s at exit failed: %s", profiler.role, exc)
+        try:
+            self.coordinator.flush()
+        except Exception as exc:
+            logger.error("profdsl: stopping the last session at exit failed: %s", exc)
 
     def reset(self) -> None:
         """Forget every profiler, recorder, open entry, hook and logged key; stop an open session

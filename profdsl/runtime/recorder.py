@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from typing import TYPE_CHECKING
 
 import attrs
@@ -20,7 +21,7 @@ from profdsl.collect.export import TraceLabel
 from profdsl.collect.manifest import append_record, make_record
 from profdsl.config import Schedule
 from profdsl.core.log import once
-from profdsl.runtime.context import Entry, walk
+from profdsl.runtime.context import Entry
 from profdsl.runtime.coordinator import Busy, Claim, Coordinator
 from profdsl.runtime.handles import Batches, Handle, opaque
 
@@ -30,44 +31,50 @@ if TYPE_CHECKING:
 __all__ = ["NULL_RECORDER", "NullRecorder", "Recorder"]
 
 
-def _owner(context: Entry | None) -> Handle | None:
+def _owner(entry: Entry | None) -> Handle | None:
     """The innermost open entry of the context that numbers mini-batches (a stage with its own
     capture) or refuses them."""
-    for entry in walk(context):
+    while entry is not None:
         handle = entry.value
-        if isinstance(handle, Handle) and not handle.closed and (
+        if entry.live and isinstance(handle, Handle) and not handle.closed and (
                 handle.batches is not None or handle.opaque):
             return handle
+        entry = entry.below
     return None
 
 
 class Recorder:
     """One role's profiled step: opens stage and mini-batch regions and, in discrete mode,
-    stage captures."""
+    stage captures. ``active`` until the step ends."""
 
-    __slots__ = ("_annotator", "_backend", "_batches", "_coordinator", "_discrete", "_label",
-                 "_schedule", "_segments", "role", "step")
+    __slots__ = ("_annotator", "_backend", "_batches", "_claim", "_coordinator", "_discrete",
+                 "_label", "_schedule", "_segments", "active", "role", "step")
 
     def __init__(self, label: TraceLabel, *, annotator: Annotator | None, backend: Backend,
                  coordinator: Coordinator, discrete: bool, schedule: Schedule | None,
                  claim: Claim | None) -> None:
         self.role, self.step, self._label = label.role, label.step, label
         self._annotator, self._backend, self._coordinator = annotator, backend, coordinator
-        self._discrete, self._schedule = discrete, schedule
+        self._discrete, self._schedule, self._claim = discrete, schedule, claim
         self._segments: list[Segment] = []
+        self.active = True
         find = None if claim is None else functools.partial(coordinator.step_segment, claim)
-        # Continuous: the step's mini-batches follow the role's schedule in the shared session.
-        self._batches = Batches(None if discrete else schedule, role=self.role, step=self.step,
-                                find=find)
+        # Continuous: the step's mini-batches follow the role's schedule in the shared session
+        # (a capture that cannot pause records them all).
+        paused = not discrete and backend.pausable
+        self._batches = Batches(schedule if paused else None, find=find)
 
     def stage(self, name: str, scheduled: bool, color: int | None, context: Entry | None) -> Handle:
         """Open stage ``name``: a region and, for a discrete outermost stage, its own capture."""
-        if self._discrete and _owner(context) is None:
+        owner = _owner(context)
+        if owner is not None and owner.opaque:  # inside a stage refused its capture: nothing
+            return opaque()
+        if self._discrete and owner is None:
             return self._stage_capture(name, scheduled, color)
-        current = self._coordinator.current
-        if current is not None:
-            current.stages.add(name)
-        return Handle(self._annotator, name, color)
+        if self._claim is not None and self._coordinator.current is None:
+            self._coordinator.step_segment(self._claim)  # a step that waited for its thread
+        self._note(name, mini_batch=False)
+        return Handle(self._annotator, name, color, owner=self)
 
     def _stage_capture(self, name: str, scheduled: bool, color: int | None) -> Handle:
         schedule = self._schedule if scheduled else None
@@ -79,11 +86,11 @@ class Recorder:
                 return opaque()
         elif segment is not None:
             self._segments.append(segment)
-            batches = Batches(schedule, role=self.role, step=self.step, segment=segment)
+            batches = Batches(schedule, segment=segment)
             finish = functools.partial(self._coordinator.end_stage, segment)
-            return Handle(self._annotator, name, color, batches=batches, finish=finish)
+            return Handle(self._annotator, name, color, owner=self, batches=batches, finish=finish)
         self._note(name, mini_batch=False)
-        return Handle(self._annotator, name, color)
+        return Handle(self._annotator, name, color, owner=self)
 
     def _refused(self, name: str, scheduled: bool, busy: Busy) -> None:
         reason = (f"began while the capture was held by {busy.holder} in another thread or task; "
@@ -98,29 +105,41 @@ class Recorder:
             step=self.step, rank=label.rank, world_size=label.world_size, host=label.host,
             pid=label.pid))
 
-    def mini_batch(self, base: str, context: Entry | None) -> Handle:
+    def mini_batch(self, base: str, context: Entry | None) -> Handle | None:
         """Open the next update mini-batch (a region ``f"{base}{i}"``)."""
         owner = _owner(context)
         if owner is not None and owner.opaque:
             return opaque()
         batches = self._batches if owner is None else owner.batches
         assert batches is not None
-        index, recorded, segment = batches.begin()
+        segment = batches.capture()
+        if segment is not None and not segment.owned_here():
+            self._foreign(base)  # torch's session must not be stepped or paused from here
+            return None
+        index, recorded = batches.begin()
         name = f"{base}{index}"
-        if segment is None:  # discrete, outside any stage capture: a plain region
+        if segment is None:  # outside any capture this role drives: a plain region
             self._note(base, mini_batch=True)
-            return Handle(self._annotator, name)
+            return Handle(self._annotator, name, owner=self)
         if segment.kind == "stage":
             segment.note(base, mini_batch=True)
             finish = functools.partial(segment.advance, index) if batches.schedule else None
-            return Handle(self._annotator, name, finish=finish)
+            return Handle(self._annotator, name, owner=self, finish=finish)
         segment.mini_batch_began(recorded)
         if recorded:
             segment.note(base, mini_batch=True)
         finish = functools.partial(segment.mini_batch_ended, self.role, self.step,
                                    batches.schedule, index, recorded)
         # A left-out mini-batch opens no region: the trace holds exactly the windows it lists.
-        return Handle(self._annotator if recorded else None, name, finish=finish)
+        return Handle(self._annotator if recorded else None, name, owner=self, finish=finish)
+
+    def _foreign(self, base: str) -> None:
+        once(f"mini-batch-thread:{self.role}", logging.ERROR,
+             "[profdsl rank %s] %s: a %r mini-batch ran on thread %r, but its capture runs on "
+             "another thread, from which it cannot be driven; it is not recorded. Run "
+             "mini-batches on the thread of their stage (or of start), or set "
+             "TorchOptions(all_threads=True)", self._label.rank, self.role, base,
+             threading.current_thread().name)
 
     def _note(self, name: str, *, mini_batch: bool) -> None:
         current = self._coordinator.current
@@ -129,6 +148,7 @@ class Recorder:
 
     def close(self) -> None:
         """The step is over: end the stage captures it opened that are still open here."""
+        self.active = False
         segments, self._segments = self._segments, []
         for segment in segments:
             self._coordinator.end_stage(segment)
@@ -139,6 +159,7 @@ class NullRecorder:
 
     __slots__ = ()
     role: str | None = None
+    active = False
 
     def stage(self, name: str, scheduled: bool, color: int | None, context: Entry | None) -> None:
         """Open nothing."""

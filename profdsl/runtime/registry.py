@@ -13,6 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from profdsl.runtime.context import Entry
     from profdsl.runtime.profiler import Profiler
     from profdsl.runtime.recorder import Recorder
 
@@ -22,12 +23,14 @@ __all__ = ["Registry"]
 class Registry:
     """Recorders of the roles profiling a step (``recorders``), profilers in a profiled step
     whatever their rank (``stepping``: a driver whose rank is not profiled still decides when
-    rollout engines are), and the ``with`` entries open anywhere (``opened``: one item each).
+    rollout engines are), and the ``with`` entries open anywhere (``opened``, in the order they
+    opened: an exit in another context than its entry's, such as a generator finished on another
+    thread, finds its entry there).
 
     ``hot`` is ``bool(recorders) or bool(opened)``, kept as a plain attribute for the DSL. The DSL
-    appends to ``opened`` and sets ``hot`` without a lock (``list.append`` and ``list.pop`` are
-    atomic); every writer that may clear ``hot`` looks at ``opened`` again after writing, so an
-    entry opened meanwhile keeps it set.
+    adds to ``opened`` and sets ``hot`` without a lock (single dict operations are atomic); every
+    writer that may clear ``hot`` looks at ``opened`` again after writing, so an entry opened
+    meanwhile keeps it set.
     """
 
     __slots__ = ("_lock", "hot", "opened", "recorders", "stepping")
@@ -36,7 +39,7 @@ class Registry:
         self._lock = threading.Lock()
         self.recorders: tuple[Recorder, ...] = ()
         self.stepping: tuple[Profiler, ...] = ()
-        self.opened: list[None] = []
+        self.opened: dict[Entry, None] = {}
         self.hot = False
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
@@ -93,8 +96,8 @@ class Registry:
             self._update()
 
     def clear(self) -> None:
-        """Forget everything (tests, and a forked child, which inherits none of it). The list
-        ``opened`` is emptied in place: the DSL holds it."""
+        """Forget everything (tests, and a forked child, which inherits none of it). ``opened``
+        is emptied in place: the DSL holds it."""
         self._lock = threading.Lock()
         self.recorders, self.stepping = (), ()
         self.opened.clear()

@@ -10,6 +10,7 @@ and writes them into the trace's ``profdsl`` metadata.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -28,10 +29,13 @@ class Segment:
     """One capture session of this process; ``kind`` is ``"step"`` or ``"stage"``."""
 
     def __init__(self, kind: str, label: TraceLabel, backend: Backend,
-                 schedule: Schedule | None = None) -> None:
+                 schedule: Schedule | None = None, *, thread: int | None = None) -> None:
         self.kind, self.label, self.backend, self.schedule = kind, label, backend, schedule
         self.roles: list[str] = [label.role]
         self.session: Session | None = None
+        self.thread = threading.get_ident() if thread is None else thread  # where it starts
+        self.orphaned = False  # its stop was asked from another thread; its own thread stops it
+        self._collecting = True
         self.stages: set[str] = set() if label.stage is None else {label.stage}
         self.bases: set[str] = set()
         self._recorded: dict[tuple[str, int | None], tuple[Schedule | None, list[int]]] = {}
@@ -46,8 +50,12 @@ class Segment:
         return self.session is not None
 
     def owned_here(self) -> bool:
-        """Whether the calling thread may drive this segment's session."""
-        return self.session is None or self.session.owned_here()
+        """Whether the calling thread may drive this segment's session (start it, step it,
+        pause it, stop it)."""
+        session = self.session
+        if session is not None:
+            return session.owned_here()
+        return self.backend.all_threads or threading.get_ident() == self.thread
 
     def stop(self) -> None:
         """Stop the session and write its trace (the sink names it by the current label)."""
@@ -69,8 +77,9 @@ class Segment:
         (self.bases if mini_batch else self.stages).add(name)
 
     def mini_batch_began(self, recorded: bool) -> None:
-        """A mini-batch of a continuous role began; collection pauses for a left-out one (unless
-        a recorded one is open meanwhile, e.g. on another task)."""
+        """A mini-batch of a continuous role began, on the thread that owns the session;
+        collection pauses for a left-out one (unless a recorded one is open meanwhile, e.g. on
+        another asyncio task)."""
         if recorded:
             self._open_recorded += 1
         else:
@@ -88,14 +97,18 @@ class Segment:
         self._apply_collecting()
 
     def advance(self, index: int) -> None:
-        """A scheduled stage's mini-batch ``index`` ended: step the session's schedule."""
-        if self.session is not None:
-            self.session.advance(index)
+        """A scheduled stage's mini-batch ``index`` ended (on the owning thread): step the
+        session's schedule."""
+        session = self.session
+        if session is not None and session.owned_here():
+            session.advance(index)
 
     def _apply_collecting(self) -> None:
         session = self.session
-        if session is not None and session.owned_here():
-            session.set_collecting(not (self._muted > 0 and self._open_recorded == 0))
+        want = not (self._muted > 0 and self._open_recorded == 0)
+        if session is not None and want != self._collecting and session.owned_here():
+            self._collecting = want
+            session.set_collecting(want)
 
     # -- what the session asks --------------------------------------------------------------
     def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:

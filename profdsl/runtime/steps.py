@@ -30,6 +30,7 @@ class StepSessions:
 
     def begin(self, step: int) -> bool:
         """Step ``step`` begins; True when it is a profiled step."""
+        self._coordinator.flush()
         events = self.tracker.begin(step)
         profiled = self.tracker.plan.is_profiled(step)
         if profiled:
@@ -44,6 +45,7 @@ class StepSessions:
     def finish(self) -> None:
         """Training is over: close what is open, collect the last artifacts, run an owed hook."""
         self._apply(self.tracker.finish(), None)
+        self._coordinator.flush()
         self._finisher.after_session(final=True)
         self._finisher.done()
         self._finisher.wait()
