@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from profdsl.runtime.recorder import Recorder
     from profdsl.runtime.segment import Segment
 
-__all__ = ["Batches", "Handle", "fault", "opaque"]
+__all__ = ["Batches", "Handle", "OwningHandle", "fault", "opaque"]
 
 
 def fault(where: str, exc: BaseException) -> None:
@@ -59,19 +59,19 @@ class Batches:
 
 
 class Handle:
-    """One entry's open state: its region (annotator token), the mini-batch numbering it owns
-    (a stage that owns a capture session), and what to do when it closes. A region is reopened
+    """One entry's open region (annotator token), closed exactly once. A region is reopened
     (``resume``) only while the recorder that opened it is active: an async stage suspended
-    across its profiler's stop stays closed."""
+    across its profiler's stop stays closed. A plain region numbers no mini-batches, refuses
+    nothing and does nothing more when it closes (:class:`OwningHandle` does)."""
 
-    __slots__ = ("annotator", "batches", "closed", "color", "finish", "name", "opaque", "owner",
-                 "pushed", "token")
+    __slots__ = ("annotator", "closed", "color", "name", "owner", "pushed", "token")
+    batches: Batches | None = None
+    finish: Callable[[], None] | None = None
+    opaque = False
 
-    def __init__(self, annotator: Annotator | None, name: str, color: int | None = None, *,
-                 owner: Recorder | None = None, batches: Batches | None = None,
-                 finish: Callable[[], None] | None = None, opaque: bool = False) -> None:
+    def __init__(self, annotator: Annotator | None, name: str, color: int | None = None,
+                 owner: Recorder | None = None) -> None:
         self.annotator, self.name, self.color, self.owner = annotator, name, color, owner
-        self.batches, self.finish, self.opaque = batches, finish, opaque
         self.closed = False
         self.token: object = None
         self.pushed = False
@@ -104,7 +104,7 @@ class Handle:
                 fault("region resume", exc)
 
     def close(self) -> None:
-        """Close the region, then finish (end a session, step a schedule); once."""
+        """Close the region; once."""
         if self.closed:
             return
         self.closed = True
@@ -115,9 +115,27 @@ class Handle:
                 self.annotator.pop(token)  # type: ignore[union-attr]
             except Exception as exc:
                 fault("region suspend", exc)
-        finish = self.finish
+
+
+class OwningHandle(Handle):
+    """A handle that numbers the mini-batches inside it (a stage with its own capture), refuses
+    them (``opaque``), or finishes something when it closes (ends a capture, steps a schedule)."""
+
+    __slots__ = ("batches", "finish", "opaque")
+
+    def __init__(self, annotator: Annotator | None, name: str, color: int | None = None,
+                 owner: Recorder | None = None, *, batches: Batches | None = None,
+                 finish: Callable[[], None] | None = None, opaque: bool = False) -> None:
+        self.batches, self.finish, self.opaque = batches, finish, opaque
+        super().__init__(annotator, name, color, owner)
+
+    def close(self) -> None:
+        """Close the region, then finish (end a capture, step a schedule); once."""
+        if self.closed:
+            return
+        super().close()
+        finish, self.finish = self.finish, None
         if finish is not None:
-            self.finish = None
             try:
                 finish()
             except Exception as exc:
@@ -126,5 +144,5 @@ class Handle:
 
 def opaque() -> Handle:
     """The handle of an entry refused its own capture (a second concurrent scheduled stage): it
-    opens no region, and mini-batches inside it open none either."""
-    return Handle(None, "", opaque=True)
+    opens no region, and neither do the stages and mini-batches inside it."""
+    return OwningHandle(None, "", opaque=True)

@@ -23,7 +23,7 @@ from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.runtime.context import Entry
 from profdsl.runtime.coordinator import Busy, Claim, Coordinator
-from profdsl.runtime.handles import Batches, Handle, opaque
+from profdsl.runtime.handles import Batches, Handle, OwningHandle, opaque
 
 if TYPE_CHECKING:
     from profdsl.runtime.segment import Segment
@@ -66,15 +66,17 @@ class Recorder:
 
     def stage(self, name: str, scheduled: bool, color: int | None, context: Entry | None) -> Handle:
         """Open stage ``name``: a region and, for a discrete outermost stage, its own capture."""
-        owner = _owner(context)
+        owner = None if context is None else _owner(context)
         if owner is not None and owner.opaque:  # inside a stage refused its capture: nothing
             return opaque()
         if self._discrete and owner is None:
             return self._stage_capture(name, scheduled, color)
-        if self._claim is not None and self._coordinator.current is None:
-            self._coordinator.step_segment(self._claim)  # a step that waited for its thread
-        self._note(name, mini_batch=False)
-        return Handle(self._annotator, name, color, owner=self)
+        current = self._coordinator.current
+        if current is None and self._claim is not None:
+            current = self._coordinator.step_segment(self._claim)  # a step that waited for its thread
+        if current is not None:
+            current.stages.add(name)
+        return Handle(self._annotator, name, color, self)
 
     def _stage_capture(self, name: str, scheduled: bool, color: int | None) -> Handle:
         schedule = self._schedule if scheduled else None
@@ -88,9 +90,9 @@ class Recorder:
             self._segments.append(segment)
             batches = Batches(schedule, segment=segment)
             finish = functools.partial(self._coordinator.end_stage, segment)
-            return Handle(self._annotator, name, color, owner=self, batches=batches, finish=finish)
+            return OwningHandle(self._annotator, name, color, self, batches=batches, finish=finish)
         self._note(name, mini_batch=False)
-        return Handle(self._annotator, name, color, owner=self)
+        return Handle(self._annotator, name, color, self)
 
     def _refused(self, name: str, scheduled: bool, busy: Busy) -> None:
         reason = (f"began while the capture was held by {busy.holder} in another thread or task; "
@@ -120,18 +122,20 @@ class Recorder:
         name = f"{base}{index}"
         if segment is None:  # outside any capture this role drives: a plain region
             self._note(base, mini_batch=True)
-            return Handle(self._annotator, name, owner=self)
+            return Handle(self._annotator, name, None, self)
         if segment.kind == "stage":
             segment.note(base, mini_batch=True)
-            finish = functools.partial(segment.advance, index) if batches.schedule else None
-            return Handle(self._annotator, name, owner=self, finish=finish)
+            if batches.schedule is None:
+                return Handle(self._annotator, name, None, self)
+            return OwningHandle(self._annotator, name, None, self,
+                                finish=functools.partial(segment.advance, index))
         segment.mini_batch_began(recorded)
         if recorded:
             segment.note(base, mini_batch=True)
         finish = functools.partial(segment.mini_batch_ended, self.role, self.step,
                                    batches.schedule, index, recorded)
         # A left-out mini-batch opens no region: the trace holds exactly the windows it lists.
-        return Handle(self._annotator if recorded else None, name, owner=self, finish=finish)
+        return OwningHandle(self._annotator if recorded else None, name, None, self, finish=finish)
 
     def _foreign(self, base: str) -> None:
         once(f"mini-batch-thread:{self.role}", logging.ERROR,
