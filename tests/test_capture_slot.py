@@ -14,30 +14,20 @@ from typing import Any
 
 import pytest
 
-from profdsl import Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage
+from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl.runtime.process import PROCESS
 
+from .profiling import config, torch_profiler_running, work
 from .traces import names, parsed
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def config(save_path: Path, **kwargs: Any) -> ProfilerConfig:
-    kwargs.setdefault("enable", True)
-    kwargs.setdefault("steps", [1])
-    kwargs.setdefault("torch", TorchOptions(contents=["cpu"]))
-    return ProfilerConfig(save_path=str(save_path), **kwargs)
 
 
-def work() -> None:
-    torch.ones(8).mul(2).sum()
 
 
-def torch_profiler_running() -> bool:
-    import torch.autograd.profiler as autograd_profiler
-
-    return bool(autograd_profiler._is_profiler_enabled)
 
 
 def regions(folder: Path) -> list[tuple[Any, ...]]:

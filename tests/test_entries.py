@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage, rollout_window
+from profdsl import Profiler, profile_stage, rollout_window
 from profdsl.manifest import read_manifest
 
+from .profiling import config, run_threads, work
 from .traces import events, names, parsed
 
 torch = pytest.importorskip("torch")
@@ -23,24 +24,10 @@ torch = pytest.importorskip("torch")
 SHARED = profile_stage("shared")
 
 
-def config(save_path: Path, **kwargs: Any) -> ProfilerConfig:
-    kwargs.setdefault("enable", True)
-    kwargs.setdefault("steps", [1])
-    kwargs.setdefault("torch", TorchOptions(contents=["cpu"]))
-    return ProfilerConfig(save_path=str(save_path), **kwargs)
 
 
-def work() -> None:
-    torch.ones(8).mul(2).sum()
 
 
-def run_threads(*targets: Any) -> None:
-    threads = [threading.Thread(target=t) for t in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
 
 
 class TestSharedAcrossThreads:

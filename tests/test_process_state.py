@@ -8,31 +8,22 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import profdsl.testing
-from profdsl import FinishHook, Profiler, ProfilerConfig, TorchOptions, profile_stage
+from profdsl import FinishHook, Profiler, profile_stage
 from profdsl.core.log import once
 from profdsl.runtime.process import PROCESS
 
+from .profiling import config, torch_profiler_running
 from .traces import parsed
 
 torch = pytest.importorskip("torch")
 
 
-def config(save_path: Path, **kwargs: Any) -> ProfilerConfig:
-    kwargs.setdefault("enable", True)
-    kwargs.setdefault("steps", [1])
-    kwargs.setdefault("torch", TorchOptions(contents=["cpu"]))
-    return ProfilerConfig(save_path=str(save_path), **kwargs)
 
 
-def torch_profiler_running() -> bool:
-    import torch.autograd.profiler as autograd_profiler
-
-    return bool(autograd_profiler._is_profiler_enabled)
 
 
 class TestReset:

@@ -10,28 +10,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profdsl import FinishHook, Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage
+from profdsl import FinishHook, Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.profiler import State
 from profdsl.schedule import recorded_windows
 
+from .profiling import config, work
 from .strategies import schedules
 from .traces import load, names, parsed, trace_files
 
 torch = pytest.importorskip("torch")
 
 
-def config(save_path: Path, **kwargs: object) -> ProfilerConfig:
-    kwargs.setdefault("enable", True)
-    kwargs.setdefault("steps", [1])
-    kwargs.setdefault("torch", TorchOptions(contents=["cpu"]))
-    return ProfilerConfig(save_path=str(save_path), **kwargs)  # type: ignore[arg-type]
 
 
-def work() -> None:
-    torch.ones(8).mul(2).sum()
 
 
 def run_update(n: int) -> None:

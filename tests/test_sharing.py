@@ -12,29 +12,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profdsl import Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage
+from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl.manifest import read_manifest
 from profdsl.schedule import recorded_windows
 
+from .profiling import config, work
 from .strategies import schedules
 from .traces import events, names, parsed
 
 torch = pytest.importorskip("torch")
 
 
-def config(save_path: Path, **kwargs: Any) -> ProfilerConfig:
-    kwargs.setdefault("enable", True)
-    kwargs.setdefault("steps", [1])
-    kwargs.setdefault("torch", TorchOptions(contents=["cpu"]))
-    return ProfilerConfig(save_path=str(save_path), **kwargs)
 
 
 def scheduled(schedule: Schedule) -> TorchOptions:
     return TorchOptions(contents=["cpu"], schedule=schedule)
 
 
-def work() -> None:
-    torch.ones(8).mul(2).sum()
 
 
 def stage_names(trace: dict[str, Any]) -> list[str]:

@@ -92,7 +92,7 @@ class Annotation:
         if not _REGISTRY.hot:
             return
         entry = _STACK.get()
-        if entry is not None and entry.key is self:  # the usual case: the innermost entry
+        if entry is not None and entry.key is self and entry.live:  # the usual case: innermost
             entry.live = False
             below = entry.below
             while below is not None and not below.live:
