@@ -21,6 +21,7 @@ from profdsl.collect import relocate
 from profdsl.collect.manifest import append_record, make_record
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
+from profdsl.core.ranks import is_rank_selected
 from profdsl.rollout import rollout_trace_dir, trace_prefix
 from profdsl.rollout.calls import Outcome, accepts
 from profdsl.rollout.nodes import current_node, node_of, run_on_node
@@ -103,8 +104,9 @@ def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequen
                       width: int, world_size: int, node: str | None = None) -> None:
     """Move replicas' engine files into save_path on this node (runs as a pinned Ray task for
     replicas on other nodes); bounded by ``rollout.flush_wait_s``; never raises."""
-    # Empty ranks select global rank 0, as on the training side.
-    keep = None if config.all_ranks else set(config.ranks or (0,))
+    # The selected global ranks, by the same rule as on the training side (empty: rank 0).
+    keep = {r for r in range(world_size)
+            if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
     plan: list[relocate.Move | relocate.Skip] = []
     for replica in replicas:
         source = rollout_trace_dir(config.save_path, replica)

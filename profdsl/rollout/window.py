@@ -62,11 +62,10 @@ class rollout_window:
         self.profiler, self.role = profiler, role
 
     def _plan(self) -> RolloutRun | None:
-        stepping = PROCESS.registry.stepping
         profiler = self.profiler
         if profiler is None:
             profiler = PROCESS.registry.find_stepping(self.role)
-        elif profiler not in stepping:
+        elif profiler not in PROCESS.registry.stepping:
             profiler = None
         if profiler is None or not profiler.config.enable or not self.engines:
             return None
