@@ -83,28 +83,66 @@ class FakeAsyncLLM(FakeVllmLLM):
         FakeVllmLLM.stop_profile(self)
 
 
+#: What SGLang's ``Engine`` raises (``RuntimeError``, from the scheduler's ``ProfileReqOutput``).
+SGLANG_ALREADY_IN_PROGRESS = "Profiling is already in progress. Call /stop_profile first."
+SGLANG_NOT_IN_PROGRESS = "Profiling is not in progress. Call /start_profile first."
+
+
 class FakeSGLangEngine:
-    """``sglang.Engine``: ``start_profile(**ProfileReq)``; files
-    ``{output_dir}/[{profile_prefix}-]{profile_id}-TP-{tp}.trace.json.gz``, written at stop, or by
-    the engine itself after ``num_steps`` steps (here: at the next ``generate``)."""
+    """``sglang.Engine``'s profiler, by the rules of SGLang 0.5's scheduler (its profiler mixin):
+
+    - ``start_profile(**ProfileReq)`` raises ``RuntimeError(SGLANG_ALREADY_IN_PROGRESS)`` while a
+      profile is in progress; otherwise it starts at once, or arms for forward count
+      ``max(start_step, count + 1)`` when ``start_step`` is given.
+    - With ``num_steps`` the engine stops by itself: ``num_steps`` engine steps are recorded, and
+      the step after them stops the profile and writes the files. A rollout of fewer steps leaves
+      it in progress.
+    - ``stop_profile()`` raises ``RuntimeError(SGLANG_NOT_IN_PROGRESS)`` when no profile is in
+      progress (never started, or already stopped by itself); otherwise it writes the files.
+
+    Files: ``{output_dir}/[{profile_prefix}-]{profile_id}-TP-{tp}.trace.json.gz``, ``profile_id``
+    being the start time. ``generate(steps)`` runs engine steps (scheduler batches)."""
 
     def __init__(self, tp: int = 1) -> None:
         self.tp = tp
         self.request: dict[str, Any] | None = None
         self.calls: list[str] = []
+        self.in_progress = False
+        self.forward_ct = 0
+        self._profile_id = ""
+        self._start_ct: int | None = None
+        self._target_ct: int | None = None
 
     def start_profile(self, **kwargs: Any) -> None:
         unknown = set(kwargs) - SGLANG_PROFILE_REQ_FIELDS
         assert not unknown, f"SGLang ProfileReq has no field(s) {unknown}"
         self.calls.append("start")
-        self.request = kwargs
+        if self.in_progress:
+            raise RuntimeError(SGLANG_ALREADY_IN_PROGRESS)
+        self.request, self._profile_id = kwargs, str(time.time())
+        start_step, num_steps = kwargs.get("start_step"), kwargs.get("num_steps")
+        self._start_ct = max(start_step, self.forward_ct + 1) if start_step else None
+        if not num_steps:
+            self._target_ct = None
+        elif self._start_ct is not None:
+            self._target_ct = self._start_ct + num_steps
+        else:
+            self._target_ct = self.forward_ct + num_steps + 1
+        self.in_progress = not start_step
 
-    def generate(self) -> None:
-        if self.request and self.request.get("num_steps"):
-            self._flush()
+    def generate(self, steps: int = 1) -> None:
+        """Run ``steps`` engine steps; before each, the profiler stops or starts if it is due."""
+        for _ in range(steps):
+            self.forward_ct += 1
+            if self._target_ct is not None and self._target_ct <= self.forward_ct and self.in_progress:
+                self._flush()
+            if self._start_ct is not None and self._start_ct == self.forward_ct:
+                self.in_progress = True
 
     def stop_profile(self) -> None:
         self.calls.append("stop")
+        if not self.in_progress:
+            raise RuntimeError(SGLANG_NOT_IN_PROGRESS)
         self._flush()
 
     def _flush(self) -> None:
@@ -113,12 +151,14 @@ class FakeSGLangEngine:
         os.makedirs(folder, exist_ok=True)
         head = f"{self.request['profile_prefix']}-" if self.request.get("profile_prefix") else ""
         for t in range(self.tp):
-            write_trace(os.path.join(folder, f"{head}{int(time.time())}-TP-{t}.trace.json.gz"))
-        self.request = None
+            write_trace(os.path.join(folder, f"{head}{self._profile_id}-TP-{t}.trace.json.gz"))
+        self.in_progress, self._start_ct = False, None
 
 
 class FakeSGLangServer:
-    """An SGLang server's ``/start_profile`` and ``/stop_profile`` on loopback."""
+    """An SGLang server's ``/start_profile`` and ``/stop_profile`` on loopback, over a
+    :class:`FakeSGLangEngine` (``.engine``). As in SGLang's FastAPI server, an engine error
+    (already / not in progress) is answered with a bare ``500 Internal Server Error``."""
 
     def __init__(self, tp: int = 1) -> None:
         engine = self.engine = FakeSGLangEngine(tp)
@@ -137,6 +177,12 @@ class FakeSGLangServer:
                         return
                 except AssertionError as exc:
                     self.send_error(400, str(exc))
+                    return
+                except RuntimeError:  # SGLang's handlers let it escape: FastAPI answers a bare 500
+                    self.send_response(500)
+                    self.send_header("Content-Type", "text/plain; charset=utf-8")
+                    self.end_headers()
+                    self.wfile.write(b"Internal Server Error")
                     return
                 self.send_response(200)
                 self.end_headers()

@@ -21,10 +21,11 @@ class TestDefaults:
     """The contract's defaults."""
 
     def test_profiler_config_defaults(self) -> None:
-        """A bare ProfilerConfig is disabled, torch, rank 0, writing to ./profiles."""
+        """A bare ProfilerConfig is disabled, torch, rank 0, writing to ./profiles (made absolute)."""
         c = ProfilerConfig()
         assert (c.enable, c.tool, c.steps, c.ranks, c.all_ranks) == (False, "torch", (), (), False)
-        assert (c.save_path, c.discrete, c.continuous_steps, c.nvtx) == ("profiles", False, False, False)
+        assert (c.save_path, c.discrete, c.continuous_steps, c.nvtx) == (
+            str(Path.cwd() / "profiles"), False, False, False)
         assert c.relocate_results is True
         assert c.torch == TorchOptions(contents=frozenset(), schedule=None)
         assert c.finish_hook == FinishHook(cmd=None, ranks=(), all_ranks=False, timeout_s=1800.0)

@@ -98,7 +98,7 @@ class TestUnion:
         b = ProfilerConfig(enable=True, save_path="b", finish_hook=FinishHook(cmd="B", timeout_s=5),
                            torch=TorchOptions(schedule=Schedule(active=3)))
         u = a.union(b)
-        assert (u.save_path, u.finish_hook.cmd, u.torch.schedule) == ("a", "A", Schedule(active=2))
+        assert (u.save_path, u.finish_hook.cmd, u.torch.schedule) == (a.save_path, "A", Schedule(active=2))
         assert u.finish_hook.timeout_s == 1800.0
 
     def test_no_schedule_wins(self) -> None:

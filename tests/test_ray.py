@@ -132,6 +132,7 @@ def test_runtime_env() -> None:
     nsys = runtime_env(ProfilerConfig(enable=True, tool="nsys", steps=[1, 2]))
     assert nsys["nsight"]["capture-range"] == "cudaProfilerApi"
     assert nsys["nsight"]["capture-range-end"].startswith("repeat-shutdown:")
-    assert runtime_env(ProfilerConfig(enable=True)) == {"env_vars": {"NVTX_INJECTION64_PATH": ""}}
+    guard = runtime_env(ProfilerConfig(enable=True))  # what it keeps out: tests/test_nvtx_injection.py
+    assert guard == {"env_vars": {"NVTX_INJECTION64_PATH": "/dev/null/profdsl-no-nvtx-injection"}}
     assert runtime_env(ProfilerConfig(enable=True), guard_cupti=False) == {}
     assert runtime_env(ProfilerConfig()) == {}

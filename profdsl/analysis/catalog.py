@@ -1,23 +1,38 @@
 """What a folder holds: one row per artifact, from the manifest, or from file names when a
-folder has no manifest (traces copied by hand, an older run)."""
+folder has no manifest (traces copied by hand, an older run).
+
+This is the one place that decides a manifest record is valid (:func:`from_record`) and which
+artifacts the trace-reading commands read (:func:`json_traces`, :func:`trace_header`): every
+command lists, checks, sums, merges and plots through it, so they all skip the same bad input
+with the same reason, and ``profdsl check`` fails on exactly that input.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from profdsl.collect.manifest import MANIFEST_NAME, read_manifest
-from profdsl.core.naming import ARTIFACT_SUFFIXES, NSYS_EXT, TraceName
+from profdsl.analysis.reader import TraceError, brief, header
+from profdsl.collect.manifest import KINDS, MANIFEST_NAME, is_relative, read_lines
+from profdsl.config.validate import require_int
+from profdsl.core.naming import ARTIFACT_SUFFIXES, NSYS_EXT, TraceName, is_json_trace
+from profdsl.errors import ConfigError
 
-__all__ = ["Artifact", "FolderError", "artifacts"]
+__all__ = ["Artifact", "Catalog", "FolderError", "RecordError", "artifacts", "catalog", "from_record",
+           "json_traces", "trace_header"]
 
 
 
 class FolderError(Exception):
     """The folder is missing, not a folder, or holds nothing profdsl can read."""
+
+
+class RecordError(ValueError):
+    """A manifest record that does not describe an artifact (the message says which field)."""
 
 
 @attrs.frozen
@@ -38,6 +53,12 @@ class Artifact:
     record: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @property
+    def needs_metadata(self) -> bool:
+        """A training trace profdsl recorded in the manifest carries ``profdsl`` and
+        ``distributedInfo`` metadata (traces known by their file name only may predate it)."""
+        return self.kind == "trace" and bool(self.record)
+
+    @property
     def label(self) -> str:
         """A short name for the process row of this artifact: role, rank, replica."""
         parts = [self.role or "unknown"]
@@ -47,14 +68,50 @@ class Artifact:
         return " ".join(parts)
 
 
-def _from_record(record: dict[str, Any]) -> Artifact:
+@attrs.frozen
+class Catalog:
+    """A folder's valid artifacts, and one line per manifest line that is not a valid record."""
+
+    artifacts: list[Artifact]
+    problems: list[str]
+
+
+#: Integer fields of a record and their smallest value; ``bytes`` is also a file size.
+_COUNTS = {"step": 0, "rank": 0, "world_size": 1, "replica": 0}
+_TEXTS = ("role", "stage", "status", "error", "reason", "source")
+_MAX_BYTES = 2**63 - 1
+
+
+def from_record(record: object) -> Artifact:
+    """The artifact a manifest record describes.
+
+    Raises:
+        RecordError: ``record`` is not an object, or a field the commands read has the wrong type
+            or value (the message names the first such field).
+    """
+    if not isinstance(record, dict):
+        raise RecordError(f"{brief(record)} is not a JSON object")
+    kind = record.get("kind", "trace")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise RecordError(f"kind must be one of {', '.join(KINDS)}, got {brief(kind)}")
+    path = record.get("path")
+    if path is not None and not (isinstance(path, str) and is_relative(path)):
+        raise RecordError(f"path must be a file name relative to the folder or null, got {brief(path)}")
+    for key in _TEXTS:
+        if not isinstance(record.get(key), (str, type(None))):
+            raise RecordError(f"{key} must be a string or null, got {brief(record[key])}")
     window = record.get("window")
-    return Artifact(
-        kind=record.get("kind", "trace"), path=record.get("path"), role=record.get("role"),
-        stage=record.get("stage"), step=record.get("step"), rank=record.get("rank"),
-        world_size=record.get("world_size"), replica=record.get("replica"),
-        window=tuple(window) if window else None, bytes=record.get("bytes"),
-        status=record.get("status") or "ok", record=record)
+    if window is not None and not (isinstance(window, list) and len(window) == 2):
+        raise RecordError(f"window must be [first, last] or null, got {brief(window)}")
+    try:
+        counts = {key: require_int(key, record.get(key), low, optional=True) for key, low in _COUNTS.items()}
+        size = require_int("bytes", record.get("bytes"), 0, _MAX_BYTES, optional=True)
+        first, last = (require_int("window", v, 0) for v in window) if window else (None, None)
+    except ConfigError as exc:
+        raise RecordError(str(exc)) from None
+    return Artifact(kind=kind, path=path, role=record.get("role"), stage=record.get("stage"),
+                    window=None if first is None or last is None else (first, last), bytes=size,
+                    status=record.get("status") or "ok", record=record, **counts)
 
 
 def _from_name(folder: Path, name: str) -> Artifact | None:
@@ -64,24 +121,88 @@ def _from_name(folder: Path, name: str) -> Artifact | None:
     kind = "nsys" if parsed.ext == NSYS_EXT else "rollout" if parsed.role == "rollout" else "trace"
     return Artifact(kind=kind, path=name, role=parsed.role, stage=parsed.stage, step=parsed.step,
                     rank=parsed.rank, world_size=parsed.world_size, replica=parsed.replica,
-                    window=parsed.window, bytes=(folder / name).stat().st_size)
+                    window=parsed.window, bytes=_size(folder / name))
 
 
-def artifacts(folder: str | os.PathLike[str]) -> list[Artifact]:
-    """Every artifact of ``folder``: the manifest's records, or parsed trace names without one.
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:  # gone since listed, or a dangling link: check names it missing
+        return None
+
+
+def catalog(folder: str | os.PathLike[str]) -> Catalog:
+    """Every artifact of ``folder`` (the manifest's valid records, or parsed trace names when it
+    has none), and one problem per manifest line that is not a valid record.
 
     Raises:
-        FolderError: ``folder`` is missing or not a folder, or holds no artifact at all.
+        FolderError: ``folder`` is missing or not a folder, or holds no artifact and no manifest
+            line at all.
     """
     path = Path(folder)
     if not path.exists():
         raise FolderError(f"{folder}: no such folder")
     if not path.is_dir():
         raise FolderError(f"{folder}: not a folder")
-    rows = [_from_record(r) for r in read_manifest(path)] if (path / MANIFEST_NAME).exists() else []
-    if not rows:  # no manifest, or an empty one: read the file names
-        rows = [a for n in sorted(os.listdir(path)) if n.endswith(ARTIFACT_SUFFIXES)
-                for a in [_from_name(path, n)] if a is not None]
-    if not rows:
+    rows, problems = _from_manifest(path)
+    if not rows:  # no manifest, or no valid record in it: read the file names
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as exc:
+            raise FolderError(f"{folder}: cannot list: {exc.strerror or exc}") from exc
+        rows = [a for n in names if n.endswith(ARTIFACT_SUFFIXES) for a in [_from_name(path, n)] if a is not None]
+    if not rows and not problems:
         raise FolderError(f"{folder}: no profdsl manifest and no profdsl trace files")
-    return rows
+    return Catalog(rows, problems)
+
+
+def _from_manifest(folder: Path) -> tuple[list[Artifact], list[str]]:
+    manifest = folder / MANIFEST_NAME
+    try:
+        lines = read_lines(folder)
+    except OSError as exc:
+        return [], [f"{manifest}: unreadable: {exc.strerror or exc}"]
+    rows, problems = [], []
+    for line in lines:
+        where = f"{manifest} line {line.number}"
+        if line.error is not None:
+            problems.append(f"{where}: {line.error}")
+            continue
+        try:
+            rows.append(from_record(line.value))
+        except RecordError as exc:
+            problems.append(f"{where}: {exc}")
+    return rows, problems
+
+
+def artifacts(folder: str | os.PathLike[str]) -> list[Artifact]:
+    """The valid artifacts of ``folder`` (:func:`catalog` without the problems).
+
+    Raises:
+        FolderError: as :func:`catalog`.
+    """
+    return catalog(folder).artifacts
+
+
+def json_traces(rows: Iterable[Artifact]) -> list[Artifact]:
+    """The artifacts the trace readers read: status ok, a ``.json``/``.json.gz`` file; a path
+    listed twice is read once (its first record)."""
+    chosen: dict[str, Artifact] = {}
+    for artifact in rows:
+        if artifact.status == "ok" and artifact.path is not None and is_json_trace(artifact.path):
+            chosen.setdefault(artifact.path, artifact)
+    return list(chosen.values())
+
+
+def trace_header(folder: str | os.PathLike[str], artifact: Artifact) -> dict[str, Any]:
+    """The checked header of an artifact's JSON trace (:func:`~profdsl.analysis.reader.header`),
+    with its metadata when :attr:`Artifact.needs_metadata`.
+
+    Raises:
+        TraceError: the trace cannot be read, its metadata is malformed or missing.
+    """
+    path = os.path.join(folder, str(artifact.path))
+    meta = header(path)
+    if artifact.needs_metadata and not ("profdsl" in meta and "distributedInfo" in meta):
+        raise TraceError(f"{os.fspath(path)}: no profdsl / distributedInfo metadata")
+    return meta

@@ -3,6 +3,11 @@
 Real traces reach hundreds of MB to GB, so nothing here loads a whole trace: events come one at a
 time from ijson's C parser, and the top-level metadata (``profdsl``, ``distributedInfo``,
 ``baseTimeNanoseconds``), which torch writes before ``traceEvents``, is read from the file's head.
+
+This is the one place that decides a trace is malformed: :func:`header` refuses metadata of the
+wrong shape, :func:`events` yields only well-formed events and, once the stream ends, raises
+:class:`TraceError` naming the first malformed one. Every command reads traces through these two,
+so ``profdsl check`` fails on exactly the traces the other commands skip.
 """
 
 from __future__ import annotations
@@ -12,14 +17,21 @@ import io
 import os
 import zlib
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import IO, Any
 
-__all__ = ["TraceError", "events", "header", "open_trace"]
+__all__ = ["MAX_TIME_US", "TraceError", "brief", "event_problem", "events", "header", "metadata_problem", "open_trace"]
 
 #: Read buffer for streaming events; the header is read with a small one (it is near the start,
 #: and ijson's C backend builds a whole buffer's parse events at once).
 CHUNK = 1 << 20
 HEADER_CHUNK = 1 << 16
+#: Largest ``ts`` magnitude and ``dur`` accepted, in microseconds (about 31,700 years): beyond it
+#: sums of times stop being finite numbers a plot can draw.
+MAX_TIME_US = 1e18
+_MAX_BASE_NS = 2**63 - 1
+_NUMBERS = frozenset({int, float})
+_IDS = frozenset({int, str})
 
 
 class TraceError(Exception):
@@ -27,12 +39,22 @@ class TraceError(Exception):
 
 
 def open_trace(path: str | os.PathLike[str]) -> IO[bytes]:
-    """Open a trace for reading, decompressing ``.gz`` on the fly."""
+    """Open a trace for reading, decompressing ``.gz`` on the fly.
+
+    Raises:
+        TraceError: the file is missing, empty or cannot be opened.
+    """
     path = os.fspath(path)
     try:
         raw: IO[bytes] = open(path, "rb")
+        empty = os.fstat(raw.fileno()).st_size == 0
+    except FileNotFoundError as exc:
+        raise TraceError(f"{path}: missing") from exc
     except OSError as exc:
-        raise TraceError(f"{path}: {exc.strerror or exc}") from exc
+        raise TraceError(f"{path}: unreadable: {exc.strerror or exc}") from exc
+    if empty:
+        raw.close()
+        raise TraceError(f"{path}: empty")
     if path.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     return raw
@@ -46,8 +68,25 @@ def _ijson() -> Any:
     return ijson
 
 
+def _unreadable(path: str | os.PathLike[str], exc: BaseException) -> TraceError:
+    """A one-line error (ijson's messages go on to draw the spot over several lines)."""
+    first = next(iter(str(exc).splitlines()), "") or type(exc).__name__
+    return TraceError(f"{os.fspath(path)}: unreadable: {first}")
+
+
+def brief(value: object) -> str:
+    """``repr(value)`` cut to 40 characters, for one-line messages."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def header(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The top-level keys written before ``traceEvents`` (where torch puts its metadata)."""
+    """The top-level keys written before ``traceEvents`` (where torch puts its metadata).
+
+    Raises:
+        TraceError: the file cannot be read, or metadata profdsl reads has the wrong shape (see
+            :func:`metadata_problem`).
+    """
     ijson = _ijson()
     meta: dict[str, Any] = {}
     try:
@@ -68,20 +107,89 @@ def header(path: str | os.PathLike[str]) -> dict[str, Any]:
                                                "boolean", "null", "integer", "double"):
                     meta[key] = builder.value
                     builder = None
-    except (ijson.JSONError, EOFError, OSError, zlib.error, gzip.BadGzipFile, io.UnsupportedOperation) as exc:
-        raise TraceError(f"{os.fspath(path)}: {exc}") from exc
+    except (ijson.JSONError, EOFError, OSError, ValueError, zlib.error, io.UnsupportedOperation) as exc:
+        raise _unreadable(path, exc) from exc
+    problem = metadata_problem(meta)
+    if problem is not None:
+        raise TraceError(f"{os.fspath(path)}: {problem}")
     return meta
 
 
+def _strings(value: object) -> bool:
+    return value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+
+
+def metadata_problem(meta: dict[str, Any]) -> str | None:
+    """What is wrong with a trace's top-level metadata, or None.
+
+    ``profdsl`` and ``distributedInfo`` must be objects; ``profdsl.regions`` an object of string
+    lists, ``profdsl.stage`` a string; ``baseTimeNanoseconds`` a number of nanoseconds >= 0.
+    """
+    for key in ("profdsl", "distributedInfo"):
+        if key in meta and not isinstance(meta[key], dict):
+            return f"{key} metadata is {brief(meta[key])}, not an object"
+    own = meta.get("profdsl") or {}
+    regions = own.get("regions")
+    if regions is not None and not (isinstance(regions, dict) and _strings(regions.get("stages"))
+                                    and _strings(regions.get("mini_batches"))):
+        return f"profdsl.regions is {brief(regions)}, not lists of stage names"
+    if not isinstance(own.get("stage"), (str, type(None))):
+        return f"profdsl.stage is {brief(own['stage'])}, not a string"
+    base = meta.get("baseTimeNanoseconds", 0)
+    if isinstance(base, bool) or not isinstance(base, (int, Decimal)) or not 0 <= base <= _MAX_BASE_NS:
+        return f"baseTimeNanoseconds is {brief(base)}, not a number of nanoseconds >= 0"
+    return None
+
+
+def event_problem(event: object) -> str | None:
+    """What makes one trace event malformed, or None: an event is an object; ``ts`` and ``dur``,
+    when present, are numbers of microseconds (``dur`` >= 0) within :data:`MAX_TIME_US`;
+    ``name``, ``cat`` and ``ph`` strings; ``pid`` and ``tid`` integers or strings."""
+    if type(event) is not dict:
+        return f"is {brief(event)}, not an object"
+    get = event.get  # every event passes here: one straight test first, the reason only when it fails
+    ts, dur, pid, tid = get("ts", 0), get("dur", 0), get("pid", 0), get("tid", 0)
+    if (type(ts) in _NUMBERS and type(dur) in _NUMBERS and -MAX_TIME_US <= ts <= MAX_TIME_US
+            and 0 <= dur <= MAX_TIME_US and type(get("name", "")) is str and type(get("ph", "")) is str
+            and type(get("cat", "")) is str and type(pid) in _IDS and type(tid) in _IDS):
+        return None
+    for key, low in (("ts", -MAX_TIME_US), ("dur", 0.0)):
+        value = get(key, 0)
+        if type(value) not in _NUMBERS or not low <= value <= MAX_TIME_US:
+            return f"has {key} {brief(value)}, not a time in microseconds"
+    for key in ("name", "cat", "ph"):
+        if type(get(key, "")) is not str:
+            return f"has {key} {brief(event[key])}, not a string"
+    key = "pid" if type(pid) not in _IDS else "tid"
+    return f"has {key} {brief(event[key])}, not an integer or a string"
+
+
 def events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Every event of ``traceEvents``, one at a time.
+    """Every well-formed event of ``traceEvents``, one at a time (see :func:`event_problem`).
+
+    Malformed events are not yielded; once the stream ends, the first is named in a TraceError.
+    A caller that keeps what it read must therefore drop it when TraceError comes.
 
     Raises:
-        TraceError: the file is missing, not gzip, not JSON, or cut short.
+        TraceError: the file is missing, empty, not gzip, not JSON or cut short, holds no event,
+            or holds a malformed event.
     """
     ijson = _ijson()
+    count, bad, first = 0, 0, ""
     try:
         with open_trace(path) as stream:
-            yield from ijson.items(stream, "traceEvents.item", use_float=True, buf_size=CHUNK)
-    except (ijson.JSONError, ijson.IncompleteJSONError, EOFError, OSError, zlib.error) as exc:
-        raise TraceError(f"{os.fspath(path)}: {exc}") from exc
+            for event in ijson.items(stream, "traceEvents.item", use_float=True, buf_size=CHUNK):
+                count += 1
+                problem = event_problem(event)
+                if problem is None:
+                    yield event
+                    continue
+                bad += 1
+                first = first or f"traceEvents[{count - 1}] {problem}"
+    except (ijson.JSONError, EOFError, OSError, ValueError, zlib.error) as exc:
+        raise _unreadable(path, exc) from exc
+    if bad:
+        more = f" (and {bad - 1} more malformed events)" if bad > 1 else ""
+        raise TraceError(f"{os.fspath(path)}: {first}{more}")
+    if count == 0:
+        raise TraceError(f"{os.fspath(path)}: no trace events")

@@ -9,21 +9,20 @@ traces (no profdsl metadata) count as one region, ``generate (engine)``, spannin
 from __future__ import annotations
 
 import os
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
-from profdsl.analysis.catalog import Artifact
-from profdsl.analysis.reader import events, header
-from profdsl.core.naming import is_json_trace
+from profdsl.analysis.catalog import Artifact, json_traces, trace_header
+from profdsl.analysis.reader import TraceError, events, header
+from profdsl.core.labels import trace_names
 
 __all__ = ["ENGINE_STAGE", "Region", "StageRow", "regions_of", "stage_rows"]
 
 ENGINE_STAGE = "generate (engine)"
-_INDEXED = re.compile(r"(.*?)(\d+)")
+_DIGITS = "0123456789"
 
 
 @attrs.frozen
@@ -60,24 +59,39 @@ class StageRow:
                 "share": None if self.share is None else round(self.share, 6)}
 
 
-def _stage_name(name: str, stages: set[str], bases: set[str]) -> str | None:
-    if name in stages:
-        return name
-    match = _INDEXED.fullmatch(name)
-    return match[1] if match and match[1] in bases else None
+def _stage_name(name: str, stages: dict[str, str], bases: dict[str, str]) -> str | None:
+    """The stage (or mini-batch base) label of the region named ``name`` in the trace.
+
+    A mini-batch's name is its base followed by its index; the base may itself end in digits
+    (``mb1``, or an escape such as ``%A9``), so each split of the trailing digits is tried.
+    """
+    stage = stages.get(name)
+    if stage is not None:
+        return stage
+    for cut in range(len(name.rstrip(_DIGITS)), len(name)):
+        if name[cut] == "0" and cut < len(name) - 1:
+            continue  # an index has no leading zero
+        base = bases.get(name[:cut])
+        if base is not None:
+            return base
+    return None
 
 
-def regions_of(path: str | os.PathLike[str], *, engine: bool = False) -> list[Region]:
+def regions_of(path: str | os.PathLike[str], *, engine: bool = False,
+               head: dict[str, Any] | None = None) -> list[Region]:
     """The profdsl regions of one trace file, streamed (memory: the regions, not the trace).
 
     ``engine``: a rollout engine's trace, counted as one region over its span when it holds no
-    profdsl region.
+    profdsl region. ``head``: the trace's header, when already read.
     """
-    meta = header(path).get("profdsl") or {}
+    meta = (header(path) if head is None else head).get("profdsl") or {}
     regions = meta.get("regions") or {}
     stages, bases = set(regions.get("stages") or ()), set(regions.get("mini_batches") or ())
     if meta.get("stage"):  # a discrete trace's own stage, even without the regions list
         stages.add(meta["stage"])
+    # regions are named by their encoded labels (profdsl.core.labels)
+    by_name = trace_names(s for s in stages if isinstance(s, str))
+    base_names = trace_names(b for b in bases if isinstance(b, str))
     found: list[tuple[Any, float, float, str]] = []
     first, last = float("inf"), float("-inf")
     for event in events(path):
@@ -85,7 +99,7 @@ def regions_of(path: str | os.PathLike[str], *, engine: bool = False) -> list[Re
             continue  # GPU-side copies of a region would count it twice
         ts, dur = float(event.get("ts", 0)), float(event.get("dur", 0))
         first, last = min(first, ts), max(last, ts + dur)
-        stage = _stage_name(str(event.get("name", "")), stages, bases) if meta else None
+        stage = _stage_name(str(event.get("name", "")), by_name, base_names) if meta else None
         if stage is not None:
             found.append((event.get("tid"), ts, dur, stage))
     if not found and (engine or not meta):  # an engine's own trace: its span is generation
@@ -105,15 +119,25 @@ def _nest(found: list[tuple[Any, float, float, str]]) -> list[Region]:
     return result
 
 
-def stage_rows(folder: str | os.PathLike[str], items: Iterable[Artifact]) -> list[StageRow]:
-    """Aggregate every ok trace of ``items`` into one row per (role, stage, step, rank)."""
+def stage_rows(folder: str | os.PathLike[str], items: Iterable[Artifact],
+               skipped: list[str] | None = None) -> list[StageRow]:
+    """Aggregate every ok trace of ``items`` into one row per (role, stage, step, rank).
+
+    ``skipped``: when given, a trace that cannot be read is left out and its reason appended;
+    otherwise its TraceError is raised.
+    """
     totals: dict[tuple[str, str, int | None, int | None], list[float]] = defaultdict(list)
     outer: dict[tuple[str, int | None, int | None], float] = defaultdict(float)
-    for artifact in items:
-        if artifact.status != "ok" or not artifact.path or not is_json_trace(artifact.path):
+    for artifact in json_traces(items):
+        path = os.path.join(folder, str(artifact.path))
+        try:
+            found = regions_of(path, engine=artifact.kind == "rollout", head=trace_header(folder, artifact))
+        except TraceError as exc:
+            if skipped is None:
+                raise
+            skipped.append(str(exc))
             continue
-        engine = artifact.kind == "rollout"
-        for region in regions_of(os.path.join(folder, artifact.path), engine=engine):
+        for region in found:
             key = (artifact.role or "unknown", region.stage, artifact.step, artifact.rank)
             totals[key].append(region.dur_us / 1000)
             if region.outermost:

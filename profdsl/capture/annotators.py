@@ -4,6 +4,9 @@ Both are on the hot path of a profiled stage, so each pre-binds what it calls: t
 ``record_function`` itself uses, and NVTX event attributes registered once per region name and
 colour. ``color`` (an ARGB integer, from ``profile_stage(color=...)``) colours NVTX ranges; torch
 regions have no colour.
+
+torch regions are named :func:`profdsl.core.labels.encode` of the label (torch's trace export
+escapes nothing), computed once per name; NVTX ranges carry the label itself.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 import zlib
 from typing import Any, Protocol
 
+from profdsl.core.labels import encode
 from profdsl.core.log import once
 
 __all__ = ["DOMAIN", "Annotator", "MultiAnnotator", "NvtxAnnotator", "TorchAnnotator",
@@ -20,6 +24,8 @@ __all__ = ["DOMAIN", "Annotator", "MultiAnnotator", "NvtxAnnotator", "TorchAnnot
 #: The NVTX domain every profdsl range lives in.
 DOMAIN = "profdsl"
 _PALETTE = (0x4C72B0, 0xDD8452, 0x55A868, 0xC44E52, 0x8172B3, 0x937860, 0xDA8BC3, 0x8C8C8C)
+#: How many encoded region names a torch annotator keeps (mini-batch names grow with the index).
+NAME_CACHE = 4096
 
 
 class Annotator(Protocol):
@@ -38,7 +44,8 @@ def role_color(role: str) -> int:
 
 
 class TorchAnnotator:
-    """``torch.profiler.record_function`` regions, without the context-manager object."""
+    """``torch.profiler.record_function`` regions, without the context-manager object, named by
+    the encoded label."""
 
     def __init__(self) -> None:
         import torch
@@ -47,10 +54,17 @@ class TorchAnnotator:
         self._exit = torch.ops.profiler._record_function_exit._RecordFunction
         # As record_function does: exiting with __torch_function__ handling on is ~3x slower.
         self._plain = torch._C.DisableTorchFunctionSubclass
+        self._names: dict[str, str] = {}
 
     def push(self, name: str, color: int | None = None) -> object:
-        """Open a region named ``name``."""
-        return self._enter(name, None)
+        """Open a region for the label ``name``."""
+        return self._enter(self._names.get(name) or self._encode(name), None)
+
+    def _encode(self, name: str) -> str:
+        encoded = encode(name)
+        if len(self._names) < NAME_CACHE:
+            self._names[name] = encoded
+        return encoded
 
     def pop(self, token: object) -> None:
         """Close the region ``push`` returned."""

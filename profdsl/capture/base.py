@@ -16,7 +16,8 @@ __all__ = ["Backend", "Describe", "Runner", "Session", "Sink"]
 
 #: ``describe(window)``: the ``profdsl`` metadata of the trace (``window`` None: whole session).
 Describe = Callable[[tuple[int, int] | None], dict[str, Any]]
-#: ``sink(write, window, time_ms)``: a trace is ready; ``write(path)`` writes it.
+#: ``sink(write, window, time_ms)``: a trace is ready; ``write(path)`` writes its events (plain
+#: JSON) to ``path`` and returns the metadata to add to it (``profdsl.collect.export``).
 Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int], None]
 
 

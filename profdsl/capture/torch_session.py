@@ -6,21 +6,27 @@ with ``TorchOptions.all_threads`` and off by default; with a schedule the trace-
 also fires for windows that recorded nothing, which are dropped here instead of being written
 (verl's bugs B1, B2); collection can be paused and resumed inside a session
 (``toggle_collection_dynamic``), which is how mini-batches a continuous step's schedule leaves
-out stay out of its trace.
+out stay out of its trace. torch's export escapes no string it writes (``add_metadata_json``
+even rewrites ``\\`` to ``/``), so profdsl's metadata is not handed to torch: it is computed when
+a trace is written and added to the file by the collecting layer.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
+import os
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from profdsl.capture.base import Describe, Runner, Sink
 from profdsl.capture.runner import ProfilerThread
 from profdsl.config import Schedule, TorchOptions
+from profdsl.core.labels import encode
 from profdsl.core.log import once
 from profdsl.core.schedule import action_at
 
@@ -99,9 +105,7 @@ class TorchSession:
         self._on_runner(self._toggle, CALL_TIMEOUT_S, "collection toggle", on)
 
     def refresh(self) -> None:
-        """Rewrite the whole-session metadata (scheduled windows rewrite theirs per mini-batch)."""
-        if self.schedule is None:
-            self._on_runner(self._add_metadata_now, CALL_TIMEOUT_S, "metadata update")
+        """Nothing to do: a trace's metadata is computed when the trace is written."""
 
     def stop(self) -> None:
         """Stop the profiler and write what it recorded."""
@@ -141,8 +145,6 @@ class TorchSession:
         prof = profile(**kwargs)
         prof.record_steps = False  # no ProfilerStep#n rows: profdsl names its own regions
         prof.start()
-        if self.schedule is None:
-            self._add_metadata(prof, None)
         self._prof = prof
 
     def _abandon(self) -> None:
@@ -152,16 +154,14 @@ class TorchSession:
             prof.stop()
             prof.profiler = None
 
-    def _add_metadata_now(self) -> None:
-        if self._prof is not None:
-            self._add_metadata(self._prof, None)
-
-    def _add_metadata(self, prof: Any, window: tuple[int, int] | None) -> None:
+    def _header(self, window: tuple[int, int] | None) -> dict[str, Any]:
+        """The metadata of the trace of ``window`` (None: the whole session), as it is now."""
         meta = self._describe(window)
-        prof.add_metadata_json("profdsl", json.dumps(meta))
+        header: dict[str, Any] = {"profdsl": meta}
         if not _distributed_initialized():  # torch adds its own distributedInfo otherwise
-            prof.add_metadata_json("distributedInfo", json.dumps(
-                {"rank": meta.get("rank"), "world_size": meta.get("world_size"), "backend": None}))
+            header["distributedInfo"] = {"rank": meta.get("rank"),
+                                         "world_size": meta.get("world_size"), "backend": None}
+        return header
 
     def _advance(self, index: int) -> None:
         if self.schedule is None or self._prof is None:  # stopped meanwhile: nothing to advance
@@ -170,7 +170,6 @@ class TorchSession:
             if not self._pending:
                 self._window_ms = now_ms()
             self._pending.append(index)
-            self._add_metadata(self._prof, (self._pending[0], index))
         self._prof.step()
 
     def _toggle(self, on: bool) -> None:
@@ -188,15 +187,14 @@ class TorchSession:
         if self.schedule is not None and not pending:
             return  # a window that recorded no mini-batch: torch fires anyway, nothing to write
         window = (pending[0], pending[-1]) if pending else None
-        self._sink(prof.export_chrome_trace, window, self._window_ms)
+        write = functools.partial(_write_events, prof.export_chrome_trace, self._header(window))
+        self._sink(write, window, self._window_ms)
 
     def _stop(self) -> None:
         prof = self._prof
         if prof is None:
             return
         try:
-            if self.schedule is None:  # now the regions this session saw are known
-                self._add_metadata(prof, None)
             self._toggle(True)  # stopped inside a left-out mini-batch: stop with collection on
             self._prof = None
             prof.stop()
@@ -214,6 +212,41 @@ class TorchSession:
         except Exception as exc:
             once(f"torch-{what}:{type(exc).__name__}", logging.ERROR,
                  "[profdsl rank %s] torch profiler %s failed: %r", self.rank, what, exc)
+
+
+def _write_events(export: Callable[[str], object], header: dict[str, Any], path: str) -> dict[str, Any]:
+    """torch's export of the events to ``path`` (plain JSON); returns the metadata to add.
+
+    Raises:
+        OSError: torch wrote no file (it logs a failed write instead of raising).
+    """
+    with _plain_path(path) as target:
+        export(target)
+    if not os.path.exists(path):
+        # torch writes PATH.tmp, then renames it. On a failed write it keeps PATH.tmp open (and
+        # never closes it): emptied first, the file gives its space back once removed.
+        with suppress(OSError):
+            os.truncate(f"{path}.tmp", 0)
+        with suppress(OSError):
+            os.remove(f"{path}.tmp")
+        raise OSError(f"torch wrote no trace file {path!r} (see its log)")
+    return header
+
+
+@contextmanager
+def _plain_path(path: str) -> Iterator[str]:
+    """A name of ``path`` that torch can write: torch copies it unescaped into the trace
+    (``traceName``) and rewrites ``\\`` in it when it renames; where the folder's name holds
+    such characters, the file is named through an open descriptor of the folder (Linux)."""
+    folder, base = os.path.split(path)
+    if encode(path) == path or not os.path.isdir("/proc/self/fd"):
+        yield path
+        return
+    fd = os.open(folder or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        yield f"/proc/self/fd/{fd}/{base}"
+    finally:
+        os.close(fd)
 
 
 def _all_threads_config() -> Any:

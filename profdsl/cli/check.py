@@ -6,10 +6,11 @@ import argparse
 import os
 from collections import defaultdict
 
-from profdsl.analysis.catalog import Artifact, FolderError, artifacts
-from profdsl.analysis.reader import TraceError, events, header
-from profdsl.cli.common import fail
+from profdsl.analysis.catalog import Artifact, Catalog, FolderError, catalog, json_traces, trace_header
+from profdsl.analysis.reader import TraceError, events
+from profdsl.cli.common import fail, printable
 from profdsl.config import ProfilerConfig
+from profdsl.config.validate import require_int
 from profdsl.core.naming import ARTIFACT_SUFFIXES, is_json_trace
 from profdsl.core.ranks import is_rank_selected
 from profdsl.errors import ConfigError
@@ -31,49 +32,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_file(folder: str, artifact: Artifact) -> str | None:
-    """What is wrong with one artifact's file, or None."""
+    """What is wrong with one artifact's file (the reason names it), or None.
+
+    A JSON trace is read as every other command reads it: the same reasons make them skip it.
+    """
     if artifact.path is None:
         return None
     path = os.path.join(folder, artifact.path)
-    if not os.path.isfile(path):
-        return "missing"
-    if os.path.getsize(path) == 0:
-        return "empty"
-    if not is_json_trace(artifact.path):
+    if is_json_trace(artifact.path):
+        try:
+            trace_header(folder, artifact)
+            for _ in events(path):
+                pass
+        except TraceError as exc:
+            return str(exc)
         return None
-    try:
-        count = sum(1 for _ in events(path))
-        meta = header(path)
-    except TraceError as exc:
-        return f"unreadable: {exc}"
-    if count == 0:
-        return "no trace events"
-    if artifact.kind == "trace" and not ("profdsl" in meta and "distributedInfo" in meta):
-        return "no profdsl / distributedInfo metadata"
-    return None
+    if not os.path.isfile(path):
+        return f"{path}: missing"
+    return f"{path}: empty" if os.path.getsize(path) == 0 else None
 
 
-def problems(folder: str, rows: list[Artifact], config: ProfilerConfig | None,
+def problems(folder: str, found: Catalog, config: ProfilerConfig | None,
              world_size: int | None) -> list[str]:
-    """Every problem of ``folder``, one line each."""
-    found = []
+    """Every problem of ``folder``, one line each: the manifest lines and traces the other commands
+    skip, losses the manifest records, leftovers, and profiled ranks that wrote nothing."""
+    rows = found.artifacts
+    result = list(found.problems)
     for a in rows:
-        where = a.path or a.record.get("source") or f"{a.kind} of {a.label}"
         if a.status not in ("ok", "skipped"):
+            where = a.path or a.record.get("source") or f"{a.kind} of {a.label}"
             detail = a.record.get("error") or a.record.get("reason") or ""
-            found.append(f"{where}: {a.kind} {a.status} {detail}".rstrip())
-            continue
-        issue = check_file(folder, a)
-        if issue:
-            found.append(f"{where}: {issue}")
+            result.append(f"{where}: {a.kind} {a.status} {detail}".rstrip())
+    other_files = [a for a in rows if a.status == "ok" and a.path and not is_json_trace(a.path)]
+    result += [issue for a in json_traces(rows) + other_files if (issue := check_file(folder, a))]
     listed = {a.path for a in rows if a.path}
     for name in sorted(os.listdir(folder)):
         if name.startswith(".profdsl-tmp-"):
-            found.append(f"{name}: temporary file left by an interrupted write")
+            result.append(f"{name}: temporary file left by an interrupted write")
         elif name.endswith(ARTIFACT_SUFFIXES) and name not in listed and any(a.record for a in rows):
-            found.append(f"{name}: not in the manifest")
-    found += missing_ranks(rows, config, world_size)
-    return found
+            result.append(f"{name}: not in the manifest")
+    result += missing_ranks(rows, config, world_size)
+    return result
 
 
 def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_size: int | None) -> list[str]:
@@ -95,13 +94,16 @@ def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_siz
 def run(args: argparse.Namespace) -> int:
     """0 when all is well, 1 naming each problem, 2 for usage errors."""
     try:
-        rows = artifacts(args.dir)
+        if args.world_size is not None:
+            require_int("--world-size", args.world_size, 1)
+        found = catalog(args.dir)
         config = ProfilerConfig.from_file(args.config) if args.config else None
     except (FolderError, ConfigError) as exc:
         return fail(str(exc))
-    issues = problems(args.dir, rows, config, args.world_size)
+    issues = problems(args.dir, found, config, args.world_size)
     for issue in issues:
-        print(f"FAIL {issue}")
+        print(f"FAIL {printable(issue)}")
+    rows = found.artifacts
     files = sum(1 for a in rows if a.path)
     print(f"{len(rows)} artifacts ({files} files) checked: "
           f"{'all well' if not issues else f'{len(issues)} problem(s)'}")

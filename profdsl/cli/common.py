@@ -1,26 +1,50 @@
-"""Helpers shared by the analysis commands: errors to stderr, tables that fit a terminal."""
+"""Helpers shared by the analysis commands: errors and skipped input to stderr, one line each;
+tables that fit a terminal."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-__all__ = ["fail", "table"]
+__all__ = ["fail", "printable", "skipped", "table"]
+
+#: Characters that would break a line or drive the terminal: C0 and C1 controls, DEL, and the
+#: Unicode line and paragraph separators.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped as Python writes them (``\\n``, ``\\t``,
+    ``\\x1b``); everything else, non-ASCII letters included, is kept."""
+    return _CONTROL.sub(lambda match: repr(match[0])[1:-1], text)
 
 
 def fail(message: str, code: int = 2) -> int:
     """Print ``profdsl: message`` to stderr and return ``code``."""
-    print(f"profdsl: {message}", file=sys.stderr)
+    print(f"profdsl: {printable(message)}", file=sys.stderr)
     return code
 
 
+def skipped(command: str, reasons: Iterable[str]) -> int:
+    """Print ``profdsl COMMAND: skipped REASON`` to stderr for each bad input left out; returns
+    1 when there was any (the exit code it calls for), else 0."""
+    count = 0
+    for reason in reasons:
+        print(f"profdsl {command}: skipped {printable(reason)}", file=sys.stderr)
+        count += 1
+    return 1 if count else 0
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain aligned table; the last column is cut to the terminal's width."""
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    """A plain aligned table, control characters escaped; on a terminal the last column is cut to
+    its width, elsewhere (a pipe, a file) every value is whole."""
+    cells = [[("-" if c is None else printable(str(c))) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    room = shutil.get_terminal_size((160, 24)).columns - sum(w + 2 for w in widths[:-1])
-    widths[-1] = max(12, min(widths[-1], room))
+    if sys.stdout.isatty():
+        room = shutil.get_terminal_size((160, 24)).columns - sum(w + 2 for w in widths[:-1])
+        widths[-1] = max(12, min(widths[-1], room))
 
     def line(values: Sequence[str]) -> str:
         parts = [v.ljust(w) if i < len(values) - 1 else v[:w] for i, (v, w) in enumerate(zip(values, widths))]

@@ -4,7 +4,9 @@ Each distinct :attr:`~profdsl.analysis.catalog.Artifact.label` (role, rollout re
 becomes one process row, and every timestamp is moved onto one clock: torch writes event ``ts``
 in microseconds relative to the trace's ``baseTimeNanoseconds``, so an input's events are
 shifted by ``(its base - the smallest base) / 1000`` and the output carries the smallest base.
-Inputs are streamed event by event; no trace is ever held whole in memory.
+Inputs are streamed event by event; no trace is ever held whole in memory. Each input's events
+go through a temporary spool file and join the output only once the whole input has read well,
+so a trace that turns out malformed or cut short is skipped whole, as every other command skips it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -22,8 +26,8 @@ from typing import IO, Any
 import attrs
 
 from profdsl.analysis import reader
-from profdsl.analysis.catalog import Artifact, FolderError, artifacts
-from profdsl.core.naming import is_json_trace
+from profdsl.analysis.catalog import Artifact, FolderError, catalog, json_traces, trace_header
+from profdsl.cli.common import skipped
 
 __all__ = ["HELP", "MergeReport", "Row", "add_arguments", "merge_folder", "run"]
 
@@ -72,7 +76,8 @@ class MergeReport:
     Attributes:
         output: The file written, or None when there was nothing to merge.
         rows: The process rows, in pid order.
-        errors: One message per unreadable input (each names the file).
+        errors: One reason per input left out (each names the file or manifest line): manifest
+            lines that are not valid records, traces that are unreadable or malformed.
         skipped: Artifacts left out because they are not ok JSON traces or not in ``steps``.
     """
 
@@ -84,7 +89,7 @@ class MergeReport:
 
 @attrs.frozen
 class _Input:
-    path: Path
+    path: str
     label: str
     base_ns: int
 
@@ -104,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
     """Merge ``args.folder`` into ``args.output``.
 
     Returns:
-        0 when every selected trace was merged, 1 when an input was unreadable or nothing was
-        left to merge, 2 for a missing or empty folder or an output that cannot be written.
+        0 when every selected trace was merged, 1 when an input was skipped (each named on
+        stderr) or nothing was left to merge, 2 for a missing or empty folder or an output that
+        cannot be written.
     """
     try:
         report = merge_folder(args.folder, args.output, steps=args.steps)
@@ -115,8 +121,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"profdsl merge: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    for message in report.errors:
-        print(f"profdsl merge: {message}", file=sys.stderr)
+    failed = skipped("merge", report.errors)
     if report.output is None:
         which = f" of steps {' '.join(map(str, args.steps))}" if args.steps else ""
         print(f"profdsl merge: {args.folder}: no readable JSON trace{which} to merge", file=sys.stderr)
@@ -126,15 +131,15 @@ def run(args: argparse.Namespace) -> int:
     if report.skipped:
         print(f"skipped {report.skipped} artifacts (not an ok JSON trace, or another step)")
     print(f"wrote {report.output}")
-    return 1 if report.errors else 0
+    return failed
 
 
 def merge_folder(folder: str | os.PathLike[str], output: str | os.PathLike[str],
                  steps: Sequence[int] | None = None) -> MergeReport:
     """Merge every ok ``.json``/``.json.gz`` trace of ``folder`` into ``output``.
 
-    An unreadable input is reported in ``errors`` and the others are still merged; events read
-    from a trace before it turned out to be cut short are kept.
+    A bad input (a manifest line that is not a valid record, an unreadable or malformed trace)
+    is reported in ``errors`` and left out whole; the others are still merged.
 
     Args:
         folder: A profdsl save_path.
@@ -145,9 +150,11 @@ def merge_folder(folder: str | os.PathLike[str], output: str | os.PathLike[str],
         FolderError: ``folder`` is missing, not a folder, or holds no artifact.
         OSError: ``output`` cannot be written.
     """
-    found = artifacts(folder)
+    listed = catalog(folder)
+    found = listed.artifacts
     chosen = _select(found, steps)
-    inputs, errors = _read_headers(Path(folder), chosen)
+    inputs, errors = _read_headers(folder, chosen)
+    errors = listed.problems + errors
     if not inputs:
         return MergeReport(None, (), tuple(errors), len(found) - len(chosen))
     rows, stream_errors = _write(inputs, Path(output))
@@ -156,27 +163,21 @@ def merge_folder(folder: str | os.PathLike[str], output: str | os.PathLike[str],
 
 def _select(found: Iterable[Artifact], steps: Sequence[int] | None) -> list[Artifact]:
     wanted = None if steps is None else set(steps)
-    chosen: dict[str, Artifact] = {}
-    for artifact in found:
-        if (artifact.path is None or artifact.status != "ok"
-                or not is_json_trace(artifact.path)
-                or (wanted is not None and artifact.step not in wanted)):
-            continue
-        chosen.setdefault(artifact.path, artifact)  # a path listed twice is merged once
-    return sorted(chosen.values(), key=_order)
+    chosen = [a for a in json_traces(found) if wanted is None or a.step in wanted]
+    return sorted(chosen, key=_order)
 
 
 def _order(artifact: Artifact) -> tuple[str, int, str]:
     return artifact.label, -1 if artifact.step is None else artifact.step, artifact.path or ""
 
 
-def _read_headers(folder: Path, chosen: Iterable[Artifact]) -> tuple[list[_Input], list[str]]:
+def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) -> tuple[list[_Input], list[str]]:
     inputs: list[_Input] = []
     errors: list[str] = []
     for artifact in chosen:
-        path = folder / str(artifact.path)
+        path = os.path.join(folder, str(artifact.path))  # as the other commands name it
         try:
-            meta = reader.header(path)
+            meta = trace_header(folder, artifact)
         except reader.TraceError as exc:
             errors.append(str(exc))
             continue
@@ -191,10 +192,6 @@ def _base_ns(meta: dict[str, Any]) -> int:
         return int(value)
     return 0
 
-
-def _assign_pids(labels: Iterable[str]) -> dict[str, int]:
-    """Pids 1, 2, ... for the distinct labels, in sorted label order."""
-    return {label: pid for pid, label in enumerate(sorted(set(labels)), start=1)}
 
 
 def _row_metadata(label: str, pid: int) -> list[Event]:
@@ -227,38 +224,55 @@ def _rewrite(event: Event, pid: int, shift_us: float, flow_base: int) -> Event |
 
 
 def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[str]]:
-    """Stream every input into ``output`` (through a temporary file, renamed at the end)."""
+    """Stream every input into ``output`` (through a temporary file, renamed at the end).
+
+    The events go first to a spool file in the output's folder, where an input that fails is cut
+    off again; the header, row metadata and spooled events then make the output. ``inputs`` come
+    in label order, so the rows that keep a trace get pids 1, 2, ... in label order.
+    """
     base = min(i.base_ns for i in inputs)
-    pids = _assign_pids(i.label for i in inputs)
-    counts = dict.fromkeys(pids, 0)
+    pids: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    traces: dict[str, int] = {}
     errors: list[str] = []
     partial = output.with_name(f".{output.name}.partial")
     try:
-        with _open_output(partial, gzipped=output.name.endswith(".gz")) as stream:
-            # The header goes before traceEvents, where reader.header looks for it.
-            stream.write(f'{{"displayTimeUnit": "ms", "baseTimeNanoseconds": {base}, '
-                         f'"profdsl": {{"merged_traces": {len(inputs)}}}, "traceEvents": [\n')
-            writer = _ArrayWriter(stream)
-            for label, pid in pids.items():
-                counts[label] += writer.write_all(_row_metadata(label, pid))
+        with tempfile.TemporaryFile(dir=partial.parent) as spool:
+            body = _ArrayWriter(spool)
             for index, item in enumerate(inputs):
-                written, error = _copy(item, writer, pids[item.label], (item.base_ns - base) / 1000,
-                                       index << _FLOW_SHIFT)
-                counts[item.label] += written
+                pid = pids.get(item.label, len(pids) + 1)
+                written, error = _copy(item, body, pid, (item.base_ns - base) / 1000, index << _FLOW_SHIFT)
                 if error is not None:
                     errors.append(error)
-            stream.write("\n]}\n")
+                    continue
+                pids[item.label] = pid
+                counts[item.label] = counts.get(item.label, 0) + written
+                traces[item.label] = traces.get(item.label, 0) + 1
+            spool.seek(0)
+            with _open_output(partial, gzipped=output.name.endswith(".gz")) as stream:
+                # The header goes before traceEvents, where reader.header looks for it.
+                stream.write(f'{{"displayTimeUnit": "ms", "baseTimeNanoseconds": {base}, '
+                             f'"profdsl": {{"merged_traces": {sum(traces.values())}}}, '
+                             '"traceEvents": [\n'.encode())
+                writer = _ArrayWriter(stream)
+                for label, pid in pids.items():
+                    counts[label] += writer.write_all(_row_metadata(label, pid))
+                writer.append(spool, empty=body.empty)
+                stream.write(b"\n]}\n")
         os.replace(partial, output)
     finally:
         partial.unlink(missing_ok=True)
-    traces = {label: sum(1 for i in inputs if i.label == label) for label in pids}
     rows = tuple(Row(pid, label, traces[label], counts[label]) for label, pid in pids.items())
     return rows, errors
 
 
 def _copy(item: _Input, writer: _ArrayWriter, pid: int, shift_us: float,
           flow_base: int) -> tuple[int, str | None]:
-    """Copy one input's events; returns (events written, error message or None)."""
+    """Copy one input's events; returns (events written, the reason it was left out or None).
+
+    An input that fails part way is cut off ``writer`` again: it adds nothing.
+    """
+    mark = writer.mark()
     written = 0
     try:
         for event in reader.events(item.path):
@@ -266,31 +280,50 @@ def _copy(item: _Input, writer: _ArrayWriter, pid: int, shift_us: float,
             if moved is not None:
                 written += writer.write_all([moved])
     except reader.TraceError as exc:
-        kept = f" (kept the {written} events read before the error)" if written else ""
-        return written, f"{exc}{kept}"
+        writer.undo(mark)
+        return 0, str(exc)
     return written, None
 
 
-def _open_output(path: Path, gzipped: bool) -> IO[str]:
+def _open_output(path: Path, gzipped: bool) -> IO[bytes]:
     if gzipped:
-        return gzip.open(path, "wt", encoding="utf-8")
-    return open(path, "w", encoding="utf-8")
+        return gzip.open(path, "wb")  # type: ignore[return-value]
+    return open(path, "wb")
 
 
 class _ArrayWriter:
     """Writes JSON array items one at a time, with the commas between them."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
-        self._first = True
+        self.empty = True
 
     def write_all(self, items: Iterable[Event]) -> int:
         """Write ``items``; returns how many."""
         count = 0
         for item in items:
-            if not self._first:
-                self._stream.write(",\n")
-            self._stream.write(json.dumps(item, separators=(",", ":")))
-            self._first = False
+            if not self.empty:
+                self._stream.write(b",\n")
+            self._stream.write(json.dumps(item, separators=(",", ":")).encode())
+            self.empty = False
             count += 1
         return count
+
+    def append(self, items: IO[bytes], *, empty: bool) -> None:
+        """Copy the items another writer wrote to ``items`` (read from its current position)."""
+        if empty:
+            return
+        if not self.empty:
+            self._stream.write(b",\n")
+        shutil.copyfileobj(items, self._stream)
+        self.empty = False
+
+    def mark(self) -> tuple[int, bool]:
+        """Where the next item goes (a seekable stream only), for :meth:`undo`."""
+        return self._stream.tell(), self.empty
+
+    def undo(self, mark: tuple[int, bool]) -> None:
+        """Cut off everything written since ``mark``."""
+        self._stream.seek(mark[0])
+        self._stream.truncate()
+        self.empty = mark[1]

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from profdsl.analysis.catalog import Artifact, FolderError, artifacts
+from profdsl.analysis.catalog import Artifact, FolderError, catalog, json_traces, trace_header
 from profdsl.analysis.reader import TraceError, events, header
 from profdsl.analysis.stages import ENGINE_STAGE
-from profdsl.core.naming import is_json_trace
+from profdsl.cli.common import printable, skipped
+from profdsl.core.labels import trace_names
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -83,11 +84,12 @@ def run(args: argparse.Namespace) -> int:
     """Draw the folder ``args.folder`` into ``args.output``.
 
     Returns:
-        0 when every trace was drawn, 1 when some trace was unreadable (the rest is drawn) or
-        nothing could be drawn, 2 on usage errors (no folder, no matplotlib, unwritable output).
+        0 when every trace was drawn, 1 when a manifest line or a trace was skipped (each named
+        on stderr; the rest is drawn) or nothing could be drawn, 2 on usage errors (no folder, no
+        matplotlib, unwritable output).
     """
     try:
-        rows = artifacts(args.folder)
+        found = catalog(args.folder)
     except FolderError as exc:
         print(f"profdsl plot: {exc}", file=sys.stderr)
         return 2
@@ -96,22 +98,22 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"profdsl plot: {_INSTALL_HINT}", file=sys.stderr)
         return 2
-    scans, failures = _scan_folder(args.folder, rows)
-    for failure in failures:
-        print(f"profdsl plot: skipped an unreadable trace: {failure}", file=sys.stderr)
+    scans, failures = _scan_folder(args.folder, found.artifacts)
+    failed = skipped("plot", found.problems + failures)
     if not any(scan.totals_us for _row, scan in scans):
         print(f"profdsl plot: {args.folder}: no stage time found in any readable trace",
               file=sys.stderr)
         return 1
-    title = Path(args.folder).resolve().name
+    title = _plain(Path(args.folder).resolve().name)
     figure = _timeline_figure(scans, title) if args.timeline else _bars_figure(scans, title)
     try:
         figure.savefig(args.output, dpi=args.dpi, bbox_inches="tight")
     except (OSError, ValueError) as exc:
-        print(f"profdsl plot: cannot write {args.output}: {exc}", file=sys.stderr)
+        reason = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
+        print(printable(f"profdsl plot: cannot write {args.output}: {reason}"), file=sys.stderr)
         return 2
     print(args.output)
-    return 1 if failures else 0
+    return failed
 
 
 def _matplotlib() -> Any:
@@ -129,29 +131,27 @@ def _scan_folder(folder: str, rows: Iterable[Artifact]
     """Scan every readable trace of the folder; also returns one message per unreadable trace."""
     scans: list[tuple[Artifact, _Scan]] = []
     failures: list[str] = []
-    for row in rows:
-        if row.kind not in ("trace", "rollout") or row.status != "ok" or row.path is None:
-            continue
-        if not is_json_trace(row.path):
-            continue
+    for row in json_traces(rows):
         try:
-            scans.append((row, _scan(os.path.join(folder, row.path), row.kind, row.stage)))
+            path = os.path.join(folder, str(row.path))
+            scans.append((row, _scan(path, row.kind, row.stage, head=trace_header(folder, row))))
         except TraceError as exc:
             failures.append(str(exc))
     return scans, failures
 
 
-def _scan(path: str, kind: str, stage: str | None = None) -> _Scan:
-    """Time per profdsl stage in one trace, summed over its complete events, in one stream.
+def _scan(path: str, kind: str, stage: str | None = None, *, head: dict[str, Any] | None = None) -> _Scan:
+    """Time per profdsl stage in one trace, summed over its complete events, in one stream
+    (``head``: its header, when already read).
 
     A trace with no profdsl stage region (a rollout engine's trace) counts as its span (last end
     minus first start of its complete events), under :data:`ENGINE_STAGE` for rollouts or else
     under the artifact's ``stage`` (``"whole trace"`` when it has none).
 
     Raises:
-        TraceError: the trace cannot be read.
+        TraceError: the trace cannot be read or is malformed.
     """
-    meta = header(path)
+    meta = header(path) if head is None else head
     names = _stage_names(meta)
     base_us = float(meta.get("baseTimeNanoseconds") or 0) / 1000
     totals: dict[str, float] = defaultdict(float)
@@ -164,8 +164,9 @@ def _scan(path: str, kind: str, stage: str | None = None) -> _Scan:
         duration = float(event.get("dur") or 0)
         end = start + duration
         first, last = min(first, start), max(last, end)
-        name = event.get("name")
-        if name in names and event.get("cat") not in _SKIPPED_CATEGORIES:
+        raw = event.get("name")
+        name = names.get(raw) if isinstance(raw, str) else None
+        if name is not None and event.get("cat") not in _SKIPPED_CATEGORIES:
             totals[name] += duration  # not end - start: ts is large enough to lose digits
             regions.append((name, base_us + start, base_us + end))
     if regions or first > last:
@@ -174,11 +175,12 @@ def _scan(path: str, kind: str, stage: str | None = None) -> _Scan:
     return _Scan({fallback: last - first}, ((fallback, base_us + first, base_us + last),))
 
 
-def _stage_names(meta: dict[str, Any]) -> frozenset[str]:
+def _stage_names(meta: dict[str, Any]) -> dict[str, str]:
+    """The names of the trace's stage regions, mapped to the stages' labels."""
     profdsl = meta.get("profdsl")
     regions = profdsl.get("regions") if isinstance(profdsl, dict) else None
     stages = regions.get("stages") if isinstance(regions, dict) else None
-    return frozenset(s for s in stages or () if isinstance(s, str))
+    return trace_names(s for s in stages or () if isinstance(s, str))
 
 
 def _outermost(regions: Iterable[Region]) -> list[Region]:
@@ -216,9 +218,14 @@ def _bar_key(row: Artifact) -> BarKey:
     return (row.role or "unknown", known(row.replica), known(row.rank), known(row.step))
 
 
+def _plain(text: str) -> str:
+    """``text`` drawn as it is: control characters escaped, ``$`` not read as math."""
+    return printable(text).replace("$", r"\$")
+
+
 def _bar_label(key: BarKey, with_role: bool) -> str:
     role, replica, rank, step = key
-    parts = [role] if with_role else []
+    parts = [_plain(role)] if with_role else []
     if replica >= 0:
         parts.append(f"rep{replica}")
     parts.append(f"r{rank}" if rank >= 0 else "r?")
@@ -267,7 +274,7 @@ def _bars_figure(scans: Sequence[tuple[Artifact, _Scan]], title: str) -> Figure:
     bottoms = [0.0] * len(keys)
     for stage in order:
         heights = [bars[key].get(stage, 0.0) for key in keys]
-        axes.bar(xs, heights, bottom=bottoms, width=0.8, color=colours[stage], label=stage,
+        axes.bar(xs, heights, bottom=bottoms, width=0.8, color=colours[stage], label=_plain(stage),
                  edgecolor="white", linewidth=0.5)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     if len(keys) <= 40:
@@ -315,7 +322,7 @@ def _timeline_figure(scans: Sequence[tuple[Artifact, _Scan]], title: str) -> Fig
             # a thin edge in the bar's own colour keeps very short regions visible
             axes.broken_barh(spans, (y - 0.35, 0.7), facecolors=colours[stage],
                              edgecolors=colours[stage], linewidth=0.6)
-    axes.set_yticks(range(len(labels)), labels, fontsize=8)
+    axes.set_yticks(range(len(labels)), [_plain(label) for label in labels], fontsize=8)
     axes.set_ylim(len(labels) - 0.5, -0.5)
     axes.set_xlim(left=0)
     axes.set_xlabel(_time_axis_label(origin))
@@ -323,7 +330,7 @@ def _timeline_figure(scans: Sequence[tuple[Artifact, _Scan]], title: str) -> Fig
     axes.grid(axis="x", alpha=0.3)
     axes.set_axisbelow(True)
     _despine(axes)
-    handles = [Patch(color=colour, label=stage) for stage, colour in colours.items()]
+    handles = [Patch(color=colour, label=_plain(stage)) for stage, colour in colours.items()]
     axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0),
                 frameon=False, fontsize=8)
     return figure

@@ -9,10 +9,9 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from profdsl.analysis.catalog import FolderError, artifacts
-from profdsl.analysis.reader import TraceError
+from profdsl.analysis.catalog import FolderError, catalog
 from profdsl.analysis.stages import StageRow, stage_rows
-from profdsl.cli.common import fail, table
+from profdsl.cli.common import fail, skipped, table
 
 HELP = "time per role / stage / step / rank, with each stage's share of the step and its slowest rank"
 EXAMPLES = """examples:
@@ -62,17 +61,19 @@ def slowest(rows: list[StageRow]) -> dict[tuple[str, str, int | None], tuple[int
 
 
 def run(args: argparse.Namespace) -> int:
-    """Summarize; 1 when a trace is unreadable, 2 for usage errors."""
+    """Summarize the readable traces; 1 when a manifest line or a trace was skipped (each named on
+    stderr), 2 for usage errors."""
     keys = tuple(k.strip() for k in args.by.split(",") if k.strip())
     unknown = [k for k in keys if k not in KEYS]
     if unknown or not keys:
         return fail(f"--by takes keys from {','.join(KEYS)}, got {args.by!r}")
     try:
-        rows = stage_rows(args.dir, artifacts(args.dir))
+        found = catalog(args.dir)
     except FolderError as exc:
         return fail(str(exc))
-    except TraceError as exc:
-        return fail(f"unreadable trace: {exc} (run `profdsl check {args.dir}`)", 1)
+    bad = list(found.problems)
+    rows = stage_rows(args.dir, found.artifacts, bad)
+    code = skipped("summary", bad)
     grouped = group(rows, keys)
     if args.json:
         print(json.dumps(grouped, indent=1))
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         print(out.getvalue(), end="")
     else:
         _print_table(rows, grouped, keys)
-    return 0
+    return code
 
 
 def _print_table(rows: list[StageRow], grouped: list[dict[str, Any]], keys: tuple[str, ...]) -> None:

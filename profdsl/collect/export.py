@@ -1,9 +1,13 @@
-"""Writing one trace file into ``save_path``: collision-free, never overwriting, recorded.
+"""Writing one trace file into ``save_path``: collision-free, never overwriting, verified, recorded.
 
-The trace is first written to a hidden temporary name in ``save_path``; then its final name is
-reserved with an exclusive create (bumping ``part`` while the name is taken, by this or any other
-process) and the temporary file is renamed over the reservation. A failure is logged once and
-recorded in the manifest; it never reaches the training loop.
+Two steps, which may run on different threads: :func:`write_events` has the session write its
+events as plain JSON to a hidden temporary file in ``save_path``; :func:`finish` splices in the
+metadata, compresses and checks the file (:mod:`profdsl.collect.tracefile`), reserves its final
+name with an exclusive create (bumping ``part`` while the name is taken, by this or any other
+process), renames it over the reservation and records it. Nothing is written outside
+``save_path`` (torch's own ``.gz`` export compresses through ``TMPDIR``). A failure is logged
+once and recorded in the manifest with its reason, its temporaries removed; it never reaches the
+training loop.
 """
 
 from __future__ import annotations
@@ -11,16 +15,17 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 
 from profdsl.collect.manifest import append_record, make_record
 from profdsl.collect.relocate import reserve
+from profdsl.collect.tracefile import compress_trace
 from profdsl.core.log import once
 from profdsl.core.naming import TraceName
 
-__all__ = ["TraceLabel", "export_trace"]
+__all__ = ["PendingTrace", "TraceLabel", "export_trace", "finish", "write_events"]
 
 
 @attrs.frozen(kw_only=True)
@@ -41,52 +46,128 @@ class TraceLabel:
     manifest: bool = True  # False for files that are moved (and recorded) elsewhere later
 
 
+@attrs.frozen(kw_only=True)
+class PendingTrace:
+    """A trace whose events are written (``events``, plain JSON) but not yet finished."""
+
+    label: TraceLabel
+    window: tuple[int, int] | None
+    time_ms: int
+    extra: Mapping[str, object] | None
+    events: str
+    header: Mapping[str, object] | None = None
+
+    def fields(self) -> dict[str, object]:
+        """The trace's manifest fields, but its path, status and size."""
+        label = self.label
+        fields: dict[str, object] = dict(
+            role=label.role, stage=label.stage, step=label.step, rank=label.rank,
+            world_size=label.world_size, window=self.window, part=label.part, host=label.host,
+            pid=label.pid, roles=list(label.roles or (label.role,)), config_hash=label.config_hash,
+            time_ms=self.time_ms,
+        )
+        fields.update(self.extra or {})
+        return fields
+
+    def name(self) -> TraceName:
+        """The trace's file name (before a ``part`` is bumped)."""
+        label = self.label
+        return TraceName(
+            role=label.role, stage=label.stage, step=label.step, rank=label.rank,
+            world_size=label.world_size, window=self.window, part=label.part, host=label.host,
+            pid=label.pid, time_ms=self.time_ms,
+        )
+
+
 def export_trace(
     write: Callable[[str], object],
     label: TraceLabel,
     *,
     window: tuple[int, int] | None,
     time_ms: int,
-    extra: dict[str, object] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> str | None:
-    """Write a trace with ``write(path)`` and move it under its final name; None on failure."""
-    tmp = os.path.join(label.save_path, f".profdsl-tmp-{label.pid}-{uuid.uuid4().hex}.json.gz")
-    final: str | None = None
-    fields: dict[str, object] = dict(
-        role=label.role, stage=label.stage, step=label.step, rank=label.rank,
-        world_size=label.world_size, window=window, part=label.part, host=label.host,
-        pid=label.pid, roles=list(label.roles or (label.role,)), config_hash=label.config_hash,
-        time_ms=time_ms,
-    )
-    fields.update(extra or {})
-    name: TraceName | None = None
+    """Write a trace with ``write`` and finish it under its final name; None on failure.
+
+    ``write(path)`` writes the trace's events, plain Chrome JSON, to ``path`` (in ``save_path``)
+    and returns the metadata to add as the trace's first top-level keys (or None).
+    """
+    pending = write_events(write, label, window=window, time_ms=time_ms, extra=extra)
+    return None if pending is None else finish(pending)
+
+
+def write_events(
+    write: Callable[[str], object],
+    label: TraceLabel,
+    *,
+    window: tuple[int, int] | None,
+    time_ms: int,
+    extra: Mapping[str, object] | None = None,
+) -> PendingTrace | None:
+    """The first step, on the session's thread: ``write`` the events to a temporary file of
+    ``save_path``; None (recorded failed) on failure."""
+    events = os.path.join(label.save_path, f".profdsl-tmp-{label.pid}-{uuid.uuid4().hex}.json")
+    pending = PendingTrace(label=label, window=window, time_ms=time_ms, extra=extra, events=events)
     try:
-        name = TraceName(
-            role=label.role, stage=label.stage, step=label.step, rank=label.rank,
-            world_size=label.world_size, window=window, part=label.part, host=label.host,
-            pid=label.pid, time_ms=time_ms,
-        )
         os.makedirs(label.save_path, exist_ok=True)
-        write(tmp)
-        final = reserve(label.save_path, name).format()
-        os.replace(tmp, os.path.join(label.save_path, final))
-        size = os.path.getsize(os.path.join(label.save_path, final))
+        header = write(events)
     except Exception as exc:
-        once(f"export:{label.save_path}", logging.ERROR,
-             "[profdsl rank %s] could not write a %s trace into %s: %s",
-             label.rank, label.role, label.save_path, exc)
-        _remove_quietly(tmp)
+        _failed(pending, exc)
+        return None
+    except BaseException as exc:  # Ctrl-C: no temporary left, the loss recorded, then go on
+        _failed(pending, exc, status="incomplete")
+        raise
+    return attrs.evolve(pending, header=header if isinstance(header, Mapping) else None)
+
+
+def finish(pending: PendingTrace) -> str | None:
+    """The second step: splice, compress and check the trace, move it under its final name,
+    record it; the trace's path, or None (recorded failed) on failure."""
+    label = pending.label
+    packed = f"{pending.events}.gz"
+    final: str | None = None
+    try:
+        name = pending.name()
+        compress_trace(pending.events, packed, pending.header)
+        _remove_quietly(pending.events)
+        final = reserve(label.save_path, name).format()
+        os.replace(packed, os.path.join(label.save_path, final))
+        size = os.path.getsize(os.path.join(label.save_path, final))
+    except BaseException as exc:
+        _remove_quietly(packed)
         if final is not None:  # reserved but not filled: an empty file would pose as a trace
             _remove_quietly(os.path.join(label.save_path, final))
-        if label.manifest:
-            append_record(label.save_path, make_record(
-                "trace", final or (name.format() if name else None), status="failed",
-                error=f"{type(exc).__name__}: {exc}", bytes=None,
-                **fields))
+        if not isinstance(exc, Exception):  # Ctrl-C: the loss recorded, then let it go on
+            _failed(pending, exc, final, status="incomplete")
+            raise
+        _failed(pending, exc, final)
         return None
     if label.manifest:
-        append_record(label.save_path, make_record("trace", final, bytes=size, **fields))
+        append_record(label.save_path, make_record("trace", final, bytes=size, **pending.fields()))
     return os.path.join(label.save_path, final)
+
+
+def _failed(pending: PendingTrace, exc: BaseException, final: str | None = None, *,
+            status: str = "failed") -> None:
+    """Log once, remove the events file, record the loss (``incomplete``: interrupted)."""
+    label = pending.label
+    once(f"export:{label.save_path}", logging.ERROR,
+         "[profdsl rank %s] could not write a %s trace into %s: %s",
+         label.rank, label.role, label.save_path, exc)
+    _remove_quietly(pending.events)
+    _remove_quietly(f"{pending.events}.tmp")  # torch's own temporary, if it was cut short
+    if not label.manifest:
+        return
+    if final is None:
+        try:
+            final = pending.name().format()
+        except Exception:  # a label the name refuses: recorded without a path
+            final = None
+    error = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else \
+        f"interrupted ({type(exc).__name__}) while the trace was written"
+    append_record(label.save_path, make_record(
+        "trace", None if status == "incomplete" else final, status=status,
+        **{"error" if status == "failed" else "reason": error}, bytes=None, **pending.fields()))
 
 
 def _remove_quietly(path: str) -> None:

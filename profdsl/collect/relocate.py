@@ -4,7 +4,8 @@ Plan, then apply. Planning is pure: file names in, :class:`Move` and :class:`Ski
 with its reason. Applying is best effort and never raises: it waits (bounded) until each source is
 complete, reserves the destination name with an exclusive create (never overwriting anything),
 renames within a filesystem or copies, fsyncs and renames across filesystems, and returns one
-manifest record per file, ``incomplete`` ones included.
+manifest record per file, ``incomplete`` ones included. A source recorded incomplete stays
+dead until it changes: later passes neither wait for it nor record it again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from profdsl.collect.manifest import append_record, make_record
+from profdsl.collect.manifest import append_record, make_record, read_manifest
 from profdsl.core.naming import MAX_INDEX, NSYS_EXT, TraceName
 
 __all__ = ["Move", "Skip", "apply", "default_nsys_dir", "gzip_complete", "plan_nsys", "reserve",
@@ -154,30 +155,56 @@ def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float,
           record_incomplete: bool) -> list[dict[str, Any]]:
     """Carry out ``plan``; returns (and appends to the manifest) one record per file handled.
 
-    Sources still incomplete after ``wait_s`` stay where they are; with ``record_incomplete``
-    (the last chance, at close) they are recorded as ``incomplete``.
+    Sources still incomplete after ``wait_s`` (one deadline for them all) stay where they are;
+    with ``record_incomplete`` they are recorded as ``incomplete``, with the size and mtime they
+    had. A source already recorded so and unchanged since is dead: it is neither waited for nor
+    recorded again.
     """
+    dead = _recorded_incomplete(save_path) if plan else {}
+    plan = [item for item in plan if not (item.source in dead and _signature(item.source) == dead[item.source])]
     moves = [m for m in plan if isinstance(m, Move) and _is_regular(m.source)]
     incomplete = set(wait_complete([m.source for m in moves], wait_s)) if moves else set()
     records = []
     for item in plan:
         if isinstance(item, Skip):
             if item.status == "skipped" or (item.status == "incomplete" and record_incomplete):
-                records.append(make_record(item.kind, None, status=item.status, source=item.source,
-                                           reason=item.reason, **item.fields))
+                records.append(_unmoved(item, item.status, item.reason))
         elif item not in moves:
             records.append(make_record(item.kind, None, status="skipped", source=item.source,
                                        reason="not a regular file (symlinks are not followed)",
                                        **item.fields))
         elif item.source in incomplete:
             if record_incomplete:
-                records.append(make_record(item.kind, None, status="incomplete", source=item.source,
-                                           reason="still being written", **item.fields))
+                records.append(_unmoved(item, "incomplete", "still being written"))
         else:
             records.append(_move(item, save_path))
     for record in records:
         append_record(save_path, record)
     return records
+
+
+def _unmoved(item: Move | Skip, status: str, reason: str) -> dict[str, Any]:
+    """The record of a source left where it is; an incomplete one keeps its size and mtime."""
+    fields: dict[str, Any] = dict(item.fields)
+    signature = _signature(item.source) if status == "incomplete" else None
+    if signature is not None:
+        fields.update(source_bytes=signature[0], source_mtime_ns=signature[1])
+    return make_record(item.kind, None, status=status, source=item.source, reason=reason, **fields)
+
+
+def _recorded_incomplete(save_path: str) -> dict[str, tuple[int, int]]:
+    """The sources ``save_path``'s manifest records as incomplete, with their size and mtime then."""
+    try:
+        records = read_manifest(save_path)
+    except (OSError, ValueError):
+        return {}
+    dead = {}
+    for record in records:
+        source, size, mtime = record.get("source"), record.get("source_bytes"), record.get("source_mtime_ns")
+        if (record.get("status") == "incomplete" and isinstance(source, str)
+                and type(size) is int and type(mtime) is int):
+            dead[source] = (size, mtime)
+    return dead
 
 
 def _is_regular(path: str) -> bool:

@@ -13,11 +13,13 @@ import attrs
 
 from profdsl.config import combine
 from profdsl.config.validate import (
+    MAX_WIDE_INDEX,
     boolean,
     check_keys,
     int_at_least,
     one_of,
     positive_finite,
+    text_without_nul,
     to_int_set,
     to_name_set,
     to_nested,
@@ -132,7 +134,7 @@ def _rollout(value: object) -> RolloutOptions:
 
 
 def _hook_ranks(value: object) -> tuple[int, ...]:
-    return to_int_set("FinishHook.ranks", value)
+    return to_int_set("FinishHook.ranks", value, maximum=MAX_WIDE_INDEX - 1)
 
 
 @attrs.frozen(kw_only=True)
@@ -152,8 +154,7 @@ class FinishHook(_Mappable):
 
     @cmd.validator
     def _check_cmd(self, _attribute: object, value: object) -> None:
-        if value is not None and not isinstance(value, str):
-            raise ConfigError(f"FinishHook.cmd must be a string or None, got {value!r}")
+        text_without_nul("FinishHook.cmd", value, optional=True)
 
     def __attrs_post_init__(self) -> None:
         if self.cmd is not None and not self.cmd.strip():
@@ -161,24 +162,27 @@ class FinishHook(_Mappable):
 
 
 def _save_path(value: object) -> str:
+    """A local folder, made absolute against the working directory of the process that builds the
+    config: a later ``os.chdir``, or a Ray worker started elsewhere, still writes to it."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"ProfilerConfig.save_path must be a non-empty local path, got {value!r}")
+    text_without_nul("ProfilerConfig.save_path", value)
     if _URL.match(value):
         raise ConfigError(
             f"ProfilerConfig.save_path must be a local path, got the URL {value!r}: traces are "
             "written locally and uploaded by the finish hook (FinishHook.cmd)"
         )
-    return value
+    return os.path.abspath(value)
 
 
 def _steps(value: object) -> tuple[int, ...]:
-    return to_int_set("ProfilerConfig.steps", value)
+    return to_int_set("ProfilerConfig.steps", value, maximum=MAX_WIDE_INDEX)
 
 
 def _ranks(value: object) -> tuple[int, ...]:
-    return to_int_set("ProfilerConfig.ranks", value)
+    return to_int_set("ProfilerConfig.ranks", value, maximum=MAX_WIDE_INDEX - 1)
 
 
 def _torch_options(value: object) -> TorchOptions:
@@ -192,6 +196,7 @@ def _finish_hook(value: object) -> FinishHook:
 def _optional_dir(_inst: object, _attribute: object, value: str | None) -> None:
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise ConfigError(f"ProfilerConfig.nsys_report_dir must be a folder path or None, got {value!r}")
+    text_without_nul("ProfilerConfig.nsys_report_dir", value, optional=True)
 
 
 @attrs.frozen(kw_only=True)

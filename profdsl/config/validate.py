@@ -3,22 +3,30 @@
 Each one raises :class:`~profdsl.errors.ConfigError` with a message naming the field (as
 ``Class.field``) or argument and the offending value, so a bad YAML key is found without a
 traceback dive. :func:`require_int` is the only integer check in profdsl: config fields, trace
-name fields, schedule indices, step numbers and ranks all go through it.
+name fields, schedule indices and ranks all go through it; numbers that arrive at run time (step
+numbers) go through :func:`to_index`, the same check after ``operator.index``.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 
 from profdsl.errors import ConfigError
 
 T = TypeVar("T")
+
+MAX_WIDE_INDEX: Final = 999_999_999_999
+"""Largest step, rank, world size or other index profdsl accepts: twelve digits, what a trace name
+holds (:mod:`profdsl.naming`). Config fields and run-time numbers beyond it are refused."""
+MAX_SECONDS: Final = 7 * 24 * 3600
+"""Longest timeout or wait profdsl accepts, in seconds (a week): longer ones are refused, since
+waits on threads and processes overflow on absurd values."""
 
 
 def _where(inst: object, attribute: attrs.Attribute[Any]) -> str:
@@ -60,10 +68,14 @@ def require_int(label: str, value: object, minimum: int = 0, maximum: int | None
     if optional and value is None:
         return value  # type: ignore[return-value]
     if not _int_in_range(value, minimum, maximum):
-        bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
         raise ConfigError(
-            f"{label} must be an integer {bound}{' or None' if optional else ''}, got {value!r}")
+            f"{label} must be an integer {_bound(minimum, maximum)}{' or None' if optional else ''}, "
+            f"got {value!r}")
     return value  # type: ignore[return-value]
+
+
+def _bound(minimum: int, maximum: int | None) -> str:
+    return f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
 
 
 def int_in(minimum: int, maximum: int | None = None, *, optional: bool = False
@@ -88,16 +100,62 @@ def boolean(inst: object, attribute: attrs.Attribute[Any], value: object) -> Non
 
 
 def positive_finite(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An attrs validator: a finite number of seconds > 0."""
+    """An attrs validator: a finite number of seconds > 0, at most :data:`MAX_SECONDS`."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
+        or not 0 < value <= MAX_SECONDS  # also refuses NaN and inf, and ints too large for a float
     ):
         raise ConfigError(
-            f"{_where(inst, attribute)} must be a finite number of seconds > 0, got {value!r}"
+            f"{_where(inst, attribute)} must be a finite number of seconds > 0, got {value!r} "
+            f"(at most {MAX_SECONDS}, a week)"
         )
+
+
+def to_index(label: str, value: object, minimum: int = 0, maximum: int | None = MAX_WIDE_INDEX) -> int:
+    """:func:`require_int` for a number computed at run time: any integral type that
+    ``operator.index`` takes (``numpy.int64``, a one-element integer tensor) becomes a plain int.
+
+    Booleans, boolean arrays and tensors, floats and strings are still refused.
+
+    Raises:
+        ConfigError: as :func:`require_int`, quoting the value as given.
+
+    Examples:
+        >>> to_index("step", 3)
+        3
+        >>> to_index("step", 1.0)
+        Traceback (most recent call last):
+        ...
+        profdsl.errors.ConfigError: step must be an integer in 0..999999999999, got 1.0
+    """
+    number = value
+    if not isinstance(value, bool) and "bool" not in str(getattr(value, "dtype", "")):
+        try:
+            number = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    if not _int_in_range(number, minimum, maximum):
+        raise ConfigError(f"{label} must be an integer {_bound(minimum, maximum)}, got {value!r}")
+    return number  # type: ignore[return-value]
+
+
+def text_without_nul(label: str, value: object, *, optional: bool = False, blank: bool = True) -> str:
+    """Return ``value`` if it is a ``str`` without NUL characters (which no path, command,
+    environment value or file name can hold). ``optional``: None is allowed too; ``blank``:
+    empty or all-space text is allowed.
+
+    Raises:
+        ConfigError: naming ``label`` and the value.
+    """
+    if optional and value is None:
+        return value  # type: ignore[return-value]
+    if not isinstance(value, str) or (not blank and not value.strip()):
+        kind = "a string" if blank else "a non-empty string"
+        raise ConfigError(f"{label} must be {kind}{' or None' if optional else ''}, got {value!r}")
+    if "\x00" in value:
+        raise ConfigError(f"{label} must not contain NUL characters, got {value!r}")
+    return value
 
 
 def one_of(choices: Iterable[str]) -> Callable[[object, attrs.Attribute[Any], object], None]:
@@ -154,8 +212,10 @@ def to_color(where: str, value: object) -> int | None:
         f"{', '.join(sorted(COLOR_NAMES))}, got {value!r}{suggest(value, COLOR_NAMES)}")
 
 
-def to_int_set(where: str, value: object, *, minimum: int = 0) -> tuple[int, ...]:
-    """Convert any iterable of integers to a sorted tuple without duplicates.
+def to_int_set(where: str, value: object, *, minimum: int = 0,
+               maximum: int | None = None) -> tuple[int, ...]:
+    """Convert any iterable of integers in ``minimum..maximum`` to a sorted tuple without
+    duplicates.
 
     ``None`` means empty. A string is refused explicitly: ``"0,1"`` iterates as characters.
     """
@@ -169,6 +229,8 @@ def to_int_set(where: str, value: object, *, minimum: int = 0) -> tuple[int, ...
             raise ConfigError(
                 f"{where} must contain integers >= {minimum}, got {item!r} in {value!r}"
             )
+        if maximum is not None and item > maximum:
+            raise ConfigError(f"{where} must contain integers <= {maximum}, got {item!r} in {value!r}")
     return tuple(sorted(set(items)))
 
 
@@ -178,7 +240,12 @@ def to_name_set(where: str, value: object, allowed: frozenset[str]) -> frozenset
         return frozenset()
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise ConfigError(f"{where} must be a list of names from {sorted(allowed)}, got {value!r}")
-    items = frozenset(value)
+    listed = list(value)
+    for item in listed:
+        if not isinstance(item, str):  # a nested list or mapping is not even hashable
+            raise ConfigError(f"{where} must be a list of names from {sorted(allowed)}, "
+                              f"got {item!r} in {value!r}")
+    items = frozenset(listed)
     for item in sorted(items, key=repr):
         if item not in allowed:
             raise ConfigError(

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import attrs
 
-from profdsl.config.validate import int_in, is_int, require_int
+from profdsl.config.validate import MAX_WIDE_INDEX, int_in, is_int, require_int
 from profdsl.core.name_reader import MAX_NAME_BYTES, NotANameError, fields_of
 from profdsl.errors import ConfigError
 
@@ -23,6 +23,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MAX_PID",
     "MAX_TIME_MS",
+    "MAX_WIDE_INDEX",
     "NSYS_EXT",
     "PLACEHOLDER_LABEL",
     "ROLE_MAX_LEN",
@@ -33,10 +34,13 @@ __all__ = [
     "sanitize_label",
 ]
 
-# The caps below are chosen so that a name with every field at its maximum is exactly
-# MAX_NAME_BYTES long; tests/test_naming.py checks that sum.
+# The caps below are chosen so that a name with every field at its maximum (indices at MAX_INDEX)
+# is exactly MAX_NAME_BYTES long; tests/test_naming.py checks that sum. Indices up to
+# MAX_WIDE_INDEX widen the name; TraceName refuses the rare combination that would not fit.
 MAX_INDEX: Final = 999_999
-"""Largest step, rank, world size, parallel coordinate, replica, mini-batch index or part."""
+"""Largest step, rank, world size, parallel coordinate, replica, mini-batch index or part written
+in the padded width (a step has six digits), in any combination of fields. Larger ones, up to
+:data:`MAX_WIDE_INDEX`, take more digits."""
 MAX_PID: Final = 2**32 - 1
 """Largest process id."""
 MAX_TIME_MS: Final = 253_402_300_799_999
@@ -136,11 +140,14 @@ def _window(value: Sequence[int] | None) -> tuple[int, int] | None:
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise ConfigError(f"TraceName.window must be a (first, last) pair, got {value!r}")
     first, last = value
-    if not all(is_int(v) and 0 <= v <= MAX_INDEX for v in (first, last)):
-        raise ConfigError(f"TraceName.window must hold integers in 0..{MAX_INDEX}, got {value!r}")
+    if not all(is_int(v) and 0 <= v <= MAX_WIDE_INDEX for v in (first, last)):
+        raise ConfigError(f"TraceName.window must hold integers in 0..{MAX_WIDE_INDEX}, got {value!r}")
     if first > last:
         raise ConfigError(f"TraceName.window must have first <= last, got {value!r}")
     return (first, last)
+
+
+_INDEX: Final = int_in(0, MAX_WIDE_INDEX, optional=True)
 
 
 def _check_ext(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -166,7 +173,9 @@ class TraceName:
     """The parts of one trace file's name.
 
     Labels (``role``, ``stage``, ``host``) are sanitized with `sanitize_label` on construction;
-    every other field is validated. ``format`` and ``parse`` are exact inverses.
+    every other field is validated. ``format`` and ``parse`` are exact inverses. Indices range
+    over ``0..MAX_WIDE_INDEX``; a step up to `MAX_INDEX` is zero-padded to six digits, a larger one
+    takes as many digits as it needs.
 
     Attributes:
         role: Worker role, e.g. ``"actor_rollout_ref"`` (stored sanitized).
@@ -188,7 +197,9 @@ class TraceName:
         ext: File extension, e.g. ``".pt.trace.json.gz"``.
 
     Raises:
-        ConfigError: A field has the wrong type or is out of range; the message names both.
+        ConfigError: A field has the wrong type or is out of range; the message names both. Or
+            the name would be longer than `MAX_NAME_BYTES` (possible only with several indices
+            past `MAX_INDEX`; the names profdsl writes fit whatever their indices).
 
     Example:
         >>> name = TraceName(role="actor", stage="update_actor", step=5, rank=3,
@@ -201,19 +212,19 @@ class TraceName:
 
     role: str = attrs.field(converter=_role)
     stage: str | None = attrs.field(default=None, converter=_stage)
-    step: int | None = attrs.field(default=None, validator=int_in(0, MAX_INDEX, optional=True))
-    rank: int | None = attrs.field(default=None, validator=int_in(0, MAX_INDEX, optional=True))
+    step: int | None = attrs.field(default=None, validator=_INDEX)
+    rank: int | None = attrs.field(default=None, validator=_INDEX)
     world_size: int | None = attrs.field(
-        default=None, validator=int_in(1, MAX_INDEX, optional=True)
+        default=None, validator=int_in(1, MAX_WIDE_INDEX, optional=True)
     )
-    tp: int | None = attrs.field(default=None, validator=int_in(0, MAX_INDEX, optional=True))
-    pp: int | None = attrs.field(default=None, validator=int_in(0, MAX_INDEX, optional=True))
-    dp: int | None = attrs.field(default=None, validator=int_in(0, MAX_INDEX, optional=True))
-    cp: int | None = attrs.field(default=None, validator=int_in(0, MAX_INDEX, optional=True))
-    ep: int | None = attrs.field(default=None, validator=int_in(0, MAX_INDEX, optional=True))
-    replica: int | None = attrs.field(default=None, validator=int_in(0, MAX_INDEX, optional=True))
+    tp: int | None = attrs.field(default=None, validator=_INDEX)
+    pp: int | None = attrs.field(default=None, validator=_INDEX)
+    dp: int | None = attrs.field(default=None, validator=_INDEX)
+    cp: int | None = attrs.field(default=None, validator=_INDEX)
+    ep: int | None = attrs.field(default=None, validator=_INDEX)
+    replica: int | None = attrs.field(default=None, validator=_INDEX)
     window: tuple[int, int] | None = attrs.field(default=None, converter=_window)
-    part: int | None = attrs.field(default=None, validator=int_in(0, MAX_INDEX, optional=True))
+    part: int | None = attrs.field(default=None, validator=_INDEX)
     host: str = attrs.field(converter=_host)
     pid: int = attrs.field(validator=int_in(0, MAX_PID))
     time_ms: int = attrs.field(validator=int_in(0, MAX_TIME_MS))
@@ -223,6 +234,12 @@ class TraceName:
         if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
             raise ConfigError(
                 f"TraceName.rank must be < world_size ({self.world_size}), got {self.rank!r}"
+            )
+        length = len(self.format())
+        if length > MAX_NAME_BYTES:  # only with several indices past MAX_INDEX at once
+            raise ConfigError(
+                f"TraceName would be {length} bytes long, over the {MAX_NAME_BYTES}-byte limit of a "
+                f"file name: {self!r}"
             )
 
     def format(self) -> str:

@@ -13,12 +13,13 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.validate import require_int
+from profdsl.config.validate import MAX_WIDE_INDEX, require_int
 from profdsl.core.naming import TraceName
 from profdsl.core.ranks import is_hook_rank, is_rank_selected, replicas_for_ranks
 from profdsl.core.schedule import recorded_windows
@@ -30,15 +31,28 @@ __all__ = ["Preview", "mini_batch_windows", "preview"]
 EXAMPLE_TIME_MS = 1_795_000_000_000
 
 
+#: The most mini-batches per step a preview computes windows for (each is walked once).
+MAX_MINI_BATCHES = 1_000_000
+
 def mini_batch_windows(config: ProfilerConfig, mini_batches: int) -> tuple[tuple[int, int], ...]:
     """The windows ``mini_batches`` update mini-batches record: those of the schedule (in a
     scheduled discrete stage, one trace each; in a continuous step, listed in its trace), or all
     of them as one window without a schedule."""
-    require_int("mini_batches", mini_batches)
+    require_int("mini_batches", mini_batches, 0, MAX_MINI_BATCHES)
     schedule = config.torch.schedule
     if schedule is not None:
         return tuple(recorded_windows(schedule, mini_batches))
     return ((0, mini_batches - 1),) if mini_batches else ()
+
+
+def _candidate_ranks(config: ProfilerConfig, world_size: int) -> Sequence[int]:
+    """The ranks of ``world_size`` that the rank rules (:mod:`~profdsl.core.ranks`) may select:
+    every rank when a rule says all, else rank 0 and the ranks named. The rules still decide; this
+    only spares a large world a walk over every rank."""
+    hook = config.finish_hook
+    if config.all_ranks or hook.all_ranks:
+        return range(world_size)
+    return sorted(r for r in {0, *config.ranks, *hook.ranks} if r < world_size)
 
 
 @attrs.frozen(kw_only=True)
@@ -88,15 +102,16 @@ def preview(config: ProfilerConfig, *, world_size: int, mini_batches: int = 8,
     """Predict what ``config`` captures on ``world_size`` ranks.
 
     Raises:
-        ConfigError: ``world_size`` is not an integer >= 1, ``mini_batches`` not >= 0, or
-            ``replica_world_size`` not >= 1.
+        ConfigError: ``world_size`` is not an integer in ``1..MAX_WIDE_INDEX``, ``mini_batches``
+            not >= 0, or ``replica_world_size`` not >= 1.
     """
-    require_int("world_size", world_size, 1)
+    require_int("world_size", world_size, 1, MAX_WIDE_INDEX)
     plan = StepPlan.from_config(config)
-    ranks = tuple(r for r in range(world_size) if config.enable and is_rank_selected(
+    candidates = _candidate_ranks(config, world_size) if config.enable else ()
+    ranks = tuple(r for r in candidates if is_rank_selected(
         r, config.ranks, all_ranks=config.all_ranks))
     hook = config.finish_hook
-    hook_ranks = tuple(r for r in range(world_size) if config.enable and hook.cmd and is_hook_rank(
+    hook_ranks = tuple(r for r in candidates if hook.cmd and is_hook_rank(
         r, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks, profiled_ranks=config.ranks,
         profiled_all_ranks=config.all_ranks))
     replicas = None

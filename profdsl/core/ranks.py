@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from profdsl.config.validate import require_int
-from profdsl.core.discovery import RankInfo, discover_rank, require_ranks
+from profdsl.core.discovery import RankInfo, discover_rank, discover_world, require_ranks
 from profdsl.core.engine_names import Ambiguous, read_engine_rank
 
 __all__ = [
     "RankInfo",
     "discover_rank",
+    "discover_world",
     "is_hook_rank",
     "is_rank_selected",
     "local_rank_from_trace_name",

@@ -78,9 +78,9 @@ class StepPlan:
             return self.steps
         return tuple(s for s in self.steps if s <= self.last_step)
 
-    def is_profiled(self, step: int) -> bool:
-        """Whether ``step`` is profiled."""
-        return step in self.reachable
+    def is_profiled(self, step: int | None) -> bool:
+        """Whether ``step`` is profiled (None, a step without a number, never is)."""
+        return step is not None and step in self.reachable
 
     @property
     def sessions(self) -> tuple[tuple[int, int], ...]:
@@ -114,20 +114,31 @@ class StepTracker:
         self._last_begun: int | None = None
         self._ran_profiled = False
         self._hook_done = False
+        self.profiling = False  # whether the step begun last is profiled
+
+    @property
+    def hook_done(self) -> bool:
+        """Whether the hook was owed already (later steps are not profiled)."""
+        return self._hook_done
 
     @property
     def is_open(self) -> bool:
         """Whether a profiling session is open."""
         return self._open
 
-    def begin(self, step: int) -> list[Event]:
-        """A step starts: close a session the loop walked out of, open one if ``step`` is profiled."""
-        require_int("step", step)
+    def begin(self, step: int | None) -> list[Event]:
+        """A step starts: close a session the loop walked out of, open one if ``step`` is profiled.
+
+        ``None`` is a step without a usable number: never profiled, it ends a run of steps."""
+        if step is not None:
+            require_int("step", step)
         # A loop that forgot end() is forgiven: the previous step ends here.
         events = self.end() if self._current is not None else []
-        profiled = self.plan.is_profiled(step)
+        # Once the hook is owed, nothing more is captured: it must run after the last artifact.
+        profiled = self.plan.is_profiled(step) and not self._hook_done
         continues = (
-            profiled and self.plan.continuous_steps and self._last_begun == step - 1
+            step is not None and profiled and self.plan.continuous_steps
+            and self._last_begun == step - 1
         )
         if self._open and not continues:
             events += self._close()
@@ -135,6 +146,7 @@ class StepTracker:
             self._open = True
             events.append(Event.OPEN)
         self._ran_profiled |= profiled
+        self.profiling = profiled
         self._current = self._last_begun = step
         return events
 

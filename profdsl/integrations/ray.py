@@ -5,7 +5,7 @@
 Examples:
     >>> from profdsl import ProfilerConfig
     >>> runtime_env(ProfilerConfig(enable=True))["env_vars"]
-    {'NVTX_INJECTION64_PATH': ''}
+    {'NVTX_INJECTION64_PATH': '/dev/null/profdsl-no-nvtx-injection'}
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 import attrs
 
@@ -34,6 +34,13 @@ DEFAULT_NSIGHT_OPTIONS: dict[str, str] = {
     "cuda-graph-trace": "graph",
 }
 
+#: The ``NVTX_INJECTION64_PATH`` that keeps every NVTX tool out of a process. NVTX ``dlopen``s the
+#: variable's value on its first call. An empty value is no guard: glibc's ``dlopen("")`` returns
+#: the main program, whose symbols include an ``LD_PRELOAD``ed tool's ``InitializeInjectionNvtx2``,
+#: so the tool still attaches. A path whose parent is a character device cannot exist (ENOTDIR):
+#: the ``dlopen`` fails and NVTX stays a no-op. (Ray's ``env_vars`` can set a variable, not unset it.)
+NO_NVTX_INJECTION = "/dev/null/profdsl-no-nvtx-injection"
+
 
 def runtime_env(config: ProfilerConfig, *, nsight_options: dict[str, str] | None = None,
                 guard_cupti: bool = True) -> dict[str, Any]:
@@ -41,9 +48,10 @@ def runtime_env(config: ProfilerConfig, *, nsight_options: dict[str, str] | None
 
     ``tool="nsys"``: Ray's ``nsight`` plugin, with capture ranges driven by profdsl (one per
     profiled step, or per stage in discrete mode; ``capture-range-end`` repeats for each).
-    ``tool="torch"``: an empty ``NVTX_INJECTION64_PATH``, so that an NVTX injection library
-    inherited from the environment (nsys, a profiling agent) cannot take the CUPTI slot torch
-    needs, which makes kernels vanish from torch traces; ``guard_cupti=False`` opts out.
+    ``tool="torch"``: ``NVTX_INJECTION64_PATH`` set to :data:`NO_NVTX_INJECTION`, a path that
+    cannot exist, so that an NVTX injection library inherited from the environment (nsys, a
+    profiling agent; named by the variable or preloaded) cannot take the CUPTI slot torch needs,
+    which makes kernels vanish from torch traces; ``guard_cupti=False`` opts out.
     """
     if not config.enable:
         return {}
@@ -51,7 +59,7 @@ def runtime_env(config: ProfilerConfig, *, nsight_options: dict[str, str] | None
         options = dict(DEFAULT_NSIGHT_OPTIONS, **(nsight_options or {}))
         options.setdefault("capture-range-end", f"repeat-shutdown:{max(len(config.steps), 1) * 8}")
         return {"nsight": options}
-    return {"env_vars": {"NVTX_INJECTION64_PATH": ""}} if guard_cupti else {}
+    return {"env_vars": {"NVTX_INJECTION64_PATH": NO_NVTX_INJECTION}} if guard_cupti else {}
 
 
 class ProfiledWorker:
@@ -87,7 +95,7 @@ class ProfiledWorker:
     def _each(self) -> list[Profiler]:
         return list(self.__dict__.get("_profdsl_profilers", {}).values())
 
-    def start_profile(self, step: int) -> None:
+    def start_profile(self, step: SupportsIndex) -> None:
         """Begin step ``step`` for every role (called remotely by the trainer)."""
         for profiler in self._each():
             profiler.start(step)
@@ -177,12 +185,13 @@ class RayStepProfiler:
         return self.config.finish_hook.timeout_s + self.config.rollout.stop_timeout_s
 
     @contextlib.contextmanager
-    def step(self, step: int) -> Iterator[RayStepProfiler]:
-        """Profile RL step ``step`` on the workers, if it is a profiled step."""
+    def step(self, step: SupportsIndex) -> Iterator[RayStepProfiler]:
+        """Profile RL step ``step`` (any integer: ``numpy.int64``, a 0-d tensor) on the workers, if
+        it is a profiled step."""
         self.clock.start(step)
         profiled = self.clock.current_step is not None and self.clock in _stepping()
-        if profiled:
-            self._call("start_profile", step, timeout=self.call_timeout_s)
+        if profiled:  # the workers get the step as a plain int
+            self._call("start_profile", self.clock.current_step, timeout=self.call_timeout_s)
         try:
             yield self
         finally:

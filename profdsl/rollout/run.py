@@ -2,7 +2,8 @@
 
 Each call to the engines is bounded and concurrent; failures are logged and recorded, never
 raised. Relocation runs on the node that wrote the files (a pinned Ray task for replicas on other
-nodes) and is bounded by ``rollout.flush_wait_s``.
+nodes, all nodes at once); the whole rollout waits at most one ``rollout.flush_wait_s`` for
+files to be complete, and a file recorded incomplete is not waited for again.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
     from profdsl.runtime.profiler import Profiler
 
 __all__ = ["RolloutRun", "relocate_replicas"]
+
+#: Beyond ``flush_wait_s``, how long a relocation on another node may take (scheduling the task).
+REMOTE_GRACE_S = 120.0
 
 
 class RolloutRun:
@@ -68,20 +73,31 @@ class RolloutRun:
                 pid=os.getpid()))
 
     def relocate(self) -> None:
-        """Move the selected ranks' engine files into save_path, on the node that wrote them."""
+        """Move the selected ranks' engine files into save_path, on the node that wrote them:
+        every node at once, the whole window bounded by one ``rollout.flush_wait_s``."""
         if not self.config.relocate_results:
             return
+        wait_s = self.config.rollout.flush_wait_s
+        deadline = time.monotonic() + wait_s + REMOTE_GRACE_S
         here, remote = _nodes(self.selected)
-        for node, replicas in remote.items():
-            try:
-                absolute = attrs.evolve(self.config, save_path=os.path.abspath(self.config.save_path))
-                run_on_node(node, relocate_replicas, absolute, self.step, replicas, self.width,
-                            self.world_size, node, timeout=self.config.rollout.flush_wait_s + 120)
-            except Exception as exc:
-                once(f"rollout-remote:{node}", logging.ERROR,
-                     "profdsl: moving rollout traces on node %s failed: %s", node, exc)
+        threads = [threading.Thread(target=self._relocate_remote, args=(node, replicas, wait_s),
+                                    daemon=True, name=f"profdsl-relocate-{node}")
+                   for node, replicas in remote.items()]
+        for thread in threads:
+            thread.start()
         relocate_replicas(self.config, self.step, here, self.width, self.world_size,
-                          current_node() if remote else None)
+                          current_node() if remote else None, wait_s)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _relocate_remote(self, node: str, replicas: list[int], wait_s: float) -> None:
+        try:
+            absolute = attrs.evolve(self.config, save_path=os.path.abspath(self.config.save_path))
+            run_on_node(node, relocate_replicas, absolute, self.step, replicas, self.width,
+                        self.world_size, node, wait_s, timeout=wait_s + REMOTE_GRACE_S)
+        except Exception as exc:
+            once(f"rollout-remote:{node}", logging.ERROR,
+                 "profdsl: moving rollout traces on node %s failed: %s", node, exc)
 
 
 def _nodes(engines: dict[int, Any]) -> tuple[list[int], dict[str, list[int]]]:
@@ -101,9 +117,11 @@ def _nodes(engines: dict[int, Any]) -> tuple[list[int], dict[str, list[int]]]:
 
 
 def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequence[int],
-                      width: int, world_size: int, node: str | None = None) -> None:
+                      width: int, world_size: int, node: str | None = None,
+                      wait_s: float | None = None) -> None:
     """Move replicas' engine files into save_path on this node (runs as a pinned Ray task for
-    replicas on other nodes); bounded by ``rollout.flush_wait_s``; never raises."""
+    replicas on other nodes); waits at most ``wait_s`` (default ``rollout.flush_wait_s``) for
+    them all; never raises."""
     # The selected global ranks, by the same rule as on the training side (empty: rank 0).
     keep = {r for r in range(world_size)
             if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
@@ -119,7 +137,7 @@ def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequen
             step=step, world_size=world_size, host=socket.gethostname(), pid=os.getpid(),
             time_ms=time.time_ns() // 1_000_000, node=node)
     try:
-        relocate.apply(plan, config.save_path, wait_s=config.rollout.flush_wait_s,
-                        record_incomplete=True)
+        relocate.apply(plan, config.save_path, record_incomplete=True,
+                        wait_s=config.rollout.flush_wait_s if wait_s is None else wait_s)
     except Exception as exc:
         once("rollout-relocate", logging.ERROR, "profdsl: moving rollout traces failed: %s", exc)

@@ -1,15 +1,19 @@
 """SGLang: the profile request for ``Engine.start_profile`` / ``POST /start_profile``, and
 engine handles over an in-process ``sglang.Engine`` or a server's HTTP endpoints.
 
-SGLang stops by itself after ``num_steps`` engine steps (``RolloutOptions.max_iterations``); its
-``stop_profile`` is then not needed and the handles skip it. SGLang cannot profile memory: a
-``memory`` content is dropped with a warning.
+SGLang stops by itself once ``num_steps`` engine steps (``RolloutOptions.max_iterations``) are
+recorded, but a rollout of fewer steps leaves its profile running, its traces unwritten, and the
+next ``start_profile`` refused ("Profiling is already in progress"). So the handles always stop the
+profile at the end of the window; when SGLang already ended it by itself (or, with ``start_step``,
+never began it), its refusal ("Profiling is not in progress") means there is nothing left to stop.
+SGLang cannot profile memory: a ``memory`` content is dropped with a warning.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -19,6 +23,36 @@ from profdsl.rollout import rollout_trace_dir
 from profdsl.rollout.select import replica_selected
 
 __all__ = ["SGLangEngine", "SGLangHttpEngine", "sglang_profile_request"]
+
+#: How SGLang's scheduler refuses to stop a profile that is not running.
+_NOT_IN_PROGRESS = "not in progress"
+
+
+def _ends_by_itself(request: dict[str, Any]) -> bool:
+    """Whether SGLang can have ended the profile on its own (after ``num_steps``) or not begun
+    it yet (before ``start_step``): then a stop refused as "not in progress" is no failure."""
+    return bool(request.get("num_steps") or request.get("start_step"))
+
+
+def _already_ended(request: dict[str, Any], exc: Exception) -> bool:
+    """Whether ``exc``, raised by a stop, says the profile had already ended by itself.
+
+    SGLang's HTTP server turns the scheduler's refusal into a bare ``500 Internal Server Error``,
+    without the reason; when the request lets SGLang end the profile itself, a 500 is read as that.
+    """
+    if not _ends_by_itself(request):
+        return False
+    if isinstance(exc, urllib.error.HTTPError):
+        try:
+            body = exc.read().decode(errors="replace")
+        except Exception:
+            body = ""
+        if exc.code == 500 or _NOT_IN_PROGRESS in body:
+            once("sglang-http-stop-ended", logging.INFO, "profdsl: an SGLang server refused /stop_profile "
+                 "(HTTP %s); taken as a profile SGLang had already ended by itself", exc.code)
+            return True
+        return False
+    return _NOT_IN_PROGRESS in str(exc)
 
 
 def sglang_profile_request(config: ProfilerConfig, replica: int, *, replica_world_size: int = 1,
@@ -64,10 +98,13 @@ class SGLangEngine:
         return self.engine.start_profile(**fields)
 
     def stop_profile(self) -> Any:
-        """Stop profiling, unless SGLang stops by itself after ``num_steps``."""
-        if self.request.get("num_steps"):
-            return None
-        return self.engine.stop_profile()
+        """End the engine's profile: stop it, unless SGLang already ended it by itself."""
+        try:
+            return self.engine.stop_profile()
+        except Exception as exc:
+            if _already_ended(self.request, exc):
+                return None
+            raise
 
 
 class SGLangHttpEngine:
@@ -92,7 +129,11 @@ class SGLangHttpEngine:
         return self._post("/start_profile", fields)
 
     def stop_profile(self) -> str | None:
-        """POST ``/stop_profile``, unless SGLang stops by itself after ``num_steps``."""
-        if self.request.get("num_steps"):
-            return None
-        return self._post("/stop_profile", None)
+        """POST ``/stop_profile``; a refusal is no failure when SGLang already ended the profile
+        by itself (see :func:`_already_ended`)."""
+        try:
+            return self._post("/stop_profile", None)
+        except urllib.error.HTTPError as exc:
+            if _already_ended(self.request, exc):
+                return None
+            raise

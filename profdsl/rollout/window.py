@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from profdsl.config.validate import require_int
+from profdsl.config.validate import MAX_WIDE_INDEX, require_int
 from profdsl.core.ranks import replicas_for_ranks
 from profdsl.rollout.calls import call_all, call_all_async, in_daemon_thread
 from profdsl.rollout.run import RolloutRun
@@ -41,7 +41,8 @@ class rollout_window:
         role: which profiler in a profiled step to follow.
 
     Raises:
-        ConfigError: ``replica_world_size`` is not an integer >= 1.
+        ConfigError: ``replica_world_size`` is not an integer >= 1, or the replicas' ranks would
+            not fit in trace names (``MAX_WIDE_INDEX`` ranks in all).
 
     Examples:
         >>> engines = []                       # e.g. [VllmEngine(llm) for llm in replicas]
@@ -56,8 +57,10 @@ class rollout_window:
 
     def __init__(self, engines: Sequence[Any], *, replica_world_size: int = 1,
                  profiler: Profiler | None = None, role: str | None = None) -> None:
-        require_int("rollout_window replica_world_size", replica_world_size, 1)
         self.engines = list(engines)
+        # a replica's ranks must fit trace names: no more than MAX_WIDE_INDEX ranks in all
+        require_int("rollout_window replica_world_size", replica_world_size, 1,
+                    MAX_WIDE_INDEX // max(1, len(self.engines)))
         self.replica_world_size = replica_world_size
         self.profiler, self.role = profiler, role
 

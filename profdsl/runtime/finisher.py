@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,19 +39,24 @@ class Finisher:
         self.hook_rank = hooks and hook.cmd is not None and is_hook_rank(
             rank, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks,
             profiled_ranks=config.ranks, profiled_all_ranks=config.all_ranks)
-        self._background: threading.Thread | None = None
+        self._background: finish_hook.BackgroundHook | None = None
         self._arrived = not hooks  # a step clock never holds up another role's hook
         self._rendezvous = rendezvous
         if config.enable and hooks:
             rendezvous.join(config.save_path, self)
-        self._final_done = False  # incomplete reports are recorded once, at the first final pass
+        self._final_done = False  # incomplete reports are recorded once, at the first pass at close
 
     def _label(self) -> dict[str, Any]:
         return {"role": self.role, "rank": self.rank, "world_size": self.world_size,
                 "host": socket.gethostname()}
 
     def after_session(self, *, final: bool) -> None:
-        """A capture session closed (``final``: the last pass): collect artifacts."""
+        """A capture session closed: move this process's finished nsys reports into save_path.
+
+        ``final``: the pass at ``close()``, the last chance: it waits longest, and records what is
+        still converting or being written as ``incomplete``. Earlier passes (the last profiled
+        step's included) leave such reports for a later pass.
+        """
         if not (self.selected and self.config.tool == "nsys" and self.config.relocate_results):
             return
         final, self._final_done = final and not self._final_done, self._final_done or final
@@ -76,8 +80,8 @@ class Finisher:
             return
         self._arrived = True
         hook = self.config.finish_hook
-        job = self._job(steps) if self.hook_rank and hook.cmd is not None else None
-        self._rendezvous.arrive(self.config.save_path, self, job)
+        job = self._job() if self.hook_rank and hook.cmd is not None else None
+        self._rendezvous.arrive(self.config.save_path, self, job, steps)
 
     def done(self) -> None:
         """This role is closing: the hook no longer waits for it."""
@@ -85,27 +89,33 @@ class Finisher:
             self._arrived = True
             self._rendezvous.arrive(self.config.save_path, self, None)
 
-    def _job(self, steps: list[int]) -> Callable[[bool], None]:
+    def leave(self, steps: list[int]) -> None:
+        """This role was replaced by a re-created profiler: it owes no hook and holds none up."""
+        if not self._arrived:
+            self._arrived = True
+            self._rendezvous.leave(self.config.save_path, self, steps)
+
+    def _job(self) -> Callable[[bool, list[int]], None]:
         hook = self.config.finish_hook
         save_path = self.config.save_path
-        fields = dict(self._label(), pid=os.getpid(), steps=steps)
-        env = finish_hook.hook_environment(
-            os.environ, save_path=save_path, tool=self.config.tool, role=self.role,
-            rank=self.rank, world_size=self.world_size, steps=steps, host=fields["host"],
-            pid=os.getpid())
 
-        def run() -> None:
-            result = finish_hook.run_command(hook.cmd or "", env, timeout_s=hook.timeout_s,
-                                             rank=self.rank)
-            finish_hook.record(save_path, result, **fields)
+        def job(first: bool, steps: list[int]) -> None:
+            """Run the hook (``first``) or record that it already ran; ``steps``: the round's."""
+            fields = dict(self._label(), pid=os.getpid(), steps=steps)
+            env = finish_hook.hook_environment(
+                os.environ, save_path=save_path, tool=self.config.tool, role=self.role,
+                rank=self.rank, world_size=self.world_size, steps=steps, host=fields["host"],
+                pid=os.getpid())
 
-        def job(first: bool) -> None:
+            def run(abort: finish_hook.Abort | None = None) -> None:
+                finish_hook.run_and_record(save_path, hook.cmd or "", env, timeout_s=hook.timeout_s,
+                                           rank=self.rank, fields=fields, abort=abort)
+
             if not first:
                 finish_hook.record(save_path, finish_hook.HookResult(
                     "skipped", error="already ran in this process for this save_path"), **fields)
-            elif hook.background:
-                self._background = threading.Thread(target=run, name="profdsl-finish-hook",
-                                                    daemon=True)
+            elif hook.background and not self._rendezvous.exiting:  # at exit: nothing would wait
+                self._background = finish_hook.BackgroundHook(run, timeout_s=hook.timeout_s)
                 self._background.start()
             else:
                 run()
@@ -114,6 +124,6 @@ class Finisher:
 
     def wait(self) -> None:
         """Wait for a background hook, up to its timeout (plus the time to kill it)."""
-        thread, self._background = self._background, None
-        if thread is not None:
-            thread.join(self.config.finish_hook.timeout_s + 2 * finish_hook.KILL_GRACE_S + 5)
+        background, self._background = self._background, None
+        if background is not None:
+            background.wait()

@@ -33,21 +33,22 @@ class ProcessState:
 
     def __init__(self) -> None:
         self.registry = Registry()
-        self.coordinator = Coordinator()
         self.hooks = HookRendezvous()
+        self.coordinator = Coordinator(self.hooks)
         self.live: set[Profiler] = set()  # strong: a profiler dropped unclosed still owes its hook
         self.log: OnceLog = ONCE
 
     def close_live(self) -> None:
-        """Close every profiler not yet closed, and stop a session another thread asked to stop
-        when this thread owns it (at interpreter exit)."""
+        """At interpreter exit: close every profiler not yet closed, then end the session still
+        open (its loss is recorded when its thread never came back)."""
+        self.hooks.exiting = True  # nothing would wait for a background hook started now
         for profiler in list(self.live):
             try:
                 profiler.close()
             except Exception as exc:  # interpreter exit: say it and go on with the others
                 logger.error("profdsl: closing %s at exit failed: %s", profiler.role, exc)
         try:
-            self.coordinator.flush()
+            self.coordinator.abandon()
         except Exception as exc:
             logger.error("profdsl: stopping the last session at exit failed: %s", exc)
 
@@ -63,9 +64,9 @@ class ProcessState:
     def after_fork_in_child(self) -> None:
         """A forked child inherits profiler objects but not the sessions or threads behind them:
         it profiles nothing, owes no hook, and logs afresh."""
+        self.hooks.clear()
         self.coordinator.forget()
         self.registry.clear()
-        self.hooks.clear()
         self.live.clear()
         self.log.after_fork()
 

@@ -18,13 +18,15 @@ import logging
 import os
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, SupportsIndex
 
 from profdsl.capture import make_annotator, make_backend
 from profdsl.collect.export import TraceLabel
 from profdsl.config import ProfilerConfig
+from profdsl.config.validate import text_without_nul, to_index
 from profdsl.core.log import logger, once
-from profdsl.core.ranks import discover_rank, is_rank_selected
+from profdsl.core.ranks import discover_world, is_rank_selected
+from profdsl.errors import ConfigError
 from profdsl.runtime.finisher import Finisher
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
@@ -69,8 +71,9 @@ class Profiler:
 
     def __init__(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
                  world_size: int | None = None, capture: bool = True) -> None:
-        info = discover_rank(rank, world_size)
-        self.config, self.role, self.rank, self.world_size = config, role, info.rank, info.world_size
+        text_without_nul("Profiler role", role, blank=False)
+        self.config, self.role = config, role
+        self.rank, self.world_size = discover_world(rank, world_size)  # LOCAL_RANK is not needed
         selected = capture and config.enable and is_rank_selected(
             self.rank, config.ranks, all_ranks=config.all_ranks)
         self._backend = make_backend(config) if selected else None
@@ -80,12 +83,33 @@ class Profiler:
             json.dumps(config.to_mapping(), sort_keys=True).encode()).hexdigest()[:12]
         self._state = State.IDLE
         self._step: int | None = None
+        self._unnumbered = False  # in a step whose number was no step number (not profiled)
         self._recorder: Recorder | NullRecorder = NULL_RECORDER
         finisher = Finisher(config, role=role, rank=self.rank, world_size=self.world_size,
                             selected=self.selected, rendezvous=PROCESS.hooks, hooks=capture)
         self._steps = StepSessions(config, backend=self._backend, coordinator=PROCESS.coordinator,
                                    label=self._label, finisher=finisher)
+        self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
+        if capture and config.enable:
+            self._supersede()
         PROCESS.live.add(self)
+
+    def _supersede(self) -> None:
+        """A profiler re-created for the same role, rank and save_path (a trainer re-initialised)
+        takes the earlier one's place in the finish hook's wait: an abandoned profiler must not
+        hold the hook up. Only profilers that capture (enabled, selected or hook-owing) count."""
+        key = PROCESS.hooks.key(self.config.save_path)
+        for other in list(PROCESS.live):
+            if other is not self and other.role == self.role and other.rank == self.rank \
+                    and other.config.enable and PROCESS.hooks.key(other.config.save_path) == key:
+                logger.info("[profdsl rank %s] %s: a new Profiler for this role and save_path "
+                            "replaces an earlier one in the finish hook's wait", self.rank, self.role)
+                other._steps.replaced()
+
+    def _inherited(self) -> bool:
+        """Whether this is a forked child's copy: it profiles nothing, stops nothing, owes no
+        hook (the parent does all of that)."""
+        return os.getpid() != self._pid
 
     @property
     def state(self) -> State:
@@ -107,9 +131,16 @@ class Profiler:
         """What the DSL uses for this role now: the step's recorder, or the null recorder."""
         return self._recorder
 
-    def start(self, step: int) -> None:
-        """Begin step ``step``; profiles it when this rank and step are selected."""
+    def start(self, step: SupportsIndex) -> None:
+        """Begin step ``step``; profiles it when this rank and step are selected.
+
+        ``step`` is any integer, plain or not (``numpy.int64``, a 0-d integer tensor). Anything
+        else (``-1``, ``True``, ``1.5``, ``"3"``) is logged once and begins a step that is not
+        profiled."""
+        if self._inherited():
+            return
         if self._state is State.CLOSED:
+            PROCESS.coordinator.flush()  # a close() from another thread left this thread's session
             once(f"closed-start:{id(self)}", logging.WARNING,
                  "[profdsl rank %s] %s: start(%s) after close() ignored", self.rank, self.role, step)
             return
@@ -117,7 +148,12 @@ class Profiler:
             logger.warning("[profdsl rank %s] %s: start(%s) while step %s is open; stopping it",
                            self.rank, self.role, step, self._step)
             self.stop()
-        self._step = step
+        number = _step_number(self, step)
+        self._unnumbered = number is None
+        if number is None:
+            self._steps.begin(None)  # ends a capture the loop walked out of; profiles nothing
+            return
+        step = self._step = number
         if self._steps.begin(step):
             PROCESS.registry.set_stepping(self, True)
         if self.selected and self._steps.tracker.is_open:
@@ -127,10 +163,14 @@ class Profiler:
 
     def stop(self) -> None:
         """End the current step: flush its traces and, after the last profiled step, the hook."""
+        if self._inherited():
+            return
         if self._step is None:
-            if self._state is not State.CLOSED:
+            PROCESS.coordinator.flush()
+            if self._state is not State.CLOSED and not self._unnumbered:
                 logger.warning("[profdsl rank %s] %s: stop() without start() ignored",
                                self.rank, self.role)
+            self._unnumbered = False
             return
         self._step = None
         self._end_recorder()
@@ -140,7 +180,7 @@ class Profiler:
             self._state = State.STOPPED  # a run of continuous steps keeps its capture between steps
 
     @contextlib.contextmanager
-    def step(self, step: int) -> Iterator[Profiler]:
+    def step(self, step: SupportsIndex) -> Iterator[Profiler]:
         """``start(step)`` … ``stop()`` as a ``with`` block."""
         self.start(step)
         try:
@@ -150,13 +190,18 @@ class Profiler:
 
     def close(self) -> None:
         """Close what is open and run a finish hook that is still owed. Idempotent."""
+        if self._inherited():
+            return
         if self._state is State.CLOSED:
+            PROCESS.coordinator.flush()  # a close() from another thread left this thread's session
             return
         self._step = None
-        self._state = State.CLOSED
+        if self._state is not State.IDLE:
+            self._state = State.STOPPED
         self._end_recorder()
         PROCESS.registry.set_stepping(self, False)
-        self._steps.finish()
+        self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
+        self._state = State.CLOSED
         PROCESS.live.discard(self)
 
     def __enter__(self) -> Profiler:
@@ -185,3 +230,14 @@ class Profiler:
         if isinstance(recorder, Recorder):
             PROCESS.registry.deactivate(recorder)
             recorder.close()
+
+
+def _step_number(profiler: Profiler, step: SupportsIndex) -> int | None:
+    """``step`` as a plain int, or None (logged once per profiler) when it is no step number."""
+    try:
+        return to_index("step", step)
+    except ConfigError as exc:
+        once(f"step-number:{id(profiler)}", logging.WARNING,
+             "[profdsl rank %s] %s: not a step number (%s): such a step is not profiled",
+             profiler.rank, profiler.role, exc)
+        return None

@@ -9,6 +9,7 @@ its context, and gets back a :class:`~profdsl.runtime.handles.Handle` for that e
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 from typing import TYPE_CHECKING
@@ -21,8 +22,9 @@ from profdsl.collect.export import TraceLabel
 from profdsl.collect.manifest import append_record, make_record
 from profdsl.config import Schedule
 from profdsl.core.log import once
+from profdsl.runtime.claims import Claim
 from profdsl.runtime.context import Entry
-from profdsl.runtime.coordinator import Busy, Claim, Coordinator
+from profdsl.runtime.coordinator import Busy, Coordinator, holder
 from profdsl.runtime.handles import Batches, Handle, OwningHandle, opaque
 
 if TYPE_CHECKING:
@@ -43,12 +45,27 @@ def _owner(entry: Entry | None) -> Handle | None:
     return None
 
 
+def _unseen_thread() -> str:
+    return (f"ran on thread {threading.current_thread().name!r}, which the step's session does "
+            "not capture (it records only the thread that started it): set "
+            "TorchOptions(all_threads=True)")
+
+
+def _elsewhere(current: Segment | None, ended: bool) -> str:
+    if current is not None:
+        return (f"ran while the capture was held by {holder(current)}; one capture runs per "
+                "process at a time")
+    if ended:
+        return "ran after the thread that began its step ended (its session stopped with it)"
+    return _unseen_thread()
+
+
 class Recorder:
     """One role's profiled step: opens stage and mini-batch regions and, in discrete mode,
     stage captures. ``active`` until the step ends."""
 
     __slots__ = ("_annotator", "_backend", "_batches", "_claim", "_coordinator", "_discrete",
-                 "_label", "_schedule", "_segments", "active", "role", "step")
+                 "_label", "_said", "_schedule", "_segments", "active", "role", "step")
 
     def __init__(self, label: TraceLabel, *, annotator: Annotator | None, backend: Backend,
                  coordinator: Coordinator, discrete: bool, schedule: Schedule | None,
@@ -57,6 +74,7 @@ class Recorder:
         self._annotator, self._backend, self._coordinator = annotator, backend, coordinator
         self._discrete, self._schedule, self._claim = discrete, schedule, claim
         self._segments: list[Segment] = []
+        self._said = itertools.count()  # regions of this step its session missed: said once
         self.active = True
         find = None if claim is None else functools.partial(coordinator.step_segment, claim)
         # Continuous: the step's mini-batches follow the role's schedule in the shared session
@@ -72,11 +90,34 @@ class Recorder:
         if self._discrete and owner is None:
             return self._stage_capture(name, scheduled, color)
         current = self._coordinator.current
-        if current is None and self._claim is not None:
-            current = self._coordinator.step_segment(self._claim)  # a step that waited for its thread
-        if current is not None:
+        claim = self._claim
+        if claim is None:  # a stage nested in a discrete stage's own capture
+            if current is not None:
+                current.stages.add(name)
+            return Handle(self._annotator, name, color, self)
+        if current is None:
+            current = self._coordinator.step_segment(claim)  # a step that waited for its thread
+        if current is not None and current.kind == "step" and self.role in current.roles:
             current.stages.add(name)
+            if not current.owned_here():
+                self._missed(name, _unseen_thread())
+        else:
+            self._missed(name, _elsewhere(current, claim in self._coordinator.claims.ended))
         return Handle(self._annotator, name, color, self)
+
+    def _missed(self, name: str, why: str) -> None:
+        """A region of this continuous step that its session cannot record: said and recorded
+        (an ``incomplete`` trace record) once per step."""
+        if next(self._said):
+            return
+        reason = f"{name!r} {why}"
+        once(f"missed:{self.role}", logging.ERROR, "[profdsl rank %s] %s step %s: %s",
+             self._label.rank, self.role, self.step, reason)
+        label = self._label
+        append_record(label.save_path, make_record(
+            "trace", None, status="incomplete", reason=reason, role=self.role, stage=name,
+            step=self.step, rank=label.rank, world_size=label.world_size, host=label.host,
+            pid=label.pid))
 
     def _stage_capture(self, name: str, scheduled: bool, color: int | None) -> Handle:
         schedule = self._schedule if scheduled else None
@@ -117,6 +158,8 @@ class Recorder:
         segment = batches.capture()
         if segment is not None and not segment.owned_here():
             self._foreign(base)  # torch's session must not be stepped or paused from here
+            if self._claim is not None:
+                self._missed(base, _unseen_thread())
             return None
         index, recorded = batches.begin()
         name = f"{base}{index}"
@@ -155,6 +198,10 @@ class Recorder:
         self.active = False
         segments, self._segments = self._segments, []
         for segment in segments:
+            if self._coordinator.current is segment and segment.owned_here() \
+                    and segment.cut_short is None:
+                segment.cut_short = (f"step {self.step} ended while stage {segment.label.stage!r} "
+                                     "was still open")
             self._coordinator.end_stage(segment)
 
 

@@ -18,6 +18,7 @@ import attrs
 
 from profdsl.capture.base import Backend, Runner, Session
 from profdsl.collect.export import TraceLabel, export_trace
+from profdsl.collect.manifest import append_record, make_record
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.core.schedule import cycle_of
@@ -35,6 +36,7 @@ class Segment:
         self.session: Session | None = None
         self.thread = threading.get_ident() if thread is None else thread  # where it starts
         self.orphaned = False  # its stop was asked from another thread; its own thread stops it
+        self.cut_short: str | None = None  # why it was stopped before its stage ended, if it was
         self._collecting = True
         self.stages: set[str] = set() if label.stage is None else {label.stage}
         self.bases: set[str] = set()
@@ -136,8 +138,21 @@ class Segment:
     def sink(self, write: Callable[[str], object], window: tuple[int, int] | None,
              time_ms: int) -> None:
         """A trace is ready: write it into save_path under its name, and record it."""
+        extra: dict[str, object] = {"windows": self.windows()} if self.kind == "step" else {}
+        if self.cut_short:
+            extra["note"] = f"stopped early: {self.cut_short}"
         try:
-            export_trace(write, self.label, window=window, time_ms=time_ms,
-                         extra={"windows": self.windows()} if self.kind == "step" else None)
+            export_trace(write, self.label, window=window, time_ms=time_ms, extra=extra)
         except Exception as exc:  # export_trace never raises; this is the last guard
             once("segment-sink", logging.ERROR, "profdsl: writing a trace failed: %r", exc)
+
+    def lost(self, reason: str) -> None:
+        """The session cannot be ended cleanly: record that its trace is lost, and why."""
+        label = self.label
+        once(f"segment-lost:{label.save_path}", logging.ERROR,
+             "[profdsl rank %s] the %s trace of step %s is lost: %s", label.rank, label.role,
+             label.step, reason)
+        append_record(label.save_path, make_record(
+            "trace", None, status="failed", error=f"lost: {reason}", bytes=None, role=label.role,
+            stage=label.stage, step=label.step, rank=label.rank, world_size=label.world_size,
+            host=label.host, pid=label.pid, roles=list(self.roles), config_hash=label.config_hash))

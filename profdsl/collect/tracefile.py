@@ -1,0 +1,99 @@
+"""Finishing a trace file: torch's plain JSON export, with profdsl's metadata spliced in as its
+first top-level keys, gzip-compressed in 1 MB blocks, and checked on disk.
+
+Everything happens in the folder of the files given (``save_path``): nothing goes through
+``TMPDIR``. The check is cheap and needs no second read of the trace. While streaming it sees
+that the export is a JSON object holding ``"traceEvents"`` (its first non-blank byte is ``{``
+and its last ``}``: an empty or cut-short export fails). After writing it sees that the file on
+disk is exactly what was compressed: its size is what was written and its gzip trailer holds the
+CRC-32 and length of what went in. It does not parse every event: that would cost a full JSON
+parse of a trace that can reach gigabytes, on the training thread; ``profdsl check`` does it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from collections.abc import Mapping
+
+__all__ = ["BLOCK", "COMPRESS_LEVEL", "InvalidTraceError", "check_written", "compress_trace"]
+
+#: Bytes read, compressed and written at a time.
+BLOCK = 1 << 20
+#: gzip level of the traces profdsl writes. On a 69 MB torch CPU trace (torch 2.13, this
+#: project's 2-core VM) level 1 compressed 14x at 253 MB/s and level 6 21x at 97 MB/s: the
+#: write runs on the training thread, so speed wins (issue 12 will make it an option).
+COMPRESS_LEVEL = 1
+_EVENTS_KEY = b'"traceEvents"'
+
+
+class InvalidTraceError(Exception):
+    """A trace that failed its check; the message says why."""
+
+
+def compress_trace(source: str, destination: str, header: Mapping[str, object] | None = None, *,
+                   level: int = COMPRESS_LEVEL) -> int:
+    """Write ``destination`` (gzip, created exclusively): the JSON object of ``source`` with the
+    keys of ``header`` first. Returns its size in bytes.
+
+    Raises:
+        InvalidTraceError: ``source`` is empty, not a JSON object, cut short, holds no
+            ``traceEvents``, or ``destination`` is not on disk as written.
+        OSError: reading or writing failed.
+    """
+    members = json.dumps(dict(header), default=str)[1:-1].encode() if header else b""
+    deflate = zlib.compressobj(level, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
+    crc = size = written = 0
+    opened = found = False
+    last, previous = b"", b""
+    with open(source, "rb") as src, open(destination, "xb") as dst:
+        while block := src.read(BLOCK):
+            found = found or _EVENTS_KEY in previous[-len(_EVENTS_KEY):] + block
+            previous = block
+            tail = block.rstrip()
+            if tail:
+                last = tail[-1:]
+            if not opened:
+                block = block.lstrip()
+                if not block:
+                    continue
+                if block[:1] != b"{":
+                    raise InvalidTraceError(f"not a JSON object: it starts with {block[:16]!r}")
+                opened = True
+                if members:
+                    block = b"{" + members + b"," + block[1:]
+            crc, size = zlib.crc32(block, crc), size + len(block)
+            packed = deflate.compress(block)
+            dst.write(packed)
+            written += len(packed)
+        if not opened:
+            raise InvalidTraceError("empty trace: the export wrote no JSON")
+        if last != b"}":
+            raise InvalidTraceError(f"cut short: the export does not end with '}}' but {last!r}")
+        if not found:
+            raise InvalidTraceError("no traceEvents in the export")
+        packed = deflate.flush()
+        dst.write(packed)
+        written += len(packed)
+    check_written(destination, compressed=written, crc=crc, size=size)
+    return written
+
+
+def check_written(path: str, *, compressed: int, crc: int, size: int) -> None:
+    """Check that ``path`` holds the ``compressed`` bytes of a gzip stream of ``size`` bytes
+    with CRC-32 ``crc`` (its size and its trailer), reading only its last 8 bytes.
+
+    Raises:
+        InvalidTraceError: it does not.
+    """
+    actual = os.path.getsize(path)
+    if actual != compressed:
+        raise InvalidTraceError(f"the compressed file is cut short or padded on disk: {actual} bytes, "
+                           f"{compressed} written")
+    with open(path, "rb") as file:
+        file.seek(max(actual - 8, 0))
+        trailer = file.read(8)
+    if trailer != struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF):
+        raise InvalidTraceError("the gzip trailer on disk does not match the data compressed")

@@ -1,0 +1,80 @@
+"""The continuous roles holding the capture slot (:class:`Claim`), and the step session they
+share: which claims can still record, and the name the session keeps across its parts."""
+
+from __future__ import annotations
+
+import threading
+
+import attrs
+
+from profdsl.capture.base import Backend
+from profdsl.collect.export import TraceLabel
+from profdsl.runtime.segment import Segment
+
+__all__ = ["Claim", "StepClaims"]
+
+
+@attrs.frozen(eq=False)
+class Claim:
+    """A continuous role's hold on the slot: the label of its step trace, its backend, and the
+    thread its step runs on (where its session must start and stop)."""
+
+    label: TraceLabel
+    backend: Backend
+    thread: int = attrs.field(factory=threading.get_ident)
+
+
+class StepClaims:
+    """The claims on the slot, in order. A claim whose thread ended stays until released (its
+    role's step is still open) but records nothing more: a new thread that happens to get the
+    ended thread's ident must not start a second session for that step."""
+
+    def __init__(self) -> None:
+        self.claims: list[Claim] = []
+        self.ended: set[Claim] = set()
+        self.pieces = 0  # parts already written of the step session being cut
+        self.name: TraceLabel | None = None  # the step session's name, kept across its parts
+
+    def add(self, claim: Claim) -> None:
+        """A continuous role's profiled step begins."""
+        self.claims.append(claim)
+
+    def remove(self, claim: Claim) -> bool:
+        """``claim`` is released; True when it was the last one (the step session ends)."""
+        if claim in self.claims:
+            self.claims.remove(claim)
+        self.ended.discard(claim)
+        if self.claims:
+            return False
+        self.pieces, self.name = 0, None
+        return True
+
+    def live(self, claim: Claim) -> bool:
+        """Whether ``claim`` holds the slot and its thread has not ended."""
+        return claim in self.claims and claim not in self.ended
+
+    def thread_ended(self, ident: int) -> None:
+        """Thread ``ident`` ended: its claims record nothing more."""
+        self.ended.update(c for c in self.claims if c.thread == ident)
+
+    def cut(self, segment: Segment) -> None:
+        """``segment`` (the step session) is cut by a stage: it is written as the next part."""
+        segment.label = attrs.evolve(segment.label, part=self.pieces)
+        self.pieces += 1
+
+    def next_segment(self) -> Segment | None:
+        """The step segment to open for the live claims (not started), or None."""
+        live = [c for c in self.claims if c not in self.ended]
+        if not live:
+            return None
+        if self.name is None:
+            self.name = live[0].label
+        name = attrs.evolve(self.name, part=self.pieces or None)  # numbered only once cut
+        segment = Segment("step", name, live[0].backend, thread=live[0].thread)
+        for claim in self.claims:
+            segment.join(claim.label.role)
+        return segment
+
+    def clear(self) -> None:
+        """Forget every claim."""
+        self.claims, self.ended, self.pieces, self.name = [], set(), 0, None

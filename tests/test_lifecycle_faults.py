@@ -1,0 +1,566 @@
+"""Sessions that outlive their thread or profiler, and when the finish hook is owed (issue 11,
+items 2, 9, 11 and 13). Crashes are tested in a subprocess: a torch session left running at
+exit kills the process (exit 139)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profdsl import Profiler, TorchOptions, profile_stage
+from profdsl.collect.manifest import read_manifest
+from profdsl.config import FinishHook
+from tests.profiling import config, run_threads, torch_profiler_running, work
+
+PRELUDE = """
+import json, os, sys, threading
+from profdsl import Profiler, ProfilerConfig, TorchOptions, mini_batch_window, profile_stage
+from profdsl.config import FinishHook
+save = sys.argv[1]
+def work():
+    import torch
+    torch.ones(8).mul(2).sum()
+def cfg(**kw):
+    kw.setdefault("enable", True)
+    kw.setdefault("steps", [1])
+    kw.setdefault("torch", TorchOptions(contents=["cpu"]))
+    return ProfilerConfig(save_path=save, **kw)
+"""
+
+
+def run(tmp_path: Path, body: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` (after PRELUDE) in a fresh interpreter, with ``save`` = ``tmp_path``."""
+    code = PRELUDE + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def records(folder: Path) -> list[dict[str, Any]]:
+    """The manifest records of ``folder``."""
+    return read_manifest(folder)
+
+
+def traces_ok(folder: Path) -> list[dict[str, Any]]:
+    """The ok trace records, each checked to name a file that exists and parses."""
+    import gzip
+
+    found = [r for r in records(folder) if r["kind"] == "trace" and r["status"] == "ok"]
+    for record in found:
+        with gzip.open(folder / record["path"], "rt") as f:
+            json.load(f)
+    return found
+
+
+# -- item 2: a session left running at exit ------------------------------------------------
+def test_session_started_on_a_thread_that_ends_is_stopped_there(tmp_path: Path) -> None:
+    result = run(tmp_path, """
+        p = Profiler(cfg(), role="actor", rank=0, world_size=1)
+        def begin():
+            p.start(1)
+            with profile_stage("gen"):
+                work()
+        t = threading.Thread(target=begin); t.start(); t.join()
+        p.stop()   # from another thread than the one that started the session
+        p.close()
+        print("closed")
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = traces_ok(tmp_path)
+    assert [(r["role"], r["step"]) for r in found] == [("actor", 1)]
+
+
+def test_session_of_a_thread_that_ends_before_stop(tmp_path: Path) -> None:
+    """The thread that started the step is gone before anyone stops it; close() is never
+    called: the session is ended when its thread ends, and the trace is written."""
+    result = run(tmp_path, """
+        p = Profiler(cfg(), role="actor", rank=0, world_size=1)
+        def begin():
+            p.start(1)
+            with profile_stage("gen"):
+                work()
+        t = threading.Thread(target=begin); t.start(); t.join()
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(traces_ok(tmp_path)) == 1
+
+
+def test_abandoned_generator_stage_is_stopped_at_exit(tmp_path: Path) -> None:
+    result = run(tmp_path, """
+        p = Profiler(cfg(discrete=True), role="actor", rank=0, world_size=1)
+        @profile_stage("generate")
+        def gen():
+            work()
+            yield 1
+            work()
+        p.start(1)
+        g = gen(); next(g)   # started and left suspended, still referenced at exit
+        keep = [g]
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = traces_ok(tmp_path)
+    assert [r["stage"] for r in found] == ["generate"]
+    assert "open" in found[0].get("note", "")
+
+
+def test_close_ends_an_open_generator_stage(tmp_path: Path) -> None:
+    result = run(tmp_path, """
+        from profdsl.runtime.process import PROCESS
+        p = Profiler(cfg(discrete=True), role="actor", rank=0, world_size=1)
+        @profile_stage("generate")
+        def gen():
+            work()
+            yield 1
+        p.start(1)
+        g = gen(); next(g)
+        p.stop(); p.close()
+        import torch.autograd.profiler as ap
+        print("running", bool(ap._is_profiler_enabled))
+        keep = [g]
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "running False" in result.stdout
+    assert [r["stage"] for r in traces_ok(tmp_path)] == ["generate"]
+
+
+def test_session_of_a_blocked_thread_is_recorded_lost_at_exit(tmp_path: Path) -> None:
+    """Its thread never comes back: the session cannot be ended cleanly; the loss is recorded
+    and the process still exits normally."""
+    result = run(tmp_path, """
+        p = Profiler(cfg(), role="actor", rank=0, world_size=1)
+        started, never = threading.Event(), threading.Event()
+        def begin():
+            p.start(1)
+            work()
+            started.set()
+            never.wait()
+        threading.Thread(target=begin, daemon=True).start()
+        started.wait(60)
+        p.stop()
+        p.close()
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lost = [r for r in records(tmp_path) if r["kind"] == "trace"]
+    assert [(r["status"], r["step"]) for r in lost] == [("failed", 1)]
+    assert "thread" in lost[0]["error"]
+
+
+# -- item 9: the hook runs after the last artifact -----------------------------------------
+def hook_config(tmp_path: Path, **kwargs: Any) -> Any:
+    cmd = f"{sys.executable} -c \"import os; print(sorted(os.listdir('{tmp_path}')))\" > {tmp_path}/hook.out"
+    return config(tmp_path, finish_hook=FinishHook(cmd=cmd), **kwargs)
+
+
+def hook_then_traces(tmp_path: Path) -> tuple[list[str], list[str]]:
+    """The trace files the hook saw, and those that exist now."""
+    seen = (tmp_path / "hook.out").read_text() if (tmp_path / "hook.out").exists() else "None"
+    names = ast.literal_eval(seen) or []
+    now = sorted(p.name for p in tmp_path.glob("*.json.gz"))
+    return [n for n in names if n.endswith(".json.gz")], now
+
+
+def test_hook_waits_for_a_stage_still_open_on_another_thread(tmp_path: Path) -> None:
+    profiler = Profiler(hook_config(tmp_path, discrete=True), role="actor", rank=0, world_size=1)
+    inside, release = threading.Event(), threading.Event()
+
+    def stage() -> None:
+        with profile_stage("generate"):
+            work()
+            inside.set()
+            release.wait(60)
+
+    profiler.start(1)
+    thread = threading.Thread(target=stage)
+    thread.start()
+    assert inside.wait(60)
+    profiler.stop()  # the last profiled step ends while its stage is still open
+    assert not (tmp_path / "hook.out").exists()
+    release.set()
+    thread.join(60)
+    profiler.close()
+    seen, now = hook_then_traces(tmp_path)
+    assert len(now) == 1 and seen == now
+
+
+def test_retried_last_step_is_not_profiled_after_the_hook(tmp_path: Path) -> None:
+    profiler = Profiler(hook_config(tmp_path, steps=[1, 2]), role="actor", rank=0, world_size=1)
+    for step in (1, 2, 2, 3):
+        with profiler.step(step), profile_stage("s"):
+            work()
+    profiler.close()
+    seen, now = hook_then_traces(tmp_path)
+    assert len(now) == 2 and seen == now
+    hooks = [r for r in records(tmp_path) if r["kind"] == "hook"]
+    assert len(hooks) == 1
+
+
+def test_recreated_profiler_for_the_same_save_path_runs_the_hook_promptly(tmp_path: Path) -> None:
+    first = Profiler(hook_config(tmp_path, steps=[1, 2]), role="actor", rank=0, world_size=1)
+    with first.step(1), profile_stage("s"):
+        work()
+    # re-created (a trainer re-initialised) without closing the first one
+    second = Profiler(hook_config(tmp_path, steps=[1, 2]), role="actor", rank=0, world_size=1)
+    for step in (1, 2):
+        with second.step(step), profile_stage("s"):
+            work()
+    seen, now = hook_then_traces(tmp_path)  # before any close() or exit
+    assert len(now) == 3 and seen == now
+    second.close()
+    first.close()
+
+
+def test_second_round_after_the_hook_ran_gets_its_own_hook(tmp_path: Path) -> None:
+    first = Profiler(hook_config(tmp_path), role="actor", rank=0, world_size=1)
+    with first.step(1), profile_stage("s"):
+        work()
+    first.close()
+    second = Profiler(hook_config(tmp_path), role="critic", rank=0, world_size=1)
+    with second.step(1), profile_stage("s"):
+        work()
+    second.close()
+    seen, now = hook_then_traces(tmp_path)
+    assert len(now) == 2 and seen == now
+    assert [r["status"] for r in records(tmp_path) if r["kind"] == "hook"] == ["ok", "ok"]
+
+
+def test_hook_waits_for_a_session_stopped_from_another_thread(tmp_path: Path) -> None:
+    """stop() from another thread defers the session's end to its own thread: the hook waits
+    for that trace instead of running before it exists."""
+    profiler = Profiler(hook_config(tmp_path), role="actor", rank=0, world_size=1)
+    begun, stopped, go_on = threading.Event(), threading.Event(), threading.Event()
+
+    def steps() -> None:
+        profiler.start(1)
+        with profile_stage("s"):
+            work()
+        begun.set()
+        stopped.wait(60)   # main stops the step meanwhile
+        with profile_stage("after"):   # this thread's next profdsl call ends its session
+            work()
+        go_on.set()
+
+    thread = threading.Thread(target=steps)
+    thread.start()
+    assert begun.wait(60)
+    profiler.stop()
+    assert not (tmp_path / "hook.out").exists()
+    stopped.set()
+    assert go_on.wait(60)
+    thread.join(60)
+    seen, now = hook_then_traces(tmp_path)
+    assert len(now) == 1 and seen == now
+    profiler.close()
+
+
+# -- item 11: regions on threads a continuous session cannot see ---------------------------
+def test_region_on_a_thread_the_session_cannot_see_is_recorded(tmp_path: Path) -> None:
+    profiler = Profiler(config(tmp_path, steps=[1, 2]), role="actor", rank=0, world_size=1)
+
+    def stage() -> None:
+        with profile_stage("update_actor"):
+            work()
+
+    for step in (1, 2):
+        profiler.start(step)
+        for _ in range(2):
+            thread = threading.Thread(target=stage)
+            thread.start()
+            thread.join(60)
+        profiler.stop()
+    profiler.close()
+    notes = [r for r in records(tmp_path) if r.get("status") == "incomplete"]
+    assert [(r["step"], r["stage"]) for r in notes] == [(1, "update_actor"), (2, "update_actor")]
+    assert all("all_threads=True" in r["reason"] for r in notes)
+
+
+def test_all_threads_session_sees_other_threads_and_records_nothing_odd(tmp_path: Path) -> None:
+    options = TorchOptions(contents=["cpu"], all_threads=True)
+    profiler = Profiler(config(tmp_path, torch=options), role="actor", rank=0, world_size=1)
+
+    def stage() -> None:
+        with profile_stage("update_actor"):
+            work()
+
+    with profiler.step(1):
+        thread = threading.Thread(target=stage)
+        thread.start()
+        thread.join(60)
+    profiler.close()
+    assert [r["status"] for r in records(tmp_path)] == ["ok"]
+
+
+# -- item 13: a forked child inherits no profiling duty ------------------------------------
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_that_exits_inside_a_step_writes_nothing_and_runs_no_hook(tmp_path: Path) -> None:
+    result = run(tmp_path, f"""
+        cmd = "echo ran >> {tmp_path}/hook.out"
+        p = Profiler(cfg(finish_hook=FinishHook(cmd=cmd)), role="actor", rank=0, world_size=1)
+        def train():
+            with p.step(1):
+                with profile_stage("s"):
+                    work()
+                    pid = os.fork()
+                    if pid == 0:
+                        work()
+                        sys.exit(0)   # the child unwinds the parent's with blocks
+                    _, status = os.waitpid(pid, 0)
+                    print("child", status)
+        try:
+            train()
+        except SystemExit:   # only in the child, once the with blocks are unwound
+            os._exit(0)  # torch's own exit hangs in a fork of a profiling process
+        p.close()
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "child 0" in result.stdout
+    assert len(traces_ok(tmp_path)) == 1
+    assert (tmp_path / "hook.out").read_text().split() == ["ran"]
+    assert len([r for r in records(tmp_path) if r["kind"] == "hook"]) == 1
+
+
+def test_profiler_in_process_not_running_after_tests() -> None:
+    assert not torch_profiler_running()
+
+
+# -- item 6: Ctrl-C during the export of the last profiled step ----------------------------
+def test_interrupt_during_export_records_the_trace_and_leaves_the_hook_owed(tmp_path: Path) -> None:
+    result = run(tmp_path, f"""
+        import torch.profiler
+        real = torch.profiler.profile.export_chrome_trace
+        def interrupted(self, path):
+            with open(path, "w") as f:
+                f.write('{{"traceEvents": [')   # part of the file, then Ctrl-C
+            raise KeyboardInterrupt
+        cmd = f"ls {{save}} > {tmp_path}/hook.out"
+        p = Profiler(cfg(steps=[1, 2], finish_hook=FinishHook(cmd=cmd)), role="actor", rank=0,
+                     world_size=1)
+        try:
+            for step in (1, 2):
+                if step == 2:
+                    torch.profiler.profile.export_chrome_trace = interrupted
+                with p.step(step), profile_stage("s"):
+                    work()
+        except KeyboardInterrupt:
+            print("interrupted", os.path.exists("{tmp_path}/hook.out"))
+        torch.profiler.profile.export_chrome_trace = real
+        p.close()
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "interrupted False" in result.stdout
+    found = [(r["step"], r["status"]) for r in records(tmp_path) if r["kind"] == "trace"]
+    assert found == [(1, "ok"), (2, "incomplete")]
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".profdsl-tmp")]
+    assert leftovers == []
+    hooks = [r for r in records(tmp_path) if r["kind"] == "hook"]
+    assert [h["status"] for h in hooks] == ["ok"]
+    listed = (tmp_path / "hook.out").read_text().split()
+    assert not any(name.startswith(".profdsl-tmp") for name in listed)
+
+
+# -- found in review: forks from threads, close from other threads, interrupted close ------
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_from_the_thread_owning_the_session_writes_no_duplicate(tmp_path: Path) -> None:
+    result = run(tmp_path, """
+        p = Profiler(cfg(), role="actor", rank=0, world_size=1)
+        def train():
+            with p.step(1), profile_stage("s"):
+                work()
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                os.waitpid(pid, 0)
+        t = threading.Thread(target=train); t.start(); t.join()
+        p.close()
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(traces_ok(tmp_path)) == 1
+    assert [r["kind"] for r in records(tmp_path)] == ["trace"]
+
+
+def test_close_from_another_thread_ends_the_session_at_the_owners_next_call(tmp_path: Path) -> None:
+    profiler = Profiler(config(tmp_path), role="actor", rank=0, world_size=1)
+    with profiler.step(1), profile_stage("s"):
+        work()
+        closer = threading.Thread(target=profiler.close)
+        closer.start()
+        closer.join(60)
+    profiler.start(2)  # the owner's next call (ignored: closed) ends the session
+    assert not torch_profiler_running()
+    assert len(traces_ok(tmp_path)) == 1
+
+
+def test_interrupted_close_runs_the_hook_at_the_next_close(tmp_path: Path) -> None:
+    result = run(tmp_path, f"""
+        import torch.profiler
+        real = torch.profiler.profile.export_chrome_trace
+        def interrupted(self, path):
+            raise KeyboardInterrupt
+        p = Profiler(cfg(finish_hook=FinishHook(cmd="echo ran >> {tmp_path}/hook.out")),
+                     role="actor", rank=0, world_size=1)
+        p.start(1)
+        with profile_stage("s"):
+            work()
+        torch.profiler.profile.export_chrome_trace = interrupted
+        try:
+            p.close()   # ends step 1: its export is interrupted
+        except KeyboardInterrupt:
+            print("interrupted")
+        torch.profiler.profile.export_chrome_trace = real
+        p.close()
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "interrupted" in result.stdout
+    assert (tmp_path / "hook.out").read_text().split() == ["ran"]
+
+
+def test_interrupt_in_the_hook_event_leaves_the_hook_owed(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from profdsl.runtime.finisher import Finisher
+
+    calls: list[bool] = []
+    real = Finisher.after_session
+
+    def after_session(self: Finisher, *, final: bool) -> None:
+        calls.append(final)
+        if len(calls) == 2:  # the hook event's pass: Ctrl-C while it waits for nsys reports
+            raise KeyboardInterrupt
+        real(self, final=final)
+
+    monkeypatch.setattr(Finisher, "after_session", after_session)
+    profiler = Profiler(hook_config(tmp_path), role="actor", rank=0, world_size=1)
+    with pytest.raises(KeyboardInterrupt):
+        with profiler.step(1), profile_stage("s"):
+            work()
+    assert not (tmp_path / "hook.out").exists()
+    profiler.close()
+    seen, now = hook_then_traces(tmp_path)
+    assert len(now) == 1 and seen == now
+
+
+def test_background_hook_due_at_exit_runs_to_its_end(tmp_path: Path) -> None:
+    result = run(tmp_path, f"""
+        cmd = "sleep 1; echo ran > {tmp_path}/hook.out"
+        p = Profiler(cfg(finish_hook=FinishHook(cmd=cmd, background=True)), role="actor", rank=0,
+                     world_size=1)
+        started, never = threading.Event(), threading.Event()
+        def begin():
+            p.start(1); work(); started.set(); never.wait()
+        threading.Thread(target=begin, daemon=True).start()
+        started.wait(60)
+        p.stop(); p.close()
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "hook.out").read_text().split() == ["ran"]
+    assert [r["status"] for r in records(tmp_path) if r["kind"] == "hook"] == ["ok"]
+
+
+# -- found in review: re-created profilers ------------------------------------------------
+def test_profiler_of_another_rank_or_disabled_replaces_nothing(tmp_path: Path) -> None:
+    first = Profiler(config(tmp_path), role="actor", rank=0, world_size=2)
+    Profiler(config(tmp_path), role="actor", rank=1, world_size=2)
+    Profiler(config(tmp_path, enable=False), role="actor", rank=0, world_size=2)
+    with first.step(1), profile_stage("s"):
+        work()
+    first.close()
+    assert [(r["rank"], r["status"]) for r in records(tmp_path)] == [(0, "ok")]
+
+
+def test_hook_after_a_recreated_profiler_names_every_profiled_step(tmp_path: Path) -> None:
+    cmd = f"echo $PROFDSL_STEPS > {tmp_path}/steps.out"
+    first = Profiler(config(tmp_path, steps=[1, 2, 3], finish_hook=FinishHook(cmd=cmd)),
+                     role="actor", rank=0, world_size=1)
+    with first.step(1), profile_stage("s"):
+        work()
+    second = Profiler(config(tmp_path, steps=[1, 2, 3], finish_hook=FinishHook(cmd=cmd)),
+                      role="actor", rank=0, world_size=1)
+    for step in (2, 3):
+        with second.step(step), profile_stage("s"):
+            work()
+    assert (tmp_path / "steps.out").read_text().split() == ["1,2,3"]
+    first.close()
+    second.close()
+
+
+# -- found in review: stopped early, thread idents, another role's capture -----------------
+def test_stage_that_ends_on_its_own_thread_after_stop_is_not_cut_short(tmp_path: Path) -> None:
+    profiler = Profiler(config(tmp_path, discrete=True), role="actor", rank=0, world_size=1)
+    inside, release = threading.Event(), threading.Event()
+
+    def stage() -> None:
+        with profile_stage("generate"):
+            work()
+            inside.set()
+            release.wait(60)
+
+    profiler.start(1)
+    thread = threading.Thread(target=stage)
+    thread.start()
+    assert inside.wait(60)
+    profiler.stop()
+    release.set()
+    thread.join(60)
+    profiler.close()
+    found = traces_ok(tmp_path)
+    assert len(found) == 1 and "note" not in found[0]
+
+
+def test_step_whose_thread_ended_is_not_restarted_by_a_new_thread(tmp_path: Path) -> None:
+    profiler = Profiler(config(tmp_path), role="actor", rank=0, world_size=1)
+
+    def begin() -> None:
+        profiler.start(1)
+        with profile_stage("a"):
+            work()
+
+    def later() -> None:
+        with profile_stage("b"):
+            work()
+
+    run_threads(begin)
+    for _ in range(3):  # new threads, some of which get the ended thread's ident
+        run_threads(later)
+    profiler.stop()
+    profiler.close()
+    assert len(traces_ok(tmp_path)) == 1
+    missed = [r for r in records(tmp_path) if r["status"] == "incomplete"]
+    assert [(r["step"], r["stage"]) for r in missed] == [(1, "b")]
+
+
+def test_stage_while_another_roles_capture_holds_the_slot(tmp_path: Path) -> None:
+    options = TorchOptions(contents=["cpu"])
+    actor = Profiler(config(tmp_path, discrete=True, torch=options), role="actor", rank=0,
+                     world_size=1)
+    ref = Profiler(config(tmp_path, torch=options), role="ref", rank=0, world_size=1)
+    inside, go = threading.Event(), threading.Event()
+
+    def actor_stage() -> None:
+        with actor.step(1), profile_stage("update_actor", role="actor"):
+            work()
+            inside.set()
+            go.wait(60)
+
+    thread = threading.Thread(target=actor_stage)
+    thread.start()
+    assert inside.wait(60)
+    with ref.step(1), profile_stage("compute_ref", role="ref"):
+        work()
+    go.set()
+    thread.join(60)
+    actor.close()
+    ref.close()
+    missed = [r for r in records(tmp_path) if r["status"] == "incomplete"]
+    assert [(r["role"], r["stage"]) for r in missed] == [("ref", "compute_ref")]
+    assert "update_actor" in missed[0]["reason"] and "all_threads" not in missed[0]["reason"]
+    from profdsl.analysis.reader import header
+
+    actor_trace = [r for r in traces_ok(tmp_path) if r["role"] == "actor"][0]
+    regions = header(tmp_path / actor_trace["path"])["profdsl"]["regions"]
+    assert "compute_ref" not in regions["stages"]
