@@ -45,6 +45,22 @@ class TraceLabel:
     part: int | None = None
     manifest: bool = True  # False for files that are moved (and recorded) elsewhere later
 
+    def fields(self, **more: object) -> dict[str, object]:
+        """The manifest fields this label gives a record (``more`` added or overriding)."""
+        fields: dict[str, object] = dict(
+            role=self.role, stage=self.stage, step=self.step, rank=self.rank,
+            world_size=self.world_size, part=self.part, host=self.host, pid=self.pid,
+            roles=list(self.roles or (self.role,)), config_hash=self.config_hash)
+        fields.update(more)
+        return fields
+
+    def record_loss(self, status: str, why: str, **more: object) -> None:
+        """Record a trace of this label that does not exist: ``failed`` (``why`` as its error)
+        or ``incomplete`` / ``skipped`` (``why`` as its reason)."""
+        key = "error" if status == "failed" else "reason"
+        append_record(self.save_path, make_record(
+            "trace", None, status=status, bytes=None, **self.fields(**{key: why}, **more)))
+
 
 @attrs.frozen(kw_only=True)
 class PendingTrace:
@@ -59,15 +75,7 @@ class PendingTrace:
 
     def fields(self) -> dict[str, object]:
         """The trace's manifest fields, but its path, status and size."""
-        label = self.label
-        fields: dict[str, object] = dict(
-            role=label.role, stage=label.stage, step=label.step, rank=label.rank,
-            world_size=label.world_size, window=self.window, part=label.part, host=label.host,
-            pid=label.pid, roles=list(label.roles or (label.role,)), config_hash=label.config_hash,
-            time_ms=self.time_ms,
-        )
-        fields.update(self.extra or {})
-        return fields
+        return self.label.fields(window=self.window, time_ms=self.time_ms, **(self.extra or {}))
 
     def name(self) -> TraceName:
         """The trace's file name (before a ``part`` is bumped)."""

@@ -19,7 +19,6 @@ import attrs
 from profdsl.capture.annotators import Annotator
 from profdsl.capture.base import Backend
 from profdsl.collect.export import TraceLabel
-from profdsl.collect.manifest import append_record, make_record
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.runtime.claims import Claim
@@ -113,11 +112,7 @@ class Recorder:
         reason = f"{name!r} {why}"
         once(f"missed:{self.role}", logging.ERROR, "[profdsl rank %s] %s step %s: %s",
              self._label.rank, self.role, self.step, reason)
-        label = self._label
-        append_record(label.save_path, make_record(
-            "trace", None, status="incomplete", reason=reason, role=self.role, stage=name,
-            step=self.step, rank=label.rank, world_size=label.world_size, host=label.host,
-            pid=label.pid))
+        self._label.record_loss("incomplete", reason, stage=name)
 
     def _stage_capture(self, name: str, scheduled: bool, color: int | None) -> Handle:
         schedule = self._schedule if scheduled else None
@@ -142,11 +137,7 @@ class Recorder:
              "[profdsl rank %s] %s stage %r %s: it gets no trace of its own%s",
              self._label.rank, self.role, name, reason,
              " and records no mini-batches" if scheduled else "")
-        label = self._label
-        append_record(label.save_path, make_record(
-            "trace", None, status="skipped", reason=reason, role=self.role, stage=name,
-            step=self.step, rank=label.rank, world_size=label.world_size, host=label.host,
-            pid=label.pid))
+        self._label.record_loss("skipped", reason, stage=name)
 
     def mini_batch(self, base: str, context: Entry | None) -> Handle | None:
         """Open the next update mini-batch (a region ``f"{base}{i}"``)."""

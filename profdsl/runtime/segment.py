@@ -18,7 +18,6 @@ import attrs
 
 from profdsl.capture.base import Backend, Runner, Session
 from profdsl.collect.export import TraceLabel, export_trace
-from profdsl.collect.manifest import append_record, make_record
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.core.schedule import cycle_of
@@ -152,7 +151,4 @@ class Segment:
         once(f"segment-lost:{label.save_path}", logging.ERROR,
              "[profdsl rank %s] the %s trace of step %s is lost: %s", label.rank, label.role,
              label.step, reason)
-        append_record(label.save_path, make_record(
-            "trace", None, status="failed", error=f"lost: {reason}", bytes=None, role=label.role,
-            stage=label.stage, step=label.step, rank=label.rank, world_size=label.world_size,
-            host=label.host, pid=label.pid, roles=list(self.roles), config_hash=label.config_hash))
+        attrs.evolve(label, roles=tuple(self.roles)).record_loss("failed", f"lost: {reason}")
