@@ -31,6 +31,10 @@ def test_demo(tmp_path: Path, mode: str) -> None:
         ("actor", "update_actor"), ("ref", "compute_ref_log_prob"), ("critic", "compute_values"),
         ("critic", "update_critic")))
     assert {tuple(r["window"]) for r in records if r["stage"] == "update_actor"} == {(1, 2)}
+    assert "profiling's own cost" in result.stdout, result.stdout  # every trace record carries blocked_ms
+    cost = result.stdout.split("profiling's own cost", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
+    assert sorted(line.split()[:2] for line in cost) == sorted(
+        [role, str(step)] for role in ("actor", "critic", "ref") for step in (2, 3)), result.stdout
     assert sorted((r["step"], r["replica"]) for r in records if r["kind"] == "rollout") == [(2, 0), (3, 0)]
     assert sorted(r["status"] for r in records if r["kind"] == "hook") == ["ok", "skipped", "skipped"]
     check = subprocess.run([sys.executable, "-m", "profdsl", "check", str(out)], capture_output=True,

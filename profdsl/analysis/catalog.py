@@ -10,6 +10,7 @@ with the same reason, and ``profdsl check`` fails on exactly that input.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,10 @@ class Artifact:
     window: tuple[int, int] | None = None
     bytes: int | None = None
     status: str = "ok"
+    #: Profiling's own cost for this trace, when the record says: the training thread blocked by
+    #: the session, and the background export (milliseconds; ``profdsl.analysis.cost`` sums them).
+    blocked_ms: float | None = None
+    export_ms: float | None = None
     record: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @property
@@ -80,6 +85,17 @@ class Catalog:
 _COUNTS = {"step": 0, "rank": 0, "world_size": 1, "replica": 0}
 _TEXTS = ("role", "stage", "status", "error", "reason", "source")
 _MAX_BYTES = 2**63 - 1
+#: Durations of a record, in milliseconds: finite numbers >= 0 (or null).
+_DURATIONS = ("blocked_ms", "export_ms")
+
+
+def _duration(key: str, value: object) -> float | None:
+    """``value`` as a float of milliseconds, or None; refuses bools, NaN, inf and ints too large for a float."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= sys.float_info.max:
+        raise RecordError(f"{key} must be a finite number of milliseconds >= 0 or null, got {brief(value)}")
+    return float(value)
 
 
 def from_record(record: object) -> Artifact:
@@ -109,9 +125,11 @@ def from_record(record: object) -> Artifact:
         first, last = (require_int("window", v, 0) for v in window) if window else (None, None)
     except ConfigError as exc:
         raise RecordError(str(exc)) from None
+    blocked, export = (_duration(key, record.get(key)) for key in _DURATIONS)
     return Artifact(kind=kind, path=path, role=record.get("role"), stage=record.get("stage"),
                     window=None if first is None or last is None else (first, last), bytes=size,
-                    status=record.get("status") or "ok", record=record, **counts)
+                    status=record.get("status") or "ok", blocked_ms=blocked, export_ms=export, record=record,
+                    **counts)
 
 
 def _from_name(folder: Path, name: str) -> Artifact | None:

@@ -2,7 +2,7 @@
 
 A session knows nothing of roles or steps: the runtime hands it ``describe`` (the metadata to
 write into the trace for a mini-batch window, or for the whole session) and ``sink`` (where a
-finished trace goes: ``sink(write, window, time_ms)``, ``write(path)`` writing the trace file).
+finished trace goes: ``sink(write, window, time_ms, blocked_s)``, ``write(path)`` writing the trace file).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ __all__ = ["Backend", "Describe", "Runner", "Session", "Sink"]
 
 #: ``describe(window)``: the ``profdsl`` metadata of the trace (``window`` None: whole session).
 Describe = Callable[[tuple[int, int] | None], dict[str, Any]]
-#: ``sink(write, window, time_ms)``: a trace is ready; ``write(path)`` writes its events (plain
-#: JSON) to ``path`` and returns the metadata to add to it (``profdsl.collect.export``).
-Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int], None]
+#: ``sink(write, window, time_ms, blocked_s)``: a trace is ready; ``write(path)`` writes its events
+#: (plain JSON) to ``path`` and returns the metadata to add to it (``profdsl.collect.export``);
+#: ``blocked_s``: how long the session's calls held up their caller for this trace so far.
+Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int, float], None]
 
 
 class Runner(Protocol):

@@ -78,6 +78,8 @@ class TorchSession:
         self.rank, self.schedule = rank, schedule
         self._options, self._describe, self._sink, self._runner = options, describe, sink, runner
         self._pending: list[int] = []  # recorded mini-batches of the window being written
+        self._blocked_s = 0.0  # the caller's time held up by this session since the last trace
+        self._call_began = time.perf_counter()
         self._window_ms = now_ms()
         self._prof: Any = None
         self._collecting = True
@@ -85,11 +87,14 @@ class TorchSession:
 
     def start(self) -> None:
         """Start the profiler; on timeout, stop it whenever it does start."""
+        self._call_began = time.perf_counter()
         try:
             self._runner.call(self._start, timeout=CALL_TIMEOUT_S)
         except TimeoutError:
             self._runner.submit(self._abandon)  # runs after the late _start: no orphan profiler
             raise
+        finally:
+            self._blocked_s += time.perf_counter() - self._call_began
 
     def owned_here(self) -> bool:
         """Whether the calling thread may drive the session."""
@@ -188,7 +193,10 @@ class TorchSession:
             return  # a window that recorded no mini-batch: torch fires anyway, nothing to write
         window = (pending[0], pending[-1]) if pending else None
         write = functools.partial(_write_events, prof.export_chrome_trace, self._header(window))
-        self._sink(write, window, self._window_ms)
+        # the caller's time held up so far for this trace: earlier calls, and this one until now
+        blocked, self._blocked_s = self._blocked_s + time.perf_counter() - self._call_began, 0.0
+        self._sink(write, window, self._window_ms, blocked)
+        self._call_began = time.perf_counter()  # the rest of this call counts for the next trace
 
     def _stop(self) -> None:
         prof = self._prof
@@ -206,12 +214,16 @@ class TorchSession:
             prof.profiler = None
 
     def _on_runner(self, fn: Any, timeout: float, what: str, *args: Any) -> None:
-        """Run a session call where the session lives; a failure is logged once, never raised."""
+        """Run a session call where the session lives (its time counts as the caller's, held up
+        by profiling); a failure is logged once, never raised."""
+        self._call_began = time.perf_counter()
         try:
             self._runner.call(fn, *args, timeout=timeout)
         except Exception as exc:
             once(f"torch-{what}:{type(exc).__name__}", logging.ERROR,
                  "[profdsl rank %s] torch profiler %s failed: %r", self.rank, what, exc)
+        finally:
+            self._blocked_s += time.perf_counter() - self._call_began
 
 
 def _write_events(export: Callable[[str], object], header: dict[str, Any], path: str) -> dict[str, Any]:

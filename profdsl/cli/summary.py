@@ -1,4 +1,5 @@
-"""``profdsl summary DIR``: time per stage, from profdsl's own regions in the traces."""
+"""``profdsl summary DIR``: time per stage, from profdsl's own regions in the traces; and what
+profiling itself cost, from the manifest's trace records (``--cost``)."""
 
 from __future__ import annotations
 
@@ -9,25 +10,32 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from profdsl.analysis.catalog import FolderError, catalog
+from profdsl.analysis import cost
+from profdsl.analysis.catalog import Artifact, FolderError, catalog
 from profdsl.analysis.stages import StageRow, stage_rows
 from profdsl.cli.common import fail, skipped, table
 
-HELP = "time per role / stage / step / rank, with each stage's share of the step and its slowest rank"
+HELP = ("time per role / stage / step / rank, with each stage's share of the step and its slowest rank; "
+        "what profiling itself cost per role and step")
 EXAMPLES = """examples:
   profdsl summary profiles
   profdsl summary profiles --by role,stage            # totals over steps and ranks
   profdsl summary profiles --json > summary.json      # [{role, stage, step, rank, total_ms, ...}]
+  profdsl summary profiles --cost --json              # [{role, step, traces, blocked_ms, export_ms, ...}]
 """
 KEYS = ("role", "stage", "step", "rank")
+COST_FIELDS = ("role", "step", "traces", "blocked_ms", "export_ms", "max_rank", "max_blocked_ms")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``DIR``, ``--by``, ``--json`` / ``--csv``."""
+    """``DIR``, ``--by``, ``--cost``, ``--json`` / ``--csv``."""
     parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
     parser.add_argument("--by", default=",".join(KEYS),
                         help="comma-separated keys to group by, from role,stage,step,rank")
+    parser.add_argument("--cost", action="store_true",
+                        help="only profiling's own cost per role and step (blocked_ms, export_ms from the "
+                             "manifest); the text output shows it after the stage table anyway")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print a JSON list of objects")
     output.add_argument("--csv", action="store_true", help="print CSV")
@@ -72,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     except FolderError as exc:
         return fail(str(exc))
     bad = list(found.problems)
+    if args.cost:
+        _print_cost(found.artifacts, args)
+        return skipped("summary", bad)
     rows = stage_rows(args.dir, found.artifacts, bad)
     code = skipped("summary", bad)
     grouped = group(rows, keys)
@@ -85,7 +96,29 @@ def run(args: argparse.Namespace) -> int:
         print(out.getvalue(), end="")
     else:
         _print_table(rows, grouped, keys)
+        costs = cost.step_costs(found.artifacts)
+        if costs:
+            print(f"\n{cost.TITLE}")
+            print(table(cost.HEADERS, [cost.cells(c) for c in costs]))
     return code
+
+
+def _print_cost(artifacts: list[Artifact], args: argparse.Namespace) -> None:
+    """``--cost``: one row per role and step."""
+    costs = cost.step_costs(artifacts)
+    if args.json:
+        print(json.dumps([c.as_dict() for c in costs], indent=1))
+    elif args.csv:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=COST_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(c.as_dict() for c in costs)
+        print(out.getvalue(), end="")
+    elif costs:
+        print(cost.TITLE)
+        print(table(cost.HEADERS, [cost.cells(c) for c in costs]))
+    else:
+        print("no record carries blocked_ms or export_ms: profiling's cost was not recorded")
 
 
 def _print_table(rows: list[StageRow], grouped: list[dict[str, Any]], keys: tuple[str, ...]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Mapping
 
@@ -21,9 +22,9 @@ import attrs
 
 from profdsl.collect.manifest import append_record, make_record
 from profdsl.collect.relocate import reserve
-from profdsl.collect.tracefile import compress_trace
+from profdsl.collect.tracefile import COMPRESS_LEVEL, compress_trace
 from profdsl.core.log import once
-from profdsl.core.naming import TraceName
+from profdsl.core.naming import PLAIN_TRACE_EXT, TRACE_EXT, TraceName
 
 __all__ = ["PendingTrace", "TraceLabel", "export_trace", "finish", "write_events"]
 
@@ -44,6 +45,7 @@ class TraceLabel:
     roles: tuple[str, ...] = ()
     part: int | None = None
     manifest: bool = True  # False for files that are moved (and recorded) elsewhere later
+    compress_level: int = COMPRESS_LEVEL  # gzip level; 0: plain JSON (TorchOptions.compress_level)
 
     def fields(self, **more: object) -> dict[str, object]:
         """The manifest fields this label gives a record (``more`` added or overriding)."""
@@ -84,6 +86,7 @@ class PendingTrace:
             role=label.role, stage=label.stage, step=label.step, rank=label.rank,
             world_size=label.world_size, window=self.window, part=label.part, host=label.host,
             pid=label.pid, time_ms=self.time_ms,
+            ext=PLAIN_TRACE_EXT if label.compress_level == 0 else TRACE_EXT,
         )
 
 
@@ -134,9 +137,10 @@ def finish(pending: PendingTrace) -> str | None:
     label = pending.label
     packed = f"{pending.events}.gz"
     final: str | None = None
+    began = time.perf_counter()
     try:
         name = pending.name()
-        compress_trace(pending.events, packed, pending.header)
+        compress_trace(pending.events, packed, pending.header, level=label.compress_level)
         _remove_quietly(pending.events)
         final = reserve(label.save_path, name).format()
         os.replace(packed, os.path.join(label.save_path, final))
@@ -151,7 +155,9 @@ def finish(pending: PendingTrace) -> str | None:
         _failed(pending, exc, final)
         return None
     if label.manifest:
-        append_record(label.save_path, make_record("trace", final, bytes=size, **pending.fields()))
+        export_ms = round((time.perf_counter() - began) * 1000, 3)
+        append_record(label.save_path, make_record("trace", final, bytes=size, export_ms=export_ms,
+                                                   **pending.fields()))
     return os.path.join(label.save_path, final)
 
 

@@ -1,13 +1,15 @@
 """Finishing a trace file: torch's plain JSON export, with profdsl's metadata spliced in as its
-first top-level keys, gzip-compressed in 1 MB blocks, and checked on disk.
+first top-level keys, gzip-compressed in 1 MB blocks (or, at level 0, written plain in 1 MB
+blocks), and checked on disk.
 
 Everything happens in the folder of the files given (``save_path``): nothing goes through
 ``TMPDIR``. The check is cheap and needs no second read of the trace. While streaming it sees
 that the export is a JSON object holding ``"traceEvents"`` (its first non-blank byte is ``{``
 and its last ``}``: an empty or cut-short export fails). After writing it sees that the file on
-disk is exactly what was compressed: its size is what was written and its gzip trailer holds the
-CRC-32 and length of what went in. It does not parse every event: that would cost a full JSON
-parse of a trace that can reach gigabytes, on the training thread; ``profdsl check`` does it.
+disk is exactly what was written: its size is what was written and, for gzip, its trailer holds
+the CRC-32 and length of what went in (a plain file is checked by its size alone: a checksum
+would mean reading it all back). It does not parse every event: that would cost a full JSON
+parse of a trace that can reach gigabytes; ``profdsl check`` does it.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import struct
 import zlib
 from collections.abc import Mapping
 
-__all__ = ["BLOCK", "COMPRESS_LEVEL", "InvalidTraceError", "check_written", "compress_trace"]
+from profdsl.config.validate import require_int
+
+__all__ = ["BLOCK", "COMPRESS_LEVEL", "InvalidTraceError", "check_size", "check_written", "compress_trace"]
 
 #: Bytes read, compressed and written at a time.
 BLOCK = 1 << 20
-#: gzip level of the traces profdsl writes. On a 69 MB torch CPU trace (torch 2.13, this
-#: project's 2-core VM) level 1 compressed 14x at 253 MB/s and level 6 21x at 97 MB/s: the
-#: write runs on the training thread, so speed wins (issue 12 will make it an option).
+#: Default gzip level of the traces profdsl writes (``TorchOptions.compress_level``, whose
+#: default it is; 0: plain JSON). Why level 1: the measurements in docs/configuration.md.
 COMPRESS_LEVEL = 1
 _EVENTS_KEY = b'"traceEvents"'
 
@@ -35,16 +38,19 @@ class InvalidTraceError(Exception):
 
 def compress_trace(source: str, destination: str, header: Mapping[str, object] | None = None, *,
                    level: int = COMPRESS_LEVEL) -> int:
-    """Write ``destination`` (gzip, created exclusively): the JSON object of ``source`` with the
-    keys of ``header`` first. Returns its size in bytes.
+    """Write ``destination`` (created exclusively): the JSON object of ``source`` with the keys
+    of ``header`` first, gzip-compressed at ``level`` (1..9), or plain JSON at level 0. Returns
+    its size in bytes.
 
     Raises:
+        ConfigError: ``level`` is not an integer in 0..9.
         InvalidTraceError: ``source`` is empty, not a JSON object, cut short, holds no
             ``traceEvents``, or ``destination`` is not on disk as written.
         OSError: reading or writing failed.
     """
+    require_int("compress_trace level", level, 0, 9)
     members = json.dumps(dict(header), default=str)[1:-1].encode() if header else b""
-    deflate = zlib.compressobj(level, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
+    deflate = zlib.compressobj(level, zlib.DEFLATED, 31) if level else None  # wbits 31: gzip
     crc = size = written = 0
     opened = found = False
     last, previous = b"", b""
@@ -64,21 +70,37 @@ def compress_trace(source: str, destination: str, header: Mapping[str, object] |
                 opened = True
                 if members:
                     block = b"{" + members + b"," + block[1:]
-            crc, size = zlib.crc32(block, crc), size + len(block)
-            packed = deflate.compress(block)
-            dst.write(packed)
-            written += len(packed)
+            if deflate is not None:
+                crc, size = zlib.crc32(block, crc), size + len(block)
+                block = deflate.compress(block)
+            dst.write(block)
+            written += len(block)
         if not opened:
             raise InvalidTraceError("empty trace: the export wrote no JSON")
         if last != b"}":
             raise InvalidTraceError(f"cut short: the export does not end with '}}' but {last!r}")
         if not found:
             raise InvalidTraceError("no traceEvents in the export")
-        packed = deflate.flush()
-        dst.write(packed)
-        written += len(packed)
-    check_written(destination, compressed=written, crc=crc, size=size)
+        if deflate is not None:
+            packed = deflate.flush()
+            dst.write(packed)
+            written += len(packed)
+    if deflate is None:
+        check_size(destination, written)
+    else:
+        check_written(destination, compressed=written, crc=crc, size=size)
     return written
+
+
+def check_size(path: str, written: int) -> None:
+    """Check that ``path`` holds exactly the ``written`` bytes (a plain trace's check).
+
+    Raises:
+        InvalidTraceError: it does not.
+    """
+    actual = os.path.getsize(path)
+    if actual != written:
+        raise InvalidTraceError(f"the file is cut short or padded on disk: {actual} bytes, {written} written")
 
 
 def check_written(path: str, *, compressed: int, crc: int, size: int) -> None:
@@ -88,12 +110,9 @@ def check_written(path: str, *, compressed: int, crc: int, size: int) -> None:
     Raises:
         InvalidTraceError: it does not.
     """
-    actual = os.path.getsize(path)
-    if actual != compressed:
-        raise InvalidTraceError(f"the compressed file is cut short or padded on disk: {actual} bytes, "
-                           f"{compressed} written")
+    check_size(path, compressed)
     with open(path, "rb") as file:
-        file.seek(max(actual - 8, 0))
+        file.seek(max(compressed - 8, 0))
         trailer = file.read(8)
     if trailer != struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF):
         raise InvalidTraceError("the gzip trailer on disk does not match the data compressed")

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_WIDE_INDEX",
     "NSYS_EXT",
     "PLACEHOLDER_LABEL",
+    "PLAIN_TRACE_EXT",
     "ROLE_MAX_LEN",
     "STAGE_MAX_LEN",
     "TRACE_EXT",
@@ -58,6 +59,8 @@ PLACEHOLDER_LABEL: Final = "x"
 
 TRACE_EXT: Final = ".pt.trace.json.gz"
 """The extension of the traces profdsl writes (gzipped Chrome JSON, as torch names them)."""
+PLAIN_TRACE_EXT: Final = ".pt.trace.json"
+"""The extension of the traces profdsl writes uncompressed (``TorchOptions.compress_level=0``)."""
 NSYS_EXT: Final = ".nsys-rep"
 """The extension of Nsight Systems reports."""
 JSON_TRACE_SUFFIXES: Final = (".json", ".json.gz")

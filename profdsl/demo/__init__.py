@@ -110,7 +110,8 @@ def _progress(step: int, args: argparse.Namespace, loss: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; returns the exit code."""
-    from profdsl.demo.report import artifacts_table, stage_table
+    from profdsl.analysis import cost
+    from profdsl.demo.report import artifacts_table, cost_table, stage_table
 
     config = demo_config(args)
     started = time.monotonic()
@@ -124,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {'role':<10} {'stage':<22} {'traces':>6} {'total ms':>10}")
     for role, stage, count, total in stage_table(config.save_path):
         print(f"  {role:<10} {stage:<22} {count:>6} {total:>10.2f}")
+    costs = cost_table(config.save_path)
+    if costs:
+        print(f"\n{cost.TITLE}:")
+        for line in costs:
+            print("  " + line)
     if os.path.exists(config.save_path + ".tgz"):
         print(f"\nthe finish hook packed everything into {config.save_path}.tgz")
     print("open any .json.gz trace in https://ui.perfetto.dev")

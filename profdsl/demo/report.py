@@ -1,4 +1,5 @@
-"""What the demo prints at the end: where every artifact went, and time per stage."""
+"""What the demo prints at the end: where every artifact went, time per stage, and what profiling
+itself cost."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import os
 from collections import defaultdict
 from typing import Any
 
+from profdsl.analysis import cost
+from profdsl.analysis.catalog import FolderError, artifacts
 from profdsl.analysis.stages import ENGINE_STAGE
 from profdsl.collect.manifest import read_manifest
 
-__all__ = ["artifacts_table", "stage_table"]
+__all__ = ["artifacts_table", "cost_table", "stage_table"]
 
 
 def _load(path: str) -> dict[str, Any]:
@@ -52,3 +55,18 @@ def artifacts_table(save_path: str) -> list[str]:
         rank = "-" if r["rank"] is None else r["rank"]
         lines.append(f"{r['kind']:<8} step {step:<3} rank {rank:<3} {what:<26} {where}")
     return lines
+
+
+def cost_table(save_path: str) -> list[str]:
+    """The lines of ``profdsl summary``'s profiling cost table (header, rule, one row per role and
+    step), or [] when no record carries a cost."""
+    try:
+        costs = cost.step_costs(artifacts(save_path))
+    except FolderError:
+        return []
+    if not costs:
+        return []
+    rows = [["-" if c is None else str(c) for c in cost.cells(item)] for item in costs]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(cost.HEADERS)]
+    return ["  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
+            for values in [list(cost.HEADERS), ["-" * w for w in widths], *rows]]

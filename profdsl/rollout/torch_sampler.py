@@ -19,6 +19,7 @@ from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.rollout import rollout_trace_dir
 from profdsl.runtime.coordinator import Busy
+from profdsl.runtime.exports import WAIT_S
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.segment import Segment
 
@@ -65,10 +66,12 @@ class TorchSamplerEngine:
             self._segment = segment
 
     def stop_profile(self) -> None:
-        """Close the session, writing its trace."""
+        """Close the session; returns once its trace is written (as an engine's stop does:
+        the rollout relocation moves it next)."""
         segment, self._segment = self._segment, None
         if segment is not None:
             PROCESS.coordinator.end_stage(segment)
+            PROCESS.exports.wait(WAIT_S)
 
     def __reduce__(self) -> tuple[Any, ...]:  # shipped to a Ray actor without its session
         return (TorchSamplerEngine, (self.config, self.replica),

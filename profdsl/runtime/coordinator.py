@@ -36,6 +36,7 @@ from profdsl.collect.export import TraceLabel
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.runtime.claims import Claim, StepClaims
+from profdsl.runtime.exports import Exports
 from profdsl.runtime.hooks import HookRendezvous
 from profdsl.runtime.segment import Segment
 from profdsl.runtime.slot_lock import SlotLock
@@ -61,8 +62,8 @@ def holder(segment: Segment) -> str:
 class Coordinator:
     """The process's capture slot."""
 
-    def __init__(self, hooks: HookRendezvous) -> None:
-        self._hooks = hooks
+    def __init__(self, hooks: HookRendezvous, exports: Exports) -> None:
+        self._hooks, self.exports = hooks, exports
         self._lock = SlotLock()
         self._watch = ThreadWatch(self._thread_ended)
         self.current: Segment | None = None
@@ -145,6 +146,7 @@ class Coordinator:
         if segment.backend.all_threads and self._thread is None:
             self._thread = ProfilerThread()
         runner: Runner = self._thread if segment.backend.all_threads and self._thread else Inline()
+        segment.exports = self.exports
         if segment.start(runner):
             self._hooks.hold(segment.label.save_path, segment)
             if isinstance(runner, Inline):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from profdsl.core.log import ONCE, OnceLog, logger
 from profdsl.runtime.coordinator import Coordinator
+from profdsl.runtime.exports import WAIT_S, Exports
 from profdsl.runtime.hooks import HookRendezvous
 from profdsl.runtime.registry import Registry
 
@@ -34,7 +35,8 @@ class ProcessState:
     def __init__(self) -> None:
         self.registry = Registry()
         self.hooks = HookRendezvous()
-        self.coordinator = Coordinator(self.hooks)
+        self.exports = Exports(self.hooks)
+        self.coordinator = Coordinator(self.hooks, self.exports)
         self.live: set[Profiler] = set()  # strong: a profiler dropped unclosed still owes its hook
         self.log: OnceLog = ONCE
 
@@ -51,11 +53,17 @@ class ProcessState:
             self.coordinator.abandon()
         except Exception as exc:
             logger.error("profdsl: stopping the last session at exit failed: %s", exc)
+        if not self.exports.wait(WAIT_S):
+            for pending in self.exports.give_up():
+                logger.error("profdsl: the %s trace of step %s was still being written at exit",
+                             pending.label.role, pending.label.step)
 
     def reset(self) -> None:
         """Forget every profiler, recorder, open entry, hook and logged key; stop an open session
-        (when this thread owns it). Profilers forgotten here are not closed at exit."""
+        (when this thread owns it) and let the traces being written finish. Profilers forgotten
+        here are not closed at exit."""
         self.coordinator.reset()
+        self.exports.wait(WAIT_S)
         self.registry.clear()
         self.hooks.clear()
         self.live.clear()
@@ -65,6 +73,7 @@ class ProcessState:
         """A forked child inherits profiler objects but not the sessions or threads behind them:
         it profiles nothing, owes no hook, and logs afresh."""
         self.hooks.clear()
+        self.exports.forget()
         self.coordinator.forget()
         self.registry.clear()
         self.live.clear()

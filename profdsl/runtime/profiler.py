@@ -217,7 +217,8 @@ class Profiler:
     def _label(self, step: int | None) -> TraceLabel:
         return TraceLabel(role=self.role, stage=None, step=step, rank=self.rank,
                           world_size=self.world_size, save_path=self.config.save_path,
-                          host=socket.gethostname(), pid=os.getpid(), config_hash=self._hash)
+                          host=socket.gethostname(), pid=os.getpid(), config_hash=self._hash,
+                          compress_level=self.config.torch.compress_level)
 
     def _new_recorder(self, step: int) -> Recorder:
         assert self._backend is not None

@@ -22,7 +22,7 @@ from profdsl.collect.export import TraceLabel
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.runtime.claims import Claim
-from profdsl.runtime.context import Entry
+from profdsl.runtime.context import Entry, walk
 from profdsl.runtime.coordinator import Busy, Coordinator, holder
 from profdsl.runtime.handles import Batches, Handle, OwningHandle, opaque
 
@@ -57,6 +57,26 @@ def _elsewhere(current: Segment | None, ended: bool) -> str:
     if ended:
         return "ran after the thread that began its step ended (its session stopped with it)"
     return _unseen_thread()
+
+
+def _advance_outside(segment: Segment, index: int, context: Entry | None,
+                     owner: Handle | None) -> None:
+    """Step a scheduled stage's schedule with the regions around the mini-batch closed, up to
+    the stage's own: a torch region entered under one window's profiler and exited under the
+    next corrupts torch's heap (the process crashes later, anywhere). They reopen right after."""
+    closed: list[Handle] = []
+    for entry in walk(context):
+        handle = entry.value
+        if isinstance(handle, Handle) and handle.pushed:
+            handle.suspend()
+            closed.append(handle)
+        if handle is owner:
+            break
+    try:
+        segment.advance(index)
+    finally:
+        for handle in reversed(closed):
+            handle.resume()
 
 
 class Recorder:
@@ -161,8 +181,8 @@ class Recorder:
             segment.note(base, mini_batch=True)
             if batches.schedule is None:
                 return Handle(self._annotator, name, None, self)
-            return OwningHandle(self._annotator, name, None, self,
-                                finish=functools.partial(segment.advance, index))
+            return OwningHandle(self._annotator, name, None, self, finish=functools.partial(
+                _advance_outside, segment, index, context, owner))
         segment.mini_batch_began(recorded)
         if recorded:
             segment.note(base, mini_batch=True)
