@@ -171,8 +171,9 @@ def hook_then_traces(tmp_path: Path) -> tuple[list[str], list[str]]:
     return [n for n in names if n.endswith(".json.gz")], now
 
 
-def test_hook_waits_for_a_stage_still_open_on_another_thread(tmp_path: Path) -> None:
-    profiler = Profiler(hook_config(tmp_path, discrete=True), role="actor", rank=0, world_size=1)
+def stop_while_a_stage_is_open(profiler: Profiler, after_stop: Any = None) -> None:
+    """Step 1 stops (from this thread) while its stage is open on another thread; then
+    ``after_stop()`` runs, the stage ends there, and the profiler closes."""
     inside, release = threading.Event(), threading.Event()
 
     def stage() -> None:
@@ -185,11 +186,21 @@ def test_hook_waits_for_a_stage_still_open_on_another_thread(tmp_path: Path) -> 
     thread = threading.Thread(target=stage)
     thread.start()
     assert inside.wait(60)
-    profiler.stop()  # the last profiled step ends while its stage is still open
-    assert not (tmp_path / "hook.out").exists()
+    profiler.stop()
+    if after_stop is not None:
+        after_stop()
     release.set()
     thread.join(60)
     profiler.close()
+
+
+def test_hook_waits_for_a_stage_still_open_on_another_thread(tmp_path: Path) -> None:
+    profiler = Profiler(hook_config(tmp_path, discrete=True), role="actor", rank=0, world_size=1)
+
+    def hook_not_yet() -> None:  # the last profiled step ended while its stage is still open
+        assert not (tmp_path / "hook.out").exists()
+
+    stop_while_a_stage_is_open(profiler, hook_not_yet)
     seen, now = hook_then_traces(tmp_path)
     assert len(now) == 1 and seen == now
 
@@ -502,22 +513,7 @@ def test_hook_after_a_recreated_profiler_names_every_profiled_step(tmp_path: Pat
 # -- found in review: stopped early, thread idents, another role's capture -----------------
 def test_stage_that_ends_on_its_own_thread_after_stop_is_not_cut_short(tmp_path: Path) -> None:
     profiler = Profiler(config(tmp_path, discrete=True), role="actor", rank=0, world_size=1)
-    inside, release = threading.Event(), threading.Event()
-
-    def stage() -> None:
-        with profile_stage("generate"):
-            work()
-            inside.set()
-            release.wait(60)
-
-    profiler.start(1)
-    thread = threading.Thread(target=stage)
-    thread.start()
-    assert inside.wait(60)
-    profiler.stop()
-    release.set()
-    thread.join(60)
-    profiler.close()
+    stop_while_a_stage_is_open(profiler)
     found = traces_ok(tmp_path)
     assert len(found) == 1 and "note" not in found[0]
 
