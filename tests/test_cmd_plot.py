@@ -110,7 +110,9 @@ def test_timeline_draws_one_row_per_rank(profiled: Path, tmp_path: Path) -> None
     out = tmp_path / "timeline.png"
     assert profdsl.cli.main(["plot", str(profiled), "-o", str(out), "--timeline"]) == 0
     image = _assert_picture(out)
-    assert _share_of(image, matplotlib.colormaps["tab10"](1)) > 0.01
+    # update_actor's spans, well beyond a legend swatch; their width follows wall-clock time, and
+    # a scheduled stage's region is drawn in pieces (it closes while torch's schedule steps)
+    assert _share_of(image, matplotlib.colormaps["tab10"](1)) > 0.005
 
 
 def test_dpi_sets_the_resolution(profiled: Path, tmp_path: Path) -> None:
