@@ -19,6 +19,7 @@ import attrs
 
 from profdsl.analysis.reader import TraceError, brief, header
 from profdsl.collect.manifest import KINDS, MANIFEST_NAME, is_relative, read_lines
+from profdsl.config.parallel import DIMS
 from profdsl.config.validate import require_int
 from profdsl.core.naming import ARTIFACT_SUFFIXES, NSYS_EXT, TraceName, is_json_trace
 from profdsl.errors import ConfigError
@@ -56,6 +57,9 @@ class Artifact:
     blocked_ms: float | None = None
     export_ms: float | None = None
     record: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+    #: The writer's known parallel coordinates, ``(("tp", 1), ("pp", 0), ...)`` in the order
+    #: tp, pp, dp, cp, ep (the record's ``tp`` ... ``ep`` keys, or the file name's).
+    parallel: tuple[tuple[str, int], ...] = ()
 
     @property
     def needs_metadata(self) -> bool:
@@ -126,7 +130,11 @@ def from_record(record: object) -> Artifact:
     except ConfigError as exc:
         raise RecordError(str(exc)) from None
     blocked, export = (_duration(key, record.get(key)) for key in _DURATIONS)
-    return Artifact(kind=kind, path=path, role=record.get("role"), stage=record.get("stage"),
+    try:
+        parallel = tuple((d, require_int(d, record[d], 0)) for d in DIMS if record.get(d) is not None)
+    except ConfigError as exc:
+        raise RecordError(str(exc)) from None
+    return Artifact(parallel=parallel, kind=kind, path=path, role=record.get("role"), stage=record.get("stage"),
                     window=None if first is None or last is None else (first, last), bytes=size,
                     status=record.get("status") or "ok", blocked_ms=blocked, export_ms=export, record=record,
                     **counts)
@@ -137,7 +145,8 @@ def _from_name(folder: Path, name: str) -> Artifact | None:
     if parsed is None:
         return None
     kind = "nsys" if parsed.ext == NSYS_EXT else "rollout" if parsed.role == "rollout" else "trace"
-    return Artifact(kind=kind, path=name, role=parsed.role, stage=parsed.stage, step=parsed.step,
+    coords = tuple((d, v) for d in DIMS if (v := getattr(parsed, d)) is not None)
+    return Artifact(parallel=coords, kind=kind, path=name, role=parsed.role, stage=parsed.stage, step=parsed.step,
                     rank=parsed.rank, world_size=parsed.world_size, replica=parsed.replica,
                     window=parsed.window, bytes=_size(folder / name))
 

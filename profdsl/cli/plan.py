@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterable
 
-from profdsl.cli.common import fail
+from profdsl.cli.common import fail, printable
 from profdsl.config import ProfilerConfig
 from profdsl.core.preview import Preview, preview
+from profdsl.core.topology import GridLayout
 from profdsl.errors import ConfigError
 
 HELP = "show what a profiler config will capture (steps, ranks, replicas, windows, file names, size warnings)"
@@ -16,6 +18,7 @@ EXAMPLES = """examples:
   profdsl plan profiler.yaml --world-size 16
   profdsl plan trainer.yaml --section actor.profiler --world-size 64 --replica-world-size 8 --mini-batches 16
   profdsl plan profiler.yaml --world-size 8 --json
+  profdsl plan profiler.yaml --world-size 64 --tp 4 --pp 2 --nodes 8    # which ranks `select` picks
 """
 
 
@@ -28,6 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica-world-size", type=int, help="GPUs per rollout replica (tp*dp*pp)")
     parser.add_argument("--mini-batches", type=int, default=8, help="update mini-batches per step")
     parser.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    layout = parser.add_argument_group(
+        "layout", "the parallel layout ranks are resolved on (tp varies fastest, then cp, dp, pp; "
+        "dp is what the world size leaves; nodes hold consecutive ranks)")
+    layout.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    layout.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
+    layout.add_argument("--cp", type=int, default=1, help="context-parallel degree")
+    layout.add_argument("--nodes", type=int, default=1, help="number of nodes")
 
 
 def spans(values: Iterable[int]) -> str:
@@ -66,10 +76,18 @@ def run(args: argparse.Namespace) -> int:
     """Print the plan; a bad config or argument exits 2 with the ConfigError message."""
     try:
         config = ProfilerConfig.from_file(args.config, section=args.section)
+        layout = None
+        if (args.tp, args.pp, args.cp, args.nodes) != (1, 1, 1, 1) or config.select is not None:
+            layout = GridLayout(world_size=args.world_size, tp=args.tp, pp=args.pp, cp=args.cp,
+                                nodes=args.nodes)
         found = preview(config, world_size=args.world_size, mini_batches=args.mini_batches,
-                        replica_world_size=args.replica_world_size)
+                        replica_world_size=args.replica_world_size, layout=layout)
     except ConfigError as exc:
-        return fail(str(exc))
+        first, *more = str(exc).split("\n")  # a selector error points at its token below
+        code = fail(first)
+        for line in more:
+            print(printable(line), file=sys.stderr)
+        return code
     if args.json:
         print(json.dumps(found.to_mapping(), indent=1))
         return 0
@@ -82,7 +100,17 @@ def _print(config: ProfilerConfig, found: Preview, world_size: int, width: int |
     print(f"enabled: {found.enabled}   tool: {found.tool}   mode: {mode}")
     print(f"save_path: {config.save_path}")
     print(f"profiled steps: {spans(found.steps)}   sessions: {list(found.sessions) or 'none'}")
+    if found.layout is not None:
+        shape = found.layout
+        print(f"layout: tp={shape['tp']} cp={shape['cp']} dp={shape['dp']} pp={shape['pp']} "
+              f"on {shape['nodes']} node(s) of {world_size // shape['nodes']} ranks")
+    if config.select is not None:
+        print(f"selector: {config.select}")
     print(f"profiled ranks ({len(found.ranks)} of {world_size}): {spans(found.ranks)}")
+    if found.layout is not None:
+        for rank, coords in zip(found.ranks, found.coords):
+            place = " ".join(f"{k}={v}" for k, v in coords.items())
+            print(f"  rank {rank}: {place}")
     hook = config.finish_hook
     print(f"finish hook: {hook.cmd!r} on ranks {spans(found.hook_ranks)}, after step {found.hook_step}"
           if hook.cmd else "finish hook: none")

@@ -17,14 +17,17 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
 from profdsl.collect.manifest import append_record, make_record
 from profdsl.collect.relocate import reserve
 from profdsl.collect.tracefile import COMPRESS_LEVEL, compress_trace
+from profdsl.config.parallel import Parallel
 from profdsl.core.log import once
 from profdsl.core.naming import PLAIN_TRACE_EXT, TRACE_EXT, TraceName
+from profdsl.errors import ConfigError
 
 __all__ = ["PendingTrace", "TraceLabel", "export_trace", "finish", "write_events"]
 
@@ -46,13 +49,18 @@ class TraceLabel:
     part: int | None = None
     manifest: bool = True  # False for files that are moved (and recorded) elsewhere later
     compress_level: int = COMPRESS_LEVEL  # gzip level; 0: plain JSON (TorchOptions.compress_level)
+    parallel: Parallel = Parallel()  # the process's parallel coordinates (tp, pp, dp, cp, ep)
 
     def fields(self, **more: object) -> dict[str, object]:
-        """The manifest fields this label gives a record (``more`` added or overriding)."""
+        """The manifest fields this label gives a record (``more`` added or overriding): the
+        known parallel coordinates as ``tp`` ... ``ep``, their sizes as ``parallel_sizes``."""
         fields: dict[str, object] = dict(
             role=self.role, stage=self.stage, step=self.step, rank=self.rank,
             world_size=self.world_size, part=self.part, host=self.host, pid=self.pid,
-            roles=list(self.roles or (self.role,)), config_hash=self.config_hash)
+            roles=list(self.roles or (self.role,)), config_hash=self.config_hash,
+            **self.parallel.coords())
+        if self.parallel.sizes():
+            fields["parallel_sizes"] = self.parallel.sizes()
         fields.update(more)
         return fields
 
@@ -80,14 +88,22 @@ class PendingTrace:
         return self.label.fields(window=self.window, time_ms=self.time_ms, **(self.extra or {}))
 
     def name(self) -> TraceName:
-        """The trace's file name (before a ``part`` is bumped)."""
+        """The trace's file name (before a ``part`` is bumped), with the parallel coordinates,
+        unless they would make it too long (then they are in its metadata and record only)."""
         label = self.label
-        return TraceName(
+        fields: dict[str, Any] = dict(
             role=label.role, stage=label.stage, step=label.step, rank=label.rank,
             world_size=label.world_size, window=self.window, part=label.part, host=label.host,
             pid=label.pid, time_ms=self.time_ms,
             ext=PLAIN_TRACE_EXT if label.compress_level == 0 else TRACE_EXT,
         )
+        coords: dict[str, Any] = dict(label.parallel.coords())
+        if coords:
+            try:
+                return TraceName(**fields, **coords)
+            except ConfigError:  # only past the length limit (indices past MAX_INDEX)
+                pass
+        return TraceName(**fields)
 
 
 def export_trace(

@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 
 from profdsl.collect.manifest import append_record, make_record, read_manifest
+from profdsl.config.parallel import DIMS
 from profdsl.core.naming import MAX_INDEX, NSYS_EXT, TraceName
 
 __all__ = ["Move", "Skip", "apply", "default_nsys_dir", "gzip_complete", "plan_nsys", "reserve",
@@ -145,8 +146,10 @@ def plan_nsys(names: Iterable[str], *, source_dir: str, pid: int, label: dict[st
                              fields=dict(label)))
             continue
         part = int(match["index"][1:]) if match["index"] else None
+        coords = {d: label[d] for d in DIMS if label.get(d) is not None}
         trace = TraceName(role=label["role"], rank=label["rank"], world_size=label["world_size"],
-                          host=label["host"], pid=pid, time_ms=time_ms, part=part, ext=NSYS_EXT)
+                          host=label["host"], pid=pid, time_ms=time_ms, part=part, ext=NSYS_EXT,
+                          **coords)
         plan.append(Move(source, trace, "nsys", dict(label), "this process's finished nsys report"))
     return plan
 

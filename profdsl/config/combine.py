@@ -41,6 +41,30 @@ def _contents(a: frozenset[str], b: frozenset[str], op: _SetOp) -> frozenset[str
     return merged or frozenset({"cpu"})  # an empty result would wrongly switch CUDA back on
 
 
+def _rank_terms(c: ProfilerConfig) -> list[str]:
+    """``c``'s rank choice as selector terms (none: every rank)."""
+    if c.select is not None:
+        return [c.select]
+    if c.all_ranks:
+        return []
+    return [f"rank in {{{', '.join(map(str, c.ranks or (0,)))}}}"]
+
+
+def _select_intersect(a: ProfilerConfig, b: ProfilerConfig) -> dict[str, Any]:
+    """The ranks both select, as a selector, when either chooses ranks by one (``and`` is exact)."""
+    terms = [*_rank_terms(a), *_rank_terms(b)]
+    return {"select": " and ".join(terms) if terms else None, "ranks": (), "all_ranks": not terms}
+
+
+def _select_union(a: ProfilerConfig, b: ProfilerConfig) -> None:
+    """A selector has no ``or``: a union is written only when both choose ranks alike."""
+    if (a.select, a.ranks, a.all_ranks) != (b.select, b.ranks, b.all_ranks):
+        raise ConfigError(
+            f"cannot merge the rank choices select={a.select!r} (ranks={list(a.ranks)}, all_ranks="
+            f"{a.all_ranks}) and select={b.select!r} (ranks={list(b.ranks)}, all_ranks={b.all_ranks}) "
+            "by union: a selector has no 'or'; give both roles the same selector")
+
+
 def _first(a: T | None, b: T | None) -> T | None:
     return a if a is not None else b
 
@@ -92,6 +116,10 @@ def union(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
         return a if a.enable else b
     if bool(a.steps) != bool(b.steps):  # without steps a config selects no rank either
         ranks, all_ranks = (a.ranks, a.all_ranks) if a.steps else (b.ranks, b.all_ranks)
+        a = attrs.evolve(a, select=(a if a.steps else b).select, ranks=(), all_ranks=False)
+    elif a.select is not None or b.select is not None:
+        _select_union(a, b)
+        ranks, all_ranks = a.ranks, a.all_ranks
     else:
         ranks, all_ranks = _ranks(a.ranks, b.ranks, frozenset.union), a.all_ranks or b.all_ranks
     return attrs.evolve(
@@ -111,6 +139,15 @@ def union(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
 def intersect(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
     """Profile only the (step, rank) pairs that both ``a`` and ``b`` profile."""
     _same_tool(a, b)
+    if a.select is not None or b.select is not None:
+        return attrs.evolve(_intersect_lists(attrs.evolve(a, select=None, ranks=(), all_ranks=True),
+                                             attrs.evolve(b, select=None, ranks=(), all_ranks=True)),
+                            **_select_intersect(a, b))
+    return _intersect_lists(a, b)
+
+
+def _intersect_lists(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
+    """``intersect`` of two configs that choose ranks by list (or all)."""
     if a.all_ranks or b.all_ranks:  # every rank ∩ a selection = that selection
         all_ranks = a.all_ranks and b.all_ranks
         if all_ranks:

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 import attrs
 
 from profdsl.config import combine
+from profdsl.config.selector import parse_selector
 from profdsl.config.validate import (
     MAX_WIDE_INDEX,
     boolean,
@@ -191,6 +192,11 @@ def _ranks(value: object) -> tuple[int, ...]:
     return to_int_set("ProfilerConfig.ranks", value, maximum=MAX_WIDE_INDEX - 1)
 
 
+def _select(value: object) -> str | None:
+    """A rank selector, stored in its canonical spelling (``parse_selector(...).format()``)."""
+    return None if value is None else parse_selector(value, where="ProfilerConfig.select").format()
+
+
 def _torch_options(value: object) -> TorchOptions:
     return to_nested("ProfilerConfig.torch", value, TorchOptions)
 
@@ -210,6 +216,9 @@ class ProfilerConfig(_Mappable):
     """What to profile (steps, ranks, tool), where traces go, and the finish hook.
 
     ``steps`` are RL training steps; empty ``ranks`` with ``all_ranks=False`` selects rank 0.
+    ``select`` chooses ranks by their place in the parallel layout instead (``"tp == 0 and pp in
+    {0, last}"``, grammar in :mod:`profdsl.config.selector`); it excludes ``ranks`` and
+    ``all_ranks``.
     ``discrete=True`` gives each outermost stage its own trace; otherwise one trace spans a step
     (or a run of consecutive steps with ``continuous_steps``).
 
@@ -227,6 +236,7 @@ class ProfilerConfig(_Mappable):
     steps: tuple[int, ...] = attrs.field(default=(), converter=_steps)
     ranks: tuple[int, ...] = attrs.field(default=(), converter=_ranks)
     all_ranks: bool = attrs.field(default=False, validator=boolean)
+    select: str | None = attrs.field(default=None, converter=_select)
     save_path: str = attrs.field(default="profiles", converter=_save_path)
     discrete: bool = attrs.field(default=False, validator=boolean)
     continuous_steps: bool = attrs.field(default=False, validator=boolean)
@@ -236,6 +246,12 @@ class ProfilerConfig(_Mappable):
     finish_hook: FinishHook = attrs.field(factory=FinishHook, converter=_finish_hook)
     nsys_report_dir: str | None = attrs.field(default=None, validator=_optional_dir)
     rollout: RolloutOptions = attrs.field(factory=RolloutOptions, converter=_rollout)
+
+    def __attrs_post_init__(self) -> None:
+        if self.select is not None and (self.ranks or self.all_ranks):
+            given = f"ranks={list(self.ranks)}" if self.ranks else "all_ranks=True"
+            raise ConfigError(f"ProfilerConfig.select ({self.select!r}) and {given} both choose the "
+                              "profiled ranks: give one (a selector can name ranks: 'rank in {0, 8}')")
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, section: str | None = None) -> ProfilerConfig:

@@ -21,7 +21,7 @@ from profdsl.config.validate import MAX_WIDE_INDEX, require_int
 from profdsl.core.log import once
 from profdsl.errors import ConfigError
 
-__all__ = ["RankInfo", "discover_rank", "discover_world", "require_ranks"]
+__all__ = ["RankInfo", "discover_local_rank", "discover_rank", "discover_world", "require_ranks"]
 
 _SOURCE_EXPLICIT: Final = "explicit"
 _SOURCE_TORCH: Final = "torch.distributed"
@@ -253,3 +253,10 @@ def discover_rank(
         local_rank=found.rank if local_rank is None else local_rank,
         source=found.source,
     )
+
+
+def discover_local_rank(*, environ: Mapping[str, str] | None = None) -> int | None:
+    """This process's rank on its node: ``LOCAL_RANK``, or None when the launcher did not set it
+    (a malformed value is logged once and ignored)."""
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    return _parse_env_int(env, _ENV_LOCAL_RANK, 0, MAX_WIDE_INDEX - 1)

@@ -19,11 +19,14 @@ from typing import Any
 import attrs
 
 from profdsl.config import ProfilerConfig
+from profdsl.config.selector import parse_selector
 from profdsl.config.validate import MAX_WIDE_INDEX, require_int
 from profdsl.core.naming import TraceName
 from profdsl.core.ranks import is_hook_rank, is_rank_selected, replicas_for_ranks
 from profdsl.core.schedule import recorded_windows
 from profdsl.core.step_plan import StepPlan
+from profdsl.core.topology import GridLayout
+from profdsl.errors import ConfigError
 
 __all__ = ["Preview", "mini_batch_windows", "preview"]
 
@@ -33,6 +36,8 @@ EXAMPLE_TIME_MS = 1_795_000_000_000
 
 #: The most mini-batches per step a preview computes windows for (each is walked once).
 MAX_MINI_BATCHES = 1_000_000
+#: The largest world a rank selector is previewed over (each rank is resolved once).
+MAX_SELECTOR_WORLD = 1 << 20
 
 def mini_batch_windows(config: ProfilerConfig, mini_batches: int) -> tuple[tuple[int, int], ...]:
     """The windows ``mini_batches`` update mini-batches record: those of the schedule (in a
@@ -50,7 +55,7 @@ def _candidate_ranks(config: ProfilerConfig, world_size: int) -> Sequence[int]:
     every rank when a rule says all, else rank 0 and the ranks named. The rules still decide; this
     only spares a large world a walk over every rank."""
     hook = config.finish_hook
-    if config.all_ranks or hook.all_ranks:
+    if config.all_ranks or hook.all_ranks or config.select is not None:
         return range(world_size)
     return sorted(r for r in {0, *config.ranks, *hook.ranks} if r < world_size)
 
@@ -76,6 +81,10 @@ class Preview:
             in discrete mode, per profiled step, one per outermost stage (a scheduled stage: one
             per window).
         example: an example trace file name.
+        layout: the grid layout the ranks were resolved on (``tp``, ``pp``, ``cp``, ``dp``,
+            ``nodes``), when one was given or a selector needed one.
+        coords: each profiled rank's coordinates and node (``{"tp": 0, ..., "node": 0}``), in
+            the order of ``ranks``, with a layout.
     """
 
     enabled: bool
@@ -91,6 +100,8 @@ class Preview:
     windows: tuple[tuple[int, int], ...]
     traces_per_rank: int | None
     example: str
+    layout: dict[str, int] | None = None
+    coords: tuple[dict[str, int], ...] = ()
 
     def to_mapping(self) -> dict[str, Any]:
         """Plain lists and numbers (``profdsl plan --json``)."""
@@ -98,22 +109,34 @@ class Preview:
 
 
 def preview(config: ProfilerConfig, *, world_size: int, mini_batches: int = 8,
-            replica_world_size: int | None = None) -> Preview:
-    """Predict what ``config`` captures on ``world_size`` ranks.
+            replica_world_size: int | None = None, layout: GridLayout | None = None) -> Preview:
+    """Predict what ``config`` captures on ``world_size`` ranks (laid out as ``layout``; a rank
+    selector without one sees the plain layout: tp = pp = cp = 1, one node).
 
     Raises:
         ConfigError: ``world_size`` is not an integer in ``1..MAX_WIDE_INDEX``, ``mini_batches``
-            not >= 0, or ``replica_world_size`` not >= 1.
+            not >= 0, ``replica_world_size`` not >= 1; a layout of another world size; a selector
+            over more than ``MAX_SELECTOR_WORLD`` ranks, or one whose terms the layout cannot
+            answer (``ep``).
     """
     require_int("world_size", world_size, 1, MAX_WIDE_INDEX)
+    if layout is not None and layout.world_size != world_size:
+        raise ConfigError(f"the layout is for world size {layout.world_size}, not {world_size}")
+    select = None if config.select is None else parse_selector(config.select)
+    if select is not None and layout is None:
+        layout = GridLayout(world_size=world_size)
+    if select is not None and world_size > MAX_SELECTOR_WORLD:
+        raise ConfigError(f"a rank selector is previewed over at most {MAX_SELECTOR_WORLD} ranks, "
+                          f"got world size {world_size}")
     plan = StepPlan.from_config(config)
     candidates = _candidate_ranks(config, world_size) if config.enable else ()
+    topology = (lambda r: None) if layout is None else layout.topology
     ranks = tuple(r for r in candidates if is_rank_selected(
-        r, config.ranks, all_ranks=config.all_ranks))
+        r, config.ranks, all_ranks=config.all_ranks, select=select, topology=topology(r)))
     hook = config.finish_hook
     hook_ranks = tuple(r for r in candidates if hook.cmd and is_hook_rank(
         r, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks, profiled_ranks=config.ranks,
-        profiled_all_ranks=config.all_ranks))
+        profiled_all_ranks=config.all_ranks, profiled_select=select, topology=topology(r)))
     replicas = None
     if replica_world_size is not None:
         width = require_int("replica_world_size", replica_world_size, 1)
@@ -122,13 +145,19 @@ def preview(config: ProfilerConfig, *, world_size: int, mini_batches: int = 8,
             num_replicas=max(world_size // width, 1)))) if config.enable else ()
     windows = mini_batch_windows(config, mini_batches)
     scheduled = config.discrete and config.torch.schedule is not None
+    first = ranks[0] if ranks else 0
+    coords: dict[str, Any] = {} if layout is None else dict(layout.topology(first).parallel.coords())
     example = TraceName(role="actor", stage="update_actor" if config.discrete else None,
-                        step=plan.steps[0] if plan.steps else 0, rank=ranks[0] if ranks else 0,
+                        step=plan.steps[0] if plan.steps else 0, rank=first,
                         world_size=world_size, window=windows[0] if windows and scheduled else None,
-                        host="HOST", pid=1234, time_ms=EXAMPLE_TIME_MS)
+                        host="HOST", pid=1234, time_ms=EXAMPLE_TIME_MS, **coords)
     return Preview(
         enabled=config.enable, tool=config.tool, discrete=config.discrete, steps=plan.steps,
         sessions=plan.sessions, ranks=ranks, hook_ranks=hook_ranks,
         hook_step=plan.hook_step if hook_ranks else None, replicas=replicas,
         mini_batches=mini_batches, windows=windows,
-        traces_per_rank=None if config.discrete else len(plan.sessions), example=example.format())
+        traces_per_rank=None if config.discrete else len(plan.sessions), example=example.format(),
+        layout=None if layout is None else {"tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
+                                             "dp": layout.dp, "nodes": layout.nodes},
+        coords=() if layout is None else tuple(
+            {**layout.topology(r).parallel.coords(), "node": layout.node_of(r)} for r in ranks))

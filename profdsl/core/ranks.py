@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from profdsl.config.selector import LAST, Every, FirstPerNode, Match, OnePerDpGroup, Selector, Term, parse_selector
 from profdsl.config.validate import require_int
 from profdsl.core.discovery import RankInfo, discover_rank, discover_world, require_ranks
 from profdsl.core.engine_names import Ambiguous, read_engine_rank
+from profdsl.core.topology import Topology
+from profdsl.errors import ConfigError
 
 __all__ = [
     "RankInfo",
@@ -14,34 +17,112 @@ __all__ = [
     "discover_world",
     "is_hook_rank",
     "is_rank_selected",
+    "selector_needs",
     "local_rank_from_trace_name",
     "replica_ranks",
     "replicas_for_ranks",
 ]
 
 
-def is_rank_selected(rank: int, ranks: Collection[int], *, all_ranks: bool = False) -> bool:
+def is_rank_selected(rank: int, ranks: Collection[int], *, all_ranks: bool = False,
+                     select: Selector | str | None = None, topology: Topology | None = None) -> bool:
     """Apply the profiled-rank rule.
 
     Args:
         rank: The global rank asking.
         ranks: Ranks named in the config.
         all_ranks: Select every rank, whatever ``ranks`` holds.
+        select: A rank selector (``ProfilerConfig.select``): when given, it alone decides.
+        topology: ``rank``'s place in the job, which a selector is resolved against.
 
     Returns:
-        True for every rank with ``all_ranks``; for rank 0 only when ``ranks`` is empty; otherwise
-        whether ``rank`` is in ``ranks``.
+        With ``select``: whether ``rank`` matches every term of it. Otherwise True for every rank
+        with ``all_ranks``; for rank 0 only when ``ranks`` is empty; otherwise whether ``rank`` is
+        in ``ranks``.
 
     Raises:
-        ConfigError: ``rank`` or a member of ``ranks`` is not an integer ``>= 0``.
+        ConfigError: ``rank`` or a member of ``ranks`` is not an integer ``>= 0``; a selector
+            without the topology of ``rank``, or whose terms need something the topology lacks
+            (a coordinate, a dimension's size for ``last``, the local rank for
+            ``first_per_node``).
+
+    Examples:
+        >>> from profdsl.core.topology import GridLayout
+        >>> layout = GridLayout(world_size=8, tp=2, pp=2)
+        >>> [r for r in range(8) if is_rank_selected(r, (), select="tp == 0 and pp in {0, last}",
+        ...                                          topology=layout.topology(r))]
+        [0, 2, 4, 6]
     """
     require_int("rank", rank, 0)
     require_ranks("ranks", ranks)
+    if select is not None:
+        selector = parse_selector(select) if isinstance(select, str) else select
+        if topology is None or topology.rank != rank:
+            raise ConfigError(f"the rank selector {selector.format()!r} needs rank {rank}'s topology "
+                              "(its parallel coordinates and local rank)")
+        return all(_matches(term, topology) for term in selector.terms)
     if all_ranks:
         return True
     if not ranks:
         return rank == 0
     return rank in ranks
+
+
+def selector_needs(select: Selector | str) -> frozenset[str]:
+    """What a selector reads besides the global rank: parallel dimensions (``"tp"`` ...),
+    ``"<dim>_size"`` for ``last``, ``"local_rank"`` for ``first_per_node``."""
+    selector = parse_selector(select) if isinstance(select, str) else select
+    needs: set[str] = set()
+    for term in selector.terms:
+        if isinstance(term, Match) and term.dim != "rank":
+            needs.add(term.dim)
+            if LAST in term.values:
+                needs.add(f"{term.dim}_size")
+        elif isinstance(term, FirstPerNode):
+            needs.add("local_rank")
+        elif isinstance(term, OnePerDpGroup):
+            needs.add("dp")
+    return frozenset(needs)
+
+
+def _missing(term: Term, topology: Topology, what: str) -> ConfigError:
+    return ConfigError(
+        f"the selector term {term.format()!r} needs {what}, which rank {topology.rank} does not "
+        "have: pass Profiler(parallel=...) (a dict, profdsl.Parallel or a DeviceMesh with named "
+        "dimensions), or initialise Megatron's parallel_state or a named DeviceMesh first")
+
+
+def _matches(term: Term, topology: Topology) -> bool:
+    """Whether ``topology``'s rank matches one selector term (the meaning of each term)."""
+    parallel = topology.parallel
+    if isinstance(term, Every):
+        return topology.rank % term.n == 0
+    if isinstance(term, FirstPerNode):
+        if topology.local_rank is None:
+            if topology.world_size == 1:
+                return True
+            raise _missing(term, topology, "its rank on its node (LOCAL_RANK)")
+        return topology.local_rank == 0
+    if isinstance(term, OnePerDpGroup):
+        if parallel.dp is None:
+            raise _missing(term, topology, "the dp coordinate")
+        return all(v == 0 for d, v in parallel.coords().items() if d != "dp")
+    if term.dim == "rank":
+        value, last = topology.rank, topology.world_size - 1
+    else:
+        value, last = getattr(parallel, term.dim), getattr(parallel, f"{term.dim}_size")
+        if value is None:
+            raise _missing(term, topology, f"the {term.dim} coordinate")
+        if last is not None:
+            last -= 1
+    for wanted in term.values:
+        if wanted == LAST:
+            if last is None:
+                raise _missing(term, topology, f"the {term.dim} size (for 'last')")
+            wanted = last
+        if value == wanted:
+            return True
+    return False
 
 
 def is_hook_rank(
@@ -51,6 +132,8 @@ def is_hook_rank(
     hook_all_ranks: bool,
     profiled_ranks: Collection[int],
     profiled_all_ranks: bool,
+    profiled_select: Selector | str | None = None,
+    topology: Topology | None = None,
 ) -> bool:
     """Tell whether the finish hook runs on ``rank``.
 
@@ -60,6 +143,8 @@ def is_hook_rank(
         hook_all_ranks: Run the hook on every rank.
         profiled_ranks: Ranks named for profiling.
         profiled_all_ranks: Profile every rank.
+        profiled_select: The profiled-rank selector, if any.
+        topology: ``rank``'s place in the job (needed with ``profiled_select``).
 
     Returns:
         True for every rank with ``hook_all_ranks``; membership in ``hook_ranks`` when it is
@@ -74,7 +159,8 @@ def is_hook_rank(
         return True
     if hook_ranks:
         return rank in hook_ranks
-    return is_rank_selected(rank, profiled_ranks, all_ranks=profiled_all_ranks)
+    return is_rank_selected(rank, profiled_ranks, all_ranks=profiled_all_ranks,
+                            select=profiled_select, topology=topology)
 
 
 def replicas_for_ranks(

@@ -19,6 +19,7 @@ from profdsl.collect import finish_hook, relocate
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.core.ranks import is_hook_rank
+from profdsl.core.topology import Topology
 from profdsl.runtime.hooks import HookRendezvous
 
 __all__ = ["Finisher"]
@@ -32,13 +33,16 @@ class Finisher:
     """Artifact relocation and the finish hook for one role of one process."""
 
     def __init__(self, config: ProfilerConfig, *, role: str, rank: int, world_size: int,
-                 selected: bool, rendezvous: HookRendezvous, hooks: bool = True) -> None:
+                 selected: bool, rendezvous: HookRendezvous, hooks: bool = True,
+                 topology: Topology | None = None) -> None:
         self.config, self.role, self.rank, self.world_size = config, role, rank, world_size
+        self.topology = topology
         self.selected = selected
         hook = config.finish_hook
         self.hook_rank = hooks and hook.cmd is not None and is_hook_rank(
             rank, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks,
-            profiled_ranks=config.ranks, profiled_all_ranks=config.all_ranks)
+            profiled_ranks=config.ranks, profiled_all_ranks=config.all_ranks,
+            profiled_select=config.select, topology=topology)
         self._background: finish_hook.BackgroundHook | None = None
         self._arrived = not hooks  # a step clock never holds up another role's hook
         self._rendezvous = rendezvous
@@ -47,8 +51,9 @@ class Finisher:
         self._final_done = False  # incomplete reports are recorded once, at the first pass at close
 
     def _label(self) -> dict[str, Any]:
+        coords = {} if self.topology is None else self.topology.parallel.coords()
         return {"role": self.role, "rank": self.rank, "world_size": self.world_size,
-                "host": socket.gethostname()}
+                "host": socket.gethostname(), **coords}
 
     def after_session(self, *, final: bool) -> None:
         """A capture session closed: move this process's finished nsys reports into save_path.

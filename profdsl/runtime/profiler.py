@@ -25,6 +25,7 @@ from profdsl.collect.export import TraceLabel
 from profdsl.config import ProfilerConfig
 from profdsl.config.validate import text_without_nul, to_index
 from profdsl.core.log import logger, once
+from profdsl.core.parallel_discovery import process_topology
 from profdsl.core.ranks import discover_world, is_rank_selected
 from profdsl.errors import ConfigError
 from profdsl.runtime.finisher import Finisher
@@ -55,6 +56,10 @@ class Profiler:
         world_size: the job's world size (default: discovered).
         capture: False makes a step clock (a driver's): it follows the profiled steps, for
             ``rollout_window``, but captures nothing and runs no hook.
+        parallel: this process's parallel coordinates (``{"tp": 1, "pp": 0, "dp": 3}``, a
+            :class:`~profdsl.config.parallel.Parallel` or a named ``DeviceMesh``); default:
+            discovered from Megatron's ``parallel_state`` or a named ``DeviceMesh``. They go into
+            trace names, metadata and the manifest, and ``config.select`` is resolved on them.
 
     Examples:
         >>> from profdsl import ProfilerConfig, profile_stage
@@ -70,12 +75,14 @@ class Profiler:
     """
 
     def __init__(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
-                 world_size: int | None = None, capture: bool = True) -> None:
+                 world_size: int | None = None, capture: bool = True, parallel: object = None) -> None:
         text_without_nul("Profiler role", role, blank=False)
         self.config, self.role = config, role
-        self.rank, self.world_size = discover_world(rank, world_size)  # LOCAL_RANK is not needed
+        self.rank, self.world_size = discover_world(rank, world_size)
+        self.topology = process_topology(self.rank, self.world_size, parallel)
         selected = capture and config.enable and is_rank_selected(
-            self.rank, config.ranks, all_ranks=config.all_ranks)
+            self.rank, config.ranks, all_ranks=config.all_ranks, select=config.select,
+            topology=self.topology)
         self._backend = make_backend(config) if selected else None
         self.selected = self._backend is not None
         self._annotator = make_annotator(config, role) if self.selected else None
@@ -86,7 +93,8 @@ class Profiler:
         self._unnumbered = False  # in a step whose number was no step number (not profiled)
         self._recorder: Recorder | NullRecorder = NULL_RECORDER
         finisher = Finisher(config, role=role, rank=self.rank, world_size=self.world_size,
-                            selected=self.selected, rendezvous=PROCESS.hooks, hooks=capture)
+                            selected=self.selected, rendezvous=PROCESS.hooks, hooks=capture,
+                            topology=self.topology)
         self._steps = StepSessions(config, backend=self._backend, coordinator=PROCESS.coordinator,
                                    label=self._label, finisher=finisher)
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
@@ -218,7 +226,8 @@ class Profiler:
         return TraceLabel(role=self.role, stage=None, step=step, rank=self.rank,
                           world_size=self.world_size, save_path=self.config.save_path,
                           host=socket.gethostname(), pid=os.getpid(), config_hash=self._hash,
-                          compress_level=self.config.torch.compress_level)
+                          compress_level=self.config.torch.compress_level,
+                          parallel=self.topology.parallel)
 
     def _new_recorder(self, step: int) -> Recorder:
         assert self._backend is not None

@@ -126,6 +126,7 @@ class Segment:
             "window": list(window) if window else None, "windows": self.windows(),
             "config_hash": label.config_hash, "host": label.host, "pid": label.pid,
             "regions": {"stages": sorted(self.stages), "mini_batches": sorted(self.bases)},
+            "parallel": label.parallel.coords(), "parallel_sizes": label.parallel.sizes(),
         }
 
     def windows(self) -> list[dict[str, Any]]:
