@@ -103,6 +103,11 @@ class Handle:
             except Exception as exc:
                 fault("region resume", exc)
 
+    def withdraw(self) -> None:
+        """Close an entry that turned out to hold nothing (a mini-batch opened ahead of work that
+        never came): its region closes, and it counts for nothing (no schedule step, no window)."""
+        self.close()
+
     def close(self) -> None:
         """Close the region; once."""
         if self.closed:
@@ -121,13 +126,26 @@ class OwningHandle(Handle):
     """A handle that numbers the mini-batches inside it (a stage with its own capture), refuses
     them (``opaque``), or finishes something when it closes (ends a capture, steps a schedule)."""
 
-    __slots__ = ("batches", "finish", "opaque")
+    __slots__ = ("batches", "finish", "opaque", "unfinish")
 
     def __init__(self, annotator: Annotator | None, name: str, color: int | None = None,
                  owner: Recorder | None = None, *, batches: Batches | None = None,
-                 finish: Callable[[], None] | None = None, opaque: bool = False) -> None:
-        self.batches, self.finish, self.opaque = batches, finish, opaque
+                 finish: Callable[[], None] | None = None, opaque: bool = False,
+                 unfinish: Callable[[], None] | None = None) -> None:
+        self.batches, self.finish, self.opaque, self.unfinish = batches, finish, opaque, unfinish
         super().__init__(annotator, name, color, owner)
+
+    def withdraw(self) -> None:
+        """Close without finishing: run ``unfinish`` (undo what opening did) instead; once."""
+        if self.closed:
+            return
+        self.finish, unfinish, self.unfinish = None, self.unfinish, None
+        super().close()
+        if unfinish is not None:
+            try:
+                unfinish()
+            except Exception as exc:
+                fault("region withdraw", exc)
 
     def close(self) -> None:
         """Close the region, then finish (end a capture, step a schedule); once."""

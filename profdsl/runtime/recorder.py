@@ -159,8 +159,10 @@ class Recorder:
              " and records no mini-batches" if scheduled else "")
         self._label.record_loss("skipped", reason, stage=name)
 
-    def mini_batch(self, base: str, context: Entry | None) -> Handle | None:
-        """Open the next update mini-batch (a region ``f"{base}{i}"``)."""
+    def mini_batch(self, base: str, context: Entry | None, *, region: bool = True) -> Handle | None:
+        """Open the next update mini-batch (a region ``f"{base}{i}"``; none with ``region=False``,
+        for callers whose code marks its mini-batches itself, such as verl's workers)."""
+        annotator = self._annotator if region else None
         owner = _owner(context)
         if owner is not None and owner.opaque:
             return opaque()
@@ -176,12 +178,12 @@ class Recorder:
         name = f"{base}{index}"
         if segment is None:  # outside any capture this role drives: a plain region
             self._note(base, mini_batch=True)
-            return Handle(self._annotator, name, None, self)
+            return Handle(annotator, name, None, self)
         if segment.kind == "stage":
             segment.note(base, mini_batch=True)
             if batches.schedule is None:
-                return Handle(self._annotator, name, None, self)
-            return OwningHandle(self._annotator, name, None, self, finish=functools.partial(
+                return Handle(annotator, name, None, self)
+            return OwningHandle(annotator, name, None, self, finish=functools.partial(
                 _advance_outside, segment, index, context, owner))
         segment.mini_batch_began(recorded)
         if recorded:
@@ -189,7 +191,8 @@ class Recorder:
         finish = functools.partial(segment.mini_batch_ended, self.role, self.step,
                                    batches.schedule, index, recorded)
         # A left-out mini-batch opens no region: the trace holds exactly the windows it lists.
-        return OwningHandle(self._annotator if recorded else None, name, None, self, finish=finish)
+        return OwningHandle(annotator if recorded else None, name, None, self, finish=finish,
+                            unfinish=functools.partial(segment.mini_batch_withdrawn, recorded))
 
     def _foreign(self, base: str) -> None:
         once(f"mini-batch-thread:{self.role}", logging.ERROR,
@@ -227,7 +230,7 @@ class NullRecorder:
         """Open nothing."""
         return None
 
-    def mini_batch(self, base: str, context: Entry | None) -> None:
+    def mini_batch(self, base: str, context: Entry | None, *, region: bool = True) -> None:
         """Open nothing."""
         return None
 

@@ -102,6 +102,15 @@ class Segment:
             self._muted -= 1
         self._apply_collecting()
 
+    def mini_batch_withdrawn(self, recorded: bool) -> None:
+        """A mini-batch of a continuous role that began was withdrawn (it held nothing): its
+        pause, if it paused collection, ends, and no window lists it."""
+        if recorded:
+            self._open_recorded -= 1
+        else:
+            self._muted -= 1
+        self._apply_collecting()
+
     def advance(self, index: int) -> None:
         """A scheduled stage's mini-batch ``index`` ended (on the owning thread): step the
         session's schedule."""

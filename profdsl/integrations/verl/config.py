@@ -1,0 +1,326 @@
+"""verl's profiler configuration, mapped to one :class:`~profdsl.config.ProfilerConfig` per role.
+
+verl keeps ``global_profiler`` at the trainer level and a ``profiler`` block (with its
+``tool_config.<tool>``) per role; role blocks inherit missing values from the global block, and
+the rollout block from the actor's (``verl-profiler-spec`` §1.9). The same rules are applied here
+to whatever keys a mapping lacks, so the resolved YAML verl ships and a hand-written sparse
+mapping both work. Every key is mapped, ignored with a reason, or refused with a ``ConfigError``
+naming its verl path and what to do (:mod:`profdsl.integrations.verl.keys` lists them all).
+
+Examples:
+    >>> cfg = {"global_profiler": {"tool": "torch", "steps": [2, 4], "save_path": "/tmp/prof"},
+    ...        "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "ranks": [0, 1]}}}}
+    >>> roles = profiler_configs(cfg)
+    >>> roles["actor"].steps, roles["actor"].ranks, roles["rollout"].enable, roles["ref"].enable
+    ((2, 4), (0, 1), True, False)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, TypeVar
+
+import attrs
+
+from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
+from profdsl.config.validate import suggest
+from profdsl.errors import ConfigError
+from profdsl.integrations.verl.keys import (
+    GLOBAL_KEYS,
+    IGNORED,
+    REFUSED_TOOLS,
+    ROLE_KEYS,
+    SCHEDULE_KEYS,
+    TOOL_KEYS,
+)
+
+__all__ = ["ROLES", "ROLE_PATHS", "map_block", "nsight_options", "plain", "profiler_configs"]
+
+T = TypeVar("T")
+
+#: Where each role's block sits in a verl trainer config.
+ROLE_PATHS: Final = {
+    "actor": ("actor_rollout_ref", "actor", "profiler"),
+    "ref": ("actor_rollout_ref", "ref", "profiler"),
+    "rollout": ("actor_rollout_ref", "rollout", "profiler"),
+    "critic": ("critic", "profiler"),
+}
+ROLES: Final = tuple(ROLE_PATHS)
+_MISSING: Final = "???"  # OmegaConf's unset value
+#: verl's finish-hook variables, defined from profdsl's in front of a command that uses them.
+_HOOK_VARS: Final = {"SAVE_PATH": "SAVE_PATH", "TOOL": "TOOL", "RANK": "RANK", "PID": "PID", "ROLE": "ROLE"}
+
+
+def plain(value: Any) -> Any:
+    """Plain dicts and lists from an OmegaConf node (resolved), a verl config dataclass or any
+    mapping; scalars as they are."""
+    omegaconf = sys.modules.get("omegaconf")
+    if omegaconf is not None and isinstance(value, (omegaconf.DictConfig, omegaconf.ListConfig)):
+        value = omegaconf.OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def _block(mapping: Any, where: str) -> dict[str, Any]:
+    if mapping is None:
+        return {}
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"verl {where} must be a mapping, got {mapping!r}")
+    return dict(mapping)
+
+
+def _check(block: Mapping[str, Any], known: frozenset[str], where: str) -> None:
+    for key in block:
+        if key not in known and key not in IGNORED:
+            raise ConfigError(f"unknown verl key {where}.{key}{suggest(key, known)} (known: "
+                              f"{', '.join(sorted(known))})")
+
+
+def _convert(where: str, build: Callable[[], T]) -> T:
+    """``build()``, a profdsl ConfigError re-raised under the verl key it came from."""
+    try:
+        return build()
+    except ConfigError as exc:
+        raise ConfigError(f"verl {where}: {exc}") from None
+
+
+@attrs.frozen
+class _Global:
+    """``global_profiler``, checked."""
+
+    block: dict[str, Any]
+    nsys: dict[str, Any]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.block.get(key, default)
+        return default if value == _MISSING else value
+
+
+def _global(cfg: Mapping[str, Any]) -> _Global:
+    where = "global_profiler"
+    block = _block(cfg.get("global_profiler"), where)
+    _check(block, GLOBAL_KEYS, where)
+    for key, unset in (("enable", False), ("all_ranks", False), ("ranks", []), ("tool_config", None)):
+        if block.get(key, unset) not in (unset, None, {}, [], False, _MISSING):
+            raise ConfigError(f"verl {where}.{key} is never read by verl's trainer, got "
+                              f"{block[key]!r}: set it in each role's profiler block")
+    tools = _block(block.get("global_tool_config"), f"{where}.global_tool_config")
+    _check(tools, frozenset(TOOL_KEYS), f"{where}.global_tool_config")
+    for tool, sub in tools.items():
+        if tool in TOOL_KEYS:
+            _check(_block(sub, f"{where}.global_tool_config.{tool}"), TOOL_KEYS[tool],
+                   f"{where}.global_tool_config.{tool}")
+    return _Global(block, _block(tools.get("nsys"), f"{where}.global_tool_config.nsys"))
+
+
+def _at(cfg: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
+    node: Any = cfg
+    for key in path:
+        if not isinstance(node, Mapping) or node.get(key) is None:
+            return None
+        node = node[key]
+    return _block(node, ".".join(path))
+
+
+@attrs.frozen
+class _Role:
+    """A role block's effective verl values (after verl's inheritance), and where it came from."""
+
+    where: str
+    values: dict[str, Any]
+    torch: dict[str, Any]
+    nsys_discrete: Any
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.values.get(key, default)
+        return default if value == _MISSING else value
+
+
+#: Role keys a rollout block takes from the actor's when it lacks them (the rest: global).
+_FROM_ACTOR: Final = ("enable", "all_ranks", "ranks", "relocate_results", "finish_hook_cmd",
+                      "finish_hook_all_ranks", "finish_hook_ranks")
+_FROM_GLOBAL: Final = ("tool", "save_path", "relocate_results", "finish_hook_cmd",
+                       "finish_hook_all_ranks", "finish_hook_ranks")
+_LOCAL: Final = {"enable": False, "all_ranks": False, "ranks": []}
+#: What ``global_profiler`` holds when a mapping lacks a key: verl's shipped YAML defaults.
+_GLOBAL_DEFAULTS: Final[dict[str, Any]] = {"tool": None, "save_path": "outputs/profile", "relocate_results": False,
+                           "finish_hook_cmd": None, "finish_hook_all_ranks": False, "finish_hook_ranks": []}
+
+
+def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role | None) -> _Role:
+    block = dict(block or {})
+    _check(block, ROLE_KEYS, where)
+    if block.get("global_tool_config") not in (None, {}, _MISSING):
+        raise ConfigError(f"verl {where}.global_tool_config is read from global_profiler only: move "
+                          "it to global_profiler.global_tool_config")
+    tools = _block(block.get("tool_config"), f"{where}.tool_config")
+    _check(tools, frozenset(TOOL_KEYS), f"{where}.tool_config")
+    for tool, sub in tools.items():
+        _check(_block(sub, f"{where}.tool_config.{tool}"), TOOL_KEYS[tool], f"{where}.tool_config.{tool}")
+    torch = _block(tools.get("torch"), f"{where}.tool_config.torch")
+    if torch.get("schedule") is not None:
+        _check(_block(torch["schedule"], f"{where}.tool_config.torch.schedule"), SCHEDULE_KEYS,
+               f"{where}.tool_config.torch.schedule")
+    values: dict[str, Any] = {}
+    for key in (*_LOCAL, *_FROM_GLOBAL):
+        if key in block and block[key] != _MISSING:
+            values[key] = block[key]
+        elif actor is not None and key in _FROM_ACTOR:
+            values[key] = actor.get(key)
+        elif key in _FROM_GLOBAL:
+            values[key] = g.get(key, _GLOBAL_DEFAULTS[key])
+        else:
+            values[key] = _LOCAL[key]
+    if actor is not None:  # the rollout's torch contents and discrete follow the actor's
+        torch = {**{k: actor.torch[k] for k in ("contents", "discrete") if k in actor.torch}, **torch}
+    nsys = _block(tools.get("nsys"), f"{where}.tool_config.nsys")
+    nsys_discrete = nsys.get("discrete", g.nsys.get("discrete", False))
+    return _Role(where, values, torch, nsys_discrete)
+
+
+def _bool(where: str, value: Any, default: bool = False) -> bool:
+    if value is None or value == _MISSING:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"verl {where} must be true or false, got {value!r}")
+    return value
+
+
+def _schedule(role: _Role, discrete: bool) -> Schedule | None:
+    where = f"{role.where}.tool_config.torch.schedule"
+    raw = role.torch.get("schedule") or {}
+    fields = {k: (0 if raw.get(k) is None else raw[k]) for k in SCHEDULE_KEYS}
+    if fields["active"] == 0:  # verl: scheduling only with active > 0 (the rest still checked)
+        _convert(where, lambda: Schedule(**{**fields, "active": 1}))
+        return None
+    if not discrete and fields["repeat"] == 0:
+        fields["repeat"] = 1  # verl's continuous mode records the first window only
+    return _convert(where, lambda: Schedule(**fields))
+
+
+def _hook_cmd(where: str, cmd: Any) -> Any:
+    """A command using verl's ``$VERL_PROFILE_*`` gets them defined from profdsl's."""
+    if not isinstance(cmd, str) or "VERL_PROFILE_" not in cmd:
+        return cmd
+    if "VERL_PROFILE_RAY_NSIGHT_DIR" in cmd:
+        raise ConfigError(f"verl {where} uses $VERL_PROFILE_RAY_NSIGHT_DIR: profdsl moves nsys reports "
+                          "into save_path, so read them from $PROFDSL_SAVE_PATH")
+    names = [f"VERL_PROFILE_{v}" for v in _HOOK_VARS]
+    prelude = " ".join(f'VERL_PROFILE_{v}="$PROFDSL_{p}"' for v, p in _HOOK_VARS.items())
+    return f"{prelude}; export {' '.join(names)}; {cmd}"
+
+
+def _rollout_options(role: _Role, is_rollout: bool) -> RolloutOptions:
+    start, end = role.torch.get("profile_token_start"), role.torch.get("profile_token_end")
+    where = f"{role.where}.tool_config.torch"
+    if not is_rollout:
+        if start is not None or end is not None:
+            raise ConfigError(f"verl {where}.profile_token_start/_end apply to the rollout engines only "
+                              f"(got {start!r}, {end!r}): set them in "
+                              "actor_rollout_ref.rollout.profiler.tool_config.torch")
+        return RolloutOptions()
+    fields: dict[str, Any] = {}
+    if start is not None:
+        fields["delay_iterations"] = start
+    if end is not None:
+        if not isinstance(end, int) or isinstance(end, bool) or end <= (start or 0):
+            raise ConfigError(f"verl {where}.profile_token_end must be an integer > profile_token_start "
+                              f"({start!r}), got {end!r}")
+        fields["max_iterations"] = end - (start or 0)
+    return _convert(f"{where}.profile_token_start/_end", lambda: RolloutOptions(**fields))
+
+
+def _config(role: _Role, g: _Global, name: str) -> ProfilerConfig:
+    where = role.where
+    enable = _bool(f"{where}.enable", role.get("enable"))
+    given = role.get("tool")
+    if enable and given in REFUSED_TOOLS:
+        raise ConfigError(f"verl {where}.tool is {given!r}: {REFUSED_TOOLS[given]}")
+    if enable and given is None:
+        raise ConfigError(f"verl {where}.enable is true but no tool is set: set global_profiler.tool "
+                          "to 'torch' or 'nsys'")
+    if enable and given not in ("torch", "nsys"):
+        raise ConfigError(f"verl {where}.tool must be 'torch' or 'nsys', got {given!r} (verl gives an "
+                          "unknown tool a backend that does nothing)")
+    tool: Literal["torch", "nsys"] = "nsys" if given == "nsys" else "torch"
+    discrete = _bool(f"{where}.tool_config.{tool}.discrete",
+                     role.nsys_discrete if tool == "nsys" else role.torch.get("discrete"))
+    save_path = role.get("save_path")
+    if save_path is None and enable:
+        raise ConfigError(f"verl {where}.save_path is null: set global_profiler.save_path")
+    fields: dict[str, Any] = {}
+    if save_path is not None:
+        fields["save_path"] = save_path
+    contents = role.torch.get("contents")
+    cmd_where = f"{where}.finish_hook_cmd"
+    hook = _convert(f"{where}.finish_hook_*", lambda: FinishHook(
+        cmd=_hook_cmd(cmd_where, role.get("finish_hook_cmd")),
+        all_ranks=_bool(f"{where}.finish_hook_all_ranks", role.get("finish_hook_all_ranks")),
+        ranks=[] if role.get("finish_hook_ranks") is None else role.get("finish_hook_ranks")))
+    torch = _convert(f"{where}.tool_config.torch", lambda: TorchOptions(
+        contents=[] if contents is None else contents, schedule=_schedule(role, discrete)))
+    steps = g.get("steps")
+    return _convert(where, lambda: ProfilerConfig(
+        enable=enable, tool=tool, steps=[] if steps is None else steps,
+        ranks=[] if role.get("ranks") is None else role.get("ranks"),
+        all_ranks=_bool(f"{where}.all_ranks", role.get("all_ranks")),
+        discrete=discrete,
+        continuous_steps=_bool("global_profiler.profile_continuous_steps",
+                               g.get("profile_continuous_steps")),
+        torch=torch,
+        relocate_results=_bool(f"{where}.relocate_results", role.get("relocate_results")),
+        finish_hook=hook,
+        rollout=_rollout_options(role, name == "rollout"),
+        **fields))
+
+
+def profiler_configs(cfg: Any) -> dict[str, ProfilerConfig]:
+    """The :class:`ProfilerConfig` of each role (``actor``, ``ref``, ``critic``, ``rollout``) of a
+    verl trainer config.
+
+    Args:
+        cfg: the whole trainer config as a mapping (``OmegaConf.to_container(cfg, resolve=True)``,
+            or the ``DictConfig`` itself); roles without a block get verl's defaults.
+
+    Raises:
+        ConfigError: an unknown key (closest match suggested), a value profdsl refuses (the npu,
+            torch_memory and precision_debugger tools, a token window on a training role, ...),
+            or an invalid value; the message names the verl key and says what to do.
+    """
+    cfg = plain(cfg)
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"a verl trainer config must be a mapping, got {cfg!r}")
+    g = _global(cfg)
+    actor = _role(_at(cfg, ROLE_PATHS["actor"]), g, ".".join(ROLE_PATHS["actor"]), None)
+    found = {}
+    for name, path in ROLE_PATHS.items():
+        role = actor if name == "actor" else _role(
+            _at(cfg, path), g, ".".join(path), actor if name == "rollout" else None)
+        found[name] = _config(role, g, name)
+    return found
+
+
+def map_block(block: Any, *, global_profiler: Any = None, rollout: bool = False,
+              where: str = "profiler") -> ProfilerConfig:
+    """One role's ``profiler`` block (a mapping or a verl ``ProfilerConfig``), with the trainer's
+    ``global_profiler`` for what it inherits (``steps`` above all: a role block has none).
+
+    Raises:
+        ConfigError: as :func:`profiler_configs`.
+    """
+    g = _global({"global_profiler": plain(global_profiler)})
+    return _config(_role(_block(plain(block), where), g, where, None), g,
+                   "rollout" if rollout else "role")
+
+
+def nsight_options(cfg: Any) -> dict[str, str]:
+    """``global_profiler.global_tool_config.nsys.worker_nsight_options``, for
+    ``profdsl.ray.runtime_env(config, nsight_options=...)`` (``null`` values dropped)."""
+    g = _global(plain(cfg))
+    options = _block(g.nsys.get("worker_nsight_options"),
+                     "global_profiler.global_tool_config.nsys.worker_nsight_options")
+    return {str(k): str(v) for k, v in options.items() if v is not None}

@@ -1,0 +1,303 @@
+"""verl's profiler surface over profdsl: ``DistProfiler``, its ``annotate`` decorator and the
+``DistProfilerExtension`` worker mixin, so that a verl-style worker runs unchanged after
+swapping ``from verl.utils.profiler import ...`` for ``from profdsl.integrations.verl import ...``.
+
+Behind it: one :class:`~profdsl.runtime.profiler.Profiler` per ``DistProfiler``;
+``annotate(role=..., scheduled=...)`` is :class:`~profdsl.dsl.stage.profile_stage`; ``step()``, called
+by verl's update loops once per mini-batch, ends one update mini-batch
+(:class:`~profdsl.dsl.mini_batch.mini_batch_window`'s unit). Inside a ``scheduled=True`` stage,
+mini-batch ``i`` spans from the stage's start (or the ``step()`` before) to the ``i``-th ``step()``;
+the one the last ``step()`` opens holds nothing and is withdrawn when the stage ends, so no empty
+window is written (verl's bugs B1 and B2). Elsewhere (verl's critic and SFT loops, which call
+``step()`` outside an annotated stage) a ``step()`` counts a mini-batch without pausing collection.
+The mini-batch regions are the worker's own ``record_function(f"mini_batch{i}")``; profdsl opens none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from profdsl.config import ProfilerConfig
+from profdsl.config.validate import COLOR_NAMES, to_color
+from profdsl.core.log import once
+from profdsl.dsl.stage import profile_stage
+from profdsl.errors import ConfigError
+from profdsl.integrations.verl.config import map_block
+from profdsl.runtime import context
+from profdsl.runtime.handles import Handle
+from profdsl.runtime.profiler import Profiler
+
+__all__ = ["DistProfiler", "DistProfilerExtension", "annotate"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The mini-batch base name of verl's update loops (``mini_batch{i}``).
+MINI_BATCH = "mini_batch"
+#: Colour names verl's workers use that NVTX's short list lacks.
+_MORE_COLORS = {"olive": "#808000", "black": "#000000", "gray": "#808080", "grey": "#808080",
+                "magenta": "#FF00FF", "brown": "#A52A2A", "pink": "#FFC0CB"}
+
+
+class _Scope:
+    """The mini-batches of one ``scheduled=True`` stage call, on its context's stack."""
+
+    __slots__ = ("current", "profiler")
+
+    def __init__(self, profiler: Profiler) -> None:
+        self.profiler = profiler
+        self.current: Handle | None = None
+
+    def open_next(self) -> None:
+        self.current = self.profiler.recorder.mini_batch(MINI_BATCH, context.top(), region=False)
+
+    def step(self) -> None:
+        current, self.current = self.current, None
+        if current is not None:
+            current.close()
+        self.open_next()
+
+    def end(self) -> None:
+        current, self.current = self.current, None
+        if current is not None:
+            current.withdraw()
+
+
+def _innermost_scope() -> _Scope | None:
+    for entry in context.walk(context.top()):
+        if isinstance(entry.key, _Scope):
+            return entry.key
+    return None
+
+
+def _color(value: object) -> int | None:
+    if isinstance(value, str) and value not in COLOR_NAMES and value.lower() in _MORE_COLORS:
+        value = _MORE_COLORS[value.lower()]
+    return to_color("DistProfiler.annotate color", value)
+
+
+class DistProfiler:
+    """verl's per-worker profiler, backed by a profdsl :class:`Profiler`.
+
+    Args:
+        rank: this worker's global rank.
+        config: a profdsl :class:`ProfilerConfig` (the trainer's, from
+            :func:`~profdsl.integrations.verl.profiler_configs`), or verl's role block (a mapping
+            or verl's ``ProfilerConfig``), or None (nothing profiled).
+        tool_config: with a verl block, its ``tool_config.<tool>`` (verl passes it apart).
+        save_file_prefix: the worker's role (``actor_rollout_ref``, ``ref``, ...), profdsl's role.
+        steps: with a verl block, the profiled steps (``global_profiler.steps``, which a role block
+            lacks); ``continuous_steps``: ``global_profiler.profile_continuous_steps``.
+        world_size, parallel: passed to :class:`Profiler` (default: discovered).
+
+    Raises:
+        ConfigError: a verl block that enables profiling without ``steps``, or what mapping it
+            refuses (:func:`~profdsl.integrations.verl.map_block`).
+
+    Examples:
+        >>> class Worker(DistProfilerExtension):
+        ...     def __init__(self):
+        ...         DistProfilerExtension.__init__(self, DistProfiler(rank=0, config=None))
+        ...     @DistProfiler.annotate(color="red", role="actor_update", scheduled=True)
+        ...     def update_actor(self, batches):
+        ...         for mb in batches:
+        ...             self.profiler.step()
+        ...         return len(batches)
+        >>> worker = Worker()
+        >>> worker.start_profile(role="train", profile_step=1); worker.update_actor([1, 2])
+        2
+        >>> worker.stop_profile(run_command=True)
+    """
+
+    def __init__(self, rank: int, config: ProfilerConfig | Mapping[str, Any] | None = None,
+                 tool_config: Mapping[str, Any] | None = None, save_file_prefix: str | None = None,
+                 *, steps: Any = None, continuous_steps: bool = False, world_size: int | None = None,
+                 parallel: object = None, **kwargs: Any) -> None:
+        self.rank, self.save_file_prefix = rank, save_file_prefix
+        self.config = _config_of(config, tool_config, steps, continuous_steps)
+        self.profiler = Profiler(self.config, role=save_file_prefix or "worker", rank=rank,
+                                 world_size=world_size, parallel=parallel)
+        self._stages: dict[tuple[Callable[..., Any], str, bool, int | None], Callable[..., Any]] = {}
+
+    # -- verl's queries ----------------------------------------------------------------------
+    def check_enable(self) -> bool:
+        """Whether this role is enabled."""
+        return self.config.enable
+
+    def check_this_rank(self) -> bool:
+        """Whether this rank is profiled."""
+        return self.profiler.selected
+
+    def check_this_step(self) -> bool:
+        """Whether the current step is being profiled."""
+        return self.profiler.is_profiling
+
+    def is_discrete_mode(self) -> bool:
+        """Whether each annotated stage writes its own trace."""
+        return self.config.discrete
+
+    # -- the lifecycle -----------------------------------------------------------------------
+    def start(self, **kwargs: Any) -> None:
+        """Begin step ``profile_step`` (or ``global_step``); ``role`` (verl's scope label, e.g.
+        ``"train"``) is not needed: trace names carry role, stage and step."""
+        step = kwargs.get("profile_step", kwargs.get("global_step"))
+        if step is None:
+            once(f"verl-start-without-step:{id(self)}", logging.WARNING,
+                 "[profdsl rank %s] %s: start() without profile_step: profdsl profiles the "
+                 "configured steps and needs the step number; nothing is profiled",
+                 self.rank, self.profiler.role)
+            return
+        self.profiler.start(step)
+
+    def stop(self, run_command: bool = True) -> None:
+        """End the step. The finish hook runs after the last profiled step whatever
+        ``run_command`` says (verl's trainers passed False where they should not: B4, B5)."""
+        self.profiler.stop()
+
+    def step(self) -> None:
+        """One update mini-batch ended (verl calls it once per mini-batch)."""
+        scope = _innermost_scope()
+        if scope is not None:
+            scope.step()
+            return
+        recorder = self.profiler.recorder
+        if recorder.active:
+            handle = recorder.mini_batch(MINI_BATCH, context.top(), region=False)
+            if handle is not None:
+                handle.close()
+
+    def run_finish_hook(self, run_command: bool = True) -> None:
+        """Training is over: close, running a finish hook still owed (:meth:`Profiler.close`)."""
+        self.profiler.close()
+
+    def close(self) -> None:
+        """Close the profiler (idempotent)."""
+        self.profiler.close()
+
+    # -- stages --------------------------------------------------------------------------------
+    @classmethod
+    def annotate(cls, message: str | None = None, color: str | int | None = None,
+                 domain: str | None = None, category: str | None = None,
+                 **kwargs_outer: Any) -> Callable[[F], F]:
+        """Decorate a worker method as a stage: ``@DistProfiler.annotate(role="actor_update",
+        color="red", scheduled=True)``. The stage is named ``message or role or`` the method's
+        name, and uses the instance's ``self.profiler``; ``domain`` and ``category`` are NVTX
+        details profdsl does not use (its ranges live in the ``profdsl`` domain).
+
+        Raises:
+            ConfigError: a colour that is neither a colour name nor ``#RRGGBB``.
+        """
+        scheduled = bool(kwargs_outer.get("scheduled", False))
+        ink = None if color is None else _color(color)
+
+        def decorate(func: F) -> F:
+            name = message or kwargs_outer.get("role") or func.__name__
+
+            @functools.wraps(func)
+            def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+                profiler = getattr(self, "profiler", None)
+                if not isinstance(profiler, DistProfiler) or not profiler.profiler.is_profiling:
+                    return func(self, *args, **kwargs)
+                return profiler._stage(func, name, scheduled, ink)(self, *args, **kwargs)
+
+            if inspect.iscoroutinefunction(func):
+                @functools.wraps(func)
+                async def async_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+                    profiler = getattr(self, "profiler", None)
+                    if not isinstance(profiler, DistProfiler) or not profiler.profiler.is_profiling:
+                        return await func(self, *args, **kwargs)
+                    return await profiler._stage(func, name, scheduled, ink)(self, *args, **kwargs)
+
+                return async_wrapper  # type: ignore[return-value]
+            return wrapper  # type: ignore[return-value]
+
+        return decorate
+
+    def _stage(self, func: Callable[..., Any], name: str, scheduled: bool,
+               color: int | None) -> Callable[..., Any]:
+        """``func`` as a profdsl stage of this profiler (built once per method)."""
+        key = (func, name, scheduled, color)
+        staged = self._stages.get(key)
+        if staged is None:
+            body = _scoped(func, self.profiler) if scheduled and not inspect.iscoroutinefunction(func) else func
+            staged = profile_stage(name, scheduled=scheduled, profiler=self.profiler, color=color)(body)
+            self._stages[key] = staged
+        return staged
+
+
+def _scoped(func: Callable[..., Any], profiler: Profiler) -> Callable[..., Any]:
+    """``func`` with a mini-batch scope open while it runs (inside its stage)."""
+
+    @functools.wraps(func)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        with _scope(profiler):
+            return func(*args, **kwargs)
+
+    return body
+
+
+@contextlib.contextmanager
+def _scope(profiler: Profiler) -> Iterator[None]:
+    scope = _Scope(profiler)
+    entry = context.push(scope, None)
+    try:
+        scope.open_next()
+        yield
+    finally:
+        scope.end()
+        context.remove(entry, by_key=False)
+
+
+def _config_of(config: object, tool_config: Mapping[str, Any] | None, steps: Any,
+               continuous_steps: bool) -> ProfilerConfig:
+    if config is None:
+        return ProfilerConfig()
+    if isinstance(config, ProfilerConfig):
+        return config
+    if not isinstance(config, Mapping):
+        raise ConfigError("DistProfiler config must be a profdsl ProfilerConfig, a verl profiler block "
+                          f"(a mapping or verl's ProfilerConfig) or None, got {config!r}")
+    block = dict(config)
+    tool = block.get("tool")
+    if tool_config is not None and isinstance(tool, str):
+        block["tool_config"] = {**dict(block.get("tool_config") or {}), tool: tool_config}
+    mapped = map_block(block, global_profiler={"steps": steps, "profile_continuous_steps": continuous_steps},
+                       where="DistProfiler config")
+    if mapped.enable and not mapped.steps:
+        raise ConfigError("DistProfiler config: a verl role block holds no steps (they are "
+                          "global_profiler.steps, which workers do not see): pass steps=[...], or "
+                          "build the role's config on the trainer with profdsl.integrations.verl."
+                          "profiler_configs(cfg) and hand the worker that")
+    return mapped
+
+
+class DistProfilerExtension:
+    """verl's worker mixin: ``self.profiler`` and the entry points the trainer calls on every
+    worker (verl registers them ONE_TO_ALL; under Ray they are plain actor methods here)."""
+
+    def __init__(self, profiler: DistProfiler) -> None:
+        self.profiler = profiler
+
+    def start_profile(self, **kwargs: Any) -> None:
+        """Begin a profiled step (``profile_step=``)."""
+        self.profiler.start(**kwargs)
+
+    def stop_profile(self, run_command: bool = True) -> None:
+        """End it; the hook follows the last profiled step (see :meth:`DistProfiler.stop`)."""
+        self.profiler.stop(run_command=run_command)
+
+    def step_profile(self) -> None:
+        """One mini-batch (or SFT step) ended."""
+        self.profiler.step()
+
+    def finish_profile(self) -> None:
+        """Training is over: close, running a finish hook still owed."""
+        self.profiler.close()
+
+
+#: ``annotate(...)``, as verl's ``DistProfiler.annotate``.
+annotate = DistProfiler.annotate
