@@ -127,8 +127,8 @@ def records(folder: Path) -> list[dict[str, Any]]:
 
 
 def verl_actor_config(save_path: Path, *overrides: str) -> ProfilerConfig:
-    """The actor's config as verl's shipped YAML gives it (when verl is installed), else the same
-    keys as a plain mapping."""
+    """The actor's config mapped from verl's keys (tests/test_verl_config.py maps the same keys in
+    the YAML verl ships)."""
     flat = {"global_profiler.tool": "torch", "global_profiler.steps": [1, 2],
             "global_profiler.save_path": str(save_path), "actor_rollout_ref.actor.profiler.enable": True,
             "actor_rollout_ref.actor.profiler.tool_config.torch.contents": ["cpu"]}
@@ -250,13 +250,15 @@ def test_hook_runs_after_the_last_step_with_verls_variables(tmp_path: Path) -> N
     the trainer says run_command=False there (verl's B4)."""
     cmd = 'echo "$VERL_PROFILE_RANK $VERL_PROFILE_ROLE" > "$VERL_PROFILE_SAVE_PATH/hook.txt"'
     config = verl_actor_config(tmp_path, f"global_profiler.finish_hook_cmd={cmd}")
-    worker = ActorRolloutRefWorker(config, rank=0, world_size=1)
+    # the inner TrainingWorker gets the same config, as in verl, and is never started
+    worker = ActorRolloutRefWorker(config, rank=0, world_size=1, inner_config=config)
     for step in (1, 2):
         worker.start_profile(role="train", profile_step=step)
         worker.update_actor([1, 2])
         worker.stop_profile(run_command=False)
     assert (tmp_path / "hook.txt").read_text().split() == ["0", "actor"]
     worker.profiler.close()
+    worker.actor.profiler.close()
     assert [r["exit_code"] for r in read_manifest(tmp_path) if r["kind"] == "hook"] == [0]
 
 

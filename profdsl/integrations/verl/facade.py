@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 from profdsl.config import ProfilerConfig
 from profdsl.config.validate import COLOR_NAMES, to_color
 from profdsl.core.log import once
+from profdsl.core.parallel_discovery import process_topology
+from profdsl.core.ranks import discover_world, is_rank_selected
 from profdsl.dsl.stage import profile_stage
 from profdsl.errors import ConfigError
 from profdsl.integrations.verl.config import map_block
@@ -117,11 +119,26 @@ class DistProfiler:
                  tool_config: Mapping[str, Any] | None = None, save_file_prefix: str | None = None,
                  *, steps: Any = None, continuous_steps: bool = False, world_size: int | None = None,
                  parallel: object = None, **kwargs: Any) -> None:
-        self.rank, self.save_file_prefix = rank, save_file_prefix
+        self.save_file_prefix = save_file_prefix
         self.config = _config_of(config, tool_config, steps, continuous_steps)
-        self.profiler = Profiler(self.config, role=save_file_prefix or "worker", rank=rank,
-                                 world_size=world_size, parallel=parallel)
+        self.rank, self.world_size = discover_world(rank, world_size)
+        self.topology = process_topology(self.rank, self.world_size, parallel)
+        self._selected = self.config.enable and is_rank_selected(
+            self.rank, self.config.ranks, all_ranks=self.config.all_ranks, select=self.config.select,
+            topology=self.topology)
+        # Made at the first start(): verl builds profilers the trainer never starts (the inner
+        # TrainingWorker's), which must not hold the finish hook of this save_path back.
+        self.profiler: Profiler | None = None
         self._stages: dict[tuple[Callable[..., Any], str, bool, int | None], Callable[..., Any]] = {}
+
+    @property
+    def role(self) -> str:
+        """profdsl's role: ``save_file_prefix``, or ``"worker"``."""
+        return self.save_file_prefix or "worker"
+
+    def _profiling(self) -> Profiler | None:
+        profiler = self.profiler
+        return profiler if profiler is not None and profiler.is_profiling else None
 
     # -- verl's queries ----------------------------------------------------------------------
     def check_enable(self) -> bool:
@@ -130,11 +147,11 @@ class DistProfiler:
 
     def check_this_rank(self) -> bool:
         """Whether this rank is profiled."""
-        return self.profiler.selected
+        return self._selected
 
     def check_this_step(self) -> bool:
         """Whether the current step is being profiled."""
-        return self.profiler.is_profiling
+        return self._profiling() is not None
 
     def is_discrete_mode(self) -> bool:
         """Whether each annotated stage writes its own trace."""
@@ -149,14 +166,18 @@ class DistProfiler:
             once(f"verl-start-without-step:{id(self)}", logging.WARNING,
                  "[profdsl rank %s] %s: start() without profile_step: profdsl profiles the "
                  "configured steps and needs the step number; nothing is profiled",
-                 self.rank, self.profiler.role)
+                 self.rank, self.role)
             return
+        if self.profiler is None:
+            self.profiler = Profiler(self.config, role=self.role, rank=self.rank,
+                                     world_size=self.world_size, parallel=self.topology.parallel)
         self.profiler.start(step)
 
     def stop(self, run_command: bool = True) -> None:
         """End the step. The finish hook runs after the last profiled step whatever
         ``run_command`` says (verl's trainers passed False where they should not: B4, B5)."""
-        self.profiler.stop()
+        if self.profiler is not None:
+            self.profiler.stop()
 
     def step(self) -> None:
         """One update mini-batch ended (verl calls it once per mini-batch)."""
@@ -164,19 +185,20 @@ class DistProfiler:
         if scope is not None:
             scope.step()
             return
-        recorder = self.profiler.recorder
-        if recorder.active:
-            handle = recorder.mini_batch(MINI_BATCH, context.top(), region=False)
+        profiler = self._profiling()
+        if profiler is not None:
+            handle = profiler.recorder.mini_batch(MINI_BATCH, context.top(), region=False)
             if handle is not None:
                 handle.close()
 
     def run_finish_hook(self, run_command: bool = True) -> None:
         """Training is over: close, running a finish hook still owed (:meth:`Profiler.close`)."""
-        self.profiler.close()
+        self.close()
 
     def close(self) -> None:
         """Close the profiler (idempotent)."""
-        self.profiler.close()
+        if self.profiler is not None:
+            self.profiler.close()
 
     # -- stages --------------------------------------------------------------------------------
     @classmethod
@@ -199,32 +221,34 @@ class DistProfiler:
 
             @functools.wraps(func)
             def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-                profiler = getattr(self, "profiler", None)
-                if not isinstance(profiler, DistProfiler) or not profiler.profiler.is_profiling:
+                facade = getattr(self, "profiler", None)
+                live = facade._profiling() if isinstance(facade, DistProfiler) else None
+                if live is None or not isinstance(facade, DistProfiler):
                     return func(self, *args, **kwargs)
-                return profiler._stage(func, name, scheduled, ink)(self, *args, **kwargs)
+                return facade._stage(live, func, name, scheduled, ink)(self, *args, **kwargs)
 
             if inspect.iscoroutinefunction(func):
                 @functools.wraps(func)
                 async def async_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-                    profiler = getattr(self, "profiler", None)
-                    if not isinstance(profiler, DistProfiler) or not profiler.profiler.is_profiling:
+                    facade = getattr(self, "profiler", None)
+                    live = facade._profiling() if isinstance(facade, DistProfiler) else None
+                    if live is None or not isinstance(facade, DistProfiler):
                         return await func(self, *args, **kwargs)
-                    return await profiler._stage(func, name, scheduled, ink)(self, *args, **kwargs)
+                    return await facade._stage(live, func, name, scheduled, ink)(self, *args, **kwargs)
 
                 return async_wrapper  # type: ignore[return-value]
             return wrapper  # type: ignore[return-value]
 
         return decorate
 
-    def _stage(self, func: Callable[..., Any], name: str, scheduled: bool,
+    def _stage(self, profiler: Profiler, func: Callable[..., Any], name: str, scheduled: bool,
                color: int | None) -> Callable[..., Any]:
-        """``func`` as a profdsl stage of this profiler (built once per method)."""
+        """``func`` as a profdsl stage of ``profiler`` (built once per method)."""
         key = (func, name, scheduled, color)
         staged = self._stages.get(key)
         if staged is None:
-            body = _scoped(func, self.profiler) if scheduled and not inspect.iscoroutinefunction(func) else func
-            staged = profile_stage(name, scheduled=scheduled, profiler=self.profiler, color=color)(body)
+            body = _scoped(func, profiler) if scheduled and not inspect.iscoroutinefunction(func) else func
+            staged = profile_stage(name, scheduled=scheduled, profiler=profiler, color=color)(body)
             self._stages[key] = staged
         return staged
 
