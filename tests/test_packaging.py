@@ -106,3 +106,24 @@ def test_ruff_clean() -> None:
         capture_output=True, text=True, timeout=300, cwd=root,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_verl_integration_imports_nothing_heavy() -> None:
+    """``profdsl.integrations.verl`` (and the parallel discovery) import neither verl, torch,
+    megatron nor omegaconf."""
+    code = ("import sys, profdsl.integrations.verl, profdsl.core.parallel_discovery\n"
+            "print(' '.join(m for m in ('verl', 'torch', 'megatron', 'omegaconf', 'yaml') if m in sys.modules))")
+    assert run_python(code).stdout.strip() == ""
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """.ci/run calls the README's test command verbatim (one command, kept in agreement)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    start = readme.index("Run the tests")
+    begin = readme.index("```bash\n", start) + len("```bash\n")
+    command = readme[begin:readme.index("\n```", begin)].strip()
+    assert "python -m pytest" in command
+    assert command in (root / ".ci" / "run").read_text().splitlines()

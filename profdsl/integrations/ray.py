@@ -81,11 +81,12 @@ class ProfiledWorker:
     """
 
     def init_profiler(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
-                      world_size: int | None = None) -> Profiler:
+                      world_size: int | None = None, parallel: object = None) -> Profiler:
         """Create the profiler of ``role`` (rank and world size default to what the process can
-        discover: explicit values, then ``RANK`` / ``WORLD_SIZE``)."""
+        discover: explicit values, then ``RANK`` / ``WORLD_SIZE``; ``parallel`` as for
+        :class:`Profiler`: call it after Megatron's parallel_state or the DeviceMesh is set up)."""
         profilers: dict[str, Profiler] = self.__dict__.setdefault("_profdsl_profilers", {})
-        profilers[role] = Profiler(config, role=role, rank=rank, world_size=world_size)
+        profilers[role] = Profiler(config, role=role, rank=rank, world_size=world_size, parallel=parallel)
         return profilers[role]
 
     def profiler(self, role: str) -> Profiler:

@@ -93,8 +93,11 @@ class DistProfiler:
         tool_config: with a verl block, its ``tool_config.<tool>`` (verl passes it apart).
         save_file_prefix: the worker's role (``actor_rollout_ref``, ``ref``, ...), profdsl's role.
         steps: with a verl block, the profiled steps (``global_profiler.steps``, which a role block
-            lacks); ``continuous_steps``: ``global_profiler.profile_continuous_steps``.
-        world_size, parallel: passed to :class:`Profiler` (default: discovered).
+            lacks).
+        continuous_steps: with a verl block, ``global_profiler.profile_continuous_steps``.
+        world_size: the job's world size (default: discovered).
+        parallel: this process's parallel coordinates, as for :class:`Profiler`.
+        **kwargs: verl's backend options, not used.
 
     Raises:
         ConfigError: a verl block that enables profiling without ``steps``, or what mapping it
