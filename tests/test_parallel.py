@@ -226,3 +226,19 @@ def test_plan_cli_predicts_the_gloo_selection(tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["ranks"] == expected
+
+
+def test_check_with_a_selector_config_expects_no_rank_it_cannot_place(tmp_path: Path) -> None:
+    """``profdsl check --config`` with a ``select``: ranks are placed by their coordinates, which
+    only the writers know; it no longer expects rank 0 (what an empty ``ranks`` would mean)."""
+    cfg = config(tmp_path / "out", select="tp == 1")
+    layout = GridLayout(world_size=4, tp=2)
+    for rank in range(4):
+        with Profiler(cfg, role="actor", rank=rank, world_size=4, parallel=layout.topology(rank).parallel) as p:
+            with p.step(1):
+                work()
+    assert sorted(n.rank for n, _ in parsed(tmp_path / "out")) == [1, 3]
+    (tmp_path / "c.yaml").write_text("enable: true\nsteps: [1]\nselect: tp == 1\n")
+    done = subprocess.run([sys.executable, "-m", "profdsl", "check", str(tmp_path / "out"), "--config",
+                           str(tmp_path / "c.yaml"), "--world-size", "4"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -81,8 +81,8 @@ def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_siz
     for a in rows:
         if a.kind == "trace" and a.status == "ok":
             wrote[a.step].add(a.rank)
-    if config is not None and world_size:
-        expected = {r for r in range(world_size)
+    if config is not None and world_size and config.select is None:  # a selector needs each
+        expected = {r for r in range(world_size)                      # rank's coordinates: unknown here
                     if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
     else:
         expected = {r for ranks in wrote.values() for r in ranks if r is not None}

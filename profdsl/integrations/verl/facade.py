@@ -250,7 +250,9 @@ class DistProfiler:
         key = (func, name, scheduled, color)
         staged = self._stages.get(key)
         if staged is None:
-            body = _scoped(func, profiler) if scheduled and not inspect.iscoroutinefunction(func) else func
+            plain = not (inspect.iscoroutinefunction(func) or inspect.isgeneratorfunction(func)
+                         or inspect.isasyncgenfunction(func))
+            body = _scoped(func, profiler) if scheduled and plain else func
             staged = profile_stage(name, scheduled=scheduled, profiler=profiler, color=color)(body)
             self._stages[key] = staged
         return staged
