@@ -18,3 +18,14 @@ def test_bench_dsl_runs_quick() -> None:
                 "mini_batch_window extra ns per item"):
         assert row in out.stdout
     assert out.stdout.count("(<= ") == 5
+
+
+def test_bench_verl_facade_runs_quick() -> None:
+    """bench_verl_facade.py --quick prints every row and ratio."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_verl_facade.py"), "--quick"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    for row in ("@DistProfiler.annotate, not profiled", "@DistProfiler.annotate, profiled",
+                "DistProfiler.step(), profiled", "step() / mini_batch_window item, profiled"):
+        assert row in out.stdout
+    assert out.stdout.count("x\n") >= 4

@@ -177,7 +177,7 @@ def check_group(tmp_path: Path, found: list[dict[str, Any]], roles: dict[str, st
     for rank, seen in enumerate(found):
         assert seen["ref"]["coords"] == {"tp": rank % 2, "pp": rank // 2, "dp": 0}
         assert seen["ref"]["sizes"] == {"tp": 2, "pp": 2, "dp": 1}
-        assert seen["ref"]["local_rank"] == rank % 2
+        assert seen["critic"]["local_rank"] == rank % 2 and seen["ref"]["local_rank"] is None
     for role, select in roles.items():
         folder = tmp_path / "out" / role
         wrote = sorted(name.rank for name, _ in traces(folder))

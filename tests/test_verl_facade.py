@@ -344,3 +344,20 @@ def test_annotate_colours_and_names() -> None:
             return x + 1
 
     assert Worker().method(1) == 2 and Worker.method.__name__ == "method" and calls == [1]
+
+
+def test_critic_discrete_mini_batches_never_collide(tmp_path: Path) -> None:
+    """verl's B8: the critic's train_batch (annotated without scheduled) in discrete mode writes a
+    trace per mini-batch; verl's names differed only by the millisecond. Here each is its own
+    file, however fast they come, all recorded."""
+    config = verl_actor_config(tmp_path, f"{T}.discrete=true")
+    critic = TrainingWorker(config, rank=0, world_size=1)
+    critic.start_profile(profile_step=1)
+    for _ in range(2):
+        critic.train_mini_batch([1, 2, 3])
+    critic.stop_profile()
+    critic.profiler.close()
+    files = parsed(tmp_path)
+    assert len(files) == 6 and len({n.format() for n, _ in files}) == 6
+    assert all(n.stage == "train-batch" for n, _ in files)
+    assert len([r for r in read_manifest(tmp_path) if r["kind"] == "trace" and r["status"] == "ok"]) == 6

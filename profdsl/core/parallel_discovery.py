@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from profdsl.config.parallel import DIMS, MAX_COORD, Parallel
+from profdsl.config.selector import FirstPerNode, parse_selector
 from profdsl.core.discovery import discover_local_rank
 from profdsl.core.log import once
 from profdsl.core.topology import Topology
@@ -174,7 +175,13 @@ def resolve_parallel(value: object) -> Parallel:
                       f"profdsl.Parallel or a DeviceMesh with named dimensions, got {value!r}")
 
 
-def process_topology(rank: int, world_size: int, parallel: object = None) -> Topology:
-    """This process's :class:`Topology`: its rank, world size, ``LOCAL_RANK`` and coordinates."""
-    return Topology(rank=rank, world_size=world_size, local_rank=discover_local_rank(),
+def process_topology(rank: int, world_size: int, parallel: object = None, *,
+                     select: str | None = None) -> Topology:
+    """This process's :class:`Topology`: its rank, world size, coordinates and, when the
+    selector ``select`` needs it (``first_per_node``), ``LOCAL_RANK`` (read only then: an
+    environment variable is read only when its value is needed)."""
+    needs_node = select is not None and any(
+        isinstance(term, FirstPerNode) for term in parse_selector(select).terms)
+    return Topology(rank=rank, world_size=world_size,
+                    local_rank=discover_local_rank() if needs_node else None,
                     parallel=resolve_parallel(parallel))

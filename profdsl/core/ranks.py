@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from profdsl.config.selector import LAST, Every, FirstPerNode, Match, OnePerDpGroup, Selector, Term, parse_selector
+from profdsl.config.selector import LAST, Every, FirstPerNode, OnePerDpGroup, Selector, Term, parse_selector
 from profdsl.config.validate import require_int
 from profdsl.core.discovery import RankInfo, discover_rank, discover_world, require_ranks
 from profdsl.core.engine_names import Ambiguous, read_engine_rank
@@ -17,7 +17,6 @@ __all__ = [
     "discover_world",
     "is_hook_rank",
     "is_rank_selected",
-    "selector_needs",
     "local_rank_from_trace_name",
     "replica_ranks",
     "replicas_for_ranks",
@@ -66,23 +65,6 @@ def is_rank_selected(rank: int, ranks: Collection[int], *, all_ranks: bool = Fal
     if not ranks:
         return rank == 0
     return rank in ranks
-
-
-def selector_needs(select: Selector | str) -> frozenset[str]:
-    """What a selector reads besides the global rank: parallel dimensions (``"tp"`` ...),
-    ``"<dim>_size"`` for ``last``, ``"local_rank"`` for ``first_per_node``."""
-    selector = parse_selector(select) if isinstance(select, str) else select
-    needs: set[str] = set()
-    for term in selector.terms:
-        if isinstance(term, Match) and term.dim != "rank":
-            needs.add(term.dim)
-            if LAST in term.values:
-                needs.add(f"{term.dim}_size")
-        elif isinstance(term, FirstPerNode):
-            needs.add("local_rank")
-        elif isinstance(term, OnePerDpGroup):
-            needs.add("dp")
-    return frozenset(needs)
 
 
 def _missing(term: Term, topology: Topology, what: str) -> ConfigError:

@@ -79,7 +79,7 @@ class Profiler:
         text_without_nul("Profiler role", role, blank=False)
         self.config, self.role = config, role
         self.rank, self.world_size = discover_world(rank, world_size)
-        self.topology = process_topology(self.rank, self.world_size, parallel)
+        self.topology = process_topology(self.rank, self.world_size, parallel, select=config.select)
         selected = capture and config.enable and is_rank_selected(
             self.rank, config.ranks, all_ranks=config.all_ranks, select=config.select,
             topology=self.topology)

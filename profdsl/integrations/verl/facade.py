@@ -125,7 +125,7 @@ class DistProfiler:
         self.save_file_prefix = save_file_prefix
         self.config = _config_of(config, tool_config, steps, continuous_steps)
         self.rank, self.world_size = discover_world(rank, world_size)
-        self.topology = process_topology(self.rank, self.world_size, parallel)
+        self.topology = process_topology(self.rank, self.world_size, parallel, select=self.config.select)
         self._selected = self.config.enable and is_rank_selected(
             self.rank, self.config.ranks, all_ranks=self.config.all_ranks, select=self.config.select,
             topology=self.topology)
