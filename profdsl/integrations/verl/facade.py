@@ -32,6 +32,7 @@ from profdsl.errors import ConfigError
 from profdsl.integrations.verl.config import map_block
 from profdsl.runtime import context
 from profdsl.runtime.handles import Handle
+from profdsl.runtime.process import PROCESS
 from profdsl.runtime.profiler import Profiler
 
 __all__ = ["DistProfiler", "DistProfilerExtension", "annotate"]
@@ -218,12 +219,15 @@ class DistProfiler:
         """
         scheduled = bool(kwargs_outer.get("scheduled", False))
         ink = None if color is None else _color(color)
+        registry = PROCESS.registry  # the same object for the life of the process (reset in place)
 
         def decorate(func: F) -> F:
             name = message or kwargs_outer.get("role") or func.__name__
 
             @functools.wraps(func)
             def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if not registry.recorders:  # nothing profiled in this process: one attribute check
+                    return func(self, *args, **kwargs)
                 facade = getattr(self, "profiler", None)
                 live = facade._profiling() if isinstance(facade, DistProfiler) else None
                 if live is None or not isinstance(facade, DistProfiler):
@@ -233,6 +237,8 @@ class DistProfiler:
             if inspect.iscoroutinefunction(func):
                 @functools.wraps(func)
                 async def async_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+                    if not registry.recorders:
+                        return await func(self, *args, **kwargs)
                     facade = getattr(self, "profiler", None)
                     live = facade._profiling() if isinstance(facade, DistProfiler) else None
                     if live is None or not isinstance(facade, DistProfiler):
