@@ -20,7 +20,7 @@ import attrs
 from profdsl.analysis.reader import TraceError, brief, header
 from profdsl.collect.manifest import KINDS, MANIFEST_NAME, is_relative, read_lines
 from profdsl.config.validate import require_int
-from profdsl.core.naming import ARTIFACT_SUFFIXES, NSYS_EXT, TraceName, is_json_trace
+from profdsl.core.naming import ARTIFACT_SUFFIXES, NSYS_EXT, TEMP_PREFIX, TraceName, is_json_trace
 from profdsl.errors import ConfigError
 
 __all__ = ["Artifact", "Catalog", "FolderError", "RecordError", "artifacts", "catalog", "from_record",
@@ -75,10 +75,12 @@ class Artifact:
 
 @attrs.frozen
 class Catalog:
-    """A folder's valid artifacts, and one line per manifest line that is not a valid record."""
+    """A folder's valid artifacts, one line per manifest line that is not a valid record, and
+    the hidden files profdsl left there (a write or an export cut short: ``check`` names them)."""
 
     artifacts: list[Artifact]
     problems: list[str]
+    leftovers: list[str] = attrs.field(factory=list)
 
 
 #: Integer fields of a record and their smallest value; ``bytes`` is also a file size.
@@ -163,15 +165,16 @@ def catalog(folder: str | os.PathLike[str]) -> Catalog:
     if not path.is_dir():
         raise FolderError(f"{folder}: not a folder")
     rows, problems = _from_manifest(path)
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        raise FolderError(f"{folder}: cannot list: {exc.strerror or exc}") from exc
     if not rows:  # no manifest, or no valid record in it: read the file names
-        try:
-            names = sorted(os.listdir(path))
-        except OSError as exc:
-            raise FolderError(f"{folder}: cannot list: {exc.strerror or exc}") from exc
         rows = [a for n in names if n.endswith(ARTIFACT_SUFFIXES) for a in [_from_name(path, n)] if a is not None]
-    if not rows and not problems:
+    leftovers = [n for n in names if n.startswith(TEMP_PREFIX)]
+    if not rows and not problems and not leftovers:
         raise FolderError(f"{folder}: no profdsl manifest and no profdsl trace files")
-    return Catalog(rows, problems)
+    return Catalog(rows, problems, leftovers)
 
 
 def _from_manifest(folder: Path) -> tuple[list[Artifact], list[str]]:
