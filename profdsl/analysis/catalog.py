@@ -55,6 +55,7 @@ class Artifact:
     #: the session, and the background export (milliseconds; ``profdsl.analysis.cost`` sums them).
     blocked_ms: float | None = None
     export_ms: float | None = None
+    host: str | None = None  # the host that wrote it (whose clock its timestamps follow)
     record: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @property
@@ -85,7 +86,7 @@ class Catalog:
 
 #: Integer fields of a record and their smallest value; ``bytes`` is also a file size.
 _COUNTS = {"step": 0, "rank": 0, "world_size": 1, "replica": 0}
-_TEXTS = ("role", "stage", "status", "error", "reason", "source")
+_TEXTS = ("role", "stage", "status", "error", "reason", "source", "host")
 _MAX_BYTES = 2**63 - 1
 #: Durations of a record, in milliseconds: finite numbers >= 0 (or null).
 _DURATIONS = ("blocked_ms", "export_ms")
@@ -130,8 +131,8 @@ def from_record(record: object) -> Artifact:
     blocked, export = (_duration(key, record.get(key)) for key in _DURATIONS)
     return Artifact(kind=kind, path=path, role=record.get("role"), stage=record.get("stage"),
                     window=None if first is None or last is None else (first, last), bytes=size,
-                    status=record.get("status") or "ok", blocked_ms=blocked, export_ms=export, record=record,
-                    **counts)
+                    status=record.get("status") or "ok", blocked_ms=blocked, export_ms=export,
+                    host=record.get("host"), record=record, **counts)
 
 
 def _from_name(folder: Path, name: str) -> Artifact | None:
@@ -141,7 +142,7 @@ def _from_name(folder: Path, name: str) -> Artifact | None:
     kind = "nsys" if parsed.ext == NSYS_EXT else "rollout" if parsed.role == "rollout" else "trace"
     return Artifact(kind=kind, path=name, role=parsed.role, stage=parsed.stage, step=parsed.step,
                     rank=parsed.rank, world_size=parsed.world_size, replica=parsed.replica,
-                    window=parsed.window, bytes=_size(folder / name))
+                    window=parsed.window, bytes=_size(folder / name), host=parsed.host)
 
 
 def _size(path: Path) -> int | None:

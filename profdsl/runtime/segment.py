@@ -21,7 +21,7 @@ from profdsl.capture.base import Backend, Runner, Session
 from profdsl.collect.export import TraceLabel, write_events
 from profdsl.config import Schedule
 from profdsl.core.log import once
-from profdsl.core.schedule import cycle_of
+from profdsl.core.schedule import action_at, cycle_of
 
 if TYPE_CHECKING:
     from profdsl.runtime.exports import Exports
@@ -47,6 +47,8 @@ class Segment:
         self._recorded: dict[tuple[str, int | None], tuple[Schedule | None, list[int]]] = {}
         self._muted = 0
         self._open_recorded = 0
+        self._position = 0  # a scheduled stage: the mini-batch torch's schedule is at
+        self._continued: dict[int | None, dict[str, int]] = {}  # per window: regions reopened
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, runner: Runner) -> bool:
@@ -108,6 +110,22 @@ class Segment:
         session = self.session
         if session is not None and session.owned_here():
             session.advance(index)
+            self._position = index + 1
+
+    def continued(self, name: str) -> None:
+        """A region named ``name`` was reopened (closed around a schedule step, a ``yield`` or
+        an ``await``): when the session records it, the trace's ``regions.continued`` counts it,
+        so that readers count one entry, not one per piece."""
+        if self.kind == "step":
+            recording, window = self._collecting, None
+        elif self.schedule is None:
+            recording, window = True, None
+        else:
+            recording = action_at(self.schedule, self._position).records
+            window = cycle_of(self.schedule, self._position)
+        if recording:
+            counts = self._continued.setdefault(window, {})
+            counts[name] = counts.get(name, 0) + 1
 
     def _apply_collecting(self) -> None:
         session = self.session
@@ -120,12 +138,15 @@ class Segment:
     def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
         """The trace's ``profdsl`` metadata."""
         label = self.label
+        cycle = cycle_of(self.schedule, window[0]) if self.schedule is not None and window else None
+        continued = self._continued.pop(cycle, {})
         return {
             "role": label.role, "roles": list(self.roles), "stage": label.stage, "step": label.step,
             "rank": label.rank, "world_size": label.world_size,
             "window": list(window) if window else None, "windows": self.windows(),
             "config_hash": label.config_hash, "host": label.host, "pid": label.pid,
-            "regions": {"stages": sorted(self.stages), "mini_batches": sorted(self.bases)},
+            "regions": {"stages": sorted(self.stages), "mini_batches": sorted(self.bases),
+                        "continued": dict(sorted(continued.items()))},
         }
 
     def windows(self) -> list[dict[str, Any]]:
