@@ -4,7 +4,8 @@ folder has no manifest (traces copied by hand, an older run).
 This is the one place that decides a manifest record is valid (:func:`from_record`) and which
 artifacts the trace-reading commands read (:func:`json_traces`, :func:`trace_header`): every
 command lists, checks, sums, merges and plots through it, so they all skip the same bad input
-with the same reason, and ``profdsl check`` fails on exactly that input.
+with the same reason, and ``profdsl check`` fails on that input (and on malformed events the
+fast reader of ``summary`` and ``plot`` skips over unread: :mod:`profdsl.analysis.reader`).
 """
 
 from __future__ import annotations

@@ -135,18 +135,19 @@ def _fast(path: str | os.PathLike[str], names: RegionNames, *, span: bool
     state = _State(names, wanted, span)
     try:
         with open_trace(path) as stream:
-            carry = _skip_header(stream)
-            while block := stream.read(CHUNK):
-                data = carry + block
+            data = _skip_header(stream)
+            while True:
+                block = stream.read(CHUNK)
+                data += block
                 cut = data.rfind(_END)
-                if cut < 0:
-                    if len(data) > HEAD_LIMIT:
-                        return None  # no event boundary for this long: not kineto's layout
-                    carry = data
-                    continue
-                state.body(data, cut + len(_END))
-                carry = data[cut + len(_END):]
-        state.tail(carry)
+                if cut >= 0:  # the complete event blocks so far; the rest waits for more
+                    state.body(data, cut + len(_END))
+                    data = data[cut + len(_END):]
+                elif len(data) > HEAD_LIMIT:
+                    return None  # no event boundary for this long: not kineto's layout
+                if not block:
+                    break
+        state.tail(data)
     except _LayoutError:
         return None
     return state.result()
