@@ -78,13 +78,6 @@ def _image(path: Path) -> Any:
     return matplotlib.image.imread(str(path))
 
 
-def _share_of(image: Any, colour: tuple[float, ...]) -> float:
-    """Fraction of the image's pixels within a small distance of ``colour`` (RGB)."""
-    rgb = image[..., :3]
-    close = np.all(np.abs(rgb - np.asarray(colour[:3], dtype=rgb.dtype)) < 0.02, axis=-1)
-    return float(close.mean())
-
-
 def _assert_picture(path: Path) -> Any:
     image = _image(path)
     height, width = image.shape[:2]
@@ -99,24 +92,50 @@ def _assert_picture(path: Path) -> Any:
 
 def test_default_view_draws_stacked_bars(profiled: Path, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The PNG is written; the figure behind it has one stacked segment per (bar, stage), each
+    as tall as the model's total, in the stage's colour (colours go by stage name)."""
     out = tmp_path / "stages.png"
     assert profdsl.cli.main(["plot", str(profiled), "-o", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out)
-    image = _assert_picture(out)
+    _assert_picture(out)
+    model = _model(profiled)
+    bars = plot.bar_totals(model)
+    axes = plot._bars_figure(model, "t").axes[0]
     tab10 = matplotlib.colormaps["tab10"]
-    # stages are coloured in name order: compute_log_prob first, update_actor second; the big
-    # update_actor segments must cover far more than a legend swatch
-    assert _share_of(image, tab10(1)) > 0.05
-    assert _share_of(image, tab10(0)) > 0
+    colour = {"compute_log_prob": tab10(0), "update_actor": tab10(1)}
+    drawn: dict[str, list[float]] = {}
+    for container, label in zip(axes.containers, [t.get_text() for t in axes.get_legend().get_texts()][::-1]):
+        drawn[label] = [patch.get_height() for patch in container]
+        assert all(patch.get_facecolor() == pytest.approx(colour[label]) for patch in container)
+    keys = sorted(bars, key=lambda k: (k[0], k[2], k[1]))
+    assert sorted(drawn) == sorted(STAGES)
+    for stage in STAGES:
+        assert drawn[stage] == pytest.approx([bars[key][stage] for key in keys], rel=1e-9)
 
 
 def test_timeline_draws_one_row_per_rank(profiled: Path, tmp_path: Path) -> None:
+    """The PNG is written; the figure has one row per rank and, in it, one bar per outermost
+    region of that rank, where the model puts it (ms since the first region)."""
     out = tmp_path / "timeline.png"
     assert profdsl.cli.main(["plot", str(profiled), "-o", str(out), "--timeline"]) == 0
-    image = _assert_picture(out)
-    # update_actor's spans, well beyond a legend swatch; their width follows wall-clock time, and
-    # a scheduled stage's region is drawn in pieces (it closes while torch's schedule steps)
-    assert _share_of(image, matplotlib.colormaps["tab10"](1)) > 0.005
+    _assert_picture(out)
+    model = _model(profiled)
+    rows = plot.timeline_rows(model)
+    axes = plot._timeline_figure(model, "t").axes[0]
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["actor rank0", "actor rank1"]
+    origin = min(span.start_us for spans in rows.values() for span in spans)
+    drawn = sorted((round(x, 9), round(w, 9)) for collection in axes.collections
+                   for path in collection.get_paths() for x, w in [_bar_extent(path)])
+    want = sorted((round((s.start_us - origin) / 1000, 9), round((s.end_us - s.start_us) / 1000, 9))
+                  for spans in rows.values() for s in spans)
+    assert len(drawn) == len(want) == 8
+    for (x, width), (want_x, want_width) in zip(drawn, want):
+        assert x == pytest.approx(want_x, abs=1e-6) and width == pytest.approx(want_width, abs=1e-6)
+
+
+def _bar_extent(path: Any) -> tuple[float, float]:
+    xs = path.vertices[:, 0]
+    return float(xs.min()), float(xs.max() - xs.min())
 
 
 def test_dpi_sets_the_resolution(profiled: Path, tmp_path: Path) -> None:
