@@ -29,6 +29,16 @@ the page cache: the figures measure parsing, not the disk.
 Event counts, total events and the ``dur`` sum must agree between methods and with what the
 generator wrote, and ``header()`` must return the written header; otherwise the script exits 1.
 Generated files are deleted at the end unless ``--keep``.
+
+With ``--summary`` it measures instead what a user waits for after a run (issue 13): ``profdsl
+summary`` of a folder of ``--traces`` such traces (``--size-mb`` each, gzipped, with a manifest),
+against ``json.load`` of the same files in turn and ``zcat`` of them (the floor: decompression
+alone), each a whole command in a fresh process, ``--repeat`` times in rotating order (medians).
+The summary's numbers must equal an independent recount from the ``json.load``-ed events to the
+nanosecond. Then the peak RSS of ``profdsl summary`` on one trace of ``--memory-mb`` MB. Bars:
+summary <= 0.35x json.load; peak RSS < 400 MB (``--check`` exits 1 when one is missed).
+
+    python benchmarks/bench_reader.py --summary [--traces 4] [--size-mb 40] [--memory-mb 225] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -467,6 +477,143 @@ def check(results: dict[str, dict[str, Any]], totals: Totals, head: dict[str, An
     return problems
 
 
+# --------------------------------------------------------------------------------------------
+# --summary: profdsl summary of a folder against json.load and zcat
+# --------------------------------------------------------------------------------------------
+
+SUMMARY_BAR = 0.35
+RSS_BAR_MB = 400.0
+
+
+def write_folder(folder: Path, traces: int, size_mb: float, seed: int) -> list[Path]:
+    """A save_path of ``traces`` gzipped traces (ranks 0..traces-1) with their manifest."""
+    sys.path.insert(0, str(ROOT))
+    from profdsl.collect.manifest import append_record, make_record
+    from profdsl.naming import TraceName
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank in range(traces):
+        name = TraceName(role="actor", stage="update_actor", step=3, rank=rank, world_size=traces,
+                         host="node-0", pid=PID + rank, time_ms=1_790_857_026_000 + rank).format()
+        plain = folder / f".plain-{rank}.json"
+        generate(plain, folder / name, size_mb, seed + rank)
+        plain.unlink()
+        append_record(str(folder), make_record("trace", name, role="actor", stage="update_actor", step=3,
+                                               rank=rank, world_size=traces,
+                                               bytes=(folder / name).stat().st_size))
+        paths.append(folder / name)
+    return paths
+
+
+def _is_region(name: str, stages: set[str]) -> bool:
+    return name in stages or (name.startswith(MINI_BATCH) and name[len(MINI_BATCH):].isdigit())
+
+
+def recount_folder(paths: list[Path]) -> dict[tuple[int, tuple[str, ...]], float]:
+    """Independent: each trace loaded whole; (rank, path) -> ms, a mini-batch under the stage
+    region that contains it."""
+    found: dict[tuple[int, tuple[str, ...]], float] = {}
+    for rank, path in enumerate(paths):
+        with gzip.open(path, "rt") as f:
+            trace = json.load(f)
+        stages = set(trace["profdsl"]["regions"]["stages"])
+        regions = [e for e in trace["traceEvents"]
+                   if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation" and _is_region(e["name"], stages)]
+        outer = sorted((e for e in regions if e["name"] in stages), key=lambda e: e["ts"])
+        for event in regions:
+            if event["name"] in stages:
+                key = (rank, (event["name"],))
+            else:
+                (holder,) = [o for o in outer
+                             if o["ts"] <= event["ts"] and event["ts"] + event["dur"] <= o["ts"] + o["dur"]]
+                key = (rank, (holder["name"], MINI_BATCH))
+            found[key] = found.get(key, 0.0) + event["dur"] / 1000
+    return found
+
+
+def _timed(command: list[str], **kwargs: Any) -> tuple[float, subprocess.CompletedProcess[str]]:
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[:4]} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return wall, done
+
+
+def peak_rss_mb(command: list[str]) -> float:
+    """The peak RSS of ``command`` (its largest process), measured by a fresh parent."""
+    probe = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)"
+             ".returncode; print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
+    _wall, done = _timed([sys.executable, "-c", probe, *command])
+    return int(done.stdout.split()[-1]) * 1024 / MB
+
+
+def summary_main(args: argparse.Namespace) -> int:
+    print("\n".join(machine_info()), flush=True)
+    folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_summary-"))
+    made = not args.dir
+    try:
+        started = time.perf_counter()
+        paths = write_folder(folder / "profiles", args.traces, args.size_mb, args.seed)
+        plain_mb = args.size_mb * args.traces
+        gz_mb = sum(p.stat().st_size for p in paths) / MB
+        print(f"folder:    {args.traces} traces of {args.size_mb:g} MB JSON ({plain_mb:g} MB in all, "
+              f"{gz_mb:.1f} MB gzipped, level {GZIP_LEVEL}), written in {time.perf_counter() - started:.1f} s\n",
+              flush=True)
+        files = [str(p) for p in paths]
+        load = ("import gzip, json, sys\nfor p in sys.argv[1:]:\n    with gzip.open(p, 'rt') as f:\n"
+                "        json.load(f)")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        methods: dict[str, list[str]] = {
+            "zcat (the floor)": ["sh", "-c", 'zcat "$@" > /dev/null', "zcat", *files],
+            "json.load, one file after another": [sys.executable, "-c", load, *files],
+            "profdsl summary DIR --json": [sys.executable, "-m", "profdsl", "summary", str(folder / "profiles"),
+                                           "--json"],
+        }
+        walls: dict[str, list[float]] = {m: [] for m in methods}
+        output = ""
+        names = list(methods)
+        for turn in range(max(1, args.repeat)):
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
+                wall, done = _timed(methods[name], env=env)
+                walls[name].append(wall)
+                if name.startswith("profdsl"):
+                    output = done.stdout
+        median = {m: sorted(w)[len(w) // 2] for m, w in walls.items()}
+        base = median["json.load, one file after another"]
+        print(f"{'command (a fresh process each)':<36}  {'median s':>8}  {'min s':>6}  {'x json.load':>11}  bar")
+        print(f"{'-' * 36}  {'-' * 8}  {'-' * 6}  {'-' * 11}  ---------")
+        ok = True
+        for name in methods:
+            ratio = median[name] / base
+            bar = ""
+            if name.startswith("profdsl"):
+                met = ratio <= SUMMARY_BAR
+                ok &= met
+                bar = f"<= {SUMMARY_BAR}x {'ok' if met else 'MISSED'}"
+            print(f"{name:<36}  {median[name]:>8.3f}  {min(walls[name]):>6.3f}  {ratio:>10.2f}x  {bar}")
+        rows = json.loads(output)
+        got = {(r["rank"], tuple(r["path"])): r["total_ms"] for r in rows}
+        expected = recount_folder(paths)
+        exact = set(got) == set(expected) and all(abs(got[k] - v) <= 1e-6 for k, v in expected.items())
+        print(f"\nexact: {'yes' if exact else 'NO'} ({len(rows)} rows; every total equals the recount "
+              "from json.load to the nanosecond)" if exact else f"\nexact: NO\n  got {got}\n  want {expected}")
+        ok &= exact
+        big = write_folder(folder / "big", 1, args.memory_mb, args.seed)
+        rss = peak_rss_mb([sys.executable, "-m", "profdsl", "summary", str(folder / "big"), "--json"])
+        met = rss < RSS_BAR_MB
+        ok &= met
+        print(f"peak RSS of profdsl summary on one {args.memory_mb:g} MB trace "
+              f"({big[0].stat().st_size / MB:.1f} MB gzipped): {rss:.0f} MB (< {RSS_BAR_MB:g} MB "
+              f"{'ok' if met else 'MISSED'})")
+        print(f"bars: {'all met' if ok else 'missed'}")
+        return 0 if ok or not args.check else 1
+    finally:
+        if made and not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--size-mb", type=float, default=500.0, help="uncompressed size (MB = 10**6 bytes)")
@@ -476,7 +623,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs per method, each in a fresh process: fastest wall time, highest peak")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--summary", action="store_true",
+                        help="measure profdsl summary of a folder against json.load and zcat (issue 13)")
+    parser.add_argument("--traces", type=int, default=4, help="--summary: traces in the folder")
+    parser.add_argument("--memory-mb", type=float, default=225.0,
+                        help="--summary: size of the one trace whose peak RSS is measured")
+    parser.add_argument("--check", action="store_true", help="--summary: exit 1 when a bar is missed")
     args = parser.parse_args(argv)
+    if args.summary:
+        if "--size-mb" not in (argv if argv is not None else sys.argv[1:]):
+            args.size_mb = 40.0
+        if args.repeat == 1 and "--repeat" not in (argv if argv is not None else sys.argv[1:]):
+            args.repeat = 3
+        return summary_main(args)
 
     if args.child:
         print(RESULT_TAG + json.dumps(child(*args.child)), flush=True)

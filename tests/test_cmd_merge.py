@@ -260,6 +260,98 @@ class TestSelection:
         assert "skipped 3 artifacts" in out
 
 
+class TestHosts:
+    """Traces of several hosts and processes in one timeline: how they were aligned is said in
+    the merged file's ``profdsl.alignment``, and rows follow their own host's clock."""
+
+    def _rehost(self, folder: Path, host_of: dict[str, str], shift_ns: dict[str, int]) -> list[dict[str, Any]]:
+        """Give each trace's manifest record (by row) a host and move its clock origin."""
+        records = [json.loads(line) for line in (folder / "profdsl-manifest.jsonl").read_text().splitlines()]
+        inputs = []
+        for record in records:
+            if record["kind"] != "trace":
+                continue
+            row = f"{record['role']} rank{record['rank']}"
+            record["host"] = host_of[row]
+            trace = load(folder / record["path"])
+            trace["baseTimeNanoseconds"] += shift_ns[host_of[row]]
+            dump(folder / record["path"], trace)
+            inputs.append(trace)
+        (folder / "profdsl-manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return inputs
+
+    def test_two_hosts_are_listed_with_their_rows_and_the_unmeasured_offset(
+            self, run_dir: Path, tmp_path: Path, merge) -> None:
+        host_of = {"actor rank0": "node-a", "ref rank0": "node-a", "actor rank1": "node-b", "ref rank1": "node-b"}
+        inputs = self._rehost(run_dir, host_of, {"node-a": 0, "node-b": 2_500_000})
+        code, _, err = merge(str(run_dir), "-o", str(tmp_path / "m.json.gz"))
+        assert (code, err) == (0, "")
+        merged = read_merged(tmp_path / "m.json.gz")
+        assert_aligned(merged, inputs)  # each row on its own host's wall clock
+        alignment = merged["profdsl"]["alignment"]
+        names = {name: pid for pid, name in row_names(merged).items()}
+        hosts = {h["host"]: h for h in alignment["hosts"]}
+        assert sorted(hosts) == ["node-a", "node-b"]
+        assert sorted(hosts["node-a"]["rows"]) == sorted([names["actor rank0"], names["ref rank0"]])
+        assert sorted(hosts["node-b"]["rows"]) == sorted([names["actor rank1"], names["ref rank1"]])
+        assert hosts["node-a"]["shift_us"] == [0.0, 0.0] and hosts["node-b"]["shift_us"] == [2500.0, 2500.0]
+        assert (hosts["node-a"]["traces"], hosts["node-b"]["traces"]) == (3, 2)
+        assert alignment["clock"] == "wall" and "not measured" in alignment["across_hosts"]
+        assert alignment["within_host"].startswith("exact")
+
+    def test_trainer_and_engine_of_one_host_share_its_clock(self, tmp_path: Path) -> None:
+        """A real run: the trainer's traces and the rollout engine's (a torch sampler, moved in by
+        the rollout relocation) are one host: no offset between their rows, and the engine's
+        generation sits on the timeline between the stages it ran between."""
+        import torch
+
+        from profdsl import Profiler, rollout_window
+        from profdsl.rollout.torch_sampler import TorchSamplerEngine
+
+        from .profiling import config
+
+        folder = tmp_path / "run"
+        cfg = config(folder, discrete=True)
+        with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
+            from profdsl import profile_stage
+
+            with profile_stage("before"):
+                torch.ones(8).sum()
+            with rollout_window([TorchSamplerEngine(cfg, replica=0)], profiler=profiler):
+                torch.nn.Linear(8, 8)(torch.randn(4, 8))
+            with profile_stage("after"):
+                torch.ones(8).sum()
+        out = tmp_path / "m.json.gz"
+        done = subprocess.run([sys.executable, "-m", "profdsl", "merge", str(folder), "-o", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        merged = read_merged(out)
+        alignment = merged["profdsl"]["alignment"]
+        assert len(alignment["hosts"]) == 1 and alignment["across_hosts"] == "one host: no offset between rows"
+        rows = merged_x(merged)
+        assert sorted(rows) == ["actor rank0", "rollout replica0 rank0"]
+        start = {name: ts for ts, name in rows["actor rank0"] if name in ("before", "after")}
+        engine = [ts for ts, _ in rows["rollout replica0 rank0"]]
+        assert start["before"] < min(engine) and max(engine) < start["after"]
+
+    def test_region_names_are_their_labels(self, tmp_path: Path) -> None:
+        import torch
+
+        from profdsl import Profiler, mini_batch_window, profile_stage
+
+        from .profiling import config
+
+        folder = tmp_path / "run"
+        with Profiler(config(folder, discrete=True), role="actor", rank=0, world_size=1) as p, p.step(1):
+            with profile_stage('génér"er'):
+                for _ in mini_batch_window(range(2), name="mb é"):
+                    torch.ones(4).sum()
+        out = tmp_path / "m.json"
+        assert profdsl.cli.main(["merge", str(folder), "-o", str(out)]) == 0
+        names = {e["name"] for e in read_merged(out)["traceEvents"] if e.get("ph") == "X"}
+        assert {'génér"er', "mb é0", "mb é1"} <= names and not any("%" in n for n in names)
+
+
 class TestFaults:
     """Bad inputs are named and the rest still merged; folder problems are usage errors."""
 

@@ -19,6 +19,10 @@ matplotlib = pytest.importorskip("matplotlib")
 np = pytest.importorskip("numpy")
 
 import profdsl.cli  # noqa: E402
+from profdsl.analysis.catalog import catalog  # noqa: E402
+from profdsl.analysis.load import load_model  # noqa: E402
+from profdsl.analysis.model import Span, StageModel  # noqa: E402
+from profdsl.analysis.regions import ENGINE_STAGE  # noqa: E402
 from profdsl.cli import plot  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -74,13 +78,6 @@ def _image(path: Path) -> Any:
     return matplotlib.image.imread(str(path))
 
 
-def _share_of(image: Any, colour: tuple[float, ...]) -> float:
-    """Fraction of the image's pixels within a small distance of ``colour`` (RGB)."""
-    rgb = image[..., :3]
-    close = np.all(np.abs(rgb - np.asarray(colour[:3], dtype=rgb.dtype)) < 0.02, axis=-1)
-    return float(close.mean())
-
-
 def _assert_picture(path: Path) -> Any:
     image = _image(path)
     height, width = image.shape[:2]
@@ -95,24 +92,50 @@ def _assert_picture(path: Path) -> Any:
 
 def test_default_view_draws_stacked_bars(profiled: Path, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The PNG is written; the figure behind it has one stacked segment per (bar, stage), each
+    as tall as the model's total, in the stage's colour (colours go by stage name)."""
     out = tmp_path / "stages.png"
     assert profdsl.cli.main(["plot", str(profiled), "-o", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out)
-    image = _assert_picture(out)
+    _assert_picture(out)
+    model = _model(profiled)
+    bars = plot.bar_totals(model)
+    axes = plot._bars_figure(model, "t").axes[0]
     tab10 = matplotlib.colormaps["tab10"]
-    # stages are coloured in name order: compute_log_prob first, update_actor second; the big
-    # update_actor segments must cover far more than a legend swatch
-    assert _share_of(image, tab10(1)) > 0.05
-    assert _share_of(image, tab10(0)) > 0
+    colour = {"compute_log_prob": tab10(0), "update_actor": tab10(1)}
+    drawn: dict[str, list[float]] = {}
+    for container, label in zip(axes.containers, [t.get_text() for t in axes.get_legend().get_texts()][::-1]):
+        drawn[label] = [patch.get_height() for patch in container]
+        assert all(patch.get_facecolor() == pytest.approx(colour[label]) for patch in container)
+    keys = sorted(bars, key=lambda k: (k[0], k[2], k[1]))
+    assert sorted(drawn) == sorted(STAGES)
+    for stage in STAGES:
+        assert drawn[stage] == pytest.approx([bars[key][stage] for key in keys], rel=1e-9)
 
 
 def test_timeline_draws_one_row_per_rank(profiled: Path, tmp_path: Path) -> None:
+    """The PNG is written; the figure has one row per rank and, in it, one bar per outermost
+    region of that rank, where the model puts it (ms since the first region)."""
     out = tmp_path / "timeline.png"
     assert profdsl.cli.main(["plot", str(profiled), "-o", str(out), "--timeline"]) == 0
-    image = _assert_picture(out)
-    # update_actor's spans, well beyond a legend swatch; their width follows wall-clock time, and
-    # a scheduled stage's region is drawn in pieces (it closes while torch's schedule steps)
-    assert _share_of(image, matplotlib.colormaps["tab10"](1)) > 0.005
+    _assert_picture(out)
+    model = _model(profiled)
+    rows = plot.timeline_rows(model)
+    axes = plot._timeline_figure(model, "t").axes[0]
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["actor rank0", "actor rank1"]
+    origin = min(span.start_us for spans in rows.values() for span in spans)
+    drawn = sorted((round(x, 9), round(w, 9)) for collection in axes.collections
+                   for path in collection.get_paths() for x, w in [_bar_extent(path)])
+    want = sorted((round((s.start_us - origin) / 1000, 9), round((s.end_us - s.start_us) / 1000, 9))
+                  for spans in rows.values() for s in spans)
+    assert len(drawn) == len(want) == 8
+    for (x, width), (want_x, want_width) in zip(drawn, want):
+        assert x == pytest.approx(want_x, abs=1e-6) and width == pytest.approx(want_width, abs=1e-6)
+
+
+def _bar_extent(path: Any) -> tuple[float, float]:
+    xs = path.vertices[:, 0]
+    return float(xs.min()), float(xs.max() - xs.min())
 
 
 def test_dpi_sets_the_resolution(profiled: Path, tmp_path: Path) -> None:
@@ -135,69 +158,62 @@ def test_runs_headless_in_a_fresh_process(profiled: Path, tmp_path: Path) -> Non
 # --- the numbers behind the pictures ----------------------------------------------------------
 
 
-def test_stage_totals_match_an_independent_recount(profiled: Path) -> None:
-    seen: set[str] = set()
-    for path in sorted(profiled.glob("*.json.gz")):
-        trace = _load(path)
-        stages = set(trace["profdsl"]["regions"]["stages"])
-        expected: dict[str, float] = {}
-        for event in trace["traceEvents"]:
-            if event.get("ph") == "X" and event.get("name") in stages:
-                expected[event["name"]] = expected.get(event["name"], 0.0) + event["dur"]
-        scan = plot._scan(str(path), "trace")
-        assert scan.totals_us.keys() == expected.keys()
-        for stage, us in expected.items():
-            assert scan.totals_us[stage] == pytest.approx(us)
-            assert us > 0
-        seen.update(expected)
-    assert seen == set(STAGES)
+def _model(folder: Path) -> StageModel:
+    return load_model(folder, catalog(folder).artifacts, [])
 
 
-def test_regions_are_in_wall_clock_microseconds(profiled: Path) -> None:
-    path = sorted(profiled.glob("actor.update-actor_*.json.gz"))[0]
+def test_bars_are_each_ranks_step_with_its_stages_recounted(profiled: Path) -> None:
+    """One bar per (role, rank, step); each segment is the stage's own region, recounted from
+    the raw events of that rank's and step's trace of the stage."""
+    bars = plot.bar_totals(_model(profiled))
+    assert sorted(bars) == [("actor", rank, step) for rank in (0, 1) for step in (1, 2)]
+    for (_role, rank, step), stages in bars.items():
+        assert set(stages) == set(STAGES)
+        for stage in STAGES:
+            slug = stage.replace("_", "-")
+            (trace,) = [_load(p) for p in profiled.glob(f"actor.{slug}_step{step:06d}_rank{rank}-of-2_*.json.gz")]
+            (own,) = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"] == stage]
+            assert stages[stage] == pytest.approx(own["dur"] / 1000, rel=1e-12)
+            assert stages[stage] > 0
+
+
+def test_timeline_regions_are_in_wall_clock_microseconds(profiled: Path) -> None:
+    rows = plot.timeline_rows(_model(profiled))
+    assert sorted(rows) == ["actor rank0", "actor rank1"]
+    path = sorted(profiled.glob("actor.update-actor_step000001_rank0-*.json.gz"))[0]
     trace = _load(path)
     base = trace["baseTimeNanoseconds"] / 1000
     (own,) = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"] == "update_actor"]
-    (region,) = plot._scan(str(path), "trace").regions
-    assert region == ("update_actor", pytest.approx(base + own["ts"]),
-                      pytest.approx(base + own["ts"] + own["dur"]))
+    assert Span("update_actor", pytest.approx(base + own["ts"]),
+                pytest.approx(base + own["ts"] + own["dur"])) in rows["actor rank0"]
+    assert len(rows["actor rank0"]) == 4  # two stages in each of two steps, nothing nested
 
 
-def test_bars_add_up_a_ranks_traces_per_step(profiled: Path) -> None:
-    from profdsl.analysis.catalog import artifacts
-
-    scans, failures = plot._scan_folder(str(profiled), artifacts(profiled))
-    assert failures == []
-    bars = plot._bar_totals(scans)
-    assert sorted(bars) == [("actor", -1, rank, step) for rank in (0, 1) for step in (1, 2)]
-    for (_role, _replica, rank, step), stages in bars.items():
-        assert set(stages) == set(STAGES)
-        files = profiled.glob(f"actor.update-actor_step{step:06d}_rank{rank}-of-2_*.json.gz")
-        (update,) = [_load(p) for p in files]
-        (own,) = [e for e in update["traceEvents"] if e.get("name") == "update_actor"]
-        assert stages["update_actor"] == pytest.approx(own["dur"] / 1000)
-
-
-def _write_engine_trace(path: Path, spans: list[tuple[float, float]]) -> None:
+def _write_trace(path: Path, spans: list[tuple[str, float, float]], header: dict[str, Any] | None = None) -> None:
     events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "ts": 0,
                "args": {"name": "engine"}}]
-    events += [{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": ts, "dur": dur}
-               for i, (ts, dur) in enumerate(spans)]
+    events += [{"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+               for name, ts, dur in spans]
     with gzip.open(path, "wt") as file:
-        json.dump({"schemaVersion": 1, "traceEvents": events}, file)
+        json.dump({**(header or {}), "schemaVersion": 1, "traceEvents": events}, file)
 
 
 def test_an_engine_trace_counts_as_its_span(tmp_path: Path) -> None:
-    path = tmp_path / "engine.json.gz"
-    _write_engine_trace(path, [(100.0, 50.0), (120.0, 400.0), (90.0, 5.0)])
-    scan = plot._scan(str(path), "rollout")
-    assert scan.totals_us == {plot.ENGINE_STAGE: pytest.approx(520.0 - 90.0)}
-    assert scan.regions == ((plot.ENGINE_STAGE, 90.0, 520.0),)
+    _write_trace(tmp_path / "rollout_step000001_rank0-of-1_replica0_h_pid1_20260101T000000000.pt.trace.json.gz",
+                 [("op0", 100.0, 50.0), ("op1", 120.0, 400.0), ("op2", 90.0, 5.0)])
+    model = _model(tmp_path)
+    assert plot.bar_totals(model) == {("rollout", 0, 1): {ENGINE_STAGE: pytest.approx((520.0 - 90.0) / 1000)}}
+    assert plot.timeline_rows(model) == {"rollout replica0 rank0": [Span(ENGINE_STAGE, 90.0, 520.0)]}
 
 
-def test_only_outermost_regions_are_drawn() -> None:
-    regions = [("inner", 20.0, 30.0), ("outer", 10.0, 50.0), ("next", 60.0, 70.0), ("same", 10.0, 50.0)]
-    assert plot._outermost(regions) == [("outer", 10.0, 50.0), ("next", 60.0, 70.0)]
+def test_only_outermost_regions_are_drawn(tmp_path: Path) -> None:
+    meta = {"profdsl": {"role": "actor", "stage": None,
+                        "regions": {"stages": ["inner", "outer", "next"], "mini_batches": []}}}
+    _write_trace(tmp_path / "actor_step000001_rank0-of-1_h_pid1_20260101T000000000.pt.trace.json.gz",
+                 [("inner", 20.0, 10.0), ("outer", 10.0, 40.0), ("next", 60.0, 10.0)], meta)
+    model = _model(tmp_path)
+    assert plot.timeline_rows(model) == {"actor rank0": [Span("outer", 10.0, 50.0), Span("next", 60.0, 70.0)]}
+    assert plot.bar_totals(model) == {("actor", 0, 1): {"outer": 40e-3, "next": 10e-3}}
 
 
 # --- failures ---------------------------------------------------------------------------------

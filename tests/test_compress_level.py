@@ -77,7 +77,7 @@ class TestOption:
         assert TorchOptions().compress_level == COMPRESS_LEVEL == 1
         label = TraceLabel(role="r", stage=None, step=1, rank=0, world_size=1, save_path="/x", host="h",
                            pid=1, config_hash="c")
-        assert label.compress_level == COMPRESS_LEVEL
+        assert label.export.level == COMPRESS_LEVEL
 
     def test_merges_keep_the_left_level(self) -> None:
         """union and intersect keep a's level (a per-file output setting, like save_path)."""

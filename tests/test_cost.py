@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import profdsl.cli
 from profdsl.analysis.catalog import RecordError, from_record
 from profdsl.analysis.cost import step_costs
+from profdsl.cli.summary import ROW_FIELDS
 from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record, read_manifest
 
 pytest.importorskip("torch")
@@ -205,7 +206,7 @@ class TestSummary:
         folder = hand_folder(sources, tmp_path)
         got = cli("summary", str(folder))
         assert (got.code, got.err) == (0, "")
-        assert got.out.index("total ms") < got.out.index("profiling's own cost")
+        assert got.out.index("self ms") < got.out.index("profiling's own cost")
         assert cost_rows(got.out) == EXPECTED_ROWS
 
     def test_cost_json_and_csv(self, sources: list[Path], tmp_path: Path) -> None:
@@ -217,7 +218,7 @@ class TestSummary:
         assert csv_lines == ["role,step,traces,blocked_ms,export_ms,max_rank,max_blocked_ms",
                              "actor,1,3,8.5,35.5,0,4.5", "actor,2,1,0.5,,0,0.5"]
         alone = cli("summary", str(folder), "--cost")
-        assert "total ms" not in alone.out and cost_rows(alone.out) == EXPECTED_ROWS
+        assert "self ms" not in alone.out and cost_rows(alone.out) == EXPECTED_ROWS
 
     def test_stage_json_is_unchanged_by_the_fields(self, sources: list[Path], tmp_path: Path) -> None:
         """``--json`` stays the list of stage rows consumers parse: the same with or without the cost."""
@@ -227,13 +228,12 @@ class TestSummary:
         assert a.code == b.code == 0
         rows = json.loads(a.out)
         assert isinstance(rows, list) and rows and rows == json.loads(b.out)
-        assert {tuple(sorted(r)) for r in rows} == {("count", "mean_ms", "rank", "role", "share", "stage",
-                                                     "step", "total_ms")}
+        assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(ROW_FIELDS))}
 
     def test_without_the_fields_no_cost_table(self, sources: list[Path], tmp_path: Path) -> None:
         folder = hand_folder(sources, tmp_path, with_cost=False)
         got = cli("summary", str(folder))
-        assert got.code == 0 and "total ms" in got.out and "profiling's own cost" not in got.out
+        assert got.code == 0 and "self ms" in got.out and "profiling's own cost" not in got.out
         assert json.loads(cli("summary", str(folder), "--cost", "--json").out) == []
         alone = cli("summary", str(folder), "--cost")
         assert alone.code == 0 and "no record carries blocked_ms or export_ms" in alone.out

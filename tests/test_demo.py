@@ -24,7 +24,7 @@ def test_demo(tmp_path: Path, mode: str) -> None:
     command = [sys.executable, "-m", "profdsl", "demo", "--out", str(out)] + (["--ray"] if mode == "ray" else [])
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "step 4 of 0..4" in result.stdout and "time per stage" in result.stdout
+    assert "step 4 of 0..4" in result.stdout and "where each step went" in result.stdout
     records = read_manifest(out)
     stages = sorted({(r["role"], r["stage"], r["step"]) for r in records if r["kind"] == "trace"})
     assert stages == sorted((role, stage, step) for step in (2, 3) for role, stage in (

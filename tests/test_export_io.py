@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from profdsl.analysis.reader import header
-from profdsl.collect.export import TraceLabel, export_trace
+from profdsl.collect.export import TraceLabel, finish, write_events
 from profdsl.manifest import MANIFEST_NAME, read_manifest
 
 from .traces import load, names, trace_files
@@ -47,6 +47,12 @@ def _label(save_path: Path, **kwargs: Any) -> TraceLabel:
                                   save_path=str(save_path), host="vm", pid=os.getpid(), config_hash="c")
     fields.update(kwargs)
     return TraceLabel(**fields)
+
+
+def export_trace(write: Any, label: TraceLabel, **kwargs: Any) -> str | None:
+    """Both steps of a trace's export in turn, as the background exports run them."""
+    pending = write_events(write, label, **kwargs)
+    return None if pending is None else finish(pending)
 
 
 def _writer(content: bytes, header: dict[str, Any] | None = None) -> Any:

@@ -4,6 +4,7 @@ their documented APIs; the torch sampler with a real tiny model)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from pathlib import Path
@@ -317,6 +318,19 @@ class TestTorchSampler:
         assert (record["rank"], record["replica"], record["step"]) == (0, 0, 2)
         names = {e["name"] for e in load(Path(cfg.save_path) / record["path"])["traceEvents"]}
         assert "aten::linear" in names
+
+    def test_sampler_follows_the_compress_level(self, tmp_path: Path) -> None:
+        """``TorchOptions.compress_level=0``: the sampler's trace is plain JSON too, moved and
+        recorded like a gzipped one."""
+        cfg = config(tmp_path, discrete=True, steps=[2],
+                     torch=TorchOptions(contents=["cpu"], compress_level=0))
+        sampler = TorchSamplerEngine(cfg, replica=0)
+        with driver(cfg) as profiler, profiler.step(2), rollout_window([sampler]):
+            torch.nn.Linear(8, 8)(torch.randn(4, 8))
+        [record] = rollout_records(cfg)
+        assert record["path"].endswith(".pt.trace.json")
+        data = json.loads((Path(cfg.save_path) / record["path"]).read_text())
+        assert "aten::linear" in {e["name"] for e in data["traceEvents"]}
 
     def test_sampler_in_a_reentered_window(self, tmp_path: Path) -> None:
         """A window re-entered inside itself starts the sampler once: its trace is written and

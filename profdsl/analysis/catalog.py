@@ -4,7 +4,8 @@ folder has no manifest (traces copied by hand, an older run).
 This is the one place that decides a manifest record is valid (:func:`from_record`) and which
 artifacts the trace-reading commands read (:func:`json_traces`, :func:`trace_header`): every
 command lists, checks, sums, merges and plots through it, so they all skip the same bad input
-with the same reason, and ``profdsl check`` fails on exactly that input.
+with the same reason, and ``profdsl check`` fails on that input (and on malformed events the
+fast reader of ``summary`` and ``plot`` skips over unread: :mod:`profdsl.analysis.reader`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from profdsl.analysis.reader import TraceError, brief, header
 from profdsl.collect.manifest import KINDS, MANIFEST_NAME, is_relative, read_lines
 from profdsl.config.parallel import DIMS
 from profdsl.config.validate import require_int
-from profdsl.core.naming import ARTIFACT_SUFFIXES, NSYS_EXT, TraceName, is_json_trace
+from profdsl.core.naming import ARTIFACT_SUFFIXES, NSYS_EXT, TEMP_PREFIX, TraceName, is_json_trace
 from profdsl.errors import ConfigError
 
 __all__ = ["Artifact", "Catalog", "FolderError", "RecordError", "artifacts", "catalog", "from_record",
@@ -56,6 +57,7 @@ class Artifact:
     #: the session, and the background export (milliseconds; ``profdsl.analysis.cost`` sums them).
     blocked_ms: float | None = None
     export_ms: float | None = None
+    host: str | None = None  # the host that wrote it (whose clock its timestamps follow)
     record: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
     #: The writer's known parallel coordinates, ``(("tp", 1), ("pp", 0), ...)`` in the order
     #: tp, pp, dp, cp, ep (the record's ``tp`` ... ``ep`` keys, or the file name's).
@@ -79,15 +81,17 @@ class Artifact:
 
 @attrs.frozen
 class Catalog:
-    """A folder's valid artifacts, and one line per manifest line that is not a valid record."""
+    """A folder's valid artifacts, one line per manifest line that is not a valid record, and
+    the hidden files profdsl left there (a write or an export cut short: ``check`` names them)."""
 
     artifacts: list[Artifact]
     problems: list[str]
+    leftovers: list[str] = attrs.field(factory=list)
 
 
 #: Integer fields of a record and their smallest value; ``bytes`` is also a file size.
 _COUNTS = {"step": 0, "rank": 0, "world_size": 1, "replica": 0}
-_TEXTS = ("role", "stage", "status", "error", "reason", "source")
+_TEXTS = ("role", "stage", "status", "error", "reason", "source", "host")
 _MAX_BYTES = 2**63 - 1
 #: Durations of a record, in milliseconds: finite numbers >= 0 (or null).
 _DURATIONS = ("blocked_ms", "export_ms")
@@ -136,8 +140,8 @@ def from_record(record: object) -> Artifact:
         raise RecordError(str(exc)) from None
     return Artifact(parallel=parallel, kind=kind, path=path, role=record.get("role"), stage=record.get("stage"),
                     window=None if first is None or last is None else (first, last), bytes=size,
-                    status=record.get("status") or "ok", blocked_ms=blocked, export_ms=export, record=record,
-                    **counts)
+                    status=record.get("status") or "ok", blocked_ms=blocked, export_ms=export,
+                    host=record.get("host"), record=record, **counts)
 
 
 def _from_name(folder: Path, name: str) -> Artifact | None:
@@ -148,7 +152,7 @@ def _from_name(folder: Path, name: str) -> Artifact | None:
     coords = tuple((d, v) for d in DIMS if (v := getattr(parsed, d)) is not None)
     return Artifact(parallel=coords, kind=kind, path=name, role=parsed.role, stage=parsed.stage, step=parsed.step,
                     rank=parsed.rank, world_size=parsed.world_size, replica=parsed.replica,
-                    window=parsed.window, bytes=_size(folder / name))
+                    window=parsed.window, bytes=_size(folder / name), host=parsed.host)
 
 
 def _size(path: Path) -> int | None:
@@ -172,15 +176,16 @@ def catalog(folder: str | os.PathLike[str]) -> Catalog:
     if not path.is_dir():
         raise FolderError(f"{folder}: not a folder")
     rows, problems = _from_manifest(path)
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        raise FolderError(f"{folder}: cannot list: {exc.strerror or exc}") from exc
     if not rows:  # no manifest, or no valid record in it: read the file names
-        try:
-            names = sorted(os.listdir(path))
-        except OSError as exc:
-            raise FolderError(f"{folder}: cannot list: {exc.strerror or exc}") from exc
         rows = [a for n in names if n.endswith(ARTIFACT_SUFFIXES) for a in [_from_name(path, n)] if a is not None]
-    if not rows and not problems:
+    leftovers = [n for n in names if n.startswith(TEMP_PREFIX)]
+    if not rows and not problems and not leftovers:
         raise FolderError(f"{folder}: no profdsl manifest and no profdsl trace files")
-    return Catalog(rows, problems)
+    return Catalog(rows, problems, leftovers)
 
 
 def _from_manifest(folder: Path) -> tuple[list[Artifact], list[str]]:

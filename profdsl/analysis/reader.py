@@ -6,8 +6,11 @@ time from ijson's C parser, and the top-level metadata (``profdsl``, ``distribut
 
 This is the one place that decides a trace is malformed: :func:`header` refuses metadata of the
 wrong shape, :func:`events` yields only well-formed events and, once the stream ends, raises
-:class:`TraceError` naming the first malformed one. Every command reads traces through these two,
-so ``profdsl check`` fails on exactly the traces the other commands skip.
+:class:`TraceError` naming the first malformed one (:func:`event_problem`). ``profdsl check``
+and ``merge`` read every event through them; the fast reader of ``summary`` and ``plot``
+(:mod:`profdsl.analysis.scan`) checks the events it uses by the same rule and hands any file it
+doubts to :func:`events`, so every command skips a trace for the same reason, and ``check`` also
+fails on a malformed event the fast reader skipped over unread.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from collections import defaultdict
 from profdsl.analysis.catalog import Artifact, Catalog, FolderError, catalog, json_traces, trace_header
 from profdsl.analysis.reader import TraceError, events
 from profdsl.cli.common import fail, printable
+from profdsl.collect.export import events_owner
 from profdsl.config import ProfilerConfig
 from profdsl.config.validate import require_int
 from profdsl.core.naming import ARTIFACT_SUFFIXES, is_json_trace
@@ -65,14 +66,26 @@ def problems(folder: str, found: Catalog, config: ProfilerConfig | None,
             result.append(f"{where}: {a.kind} {a.status} {detail}".rstrip())
     other_files = [a for a in rows if a.status == "ok" and a.path and not is_json_trace(a.path)]
     result += [issue for a in json_traces(rows) + other_files if (issue := check_file(folder, a))]
+    result += [f"{name}: {_left_behind(name, rows)}" for name in found.leftovers]
     listed = {a.path for a in rows if a.path}
     for name in sorted(os.listdir(folder)):
-        if name.startswith(".profdsl-tmp-"):
-            result.append(f"{name}: temporary file left by an interrupted write")
-        elif name.endswith(ARTIFACT_SUFFIXES) and name not in listed and any(a.record for a in rows):
+        if name.endswith(ARTIFACT_SUFFIXES) and name not in listed and any(a.record for a in rows):
             result.append(f"{name}: not in the manifest")
     result += missing_ranks(rows, config, world_size)
     return result
+
+
+def _left_behind(name: str, rows: list[Artifact]) -> str:
+    """What a hidden file of profdsl's left in the folder is: torch's events of a trace whose
+    export was cut short (kept: they are the trace, in plain JSON), or part of a cut write."""
+    pid = events_owner(name)
+    if pid is None:
+        return "temporary file left by an interrupted write"
+    for a in rows:
+        if a.record.get("events") == name:
+            return (f"torch's events of the incomplete {a.role} trace of step {a.step} (plain JSON, "
+                    "kept: its export was cut short at exit)")
+    return f"torch's events of a trace still being exported when process {pid} ended (plain JSON, kept)"
 
 
 def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_size: int | None) -> list[str]:

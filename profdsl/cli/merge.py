@@ -1,9 +1,19 @@
 """``profdsl merge DIR -o FILE``: every JSON trace of a folder in one Chrome trace.
 
 Each distinct :attr:`~profdsl.analysis.catalog.Artifact.label` (role, rollout replica, rank)
-becomes one process row, and every timestamp is moved onto one clock: torch writes event ``ts``
-in microseconds relative to the trace's ``baseTimeNanoseconds``, so an input's events are
-shifted by ``(its base - the smallest base) / 1000`` and the output carries the smallest base.
+becomes one process row, and every timestamp is moved onto one clock. torch (kineto) writes an
+event's ``ts`` in microseconds after the trace's ``baseTimeNanoseconds``, and the two add up to
+the wall clock (``CLOCK_REALTIME``, Unix time) of the host that recorded it: an input's events
+are shifted by ``(its base - the smallest base) / 1000`` and the output carries the smallest
+base. Traces of one host (trainer ranks, rollout engines, any process) share its clock exactly;
+traces of different hosts are as far apart as the hosts' clocks are (NTP keeps them within about
+a millisecond on a LAN, PTP far closer; nothing here can measure it). The merged file's
+``profdsl.alignment`` says which clock each host's rows follow and that uncertainty.
+
+profdsl's region names are decoded to their labels (:mod:`profdsl.core.labels`), and the merged
+file's ``profdsl.stages`` holds the stage-time model's rows for the traces merged
+(:mod:`profdsl.analysis.model`): the numbers ``profdsl summary`` prints for them.
+
 Inputs are streamed event by event; no trace is ever held whole in memory. Each input's events
 go through a temporary spool file and join the output only once the whole input has read well,
 so a trace that turns out malformed or cut short is skipped whole, as every other command skips it.
@@ -18,7 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
@@ -27,6 +37,9 @@ import attrs
 
 from profdsl.analysis import reader
 from profdsl.analysis.catalog import Artifact, FolderError, catalog, json_traces, trace_header
+from profdsl.analysis.model import StageModel
+from profdsl.analysis.regions import RegionNames
+from profdsl.analysis.scan import TraceScan, scan_events
 from profdsl.cli.common import skipped
 
 __all__ = ["HELP", "MergeReport", "Row", "add_arguments", "merge_folder", "run"]
@@ -92,6 +105,15 @@ class _Input:
     path: str
     label: str
     base_ns: int
+    artifact: Artifact
+    meta: dict[str, Any]
+
+    @property
+    def host(self) -> str | None:
+        """The host whose clock the trace follows."""
+        own = self.meta.get("profdsl")
+        host = own.get("host") if isinstance(own, dict) else None
+        return self.artifact.host or (host if isinstance(host, str) else None)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -181,7 +203,7 @@ def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) ->
         except reader.TraceError as exc:
             errors.append(str(exc))
             continue
-        inputs.append(_Input(path, artifact.label, _base_ns(meta)))
+        inputs.append(_Input(path, artifact.label, _base_ns(meta), artifact, meta))
     return inputs, errors
 
 
@@ -201,7 +223,7 @@ def _row_metadata(label: str, pid: int) -> list[Event]:
     ]
 
 
-def _rewrite(event: Event, pid: int, shift_us: float, flow_base: int) -> Event | None:
+def _rewrite(event: Event, pid: int, shift_us: float, flow_base: int, names: RegionNames) -> Event | None:
     """``event`` moved to row ``pid`` and shifted by ``shift_us``; None for input row metadata.
 
     Args:
@@ -209,9 +231,14 @@ def _rewrite(event: Event, pid: int, shift_us: float, flow_base: int) -> Event |
         pid: The row's pid.
         shift_us: Microseconds added to ``ts``.
         flow_base: Added to integer flow ids (``ph`` s/t/f) so inputs' flows stay apart.
+        names: The input's region names: a region of profdsl's is named by its label.
     """
     if event.get("ph") == "M" and event.get("name") in _ROW_METADATA:
         return None
+    if not names.empty and event.get("ph") == "X":
+        found = names.label(str(event.get("name", "")))
+        if found is not None:
+            event["name"] = found[0] if found[1] is None else f"{found[0]}{found[1]}"
     event["pid"] = pid
     ts = event.get("ts")
     if shift_us and isinstance(ts, (int, float)) and not isinstance(ts, bool):
@@ -235,24 +262,28 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[st
     counts: dict[str, int] = {}
     traces: dict[str, int] = {}
     errors: list[str] = []
+    scans: list[tuple[_Input, TraceScan]] = []
     partial = output.with_name(f".{output.name}.partial")
     try:
         with tempfile.TemporaryFile(dir=partial.parent) as spool:
             body = _ArrayWriter(spool)
             for index, item in enumerate(inputs):
                 pid = pids.get(item.label, len(pids) + 1)
-                written, error = _copy(item, body, pid, (item.base_ns - base) / 1000, index << _FLOW_SHIFT)
-                if error is not None:
-                    errors.append(error)
+                written, scan, error = _copy(item, body, pid, (item.base_ns - base) / 1000, index << _FLOW_SHIFT)
+                if error is not None or scan is None:
+                    errors.append(error or f"{item.path}: unreadable")
                     continue
+                scans.append((item, scan))
                 pids[item.label] = pid
                 counts[item.label] = counts.get(item.label, 0) + written
                 traces[item.label] = traces.get(item.label, 0) + 1
             spool.seek(0)
+            own = {"merged_traces": sum(traces.values()), "alignment": alignment(scans, base, pids),
+                   "stages": StageModel((item.artifact, scan) for item, scan in scans).rows()}
             with _open_output(partial, gzipped=output.name.endswith(".gz")) as stream:
                 # The header goes before traceEvents, where reader.header looks for it.
                 stream.write(f'{{"displayTimeUnit": "ms", "baseTimeNanoseconds": {base}, '
-                             f'"profdsl": {{"merged_traces": {sum(traces.values())}}}, '
+                             f'"profdsl": {json.dumps(own)}, '
                              '"traceEvents": [\n'.encode())
                 writer = _ArrayWriter(stream)
                 for label, pid in pids.items():
@@ -267,22 +298,59 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[st
 
 
 def _copy(item: _Input, writer: _ArrayWriter, pid: int, shift_us: float,
-          flow_base: int) -> tuple[int, str | None]:
-    """Copy one input's events; returns (events written, the reason it was left out or None).
+          flow_base: int) -> tuple[int, TraceScan | None, str | None]:
+    """Copy one input's events, scanning them for the stage-time model as they pass; returns
+    (events written, its scan, the reason it was left out or None).
 
     An input that fails part way is cut off ``writer`` again: it adds nothing.
     """
     mark = writer.mark()
     written = 0
-    try:
+    names = RegionNames.from_header(item.meta)
+
+    def passing() -> Iterator[Event]:
+        nonlocal written
         for event in reader.events(item.path):
-            moved = _rewrite(event, pid, shift_us, flow_base)
+            yield event  # the scan sees it as the trace holds it, then it is moved and written
+            moved = _rewrite(event, pid, shift_us, flow_base, names)
             if moved is not None:
                 written += writer.write_all([moved])
+
+    engine = item.artifact.kind == "rollout" or "profdsl" not in item.meta
+    try:
+        scan = scan_events(item.meta, passing(), span=engine)
     except reader.TraceError as exc:
         writer.undo(mark)
-        return 0, str(exc)
-    return written, None
+        return 0, None, str(exc)
+    return written, scan, None
+
+
+def alignment(scans: Sequence[tuple[_Input, TraceScan]], base_ns: int,
+              pids: dict[str, int]) -> dict[str, Any]:
+    """How the merged file's rows share one clock (its ``profdsl.alignment``): per host, its
+    rows and how far its traces' clock origins lie from the merged one."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for item, _scan in scans:
+        host = item.host or "unknown"
+        entry = hosts.setdefault(host, {"host": host, "rows": [], "traces": 0, "shift_us": []})
+        if pids[item.label] not in entry["rows"]:
+            entry["rows"].append(pids[item.label])
+        entry["traces"] += 1
+        entry["shift_us"].append((item.base_ns - base_ns) / 1000)
+    for entry in hosts.values():
+        shifts = entry.pop("shift_us")
+        entry["shift_us"] = [min(shifts), max(shifts)]
+    several = len(hosts) > 1
+    return {
+        "clock": "wall",
+        "method": "each event at baseTimeNanoseconds + ts: the wall clock (CLOCK_REALTIME, Unix time) "
+                  "of the host that recorded it, shifted onto the smallest baseTimeNanoseconds",
+        "hosts": sorted(hosts.values(), key=lambda h: str(h["host"])),
+        "within_host": "exact: the processes of one host read one clock",
+        "across_hosts": ("not measured: rows of different hosts are off by those hosts' clock offset "
+                         "(NTP keeps it within about 1 ms on a LAN, PTP within microseconds)")
+        if several else "one host: no offset between rows",
+    }
 
 
 def _open_output(path: Path, gzipped: bool) -> IO[bytes]:

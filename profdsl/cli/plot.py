@@ -1,28 +1,25 @@
 """``profdsl plot``: a PNG of what a profile folder holds, for people to look at.
 
-Two views: stacked bars of time per stage for each (role, rank, step) (the default), and with
-``--timeline`` a Gantt chart with one row per process and a bar per outermost stage region.
-Traces are streamed (bounded memory); matplotlib is imported only when the command runs.
+Two views: stacked bars of time per outermost stage for each (role, rank, step) (the default),
+and with ``--timeline`` a Gantt chart with one row per process and a bar per outermost stage
+region. The numbers are the stage-time model's (:mod:`profdsl.analysis.model`), the same as
+``profdsl summary``'s; matplotlib is imported only when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
-from profdsl.analysis.catalog import Artifact, FolderError, catalog, json_traces, trace_header
-from profdsl.analysis.reader import TraceError, events, header
-from profdsl.analysis.stages import ENGINE_STAGE
+from profdsl.analysis.catalog import FolderError, catalog
+from profdsl.analysis.load import load_model
+from profdsl.analysis.model import Span, StageModel
 from profdsl.cli.common import printable, skipped
-from profdsl.core.labels import trace_names
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -31,9 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["add_arguments", "run"]
 
 HELP = "plot per-stage time per rank and step (or a timeline) to a PNG"
-# record_function ranges are mirrored onto GPU streams under the same name; counting them too
-# would double a stage's time.
-_SKIPPED_CATEGORIES = frozenset({"gpu_user_annotation"})
 _INSTALL_HINT = "plotting needs matplotlib: pip install profdsl[plot]"
 
 EXAMPLES = """examples:
@@ -44,18 +38,8 @@ EXAMPLES = """examples:
 for numbers rather than pictures, use: profdsl summary profiles --json
 """
 
-Region = tuple[str, float, float]
-"""A stage region: (stage name, start µs, end µs), in absolute (wall-clock) microseconds."""
-BarKey = tuple[str, int, int, int]
-"""(role, replica, rank, step) of one bar; -1 stands for an unknown number."""
-
-
-@attrs.frozen
-class _Scan:
-    """What one trace contributes: time per stage and its outermost stage regions."""
-
-    totals_us: dict[str, float]
-    regions: tuple[Region, ...]
+BarKey = tuple[str, int, int]
+"""(role, rank, step) of one bar; -1 stands for an unknown number."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,14 +82,15 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"profdsl plot: {_INSTALL_HINT}", file=sys.stderr)
         return 2
-    scans, failures = _scan_folder(args.folder, found.artifacts)
-    failed = skipped("plot", found.problems + failures)
-    if not any(scan.totals_us for _row, scan in scans):
+    failures = list(found.problems)
+    model = load_model(args.folder, found.artifacts, failures)
+    failed = skipped("plot", failures)
+    if not model.nodes:
         print(f"profdsl plot: {args.folder}: no stage time found in any readable trace",
               file=sys.stderr)
         return 1
     title = _plain(Path(args.folder).resolve().name)
-    figure = _timeline_figure(scans, title) if args.timeline else _bars_figure(scans, title)
+    figure = _timeline_figure(model, title) if args.timeline else _bars_figure(model, title)
     try:
         figure.savefig(args.output, dpi=args.dpi, bbox_inches="tight")
     except (OSError, ValueError) as exc:
@@ -121,76 +106,6 @@ def _matplotlib() -> Any:
 
     matplotlib.use("Agg")
     return matplotlib
-
-
-# --- reading ----------------------------------------------------------------------------------
-
-
-def _scan_folder(folder: str, rows: Iterable[Artifact]
-                 ) -> tuple[list[tuple[Artifact, _Scan]], list[str]]:
-    """Scan every readable trace of the folder; also returns one message per unreadable trace."""
-    scans: list[tuple[Artifact, _Scan]] = []
-    failures: list[str] = []
-    for row in json_traces(rows):
-        try:
-            path = os.path.join(folder, str(row.path))
-            scans.append((row, _scan(path, row.kind, row.stage, head=trace_header(folder, row))))
-        except TraceError as exc:
-            failures.append(str(exc))
-    return scans, failures
-
-
-def _scan(path: str, kind: str, stage: str | None = None, *, head: dict[str, Any] | None = None) -> _Scan:
-    """Time per profdsl stage in one trace, summed over its complete events, in one stream
-    (``head``: its header, when already read).
-
-    A trace with no profdsl stage region (a rollout engine's trace) counts as its span (last end
-    minus first start of its complete events), under :data:`ENGINE_STAGE` for rollouts or else
-    under the artifact's ``stage`` (``"whole trace"`` when it has none).
-
-    Raises:
-        TraceError: the trace cannot be read or is malformed.
-    """
-    meta = header(path) if head is None else head
-    names = _stage_names(meta)
-    base_us = float(meta.get("baseTimeNanoseconds") or 0) / 1000
-    totals: dict[str, float] = defaultdict(float)
-    regions: list[Region] = []
-    first, last = float("inf"), float("-inf")
-    for event in events(path):
-        if event.get("ph") != "X":
-            continue
-        start = float(event.get("ts", 0))
-        duration = float(event.get("dur") or 0)
-        end = start + duration
-        first, last = min(first, start), max(last, end)
-        raw = event.get("name")
-        name = names.get(raw) if isinstance(raw, str) else None
-        if name is not None and event.get("cat") not in _SKIPPED_CATEGORIES:
-            totals[name] += duration  # not end - start: ts is large enough to lose digits
-            regions.append((name, base_us + start, base_us + end))
-    if regions or first > last:
-        return _Scan(dict(totals), tuple(_outermost(regions)))
-    fallback = ENGINE_STAGE if kind == "rollout" else stage or "whole trace"
-    return _Scan({fallback: last - first}, ((fallback, base_us + first, base_us + last),))
-
-
-def _stage_names(meta: dict[str, Any]) -> dict[str, str]:
-    """The names of the trace's stage regions, mapped to the stages' labels."""
-    profdsl = meta.get("profdsl")
-    regions = profdsl.get("regions") if isinstance(profdsl, dict) else None
-    stages = regions.get("stages") if isinstance(regions, dict) else None
-    return trace_names(s for s in stages or () if isinstance(s, str))
-
-
-def _outermost(regions: Iterable[Region]) -> list[Region]:
-    """The regions not inside another one (a nested stage is drawn as part of its parent)."""
-    kept: list[Region] = []
-    for region in sorted(regions, key=lambda r: (r[1], -r[2])):
-        if kept and region[2] <= kept[-1][2]:
-            continue
-        kept.append(region)
-    return kept
 
 
 # --- drawing ----------------------------------------------------------------------------------
@@ -211,11 +126,8 @@ def _colours(stages: Iterable[str]) -> dict[str, Any]:
     return {name: palette(i / (len(names) - 1)) for i, name in enumerate(names)}
 
 
-def _bar_key(row: Artifact) -> BarKey:
-    def known(value: int | None) -> int:
-        return -1 if value is None else value
-
-    return (row.role or "unknown", known(row.replica), known(row.rank), known(row.step))
+def _known(value: int | None) -> int:
+    return -1 if value is None else value
 
 
 def _plain(text: str) -> str:
@@ -224,22 +136,28 @@ def _plain(text: str) -> str:
 
 
 def _bar_label(key: BarKey, with_role: bool) -> str:
-    role, replica, rank, step = key
+    role, rank, step = key
     parts = [_plain(role)] if with_role else []
-    if replica >= 0:
-        parts.append(f"rep{replica}")
     parts.append(f"r{rank}" if rank >= 0 else "r?")
     parts.append(f"s{step}" if step >= 0 else "s?")
     return " ".join(parts)
 
 
-def _bar_totals(scans: Iterable[tuple[Artifact, _Scan]]) -> dict[BarKey, dict[str, float]]:
-    """Milliseconds per stage for each bar: a rank's traces of one step add up."""
-    bars: dict[BarKey, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for row, scan in scans:
-        for stage, us in scan.totals_us.items():
-            bars[_bar_key(row)][stage] += us / 1000
-    return bars
+def bar_totals(model: StageModel) -> dict[BarKey, dict[str, float]]:
+    """Milliseconds per outermost stage for each bar (a role's step on a rank): the model's
+    totals, so each bar is that role's step time and each segment a stage ``summary`` lists."""
+    return {(role, _known(rank), _known(step)): {stage: us / 1000 for stage, us in
+                                                 model.stage_totals((role, step, rank)).items()}
+            for role, step, rank in model.keys()}
+
+
+def timeline_rows(model: StageModel) -> dict[str, list[Span]]:
+    """The outermost regions of every trace, one row per process label (role, replica, rank),
+    in wall-clock microseconds."""
+    rows: dict[str, list[Span]] = defaultdict(list)
+    for artifact, spans in model.spans():
+        rows[artifact.label].extend(spans)
+    return rows
 
 
 def _bar_positions(keys: Sequence[BarKey]) -> list[float]:
@@ -249,19 +167,20 @@ def _bar_positions(keys: Sequence[BarKey]) -> list[float]:
     for i, key in enumerate(keys):
         if i and key[0] != keys[i - 1][0]:
             x += 1.0
-        elif i and key[3] != keys[i - 1][3]:
+        elif i and key[2] != keys[i - 1][2]:
             x += 0.4
         xs.append(x)
         x += 1.0
     return xs
 
 
-def _bars_figure(scans: Sequence[tuple[Artifact, _Scan]], title: str) -> Figure:
-    """Stacked bars: one per (role, rank, step), a segment per stage, the biggest stage lowest."""
+def _bars_figure(model: StageModel, title: str) -> Figure:
+    """Stacked bars: one per (role, rank, step), a segment per outermost stage, the biggest
+    stage lowest."""
     from matplotlib.figure import Figure
 
-    bars = _bar_totals(scans)
-    keys = sorted(bars, key=lambda k: (k[0], k[3], k[1], k[2]))
+    bars = bar_totals(model)
+    keys = sorted(bars, key=lambda k: (k[0], k[2], k[1]))
     stage_sum: dict[str, float] = defaultdict(float)
     for stages in bars.values():
         for stage, ms in stages.items():
@@ -299,25 +218,22 @@ def _bars_figure(scans: Sequence[tuple[Artifact, _Scan]], title: str) -> Figure:
     return figure
 
 
-def _timeline_figure(scans: Sequence[tuple[Artifact, _Scan]], title: str) -> Figure:
+def _timeline_figure(model: StageModel, title: str) -> Figure:
     """A Gantt chart: a row per process label, a bar per outermost stage region, in ms."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    rows: dict[str, list[Region]] = defaultdict(list)
-    order_of: dict[str, tuple[str, int, int]] = {}
-    for row, scan in scans:
-        rows[row.label].extend(scan.regions)
-        order_of[row.label] = _bar_key(row)[:3]
+    rows = timeline_rows(model)
+    order_of = {a.label: (a.role or "unknown", _known(a.replica), _known(a.rank)) for a, _ in model.spans()}
     labels = sorted((label for label in rows if rows[label]), key=lambda label: order_of[label])
-    origin = min(start for label in labels for _stage, start, _end in rows[label])
-    colours = _colours(stage for label in labels for stage, _start, _end in rows[label])
+    origin = min(span.start_us for label in labels for span in rows[label])
+    colours = _colours(span.stage for label in labels for span in rows[label])
     figure = Figure(figsize=(12, min(max(1.5 + 0.45 * len(labels), 3.0), 30)))
     axes = figure.add_subplot()
     for y, label in enumerate(labels):
         per_stage: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for stage, start, end in rows[label]:
-            per_stage[stage].append(((start - origin) / 1000, (end - start) / 1000))
+        for span in rows[label]:
+            per_stage[span.stage].append(((span.start_us - origin) / 1000, (span.end_us - span.start_us) / 1000))
         for stage, spans in per_stage.items():
             # a thin edge in the bar's own colour keeps very short regions visible
             axes.broken_barh(spans, (y - 0.35, 0.7), facecolors=colours[stage],

@@ -1,5 +1,6 @@
-"""``profdsl summary DIR``: time per stage, from profdsl's own regions in the traces; and what
-profiling itself cost, from the manifest's trace records (``--cost``)."""
+"""``profdsl summary DIR``: where each profiled step went, from profdsl's own regions in the
+traces (the stage-time model, :mod:`profdsl.analysis.model`); and what profiling itself cost,
+from the manifest's trace records (``--cost``)."""
 
 from __future__ import annotations
 
@@ -12,27 +13,36 @@ from typing import Any
 
 from profdsl.analysis import cost
 from profdsl.analysis.catalog import Artifact, FolderError, catalog
-from profdsl.analysis.stages import StageRow, stage_rows
+from profdsl.analysis.load import load_model
+from profdsl.analysis.model import StageModel
 from profdsl.cli.common import fail, skipped, table
 
-HELP = ("time per role / stage / step / rank, with each stage's share of the step and its slowest rank; "
+HELP = ("where each profiled step went: every role's stages and mini-batches (the rollout engines' "
+        "generation too), with the spread across ranks and the slowest rank; flat totals with --by; "
         "what profiling itself cost per role and step")
 EXAMPLES = """examples:
-  profdsl summary profiles
-  profdsl summary profiles --by role,stage            # totals over steps and ranks
-  profdsl summary profiles --json > summary.json      # [{role, stage, step, rank, total_ms, ...}]
+  profdsl summary profiles                            # per step: roles, stages, spread across ranks
+  profdsl summary profiles --by role,stage            # flat totals over steps and ranks
+  profdsl summary profiles --json > summary.json      # [{role, stage, step, rank, total_ms, path, ...}]
   profdsl summary profiles --cost --json              # [{role, step, traces, blocked_ms, export_ms, ...}]
 """
 KEYS = ("role", "stage", "step", "rank")
+ROW_FIELDS = ("role", "stage", "path", "depth", "step", "rank", "count", "total_ms", "self_ms",
+              "mean_ms", "share", "ranks", "min_ms", "median_ms", "max_ms", "slowest_rank")
 COST_FIELDS = ("role", "step", "traces", "blocked_ms", "export_ms", "max_rank", "max_blocked_ms")
+STEP_HEADERS = ("role", "stage", "ranks", "count", "median ms", "min ms", "max ms", "slowest rank",
+                "self ms")
+#: The step view of a folder where every stage ran on one rank: no spread to show.
+ONE_RANK_HEADERS = ("role", "stage", "count", "total ms", "self ms")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR``, ``--by``, ``--cost``, ``--json`` / ``--csv``."""
     parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
-    parser.add_argument("--by", default=",".join(KEYS),
-                        help="comma-separated keys to group by, from role,stage,step,rank")
+    parser.add_argument("--by", default=None,
+                        help="flat totals grouped by these comma-separated keys, from role,stage,step,rank "
+                             "(a stage is its whole path, e.g. update_actor/mini_batch)")
     parser.add_argument("--cost", action="store_true",
                         help="only profiling's own cost per role and step (blocked_ms, export_ms from the "
                              "manifest); the text output shows it after the stage table anyway")
@@ -41,40 +51,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output.add_argument("--csv", action="store_true", help="print CSV")
 
 
-def group(rows: list[StageRow], keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Rows summed over the keys not in ``keys``; the share only when grouped by step and rank."""
+def group(model: StageModel, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The model's per-rank stage times summed over the keys not in ``keys`` (``stage`` is the
+    stage's path); the share only when grouped by step and rank."""
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in rows:
-        record = row.as_dict()
-        key = tuple(record[k] for k in keys)
-        into = merged.setdefault(key, {**{k: record[k] for k in keys}, "count": 0, "total_ms": 0.0,
-                                       "share": 0.0 if {"step", "rank"} <= set(keys) else None})
-        into["count"] += row.count
-        into["total_ms"] += row.total_ms
-        if into["share"] is not None:
-            into["share"] = None if row.share is None else into["share"] + row.share
+    with_share = {"step", "rank"} <= set(keys)
+    for node in model.nodes:
+        record = {"role": node.role, "stage": node.path, "step": node.step, "rank": node.rank}
+        into = merged.setdefault(tuple(record[k] for k in keys), {
+            **{k: record[k] for k in keys}, "count": 0, "total_us": 0.0, "share": 0.0 if with_share else None})
+        into["count"] += node.count
+        into["total_us"] += node.total_us
+        if with_share:
+            share = model.share(node)
+            into["share"] = None if share is None or into["share"] is None else into["share"] + share
     result = []
     for item in merged.values():
-        item["mean_ms"] = item["total_ms"] / item["count"] if item["count"] else 0.0
+        total = item.pop("total_us")
+        if "stage" in keys:
+            path = item["stage"]
+            item["stage"], item["path"] = path[-1], list(path)
+        item["total_ms"] = round(total / 1000, 6)
+        item["mean_ms"] = round(total / 1000 / item["count"], 6) if item["count"] else 0.0
+        if item["share"] is not None:
+            item["share"] = round(item["share"], 6)
         result.append(item)
     return result
-
-
-def slowest(rows: list[StageRow]) -> dict[tuple[str, str, int | None], tuple[int | None, float]]:
-    """For each (role, stage, step): the rank that spent longest, and how long."""
-    per: dict[tuple[str, str, int | None], list[tuple[float, int | None]]] = defaultdict(list)
-    for row in rows:
-        per[(row.role, row.stage, row.step)].append((row.total_ms, row.rank))
-    return {key: (max(v)[1], max(v)[0]) for key, v in per.items() if len(v) > 1}
 
 
 def run(args: argparse.Namespace) -> int:
     """Summarize the readable traces; 1 when a manifest line or a trace was skipped (each named on
     stderr), 2 for usage errors."""
-    keys = tuple(k.strip() for k in args.by.split(",") if k.strip())
-    unknown = [k for k in keys if k not in KEYS]
-    if unknown or not keys:
-        return fail(f"--by takes keys from {','.join(KEYS)}, got {args.by!r}")
+    keys: tuple[str, ...] | None = None
+    if args.by is not None:
+        keys = tuple(k.strip() for k in args.by.split(",") if k.strip())
+        unknown = [k for k in keys if k not in KEYS]
+        if unknown or not keys:
+            return fail(f"--by takes keys from {','.join(KEYS)}, got {args.by!r}")
     try:
         found = catalog(args.dir)
     except FolderError as exc:
@@ -83,24 +96,64 @@ def run(args: argparse.Namespace) -> int:
     if args.cost:
         _print_cost(found.artifacts, args)
         return skipped("summary", bad)
-    rows = stage_rows(args.dir, found.artifacts, bad)
+    model = load_model(args.dir, found.artifacts, bad)
     code = skipped("summary", bad)
-    grouped = group(rows, keys)
+    rows = model.rows() if keys is None else group(model, keys)
     if args.json:
-        print(json.dumps(grouped, indent=1))
+        print(json.dumps(rows, indent=1))
     elif args.csv:
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=[*keys, "count", "total_ms", "mean_ms", "share"])
-        writer.writeheader()
-        writer.writerows(grouped)
-        print(out.getvalue(), end="")
+        _print_csv(rows, keys)
     else:
-        _print_table(rows, grouped, keys)
+        if keys is None:
+            print(step_view(model))
+        else:
+            _print_flat(rows, keys)
         costs = cost.step_costs(found.artifacts)
         if costs:
             print(f"\n{cost.TITLE}")
             print(table(cost.HEADERS, [cost.cells(c) for c in costs]))
     return code
+
+
+def step_view(model: StageModel) -> str:
+    """The RL step view: for each profiled step, each role's stages as a tree (nested stages and
+    mini-batches indented under the stage they ran in), with the spread across ranks."""
+    spreads = model.spread()
+    if not spreads:
+        return "no stage time found in any readable trace"
+    one_rank = all(s.ranks == 1 for s in spreads)
+    by_step: dict[int | None, list[list[object]]] = defaultdict(list)
+    for spread in spreads:
+        stage = "  " * (len(spread.path) - 1) + spread.stage
+        if one_rank:
+            by_step[spread.step].append([spread.role, stage, spread.count, _ms(spread.median_us),
+                                         _ms(spread.self_median_us)])
+            continue
+        slowest = "" if spread.ranks < 2 or spread.min_us == spread.max_us else f"rank {spread.slowest_rank}"
+        by_step[spread.step].append([
+            spread.role, stage, spread.ranks, spread.count, _ms(spread.median_us),
+            _ms(spread.min_us), _ms(spread.max_us), slowest, _ms(spread.self_median_us)])
+    headers = ONE_RANK_HEADERS if one_rank else STEP_HEADERS
+    blocks = []
+    for step, lines in by_step.items():
+        title = "traces without a step" if step is None else f"step {step}"
+        blocks.append(f"{title}\n{table(headers, lines)}")
+    return "\n\n".join(blocks)
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.3f}"
+
+
+def _print_csv(rows: list[dict[str, Any]], keys: tuple[str, ...] | None) -> None:
+    fields = ROW_FIELDS if keys is None else (*keys, *(("path",) if "stage" in keys else ()),
+                                               "count", "total_ms", "mean_ms", "share")
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({**row, **({"path": "/".join(row["path"])} if "path" in row else {})})
+    print(out.getvalue(), end="")
 
 
 def _print_cost(artifacts: list[Artifact], args: argparse.Namespace) -> None:
@@ -121,13 +174,10 @@ def _print_cost(artifacts: list[Artifact], args: argparse.Namespace) -> None:
         print("no record carries blocked_ms or export_ms: profiling's cost was not recorded")
 
 
-def _print_table(rows: list[StageRow], grouped: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
-    worst = slowest(rows) if keys == KEYS else {}
+def _print_flat(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
     body = []
-    for item in grouped:
+    for item in rows:
         share = "" if item["share"] is None else f"{100 * item['share']:.1f}%"
-        lag = worst.get((item["role"], item["stage"], item["step"])) if worst else None
-        mark = f"rank {lag[0]} ({lag[1]:.2f} ms)" if lag and lag[0] == item["rank"] else ""
-        body.append([*(item[k] for k in keys), item["count"], f"{item['total_ms']:.3f}",
-                     f"{item['mean_ms']:.3f}", share, mark])
-    print(table([*keys, "count", "total ms", "mean ms", "share", "slowest rank"], body))
+        cells = ["/".join(item["path"]) if k == "stage" else item[k] for k in keys]
+        body.append([*cells, item["count"], f"{item['total_ms']:.3f}", f"{item['mean_ms']:.3f}", share])
+    print(table([*keys, "count", "total ms", "mean ms", "share"], body))

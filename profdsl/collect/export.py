@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -26,10 +26,30 @@ from profdsl.collect.relocate import reserve
 from profdsl.collect.tracefile import COMPRESS_LEVEL, compress_trace
 from profdsl.config.parallel import Parallel
 from profdsl.core.log import once
-from profdsl.core.naming import PLAIN_TRACE_EXT, TRACE_EXT, TraceName
+from profdsl.core.naming import PLAIN_TRACE_EXT, TEMP_PREFIX, TRACE_EXT, TraceName
 from profdsl.errors import ConfigError
 
-__all__ = ["PendingTrace", "TraceLabel", "export_trace", "finish", "write_events"]
+if TYPE_CHECKING:
+    from profdsl.config import TorchOptions
+
+__all__ = ["ExportPolicy", "PendingTrace", "TraceLabel", "events_owner", "finish", "write_events"]
+
+
+@attrs.frozen(kw_only=True)
+class ExportPolicy:
+    """How a trace is finished: its gzip ``level`` (0: plain JSON), at most ``in_flight`` traces
+    finished in the background at a time, and how long ``close()`` and exit wait for them
+    (``timeout_s``). :meth:`of` reads them from the ``TorchOptions`` of the trace's config."""
+
+    level: int = COMPRESS_LEVEL
+    in_flight: int = 2
+    timeout_s: float = 900.0
+
+    @classmethod
+    def of(cls, options: TorchOptions) -> ExportPolicy:
+        """The policy ``options`` ask for (validated there)."""
+        return cls(level=options.compress_level, in_flight=options.exports_in_flight,
+                   timeout_s=float(options.export_timeout_s))
 
 
 @attrs.frozen(kw_only=True)
@@ -48,7 +68,7 @@ class TraceLabel:
     roles: tuple[str, ...] = ()
     part: int | None = None
     manifest: bool = True  # False for files that are moved (and recorded) elsewhere later
-    compress_level: int = COMPRESS_LEVEL  # gzip level; 0: plain JSON (TorchOptions.compress_level)
+    export: ExportPolicy = ExportPolicy()
     parallel: Parallel = Parallel()  # the process's parallel coordinates (tp, pp, dp, cp, ep)
 
     def fields(self, **more: object) -> dict[str, object]:
@@ -95,7 +115,7 @@ class PendingTrace:
             role=label.role, stage=label.stage, step=label.step, rank=label.rank,
             world_size=label.world_size, window=self.window, part=label.part, host=label.host,
             pid=label.pid, time_ms=self.time_ms,
-            ext=PLAIN_TRACE_EXT if label.compress_level == 0 else TRACE_EXT,
+            ext=PLAIN_TRACE_EXT if label.export.level == 0 else TRACE_EXT,
         )
         coords: dict[str, Any] = dict(label.parallel.coords())
         if coords:
@@ -104,23 +124,6 @@ class PendingTrace:
             except ConfigError:  # only past the length limit (indices past MAX_INDEX)
                 pass
         return TraceName(**fields)
-
-
-def export_trace(
-    write: Callable[[str], object],
-    label: TraceLabel,
-    *,
-    window: tuple[int, int] | None,
-    time_ms: int,
-    extra: Mapping[str, object] | None = None,
-) -> str | None:
-    """Write a trace with ``write`` and finish it under its final name; None on failure.
-
-    ``write(path)`` writes the trace's events, plain Chrome JSON, to ``path`` (in ``save_path``)
-    and returns the metadata to add as the trace's first top-level keys (or None).
-    """
-    pending = write_events(write, label, window=window, time_ms=time_ms, extra=extra)
-    return None if pending is None else finish(pending)
 
 
 def write_events(
@@ -133,7 +136,7 @@ def write_events(
 ) -> PendingTrace | None:
     """The first step, on the session's thread: ``write`` the events to a temporary file of
     ``save_path``; None (recorded failed) on failure."""
-    events = os.path.join(label.save_path, f".profdsl-tmp-{label.pid}-{uuid.uuid4().hex}.json")
+    events = os.path.join(label.save_path, f"{TEMP_PREFIX}{label.pid}-{uuid.uuid4().hex}.json")
     pending = PendingTrace(label=label, window=window, time_ms=time_ms, extra=extra, events=events)
     try:
         os.makedirs(label.save_path, exist_ok=True)
@@ -147,6 +150,15 @@ def write_events(
     return attrs.evolve(pending, header=header if isinstance(header, Mapping) else None)
 
 
+def events_owner(name: str) -> int | None:
+    """The pid of the process whose trace export left the events file ``name`` (torch's plain
+    JSON, written by :func:`write_events`), or None when ``name`` is no such file."""
+    if not (name.startswith(TEMP_PREFIX) and name.endswith(".json")):
+        return None
+    pid, _, rest = name[len(TEMP_PREFIX):].partition("-")
+    return int(pid) if pid.isdigit() and rest else None
+
+
 def finish(pending: PendingTrace) -> str | None:
     """The second step: splice, compress and check the trace, move it under its final name,
     record it; the trace's path, or None (recorded failed) on failure."""
@@ -156,7 +168,7 @@ def finish(pending: PendingTrace) -> str | None:
     began = time.perf_counter()
     try:
         name = pending.name()
-        compress_trace(pending.events, packed, pending.header, level=label.compress_level)
+        compress_trace(pending.events, packed, pending.header, level=label.export.level)
         _remove_quietly(pending.events)
         final = reserve(label.save_path, name).format()
         os.replace(packed, os.path.join(label.save_path, final))

@@ -26,7 +26,7 @@ import attrs
 
 from profdsl.collect.manifest import append_record, make_record, read_manifest
 from profdsl.config.parallel import DIMS
-from profdsl.core.naming import MAX_INDEX, NSYS_EXT, TraceName
+from profdsl.core.naming import MAX_INDEX, NSYS_EXT, TEMP_PREFIX, TraceName
 
 __all__ = ["Move", "Skip", "apply", "default_nsys_dir", "gzip_complete", "plan_nsys", "reserve",
            "wait_complete"]
@@ -240,7 +240,7 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
 
 def _copy_across(source: str, save_path: str, destination: str) -> None:
     """Copy to a temporary name beside ``destination``, fsync, rename, then drop the source."""
-    tmp = os.path.join(save_path, f".profdsl-tmp-{os.getpid()}-{uuid.uuid4().hex}")
+    tmp = os.path.join(save_path, f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
     try:
         with open(source, "rb") as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)

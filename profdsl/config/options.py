@@ -106,12 +106,20 @@ class TorchOptions(_Mappable):
     ``compress_level`` is the gzip level of the traces written (1 fastest .. 9 smallest), or 0
     for plain JSON (``.pt.trace.json`` instead of ``.pt.trace.json.gz``); the default 1 is
     2-9x faster than 6 or 9 for 20-40% more bytes (docs/configuration.md).
+
+    Traces are finished (compressed, checked, recorded) in the background: at most
+    ``exports_in_flight`` at a time (the next one waits for a slot; each holds one events file
+    on disk, not in memory), and ``close()``, the last profiled step and interpreter exit wait up
+    to ``export_timeout_s`` for them before the finish hook runs (a trace still pending then is
+    recorded ``incomplete``, its events kept).
     """
 
     contents: frozenset[str] = attrs.field(factory=frozenset, converter=_contents)
     schedule: Schedule | None = attrs.field(default=None, converter=_schedule)
     all_threads: bool = attrs.field(default=False, validator=boolean)
     compress_level: int = attrs.field(default=1, validator=int_in(0, 9))
+    exports_in_flight: int = attrs.field(default=2, validator=int_in(1, 16))
+    export_timeout_s: float = attrs.field(default=900.0, validator=positive_finite)
 
     @property
     def cuda(self) -> bool:

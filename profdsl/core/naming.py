@@ -16,6 +16,7 @@ from profdsl.errors import ConfigError
 
 __all__ = [
     "ARTIFACT_SUFFIXES",
+    "TEMP_PREFIX",
     "EXT_MAX_LEN",
     "HOST_MAX_LEN",
     "JSON_TRACE_SUFFIXES",
@@ -67,6 +68,9 @@ JSON_TRACE_SUFFIXES: Final = (".json", ".json.gz")
 """File endings read as Chrome JSON traces, plain or gzipped (profdsl's and engines' traces)."""
 ARTIFACT_SUFFIXES: Final = (*JSON_TRACE_SUFFIXES, NSYS_EXT)
 """File endings of every artifact a profiles folder may hold."""
+TEMP_PREFIX: Final = ".profdsl-tmp-"
+"""How the hidden files profdsl writes in a profiles folder begin: ``TEMP_PREFIX{pid}-{id}``
+plus ``.json`` for a trace's events before they are finished, nothing for a file being moved."""
 
 
 def is_json_trace(name: str) -> bool:

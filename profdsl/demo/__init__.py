@@ -121,10 +121,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"\ndone in {time.monotonic() - started:.1f}s. Where every artifact went:")
     for line in artifacts_table(config.save_path):
         print("  " + line)
-    print("\ntime per stage (from the traces):")
-    print(f"  {'role':<10} {'stage':<22} {'traces':>6} {'total ms':>10}")
-    for role, stage, count, total in stage_table(config.save_path):
-        print(f"  {role:<10} {stage:<22} {count:>6} {total:>10.2f}")
+    print("\nwhere each step went (from the traces, as `profdsl summary` shows it):")
+    for line in stage_table(config.save_path):
+        print("  " + line if line else "")
     costs = cost_table(config.save_path)
     if costs:
         print(f"\n{cost.TITLE}:")

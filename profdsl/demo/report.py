@@ -1,45 +1,32 @@
-"""What the demo prints at the end: where every artifact went, time per stage, and what profiling
-itself cost."""
+"""What the demo prints at the end: where every artifact went, where each step went (the stage-time
+model, as ``profdsl summary`` shows it), and what profiling itself cost."""
 
 from __future__ import annotations
 
-import gzip
-import json
-import os
-from collections import defaultdict
-from typing import Any
-
 from profdsl.analysis import cost
-from profdsl.analysis.catalog import FolderError, artifacts
-from profdsl.analysis.stages import ENGINE_STAGE
+from profdsl.analysis.catalog import FolderError, artifacts, catalog
+from profdsl.analysis.load import load_model
+from profdsl.analysis.model import StageModel
+from profdsl.cli.summary import step_view
 from profdsl.collect.manifest import read_manifest
 
-__all__ = ["artifacts_table", "cost_table", "stage_table"]
+__all__ = ["artifacts_table", "cost_table", "stage_model", "stage_table"]
 
 
-def _load(path: str) -> dict[str, Any]:
-    with gzip.open(path, "rt") as file:
-        return json.load(file)  # type: ignore[no-any-return]
+def stage_model(save_path: str) -> StageModel:
+    """The stage-time model of the run's traces (what ``profdsl summary`` reads)."""
+    found = catalog(save_path)
+    return load_model(save_path, found.artifacts, [])
 
 
-def _span_ms(events: list[dict[str, Any]]) -> float:
-    spans = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events if e.get("ph") == "X"]
-    return (max(end for _, end in spans) - min(start for start, _ in spans)) / 1000 if spans else 0.0
-
-
-def stage_table(save_path: str) -> list[tuple[str, str, int, float]]:
-    """(role, stage, traces, total ms) per stage: the stage's own region in each trace, or the
-    whole trace's span for engine traces."""
-    totals: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for record in read_manifest(save_path):
-        if record["kind"] not in ("trace", "rollout") or record["status"] != "ok":
-            continue
-        events = _load(os.path.join(save_path, record["path"]))["traceEvents"]
-        stage = record.get("stage") or (ENGINE_STAGE if record["kind"] == "rollout" else "step")
-        own = [e for e in events if e.get("ph") == "X" and e.get("name") == record.get("stage")]
-        ms = sum(e.get("dur", 0) for e in own) / 1000 if own else _span_ms(events)
-        totals[(record["role"], stage)].append(ms)
-    return sorted((role, stage, len(v), sum(v)) for (role, stage), v in totals.items())
+def stage_table(save_path: str) -> list[str]:
+    """The lines of ``profdsl summary``'s step view of the run: each profiled step's roles and
+    stages, mini-batches under the stage they ran in."""
+    try:
+        model = stage_model(save_path)
+    except FolderError:
+        return []
+    return step_view(model).splitlines()
 
 
 def artifacts_table(save_path: str) -> list[str]:

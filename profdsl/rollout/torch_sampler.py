@@ -14,12 +14,11 @@ import os
 import socket
 from typing import Any
 
-from profdsl.collect.export import TraceLabel
+from profdsl.collect.export import ExportPolicy, TraceLabel
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.rollout import rollout_trace_dir
 from profdsl.runtime.coordinator import Busy
-from profdsl.runtime.exports import WAIT_S
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.segment import Segment
 
@@ -55,7 +54,8 @@ class TorchSamplerEngine:
             role="rollout", stage=profile_prefix, step=None, rank=self.local_rank,
             world_size=self.replica_world_size,
             save_path=rollout_trace_dir(self.config.save_path, self.replica),
-            host=socket.gethostname(), pid=os.getpid(), config_hash="", manifest=False)
+            host=socket.gethostname(), pid=os.getpid(), config_hash="", manifest=False,
+            export=ExportPolicy.of(self.config.torch))
         segment = PROCESS.coordinator.begin_stage(label, TorchBackend(self.config.torch), None,
                                                   cut=False)
         if isinstance(segment, Busy):
@@ -71,7 +71,7 @@ class TorchSamplerEngine:
         segment, self._segment = self._segment, None
         if segment is not None:
             PROCESS.coordinator.end_stage(segment)
-            PROCESS.exports.wait(WAIT_S)
+            PROCESS.exports.wait()
 
     def __reduce__(self) -> tuple[Any, ...]:  # shipped to a Ray actor without its session
         return (TorchSamplerEngine, (self.config, self.replica),

@@ -9,6 +9,7 @@ import attrs
 
 from profdsl.capture.base import Backend
 from profdsl.collect.export import TraceLabel
+from profdsl.runtime.exports import Exports
 from profdsl.runtime.segment import Segment
 
 __all__ = ["Claim", "StepClaims"]
@@ -29,7 +30,8 @@ class StepClaims:
     role's step is still open) but records nothing more: a new thread that happens to get the
     ended thread's ident must not start a second session for that step."""
 
-    def __init__(self) -> None:
+    def __init__(self, exports: Exports) -> None:
+        self.exports = exports  # where the step segments' traces are finished
         self.claims: list[Claim] = []
         self.ended: set[Claim] = set()
         self.pieces = 0  # parts already written of the step session being cut
@@ -70,7 +72,7 @@ class StepClaims:
         if self.name is None:
             self.name = live[0].label
         name = attrs.evolve(self.name, part=self.pieces or None)  # numbered only once cut
-        segment = Segment("step", name, live[0].backend, thread=live[0].thread)
+        segment = Segment("step", name, live[0].backend, self.exports, thread=live[0].thread)
         for claim in self.claims:
             segment.join(claim.label.role)
         return segment

@@ -67,7 +67,7 @@ class Coordinator:
         self._lock = SlotLock()
         self._watch = ThreadWatch(self._thread_ended)
         self.current: Segment | None = None
-        self.claims = StepClaims()
+        self.claims = StepClaims(exports)
         self._thread: ProfilerThread | None = None
 
     # -- continuous steps -------------------------------------------------------------------
@@ -122,7 +122,7 @@ class Coordinator:
                     return Busy(holder(current))
                 self.claims.cut(current)
                 self._stop(current)
-            segment = self.current = Segment("stage", label, backend, schedule)
+            segment = self.current = Segment("stage", label, backend, self.exports, schedule)
             if self._start(segment):
                 return segment
             self._resume()  # the cut step goes on
@@ -146,7 +146,6 @@ class Coordinator:
         if segment.backend.all_threads and self._thread is None:
             self._thread = ProfilerThread()
         runner: Runner = self._thread if segment.backend.all_threads and self._thread else Inline()
-        segment.exports = self.exports
         if segment.start(runner):
             self._hooks.hold(segment.label.save_path, segment)
             if isinstance(runner, Inline):

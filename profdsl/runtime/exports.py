@@ -3,23 +3,30 @@
 The training thread only stops the session and has torch write the events (which must happen on
 the session's thread); :class:`Exports` does the rest on one background thread: splicing the
 metadata, compressing, checking, renaming and recording (:func:`profdsl.collect.export.finish`;
-zlib releases the GIL on large blocks). At most ``limit`` traces are in flight: the next one waits
-for a slot (and says so once) rather than piling up events files. Each pending trace is a writer
-of its save_path for the finish hook, which therefore runs after the last export; ``close()`` and
-exit wait for them, and a trace still pending when that wait gives up is recorded ``incomplete``.
+zlib releases the GIL on large blocks). At most ``in_flight`` traces (the trace's
+:class:`~profdsl.collect.export.ExportPolicy`, from ``TorchOptions.exports_in_flight``) are in
+flight: the next one waits for a slot (said once, and counted in its ``blocked_ms``) rather than
+piling up events files. Each pending trace is a writer of its save_path for the finish hook,
+which therefore runs after the last export; ``close()`` and exit wait for them (up to the
+traces' ``export_timeout_s``), and a trace still pending when that wait gives up is recorded
+``incomplete``, naming the events file it leaves behind.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
+import time
+
+import attrs
 
 from profdsl.collect.export import PendingTrace, finish
 from profdsl.core.log import once
 from profdsl.runtime.hooks import HookRendezvous
 
-__all__ = ["EXPORT_LIMIT", "WAIT_S", "Exports"]
+__all__ = ["Exports"]
 
 
 class _Job:
@@ -30,35 +37,38 @@ class _Job:
     def __init__(self, pending: PendingTrace) -> None:
         self.pending = pending
 
-#: Traces finished or waiting in the background at a time (each holds one events file on disk).
-EXPORT_LIMIT = 2
-#: How long ``close()`` and exit wait for the exports in flight (large traces take minutes).
-WAIT_S = 900.0
-
 
 class Exports:
-    """One background thread finishing traces, at most ``limit`` in flight."""
+    """One background thread finishing traces, each trace's ``in_flight`` bounding how many
+    may be in flight when it is submitted."""
 
-    def __init__(self, hooks: HookRendezvous, limit: int = EXPORT_LIMIT) -> None:
-        self._hooks, self._limit = hooks, limit
+    def __init__(self, hooks: HookRendezvous) -> None:
+        self._hooks = hooks
         self.forget()
 
     def forget(self) -> None:
         """Start afresh: nothing in flight, no thread (a forked child; tests)."""
-        self._slots = threading.BoundedSemaphore(self._limit)
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._idle = threading.Condition()
         self._pending: set[_Job] = set()
+        self._in_flight = 0  # submitted and not yet done (given-up jobs included until done)
 
-    def submit(self, pending: PendingTrace) -> None:
-        """Finish ``pending`` in the background (waiting for a slot when ``limit`` are in
-        flight); the hook of its save_path waits for it."""
-        if not self._slots.acquire(blocking=False):
-            once("export-slots", logging.INFO, "profdsl: %s traces are being written in the "
-                 "background; the next one waits for one of them", self._limit)
-            self._slots.acquire()
-        job = _Job(pending)
+    def submit(self, pending: PendingTrace, *, blocked_s: float = 0.0) -> None:
+        """Finish ``pending`` in the background, once fewer than its ``in_flight`` traces are in
+        flight; the hook of its save_path waits for it. ``blocked_s``: how long the session held
+        up the training thread for this trace before; the trace's ``blocked_ms`` adds the wait
+        for a slot here."""
+        began = time.perf_counter()
+        limit = pending.label.export.in_flight
+        with self._idle:
+            if self._in_flight >= limit:
+                once("export-slots", logging.INFO, "profdsl: %s traces are being written in the "
+                     "background; the next one waits for one of them", self._in_flight)
+                self._idle.wait_for(lambda: self._in_flight < limit)
+            self._in_flight += 1
+        blocked_ms = round((blocked_s + time.perf_counter() - began) * 1000, 3)
+        job = _Job(attrs.evolve(pending, extra={**(pending.extra or {}), "blocked_ms": blocked_ms}))
         self._hooks.hold(pending.label.save_path, job)
         with self._idle:
             self._pending.add(job)
@@ -89,21 +99,25 @@ class Exports:
                 once("export-hook", logging.ERROR, "profdsl: the finish hook failed: %r", exc)
         with self._idle:
             self._pending.discard(job)
+            self._in_flight -= 1
             self._idle.notify_all()
-        self._slots.release()
 
-    def wait(self, timeout: float) -> bool:
-        """Wait until nothing is in flight; False when ``timeout`` seconds were not enough."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is in flight; False when ``timeout`` seconds (default: the longest
+        ``export_timeout_s`` of the traces in flight) were not enough."""
         with self._idle:
+            if timeout is None:
+                timeout = max((job.pending.label.export.timeout_s for job in self._pending), default=0.0)
             return self._idle.wait_for(lambda: not self._pending, timeout)
 
     def give_up(self) -> list[PendingTrace]:
-        """At exit, after :meth:`wait` gave up: record what is still pending as incomplete."""
+        """At exit, after :meth:`wait` gave up: record what is still pending as incomplete (its
+        events file, torch's plain JSON, stays in save_path and is named in the record)."""
         with self._idle:
             left, self._pending = list(self._pending), set()
         for job in left:
             job.pending.label.record_loss(
                 "incomplete", "still being written in the background when the process exited",
-                **job.pending.fields())
+                events=os.path.basename(job.pending.events), **job.pending.fields())
             self._hooks.release(job.pending.label.save_path, job)()  # lost, and recorded so
         return [job.pending for job in left]

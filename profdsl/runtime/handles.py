@@ -100,6 +100,8 @@ class Handle:
             try:
                 self.token = self.annotator.push(self.name, self.color)
                 self.pushed = True
+                if owner is not None:
+                    owner.continued(self.name)
             except Exception as exc:
                 fault("region resume", exc)
 

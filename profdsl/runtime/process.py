@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from profdsl.core.log import ONCE, OnceLog, logger
 from profdsl.runtime.coordinator import Coordinator
-from profdsl.runtime.exports import WAIT_S, Exports
+from profdsl.runtime.exports import Exports
 from profdsl.runtime.hooks import HookRendezvous
 from profdsl.runtime.registry import Registry
 
@@ -53,7 +53,7 @@ class ProcessState:
             self.coordinator.abandon()
         except Exception as exc:
             logger.error("profdsl: stopping the last session at exit failed: %s", exc)
-        if not self.exports.wait(WAIT_S):
+        if not self.exports.wait():
             for pending in self.exports.give_up():
                 logger.error("profdsl: the %s trace of step %s was still being written at exit",
                              pending.label.role, pending.label.step)
@@ -63,7 +63,7 @@ class ProcessState:
         (when this thread owns it) and let the traces being written finish. Profilers forgotten
         here are not closed at exit."""
         self.coordinator.reset()
-        self.exports.wait(WAIT_S)
+        self.exports.wait()
         self.registry.clear()
         self.hooks.clear()
         self.live.clear()

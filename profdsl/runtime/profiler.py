@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any, SupportsIndex
 
 from profdsl.capture import make_annotator, make_backend
-from profdsl.collect.export import TraceLabel
+from profdsl.collect.export import ExportPolicy, TraceLabel
 from profdsl.config import ProfilerConfig
 from profdsl.config.validate import text_without_nul, to_index
 from profdsl.core.log import logger, once
@@ -226,7 +226,7 @@ class Profiler:
         return TraceLabel(role=self.role, stage=None, step=step, rank=self.rank,
                           world_size=self.world_size, save_path=self.config.save_path,
                           host=socket.gethostname(), pid=os.getpid(), config_hash=self._hash,
-                          compress_level=self.config.torch.compress_level,
+                          export=ExportPolicy.of(self.config.torch),
                           parallel=self.topology.parallel)
 
     def _new_recorder(self, step: int) -> Recorder:

@@ -202,6 +202,13 @@ class Recorder:
              "TorchOptions(all_threads=True)", self._label.rank, self.role, base,
              threading.current_thread().name)
 
+    def continued(self, name: str) -> None:
+        """A region of this step named ``name`` was reopened: the capture recording it counts a
+        piece of an earlier entry, not an entry."""
+        current = self._coordinator.current
+        if current is not None:
+            current.continued(name)
+
     def _note(self, name: str, *, mini_batch: bool) -> None:
         current = self._coordinator.current
         if current is not None:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from profdsl.capture.base import Backend, Runner, Session
-from profdsl.collect.export import TraceLabel, finish, write_events
+from profdsl.collect.export import TraceLabel, write_events
 from profdsl.config import Schedule
 from profdsl.core.log import once
-from profdsl.core.schedule import cycle_of
+from profdsl.core.schedule import action_at, cycle_of
 
 if TYPE_CHECKING:
     from profdsl.runtime.exports import Exports
@@ -32,21 +32,23 @@ __all__ = ["Segment"]
 class Segment:
     """One capture session of this process; ``kind`` is ``"step"`` or ``"stage"``."""
 
-    def __init__(self, kind: str, label: TraceLabel, backend: Backend,
+    def __init__(self, kind: str, label: TraceLabel, backend: Backend, exports: Exports,
                  schedule: Schedule | None = None, *, thread: int | None = None) -> None:
         self.kind, self.label, self.backend, self.schedule = kind, label, backend, schedule
+        self.exports = exports  # where its traces are finished, off this thread
         self.roles: list[str] = [label.role]
         self.session: Session | None = None
         self.thread = threading.get_ident() if thread is None else thread  # where it starts
         self.orphaned = False  # its stop was asked from another thread; its own thread stops it
         self.cut_short: str | None = None  # why it was stopped before its stage ended, if it was
-        self.exports: Exports | None = None  # where its traces are finished (None: right here)
         self._collecting = True
         self.stages: set[str] = set() if label.stage is None else {label.stage}
         self.bases: set[str] = set()
         self._recorded: dict[tuple[str, int | None], tuple[Schedule | None, list[int]]] = {}
         self._muted = 0
         self._open_recorded = 0
+        self._position = 0  # a scheduled stage: the mini-batch torch's schedule is at
+        self._continued: dict[int | None, dict[str, int]] = {}  # per window: regions reopened
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, runner: Runner) -> bool:
@@ -117,6 +119,22 @@ class Segment:
         session = self.session
         if session is not None and session.owned_here():
             session.advance(index)
+            self._position = index + 1
+
+    def continued(self, name: str) -> None:
+        """A region named ``name`` was reopened (closed around a schedule step, a ``yield`` or
+        an ``await``): when the session records it, the trace's ``regions.continued`` counts it,
+        so that readers count one entry, not one per piece."""
+        if self.kind == "step":
+            recording, window = self._collecting, None
+        elif self.schedule is None:
+            recording, window = True, None
+        else:
+            recording = action_at(self.schedule, self._position).records
+            window = cycle_of(self.schedule, self._position)
+        if recording:
+            counts = self._continued.setdefault(window, {})
+            counts[name] = counts.get(name, 0) + 1
 
     def _apply_collecting(self) -> None:
         session = self.session
@@ -129,12 +147,15 @@ class Segment:
     def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
         """The trace's ``profdsl`` metadata."""
         label = self.label
+        cycle = cycle_of(self.schedule, window[0]) if self.schedule is not None and window else None
+        continued = self._continued.pop(cycle, {})
         return {
             "role": label.role, "roles": list(self.roles), "stage": label.stage, "step": label.step,
             "rank": label.rank, "world_size": label.world_size,
             "window": list(window) if window else None, "windows": self.windows(),
             "config_hash": label.config_hash, "host": label.host, "pid": label.pid,
-            "regions": {"stages": sorted(self.stages), "mini_batches": sorted(self.bases)},
+            "regions": {"stages": sorted(self.stages), "mini_batches": sorted(self.bases),
+                        "continued": dict(sorted(continued.items()))},
             "parallel": label.parallel.coords(), "parallel_sizes": label.parallel.sizes(),
         }
 
@@ -152,24 +173,15 @@ class Segment:
     def sink(self, write: Callable[[str], object], window: tuple[int, int] | None,
              time_ms: int, blocked_s: float = 0.0) -> None:
         """A trace is ready: have torch write its events here, on the session's thread, then
-        hand it to the background exports (or finish it here without them). ``blocked_s``: how
-        long the session held up its thread for this trace so far."""
+        hand it to the background exports. ``blocked_s``: how long the session held up its
+        thread for this trace so far."""
         extra: dict[str, object] = {"windows": self.windows()} if self.kind == "step" else {}
         if self.cut_short:
             extra["note"] = f"stopped early: {self.cut_short}"
         began = time.perf_counter()
         pending = write_events(write, self.label, window=window, time_ms=time_ms, extra=extra)
-        if pending is None:
-            return  # recorded failed
-        blocked_ms = round((blocked_s + time.perf_counter() - began) * 1000, 3)
-        pending = attrs.evolve(pending, extra={**extra, "blocked_ms": blocked_ms})
-        if self.exports is not None:
-            self.exports.submit(pending)
-            return
-        try:
-            finish(pending)
-        except Exception as exc:  # finish never raises; this is the last guard
-            once("segment-sink", logging.ERROR, "profdsl: writing a trace failed: %r", exc)
+        if pending is not None:  # else recorded failed
+            self.exports.submit(pending, blocked_s=blocked_s + time.perf_counter() - began)
 
     def lost(self, reason: str) -> None:
         """The session cannot be ended cleanly: record that its trace is lost, and why."""

@@ -14,7 +14,6 @@ from profdsl.core.log import once
 from profdsl.core.step_plan import Event, StepPlan, StepTracker
 from profdsl.runtime.claims import Claim
 from profdsl.runtime.coordinator import Coordinator
-from profdsl.runtime.exports import WAIT_S
 from profdsl.runtime.finisher import Finisher
 
 __all__ = ["StepSessions"]
@@ -61,7 +60,7 @@ class StepSessions:
         self._coordinator.flush()
         self._finisher.after_session(final=True)
         self._finisher.done()
-        self._coordinator.exports.wait(WAIT_S)  # the traces exist, and a hook due after them ran
+        self._coordinator.exports.wait()  # the traces exist, and a hook due after them ran
         self._finisher.wait()
 
     def replaced(self) -> None:
@@ -90,6 +89,6 @@ class StepSessions:
             self._coordinator.release(claim)
             self._finisher.after_session(final=False)
         elif event is Event.HOOK:  # every artifact first (at close, the lost ones recorded), then the upload
-            self._coordinator.exports.wait(WAIT_S)  # the last traces, written in the background
+            self._coordinator.exports.wait()  # the last traces, written in the background
             self._finisher.after_session(final=closing)
             self._finisher.run_hook(self.profiled_steps)

@@ -1,0 +1,279 @@
+"""The stage-time model: the one place that turns trace scans into stage times.
+
+Every trace of a role, step and rank adds its region events (:class:`~profdsl.analysis.scan.Piece`)
+to one tree: a region inside another on the same thread (by time containment) is its child, so a
+stage's path is ``(outer stage, …, stage)`` and a mini-batch sits under the stage it ran in. A
+rollout engine's trace is one region, :data:`~profdsl.analysis.regions.ENGINE_STAGE`, over its
+span, with any profdsl regions it holds under it. For each path of each (role, step, rank):
+
+- ``total_us``: the sum of its region events' durations, over every trace (a scheduled stage
+  written as one trace per recorded window is one stage: its time is the sum over the windows);
+- ``self_us``: ``total_us`` less its direct children's totals;
+- ``count``: its entries: region events less those that continue an earlier entry (a region
+  reopened around a schedule step, a ``yield`` or an ``await``), and at least one when it has any.
+
+Per (step, role, path) across ranks: :meth:`StageModel.spread` (min / median / max, the slowest
+rank). ``profdsl summary``, ``plot``, ``merge`` and the demo's report all read these numbers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from profdsl.analysis.catalog import Artifact
+from profdsl.analysis.regions import ENGINE_STAGE
+from profdsl.analysis.scan import Piece, TraceScan
+
+__all__ = ["Node", "Span", "StageModel", "Spread", "WHOLE_TRACE"]
+
+#: The stage a trace without profdsl metadata (a trace copied by hand) stands for.
+WHOLE_TRACE = "whole trace"
+
+Key = tuple[str, "int | None", "int | None"]  # role, step, rank
+
+
+@attrs.frozen
+class Node:
+    """One stage (a path in the tree) of one role, step and rank."""
+
+    role: str
+    step: int | None
+    rank: int | None
+    path: tuple[str, ...]
+    count: int
+    total_us: float
+    self_us: float
+    first_us: float  # when its first region began (wall clock, µs): the order stages are shown in
+
+    @property
+    def stage(self) -> str:
+        """The stage's own label (the last of its path)."""
+        return self.path[-1]
+
+    @property
+    def depth(self) -> int:
+        """0 for an outermost stage."""
+        return len(self.path) - 1
+
+
+@attrs.frozen
+class Spread:
+    """One stage of one role and step, across the ranks that ran it."""
+
+    role: str
+    step: int | None
+    path: tuple[str, ...]
+    ranks: int
+    count: int
+    min_us: float
+    median_us: float
+    max_us: float
+    slowest_rank: int | None
+    self_median_us: float
+    first_us: float
+
+    @property
+    def stage(self) -> str:
+        """The stage's own label."""
+        return self.path[-1]
+
+
+@attrs.frozen
+class Span:
+    """An outermost region of one trace, in wall-clock microseconds (the timeline's bars)."""
+
+    stage: str
+    start_us: float
+    end_us: float
+
+
+class _Acc:
+    """Sums for one path of one (role, step, rank)."""
+
+    __slots__ = ("continued", "first", "pieces", "self_us", "total_us")
+
+    def __init__(self) -> None:
+        self.pieces, self.continued = 0, 0
+        self.total_us = self.self_us = 0.0
+        self.first = float("inf")
+
+
+def _rooted(artifact: Artifact, scan: TraceScan) -> tuple[list[Piece], str | None]:
+    """The trace's pieces, and the label of the region over its whole span (None: none): an
+    engine's trace is generation, a trace without profdsl regions stands for its stage."""
+    pieces = list(scan.pieces)
+    if scan.span is None:
+        return pieces, None
+    if artifact.kind == "rollout":
+        return pieces, ENGINE_STAGE
+    return pieces, (artifact.stage or WHOLE_TRACE) if not pieces else None
+
+
+class StageModel:
+    """Stage times of a folder's traces (see the module docstring)."""
+
+    def __init__(self, scans: Iterable[tuple[Artifact, TraceScan]]) -> None:
+        self._acc: dict[Key, dict[tuple[str, ...], _Acc]] = defaultdict(dict)
+        self._spans: list[tuple[Artifact, list[Span]]] = []
+        for artifact, scan in scans:
+            self._add(artifact, scan)
+        self.nodes: list[Node] = self._nodes()
+
+    # -- building ---------------------------------------------------------------------------
+    def _add(self, artifact: Artifact, scan: TraceScan) -> None:
+        key: Key = (artifact.role or "unknown", artifact.step, artifact.rank)
+        tree = self._acc[key]
+        base_us = scan.base_ns / 1000
+        pieces, root = _rooted(artifact, scan)
+        outer: list[Span] = []
+        root_path: tuple[str, ...] = ()
+        if root is not None and scan.span is not None:
+            start, end = scan.span
+            root_path = (root,)
+            acc = tree.setdefault(root_path, _Acc())
+            acc.pieces += 1
+            acc.total_us += end - start
+            acc.self_us += end - start
+            acc.first = min(acc.first, base_us + start)
+            outer.append(Span(root, base_us + start, base_us + end))
+        used: dict[tuple[str, ...], int] = defaultdict(int)
+        stacks: dict[str, list[tuple[float, tuple[str, ...], float]]] = defaultdict(list)
+        for piece in sorted(pieces, key=lambda p: (p.tid, p.ts, -p.dur)):
+            stack = stacks[piece.tid]
+            while stack and stack[-1][0] <= piece.ts:
+                stack.pop()
+            parent = stack[-1][1] if stack else root_path
+            path = (*parent, piece.label)
+            acc = tree.setdefault(path, _Acc())
+            acc.pieces += 1
+            acc.total_us += piece.dur
+            acc.self_us += piece.dur
+            acc.first = min(acc.first, base_us + piece.ts)
+            used[path] += 1
+            if parent:
+                tree[parent].self_us -= piece.dur
+            if not stack and root is None:
+                outer.append(Span(piece.label, base_us + piece.ts, base_us + piece.ts + piece.dur))
+            stack.append((piece.ts + piece.dur, path, piece.dur))
+        self._discount(tree, used, scan)
+        self._spans.append((artifact, outer))
+
+    @staticmethod
+    def _discount(tree: dict[tuple[str, ...], _Acc], used: dict[tuple[str, ...], int],
+                  scan: TraceScan) -> None:
+        """Take the trace's continued pieces off its paths' entries, label by label (a label at
+        several paths gives them up busiest first)."""
+        for label, count in scan.continued.items():
+            for path in sorted((p for p in used if p[-1] == label), key=lambda p: -used[p]):
+                taken = min(count, used[path])
+                tree[path].continued += taken
+                count -= taken
+                if not count:
+                    break
+
+    def _nodes(self) -> list[Node]:
+        nodes = [Node(role, step, rank, path, max(acc.pieces - acc.continued, 1 if acc.pieces else 0),
+                      acc.total_us, acc.self_us, acc.first)
+                 for (role, step, rank), tree in self._acc.items() for path, acc in tree.items()]
+        return sorted(nodes, key=_node_order)
+
+    # -- reading ----------------------------------------------------------------------------
+    def step_total_us(self, role: str, step: int | None, rank: int | None) -> float:
+        """A role's time at a step on a rank: the sum of its outermost stages."""
+        tree = self._acc.get((role, step, rank), {})
+        return sum(acc.total_us for path, acc in tree.items() if len(path) == 1)
+
+    def share(self, node: Node) -> float | None:
+        """``node``'s part of its role's step time on its rank (None when that is 0)."""
+        total = self.step_total_us(node.role, node.step, node.rank)
+        return node.total_us / total if total else None
+
+    def spread(self) -> list[Spread]:
+        """Each (step, role, path) across its ranks, steps in order, then roles and stages in
+        the order they first ran."""
+        groups: dict[tuple[str, int | None, tuple[str, ...]], list[Node]] = defaultdict(list)
+        for node in self.nodes:
+            groups[(node.role, node.step, node.path)].append(node)
+        result = []
+        for (role, step, path), nodes in groups.items():
+            totals = [n.total_us for n in nodes]
+            slowest = max(nodes, key=lambda n: (n.total_us, -_number(n.rank)))
+            result.append(Spread(role, step, path, len(nodes), sum(n.count for n in nodes),
+                                 min(totals), statistics.median(totals), max(totals), slowest.rank,
+                                 statistics.median(n.self_us for n in nodes),
+                                 min(n.first_us for n in nodes)))
+        return _tree_order(result)
+
+    def spans(self) -> list[tuple[Artifact, list[Span]]]:
+        """The outermost regions of every trace, per artifact (the timeline)."""
+        return list(self._spans)
+
+    def stage_totals(self, key: Key) -> dict[str, float]:
+        """Outermost stage label → µs, for one (role, step, rank): what stacks to its step time."""
+        totals: dict[str, float] = defaultdict(float)
+        for path, acc in self._acc.get(key, {}).items():
+            if len(path) == 1:
+                totals[path[0]] += acc.total_us
+        return dict(totals)
+
+    def keys(self) -> list[Key]:
+        """Every (role, step, rank) with stage time."""
+        return sorted(self._acc, key=lambda k: (k[0], _number(k[1]), _number(k[2])))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One JSON-friendly row per node (``summary --json``): the node, its share of its role's
+        step, and its stage's spread across ranks at that step."""
+        spreads = {(s.role, s.step, s.path): s for s in self.spread()}
+        result = []
+        for node in self.nodes:
+            spread = spreads[(node.role, node.step, node.path)]
+            share = self.share(node)
+            result.append({
+                "role": node.role, "stage": node.stage, "step": node.step, "rank": node.rank,
+                "count": node.count, "total_ms": _ms(node.total_us),
+                "mean_ms": _ms(node.total_us / node.count) if node.count else 0.0,
+                "share": None if share is None else round(share, 6),
+                "path": list(node.path), "depth": node.depth, "self_ms": _ms(node.self_us),
+                "ranks": spread.ranks, "min_ms": _ms(spread.min_us), "median_ms": _ms(spread.median_us),
+                "max_ms": _ms(spread.max_us), "slowest_rank": spread.slowest_rank,
+            })
+        return result
+
+
+def _ms(us: float) -> float:
+    """Microseconds as milliseconds, to the nanosecond (what every view prints)."""
+    return round(us / 1000, 6)
+
+
+def _number(value: int | None) -> int:
+    return -1 if value is None else value
+
+
+def _node_order(node: Node) -> tuple[Any, ...]:
+    return (node.role, _number(node.step), _number(node.rank), node.path)
+
+
+def _tree_order(spreads: Sequence[Spread]) -> list[Spread]:
+    """Steps in order; in a step, roles by when they first ran; under each stage its children,
+    by when they first ran (a depth-first walk)."""
+    children: dict[tuple[int | None, str, tuple[str, ...]], list[Spread]] = defaultdict(list)
+    first_of_role: dict[tuple[int | None, str], float] = {}
+    for spread in spreads:
+        children[(spread.step, spread.role, spread.path[:-1])].append(spread)
+        key = (spread.step, spread.role)
+        first_of_role[key] = min(first_of_role.get(key, spread.first_us), spread.first_us)
+    ordered: list[Spread] = []
+
+    def walk(step: int | None, role: str, prefix: tuple[str, ...]) -> None:
+        for child in sorted(children.get((step, role, prefix), ()), key=lambda s: (s.first_us, s.path)):
+            ordered.append(child)
+            walk(step, role, child.path)
+
+    for step, role in sorted(first_of_role, key=lambda k: (_number(k[0]), first_of_role[k], k[1])):
+        walk(step, role, ())
+    return ordered

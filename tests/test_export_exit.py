@@ -1,0 +1,93 @@
+"""Exports still pending when the process ends (issue 12, "never lost"): at interpreter exit the
+wait gives up after ``TorchOptions.export_timeout_s``, the trace is recorded ``incomplete`` with
+torch's events kept on disk, and the finish hook runs after that record; at a hard exit
+(``os._exit``, SIGKILL) nothing can be recorded, and ``profdsl check`` names what was left.
+
+Each case runs in a fresh interpreter whose compression hangs (a disk that stops answering).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from profdsl.collect.manifest import read_manifest
+
+PRELUDE = """
+import os, sys, time
+import profdsl.collect.export as export_module
+from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
+from profdsl.config import FinishHook
+save = sys.argv[1]
+
+def hung(*args, **kwargs):  # compression never returns: a hung disk
+    time.sleep(600)
+
+export_module.compress_trace = hung
+
+def work():
+    import torch
+    torch.ones(8).mul(2).sum()
+
+hook = FinishHook(cmd=f'cp "$PROFDSL_MANIFEST" "{save}/seen-by-hook.jsonl"')
+config = ProfilerConfig(enable=True, steps=[1], save_path=save, finish_hook=hook,
+                        torch=TorchOptions(contents=["cpu"], export_timeout_s=0.5))
+profiler = Profiler(config, role="actor", rank=0, world_size=1)
+profiler.start(1)
+with profile_stage("update_actor"):
+    work()
+profiler.stop()  # the last profiled step: waits 0.5 s for the export, which hangs
+"""
+
+
+def run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    code = PRELUDE + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=240)
+
+
+def events_left(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.startswith(".profdsl-tmp-") and p.suffix == ".json")
+
+
+def holds_the_stage(events_file: Path) -> bool:
+    """torch's events, intact: a JSON object whose events include the stage's region."""
+    data: dict[str, Any] = json.loads(events_file.read_text())
+    return any(e.get("name") == "update_actor" for e in data["traceEvents"])
+
+
+def test_interpreter_exit_records_the_pending_export_incomplete_before_the_hook(tmp_path: Path) -> None:
+    result = run(tmp_path, "")  # the script ends: interpreter exit closes the profiler
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "still being written" in result.stderr
+    traces = [r for r in read_manifest(tmp_path) if r["kind"] == "trace"]
+    assert [(r["status"], r["step"], r["path"]) for r in traces] == [("incomplete", 1, None)]
+    kept = events_left(tmp_path)
+    assert [p.name for p in kept] == [traces[0]["events"]]  # torch's events are not lost
+    assert holds_the_stage(kept[0])
+    hooks = [r for r in read_manifest(tmp_path) if r["kind"] == "hook"]
+    assert [h["exit_code"] for h in hooks] == [0]
+    seen = [json.loads(line) for line in (tmp_path / "seen-by-hook.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["status"]) for r in seen] == [("trace", "incomplete")]  # after the record
+    check = subprocess.run([sys.executable, "-m", "profdsl", "check", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 1
+    assert f"{kept[0].name}: torch's events of the incomplete actor trace of step 1" in check.stdout
+
+
+def test_hard_exit_leaves_the_events_and_check_names_them(tmp_path: Path) -> None:
+    result = run(tmp_path, "os._exit(0)\n")  # no atexit, no record: only the files tell
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not [r for r in read_manifest(tmp_path) if r["kind"] == "trace"]
+    kept = events_left(tmp_path)
+    assert len(kept) == 1 and holds_the_stage(kept[0])
+    check = subprocess.run([sys.executable, "-m", "profdsl", "check", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 1
+    pid = kept[0].name.split("-")[2]
+    assert f"{kept[0].name}: torch's events of a trace still being exported when process {pid} ended" \
+        in check.stdout
