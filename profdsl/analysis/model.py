@@ -120,6 +120,7 @@ class StageModel:
     def __init__(self, scans: Iterable[tuple[Artifact, TraceScan]]) -> None:
         self._acc: dict[Key, dict[tuple[str, ...], _Acc]] = defaultdict(dict)
         self._spans: list[tuple[Artifact, list[Span]]] = []
+        self._parallel: dict[Key, dict[str, int]] = {}
         for artifact, scan in scans:
             self._add(artifact, scan)
         self.nodes: list[Node] = self._nodes()
@@ -128,6 +129,8 @@ class StageModel:
     def _add(self, artifact: Artifact, scan: TraceScan) -> None:
         key: Key = (artifact.role or "unknown", artifact.step, artifact.rank)
         tree = self._acc[key]
+        if artifact.parallel:
+            self._parallel.setdefault(key, {}).update(artifact.parallel)
         base_us = scan.base_ns / 1000
         pieces, root = _rooted(artifact, scan)
         outer: list[Span] = []
@@ -183,6 +186,11 @@ class StageModel:
         return sorted(nodes, key=_node_order)
 
     # -- reading ----------------------------------------------------------------------------
+    def parallel(self, role: str, step: int | None, rank: int | None) -> dict[str, int]:
+        """The parallel coordinates (``tp``, ``pp``, ``dp``, ``cp``, ``ep``) the traces of a role's
+        step on a rank carry; empty when they carry none."""
+        return dict(self._parallel.get((role, step, rank), {}))
+
     def step_total_us(self, role: str, step: int | None, rank: int | None) -> float:
         """A role's time at a step on a rank: the sum of its outermost stages."""
         tree = self._acc.get((role, step, rank), {})
@@ -241,6 +249,7 @@ class StageModel:
                 "path": list(node.path), "depth": node.depth, "self_ms": _ms(node.self_us),
                 "ranks": spread.ranks, "min_ms": _ms(spread.min_us), "median_ms": _ms(spread.median_us),
                 "max_ms": _ms(spread.max_us), "slowest_rank": spread.slowest_rank,
+                "parallel": self.parallel(node.role, node.step, node.rank),
             })
         return result
 

@@ -20,6 +20,7 @@ from profdsl.analysis.catalog import FolderError, catalog
 from profdsl.analysis.load import load_model
 from profdsl.analysis.model import Span, StageModel
 from profdsl.cli.common import printable, skipped
+from profdsl.config.parallel import DIMS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -34,6 +35,7 @@ EXAMPLES = """examples:
   profdsl plot profiles -o stages.png             time per stage, one bar per rank and step
   profdsl plot profiles -o timeline.png --timeline   when each stage ran, one row per process
   profdsl plot profiles -o stages.png --dpi 200
+  profdsl plot profiles -o stages.png --by pp,tp    ranks grouped by pipeline, then tensor coordinate
 
 for numbers rather than pictures, use: profdsl summary profiles --json
 """
@@ -52,6 +54,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeline", action="store_true",
                         help="draw when each stage ran (one row per process) instead of stacked bars")
     parser.add_argument("--dpi", type=_positive_int, default=150, help="image resolution (default 150)")
+    parser.add_argument("--by", type=_coordinates, default=(), metavar="tp,pp,...",
+                        help="bars: group and label the ranks by these parallel coordinates (from "
+                             f"{','.join(DIMS)}), e.g. --by pp,tp")
+
+
+def _coordinates(text: str) -> tuple[str, ...]:
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in keys if k not in DIMS]
+    if unknown or not keys:
+        raise argparse.ArgumentTypeError(f"takes parallel coordinates from {','.join(DIMS)}, got {text!r}")
+    return keys
 
 
 def _positive_int(text: str) -> int:
@@ -90,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     title = _plain(Path(args.folder).resolve().name)
-    figure = _timeline_figure(model, title) if args.timeline else _bars_figure(model, title)
+    figure = _timeline_figure(model, title) if args.timeline else _bars_figure(model, title, args.by)
     try:
         figure.savefig(args.output, dpi=args.dpi, bbox_inches="tight")
     except (OSError, ValueError) as exc:
@@ -135,9 +148,10 @@ def _plain(text: str) -> str:
     return printable(text).replace("$", r"\$")
 
 
-def _bar_label(key: BarKey, with_role: bool) -> str:
+def _bar_label(key: BarKey, with_role: bool, group: tuple[tuple[str, int], ...] = ()) -> str:
     role, rank, step = key
     parts = [_plain(role)] if with_role else []
+    parts += [f"{dim}{value}" if value >= 0 else f"{dim}?" for dim, value in group]
     parts.append(f"r{rank}" if rank >= 0 else "r?")
     parts.append(f"s{step}" if step >= 0 else "s?")
     return " ".join(parts)
@@ -160,13 +174,16 @@ def timeline_rows(model: StageModel) -> dict[str, list[Span]]:
     return rows
 
 
-def _bar_positions(keys: Sequence[BarKey]) -> list[float]:
-    """x of each bar (keys ordered by role then step): gaps set roles and steps apart."""
+def _bar_positions(keys: Sequence[BarKey], groups: Sequence[object] | None = None) -> list[float]:
+    """x of each bar (keys ordered by role, group, then step): gaps set roles, coordinate groups
+    and steps apart."""
     xs: list[float] = []
     x = 0.0
     for i, key in enumerate(keys):
         if i and key[0] != keys[i - 1][0]:
             x += 1.0
+        elif i and groups is not None and groups[i] != groups[i - 1]:
+            x += 0.7
         elif i and key[2] != keys[i - 1][2]:
             x += 0.4
         xs.append(x)
@@ -174,20 +191,30 @@ def _bar_positions(keys: Sequence[BarKey]) -> list[float]:
     return xs
 
 
-def _bars_figure(model: StageModel, title: str) -> Figure:
+def bar_groups(model: StageModel, by: Sequence[str]) -> dict[BarKey, tuple[tuple[str, int], ...]]:
+    """Each bar's parallel coordinates named in ``by`` (-1: its traces do not carry one)."""
+    groups = {}
+    for role, step, rank in model.keys():
+        coords = model.parallel(role, step, rank)
+        groups[(role, _known(rank), _known(step))] = tuple((dim, coords.get(dim, -1)) for dim in by)
+    return groups
+
+
+def _bars_figure(model: StageModel, title: str, by: Sequence[str] = ()) -> Figure:
     """Stacked bars: one per (role, rank, step), a segment per outermost stage, the biggest
-    stage lowest."""
+    stage lowest; with ``by``, the ranks grouped by those parallel coordinates."""
     from matplotlib.figure import Figure
 
     bars = bar_totals(model)
-    keys = sorted(bars, key=lambda k: (k[0], k[2], k[1]))
+    group = bar_groups(model, by)
+    keys = sorted(bars, key=lambda k: (k[0], group[k], k[2], k[1]))
     stage_sum: dict[str, float] = defaultdict(float)
     for stages in bars.values():
         for stage, ms in stages.items():
             stage_sum[stage] += ms
     order = sorted(stage_sum, key=lambda s: (-stage_sum[s], s))
     colours = _colours(order)
-    xs = _bar_positions(keys)
+    xs = _bar_positions(keys, [group[k] for k in keys] if by else None)
     figure = Figure(figsize=(min(max(3 + 0.45 * (xs[-1] + 1), 7.0), 30.0), 5.5))
     axes = figure.add_subplot()
     bottoms = [0.0] * len(keys)
@@ -201,9 +228,9 @@ def _bars_figure(model: StageModel, title: str) -> Figure:
             axes.annotate(f"{total:.3g}", (x, total), xytext=(0, 2), textcoords="offset points",
                           ha="center", va="bottom", fontsize=7, color="0.3")
     with_role = len({key[0] for key in keys}) > 1
-    axes.set_xticks(xs, [_bar_label(key, with_role) for key in keys],
-                    rotation=45 if len(keys) > 8 or with_role else 0,
-                    ha="right" if len(keys) > 8 or with_role else "center", fontsize=8)
+    tilt = len(keys) > 8 or with_role or bool(by)
+    axes.set_xticks(xs, [_bar_label(key, with_role, group[key]) for key in keys],
+                    rotation=45 if tilt else 0, ha="right" if tilt else "center", fontsize=8)
     axes.set_xlim(-0.7, xs[-1] + 0.7)
     axes.set_ylim(0, max(bottoms) * 1.1)
     axes.set_ylabel("time in stage (ms)")

@@ -16,6 +16,7 @@ from profdsl.analysis.catalog import Artifact, FolderError, catalog
 from profdsl.analysis.load import load_model
 from profdsl.analysis.model import StageModel
 from profdsl.cli.common import fail, skipped, table
+from profdsl.config.parallel import DIMS
 
 HELP = ("where each profiled step went: every role's stages and mini-batches (the rollout engines' "
         "generation too), with the spread across ranks and the slowest rank; flat totals with --by; "
@@ -23,12 +24,13 @@ HELP = ("where each profiled step went: every role's stages and mini-batches (th
 EXAMPLES = """examples:
   profdsl summary profiles                            # per step: roles, stages, spread across ranks
   profdsl summary profiles --by role,stage            # flat totals over steps and ranks
+  profdsl summary profiles --by stage,tp              # per tensor-parallel coordinate
   profdsl summary profiles --json > summary.json      # [{role, stage, step, rank, total_ms, path, ...}]
   profdsl summary profiles --cost --json              # [{role, step, traces, blocked_ms, export_ms, ...}]
 """
-KEYS = ("role", "stage", "step", "rank")
+KEYS = ("role", "stage", "step", "rank", *DIMS)
 ROW_FIELDS = ("role", "stage", "path", "depth", "step", "rank", "count", "total_ms", "self_ms",
-              "mean_ms", "share", "ranks", "min_ms", "median_ms", "max_ms", "slowest_rank")
+              "mean_ms", "share", "ranks", "min_ms", "median_ms", "max_ms", "slowest_rank", *DIMS)
 COST_FIELDS = ("role", "step", "traces", "blocked_ms", "export_ms", "max_rank", "max_blocked_ms")
 STEP_HEADERS = ("role", "stage", "ranks", "count", "median ms", "min ms", "max ms", "slowest rank",
                 "self ms")
@@ -41,8 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
     parser.add_argument("--by", default=None,
-                        help="flat totals grouped by these comma-separated keys, from role,stage,step,rank "
-                             "(a stage is its whole path, e.g. update_actor/mini_batch)")
+                        help="flat totals grouped by these comma-separated keys, from role,stage,step,rank and "
+                             "the parallel coordinates tp,pp,dp,cp,ep (a stage is its whole path, e.g. "
+                             "update_actor/mini_batch; a coordinate the traces do not carry groups as -)")
     parser.add_argument("--cost", action="store_true",
                         help="only profiling's own cost per role and step (blocked_ms, export_ms from the "
                              "manifest); the text output shows it after the stage table anyway")
@@ -57,7 +60,8 @@ def group(model: StageModel, keys: tuple[str, ...]) -> list[dict[str, Any]]:
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     with_share = {"step", "rank"} <= set(keys)
     for node in model.nodes:
-        record = {"role": node.role, "stage": node.path, "step": node.step, "rank": node.rank}
+        record = {"role": node.role, "stage": node.path, "step": node.step, "rank": node.rank,
+                  **dict.fromkeys(DIMS), **model.parallel(node.role, node.step, node.rank)}
         into = merged.setdefault(tuple(record[k] for k in keys), {
             **{k: record[k] for k in keys}, "count": 0, "total_us": 0.0, "share": 0.0 if with_share else None})
         into["count"] += node.count
@@ -152,7 +156,8 @@ def _print_csv(rows: list[dict[str, Any]], keys: tuple[str, ...] | None) -> None
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({**row, **({"path": "/".join(row["path"])} if "path" in row else {})})
+        writer.writerow({**row, **row.get("parallel", {}),
+                         **({"path": "/".join(row["path"])} if "path" in row else {})})
     print(out.getvalue(), end="")
 
 
