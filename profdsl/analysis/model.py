@@ -121,6 +121,7 @@ class StageModel:
         self._acc: dict[Key, dict[tuple[str, ...], _Acc]] = defaultdict(dict)
         self._spans: list[tuple[Artifact, list[Span]]] = []
         self._parallel: dict[Key, dict[str, int]] = {}
+        self._placed: list[tuple[Artifact, tuple[str, ...], Piece]] = []
         for artifact, scan in scans:
             self._add(artifact, scan)
         self.nodes: list[Node] = self._nodes()
@@ -158,6 +159,7 @@ class StageModel:
             acc.self_us += piece.dur
             acc.first = min(acc.first, base_us + piece.ts)
             used[path] += 1
+            self._placed.append((artifact, path, piece))
             if parent:
                 tree[parent].self_us -= piece.dur
             if not stack and root is None:
@@ -220,6 +222,11 @@ class StageModel:
     def spans(self) -> list[tuple[Artifact, list[Span]]]:
         """The outermost regions of every trace, per artifact (the timeline)."""
         return list(self._spans)
+
+    def placed(self) -> list[tuple[Artifact, tuple[str, ...], Piece]]:
+        """Every region event with the path it sits at, per artifact, in the order they were
+        nested (what ``profdsl export --hta`` marks iterations by)."""
+        return list(self._placed)
 
     def stage_totals(self, key: Key) -> dict[str, float]:
         """Outermost stage label → µs, for one (role, step, rank): what stacks to its step time."""

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "summary": "profdsl.cli.summary",
     "merge": "profdsl.cli.merge",
     "plot": "profdsl.cli.plot",
+    "export": "profdsl.cli.export",
     "plan": "profdsl.cli.plan",
 }
 

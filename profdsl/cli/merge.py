@@ -25,7 +25,6 @@ import argparse
 import gzip
 import json
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -35,8 +34,9 @@ from typing import IO, Any
 
 import attrs
 
-from profdsl.analysis import reader
+from profdsl.analysis import chrome, reader
 from profdsl.analysis.catalog import Artifact, FolderError, catalog, json_traces, trace_header
+from profdsl.analysis.chrome import region_title
 from profdsl.analysis.model import StageModel
 from profdsl.analysis.regions import RegionNames
 from profdsl.analysis.scan import TraceScan, scan_events
@@ -59,10 +59,6 @@ Event = dict[str, Any]
 
 #: Input metadata that would rename or reorder the rows merge assigns.
 _ROW_METADATA = frozenset({"process_name", "process_labels", "process_sort_index"})
-_FLOW_PHASES = frozenset({"s", "t", "f"})
-#: Flow ids of input i become (i << _FLOW_SHIFT) + id: ranks number their flows alike, and a
-#: shared id would draw arrows between unrelated ranks.
-_FLOW_SHIFT = 40
 
 
 @attrs.frozen
@@ -224,30 +220,24 @@ def _row_metadata(label: str, pid: int) -> list[Event]:
 
 
 def _rewrite(event: Event, pid: int, shift_us: float, flow_base: int, names: RegionNames) -> Event | None:
-    """``event`` moved to row ``pid`` and shifted by ``shift_us``; None for input row metadata.
+    """``event`` moved to row ``pid`` and onto the merged clock (:func:`profdsl.analysis.chrome.move`),
+    a profdsl region named by its label; None for input row metadata.
 
     Args:
         event: One input event (changed in place).
         pid: The row's pid.
         shift_us: Microseconds added to ``ts``.
         flow_base: Added to integer flow ids (``ph`` s/t/f) so inputs' flows stay apart.
-        names: The input's region names: a region of profdsl's is named by its label.
+        names: The input's region names.
     """
     if event.get("ph") == "M" and event.get("name") in _ROW_METADATA:
         return None
     if not names.empty and event.get("ph") == "X":
         found = names.label(str(event.get("name", "")))
         if found is not None:
-            event["name"] = found[0] if found[1] is None else f"{found[0]}{found[1]}"
+            event["name"] = region_title(found)
     event["pid"] = pid
-    ts = event.get("ts")
-    if shift_us and isinstance(ts, (int, float)) and not isinstance(ts, bool):
-        event["ts"] = ts + shift_us
-    flow_id = event.get("id")
-    if (event.get("ph") in _FLOW_PHASES and isinstance(flow_id, int) and not isinstance(flow_id, bool)
-            and 0 <= flow_id < 1 << _FLOW_SHIFT):
-        event["id"] = flow_base + flow_id
-    return event
+    return chrome.move(event, shift_us=shift_us, flow_base=flow_base)
 
 
 def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[str]]:
@@ -266,10 +256,11 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[st
     partial = output.with_name(f".{output.name}.partial")
     try:
         with tempfile.TemporaryFile(dir=partial.parent) as spool:
-            body = _ArrayWriter(spool)
+            body = chrome.ArrayWriter(spool)
             for index, item in enumerate(inputs):
                 pid = pids.get(item.label, len(pids) + 1)
-                written, scan, error = _copy(item, body, pid, (item.base_ns - base) / 1000, index << _FLOW_SHIFT)
+                shift = chrome.shift_us(item.base_ns, base)
+                written, scan, error = _copy(item, body, pid, shift, index << chrome.FLOW_SHIFT)
                 if error is not None or scan is None:
                     errors.append(error or f"{item.path}: unreadable")
                     continue
@@ -285,7 +276,7 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[st
                 stream.write(f'{{"displayTimeUnit": "ms", "baseTimeNanoseconds": {base}, '
                              f'"profdsl": {json.dumps(own)}, '
                              '"traceEvents": [\n'.encode())
-                writer = _ArrayWriter(stream)
+                writer = chrome.ArrayWriter(stream)
                 for label, pid in pids.items():
                     counts[label] += writer.write_all(_row_metadata(label, pid))
                 writer.append(spool, empty=body.empty)
@@ -297,7 +288,7 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[st
     return rows, errors
 
 
-def _copy(item: _Input, writer: _ArrayWriter, pid: int, shift_us: float,
+def _copy(item: _Input, writer: chrome.ArrayWriter, pid: int, shift_us: float,
           flow_base: int) -> tuple[int, TraceScan | None, str | None]:
     """Copy one input's events, scanning them for the stage-time model as they pass; returns
     (events written, its scan, the reason it was left out or None).
@@ -357,41 +348,3 @@ def _open_output(path: Path, gzipped: bool) -> IO[bytes]:
     if gzipped:
         return gzip.open(path, "wb")  # type: ignore[return-value]
     return open(path, "wb")
-
-
-class _ArrayWriter:
-    """Writes JSON array items one at a time, with the commas between them."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self._stream = stream
-        self.empty = True
-
-    def write_all(self, items: Iterable[Event]) -> int:
-        """Write ``items``; returns how many."""
-        count = 0
-        for item in items:
-            if not self.empty:
-                self._stream.write(b",\n")
-            self._stream.write(json.dumps(item, separators=(",", ":")).encode())
-            self.empty = False
-            count += 1
-        return count
-
-    def append(self, items: IO[bytes], *, empty: bool) -> None:
-        """Copy the items another writer wrote to ``items`` (read from its current position)."""
-        if empty:
-            return
-        if not self.empty:
-            self._stream.write(b",\n")
-        shutil.copyfileobj(items, self._stream)
-        self.empty = False
-
-    def mark(self) -> tuple[int, bool]:
-        """Where the next item goes (a seekable stream only), for :meth:`undo`."""
-        return self._stream.tell(), self.empty
-
-    def undo(self, mark: tuple[int, bool]) -> None:
-        """Cut off everything written since ``mark``."""
-        self._stream.seek(mark[0])
-        self._stream.truncate()
-        self.empty = mark[1]
