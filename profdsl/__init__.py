@@ -4,7 +4,7 @@
 """
 
 from profdsl._version import __version__
-from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
+from profdsl.config import FinishHook, Metrics, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
 from profdsl.dsl import mini_batch_window, profile_stage
 from profdsl.errors import ConfigError, ProfdslError
 from profdsl.rollout.window import rollout_window
@@ -13,6 +13,7 @@ from profdsl.runtime.profiler import Profiler
 __all__ = [
     "ConfigError",
     "FinishHook",
+    "Metrics",
     "ProfdslError",
     "Profiler",
     "ProfilerConfig",

@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterator
-from typing import Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from profdsl.capture import make_annotator, make_backend
 from profdsl.collect.export import TraceLabel
@@ -28,9 +28,14 @@ from profdsl.core.log import logger, once
 from profdsl.core.ranks import discover_world, is_rank_selected
 from profdsl.errors import ConfigError
 from profdsl.runtime.finisher import Finisher
+from profdsl.runtime.meter import make_meter
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
 from profdsl.runtime.steps import StepSessions
+
+if TYPE_CHECKING:
+    from profdsl.metrics.exporters import OnStep
+    from profdsl.metrics.timings import StepTimings
 
 __all__ = ["Profiler", "State"]
 
@@ -55,6 +60,8 @@ class Profiler:
         world_size: the job's world size (default: discovered).
         capture: False makes a step clock (a driver's): it follows the profiled steps, for
             ``rollout_window``, but captures nothing and runs no hook.
+        on_step: with ``config.metrics.enabled``, called as ``on_step(step, metrics)`` after
+            each step with its flat stage timings (``profiler.metrics``; docs/metrics.md).
 
     Examples:
         >>> from profdsl import ProfilerConfig, profile_stage
@@ -70,7 +77,8 @@ class Profiler:
     """
 
     def __init__(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
-                 world_size: int | None = None, capture: bool = True) -> None:
+                 world_size: int | None = None, capture: bool = True,
+                 on_step: OnStep | None = None) -> None:
         text_without_nul("Profiler role", role, blank=False)
         self.config, self.role = config, role
         self.rank, self.world_size = discover_world(rank, world_size)  # LOCAL_RANK is not needed
@@ -90,6 +98,8 @@ class Profiler:
         self._steps = StepSessions(config, backend=self._backend, coordinator=PROCESS.coordinator,
                                    label=self._label, finisher=finisher)
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
+        self.meter = make_meter(config.metrics, role=role, rank=self.rank, world_size=self.world_size,
+                                on_step=on_step, device=capture)  # always-on stage metrics
         if capture and config.enable:
             self._supersede()
         PROCESS.live.add(self)
@@ -127,6 +137,12 @@ class Profiler:
         return self._state in (State.ARMED, State.RECORDING)
 
     @property
+    def metrics(self) -> dict[str, float]:
+        """The last finished step's stage timings, flat (``timing_s/<stage>``...; empty without
+        ``config.metrics.enabled``)."""
+        return self.meter.metrics
+
+    @property
     def recorder(self) -> Recorder | NullRecorder:
         """What the DSL uses for this role now: the step's recorder, or the null recorder."""
         return self._recorder
@@ -160,24 +176,28 @@ class Profiler:
             self._state = State.ARMED if self.config.discrete else State.RECORDING
             self._recorder = self._new_recorder(step)
             PROCESS.registry.activate(self._recorder)
+        self.meter.begin(step)
 
-    def stop(self) -> None:
-        """End the current step: flush its traces and, after the last profiled step, the hook."""
+    def stop(self) -> StepTimings | None:
+        """End the current step: flush its traces and, after the last profiled step, the hook.
+        Returns the step's stage timings with ``config.metrics.enabled`` (else None)."""
         if self._inherited():
-            return
+            return None
         if self._step is None:
             PROCESS.coordinator.flush()
             if self._state is not State.CLOSED and not self._unnumbered:
                 logger.warning("[profdsl rank %s] %s: stop() without start() ignored",
                                self.rank, self.role)
             self._unnumbered = False
-            return
+            return None
         self._step = None
+        timings = self.meter.end()
         self._end_recorder()
         PROCESS.registry.set_stepping(self, False)
         self._steps.end()
         if self._state is not State.IDLE:
             self._state = State.STOPPED  # a run of continuous steps keeps its capture between steps
+        return timings
 
     @contextlib.contextmanager
     def step(self, step: SupportsIndex) -> Iterator[Profiler]:
@@ -198,6 +218,7 @@ class Profiler:
         self._step = None
         if self._state is not State.IDLE:
             self._state = State.STOPPED
+        self.meter.close()
         self._end_recorder()
         PROCESS.registry.set_stepping(self, False)
         self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
