@@ -602,3 +602,31 @@ def test_threads_see_the_step() -> None:
 
         run_threads(worker)
     assert done.is_set() and "timing_s/elsewhere" in profiler.metrics
+
+
+def test_a_step_ending_between_the_checks_is_harmless() -> None:
+    """The inlined path reads `hot`, then the step trees without a lock: a step that ended in
+    between (the switch still set, no tree left) times nothing and raises nothing."""
+    registry = PROCESS.registry
+    registry.hot = True  # as another thread's stop() leaves it for an instant
+    assert registry.meters == () and not registry.traced
+    with profile_stage("late"):
+        pass
+    assert profile_stage("late")(lambda: 4)() == 4
+    registry.refresh()
+    assert registry.hot is False
+
+
+def test_decorated_function_pickled_by_value_is_timed() -> None:
+    """Ray ships functions defined in __main__ by value: the copy is timed on the other side
+    (the span stack's accessors reduce to that process's own)."""
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+
+    @profile_stage("shipped")
+    def shipped(x: int) -> int:
+        return x * 3
+
+    copy = cloudpickle.loads(cloudpickle.dumps(shipped))
+    with metered() as profiler, profiler.step(1):
+        assert copy(2) == 6
+    assert totals(profiler.metrics, NAMES.count) == {"shipped": 1}

@@ -100,7 +100,7 @@ def test_rank_label() -> None:
 
 
 HOSTILE = ['say "hi"', "back\\slash", "new\nline", "brace}{=,", "tab\there", "uni✓ 名前",
-           "lone \ud800 surrogate", "x" * 500, "a/b", "# HELP fake", " "]
+           "lone \ud800 surrogate", "x" * 500, "a/b", "# HELP fake", " ", "nul\x00byte", "cr\rreturn"]
 
 
 def test_hostile_stage_names_cannot_break_the_exposition() -> None:

@@ -11,7 +11,9 @@ shared DSL object. A fault inside profdsl is logged once and swallowed; the wrap
 results and exceptions pass through.
 
 Generator and ``async def`` bodies are driven in slices (:mod:`profdsl.dsl.slices`): their region
-is open only while their own code runs, never across a ``yield`` or ``await``.
+is open only while their own code runs, never across a ``yield`` or ``await``. Their metrics span
+times an ``async def`` call whole (its awaits included) and a generator's own slices (an async
+generator's steps, awaits included), never the consumer's time between items.
 """
 
 from __future__ import annotations
@@ -107,10 +109,11 @@ class Annotation:
             node = _node(self, below)
         elif below is None:
             try:
-                node = _REGISTRY.meters[0].children.get(self.name) or _node(self, below)
-            except IndexError:  # the step ended since `hot` was read
+                node = _REGISTRY.first.get(self.name) or _node(self, below)  # type: ignore[union-attr]
+            except AttributeError:  # the step ended since `hot` was read
                 return self
-        elif below[1].closed:
+        elif below[1].closed:  # entered in an ended step, never left here: dropped from the stack
+            below = spans.live(below)
             node = _node(self, below)
         else:
             node = below[1].children.get(self.name) or _node(self, below)
@@ -129,7 +132,8 @@ class Annotation:
             _OPENED[entry] = None
             _REGISTRY.traced = True  # (see Registry: set after the entry is added, never cleared here)
             _REGISTRY.hot = True
-        open_span(self, self.name, self.role, self.profiler)  # times the body, not the region
+        if _REGISTRY.meters:
+            open_span(self, self.name, self.role, self.profiler)  # times the body, not the region
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -145,15 +149,15 @@ class Annotation:
                 leave_span(self)
             return
         if key is self:
-            end = _CLOCK()
+            node.total += _CLOCK() - start
             _SPAN_SET(below)
-            node.total += end - start
             node.count += 1
         else:
             leave_span(self)
 
     def _exit_traced(self) -> None:
-        leave_span(self)
+        if _SPAN_GET() is not None:
+            leave_span(self)
         entry = _STACK.get()
         if entry is not None and entry.key is self and entry.live:  # the usual case: innermost
             entry.live = False
@@ -246,7 +250,7 @@ def _begin(annotation: Annotation) -> _Scoped | None:
 def _regions(annotation: Annotation) -> _Both | None:
     """A decorated generator's profiled region and metrics span, or None when it has neither."""
     scoped = _begin(annotation) if _REGISTRY.traced else None
-    meter = metered(annotation.name, annotation.role, annotation.profiler)
+    meter = metered(annotation.name, annotation.role, annotation.profiler) if _REGISTRY.meters else None
     return None if scoped is None and meter is None else _Both(scoped, meter)
 
 
@@ -254,7 +258,7 @@ def _traced_call(func: Callable[..., Any], annotation: Annotation, args: tuple[A
                  kwargs: dict[str, Any]) -> Any:
     """A decorated call while something is profiled: its region, and its span inside it."""
     scoped = _begin(annotation)
-    span = open_span(None, annotation.name, annotation.role, annotation.profiler)
+    span = open_span(None, annotation.name, annotation.role, annotation.profiler) if _REGISTRY.meters else None
     try:
         return func(*args, **kwargs)
     finally:
@@ -277,7 +281,8 @@ def _decorate(func: Callable[..., Any], annotation: Annotation) -> Callable[...,
             if not registry.hot:
                 return await func(*args, **kwargs)
             scoped = _begin(annotation) if registry.traced else None
-            span = open_span(None, annotation.name, annotation.role, annotation.profiler)
+            span = open_span(None, annotation.name, annotation.role, annotation.profiler) \
+                if registry.meters else None
             try:  # the span times the call whole, its awaits included; the region is sliced
                 if scoped is None:
                     return await func(*args, **kwargs)
@@ -298,7 +303,7 @@ def _decorate(func: Callable[..., Any], annotation: Annotation) -> Callable[...,
             scoped = _begin(annotation) if registry.traced else None
             driven = body if scoped is None else drive_async_generator(body, scoped)
             meter = metered(annotation.name, annotation.role, annotation.profiler) \
-                if registry.hot else None
+                if registry.meters else None
             if meter is not None:  # each step timed whole, its awaits included
                 driven = time_steps(driven, meter)
             try:  # delegate: values out, asend / athrow / aclose in (no `yield from` here)
@@ -356,8 +361,8 @@ def _decorate(func: Callable[..., Any], annotation: Annotation) -> Callable[...,
             node = _node(annotation, below)
         elif below is None:
             try:
-                node = registry.meters[0].children.get(annotation.name) or _node(annotation, below)
-            except IndexError:  # the step ended since `hot` was read
+                node = registry.first.get(annotation.name) or _node(annotation, below)  # type: ignore[union-attr]
+            except AttributeError:  # the step ended since `hot` was read
                 return func(*args, **kwargs)
         elif below[1].closed:
             node = _node(annotation, below)

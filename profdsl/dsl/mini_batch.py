@@ -27,7 +27,9 @@ class mini_batch_window(Annotation):
 
     Iterate it over the mini-batches, or use it as a ``with`` block around one mini-batch, or as a
     decorator of a per-mini-batch function. ``i`` counts the mini-batches of the enclosing
-    discrete stage, or of the role's step in continuous mode.
+    discrete stage, or of the role's step in continuous mode. With ``Metrics(enabled=True)``
+    each mini-batch is also timed, on every step and rank (``timing_s/<stage>/<name>``, with its
+    count and mean; ``docs/metrics.md``).
 
     Args:
         iterable: the mini-batches, when iterated.
@@ -70,9 +72,10 @@ class mini_batch_window(Annotation):
         return self._iterate(self.iterable)
 
     def _iterate(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        registry = PROCESS.registry
         for item in iterable:
             handle = self._handle(context.top())
-            span = open_span(self, self.name, self.role, self.profiler)
+            span = open_span(self, self.name, self.role, self.profiler) if registry.meters else None
             try:
                 yield item
             finally:

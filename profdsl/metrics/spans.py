@@ -73,7 +73,7 @@ def enter(key: object, name: str, parent: Node) -> Span:
     """Open a span of ``name`` nested in ``parent`` and make it the context's innermost."""
     node = parent.children.get(name) or child(parent, name)
     device = node.root.device
-    below = SPANS.get()
+    below = live(SPANS.get())  # spans of an ended step left here are dropped
     span: Span
     if device is None:
         span = (key, node, below, clock())
@@ -143,7 +143,7 @@ class Metered:
             self.opened = True
             device = self.node.root.device
             self.mark = None if device is None else device.mark()
-            self.below = SPANS.get()
+            self.below = live(SPANS.get())
             self.start = clock()
             SPANS.set((None, self.node, self.below, self.start))
 

@@ -122,8 +122,8 @@ class NullMeter:
 NULL_METER = NullMeter()
 
 
-def make_meter(config: Metrics, *, role: str, rank: int, world_size: int,
-               on_step: OnStep | None = None, device: bool = True) -> StepMeter | NullMeter:
+def make_meter(config: Metrics, role: str, rank: int, world_size: int,
+               on_step: OnStep | None = None, *, device: bool = True) -> StepMeter | NullMeter:
     """A :class:`StepMeter` when ``config.enabled``, else :data:`NULL_METER`."""
     if not config.enabled:
         return NULL_METER

@@ -62,9 +62,9 @@ class ProcessState:
                              pending.label.role, pending.label.step)
 
     def reset(self) -> None:
-        """Forget every profiler, recorder, open entry, hook and logged key; stop an open session
-        (when this thread owns it) and let the traces being written finish. Profilers forgotten
-        here are not closed at exit."""
+        """Forget every profiler, recorder, open entry, step being timed, hook and logged key; stop
+        an open session (when this thread owns it) and the Prometheus endpoints, and let the
+        traces being written finish. Profilers forgotten here are not closed at exit."""
         self.coordinator.reset()
         self.exports.wait(WAIT_S)
         self.registry.clear()

@@ -60,8 +60,7 @@ class Profiler:
         world_size: the job's world size (default: discovered).
         capture: False makes a step clock (a driver's): it follows the profiled steps, for
             ``rollout_window``, but captures nothing and runs no hook.
-        on_step: with ``config.metrics.enabled``, called as ``on_step(step, metrics)`` after
-            each step with its flat stage timings (``profiler.metrics``; docs/metrics.md).
+        on_step: called as ``on_step(step, profiler.metrics)`` after each step (docs/metrics.md).
 
     Examples:
         >>> from profdsl import ProfilerConfig, profile_stage
@@ -77,8 +76,7 @@ class Profiler:
     """
 
     def __init__(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
-                 world_size: int | None = None, capture: bool = True,
-                 on_step: OnStep | None = None) -> None:
+                 world_size: int | None = None, capture: bool = True, on_step: OnStep | None = None) -> None:
         text_without_nul("Profiler role", role, blank=False)
         self.config, self.role = config, role
         self.rank, self.world_size = discover_world(rank, world_size)  # LOCAL_RANK is not needed
@@ -98,23 +96,10 @@ class Profiler:
         self._steps = StepSessions(config, backend=self._backend, coordinator=PROCESS.coordinator,
                                    label=self._label, finisher=finisher)
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
-        self.meter = make_meter(config.metrics, role=role, rank=self.rank, world_size=self.world_size,
-                                on_step=on_step, device=capture)  # always-on stage metrics
+        self.meter = make_meter(config.metrics, role, self.rank, self.world_size, on_step, device=capture)
         if capture and config.enable:
-            self._supersede()
+            _supersede(self)
         PROCESS.live.add(self)
-
-    def _supersede(self) -> None:
-        """A profiler re-created for the same role, rank and save_path (a trainer re-initialised)
-        takes the earlier one's place in the finish hook's wait: an abandoned profiler must not
-        hold the hook up. Only profilers that capture (enabled, selected or hook-owing) count."""
-        key = PROCESS.hooks.key(self.config.save_path)
-        for other in list(PROCESS.live):
-            if other is not self and other.role == self.role and other.rank == self.rank \
-                    and other.config.enable and PROCESS.hooks.key(other.config.save_path) == key:
-                logger.info("[profdsl rank %s] %s: a new Profiler for this role and save_path "
-                            "replaces an earlier one in the finish hook's wait", self.rank, self.role)
-                other._steps.replaced()
 
     def _inherited(self) -> bool:
         """Whether this is a forked child's copy: it profiles nothing, stops nothing, owes no
@@ -138,8 +123,7 @@ class Profiler:
 
     @property
     def metrics(self) -> dict[str, float]:
-        """The last finished step's stage timings, flat (``timing_s/<stage>``...; empty without
-        ``config.metrics.enabled``)."""
+        """The last finished step's stage timings, flat (``timing_s/<stage>``...; docs/metrics.md)."""
         return self.meter.metrics
 
     @property
@@ -252,6 +236,19 @@ class Profiler:
         if isinstance(recorder, Recorder):
             PROCESS.registry.deactivate(recorder)
             recorder.close()
+
+
+def _supersede(profiler: Profiler) -> None:
+    """A profiler re-created for the same role, rank and save_path (a trainer re-initialised)
+    takes the earlier one's place in the finish hook's wait: an abandoned profiler must not
+    hold the hook up. Only profilers that capture (enabled, selected or hook-owing) count."""
+    key = PROCESS.hooks.key(profiler.config.save_path)
+    for other in list(PROCESS.live):
+        if other is not profiler and other.role == profiler.role and other.rank == profiler.rank \
+                and other.config.enable and PROCESS.hooks.key(other.config.save_path) == key:
+            logger.info("[profdsl rank %s] %s: a new Profiler for this role and save_path "
+                        "replaces an earlier one in the finish hook's wait", profiler.rank, profiler.role)
+            other._steps.replaced()
 
 
 def _step_number(profiler: Profiler, step: SupportsIndex) -> int | None:

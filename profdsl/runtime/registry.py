@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from profdsl.metrics.tree import Root
+    from profdsl.metrics.tree import Node, Root
     from profdsl.runtime.context import Entry
     from profdsl.runtime.profiler import Profiler
     from profdsl.runtime.recorder import Recorder
@@ -36,7 +36,7 @@ class Registry:
     ``opened`` again after writing, so an entry opened meanwhile keeps them set.
     """
 
-    __slots__ = ("_lock", "hot", "meters", "opened", "recorders", "stepping", "traced")
+    __slots__ = ("_lock", "first", "hot", "meters", "opened", "recorders", "stepping", "traced")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -44,6 +44,7 @@ class Registry:
         self.stepping: tuple[Profiler, ...] = ()
         self.opened: dict[Entry, None] = {}
         self.meters: tuple[Root, ...] = ()
+        self.first: dict[str, Node] | None = None  # the top-level stages of meters[0], for the DSL
         self.traced = False
         self.hot = False
 
@@ -55,6 +56,7 @@ class Registry:
         return (registry, ())
 
     def _update(self) -> None:
+        self.first = self.meters[0].children if self.meters else None
         self.traced = bool(self.recorders) or bool(self.opened) or any(
             root.device is not None for root in self.meters)
         self.hot = self.traced or bool(self.meters)
