@@ -22,7 +22,7 @@ from profdsl import (
     profile_stage,
     rollout_window,
 )
-from profdsl.metrics import NAMES, StageTiming, StepTimings
+from profdsl.metrics import NAMES, StageTiming, StepTimings, spans
 from profdsl.runtime.process import PROCESS
 
 from .metrics_support import FakeClock, fake_clock, metered, totals
@@ -433,6 +433,7 @@ class TestStepBoundaries:
             left.__exit__(None, None, None)  # closed after its step: harmless
         assert first is not None and first.stages == {}
         assert totals(profiler.metrics) == {"next": 2.0}
+        assert spans.SPANS.get() is None  # the ended step's span left the stack
 
     def test_entry_begun_before_the_step(self, clock: FakeClock) -> None:
         """A stage around the whole loop (entered before start) times nothing and breaks nothing."""

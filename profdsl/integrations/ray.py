@@ -80,6 +80,7 @@ class ProfiledWorker:
         >>> with contextlib.ExitStack():
         ...     worker.start_profile(1); worker.update(3); worker.stop_profile()
         3
+        []
         >>> worker.finish_profile()
     """
 
