@@ -227,3 +227,20 @@ def test_import_profdsl_imports_no_exporter_package() -> None:
             "print([m for m in ('prometheus_client', 'opentelemetry') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_leaves_the_endpoint_to_its_parent() -> None:
+    """A child forked while the endpoint serves (a DataLoader worker) closes only its own copy
+    of the socket: the parent still answers scrapes."""
+    import os
+
+    with metered("actor", exporters=["prometheus"], port=0) as profiler:
+        port = endpoint(profiler).server.port
+        pid = os.fork()
+        if pid == 0:  # the child: profdsl's after-fork rule has run; leave at once
+            os._exit(0)
+        os.waitpid(pid, 0)
+        with profiler.step(1), profile_stage("gen"):
+            pass
+        assert value(scrape(port)["profdsl_stage_seconds"], "_count", role="actor", stage="gen") == 1
