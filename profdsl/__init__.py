@@ -4,7 +4,7 @@
 """
 
 from profdsl._version import __version__
-from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
+from profdsl.config import FinishHook, Metrics, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
 from profdsl.config.parallel import Parallel
 from profdsl.dsl import mini_batch_window, profile_stage
 from profdsl.errors import ConfigError, ProfdslError
@@ -14,6 +14,7 @@ from profdsl.runtime.profiler import Profiler
 __all__ = [
     "ConfigError",
     "FinishHook",
+    "Metrics",
     "Parallel",
     "ProfdslError",
     "Profiler",

@@ -12,6 +12,7 @@ Examples:
 
 from __future__ import annotations
 
+from profdsl.metrics import spans
 from profdsl.runtime import context
 from profdsl.runtime.process import PROCESS
 
@@ -19,7 +20,9 @@ __all__ = ["reset"]
 
 
 def reset() -> None:
-    """Forget every profiler, recorder, open DSL entry of this context, finish-hook rendezvous
-    and logged-once key, and stop a capture session left open (when this thread owns it)."""
+    """Forget every profiler, recorder, open DSL entry of this context, step being timed,
+    finish-hook rendezvous and logged-once key, and stop a capture session left open (when this
+    thread owns it) and the metrics' Prometheus endpoints."""
     PROCESS.reset()
     context.clear()
+    spans.SPANS.set(None)

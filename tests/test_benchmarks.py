@@ -15,9 +15,10 @@ def test_bench_dsl_runs_quick() -> None:
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     for row in ("bare call", "with profile_stage, active profiler", "raw record_function, active profiler",
-                "mini_batch_window extra ns per item"):
+                "mini_batch_window extra ns per item", "with profile_stage, metrics on",
+                "@profile_stage - pass-through wrapper (metrics on)", "traced memory, metered steps"):
         assert row in out.stdout
-    assert out.stdout.count("(<= ") == 5
+    assert out.stdout.count("(<= ") == 8
 
 
 def test_bench_verl_facade_runs_quick() -> None:

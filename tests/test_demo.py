@@ -36,6 +36,15 @@ def test_demo(tmp_path: Path, mode: str) -> None:
     assert sorted(line.split()[:2] for line in cost) == sorted(
         [role, str(step)] for role in ("actor", "critic", "ref") for step in (2, 3)), result.stdout
     assert sorted((r["step"], r["replica"]) for r in records if r["kind"] == "rollout") == [(2, 0), (3, 0)]
+    # The always-on table: every stage of all five steps on every rank, beside the traces' figures.
+    table = result.stdout.split("always-on metrics", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
+    rows = {tuple(line.split()[:2]): line.split() for line in table}
+    ranks = "2" if mode == "ray" else "1"
+    for role, stage in (("actor", "update_actor"), ("ref", "compute_ref_log_prob"),
+                        ("critic", "compute_values"), ("critic", "update_critic")):
+        assert rows[(role, stage)][2:4] == ["5", ranks] and rows[(role, stage)][-2] == "2", result.stdout
+    # the traces hold the recorded mini-batches under the scheduled stage: 2 windows' worth
+    assert rows[("actor", "update_actor/mini_batch")][-2] == "4", result.stdout
     assert sorted(r["status"] for r in records if r["kind"] == "hook") == ["ok", "skipped", "skipped"]
     check = subprocess.run([sys.executable, "-m", "profdsl", "check", str(out)], capture_output=True,
                            text=True, timeout=600)

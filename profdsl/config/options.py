@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -29,13 +29,16 @@ from profdsl.config.validate import (
 from profdsl.errors import ConfigError
 
 __all__ = [
-    "CONTENTS", "TOOLS", "FinishHook", "ProfilerConfig", "RolloutOptions", "Schedule", "TorchOptions",
+    "CONTENTS", "EXPORTERS", "TOOLS", "FinishHook", "Metrics", "ProfilerConfig", "RolloutOptions",
+    "Schedule", "TorchOptions",
 ]
 
 #: The torch profiler contents a user may ask for.
 CONTENTS = frozenset({"cpu", "cuda", "memory", "shapes", "stack"})
 #: The profiling tools (backends) profdsl drives.
 TOOLS = ("torch", "nsys")
+#: The exporters the always-on stage metrics can be sent to (besides ``on_step`` callbacks).
+EXPORTERS = ("prometheus", "otel")
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -142,6 +145,58 @@ class RolloutOptions(_Mappable):
     start_timeout_s: float = attrs.field(default=60.0, validator=positive_finite)
     stop_timeout_s: float = attrs.field(default=900.0, validator=positive_finite)
     flush_wait_s: float = attrs.field(default=300.0, validator=positive_finite)
+
+
+def _stage_names(value: object) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ConfigError(f"Metrics.stages must be a list of stage names or paths, got {value!r}")
+    names = list(value)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"Metrics.stages must hold non-empty strings, got {name!r} in {value!r}")
+    return frozenset(names)
+
+
+def _exporters(value: object) -> tuple[str, ...]:
+    return tuple(sorted(to_name_set("Metrics.exporters", value, frozenset(EXPORTERS))))
+
+
+def _address(_inst: object, _attribute: object, value: object) -> None:
+    text_without_nul("Metrics.address", value, blank=False)
+
+
+@attrs.frozen(kw_only=True)
+class Metrics(_Mappable):
+    """Always-on stage timings (``docs/metrics.md``): every ``profile_stage``,
+    ``mini_batch_window`` and ``rollout_window`` entry of every step on every rank, whatever
+    ``enable``, ``steps`` and ``ranks`` say, timed with a monotonic clock.
+
+    ``stages`` lists the stage names (or nested paths such as ``"update_actor/mini_batch"``)
+    reported; empty reports every stage. At most ``max_stages`` distinct stage paths are kept per
+    role (entries of any further one are counted as overflow). ``exporters`` names where each
+    step's timings also go (:data:`EXPORTERS`); the Prometheus exporter listens on ``address`` and
+    ``port`` plus the process's local rank (``port=0``: a free port), with a ``rank`` label when
+    ``rank_label``. ``device_time`` adds each stage's CUDA time on a machine with CUDA.
+
+    Examples:
+        >>> Metrics(enabled=True, exporters=["prometheus"], port=0).exporters
+        ('prometheus',)
+    """
+
+    enabled: bool = attrs.field(default=False, validator=boolean)
+    stages: frozenset[str] = attrs.field(factory=frozenset, converter=_stage_names)
+    max_stages: int = attrs.field(default=256, validator=int_in(1, 100_000))
+    exporters: tuple[str, ...] = attrs.field(default=(), converter=_exporters)
+    address: str = attrs.field(default="127.0.0.1", validator=_address)
+    port: int = attrs.field(default=9464, validator=int_in(0, 65535))
+    rank_label: bool = attrs.field(default=False, validator=boolean)
+    device_time: bool = attrs.field(default=True, validator=boolean)
+
+
+def _metrics(value: object) -> Metrics:
+    return to_nested("ProfilerConfig.metrics", value, Metrics)
 
 
 def _rollout(value: object) -> RolloutOptions:
@@ -254,6 +309,7 @@ class ProfilerConfig(_Mappable):
     finish_hook: FinishHook = attrs.field(factory=FinishHook, converter=_finish_hook)
     nsys_report_dir: str | None = attrs.field(default=None, validator=_optional_dir)
     rollout: RolloutOptions = attrs.field(factory=RolloutOptions, converter=_rollout)
+    metrics: Metrics = attrs.field(factory=Metrics, converter=_metrics)
 
     def __attrs_post_init__(self) -> None:
         if self.select is not None and (self.ranks or self.all_ranks):

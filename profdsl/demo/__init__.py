@@ -15,7 +15,8 @@ import sys
 import time
 from typing import Any
 
-from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
+from profdsl.config import FinishHook, Metrics, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
+from profdsl.demo.metrics_table import MetricsLog
 
 __all__ = ["add_arguments", "run"]
 
@@ -47,6 +48,7 @@ def demo_config(args: argparse.Namespace) -> ProfilerConfig:
         rollout=RolloutOptions(flush_wait_s=60, stop_timeout_s=120),
         finish_hook=FinishHook(cmd='tar czf "$PROFDSL_SAVE_PATH.tgz" -C "$PROFDSL_SAVE_PATH" . '
                                    '&& echo "packed $PROFDSL_SAVE_PATH.tgz"', timeout_s=120),
+        metrics=Metrics(enabled=True),
     )
 
 
@@ -59,7 +61,7 @@ def _prompts(step: int, replicas: int) -> list[Any]:
     return [torch.randn(64, HIDDEN, generator=generator) for _ in range(replicas)]
 
 
-def _local(config: ProfilerConfig, args: argparse.Namespace) -> None:
+def _local(config: ProfilerConfig, args: argparse.Namespace, log: MetricsLog) -> None:
     import torch
 
     from profdsl import rollout_window
@@ -73,12 +75,12 @@ def _local(config: ProfilerConfig, args: argparse.Namespace) -> None:
         with rollout_window(samplers):
             actions = [s.generate(p) for s, p in zip(samplers, prompts)]
         loss = trainer.train_step(torch.cat(prompts), torch.cat(actions))
-        trainer.stop_profile()
+        log.add(trainer.stop_profile())
         _progress(step, args, loss)
     trainer.finish_profile()
 
 
-def _ray(config: ProfilerConfig, args: argparse.Namespace) -> None:
+def _ray(config: ProfilerConfig, args: argparse.Namespace, log: MetricsLog) -> None:
     import ray
 
     from profdsl.demo.workers import Sampler, Trainer
@@ -97,6 +99,7 @@ def _ray(config: ProfilerConfig, args: argparse.Namespace) -> None:
                 with trainer.rollout():
                     actions = ray.get([e.generate.remote(p) for e, p in zip(engines, prompts)])
                 losses = ray.get([w.train_step.remote(p, a) for w, p, a in zip(workers, prompts, actions)])
+            log.add(trainer.metrics.timings if trainer.metrics else ())
             _progress(step, args, sum(losses) / len(losses))
         trainer.close()
     finally:
@@ -108,22 +111,32 @@ def _progress(step: int, args: argparse.Namespace, loss: float) -> None:
     print(f"step {step} of 0..{args.num_steps - 1}{mark}: loss {loss:+.4f}", flush=True)
 
 
+def _always_on(log: MetricsLog, stages: list[tuple[str, str, int, float]]) -> None:
+    from profdsl.demo.metrics_table import TITLE
+
+    print(f"\n{TITLE}:")
+    for line in log.lines(stages):
+        print("  " + line)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo; returns the exit code."""
     from profdsl.analysis import cost
-    from profdsl.demo.report import artifacts_table, cost_table, stage_table
+    from profdsl.demo.report import artifacts_table, cost_table, stage_table, traced_totals
 
     config = demo_config(args)
     started = time.monotonic()
     print(f"profdsl demo: {'Ray actors' if args.ray else 'one process'}, profiling steps "
           f"{list(config.steps)} on ranks {list(config.ranks)} into {config.save_path}", flush=True)
-    (_ray if args.ray else _local)(config, args)
+    log = MetricsLog()
+    (_ray if args.ray else _local)(config, args, log)
     print(f"\ndone in {time.monotonic() - started:.1f}s. Where every artifact went:")
     for line in artifacts_table(config.save_path):
         print("  " + line)
     print("\nwhere each step went (from the traces, as `profdsl summary` shows it):")
     for line in stage_table(config.save_path):
         print("  " + line if line else "")
+    _always_on(log, traced_totals(config.save_path))
     costs = cost_table(config.save_path)
     if costs:
         print(f"\n{cost.TITLE}:")

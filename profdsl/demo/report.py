@@ -9,8 +9,9 @@ from profdsl.analysis.load import load_model
 from profdsl.analysis.model import StageModel
 from profdsl.cli.summary import step_view
 from profdsl.collect.manifest import read_manifest
+from profdsl.metrics.tree import segment
 
-__all__ = ["artifacts_table", "cost_table", "stage_model", "stage_table"]
+__all__ = ["artifacts_table", "cost_table", "stage_model", "stage_table", "traced_totals"]
 
 
 def stage_model(save_path: str) -> StageModel:
@@ -27,6 +28,22 @@ def stage_table(save_path: str) -> list[str]:
     except FolderError:
         return []
     return step_view(model).splitlines()
+
+
+def traced_totals(save_path: str) -> list[tuple[str, str, int, float]]:
+    """(role, stage path, entries, total ms) per role and stage path over the run's traces, the
+    path named as the always-on metrics name it (``update_actor/mini_batch``), to set beside them."""
+    try:
+        model = stage_model(save_path)
+    except FolderError:
+        return []
+    totals: dict[tuple[str, str], list[float]] = {}
+    for node in model.nodes:
+        key = (node.role, "/".join(segment(name) for name in node.path))
+        into = totals.setdefault(key, [0, 0.0])
+        into[0] += node.count
+        into[1] += node.total_us / 1000
+    return sorted((role, path, int(count), total) for (role, path), (count, total) in totals.items())
 
 
 def artifacts_table(save_path: str) -> list[str]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from profdsl.dsl.base import Annotation
 from profdsl.dsl.stage import check_name
 from profdsl.runtime import context
+from profdsl.runtime.meter import leave_span, open_span
 from profdsl.runtime.process import PROCESS
 
 if TYPE_CHECKING:
@@ -26,7 +27,9 @@ class mini_batch_window(Annotation):
 
     Iterate it over the mini-batches, or use it as a ``with`` block around one mini-batch, or as a
     decorator of a per-mini-batch function. ``i`` counts the mini-batches of the enclosing
-    discrete stage, or of the role's step in continuous mode.
+    discrete stage, or of the role's step in continuous mode. With ``Metrics(enabled=True)``
+    each mini-batch is also timed, on every step and rank (``timing_s/<stage>/<name>``, with its
+    count and mean; ``docs/metrics.md``).
 
     Args:
         iterable: the mini-batches, when iterated.
@@ -63,15 +66,20 @@ class mini_batch_window(Annotation):
         if self.iterable is None:
             raise TypeError("mini_batch_window() needs an iterable to be iterated; without one, "
                             "use it as a `with` block or a decorator")
-        if not PROCESS.registry.recorders:
+        registry = PROCESS.registry
+        if not registry.recorders and not registry.meters:
             return iter(self.iterable)  # decided once: a plain loop costs nothing per item
         return self._iterate(self.iterable)
 
     def _iterate(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        registry = PROCESS.registry
         for item in iterable:
             handle = self._handle(context.top())
+            span = open_span(self, self.name, self.role, self.profiler) if registry.meters else None
             try:
                 yield item
             finally:
+                if span is not None:
+                    leave_span(self)
                 if handle is not None:
                     handle.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Coroutine, Generator
 from typing import Any, Protocol
 
-__all__ = ["drive_async_generator", "drive_coroutine", "drive_generator"]
+__all__ = ["drive_async_generator", "drive_coroutine", "drive_generator", "time_steps"]
 
 
 class Suspendable(Protocol):
@@ -97,4 +97,32 @@ async def drive_async_generator(agen: AsyncGenerator[Any, Any],
             step = agen.athrow(exc)
         else:
             region.resume()
+            step = agen.asend(sent)
+
+
+async def time_steps(agen: AsyncGenerator[Any, Any], region: Suspendable) -> AsyncGenerator[Any, Any]:
+    """Delegate to ``agen`` with ``region`` open while each of its steps runs, its awaits
+    included, and closed while the consumer holds a yielded value (a metrics span: the time the
+    body took to produce each item). ``region`` is open when this starts."""
+    step: Any = agen.__anext__()
+    while True:
+        region.resume()
+        try:
+            value = await step
+        except StopAsyncIteration:
+            return
+        finally:
+            region.suspend()
+        try:
+            sent = yield value
+        except GeneratorExit:
+            region.resume()
+            try:
+                await agen.aclose()
+            finally:
+                region.suspend()
+            raise
+        except BaseException as exc:
+            step = agen.athrow(exc)
+        else:
             step = agen.asend(sent)

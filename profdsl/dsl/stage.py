@@ -30,7 +30,8 @@ class profile_stage(Annotation):
     In discrete mode the outermost stage of a profiled step writes its own trace; with
     ``scheduled=True`` it runs the configured schedule, one trace per recorded mini-batch window.
     One object may be entered from several threads or tasks at once, and re-entered: each entry
-    keeps its own state.
+    keeps its own state. With ``Metrics(enabled=True)`` every entry is also timed, on every step
+    and rank (``timing_s/<name>``; ``docs/metrics.md``).
 
     Args:
         name: the stage's name, e.g. ``"update_actor"``.

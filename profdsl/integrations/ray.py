@@ -19,6 +19,9 @@ import attrs
 
 from profdsl.config import FinishHook, ProfilerConfig
 from profdsl.core.log import once
+from profdsl.metrics.aggregate import StepSummary, aggregate
+from profdsl.metrics.exporters import OnStep, call_on_step
+from profdsl.metrics.timings import StepTimings
 from profdsl.rollout.nodes import current_node, node_of, run_on_node
 from profdsl.rollout.window import rollout_window
 from profdsl.runtime.process import PROCESS
@@ -77,16 +80,20 @@ class ProfiledWorker:
         >>> with contextlib.ExitStack():
         ...     worker.start_profile(1); worker.update(3); worker.stop_profile()
         3
+        []
         >>> worker.finish_profile()
     """
 
     def init_profiler(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
-                      world_size: int | None = None, parallel: object = None) -> Profiler:
+                      world_size: int | None = None, parallel: object = None,
+                      on_step: OnStep | None = None) -> Profiler:
         """Create the profiler of ``role`` (rank and world size default to what the process can
         discover: explicit values, then ``RANK`` / ``WORLD_SIZE``; ``parallel`` as for
-        :class:`Profiler`: call it after Megatron's parallel_state or the DeviceMesh is set up)."""
+        :class:`Profiler`: call it after Megatron's parallel_state or the DeviceMesh is set up;
+        ``on_step`` as ``Profiler``'s)."""
         profilers: dict[str, Profiler] = self.__dict__.setdefault("_profdsl_profilers", {})
-        profilers[role] = Profiler(config, role=role, rank=rank, world_size=world_size, parallel=parallel)
+        profilers[role] = Profiler(config, role=role, rank=rank, world_size=world_size, parallel=parallel,
+                                   on_step=on_step)
         return profilers[role]
 
     def profiler(self, role: str) -> Profiler:
@@ -101,10 +108,11 @@ class ProfiledWorker:
         for profiler in self._each():
             profiler.start(step)
 
-    def stop_profile(self) -> None:
-        """End the step for every role: flush and collect, and the hook after the last step."""
-        for profiler in self._each():
-            profiler.stop()
+    def stop_profile(self) -> list[StepTimings]:
+        """End the step for every role: flush and collect, and the hook after the last step.
+        Returns the step's timings of the roles with ``metrics.enabled`` (for the trainer)."""
+        timings = [profiler.stop() for profiler in self._each()]
+        return [t for t in timings if t is not None]
 
     def finish_profile(self) -> None:
         """Training is over: close every role, running a finish hook still owed."""
@@ -137,6 +145,13 @@ class RayStepProfiler:
         replica_world_size: GPUs per replica.
         call_timeout_s: bound on starting workers; stopping is bounded by the hook's timeout
             plus ``rollout.stop_timeout_s``.
+        on_step: with ``config.metrics.enabled``, called as ``on_step(step, metrics)`` after
+            each step with the spread over ranks, flat (``metrics.flat()``).
+
+    With ``config.metrics.enabled`` every step starts and stops the workers (not only profiled
+    steps), and ``metrics`` is the last step's :class:`~profdsl.metrics.StepSummary`: each
+    rank's stage timings, gathered at stop, and per role and stage their min, mean, max and
+    slowest rank, with the driver's own (``rollout``) as role ``"driver"``.
 
     Examples:
         >>> from profdsl import ProfilerConfig
@@ -148,7 +163,8 @@ class RayStepProfiler:
     """
 
     def __init__(self, config: ProfilerConfig, *, workers: Sequence[Any], engines: Sequence[Any] = (),
-                 replica_world_size: int = 1, call_timeout_s: float = 300.0) -> None:
+                 replica_world_size: int = 1, call_timeout_s: float = 300.0,
+                 on_step: OnStep | None = None) -> None:
         self.config = config
         distinct: dict[Any, Any] = {}
         for handle in workers:
@@ -158,29 +174,37 @@ class RayStepProfiler:
         self.replica_world_size = replica_world_size
         self.call_timeout_s = call_timeout_s
         self.errors: list[WorkerCallError] = []
-        # The driver's step clock: it follows the profiled steps but captures nothing itself.
-        clock_config = attrs.evolve(config, finish_hook=FinishHook())
+        self.metrics: StepSummary | None = None
+        self._on_step = on_step
+        # The driver's step clock: it follows the profiled steps but captures nothing itself (and
+        # exports nothing: a worker of this host may listen on the metrics port).
+        clock_config = attrs.evolve(config, finish_hook=FinishHook(),
+                                    metrics=attrs.evolve(config.metrics, exporters=()))
         self.clock = Profiler(clock_config, role="driver", rank=0, world_size=1, capture=False)
 
-    def _call(self, method: str, *args: Any, timeout: float) -> None:
+    def _call(self, method: str, *args: Any, timeout: float) -> list[Any]:
+        """Call ``method`` on every worker; the answers (None for a worker that failed)."""
         if not self.workers:
-            return
+            return []
         import ray
 
         refs = [getattr(w, method).remote(*args) for w in self.workers]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        answers: list[Any] = []
         for index, ref in enumerate(refs):
+            answers.append(None)
             if ref not in ready:
                 error = f"no answer within {timeout:g}s"
             else:
                 try:
-                    ray.get(ref)
+                    answers[-1] = ray.get(ref)
                     continue
                 except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
             self.errors.append(WorkerCallError(index, method, error))
             once(f"ray-{method}-{index}", logging.ERROR,
                  "profdsl: worker %s (%r) %s failed: %s", index, self.workers[index], method, error)
+        return answers
 
     def _stop_timeout(self) -> float:
         return self.config.finish_hook.timeout_s + self.config.rollout.stop_timeout_s
@@ -190,20 +214,28 @@ class RayStepProfiler:
         """Profile RL step ``step`` (any integer: ``numpy.int64``, a 0-d tensor) on the workers, if
         it is a profiled step."""
         self.clock.start(step)
-        profiled = self.clock.current_step is not None and self.clock in _stepping()
-        if profiled:  # the workers get the step as a plain int
-            self._call("start_profile", self.clock.current_step, timeout=self.call_timeout_s)
+        number = self.clock.current_step
+        driven = number is not None and (self.clock in _stepping() or self.config.metrics.enabled)
+        if driven:  # the workers get the step as a plain int
+            self._call("start_profile", number, timeout=self.call_timeout_s)
         try:
             yield self
         finally:
-            if profiled:
-                self._call("stop_profile", timeout=self._stop_timeout())
-            self.clock.stop()
+            answers = self._call("stop_profile", timeout=self._stop_timeout()) if driven else []
+            own = self.clock.stop()
+            if own is not None and number is not None:
+                self._gathered(number, own, answers)
 
-    def rollout(self) -> rollout_window:
-        """``rollout_window`` over the engines, for the current step."""
+    def _gathered(self, step: int, own: StepTimings, answers: list[Any]) -> None:
+        timings = [own] + [t for answer in answers if isinstance(answer, list)
+                           for t in answer if isinstance(t, StepTimings)]
+        self.metrics = aggregate(step, timings)
+        call_on_step(self._on_step, step, self.metrics.flat(), "RayStepProfiler")
+
+    def rollout(self, name: str = "rollout") -> rollout_window:
+        """``rollout_window`` over the engines, for the current step (timed as stage ``name``)."""
         return rollout_window(self.engines, replica_world_size=self.replica_world_size,
-                              profiler=self.clock)
+                              profiler=self.clock, name=name)
 
     def close(self) -> None:
         """Training is over: every worker closes, running a finish hook still owed."""

@@ -5,6 +5,7 @@
 - ``hooks``: the finish-hook rendezvous per save_path;
 - ``live``: profilers not yet closed, closed at interpreter exit (a loop that forgets ``close()``
   still flushes its last session and runs an owed finish hook);
+- ``servers``: the Prometheus endpoints of the always-on metrics;
 - ``log``: the keys already logged once.
 
 One after-fork rule: a forked child (a DataLoader worker) inherits none of it. One reset for
@@ -18,6 +19,7 @@ import os
 from typing import TYPE_CHECKING
 
 from profdsl.core.log import ONCE, OnceLog, logger
+from profdsl.metrics.prometheus import Servers
 from profdsl.runtime.coordinator import Coordinator
 from profdsl.runtime.exports import Exports
 from profdsl.runtime.hooks import HookRendezvous
@@ -38,6 +40,7 @@ class ProcessState:
         self.exports = Exports(self.hooks)
         self.coordinator = Coordinator(self.hooks, self.exports)
         self.live: set[Profiler] = set()  # strong: a profiler dropped unclosed still owes its hook
+        self.servers = Servers()
         self.log: OnceLog = ONCE
 
     def close_live(self) -> None:
@@ -59,14 +62,15 @@ class ProcessState:
                              pending.label.role, pending.label.step)
 
     def reset(self) -> None:
-        """Forget every profiler, recorder, open entry, hook and logged key; stop an open session
-        (when this thread owns it) and let the traces being written finish. Profilers forgotten
-        here are not closed at exit."""
+        """Forget every profiler, recorder, open entry, step being timed, hook and logged key; stop
+        an open session (when this thread owns it) and the Prometheus endpoints, and let the
+        traces being written finish. Profilers forgotten here are not closed at exit."""
         self.coordinator.reset()
         self.exports.wait()
         self.registry.clear()
         self.hooks.clear()
         self.live.clear()
+        self.servers.close()
         self.log.clear()
 
     def after_fork_in_child(self) -> None:
@@ -77,6 +81,7 @@ class ProcessState:
         self.coordinator.forget()
         self.registry.clear()
         self.live.clear()
+        self.servers.after_fork()
         self.log.after_fork()
 
 

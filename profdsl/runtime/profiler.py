@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterator
-from typing import Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from profdsl.capture import make_annotator, make_backend
 from profdsl.collect.export import ExportPolicy, TraceLabel
@@ -29,9 +29,14 @@ from profdsl.core.parallel_discovery import process_topology
 from profdsl.core.ranks import discover_world, is_rank_selected
 from profdsl.errors import ConfigError
 from profdsl.runtime.finisher import Finisher
+from profdsl.runtime.meter import make_meter
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
 from profdsl.runtime.steps import StepSessions
+
+if TYPE_CHECKING:
+    from profdsl.metrics.exporters import OnStep
+    from profdsl.metrics.timings import StepTimings
 
 __all__ = ["Profiler", "State"]
 
@@ -60,6 +65,7 @@ class Profiler:
             :class:`~profdsl.config.parallel.Parallel` or a named ``DeviceMesh``); default:
             discovered from Megatron's ``parallel_state`` or a named ``DeviceMesh``. They go into
             trace names, metadata and the manifest, and ``config.select`` is resolved on them.
+        on_step: called as ``on_step(step, profiler.metrics)`` after each step (docs/metrics.md).
 
     Examples:
         >>> from profdsl import ProfilerConfig, profile_stage
@@ -75,7 +81,8 @@ class Profiler:
     """
 
     def __init__(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
-                 world_size: int | None = None, capture: bool = True, parallel: object = None) -> None:
+                 world_size: int | None = None, capture: bool = True, parallel: object = None,
+                 on_step: OnStep | None = None) -> None:
         text_without_nul("Profiler role", role, blank=False)
         self.config, self.role = config, role
         self.rank, self.world_size = discover_world(rank, world_size)
@@ -98,21 +105,10 @@ class Profiler:
         self._steps = StepSessions(config, backend=self._backend, coordinator=PROCESS.coordinator,
                                    label=self._label, finisher=finisher)
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
+        self.meter = make_meter(config.metrics, role, self.rank, self.world_size, on_step, device=capture)
         if capture and config.enable:
-            self._supersede()
+            _supersede(self)
         PROCESS.live.add(self)
-
-    def _supersede(self) -> None:
-        """A profiler re-created for the same role, rank and save_path (a trainer re-initialised)
-        takes the earlier one's place in the finish hook's wait: an abandoned profiler must not
-        hold the hook up. Only profilers that capture (enabled, selected or hook-owing) count."""
-        key = PROCESS.hooks.key(self.config.save_path)
-        for other in list(PROCESS.live):
-            if other is not self and other.role == self.role and other.rank == self.rank \
-                    and other.config.enable and PROCESS.hooks.key(other.config.save_path) == key:
-                logger.info("[profdsl rank %s] %s: a new Profiler for this role and save_path "
-                            "replaces an earlier one in the finish hook's wait", self.rank, self.role)
-                other._steps.replaced()
 
     def _inherited(self) -> bool:
         """Whether this is a forked child's copy: it profiles nothing, stops nothing, owes no
@@ -133,6 +129,11 @@ class Profiler:
     def is_profiling(self) -> bool:
         """Whether this profiler is profiling the current step (stages find it)."""
         return self._state in (State.ARMED, State.RECORDING)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The last finished step's stage timings, flat (``timing_s/<stage>``...; docs/metrics.md)."""
+        return self.meter.metrics
 
     @property
     def recorder(self) -> Recorder | NullRecorder:
@@ -168,24 +169,28 @@ class Profiler:
             self._state = State.ARMED if self.config.discrete else State.RECORDING
             self._recorder = self._new_recorder(step)
             PROCESS.registry.activate(self._recorder)
+        self.meter.begin(step)
 
-    def stop(self) -> None:
-        """End the current step: flush its traces and, after the last profiled step, the hook."""
+    def stop(self) -> StepTimings | None:
+        """End the current step: flush its traces and, after the last profiled step, the hook.
+        Returns the step's stage timings with ``config.metrics.enabled`` (else None)."""
         if self._inherited():
-            return
+            return None
         if self._step is None:
             PROCESS.coordinator.flush()
             if self._state is not State.CLOSED and not self._unnumbered:
                 logger.warning("[profdsl rank %s] %s: stop() without start() ignored",
                                self.rank, self.role)
             self._unnumbered = False
-            return
+            return None
         self._step = None
+        timings = self.meter.end()
         self._end_recorder()
         PROCESS.registry.set_stepping(self, False)
         self._steps.end()
         if self._state is not State.IDLE:
             self._state = State.STOPPED  # a run of continuous steps keeps its capture between steps
+        return timings
 
     @contextlib.contextmanager
     def step(self, step: SupportsIndex) -> Iterator[Profiler]:
@@ -206,6 +211,7 @@ class Profiler:
         self._step = None
         if self._state is not State.IDLE:
             self._state = State.STOPPED
+        self.meter.close()
         self._end_recorder()
         PROCESS.registry.set_stepping(self, False)
         self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
@@ -240,6 +246,19 @@ class Profiler:
         if isinstance(recorder, Recorder):
             PROCESS.registry.deactivate(recorder)
             recorder.close()
+
+
+def _supersede(profiler: Profiler) -> None:
+    """A profiler re-created for the same role, rank and save_path (a trainer re-initialised)
+    takes the earlier one's place in the finish hook's wait: an abandoned profiler must not
+    hold the hook up. Only profilers that capture (enabled, selected or hook-owing) count."""
+    key = PROCESS.hooks.key(profiler.config.save_path)
+    for other in list(PROCESS.live):
+        if other is not profiler and other.role == profiler.role and other.rank == profiler.rank \
+                and other.config.enable and PROCESS.hooks.key(other.config.save_path) == key:
+            logger.info("[profdsl rank %s] %s: a new Profiler for this role and save_path "
+                        "replaces an earlier one in the finish hook's wait", profiler.rank, profiler.role)
+            other._steps.replaced()
 
 
 def _step_number(profiler: Profiler, step: SupportsIndex) -> int | None:

@@ -3,8 +3,9 @@
 A plain object rather than a ``ContextVar``: under Ray the trainer's ``start_profile`` call and
 the stage it profiles run on different threads or asyncio tasks, and a stage must still find its
 recorder. Writers copy-on-write under a lock; the DSL's hot path reads one attribute without
-locking: ``recorders`` (decorators) or ``hot`` (``with`` blocks, which must also close entries
-they opened before a profiler stopped).
+locking: ``hot`` (``with`` blocks, which must also close entries they opened before a profiler
+stopped, and decorated calls). When it is set, ``traced`` says whether anything beyond the
+always-on metrics (``meters``: the step trees of the roles timing a step) needs the DSL.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from profdsl.metrics.tree import Node, Root
     from profdsl.runtime.context import Entry
     from profdsl.runtime.profiler import Profiler
     from profdsl.runtime.recorder import Recorder
@@ -27,19 +29,23 @@ class Registry:
     opened: an exit in another context than its entry's, such as a generator finished on another
     thread, finds its entry there).
 
-    ``hot`` is ``bool(recorders) or bool(opened)``, kept as a plain attribute for the DSL. The DSL
-    adds to ``opened`` and sets ``hot`` without a lock (single dict operations are atomic); every
-    writer that may clear ``hot`` looks at ``opened`` again after writing, so an entry opened
-    meanwhile keeps it set.
+    ``traced`` is ``bool(recorders) or bool(opened)`` (or a step tree with device timing, which
+    takes the DSL's general path) and ``hot`` is ``traced or bool(meters)``, kept as plain
+    attributes for the DSL. The DSL adds to ``opened`` and sets ``traced`` and ``hot`` without a
+    lock (single dict operations are atomic); every writer that may clear them looks at
+    ``opened`` again after writing, so an entry opened meanwhile keeps them set.
     """
 
-    __slots__ = ("_lock", "hot", "opened", "recorders", "stepping")
+    __slots__ = ("_lock", "first", "hot", "meters", "opened", "recorders", "stepping", "traced")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.recorders: tuple[Recorder, ...] = ()
         self.stepping: tuple[Profiler, ...] = ()
         self.opened: dict[Entry, None] = {}
+        self.meters: tuple[Root, ...] = ()
+        self.first: dict[str, Node] | None = None  # the top-level stages of meters[0], for the DSL
+        self.traced = False
         self.hot = False
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
@@ -50,9 +56,12 @@ class Registry:
         return (registry, ())
 
     def _update(self) -> None:
-        self.hot = bool(self.recorders) or bool(self.opened)
-        if not self.hot and self.opened:  # an entry opened between the read and the write
-            self.hot = True
+        self.first = self.meters[0].children if self.meters else None
+        self.traced = bool(self.recorders) or bool(self.opened) or any(
+            root.device is not None for root in self.meters)
+        self.hot = self.traced or bool(self.meters)
+        if not self.traced and self.opened:  # an entry opened between the read and the write
+            self.traced = self.hot = True
 
     def activate(self, recorder: Recorder) -> None:
         """``recorder`` is in use: stages of its role find it."""
@@ -66,6 +75,25 @@ class Registry:
         with self._lock:
             self.recorders = tuple(r for r in self.recorders if r is not recorder)
             self._update()
+
+    def activate_meter(self, root: Root) -> None:
+        """``root``'s step is being timed: entries of its role add to it."""
+        with self._lock:
+            self.meters = (*(m for m in self.meters if m is not root), root)
+            self._update()
+
+    def deactivate_meter(self, root: Root) -> None:
+        """``root``'s step is over (idempotent)."""
+        with self._lock:
+            self.meters = tuple(m for m in self.meters if m is not root)
+            self._update()
+
+    def find_meter(self, role: str | None) -> Root | None:
+        """The step tree of ``role`` (or the first) being timed."""
+        for root in self.meters:
+            if role is None or root.role == role:
+                return root
+        return None
 
     def find(self, role: str | None = None) -> Recorder | None:
         """The recorder of ``role``, or the first one activated when ``role`` is None."""
@@ -99,6 +127,6 @@ class Registry:
         """Forget everything (tests, and a forked child, which inherits none of it). ``opened``
         is emptied in place: the DSL holds it."""
         self._lock = threading.Lock()
-        self.recorders, self.stepping = (), ()
+        self.recorders, self.stepping, self.meters = (), (), ()
         self.opened.clear()
         self._update()

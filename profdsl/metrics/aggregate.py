@@ -1,0 +1,85 @@
+"""One step's timings over ranks: per role and stage, the spread of the ranks' seconds.
+
+A straggler shows every step: ``max_s`` against ``mean_s``, and which rank it was. A rank counts
+for a stage only when it entered the stage in that step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from profdsl.metrics.timings import NAMES, StepTimings
+
+__all__ = ["Spread", "StepSummary", "aggregate"]
+
+
+@attrs.frozen
+class Spread:
+    """One role's stage (``stage=None``: the whole step's wall time) over ``ranks`` ranks: the
+    least, mean and most seconds, and the rank that took the most (the lowest such rank on a tie)."""
+
+    role: str
+    stage: str | None
+    ranks: int
+    min_s: float
+    mean_s: float
+    max_s: float
+    slowest_rank: int
+
+
+@attrs.frozen
+class StepSummary:
+    """What ``RayStepProfiler`` gathered for one step: each rank's timings and their spread.
+
+    Examples:
+        >>> from profdsl.metrics.timings import StageTiming
+        >>> def t(rank, s):
+        ...     return StepTimings(role="actor", rank=rank, step=1, wall_s=s, stages={
+        ...         "update_actor": StageTiming(total_s=s, self_s=s, count=1)})
+        >>> summary = aggregate(1, [t(0, 1.0), t(1, 3.0)])
+        >>> summary.flat()["timing_s_max/actor/update_actor"], summary.flat()["timing_slowest_rank/actor/update_actor"]
+        (3.0, 1)
+    """
+
+    step: int
+    spreads: tuple[Spread, ...]
+    timings: tuple[StepTimings, ...]
+
+    def flat(self) -> dict[str, float]:
+        """The flat mapping for a logger: ``timing_s_{min,mean,max}/<role>/<stage>`` and
+        ``timing_slowest_rank/<role>/<stage>``, and the same with ``timing_step_s`` for the
+        step's wall time per role."""
+        out: dict[str, float] = {}
+        for spread in self.spreads:
+            if spread.stage is None:
+                prefix, key = NAMES.step, spread.role
+            else:
+                prefix, key = NAMES.total, f"{spread.role}/{spread.stage}"
+            out[f"{prefix}_min/{key}"] = spread.min_s
+            out[f"{prefix}_mean/{key}"] = spread.mean_s
+            out[f"{prefix}_max/{key}"] = spread.max_s
+            slowest = "timing_slowest_rank" if spread.stage is not None else "timing_step_slowest_rank"
+            out[f"{slowest}/{key}"] = spread.slowest_rank
+        return out
+
+
+def _spread(role: str, stage: str | None, samples: list[tuple[int, float]]) -> Spread:
+    values = [seconds for _, seconds in samples]
+    most = max(values)
+    slowest = min(rank for rank, seconds in samples if seconds == most)
+    return Spread(role=role, stage=stage, ranks=len(samples), min_s=min(values),
+                  mean_s=sum(values) / len(values), max_s=most, slowest_rank=slowest)
+
+
+def aggregate(step: int, timings: Iterable[StepTimings]) -> StepSummary:
+    """The spread over ranks of each role's stages (in the order first seen) and step wall time."""
+    gathered = tuple(timings)
+    stages: dict[tuple[str, str | None], list[tuple[int, float]]] = {}
+    for item in gathered:
+        stages.setdefault((item.role, None), []).append((item.rank, item.wall_s))
+        for path, timing in item.stages.items():
+            stages.setdefault((item.role, path), []).append((item.rank, timing.total_s))
+    spreads = tuple(_spread(role, stage, samples) for (role, stage), samples in stages.items())
+    return StepSummary(step=step, spreads=spreads, timings=gathered)

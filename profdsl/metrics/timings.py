@@ -1,0 +1,108 @@
+"""A finished step's stage timings, and the flat mapping loggers take.
+
+The flat names follow the step timings trainers already log (verl's ``timing_s/gen``,
+``timing_s/update_actor``): one prefix per statistic, then the stage's path, so that no stage
+name can collide with a statistic's name. :data:`NAMES` is the one home of these names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from profdsl.metrics.tree import Node, Root
+
+__all__ = ["NAMES", "StageTiming", "StepTimings", "from_tree"]
+
+
+@attrs.frozen
+class _Names:
+    """The prefixes of the flat mapping's keys (``f"{prefix}/{path}"``)."""
+
+    total: str = "timing_s"          #: seconds inside the stage this step, all entries
+    own: str = "timing_self_s"       #: of which not inside a nested stage of the same role
+    count: str = "timing_count"      #: entries this step
+    mean: str = "timing_mean_s"      #: seconds per entry
+    device: str = "timing_device_s"  #: CUDA time between entry and exit (CUDA only)
+    step: str = "timing_step_s"      #: the step's wall time, start() to stop() (no path)
+    overflow: str = "timing_overflow_count"  #: entries of paths beyond Metrics.max_stages (no path)
+
+
+#: The flat mapping's key prefixes.
+NAMES = _Names()
+
+
+@attrs.frozen
+class StageTiming:
+    """One stage path in one step of one role.
+
+    ``self_s`` is ``total_s`` less the time of the stages nested in it (never below zero: nested
+    entries running concurrently, in tasks or threads, may add up to more than the stage's own
+    wall time). ``device_s`` is None without CUDA device timing.
+    """
+
+    total_s: float
+    self_s: float
+    count: int
+    device_s: float | None = None
+
+    @property
+    def mean_s(self) -> float:
+        """Seconds per entry."""
+        return self.total_s / self.count if self.count else 0.0
+
+
+@attrs.frozen(eq=True)
+class StepTimings:
+    """One role's stage timings in one step on one rank (what ``Profiler.stop()`` returns).
+
+    ``stages`` maps each stage path (``"update_actor"``, ``"update_actor/mini_batch"``; ``/``
+    inside a name is written ``%2F``) to its timing, in the order first entered. ``wall_s`` is
+    the step's wall time; ``overflow`` counts entries of paths beyond ``Metrics.max_stages``.
+
+    Examples:
+        >>> t = StepTimings(role="actor", rank=0, step=3, wall_s=2.0, stages={
+        ...     "update_actor": StageTiming(total_s=1.5, self_s=0.3, count=1)})
+        >>> t.flat()["timing_s/update_actor"], t.flat()["timing_step_s"]
+        (1.5, 2.0)
+    """
+
+    role: str
+    rank: int
+    step: int
+    wall_s: float
+    stages: Mapping[str, StageTiming] = attrs.field(factory=dict)
+    overflow: int = 0
+
+    def flat(self) -> dict[str, float]:
+        """The flat mapping for a logger (``wandb.log``, TensorBoard's ``add_scalar``, MLflow's
+        ``log_metrics``): per stage path its total, self, count, mean (and device) figures, the
+        step's wall time, and the overflow count when there was any."""
+        out: dict[str, float] = {}
+        for path, timing in self.stages.items():
+            out[f"{NAMES.total}/{path}"] = timing.total_s
+            out[f"{NAMES.own}/{path}"] = timing.self_s
+            out[f"{NAMES.count}/{path}"] = timing.count
+            out[f"{NAMES.mean}/{path}"] = timing.mean_s
+            if timing.device_s is not None:
+                out[f"{NAMES.device}/{path}"] = timing.device_s
+        out[NAMES.step] = self.wall_s
+        if self.overflow:
+            out[NAMES.overflow] = self.overflow
+        return out
+
+
+def from_tree(root: Root, nodes: list[Node], *, rank: int, wall_s: float,
+              device: Mapping[Node, float] | None = None) -> StepTimings:
+    """The timings of a closed step tree (``nodes``: its nodes, depth first)."""
+    stages: dict[str, StageTiming] = {}
+    for node in nodes:
+        if not node.reported or not node.count:
+            continue
+        nested = sum(c.total for c in node.children.values())
+        device_s = None if device is None else device.get(node, 0.0)
+        stages[node.path] = StageTiming(total_s=node.total, self_s=max(0.0, node.total - nested),
+                                        count=node.count, device_s=device_s)
+    return StepTimings(role=root.role, rank=rank, step=root.step, wall_s=wall_s, stages=stages,
+                       overflow=root.overflow.count)

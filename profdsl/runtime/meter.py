@@ -1,0 +1,186 @@
+"""A role's always-on stage metrics: the :class:`Profiler`'s metrics hook.
+
+With ``Metrics(enabled=True)`` every numbered step of the profiler is timed, profiled or not and
+whatever the rank: ``begin`` makes the step's tree (:class:`~profdsl.metrics.tree.Root`) and lists
+it in the registry, where the DSL finds it; ``end`` closes it, turns it into
+:class:`~profdsl.metrics.timings.StepTimings`, and publishes them (exporters, ``on_step``). A
+disabled config gets :data:`NULL_METER`, which does nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from profdsl.config import Metrics
+from profdsl.core.discovery import discover_rank
+from profdsl.metrics import device as device_time
+from profdsl.metrics import spans
+from profdsl.metrics.exporters import Exporter, OnStep, make_exporters, publish
+from profdsl.metrics.spans import live, nest
+from profdsl.metrics.timings import StepTimings, from_tree
+from profdsl.metrics.tree import Node, Paths, Root, child, close
+from profdsl.runtime.handles import fault
+from profdsl.runtime.process import PROCESS
+
+if TYPE_CHECKING:
+    from profdsl.metrics.spans import Span
+    from profdsl.runtime.profiler import Profiler
+
+__all__ = ["NULL_METER", "NullMeter", "StepMeter", "close_span", "leave_span", "make_meter", "metered",
+           "open_span", "parent_for"]
+
+
+class StepMeter:
+    """One role's stage metrics in one process (see the module docstring).
+
+    ``timings`` and ``metrics`` are the last finished step's, structured and flat."""
+
+    def __init__(self, config: Metrics, *, role: str, rank: int, world_size: int,
+                 on_step: OnStep | None = None, device: bool = True) -> None:
+        self.config, self.role, self.rank, self.on_step = config, role, rank, on_step
+        self._paths = Paths(config.max_stages, config.stages)
+        local_rank = discover_rank(rank, world_size).local_rank
+        self.exporters: list[Exporter] = make_exporters(config, role=role, local_rank=local_rank,
+                                                        servers=PROCESS.servers)
+        self._device: device_time.DeviceTimes | None | bool = device and config.device_time
+        self.root: Root | None = None
+        self._began = 0.0
+        self.timings: StepTimings | None = None
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The last finished step's flat mapping (empty before the first)."""
+        return {} if self.timings is None else self.timings.flat()
+
+    def _device_times(self) -> device_time.DeviceTimes | None:
+        if self._device is True:  # decided at the first step, when a CUDA job has imported torch
+            source = device_time.cuda_source() if "torch" in sys.modules else None
+            self._device = None if source is None else device_time.DeviceTimes(source)
+        return self._device or None
+
+    def begin(self, step: int) -> None:
+        """Step ``step`` begins: its entries are timed from now on."""
+        if self.root is not None:
+            self.close()
+        self.root = Root(self.role, step, self._paths, self._device_times())
+        self._began = spans.clock()
+        PROCESS.registry.activate_meter(self.root)
+
+    def end(self) -> StepTimings | None:
+        """The step ends: its timings, published (entries still open are not counted)."""
+        root, self.root = self.root, None
+        if root is None:
+            return None
+        wall_s = spans.clock() - self._began
+        PROCESS.registry.deactivate_meter(root)
+        nodes = close(root)
+        device = None if root.device is None else _settled(root)
+        self.timings = from_tree(root, nodes, rank=self.rank, wall_s=wall_s, device=device)
+        publish(self.timings, self.exporters, self.on_step)
+        return self.timings
+
+    def close(self) -> None:
+        """Drop a step still open (a loop that ended inside a step publishes nothing)."""
+        root, self.root = self.root, None
+        if root is not None:
+            PROCESS.registry.deactivate_meter(root)
+            close(root)
+
+
+def _settled(root: Root) -> dict[Node, float] | None:
+    assert root.device is not None
+    try:
+        return root.device.settle()
+    except Exception as exc:  # a CUDA error at step end: no device time this step
+        fault("device time", exc)
+        return None
+
+
+class NullMeter:
+    """The meter of a role without metrics: times nothing."""
+
+    root = None
+    timings = None
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Always empty."""
+        return {}
+
+    def begin(self, step: int) -> None:
+        """Nothing to time."""
+
+    def end(self) -> None:
+        """Nothing timed."""
+        return None
+
+    def close(self) -> None:
+        """Nothing open."""
+
+
+NULL_METER = NullMeter()
+
+
+def make_meter(config: Metrics, role: str, rank: int, world_size: int,
+               on_step: OnStep | None = None, *, device: bool = True) -> StepMeter | NullMeter:
+    """A :class:`StepMeter` when ``config.enabled``, else :data:`NULL_METER`."""
+    if not config.enabled:
+        return NULL_METER
+    return StepMeter(config, role=role, rank=rank, world_size=world_size, on_step=on_step,
+                     device=device)
+
+
+def parent_for(role: str | None, profiler: Profiler | None, below: Span | None) -> Node | None:
+    """Where a DSL entry's span nests: for an entry bound to a role or profiler, in that role's
+    step tree (None when it is not timing a step); otherwise in the innermost open span's node,
+    else at the top of the first role timing a step."""
+    if profiler is None and role is None:
+        below = live(below)
+        if below is not None:
+            return below[1]  # type: ignore[no-any-return]
+        meters = PROCESS.registry.meters
+        return meters[0] if meters else None
+    root = profiler.meter.root if profiler is not None else PROCESS.registry.find_meter(role)
+    return None if root is None else nest(below, root)
+
+
+def open_span(key: object, name: str, role: str | None, profiler: Profiler | None) -> Span | None:
+    """Open the metrics span of one entry (``spans.enter``), or None when no role of it is timing
+    a step; never raises."""
+    try:
+        parent = parent_for(role, profiler, spans.SPANS.get())
+        return None if parent is None else spans.enter(key, name, parent)
+    except Exception as exc:
+        fault("metrics entry", exc)
+        return None
+
+
+def close_span(span: Span) -> None:
+    """Close a decorated call's span (it is the innermost of its context); never raises."""
+    end = spans.clock()
+    try:
+        spans.SPANS.set(span[2])
+        spans.close(span, end)
+    except Exception as exc:
+        fault("metrics exit", exc)
+
+
+def leave_span(key: object) -> None:
+    """Close the innermost span of ``key`` (a ``with`` exit, ``spans.leave``); never raises."""
+    try:
+        spans.leave(key)
+    except Exception as exc:
+        fault("metrics exit", exc)
+
+
+def metered(name: str, role: str | None, profiler: Profiler | None) -> spans.Metered | None:
+    """A span timed in slices (generator bodies), or None when no role of it is timing a step."""
+    try:
+        parent = parent_for(role, profiler, spans.SPANS.get())
+        if parent is None:
+            return None
+        return spans.Metered(parent.children.get(name) or child(parent, name))
+    except Exception as exc:
+        fault("metrics entry", exc)
+        return None
