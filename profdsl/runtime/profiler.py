@@ -12,16 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import hashlib
-import json
 import logging
 import os
-import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
-from profdsl.capture import make_annotator, make_backend
-from profdsl.collect.export import ExportPolicy, TraceLabel
 from profdsl.config import ProfilerConfig
 from profdsl.config.validate import text_without_nul, to_index
 from profdsl.core.log import logger, once
@@ -31,7 +26,8 @@ from profdsl.errors import ConfigError
 from profdsl.runtime.finisher import Finisher
 from profdsl.runtime.meter import make_meter
 from profdsl.runtime.process import PROCESS
-from profdsl.runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
+from profdsl.runtime.recorder import NullRecorder, Recorder
+from profdsl.runtime.role_capture import RoleCapture
 from profdsl.runtime.steps import StepSessions
 
 if TYPE_CHECKING:
@@ -90,20 +86,16 @@ class Profiler:
         selected = capture and config.enable and is_rank_selected(
             self.rank, config.ranks, all_ranks=config.all_ranks, select=config.select,
             topology=self.topology)
-        self._backend = make_backend(config) if selected else None
-        self.selected = self._backend is not None
-        self._annotator = make_annotator(config, role) if self.selected else None
-        self._hash = hashlib.sha256(
-            json.dumps(config.to_mapping(), sort_keys=True).encode()).hexdigest()[:12]
+        self._capture = RoleCapture(config, role, self.topology, selected=selected)
+        self.selected = self._capture.selected
         self._state = State.IDLE
         self._step: int | None = None
         self._unnumbered = False  # in a step whose number was no step number (not profiled)
-        self._recorder: Recorder | NullRecorder = NULL_RECORDER
         finisher = Finisher(config, role=role, rank=self.rank, world_size=self.world_size,
                             selected=self.selected, rendezvous=PROCESS.hooks, hooks=capture,
                             topology=self.topology)
-        self._steps = StepSessions(config, backend=self._backend, coordinator=PROCESS.coordinator,
-                                   label=self._label, finisher=finisher)
+        self._steps = StepSessions(config, backend=self._capture.backend, coordinator=PROCESS.coordinator,
+                                   label=self._capture.label, finisher=finisher)
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
         self.meter = make_meter(config.metrics, role, self.rank, self.world_size, on_step, device=capture)
         if capture and config.enable:
@@ -138,7 +130,7 @@ class Profiler:
     @property
     def recorder(self) -> Recorder | NullRecorder:
         """What the DSL uses for this role now: the step's recorder, or the null recorder."""
-        return self._recorder
+        return self._capture.recorder
 
     def start(self, step: SupportsIndex) -> None:
         """Begin step ``step``; profiles it when this rank and step are selected.
@@ -167,8 +159,7 @@ class Profiler:
             PROCESS.registry.set_stepping(self, True)
         if self.selected and self._steps.tracker.is_open:
             self._state = State.ARMED if self.config.discrete else State.RECORDING
-            self._recorder = self._new_recorder(step)
-            PROCESS.registry.activate(self._recorder)
+            self._capture.open(step, self._steps.claim)
         self.meter.begin(step)
 
     def stop(self) -> StepTimings | None:
@@ -185,7 +176,7 @@ class Profiler:
             return None
         self._step = None
         timings = self.meter.end()
-        self._end_recorder()
+        self._capture.end()
         PROCESS.registry.set_stepping(self, False)
         self._steps.end()
         if self._state is not State.IDLE:
@@ -212,7 +203,7 @@ class Profiler:
         if self._state is not State.IDLE:
             self._state = State.STOPPED
         self.meter.close()
-        self._end_recorder()
+        self._capture.end()
         PROCESS.registry.set_stepping(self, False)
         self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
         self._state = State.CLOSED
@@ -227,25 +218,6 @@ class Profiler:
     def __reduce__(self) -> Any:
         raise TypeError("a Profiler holds this process's profiling state and cannot be shipped to "
                         "another process: create it inside the Ray actor (ProfiledWorker.init_profiler)")
-
-    def _label(self, step: int | None) -> TraceLabel:
-        return TraceLabel(role=self.role, stage=None, step=step, rank=self.rank,
-                          world_size=self.world_size, save_path=self.config.save_path,
-                          host=socket.gethostname(), pid=os.getpid(), config_hash=self._hash,
-                          export=ExportPolicy.of(self.config.torch),
-                          parallel=self.topology.parallel)
-
-    def _new_recorder(self, step: int) -> Recorder:
-        assert self._backend is not None
-        return Recorder(self._label(step), annotator=self._annotator, backend=self._backend,
-                        coordinator=PROCESS.coordinator, discrete=self.config.discrete,
-                        schedule=self.config.torch.schedule, claim=self._steps.claim)
-
-    def _end_recorder(self) -> None:
-        recorder, self._recorder = self._recorder, NULL_RECORDER
-        if isinstance(recorder, Recorder):
-            PROCESS.registry.deactivate(recorder)
-            recorder.close()
 
 
 def _supersede(profiler: Profiler) -> None:

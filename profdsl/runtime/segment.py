@@ -22,6 +22,7 @@ from profdsl.collect.export import TraceLabel, write_events
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.core.schedule import action_at, cycle_of
+from profdsl.runtime.region_book import RegionBook
 
 if TYPE_CHECKING:
     from profdsl.runtime.exports import Exports
@@ -42,13 +43,11 @@ class Segment:
         self.orphaned = False  # its stop was asked from another thread; its own thread stops it
         self.cut_short: str | None = None  # why it was stopped before its stage ended, if it was
         self._collecting = True
-        self.stages: set[str] = set() if label.stage is None else {label.stage}
-        self.bases: set[str] = set()
-        self._recorded: dict[tuple[str, int | None], tuple[Schedule | None, list[int]]] = {}
+        self.book = RegionBook(label.stage, schedule)
+        self.stages = self.book.stages  # the stage names seen (the recorder adds nested ones)
         self._muted = 0
         self._open_recorded = 0
         self._position = 0  # a scheduled stage: the mini-batch torch's schedule is at
-        self._continued: dict[int | None, dict[str, int]] = {}  # per window: regions reopened
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, runner: Runner) -> bool:
@@ -82,7 +81,7 @@ class Segment:
     # -- what the DSL tells it --------------------------------------------------------------
     def note(self, name: str, *, mini_batch: bool) -> None:
         """A region opened while this segment recorded (a stage, or a mini-batch base name)."""
-        (self.bases if mini_batch else self.stages).add(name)
+        self.book.note(name, mini_batch=mini_batch)
 
     def mini_batch_began(self, recorded: bool) -> None:
         """A mini-batch of a continuous role began, on the thread that owns the session;
@@ -99,7 +98,7 @@ class Segment:
         """A mini-batch of a continuous role ended."""
         if recorded:
             self._open_recorded -= 1
-            self._recorded.setdefault((role, step), (schedule, []))[1].append(index)
+            self.book.recorded(role, step, schedule, index)
         else:
             self._muted -= 1
         self._apply_collecting()
@@ -126,15 +125,14 @@ class Segment:
         an ``await``): when the session records it, the trace's ``regions.continued`` counts it,
         so that readers count one entry, not one per piece."""
         if self.kind == "step":
-            recording, window = self._collecting, None
+            recording, cycle = self._collecting, None
         elif self.schedule is None:
-            recording, window = True, None
+            recording, cycle = True, None
         else:
             recording = action_at(self.schedule, self._position).records
-            window = cycle_of(self.schedule, self._position)
+            cycle = cycle_of(self.schedule, self._position)
         if recording:
-            counts = self._continued.setdefault(window, {})
-            counts[name] = counts.get(name, 0) + 1
+            self.book.continued(name, cycle)
 
     def _apply_collecting(self) -> None:
         session = self.session
@@ -147,35 +145,21 @@ class Segment:
     def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
         """The trace's ``profdsl`` metadata."""
         label = self.label
-        cycle = cycle_of(self.schedule, window[0]) if self.schedule is not None and window else None
-        continued = self._continued.pop(cycle, {})
         return {
             "role": label.role, "roles": list(self.roles), "stage": label.stage, "step": label.step,
             "rank": label.rank, "world_size": label.world_size,
-            "window": list(window) if window else None, "windows": self.windows(),
+            "window": list(window) if window else None, "windows": self.book.windows(),
             "config_hash": label.config_hash, "host": label.host, "pid": label.pid,
-            "regions": {"stages": sorted(self.stages), "mini_batches": sorted(self.bases),
-                        "continued": dict(sorted(continued.items()))},
+            "regions": self.book.regions(window),
             "parallel": label.parallel.coords(), "parallel_sizes": label.parallel.sizes(),
         }
-
-    def windows(self) -> list[dict[str, Any]]:
-        """The mini-batch windows a step segment recorded, per role and step: the recorded
-        mini-batches grouped by schedule cycle (one window without a schedule)."""
-        found = []
-        for (role, step), (schedule, indices) in self._recorded.items():
-            groups: dict[int | None, list[int]] = {}
-            for index in sorted(indices):
-                groups.setdefault(0 if schedule is None else cycle_of(schedule, index), []).append(index)
-            found += [{"role": role, "step": step, "window": [g[0], g[-1]]} for g in groups.values()]
-        return found
 
     def sink(self, write: Callable[[str], object], window: tuple[int, int] | None,
              time_ms: int, blocked_s: float = 0.0) -> None:
         """A trace is ready: have torch write its events here, on the session's thread, then
         hand it to the background exports. ``blocked_s``: how long the session held up its
         thread for this trace so far."""
-        extra: dict[str, object] = {"windows": self.windows()} if self.kind == "step" else {}
+        extra: dict[str, object] = {"windows": self.book.windows()} if self.kind == "step" else {}
         if self.cut_short:
             extra["note"] = f"stopped early: {self.cut_short}"
         began = time.perf_counter()

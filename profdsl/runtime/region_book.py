@@ -1,0 +1,55 @@
+"""What a segment's traces say about the regions they hold (the ``profdsl`` metadata): the stage
+and mini-batch names seen, the mini-batch windows a continuous step recorded, and the region
+events that continue an entry (reopened around a schedule step, a ``yield`` or an ``await``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profdsl.config import Schedule
+from profdsl.core.schedule import cycle_of
+
+__all__ = ["RegionBook"]
+
+
+class RegionBook:
+    """The region bookkeeping of one segment (``stage``: a discrete trace's own stage)."""
+
+    def __init__(self, stage: str | None, schedule: Schedule | None) -> None:
+        self.schedule = schedule
+        self.stages: set[str] = set() if stage is None else {stage}
+        self.bases: set[str] = set()
+        self._recorded: dict[tuple[str, int | None], tuple[Schedule | None, list[int]]] = {}
+        self._continued: dict[int | None, dict[str, int]] = {}  # per schedule cycle
+
+    def note(self, name: str, *, mini_batch: bool) -> None:
+        """A region opened while the segment recorded (a stage, or a mini-batch base name)."""
+        (self.bases if mini_batch else self.stages).add(name)
+
+    def recorded(self, role: str, step: int | None, schedule: Schedule | None, index: int) -> None:
+        """A mini-batch of a continuous role's step was recorded."""
+        self._recorded.setdefault((role, step), (schedule, []))[1].append(index)
+
+    def continued(self, name: str, cycle: int | None) -> None:
+        """A region named ``name`` was reopened while the trace of ``cycle`` records."""
+        counts = self._continued.setdefault(cycle, {})
+        counts[name] = counts.get(name, 0) + 1
+
+    def windows(self) -> list[dict[str, Any]]:
+        """The mini-batch windows a step segment recorded, per role and step: the recorded
+        mini-batches grouped by schedule cycle (one window without a schedule)."""
+        found = []
+        for (role, step), (schedule, indices) in self._recorded.items():
+            groups: dict[int | None, list[int]] = {}
+            for index in sorted(indices):
+                groups.setdefault(0 if schedule is None else cycle_of(schedule, index), []).append(index)
+            found += [{"role": role, "step": step, "window": [g[0], g[-1]]} for g in groups.values()]
+        return found
+
+    def regions(self, window: tuple[int, int] | None) -> dict[str, Any]:
+        """The ``regions`` metadata of the trace of ``window`` (its continued pieces are taken:
+        each trace counts its own)."""
+        cycle = cycle_of(self.schedule, window[0]) if self.schedule is not None and window else None
+        continued = self._continued.pop(cycle, {})
+        return {"stages": sorted(self.stages), "mini_batches": sorted(self.bases),
+                "continued": dict(sorted(continued.items()))}
