@@ -62,6 +62,9 @@ HOOK_SCRIPT = textwrap.dedent("""
     from profdsl import FinishHook, Profiler, ProfilerConfig, TorchOptions
     save, mode = sys.argv[1], sys.argv[2]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # a trainer's graceful-exit handler
+    # Ctrl-C raises KeyboardInterrupt, as in a trainer run from a shell, even when this process was
+    # started with SIGINT ignored (a background job of a non-interactive shell inherits SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     cmd = ('sleep 600 & echo "$$ $!" > "$PROFDSL_SAVE_PATH/../hook.pids"; wait')
     cfg = ProfilerConfig(enable=True, steps=[1], save_path=save, torch=TorchOptions(contents=["cpu"]),
                          finish_hook=FinishHook(cmd=cmd, background=mode != "foreground"))
