@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +41,35 @@ def run_threads(*targets: Callable[[], object]) -> None:
     for thread in threads:
         thread.join(timeout=120)
     assert not any(t.is_alive() for t in threads)
+
+
+def in_forked_child(report: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Fork, run ``report`` in the child and return what it returned (JSON through a pipe); the
+    child leaves with ``os._exit``, without running the parent's atexit hooks."""
+    import json
+    import os
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, json.dumps(report()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        state: dict[str, Any] = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    return state
+
+
+@contextlib.contextmanager
+def ray_cluster(namespace: str) -> Iterator[None]:
+    """A local Ray cluster of 2 CPUs for the block, always shut down after it."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=namespace)
+    try:
+        yield
+    finally:
+        ray.shutdown()

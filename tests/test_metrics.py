@@ -26,7 +26,7 @@ from profdsl.metrics import NAMES, StageTiming, StepTimings, spans
 from profdsl.runtime.process import PROCESS
 
 from .metrics_support import FakeClock, fake_clock, metered, totals
-from .profiling import config, run_threads
+from .profiling import config, in_forked_child, run_threads
 
 
 @pytest.fixture
@@ -561,24 +561,14 @@ class TestFaults:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_forked_child_times_nothing() -> None:
     """A child forked mid-step inherits no step being timed."""
-    import json
+    def report() -> dict[str, Any]:
+        with profile_stage("in_child"):
+            pass
+        return {"meters": len(PROCESS.registry.meters), "hot": PROCESS.registry.hot}
 
     with metered() as profiler:
         profiler.start(1)
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: report, and leave without running the parent's atexit
-            try:
-                with profile_stage("in_child"):
-                    pass
-                state = {"meters": len(PROCESS.registry.meters), "hot": PROCESS.registry.hot}
-                os.write(write, json.dumps(state).encode())
-            finally:
-                os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as pipe:
-            state = json.loads(pipe.read())
-        os.waitpid(pid, 0)
+        state = in_forked_child(report)
         profiler.stop()
     assert state == {"meters": 0, "hot": False}
 

@@ -14,6 +14,7 @@ from profdsl.metrics import StepSummary, StepTimings
 from profdsl.ray import RayStepProfiler
 
 from .metrics_actors import MeteredWorker
+from .profiling import ray_cluster
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
@@ -21,11 +22,8 @@ pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="profdsl-metrics-tests")
-    try:
+    with ray_cluster("profdsl-metrics-tests"):
         yield
-    finally:
-        ray.shutdown()
 
 
 def test_every_step_every_rank(cluster: None, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -16,7 +15,7 @@ from profdsl import FinishHook, Profiler, profile_stage
 from profdsl.core.log import once
 from profdsl.runtime.process import PROCESS
 
-from .profiling import config, torch_profiler_running
+from .profiling import config, in_forked_child, torch_profiler_running
 from .traces import parsed
 
 torch = pytest.importorskip("torch")
@@ -101,20 +100,10 @@ class TestFork:
         profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
         profiler.start(1)
         assert PROCESS.registry.recorders and PROCESS.live
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: report, and leave without running the parent's atexit
-            try:
-                state = {"recorders": len(PROCESS.registry.recorders), "hot": PROCESS.registry.hot,
-                         "live": len(PROCESS.live), "current": PROCESS.coordinator.current is not None,
-                         "result": profile_stage("in_child")(lambda: 7)()}
-                os.write(write, json.dumps(state).encode())
-            finally:
-                os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as pipe:
-            state = json.loads(pipe.read())
-        os.waitpid(pid, 0)
+        state = in_forked_child(lambda: {
+            "recorders": len(PROCESS.registry.recorders), "hot": PROCESS.registry.hot,
+            "live": len(PROCESS.live), "current": PROCESS.coordinator.current is not None,
+            "result": profile_stage("in_child")(lambda: 7)()})
         profiler.close()
         assert state == {"recorders": 0, "hot": False, "live": 0, "current": False, "result": 7}
 

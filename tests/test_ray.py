@@ -13,6 +13,7 @@ from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
 from profdsl.ray import RayStepProfiler, runtime_env
 
+from .profiling import ray_cluster
 from .ray_actors import SamplerActor, TrainWorker
 
 ray = pytest.importorskip("ray")
@@ -21,11 +22,8 @@ pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="profdsl-tests")
-    try:
+    with ray_cluster("profdsl-tests"):
         yield
-    finally:
-        ray.shutdown()
 
 
 def remote(cls: type, *args: Any, **options: Any) -> Any:
