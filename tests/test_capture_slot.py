@@ -90,7 +90,7 @@ class TestForeignStop:
         self.stop_elsewhere(profiler)
         profiler.close()
         assert regions(tmp_path) == [("actor", 1, -1, ("s1",))]
-        assert PROCESS.coordinator.current is None and not torch_profiler_running()
+        assert PROCESS.slot.current is None and not torch_profiler_running()
 
     def test_next_step_is_not_merged_into_it(self, tmp_path: Path) -> None:
         profiler = Profiler(config(tmp_path, steps=[1, 2]), role="actor", rank=0, world_size=1)
@@ -128,7 +128,7 @@ def test_step_resumes_on_its_own_thread(tmp_path: Path) -> None:
         ref.stop()
         actor.stop()
     assert regions(tmp_path) == [("actor", 1, -1, ("update_actor",)), ("ref", 1, -1, ("compute_ref",))]
-    assert PROCESS.coordinator.current is None and not torch_profiler_running()
+    assert PROCESS.slot.current is None and not torch_profiler_running()
 
 
 def test_a_starting_step_is_not_cut_from_another_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,7 +167,7 @@ def test_a_starting_step_is_not_cut_from_another_thread(tmp_path: Path, monkeypa
         actor.stop()
     ref.close()
     assert regions(tmp_path) == [("ref", 1, -1, ("compute_ref",))]
-    assert PROCESS.coordinator.current is None and not torch_profiler_running()
+    assert PROCESS.slot.current is None and not torch_profiler_running()
 
 
 def test_step_resumes_when_the_cutting_stage_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

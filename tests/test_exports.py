@@ -1,4 +1,5 @@
-"""The background exports (issue 12): bounded, ordered before the hook, never lost."""
+"""Traces finished on the writer's thread: bounded in flight, in order before the hook, given up
+(and recorded) but never lost, each ending in exactly one record."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Any
 import pytest
 
 from profdsl import ConfigError, ProfilerConfig, TorchOptions
+from profdsl.collect import export as export_module
 from profdsl.collect.export import ExportPolicy, PendingTrace, TraceLabel
 from profdsl.collect.manifest import read_manifest
-from profdsl.runtime import exports as exports_module
-from profdsl.runtime.exports import Exports
-from profdsl.runtime.hooks import HookRendezvous
+from profdsl.runtime.writer.hook import HookPlan
+from profdsl.runtime.writer.jobs import ExportJob
+from profdsl.runtime.writer.rounds import HookRounds
+from profdsl.runtime.writer.writer import Writer
 
 
 class Member:
@@ -25,132 +28,145 @@ def pending(save_path: Path, step: int, **policy: Any) -> PendingTrace:
     label = TraceLabel(role="actor", stage=None, step=step, rank=0, world_size=1,
                        save_path=str(save_path), host="h", pid=1, config_hash="c",
                        export=ExportPolicy(**policy))
-    return PendingTrace(label=label, window=None, time_ms=0, extra=None,
-                        events=str(save_path / f".events-{step}"))
+    events = save_path / f".profdsl-tmp-1-{step}.json"
+    events.write_text('{"traceEvents": []}')
+    return PendingTrace(label=label, window=None, time_ms=step, extra={"blocked_ms": 1.0}, events=str(events))
 
 
 @pytest.fixture
 def gated(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[int]]:
-    """``finish`` blocks until the gate opens, and notes the steps it finished, in order."""
+    """Compression blocks until the gate opens, and notes the steps it finished, in order."""
     gate, done = threading.Event(), []
+    real = export_module.compress_trace
 
-    def finish(trace: PendingTrace) -> None:
+    def compress(source: str, destination: str, *args: Any, **kwargs: Any) -> int:
         assert gate.wait(60)
-        done.append(trace.label.step or 0)
+        done.append(int(source.rsplit("-", 1)[1].split(".")[0]))
+        return real(source, destination, *args, **kwargs)
 
-    monkeypatch.setattr(exports_module, "finish", finish)
+    monkeypatch.setattr(export_module, "compress_trace", compress)
     return gate, done
+
+
+def submit(writer: Writer, trace: PendingTrace) -> object:
+    """What a session's hand-over does: wait (bounded) for a slot, then submit."""
+    writer.wait_below("export", trace.label.export.in_flight, trace.label.export.timeout_s)
+    return writer.submit(ExportJob(trace))
 
 
 def test_at_most_limit_in_flight_and_the_next_waits(tmp_path: Path,
                                                    gated: tuple[threading.Event, list[int]]) -> None:
     gate, done = gated
-    queue = Exports(HookRendezvous())
-    queue.submit(pending(tmp_path, 1))
-    queue.submit(pending(tmp_path, 2))
-    third = threading.Thread(target=queue.submit, args=(pending(tmp_path, 3),))
+    writer = Writer()
+    submit(writer, pending(tmp_path, 1))
+    submit(writer, pending(tmp_path, 2))
+    third = threading.Thread(target=submit, args=(writer, pending(tmp_path, 3)))
     third.start()
     third.join(0.5)
     assert third.is_alive()  # waits for a slot: never more than 2 in flight
     gate.set()
     third.join(60)
     assert not third.is_alive()
-    assert queue.wait(60)
+    assert writer.wait(timeout=60)
     assert done == [1, 2, 3]
+    assert [(r["step"], r["status"]) for r in read_manifest(tmp_path)] == [(1, "ok"), (2, "ok"), (3, "ok")]
 
 
 def test_hook_runs_after_every_export(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """A hook made due while traces are still being finished runs after them: it sees them."""
     gate, done = gated
-    hooks = HookRendezvous()
-    queue = Exports(hooks)
-    member, seen = Member(), []
-    hooks.join(str(tmp_path), member)
-    queue.submit(pending(tmp_path, 1))
-    queue.submit(pending(tmp_path, 2))
-
-    def job(first: bool, steps: list[int]) -> None:
-        seen.append(list(done))
-
-    hooks.arrive(str(tmp_path), member, job, [1, 2])
-    assert seen == []  # the exports are still running
+    writer = Writer()
+    rounds = HookRounds(writer)
+    member = Member()
+    rounds.join(str(tmp_path), member)
+    submit(writer, pending(tmp_path, 1))
+    submit(writer, pending(tmp_path, 2))
+    plan = HookPlan(save_path=str(tmp_path), cmd='ls "$PROFDSL_SAVE_PATH" > "$PROFDSL_SAVE_PATH/../seen"',
+                    timeout_s=60, background=False, tool="torch", role="actor", rank=0, world_size=1, host="h")
+    due = rounds.arrive(str(tmp_path), member, plan, [1, 2])
+    assert due is not None
+    assert not (tmp_path.parent / "seen").exists()  # the exports are still running
     gate.set()
-    assert queue.wait(60)
-    assert seen == [[1, 2]]
+    assert writer.wait(due.ticket, timeout=60)  # type: ignore[arg-type]
+    seen = (tmp_path.parent / "seen").read_text().split()
+    assert [r["path"] in seen for r in read_manifest(tmp_path) if r["kind"] == "trace"] == [True, True]
+    assert [r["kind"] for r in read_manifest(tmp_path)] == ["trace", "trace", "hook"]
 
 
-def test_exports_given_up_at_exit_are_recorded_incomplete(tmp_path: Path,
-                                                          gated: tuple[threading.Event, list[int]]) -> None:
+def test_exports_given_up_are_recorded_incomplete_once(tmp_path: Path,
+                                                       gated: tuple[threading.Event, list[int]]) -> None:
+    """Given up (at exit), the running export and the queued ones are recorded incomplete,
+    naming torch's events they leave; the thread that finishes late commits nothing."""
     gate, _ = gated
-    queue = Exports(HookRendezvous())
-    queue.submit(pending(tmp_path, 7))
-    assert not queue.wait(0.2)
-    left = queue.give_up()
-    assert [p.label.step for p in left] == [7]
-    records: list[dict[str, Any]] = read_manifest(tmp_path)
-    assert [(r["step"], r["status"]) for r in records] == [(7, "incomplete")]
-    assert "background" in records[0]["reason"]
-    gate.set()  # the thread finishes late: nothing more is recorded or released twice
-    assert queue.wait(60)
+    writer = Writer()
+    submit(writer, pending(tmp_path, 7))
+    submit(writer, pending(tmp_path, 8))
+    assert not writer.wait(timeout=0.2)
+    assert writer.give_up() == 2
+    assert writer.wait(timeout=60)
+    records = read_manifest(tmp_path)
+    assert [(r["step"], r["status"]) for r in records] == [(7, "incomplete"), (8, "incomplete")]
+    assert all("background" in r["reason"] and (tmp_path / r["events"]).exists() for r in records)
+    gate.set()  # the given-up thread finishes late: nothing more is recorded or renamed
+    time.sleep(0.5)
+    assert len(read_manifest(tmp_path)) == 2
+    assert not list(tmp_path.glob("*.pt.trace.json.gz"))
 
 
 def test_in_flight_limit_is_the_traces_own_option(tmp_path: Path,
                                                   gated: tuple[threading.Event, list[int]]) -> None:
     """``TorchOptions.exports_in_flight=1``: a second trace waits for the first."""
     gate, done = gated
-    queue = Exports(HookRendezvous())
-    queue.submit(pending(tmp_path, 1, in_flight=1))
-    second = threading.Thread(target=queue.submit, args=(pending(tmp_path, 2, in_flight=1),))
+    writer = Writer()
+    submit(writer, pending(tmp_path, 1, in_flight=1))
+    second = threading.Thread(target=submit, args=(writer, pending(tmp_path, 2, in_flight=1)))
     second.start()
     second.join(0.5)
     assert second.is_alive()
     gate.set()
     second.join(60)
     assert not second.is_alive()
-    assert queue.wait(60)
+    assert writer.wait(timeout=60)
     assert done == [1, 2]
 
 
-def test_wait_for_a_slot_counts_as_blocked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The training thread waiting for an export slot is blocked by profiling: the time shows in
-    the trace's ``blocked_ms`` (a lower bound the test measures itself, never an upper one)."""
-    gate, seen = threading.Event(), []
+def test_waiting_for_an_export_counts_as_blocked(tmp_path: Path,
+                                                 gated: tuple[threading.Event, list[int]]) -> None:
+    """A caller waiting for a trace to be finished (the last step, before its hook) is blocked
+    by profiling: the wait shows in that trace's ``blocked_ms`` (a lower bound the test
+    measures itself, never an upper one)."""
+    gate, _ = gated
+    writer = Writer()
+    ticket = submit(writer, pending(tmp_path, 1))
+    waited: list[float] = []
 
-    def finish(trace: PendingTrace) -> None:
-        assert gate.wait(60)
-        seen.append(dict(trace.extra or {}))
+    def wait() -> None:
+        began = time.perf_counter()
+        writer.wait(ticket, timeout=60)  # type: ignore[arg-type]
+        waited.append((time.perf_counter() - began) * 1000)
 
-    monkeypatch.setattr(exports_module, "finish", finish)
-    queue = Exports(HookRendezvous())
-    queue.submit(pending(tmp_path, 1, in_flight=1), blocked_s=0.0)
-    called: list[float] = []
-
-    def second() -> None:
-        called.append(time.perf_counter())
-        queue.submit(pending(tmp_path, 2, in_flight=1), blocked_s=0.004)
-
-    thread = threading.Thread(target=second)
+    thread = threading.Thread(target=wait)
     thread.start()
     thread.join(0.3)
-    assert thread.is_alive() and called
-    held_ms = (time.perf_counter() - called[0]) * 1000  # the submit waited at least this long
+    held_ms = 300.0
     gate.set()
     thread.join(60)
-    assert queue.wait(60)
-    assert [sorted(extra) for extra in seen] == [["blocked_ms"], ["blocked_ms"]]
-    assert seen[1]["blocked_ms"] >= 4.0 + held_ms / 2  # the 4 ms before it, and its wait
+    [record] = read_manifest(tmp_path)
+    assert record["blocked_ms"] >= 1.0 + held_ms / 2  # the 1 ms before it, and the wait
+    assert record["blocked_ms"] <= 1.0 + waited[0] + 1
 
 
-def test_wait_gives_up_after_the_traces_own_timeout(tmp_path: Path,
-                                                    gated: tuple[threading.Event, list[int]]) -> None:
-    """Without a timeout, ``wait`` waits as long as the longest ``export_timeout_s`` of the traces
-    in flight, then gives up (False)."""
+def test_budget_is_the_traces_own_timeout(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """A wait for everything in flight lasts as long as the longest ``export_timeout_s`` of the
+    traces there, then gives up (False)."""
     gate, _ = gated
-    queue = Exports(HookRendezvous())
-    assert queue.wait()  # nothing in flight
-    queue.submit(pending(tmp_path, 1, timeout_s=0.2))
-    assert not queue.wait()
+    writer = Writer()
+    assert writer.wait(timeout=writer.budget())  # nothing in flight
+    submit(writer, pending(tmp_path, 1, timeout_s=0.2))
+    assert writer.budget() == 0.2
+    assert not writer.wait(timeout=writer.budget())
     gate.set()
-    assert queue.wait()
+    assert writer.wait(timeout=60)
 
 
 class TestOptions:

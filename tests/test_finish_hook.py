@@ -100,7 +100,7 @@ class TestWhenAndWhere:
         """The hook runs on its ranks (which need not be profiled), else on the profiled ranks."""
         ran = []
         for rank in range(3):
-            PROCESS.hooks.clear()  # ranks are separate processes in real life
+            PROCESS.rounds.clear()  # ranks are separate processes in real life
             save = tmp_path / f"rank{rank}"
             cfg = config(save, "true", ranks=profiled, hook={"ranks": hook_ranks})
             run_steps(Profiler(cfg, role="actor", rank=rank, world_size=3), range(3))

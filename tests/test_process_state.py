@@ -36,13 +36,13 @@ class TestReset:
         stage.__enter__()  # a with-entry a failing test never left
         once("reset-probe", logging.WARNING, "probe")
         assert PROCESS.live and PROCESS.registry.recorders and PROCESS.registry.hot
-        assert PROCESS.coordinator.current is not None and torch_profiler_running()
+        assert PROCESS.slot.current is not None and torch_profiler_running()
 
         profdsl.testing.reset()
 
         assert not PROCESS.live and PROCESS.registry.recorders == () and PROCESS.registry.stepping == ()
         assert not PROCESS.registry.opened and PROCESS.registry.hot is False
-        assert PROCESS.coordinator.current is None and not torch_profiler_running()
+        assert PROCESS.slot.current is None and not torch_profiler_running()
         with caplog.at_level(logging.WARNING, logger="profdsl"):
             once("reset-probe", logging.WARNING, "probe again")
         assert "probe again" in caplog.text
@@ -102,7 +102,7 @@ class TestFork:
         assert PROCESS.registry.recorders and PROCESS.live
         state = in_forked_child(lambda: {
             "recorders": len(PROCESS.registry.recorders), "hot": PROCESS.registry.hot,
-            "live": len(PROCESS.live), "current": PROCESS.coordinator.current is not None,
+            "live": len(PROCESS.live), "current": PROCESS.slot.current is not None,
             "result": profile_stage("in_child")(lambda: 7)()})
         profiler.close()
         assert state == {"recorders": 0, "hot": False, "live": 0, "current": False, "result": 7}

@@ -345,7 +345,7 @@ class TestTorchSampler:
             with window:
                 torch.nn.Linear(4, 4)(torch.randn(2, 4))
         assert [(r["step"], r["replica"]) for r in rollout_records(cfg)] == [(2, 0)]
-        assert PROCESS.coordinator.current is None
+        assert PROCESS.slot.current is None
 
     def test_sampler_in_a_profiled_process_shares_the_session(self, tmp_path: Path) -> None:
         """With the trainer's continuous session open, the sampler starts none (a second one

@@ -221,10 +221,10 @@ class TestRegistry:
             thread = threading.Thread(target=profiler.stop)
             thread.start()
             thread.join(timeout=60)
-        assert "started on another thread; stopping it from this thread is deferred" in caplog.text
-        segment = PROCESS.coordinator.current
-        assert segment is not None and segment.session is not None
-        PROCESS.coordinator.reset()  # from the owner thread: stops and writes the trace
+        assert "started on another thread; it cannot be stopped from this one" in caplog.text
+        segment = PROCESS.slot.current
+        assert segment is not None and segment.capture is not None
+        PROCESS.slot.reset()  # from the owner thread: stops and writes the trace
         profiler.close()
         assert len(trace_files(tmp_path)) == 1
 

@@ -1,13 +1,13 @@
-"""Capture: backends open sessions that write artifacts (torch.profiler traces, nsys capture
+"""Capture: backends open captures that write artifacts (torch.profiler traces, nsys capture
 ranges); annotators mark named regions (``record_function``, NVTX).
 
-This layer keeps no process-wide state: which session is open, and for whom, is the runtime's
-business (:mod:`profdsl.runtime.coordinator`). Heavy libraries are imported lazily, when a
+This layer keeps no process-wide state: which capture is open, for whom and on which thread, is
+the runtime's business (:mod:`profdsl.runtime.slot`). Heavy libraries are imported lazily, when a
 profiler that needs them is built: ``import profdsl`` imports none of them.
 """
 
 from profdsl.capture.annotators import Annotator
-from profdsl.capture.base import Backend, Runner, Session
+from profdsl.capture.base import Backend, Capture, Runner
 from profdsl.capture.factory import make_annotator, make_backend
 
-__all__ = ["Annotator", "Backend", "Runner", "Session", "make_annotator", "make_backend"]
+__all__ = ["Annotator", "Backend", "Capture", "Runner", "make_annotator", "make_backend"]

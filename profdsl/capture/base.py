@@ -1,8 +1,9 @@
-"""The capture protocols: a backend opens sessions; a session records until it is stopped.
+"""The capture protocols: a backend opens captures; a capture records until it is stopped.
 
-A session knows nothing of roles or steps: the runtime hands it ``describe`` (the metadata to
-write into the trace for a mini-batch window, or for the whole session) and ``sink`` (where a
-finished trace goes: ``sink(write, window, time_ms, blocked_s)``, ``write(path)`` writing the trace file).
+A capture knows nothing of roles or steps: the runtime hands it ``describe`` (the metadata to
+write into the trace for a mini-batch window, or for the whole capture) and ``sink`` (where a
+finished trace goes: ``sink(write, window, time_ms, blocked_s)``, ``write(path)`` writing the
+trace file, on whichever thread the runtime chooses).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Protocol
 
 from profdsl.config import Schedule
 
-__all__ = ["Backend", "Describe", "Runner", "Session", "Sink"]
+__all__ = ["Backend", "Capture", "Describe", "Runner", "Sink"]
 
 #: ``describe(window)``: the ``profdsl`` metadata of the trace (``window`` None: whole session).
 Describe = Callable[[tuple[int, int] | None], dict[str, Any]]
@@ -32,8 +33,17 @@ class Runner(Protocol):
         """Queue ``fn(*args)`` without waiting."""
 
 
-class Session(Protocol):
-    """One open capture session. Only the thread that owns it (:meth:`owned_here`) drives it."""
+class Capture(Protocol):
+    """One open capture. Only the thread that owns it (:meth:`owned_here`) drives it.
+
+    Attributes:
+        every_thread: it records every thread (and any thread may drive it).
+        pausable: it can pause collection (``set_collecting``), so a continuous step's schedule
+            can leave mini-batches out.
+    """
+
+    every_thread: bool
+    pausable: bool
 
     def owned_here(self) -> bool:
         """Whether the calling thread may drive the session (torch crashes otherwise)."""
@@ -44,27 +54,24 @@ class Session(Protocol):
     def set_collecting(self, on: bool) -> None:
         """Pause (``False``) or resume collection, for mini-batches the schedule leaves out."""
 
-    def refresh(self) -> None:
-        """Write the metadata again (another role joined)."""
-
     def stop(self) -> None:
         """Stop recording and hand what is left to the sink."""
 
 
 class Backend(Protocol):
-    """Opens capture sessions of one tool.
+    """Opens captures of one tool.
 
     Attributes:
         tool: ``"torch"`` or ``"nsys"``.
-        all_threads: sessions run on one dedicated thread and may be driven from any thread.
-        pausable: sessions can pause collection (``set_collecting``), so a continuous step's
-            schedule can leave mini-batches out.
+        all_threads: every capture is to record every thread (``TorchOptions.all_threads``).
+        every_thread_possible: captures of every thread can be had (torch >= 2.7).
     """
 
     tool: str
     all_threads: bool
-    pausable: bool
+    every_thread_possible: bool
 
     def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
-             runner: Runner) -> Session | None:
-        """Start a session; None (logged) when it cannot start."""
+             runner: Runner, every_thread: bool = False) -> Capture | None:
+        """Start a capture on ``runner`` (recording every thread with ``every_thread``); None
+        (logged) when it cannot start."""

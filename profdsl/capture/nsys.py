@@ -32,7 +32,11 @@ def _cuda_profiler(action: str, rank: int) -> None:
 
 
 class NsysSession:
-    """One capture range; nsys writes its report, nothing goes to the sink."""
+    """One capture range; nsys writes its report, nothing goes to the sink. A range covers the
+    whole process (every thread), and any thread may end it."""
+
+    every_thread = True
+    pausable = False  # a capture range cannot be paused: every mini-batch is in it
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
@@ -48,9 +52,6 @@ class NsysSession:
     def set_collecting(self, on: bool) -> None:
         """Capture ranges cannot be paused."""
 
-    def refresh(self) -> None:
-        """nsys reports carry no profdsl metadata."""
-
     def stop(self) -> None:
         """End the capture range."""
         _cuda_profiler("stop", self.rank)
@@ -61,10 +62,10 @@ class NsysBackend:
 
     tool = "nsys"
     all_threads = False
-    pausable = False  # a capture range cannot be paused: every mini-batch is in it
+    every_thread_possible = False  # a range covers every thread already: none is asked for
 
     def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
-             runner: Runner) -> NsysSession:
+             runner: Runner, every_thread: bool = False) -> NsysSession:
         """Start a capture range (schedules apply to the torch tool only)."""
         if schedule is not None:
             once("nsys-schedule", logging.INFO,

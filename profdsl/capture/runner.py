@@ -1,11 +1,11 @@
-"""Where a capture session's calls run: :class:`Inline` (the calling thread, the default) or
-one :class:`ProfilerThread`.
+"""Where a capture's calls run: :class:`Inline` (the calling thread: an own-thread capture) or
+the process's one :class:`SessionThread` (a capture of every thread).
 
-torch requires a session to be started and stopped on one thread. By default a session runs on
-the thread that opens it and records that thread. With ``TorchOptions(all_threads=True)`` every
-session call goes through one dedicated thread instead, and the session is created with torch's
-``profile_all_threads``, so ``start_profile`` and ``stop_profile`` may arrive on different threads
-(threaded Ray actors) and regions opened on any thread are captured.
+torch requires a capture to be started and stopped on one thread. An own-thread capture runs on
+the thread that opens it and records that thread. A capture of every thread (torch's
+``profile_all_threads``) runs every call on the session thread instead, so ``start_profile``
+and ``stop_profile`` may arrive on different threads (threaded Ray actors) and regions opened on
+any thread are captured.
 """
 
 from __future__ import annotations
@@ -16,19 +16,19 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-__all__ = ["Inline", "ProfilerThread"]
+__all__ = ["Inline", "SessionThread"]
 
 T = TypeVar("T")
 _Job = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...]]
 
 
-class ProfilerThread:
+class SessionThread:
     """A daemon thread running submitted calls one at a time, in order.
 
     A daemon, so that a profiler call that never returns cannot keep the interpreter from exiting.
     """
 
-    def __init__(self, name: str = "profdsl-profiler") -> None:
+    def __init__(self, name: str = "profdsl-session") -> None:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()

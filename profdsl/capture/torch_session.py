@@ -1,14 +1,19 @@
-"""The torch.profiler backend: one ``torch.profiler.profile`` per session.
+"""The torch.profiler backend: one ``torch.profiler.profile`` per capture.
 
-Facts this is built around (torch 2.13, see docs/concepts.md): a session is started and stopped
-on one thread; regions on other threads are captured only with ``profile_all_threads``, asked for
-with ``TorchOptions.all_threads`` and off by default; with a schedule the trace-ready handler
+Facts this is built around (torch 2.13, see docs/concepts.md): a capture is started and stopped
+on one thread; regions on other threads are captured only with ``profile_all_threads`` (a
+capture of *every thread*, run on the session thread); with a schedule the trace-ready handler
 also fires for windows that recorded nothing, which are dropped here instead of being written
-(verl's bugs B1, B2); collection can be paused and resumed inside a session
+(verl's bugs B1, B2); an own-thread capture can pause and resume collection
 (``toggle_collection_dynamic``), which is how mini-batches a continuous step's schedule leaves
-out stay out of its trace. torch's export escapes no string it writes (``add_metadata_json``
-even rewrites ``\\`` to ``/``), so profdsl's metadata is not handed to torch: it is computed when
-a trace is written and added to the file by the collecting layer.
+out stay out of its trace (under ``profile_all_threads`` torch's toggle fails its own internal
+assert: such captures are not pausable). torch's export escapes no string it writes
+(``add_metadata_json`` even rewrites ``\\`` to ``/``), so profdsl's metadata is not handed to
+torch: it is computed when a trace is ready and added to the file by the collecting layer.
+
+Once torch has stopped recording a trace (``prof.stop()``, or a window's end), its results are
+handed over whole: the runtime's writer has torch write them as JSON (``export_chrome_trace``)
+and drops them, on its own thread, off the training thread (measured in docs/performance.md).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from profdsl.capture.base import Describe, Runner, Sink
-from profdsl.capture.runner import ProfilerThread
+from profdsl.capture.runner import SessionThread
 from profdsl.config import Schedule, TorchOptions
 from profdsl.core.labels import encode
 from profdsl.core.log import once
@@ -47,20 +52,24 @@ def now_ms() -> int:
 
 
 class TorchBackend:
-    """Opens torch.profiler sessions with one role's options."""
+    """Opens torch.profiler captures with one role's options."""
 
     tool = "torch"
-    pausable = True
 
     def __init__(self, options: TorchOptions) -> None:
         self.options = options
         self.all_threads = options.all_threads
 
+    @property
+    def every_thread_possible(self) -> bool:
+        """Whether this torch can record every thread (``profile_all_threads``, torch >= 2.7)."""
+        return _all_threads_config() is not None
+
     def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
-             runner: Runner) -> TorchSession | None:
-        """Start a session on ``runner``; None (logged once) when torch refuses."""
+             runner: Runner, every_thread: bool = False) -> TorchSession | None:
+        """Start a capture on ``runner``; None (logged once) when torch refuses."""
         session = TorchSession(self.options, rank=rank, schedule=schedule, describe=describe,
-                               sink=sink, runner=runner)
+                               sink=sink, runner=runner, every_thread=every_thread)
         try:
             session.start()
         except Exception as exc:
@@ -71,11 +80,13 @@ class TorchBackend:
 
 
 class TorchSession:
-    """One torch.profiler session; every torch call runs on its runner's thread."""
+    """One torch.profiler capture; every torch call runs on its runner's thread."""
 
     def __init__(self, options: TorchOptions, *, rank: int, schedule: Schedule | None,
-                 describe: Describe, sink: Sink, runner: Runner) -> None:
+                 describe: Describe, sink: Sink, runner: Runner, every_thread: bool = False) -> None:
         self.rank, self.schedule = rank, schedule
+        self.every_thread = every_thread
+        self.pausable = not every_thread
         self._options, self._describe, self._sink, self._runner = options, describe, sink, runner
         self._pending: list[int] = []  # recorded mini-batches of the window being written
         self._blocked_s = 0.0  # the caller's time held up by this session since the last trace
@@ -97,8 +108,8 @@ class TorchSession:
             self._blocked_s += time.perf_counter() - self._call_began
 
     def owned_here(self) -> bool:
-        """Whether the calling thread may drive the session."""
-        return isinstance(self._runner, ProfilerThread) or threading.get_ident() == self._owner
+        """Whether the calling thread may drive the capture."""
+        return isinstance(self._runner, SessionThread) or threading.get_ident() == self._owner
 
     def advance(self, index: int) -> None:
         """Scheduled: mini-batch ``index`` ended."""
@@ -108,9 +119,6 @@ class TorchSession:
     def set_collecting(self, on: bool) -> None:
         """Pause or resume collection of ops, regions and device activity."""
         self._on_runner(self._toggle, CALL_TIMEOUT_S, "collection toggle", on)
-
-    def refresh(self) -> None:
-        """Nothing to do: a trace's metadata is computed when the trace is written."""
 
     def stop(self) -> None:
         """Stop the profiler and write what it recorded."""
@@ -136,7 +144,7 @@ class TorchSession:
             with_stack="stack" in options.contents,
             on_trace_ready=self._on_trace_ready,
         )
-        if options.all_threads:
+        if self.every_thread:
             experimental = _all_threads_config()
             if experimental is not None:
                 kwargs["experimental_config"] = experimental
@@ -192,7 +200,10 @@ class TorchSession:
         if self.schedule is not None and not pending:
             return  # a window that recorded no mini-batch: torch fires anyway, nothing to write
         window = (pending[0], pending[-1]) if pending else None
-        write = functools.partial(_write_events, prof.export_chrome_trace, self._header(window))
+        # The window's results, held whole (torch starts the next window with a new object):
+        # their JSON is written, and they are dropped, wherever the sink has ``write`` called.
+        results = prof.profiler
+        write = functools.partial(_write_events, results.export_chrome_trace, self._header(window))
         # the caller's time held up so far for this trace: earlier calls, and this one until now
         blocked, self._blocked_s = self._blocked_s + time.perf_counter() - self._call_began, 0.0
         self._sink(write, window, self._window_ms, blocked)

@@ -60,7 +60,7 @@ def problems(folder: str, found: Catalog, config: ProfilerConfig | None,
     rows = found.artifacts
     result = list(found.problems)
     for a in rows:
-        if a.status not in ("ok", "skipped"):
+        if a.status not in ("ok", "skipped") and not superseded(a, rows):
             where = a.path or a.record.get("source") or f"{a.kind} of {a.label}"
             detail = a.record.get("error") or a.record.get("reason") or ""
             result.append(f"{where}: {a.kind} {a.status} {detail}".rstrip())
@@ -73,6 +73,16 @@ def problems(folder: str, found: Catalog, config: ProfilerConfig | None,
             result.append(f"{name}: not in the manifest")
     result += missing_ranks(rows, config, world_size)
     return result
+
+
+def superseded(loss: Artifact, rows: list[Artifact]) -> bool:
+    """Whether a file recorded as left behind (``incomplete``, with its ``source``) was moved in
+    by a later pass: a later record of its kind and source says ``ok``."""
+    source = loss.record.get("source")
+    if loss.status != "incomplete" or not isinstance(source, str):
+        return False
+    later = rows[rows.index(loss) + 1:]
+    return any(a.kind == loss.kind and a.status == "ok" and a.record.get("source") == source for a in later)
 
 
 def _left_behind(name: str, rows: list[Artifact]) -> str:

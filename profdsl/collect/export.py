@@ -1,10 +1,13 @@
 """Writing one trace file into ``save_path``: collision-free, never overwriting, verified, recorded.
 
 Two steps, which may run on different threads: :func:`write_events` has the session write its
-events as plain JSON to a hidden temporary file in ``save_path``; :func:`finish` splices in the
+events as plain JSON to a hidden temporary file in ``save_path`` (where the session's thread
+allows it: on the writer's thread, else on the session's); :func:`finish` splices in the
 metadata, compresses and checks the file (:mod:`profdsl.collect.tracefile`), reserves its final
 name with an exclusive create (bumping ``part`` while the name is taken, by this or any other
-process), renames it over the reservation and records it. Nothing is written outside
+process), renames it over the reservation and records it. What changes what ``save_path``
+shows (the reservation, the rename, the record) goes through a *commit* function, which the
+runtime's writer uses to refuse commits of a trace it gave up on. Nothing is written outside
 ``save_path`` (torch's own ``.gz`` export compresses through ``TMPDIR``). A failure is logged
 once and recorded in the manifest with its reason, its temporaries removed; it never reaches the
 training loop.
@@ -17,7 +20,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -32,7 +35,10 @@ from profdsl.errors import ConfigError
 if TYPE_CHECKING:
     from profdsl.config import TorchOptions
 
-__all__ = ["ExportPolicy", "PendingTrace", "TraceLabel", "events_owner", "finish", "write_events"]
+__all__ = ["Commit", "ExportPolicy", "PendingTrace", "TraceLabel", "direct", "events_owner", "finish", "pending_trace",
+           "write_events"]
+
+T = TypeVar("T")
 
 
 @attrs.frozen(kw_only=True)
@@ -84,17 +90,17 @@ class TraceLabel:
         fields.update(more)
         return fields
 
-    def record_loss(self, status: str, why: str, **more: object) -> None:
-        """Record a trace of this label that does not exist: ``failed`` (``why`` as its error)
-        or ``incomplete`` / ``skipped`` (``why`` as its reason)."""
+    def loss(self, status: str, why: str, **more: object) -> dict[str, Any]:
+        """The record of a trace of this label that does not exist: ``failed`` (``why`` as its
+        error) or ``incomplete`` / ``skipped`` (``why`` as its reason)."""
         key = "error" if status == "failed" else "reason"
-        append_record(self.save_path, make_record(
-            "trace", None, status=status, bytes=None, **self.fields(**{key: why}, **more)))
+        return make_record("trace", None, status=status, bytes=None, **self.fields(**{key: why}, **more))
 
 
 @attrs.frozen(kw_only=True)
 class PendingTrace:
-    """A trace whose events are written (``events``, plain JSON) but not yet finished."""
+    """A trace not yet finished: its events are in ``events`` (plain JSON), or, while ``write``
+    is set, still to be written there by ``write(events)`` (which returns the metadata)."""
 
     label: TraceLabel
     window: tuple[int, int] | None
@@ -102,6 +108,7 @@ class PendingTrace:
     extra: Mapping[str, object] | None
     events: str
     header: Mapping[str, object] | None = None
+    write: Callable[[str], object] | None = attrs.field(default=None, eq=False, repr=False)
 
     def fields(self) -> dict[str, object]:
         """The trace's manifest fields, but its path, status and size."""
@@ -126,28 +133,40 @@ class PendingTrace:
         return TraceName(**fields)
 
 
-def write_events(
-    write: Callable[[str], object],
-    label: TraceLabel,
-    *,
-    window: tuple[int, int] | None,
-    time_ms: int,
-    extra: Mapping[str, object] | None = None,
-) -> PendingTrace | None:
-    """The first step, on the session's thread: ``write`` the events to a temporary file of
-    ``save_path``; None (recorded failed) on failure."""
+#: ``commit(action)``: run ``action`` (a step that changes what save_path shows: a reservation,
+#: a rename, a record) and return its result, or refuse (None): the trace was given up.
+Commit = Callable[[Callable[[], T]], T | None]
+
+
+def direct(action: Callable[[], T]) -> T:
+    """The commit of a caller that never refuses."""
+    return action()
+
+
+def pending_trace(write: Callable[[str], object], label: TraceLabel, *, window: tuple[int, int] | None,
+                  time_ms: int, extra: Mapping[str, object] | None = None) -> PendingTrace:
+    """A trace whose events ``write(path)`` will write: named, its events file chosen in
+    ``save_path``, nothing written yet."""
     events = os.path.join(label.save_path, f"{TEMP_PREFIX}{label.pid}-{uuid.uuid4().hex}.json")
-    pending = PendingTrace(label=label, window=window, time_ms=time_ms, extra=extra, events=events)
+    return PendingTrace(label=label, window=window, time_ms=time_ms, extra=extra, events=events, write=write)
+
+
+def write_events(pending: PendingTrace) -> PendingTrace:
+    """Have the session write the events of ``pending`` (its ``write``) to its events file.
+
+    Raises:
+        Exception: the write failed (``events`` and torch's temporary removed).
+    """
+    if pending.write is None:
+        return pending
     try:
-        os.makedirs(label.save_path, exist_ok=True)
-        header = write(events)
-    except Exception as exc:
-        _failed(pending, exc)
-        return None
-    except BaseException as exc:  # Ctrl-C: no temporary left, the loss recorded, then go on
-        _failed(pending, exc, status="incomplete")
+        os.makedirs(pending.label.save_path, exist_ok=True)
+        header = pending.write(pending.events)
+    except BaseException:
+        _remove_quietly(pending.events)
+        _remove_quietly(f"{pending.events}.tmp")  # torch's own temporary, if it was cut short
         raise
-    return attrs.evolve(pending, header=header if isinstance(header, Mapping) else None)
+    return attrs.evolve(pending, header=header if isinstance(header, Mapping) else None, write=None)
 
 
 def events_owner(name: str) -> int | None:
@@ -159,57 +178,86 @@ def events_owner(name: str) -> int | None:
     return int(pid) if pid.isdigit() and rest else None
 
 
-def finish(pending: PendingTrace) -> str | None:
-    """The second step: splice, compress and check the trace, move it under its final name,
-    record it; the trace's path, or None (recorded failed) on failure."""
+def finish(pending: PendingTrace, *, commit: Commit[Any] = direct,
+           waited: Callable[[], float] = lambda: 0.0) -> str | None:
+    """The second step: write the events if not yet written, splice, compress and check the
+    trace, move it under its final name and record it; the trace's path, or None when it failed
+    (recorded ``failed``) or ``commit`` refused it (nothing recorded: whoever refused records
+    the loss; the events file stays for that record to name). ``waited()``: seconds the
+    training thread has waited for this trace here, added to its ``blocked_ms``.
+
+    Raises:
+        BaseException: an interrupt (not an ``Exception``), after recording the trace
+            ``incomplete``.
+    """
     label = pending.label
     packed = f"{pending.events}.gz"
-    final: str | None = None
     began = time.perf_counter()
     try:
-        name = pending.name()
+        pending = write_events(pending)
         compress_trace(pending.events, packed, pending.header, level=label.export.level)
-        _remove_quietly(pending.events)
-        final = reserve(label.save_path, name).format()
-        os.replace(packed, os.path.join(label.save_path, final))
-        size = os.path.getsize(os.path.join(label.save_path, final))
     except BaseException as exc:
         _remove_quietly(packed)
-        if final is not None:  # reserved but not filled: an empty file would pose as a trace
-            _remove_quietly(os.path.join(label.save_path, final))
-        if not isinstance(exc, Exception):  # Ctrl-C: the loss recorded, then let it go on
-            _failed(pending, exc, final, status="incomplete")
+        return _failed(pending, exc, commit)
+
+    def place() -> str:
+        final = reserve(label.save_path, pending.name()).format()
+        path = os.path.join(label.save_path, final)
+        try:
+            os.replace(packed, path)
+            size = os.path.getsize(path)
+        except BaseException:
+            _remove_quietly(path)  # reserved but not filled: an empty file would pose as a trace
             raise
-        _failed(pending, exc, final)
+        if label.manifest:
+            fields = pending.fields()
+            if isinstance(fields.get("blocked_ms"), float):
+                fields["blocked_ms"] = round(fields["blocked_ms"] + waited() * 1000, 3)  # type: ignore[operator]
+            export_ms = round((time.perf_counter() - began) * 1000, 3)
+            append_record(label.save_path, make_record("trace", final, bytes=size, export_ms=export_ms, **fields))
+        return path
+
+    try:
+        path = commit(place)
+    except BaseException as exc:
+        _remove_quietly(packed)
+        return _failed(pending, exc, commit)
+    if path is None:  # refused: given up; the events stay, named by the loss record
+        _remove_quietly(packed)
         return None
-    if label.manifest:
-        export_ms = round((time.perf_counter() - began) * 1000, 3)
-        append_record(label.save_path, make_record("trace", final, bytes=size, export_ms=export_ms,
-                                                   **pending.fields()))
-    return os.path.join(label.save_path, final)
+    _remove_quietly(pending.events)
+    return path
 
 
-def _failed(pending: PendingTrace, exc: BaseException, final: str | None = None, *,
-            status: str = "failed") -> None:
-    """Log once, remove the events file, record the loss (``incomplete``: interrupted)."""
+def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> None:
+    """Log once, remove the events file, record the loss (``incomplete``: interrupted, then
+    re-raised)."""
     label = pending.label
     once(f"export:{label.save_path}", logging.ERROR,
          "[profdsl rank %s] could not write a %s trace into %s: %s",
          label.rank, label.role, label.save_path, exc)
-    _remove_quietly(pending.events)
-    _remove_quietly(f"{pending.events}.tmp")  # torch's own temporary, if it was cut short
-    if not label.manifest:
-        return
-    if final is None:
+    interrupted = not isinstance(exc, Exception)
+
+    def record() -> None:
+        _remove_quietly(pending.events)
+        _remove_quietly(f"{pending.events}.tmp")  # torch's own temporary, if it was cut short
+        if not label.manifest:
+            return
         try:
-            final = pending.name().format()
+            final: str | None = pending.name().format()
         except Exception:  # a label the name refuses: recorded without a path
             final = None
-    error = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else \
-        f"interrupted ({type(exc).__name__}) while the trace was written"
-    append_record(label.save_path, make_record(
-        "trace", None if status == "incomplete" else final, status=status,
-        **{"error" if status == "failed" else "reason": error}, bytes=None, **pending.fields()))
+        error = f"interrupted ({type(exc).__name__}) while the trace was written" if interrupted \
+            else f"{type(exc).__name__}: {exc}"
+        status = "incomplete" if interrupted else "failed"
+        append_record(label.save_path, make_record(
+            "trace", None if interrupted else final, status=status,
+            **{"error" if status == "failed" else "reason": error}, bytes=None, **pending.fields()))
+
+    commit(record)
+    if interrupted:
+        raise exc
+    return None
 
 
 def _remove_quietly(path: str) -> None:

@@ -1,7 +1,7 @@
 """The finish hook's command: what it sees, how it runs, how its outcome is recorded.
 
 When it runs (once per process and save_path, after the last role of the process is done) is
-the runtime's rendezvous (:mod:`profdsl.runtime.hooks`). Plan then apply:
+the runtime's business (:mod:`profdsl.runtime.writer.rounds`). Plan then apply:
 :func:`hook_environment` is pure (what the command sees);
 :func:`run_command` runs it in its own session (process group) with a deadline for the whole
 group, streams its output line by line with the rank in front, and never blocks on a background

@@ -1,9 +1,12 @@
 """The manifest: one JSON line per artifact (the public face is :mod:`profdsl.manifest`).
 
-Appends are one ``write`` on a file opened with ``O_APPEND`` while holding an exclusive ``flock``,
-so concurrent writers never interleave or tear each other's lines; a record always starts on a
-fresh line, so a line torn by a writer that died or hit a full disk loses that record only;
-readers skip a torn last line.
+Appends are one ``write`` of one whole line on a file opened with ``O_APPEND`` (placed atomically
+at the end), under an exclusive POSIX record lock (``fcntl.lockf``) that orders the processes
+appending to one manifest: a lock of the process, which a forked child does not inherit (a
+``flock`` belongs to the open file, which a child forked during an append shares, and would keep
+the parent waiting until the child exits). Within a process, one thread appends: the runtime's
+writer. A record always starts on a fresh line, so a line torn by a writer that died or hit a
+full disk loses that record only; readers skip a torn last line.
 """
 
 from __future__ import annotations
@@ -92,13 +95,14 @@ def _ends_a_line(fd: int) -> bool:
 
 
 def _lock(fd: int) -> None:
+    """An exclusive record lock of this process on the whole file (released by the close)."""
     try:
         import fcntl
     except ImportError:  # not POSIX: O_APPEND alone keeps single writes whole on local disks
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:  # a filesystem without flock (Lustre -o noflock): O_APPEND keeps lines whole
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+    except OSError:  # a filesystem without record locks: O_APPEND keeps lines whole
         pass
 
 
@@ -146,11 +150,11 @@ def read_lines(save_path: str | os.PathLike[str]) -> list[ManifestLine]:
 
 
 def _read_lock(fd: int) -> None:
-    """A shared ``flock``: waits for an append in progress (best effort, like the writers' lock)."""
+    """A shared record lock: waits for an append in progress (best effort, like the writers')."""
     try:
         import fcntl
 
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        fcntl.lockf(fd, fcntl.LOCK_SH)
     except (ImportError, OSError):
         pass
 

@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -29,10 +29,14 @@ from profdsl.config.parallel import DIMS
 from profdsl.core.naming import MAX_INDEX, NSYS_EXT, TEMP_PREFIX, TraceName
 
 __all__ = ["Move", "Skip", "apply", "default_nsys_dir", "gzip_complete", "plan_nsys", "reserve",
-           "wait_complete"]
+           "wait_complete", "wait_converted"]
 
 #: Poll interval while waiting for files to stop growing.
 POLL_S = 0.2
+
+
+def _direct(action: Callable[[], Any]) -> Any:
+    return action()
 
 
 @attrs.frozen
@@ -126,25 +130,50 @@ def default_nsys_dir() -> str:
 _NSYS = re.compile(r"worker_process_(?P<pid>[0-9]+)(?P<index>\.[0-9]+)?\.(?P<ext>nsys-rep|qdstrm)")
 
 
-def plan_nsys(names: Iterable[str], *, source_dir: str, pid: int, label: dict[str, Any],
-              time_ms: int) -> list[Move | Skip]:
-    """Which of ``names`` (a listing of ``source_dir``) to move: this process's ``.nsys-rep``
-    reports whose ``.qdstrm`` conversion is over. ``label`` holds role, rank, world_size, host."""
+def _ours(names: Iterable[str], pid: int) -> dict[str, re.Match[str]]:
+    """This process's nsys files among ``names``."""
     ours = {}
     for name in names:
         match = _NSYS.fullmatch(name)
         if match and int(match["pid"]) == pid:
             ours[name] = match
+    return ours
+
+
+def wait_converted(source_dir: str, pid: int, timeout_s: float, poll_s: float = POLL_S) -> bool:
+    """Wait until no ``.qdstrm`` of process ``pid`` is left in ``source_dir`` (nsys has written
+    every report), at most ``timeout_s``; False when some is still converting then."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            names = os.listdir(source_dir)
+        except OSError:
+            return True
+        if not any(m["ext"] == "qdstrm" for m in _ours(names, pid).values()):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
+def plan_nsys(names: Iterable[str], *, source_dir: str, pid: int, label: dict[str, Any],
+              time_ms: int) -> list[Move | Skip]:
+    """Which of ``names`` (a listing of ``source_dir``) to move: this process's ``.nsys-rep``
+    reports whose ``.qdstrm`` conversion is over. A report still converting (its ``.qdstrm``
+    there, its ``.nsys-rep`` being written or not yet begun) is a :class:`Skip` of the report it
+    will be. ``label`` holds role, rank, world_size, host."""
+    ours = _ours(names, pid)
     converting = {m["index"] for m in ours.values() if m["ext"] == "qdstrm"}
     plan: list[Move | Skip] = []
     for name, match in sorted(ours.items()):
-        source = os.path.join(source_dir, name)
         if match["ext"] == "qdstrm":
+            report = f"worker_process_{pid}{match['index'] or ''}.nsys-rep"
+            plan.append(Skip(os.path.join(source_dir, report), "nsys is still converting its .qdstrm",
+                             status="incomplete", fields=dict(label)))
             continue
+        source = os.path.join(source_dir, name)
         if match["index"] in converting:
-            plan.append(Skip(source, "nsys is still converting its .qdstrm", status="incomplete",
-                             fields=dict(label)))
-            continue
+            continue  # its Skip comes with its .qdstrm
         part = int(match["index"][1:]) if match["index"] else None
         coords = {d: label[d] for d in DIMS if label.get(d) is not None}
         trace = TraceName(role=label["role"], rank=label["rank"], world_size=label["world_size"],
@@ -154,14 +183,15 @@ def plan_nsys(names: Iterable[str], *, source_dir: str, pid: int, label: dict[st
     return plan
 
 
-def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float,
-          record_incomplete: bool) -> list[dict[str, Any]]:
+def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float, record_incomplete: bool,
+          commit: Callable[[Callable[[], Any]], Any] = _direct) -> list[dict[str, Any]]:
     """Carry out ``plan``; returns (and appends to the manifest) one record per file handled.
 
     Sources still incomplete after ``wait_s`` (one deadline for them all) stay where they are;
     with ``record_incomplete`` they are recorded as ``incomplete``, with the size and mtime they
     had. A source already recorded so and unchanged since is dead: it is neither waited for nor
-    recorded again.
+    recorded again. Each move and each record goes through ``commit``, which may refuse (the
+    runtime's writer was given up): what was not moved then stays where it was.
     """
     dead = _recorded_incomplete(save_path) if plan else {}
     plan = [item for item in plan if not (item.source in dead and _signature(item.source) == dead[item.source])]
@@ -171,19 +201,29 @@ def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float,
     for item in plan:
         if isinstance(item, Skip):
             if item.status == "skipped" or (item.status == "incomplete" and record_incomplete):
-                records.append(_unmoved(item, item.status, item.reason))
+                record = _unmoved(item, item.status, item.reason)
+            else:
+                continue
         elif item not in moves:
-            records.append(make_record(item.kind, None, status="skipped", source=item.source,
-                                       reason="not a regular file (symlinks are not followed)",
-                                       **item.fields))
+            record = make_record(item.kind, None, status="skipped", source=item.source,
+                                 reason="not a regular file (symlinks are not followed)", **item.fields)
         elif item.source in incomplete:
-            if record_incomplete:
-                records.append(_unmoved(item, "incomplete", "still being written"))
+            if not record_incomplete:
+                continue
+            record = _unmoved(item, "incomplete", "still being written")
         else:
-            records.append(_move(item, save_path))
-    for record in records:
-        append_record(save_path, record)
+            moved = commit(lambda item=item: _recorded(save_path, _move(item, save_path)))
+            if moved is not None:
+                records.append(moved)
+            continue
+        if commit(lambda record=record: _recorded(save_path, record)) is not None:
+            records.append(record)
     return records
+
+
+def _recorded(save_path: str, record: dict[str, Any]) -> dict[str, Any]:
+    append_record(save_path, record)
+    return record
 
 
 def _unmoved(item: Move | Skip, status: str, reason: str) -> dict[str, Any]:

@@ -116,6 +116,7 @@ def is_hook_rank(
     profiled_all_ranks: bool,
     profiled_select: Selector | str | None = None,
     topology: Topology | None = None,
+    profiled: bool | None = None,
 ) -> bool:
     """Tell whether the finish hook runs on ``rank``.
 
@@ -127,6 +128,8 @@ def is_hook_rank(
         profiled_all_ranks: Profile every rank.
         profiled_select: The profiled-rank selector, if any.
         topology: ``rank``'s place in the job (needed with ``profiled_select``).
+        profiled: whether ``rank`` is profiled, when the caller knows it already (the profiled
+            rank arguments are then not looked at).
 
     Returns:
         True for every rank with ``hook_all_ranks``; membership in ``hook_ranks`` when it is
@@ -141,6 +144,8 @@ def is_hook_rank(
         return True
     if hook_ranks:
         return rank in hook_ranks
+    if profiled is not None:
+        return profiled
     return is_rank_selected(rank, profiled_ranks, all_ranks=profiled_all_ranks,
                             select=profiled_select, topology=topology)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from profdsl.collect import relocate
-from profdsl.collect.manifest import append_record, make_record
+from profdsl.collect.manifest import make_record
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.core.ranks import is_rank_selected
@@ -28,6 +28,9 @@ from profdsl.rollout import rollout_trace_dir, trace_prefix
 from profdsl.rollout.calls import Outcome, accepts
 from profdsl.rollout.nodes import current_node, node_of, run_on_node
 from profdsl.rollout.relocate import plan_rollout
+from profdsl.runtime.process import PROCESS
+from profdsl.runtime.writer.jobs import MoveJob, RecordJob
+from profdsl.runtime.writer.writer import Writer
 
 if TYPE_CHECKING:
     from profdsl.runtime.profiler import Profiler
@@ -44,6 +47,7 @@ class RolloutRun:
     def __init__(self, profiler: Profiler, engines: Sequence[Any], replicas: list[int],
                  replica_world_size: int) -> None:
         self.config = profiler.config
+        self.writer = profiler.process.writer  # every record and move goes through it
         self.step = profiler.current_step
         self.width = replica_world_size
         self.world_size = len(engines) * replica_world_size
@@ -67,10 +71,10 @@ class RolloutRun:
             once(f"rollout:{call}:{outcome.replica}:{outcome.status}", logging.WARNING,
                  "profdsl: rollout replica %s %s %s at step %s: %s", outcome.replica, call,
                  outcome.status, self.step, outcome.error)
-            append_record(self.config.save_path, make_record(
+            self.writer.submit(RecordJob(self.config.save_path, make_record(
                 "rollout", None, status=outcome.status, role="rollout", step=self.step,
                 replica=outcome.replica, call=call, error=outcome.error, host=socket.gethostname(),
-                pid=os.getpid()))
+                pid=os.getpid())))
 
     def relocate(self) -> None:
         """Move the selected ranks' engine files into save_path, on the node that wrote them:
@@ -86,7 +90,7 @@ class RolloutRun:
         for thread in threads:
             thread.start()
         relocate_replicas(self.config, self.step, here, self.width, self.world_size,
-                          current_node() if remote else None, wait_s)
+                          current_node() if remote else None, wait_s, writer=self.writer)
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
@@ -118,26 +122,32 @@ def _nodes(engines: dict[int, Any]) -> tuple[list[int], dict[str, list[int]]]:
 
 def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequence[int],
                       width: int, world_size: int, node: str | None = None,
-                      wait_s: float | None = None) -> None:
+                      wait_s: float | None = None, *, writer: Writer | None = None) -> None:
     """Move replicas' engine files into save_path on this node (runs as a pinned Ray task for
-    replicas on other nodes); waits at most ``wait_s`` (default ``rollout.flush_wait_s``) for
-    them all; never raises."""
+    replicas on other nodes), through this process's writer, and wait for them (at most
+    ``wait_s``, default ``rollout.flush_wait_s``, for them all, plus the bookkeeping); never
+    raises."""
+    writer = PROCESS.writer if writer is None else writer
+    wait_s = config.rollout.flush_wait_s if wait_s is None else wait_s
     # The selected global ranks, by the same rule as on the training side (empty: rank 0).
     keep = {r for r in range(world_size)
             if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
-    plan: list[relocate.Move | relocate.Skip] = []
-    for replica in replicas:
-        source = rollout_trace_dir(config.save_path, replica)
-        try:
-            names = os.listdir(source)
-        except OSError:
-            continue
-        plan += plan_rollout(
-            names, source_dir=source, replica=replica, replica_world_size=width, keep=keep,
-            step=step, world_size=world_size, host=socket.gethostname(), pid=os.getpid(),
-            time_ms=time.time_ns() // 1_000_000, node=node)
-    try:
-        relocate.apply(plan, config.save_path, record_incomplete=True,
-                        wait_s=config.rollout.flush_wait_s if wait_s is None else wait_s)
-    except Exception as exc:
-        once("rollout-relocate", logging.ERROR, "profdsl: moving rollout traces failed: %s", exc)
+
+    def plan() -> list[relocate.Move | relocate.Skip]:
+        found: list[relocate.Move | relocate.Skip] = []
+        for replica in replicas:
+            source = rollout_trace_dir(config.save_path, replica)
+            try:
+                names = os.listdir(source)
+            except OSError:
+                continue
+            found += plan_rollout(
+                names, source_dir=source, replica=replica, replica_world_size=width, keep=keep,
+                step=step, world_size=world_size, host=socket.gethostname(), pid=os.getpid(),
+                time_ms=time.time_ns() // 1_000_000, node=node)
+        return found
+
+    job = MoveJob(config.save_path, plan, wait_s=wait_s, record_incomplete=True, what="rollout traces")
+    if not writer.wait(writer.submit(job), timeout=writer.budget()):
+        once("rollout-relocate", logging.ERROR, "profdsl: moving rollout traces into %s is taking "
+             "longer than %gs; it goes on in the background", config.save_path, wait_s)

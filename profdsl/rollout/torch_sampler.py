@@ -18,9 +18,9 @@ from profdsl.collect.export import ExportPolicy, TraceLabel
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.rollout import rollout_trace_dir
-from profdsl.runtime.coordinator import Busy
 from profdsl.runtime.process import PROCESS
-from profdsl.runtime.segment import Segment
+from profdsl.runtime.slot.session import Session
+from profdsl.runtime.slot.slot import Busy
 
 __all__ = ["TorchSamplerEngine"]
 
@@ -42,7 +42,7 @@ class TorchSamplerEngine:
                  replica_world_size: int = 1) -> None:
         self.config, self.replica = config, replica
         self.local_rank, self.replica_world_size = local_rank, replica_world_size
-        self._segment: Segment | None = None
+        self._segment: Session | None = None
 
     def start_profile(self, profile_prefix: str | None = None) -> None:
         """Open a torch session writing into this replica's trace dir (nothing if one is open)."""
@@ -56,7 +56,7 @@ class TorchSamplerEngine:
             save_path=rollout_trace_dir(self.config.save_path, self.replica),
             host=socket.gethostname(), pid=os.getpid(), config_hash="", manifest=False,
             export=ExportPolicy.of(self.config.torch))
-        segment = PROCESS.coordinator.begin_stage(label, TorchBackend(self.config.torch), None,
+        segment = PROCESS.slot.begin_stage(label, TorchBackend(self.config.torch), None,
                                                   cut=False)
         if isinstance(segment, Busy):
             once("sampler-shared", logging.INFO,
@@ -70,8 +70,8 @@ class TorchSamplerEngine:
         the rollout relocation moves it next)."""
         segment, self._segment = self._segment, None
         if segment is not None:
-            PROCESS.coordinator.end_stage(segment)
-            PROCESS.exports.wait()
+            PROCESS.slot.end_stage(segment)
+            PROCESS.writer.wait(timeout=PROCESS.writer.budget())
 
     def __reduce__(self) -> tuple[Any, ...]:  # shipped to a Ray actor without its session
         return (TorchSamplerEngine, (self.config, self.replica),

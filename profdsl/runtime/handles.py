@@ -20,7 +20,7 @@ from profdsl.core.schedule import action_at
 if TYPE_CHECKING:
     from profdsl.capture.annotators import Annotator
     from profdsl.runtime.recorder import Recorder
-    from profdsl.runtime.segment import Segment
+    from profdsl.runtime.slot.session import Session
 
 __all__ = ["Batches", "Handle", "OwningHandle", "fault", "opaque"]
 
@@ -35,27 +35,32 @@ class Batches:
     """Numbers the update mini-batches of one stage (discrete mode) or of one role's step
     (continuous mode), and says whether the schedule records each one.
 
-    ``segment`` is the capture the mini-batches drive: a discrete scheduled stage's own session
+    ``session`` is the capture the mini-batches drive: a discrete scheduled stage's own session
     (torch's schedule steps after each), or, looked up per mini-batch through ``find``, the
-    continuous session the role's step shares (left-out mini-batches pause its collection).
-    Numbering is atomic (``itertools.count``): threads never get the same index.
+    continuous session the role's step shares (left-out mini-batches pause its collection; a
+    capture that cannot pause records them all). Numbering is atomic (``itertools.count``):
+    threads never get the same index.
     """
 
-    __slots__ = ("counter", "find", "schedule", "segment")
+    __slots__ = ("counter", "find", "schedule", "session")
 
-    def __init__(self, schedule: Schedule | None, *, segment: Segment | None = None,
-                 find: Callable[[], Segment | None] | None = None) -> None:
-        self.schedule, self.segment, self.find = schedule, segment, find
+    def __init__(self, schedule: Schedule | None, *, session: Session | None = None,
+                 find: Callable[[], Session | None] | None = None) -> None:
+        self.schedule, self.session, self.find = schedule, session, find
         self.counter = itertools.count()
 
-    def capture(self) -> Segment | None:
-        """The capture the next mini-batch drives, if any."""
-        return self.segment if self.find is None else self.find()
+    def capture(self) -> Session | None:
+        """The session the next mini-batch drives, if any."""
+        return self.session if self.find is None else self.find()
 
-    def begin(self) -> tuple[int, bool]:
-        """The next mini-batch: its index, and whether the schedule records it."""
+    def begin(self, session: Session | None = None) -> tuple[int, bool]:
+        """The next mini-batch: its index, and whether it is recorded (in ``session``, the
+        capture it drives, when there is one)."""
         index = next(self.counter)
-        return index, self.schedule is None or action_at(self.schedule, index).records
+        if self.schedule is None or (session is not None and session.kind == "step"
+                                     and session.capture is not None and not session.capture.pausable):
+            return index, True
+        return index, action_at(self.schedule, index).records
 
 
 class Handle:

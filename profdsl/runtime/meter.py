@@ -21,7 +21,7 @@ from profdsl.metrics.spans import live, nest
 from profdsl.metrics.timings import StepTimings, from_tree
 from profdsl.metrics.tree import Node, Paths, Root, child, close
 from profdsl.runtime.handles import fault
-from profdsl.runtime.process import PROCESS
+from profdsl.runtime.process import PROCESS, Process
 
 if TYPE_CHECKING:
     from profdsl.metrics.spans import Span
@@ -37,12 +37,13 @@ class StepMeter:
     ``timings`` and ``metrics`` are the last finished step's, structured and flat."""
 
     def __init__(self, config: Metrics, *, role: str, rank: int, world_size: int,
-                 on_step: OnStep | None = None, device: bool = True) -> None:
+                 on_step: OnStep | None = None, device: bool = True, process: Process = PROCESS) -> None:
         self.config, self.role, self.rank, self.on_step = config, role, rank, on_step
+        self._registry = process.registry
         self._paths = Paths(config.max_stages, config.stages)
         local_rank = discover_rank(rank, world_size).local_rank
         self.exporters: list[Exporter] = make_exporters(config, role=role, local_rank=local_rank,
-                                                        servers=PROCESS.servers)
+                                                        servers=process.servers)
         self._device: device_time.DeviceTimes | None | bool = device and config.device_time
         self.root: Root | None = None
         self._began = 0.0
@@ -65,26 +66,31 @@ class StepMeter:
             self.close()
         self.root = Root(self.role, step, self._paths, self._device_times())
         self._began = spans.clock()
-        PROCESS.registry.activate_meter(self.root)
+        self._registry.activate_meter(self.root)
 
     def end(self) -> StepTimings | None:
-        """The step ends: its timings, published (entries still open are not counted)."""
+        """The step ends: its timings (entries still open are not counted), to :meth:`publish`
+        once the step's capture has ended."""
         root, self.root = self.root, None
         if root is None:
             return None
         wall_s = spans.clock() - self._began
-        PROCESS.registry.deactivate_meter(root)
+        self._registry.deactivate_meter(root)
         nodes = close(root)
         device = None if root.device is None else _settled(root)
         self.timings = from_tree(root, nodes, rank=self.rank, wall_s=wall_s, device=device)
-        publish(self.timings, self.exporters, self.on_step)
         return self.timings
+
+    def publish(self, timings: StepTimings | None) -> None:
+        """Send a finished step to the exporters and ``on_step``."""
+        if timings is not None:
+            publish(timings, self.exporters, self.on_step)
 
     def close(self) -> None:
         """Drop a step still open (a loop that ended inside a step publishes nothing)."""
         root, self.root = self.root, None
         if root is not None:
-            PROCESS.registry.deactivate_meter(root)
+            self._registry.deactivate_meter(root)
             close(root)
 
 
@@ -115,6 +121,9 @@ class NullMeter:
         """Nothing timed."""
         return None
 
+    def publish(self, timings: StepTimings | None) -> None:
+        """Nothing to send."""
+
     def close(self) -> None:
         """Nothing open."""
 
@@ -123,12 +132,13 @@ NULL_METER = NullMeter()
 
 
 def make_meter(config: Metrics, role: str, rank: int, world_size: int,
-               on_step: OnStep | None = None, *, device: bool = True) -> StepMeter | NullMeter:
+               on_step: OnStep | None = None, *, device: bool = True,
+               process: Process = PROCESS) -> StepMeter | NullMeter:
     """A :class:`StepMeter` when ``config.enabled``, else :data:`NULL_METER`."""
     if not config.enabled:
         return NULL_METER
     return StepMeter(config, role=role, rank=rank, world_size=world_size, on_step=on_step,
-                     device=device)
+                     device=device, process=process)
 
 
 def parent_for(role: str | None, profiler: Profiler | None, below: Span | None) -> Node | None:

@@ -1,15 +1,18 @@
-"""Everything profdsl keeps per process, behind one object: :data:`PROCESS`.
+"""Everything profdsl keeps per process, behind one object (docs/architecture.md):
 
 - ``registry``: the recorders the DSL may use, the profilers in a profiled step, open entries;
-- ``coordinator``: the one capture session of the process, and whom it belongs to;
-- ``hooks``: the finish-hook rendezvous per save_path;
+- ``slot``: the one capture session of the process, and whom it belongs to;
+- ``writer``: the one thread that writes into save_path;
+- ``rounds``: when each save_path's finish hook is owed;
 - ``live``: profilers not yet closed, closed at interpreter exit (a loop that forgets ``close()``
-  still flushes its last session and runs an owed finish hook);
+  still has its last session written and an owed finish hook run);
 - ``servers``: the Prometheus endpoints of the always-on metrics;
 - ``log``: the keys already logged once.
 
-One after-fork rule: a forked child (a DataLoader worker) inherits none of it. One reset for
-tests: :func:`profdsl.testing.reset`.
+A :class:`~profdsl.runtime.profiler.Profiler` is given its process (this process's one,
+:data:`PROCESS`, by default). One after-fork rule: a forked child (a DataLoader worker) inherits
+none of it. One reset for tests: :func:`profdsl.testing.reset`. One ordered shutdown, at exit:
+:meth:`Process.exit`.
 """
 
 from __future__ import annotations
@@ -20,72 +23,112 @@ from typing import TYPE_CHECKING
 
 from profdsl.core.log import ONCE, OnceLog, logger
 from profdsl.metrics.prometheus import Servers
-from profdsl.runtime.coordinator import Coordinator
-from profdsl.runtime.exports import Exports
-from profdsl.runtime.hooks import HookRendezvous
 from profdsl.runtime.registry import Registry
+from profdsl.runtime.slot.slot import CaptureSlot
+from profdsl.runtime.writer.hook import stop_hooks
+from profdsl.runtime.writer.jobs import RECORD_BUDGET_S
+from profdsl.runtime.writer.rounds import HookRounds
+from profdsl.runtime.writer.writer import Writer
 
 if TYPE_CHECKING:
     from profdsl.runtime.profiler import Profiler
+    from profdsl.runtime.writer.rounds import Due
 
-__all__ = ["PROCESS", "ProcessState", "registry"]
+__all__ = ["PROCESS", "Process", "registry"]
+
+#: Every job kind the writer may be given up on at exit.
+_ALL = frozenset({"export", "record", "move", "hook"})
 
 
-class ProcessState:
+class Process:
     """The process-wide state of profdsl (see the module docstring)."""
 
     def __init__(self) -> None:
         self.registry = Registry()
-        self.hooks = HookRendezvous()
-        self.exports = Exports(self.hooks)
-        self.coordinator = Coordinator(self.hooks, self.exports)
+        self.writer = Writer()
+        self.rounds = HookRounds(self.writer)
+        self.slot = CaptureSlot(self.writer, self.rounds)
         self.live: set[Profiler] = set()  # strong: a profiler dropped unclosed still owes its hook
         self.servers = Servers()
         self.log: OnceLog = ONCE
 
-    def close_live(self) -> None:
-        """At interpreter exit: close every profiler not yet closed, then end the session still
-        open (its loss is recorded when its thread never came back)."""
-        self.hooks.exiting = True  # nothing would wait for a background hook started now
-        for profiler in list(self.live):
-            try:
-                profiler.close()
-            except Exception as exc:  # interpreter exit: say it and go on with the others
-                logger.error("profdsl: closing %s at exit failed: %s", profiler.role, exc)
+    def settle(self, until: object | None, due: Due | None, *, hook: bool) -> None:
+        """Wait until the writer is through what the caller needs: the jobs up to ``until``,
+        then, with ``hook``, the hook ``due``. Each wait is bounded by the jobs' own budgets;
+        when the exports before a due hook run out of time they are given up (recorded
+        ``incomplete``), so that the hook runs now. An interrupt while waiting stops the hooks
+        on the writer (their commands killed, recorded ``interrupted``) and goes on."""
+        writer = self.writer
         try:
-            self.coordinator.abandon()
-        except Exception as exc:
-            logger.error("profdsl: stopping the last session at exit failed: %s", exc)
-        if not self.exports.wait():
-            for pending in self.exports.give_up():
-                logger.error("profdsl: the %s trace of step %s was still being written at exit",
-                             pending.label.role, pending.label.step)
+            if due is not None and hook:
+                ticket = due.ticket
+                if writer.wait(ticket, timeout=writer.budget(ticket)):  # type: ignore[arg-type]
+                    return
+                if writer.give_up():
+                    logger.error("profdsl: traces still being written when the finish hook was due "
+                                 "were given up (recorded incomplete); the hook runs now")
+                    writer.wait(ticket, timeout=RECORD_BUDGET_S + due.job.budget_s)  # type: ignore[arg-type]
+            elif until is not None and not writer.wait(until, timeout=writer.budget(until)):  # type: ignore[arg-type]
+                logger.warning("profdsl: the last profiled step's traces are still being written; "
+                               "they go on in the background")
+        except BaseException as exc:
+            stop_hooks(writer, f"{type(exc).__name__} while waiting for the finish hook")
+            raise
+
+    def exit(self) -> None:
+        """At interpreter exit, in order: close every profiler not yet closed (their hooks run);
+        record the session that cannot be ended here (its owner thread never came back); let
+        the writer finish, bounded by the exports' ``export_timeout_s``, then give up the
+        exports still going (recorded ``incomplete``) and let it record and run what is left
+        (the hooks, bounded by their ``timeout_s``: a hook's process group is killed then, and
+        recorded). An interrupt meanwhile gives up everything, recorded, and goes on."""
+        writer = self.writer
+        try:
+            for profiler in list(self.live):
+                try:
+                    profiler.close()
+                except Exception as exc:  # interpreter exit: say it and go on with the others
+                    logger.error("profdsl: closing %s at exit failed: %s", profiler.role, exc)
+            try:
+                self.slot.abandon("the process exited")
+            except Exception as exc:
+                logger.error("profdsl: stopping the last session at exit failed: %s", exc)
+            if not writer.wait(timeout=writer.budget()) and writer.give_up():
+                if not writer.wait(timeout=writer.budget()) and writer.give_up(_ALL):
+                    writer.wait(timeout=RECORD_BUDGET_S)
+        except BaseException as exc:
+            stop_hooks(writer, f"{type(exc).__name__} while the process exited")
+            writer.give_up(_ALL)  # what is still going is recorded lost
+            writer.wait(timeout=RECORD_BUDGET_S)
+            raise
 
     def reset(self) -> None:
-        """Forget every profiler, recorder, open entry, step being timed, hook and logged key; stop
-        an open session (when this thread owns it) and the Prometheus endpoints, and let the
-        traces being written finish. Profilers forgotten here are not closed at exit."""
-        self.coordinator.reset()
-        self.exports.wait()
+        """Forget every profiler, recorder, open entry, step being timed, hook round and logged
+        key; stop an open session (when this thread owns it) and the Prometheus endpoints, and
+        let the writer finish what it was given. Profilers forgotten here are not closed at exit."""
+        self.slot.reset()
+        self.writer.wait(timeout=self.writer.budget())
         self.registry.clear()
-        self.hooks.clear()
+        self.rounds.clear()
         self.live.clear()
         self.servers.close()
         self.log.clear()
 
     def after_fork_in_child(self) -> None:
         """A forked child inherits profiler objects but not the sessions or threads behind them:
-        it profiles nothing, owes no hook, and logs afresh."""
-        self.hooks.clear()
-        self.exports.forget()
-        self.coordinator.forget()
+        it profiles nothing, owes no hook, writes nothing of its parent's, and logs afresh."""
+        self.rounds.clear()
+        self.writer.forget()
+        self.slot.forget()
         self.registry.clear()
         self.live.clear()
         self.servers.after_fork()
         self.log.after_fork()
 
 
-PROCESS = ProcessState()
+#: This process's state: what a :class:`~profdsl.runtime.profiler.Profiler` lives in unless told
+#: otherwise, and what the DSL words find their recorders in.
+PROCESS = Process()
 
 
 def registry() -> Registry:
@@ -93,6 +136,6 @@ def registry() -> Registry:
     return PROCESS.registry
 
 
-atexit.register(PROCESS.close_live)
+atexit.register(PROCESS.exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=PROCESS.after_fork_in_child)

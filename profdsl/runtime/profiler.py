@@ -1,11 +1,13 @@
 """``Profiler``: one role's profiling lifecycle in one process.
 
 An explicit state machine (idle, armed: discrete stages will capture, recording: a continuous
-step is captured, stopped: between steps, closed) over a backend and an annotator chosen at
-construction. Each profiled step gets a :class:`~profdsl.runtime.recorder.Recorder`, which the
-DSL finds in the registry; a rank, step or config that is not profiled registers nothing, so the
-DSL costs it one attribute check. Misuse (a second ``stop()``, ``start()`` after ``close()``) is
-logged and ignored, never raised into training.
+step is captured, stopped: between steps, closed) over the role's resolved plan
+(:mod:`profdsl.runtime.plan`). Each profiled step gets a
+:class:`~profdsl.runtime.recorder.Recorder`, which the DSL finds in the registry; a rank, step or
+config that is not profiled registers nothing, so the DSL costs it one attribute check. Misuse (a
+second ``stop()``, ``start()`` after ``close()``, ``start(S)`` while S is open) is logged and
+ignored, never raised into training. What the calling thread waits for, and for how long, is in
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -18,14 +20,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.validate import text_without_nul, to_index
+from profdsl.config.validate import to_index
 from profdsl.core.log import logger, once
-from profdsl.core.parallel_discovery import process_topology
-from profdsl.core.ranks import discover_world, is_rank_selected
 from profdsl.errors import ConfigError
-from profdsl.runtime.finisher import Finisher
 from profdsl.runtime.meter import make_meter
-from profdsl.runtime.process import PROCESS
+from profdsl.runtime.plan import resolve
+from profdsl.runtime.process import PROCESS, Process
 from profdsl.runtime.recorder import NullRecorder, Recorder
 from profdsl.runtime.role_capture import RoleCapture
 from profdsl.runtime.steps import StepSessions
@@ -33,6 +33,7 @@ from profdsl.runtime.steps import StepSessions
 if TYPE_CHECKING:
     from profdsl.metrics.exporters import OnStep
     from profdsl.metrics.timings import StepTimings
+    from profdsl.runtime.steps import Flush
 
 __all__ = ["Profiler", "State"]
 
@@ -61,7 +62,10 @@ class Profiler:
             :class:`~profdsl.config.parallel.Parallel` or a named ``DeviceMesh``); default:
             discovered from Megatron's ``parallel_state`` or a named ``DeviceMesh``. They go into
             trace names, metadata and the manifest, and ``config.select`` is resolved on them.
-        on_step: called as ``on_step(step, profiler.metrics)`` after each step (docs/metrics.md).
+        on_step: called as ``on_step(step, profiler.metrics)`` after each step, once the step's
+            capture has ended (docs/metrics.md).
+        process: the process state it lives in (default: this process's one; tests may give
+            their own).
 
     Examples:
         >>> from profdsl import ProfilerConfig, profile_stage
@@ -78,29 +82,25 @@ class Profiler:
 
     def __init__(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
                  world_size: int | None = None, capture: bool = True, parallel: object = None,
-                 on_step: OnStep | None = None) -> None:
-        text_without_nul("Profiler role", role, blank=False)
-        self.config, self.role = config, role
-        self.rank, self.world_size = discover_world(rank, world_size)
-        self.topology = process_topology(self.rank, self.world_size, parallel, select=config.select)
-        selected = capture and config.enable and is_rank_selected(
-            self.rank, config.ranks, all_ranks=config.all_ranks, select=config.select,
-            topology=self.topology)
-        self._capture = RoleCapture(config, role, self.topology, selected=selected)
+                 on_step: OnStep | None = None, process: Process | None = None) -> None:
+        self.process = process = PROCESS if process is None else process
+        self.plan = plan = resolve(config, role=role, rank=rank, world_size=world_size, capture=capture,
+                                   parallel=parallel)
+        self.config, self.role, self.rank, self.world_size = config, role, plan.rank, plan.world_size
+        self.topology = plan.topology
+        self._capture = RoleCapture(plan, process.slot, process.registry)
         self.selected = self._capture.selected
         self._state = State.IDLE
         self._step: int | None = None
         self._unnumbered = False  # in a step whose number was no step number (not profiled)
-        finisher = Finisher(config, role=role, rank=self.rank, world_size=self.world_size,
-                            selected=self.selected, rendezvous=PROCESS.hooks, hooks=capture,
-                            topology=self.topology)
-        self._steps = StepSessions(config, backend=self._capture.backend, coordinator=PROCESS.coordinator,
-                                   label=self._capture.label, finisher=finisher)
+        self._steps = StepSessions(plan, self._capture, slot=process.slot, writer=process.writer,
+                                   rounds=process.rounds)
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
-        self.meter = make_meter(config.metrics, role, self.rank, self.world_size, on_step, device=capture)
-        if capture and config.enable:
+        self.meter = make_meter(config.metrics, role, self.rank, self.world_size, on_step, device=capture,
+                                process=process)
+        if plan.member:
             _supersede(self)
-        PROCESS.live.add(self)
+        process.live.add(self)
 
     def _inherited(self) -> bool:
         """Whether this is a forked child's copy: it profiles nothing, stops nothing, owes no
@@ -137,38 +137,46 @@ class Profiler:
 
         ``step`` is any integer, plain or not (``numpy.int64``, a 0-d integer tensor). Anything
         else (``-1``, ``True``, ``1.5``, ``"3"``) is logged once and begins a step that is not
-        profiled."""
+        profiled. ``start(S)`` while step S is open changes nothing (logged once)."""
         if self._inherited():
             return
         if self._state is State.CLOSED:
-            PROCESS.coordinator.flush()  # a close() from another thread left this thread's session
+            self.process.slot.flush()  # a close() from another thread left this thread's session
             once(f"closed-start:{id(self)}", logging.WARNING,
                  "[profdsl rank %s] %s: start(%s) after close() ignored", self.rank, self.role, step)
+            return
+        number = _step_number(self, step)
+        if number is not None and number == self._step:
+            once(f"start-again:{id(self)}", logging.INFO,
+                 "[profdsl rank %s] %s: start(%s) while step %s is already open: ignored (the step "
+                 "goes on)", self.rank, self.role, number, number)
             return
         if self._step is not None:
             logger.warning("[profdsl rank %s] %s: start(%s) while step %s is open; stopping it",
                            self.rank, self.role, step, self._step)
             self.stop()
-        number = _step_number(self, step)
         self._unnumbered = number is None
+        profiled, flush = self._steps.begin(number)
+        self._wait(flush, closing=False)
         if number is None:
-            self._steps.begin(None)  # ends a capture the loop walked out of; profiles nothing
-            return
-        step = self._step = number
-        if self._steps.begin(step):
-            PROCESS.registry.set_stepping(self, True)
+            return  # ended a capture the loop walked out of; profiles nothing
+        self._step = number
+        if profiled:
+            self.process.registry.set_stepping(self, True)
         if self.selected and self._steps.tracker.is_open:
             self._state = State.ARMED if self.config.discrete else State.RECORDING
-            self._capture.open(step, self._steps.claim)
-        self.meter.begin(step)
+            self._capture.open(number, self._steps.claim)
+        self.meter.begin(number)
 
     def stop(self) -> StepTimings | None:
-        """End the current step: flush its traces and, after the last profiled step, the hook.
-        Returns the step's stage timings with ``config.metrics.enabled`` (else None)."""
+        """End the current step: hand its traces to the writer and, after the last profiled
+        step, run the finish hook (waiting for it unless it runs in the background). Then the
+        step's timings go to the exporters and ``on_step``; returned with
+        ``config.metrics.enabled`` (else None)."""
         if self._inherited():
             return None
         if self._step is None:
-            PROCESS.coordinator.flush()
+            self.process.slot.flush()
             if self._state is not State.CLOSED and not self._unnumbered:
                 logger.warning("[profdsl rank %s] %s: stop() without start() ignored",
                                self.rank, self.role)
@@ -177,10 +185,11 @@ class Profiler:
         self._step = None
         timings = self.meter.end()
         self._capture.end()
-        PROCESS.registry.set_stepping(self, False)
-        self._steps.end()
+        self.process.registry.set_stepping(self, False)
         if self._state is not State.IDLE:
             self._state = State.STOPPED  # a run of continuous steps keeps its capture between steps
+        self._wait(self._steps.end(), closing=False)
+        self.meter.publish(timings)
         return timings
 
     @contextlib.contextmanager
@@ -193,21 +202,32 @@ class Profiler:
             self.stop()
 
     def close(self) -> None:
-        """Close what is open and run a finish hook that is still owed. Idempotent."""
+        """Close what is open, record what cannot be ended here, and run a finish hook that is
+        still owed, waiting for it (bounded). Idempotent."""
         if self._inherited():
             return
         if self._state is State.CLOSED:
-            PROCESS.coordinator.flush()  # a close() from another thread left this thread's session
+            self.process.slot.flush()  # a close() from another thread left this thread's session
             return
         self._step = None
         if self._state is not State.IDLE:
             self._state = State.STOPPED
         self.meter.close()
         self._capture.end()
-        PROCESS.registry.set_stepping(self, False)
-        self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
+        self.process.registry.set_stepping(self, False)
+        flush = self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
+        self.process.slot.abandon("close()", role=self.role)
+        self._wait(flush, closing=True)
         self._state = State.CLOSED
-        PROCESS.live.discard(self)
+        self.process.live.discard(self)
+
+    def _wait(self, flush: Flush | None, *, closing: bool) -> None:
+        """Wait, bounded, for what the last profiled step (or ``close()``) left on the writer:
+        its artifacts, then the hook it made due, unless that runs in the background (then
+        ``close()`` waits for it)."""
+        if flush is not None:
+            due = flush.due
+            self.process.settle(flush.until, due, hook=due is not None and (closing or not due.job.background))
 
     def __enter__(self) -> Profiler:
         return self
@@ -223,11 +243,12 @@ class Profiler:
 def _supersede(profiler: Profiler) -> None:
     """A profiler re-created for the same role, rank and save_path (a trainer re-initialised)
     takes the earlier one's place in the finish hook's wait: an abandoned profiler must not
-    hold the hook up. Only profilers that capture (enabled, selected or hook-owing) count."""
-    key = PROCESS.hooks.key(profiler.config.save_path)
-    for other in list(PROCESS.live):
+    hold the hook up. Only profilers that take part in a round count."""
+    rounds = profiler.process.rounds
+    key = rounds.key(profiler.config.save_path)
+    for other in list(profiler.process.live):
         if other is not profiler and other.role == profiler.role and other.rank == profiler.rank \
-                and other.config.enable and PROCESS.hooks.key(other.config.save_path) == key:
+                and other.plan.member and rounds.key(other.config.save_path) == key:
             logger.info("[profdsl rank %s] %s: a new Profiler for this role and save_path "
                         "replaces an earlier one in the finish hook's wait", profiler.rank, profiler.role)
             other._steps.replaced()

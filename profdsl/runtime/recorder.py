@@ -12,6 +12,7 @@ import functools
 import itertools
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -21,13 +22,14 @@ from profdsl.capture.base import Backend
 from profdsl.collect.export import TraceLabel
 from profdsl.config import Schedule
 from profdsl.core.log import once
-from profdsl.runtime.claims import Claim
 from profdsl.runtime.context import Entry, walk
-from profdsl.runtime.coordinator import Busy, Coordinator, holder
 from profdsl.runtime.handles import Batches, Handle, OwningHandle, opaque
+from profdsl.runtime.slot.claims import Claim
+from profdsl.runtime.slot.slot import Busy, CaptureSlot, holder
+from profdsl.runtime.writer.jobs import RecordJob
 
 if TYPE_CHECKING:
-    from profdsl.runtime.segment import Segment
+    from profdsl.runtime.slot.session import Session
 
 __all__ = ["NULL_RECORDER", "NullRecorder", "Recorder"]
 
@@ -44,22 +46,24 @@ def _owner(entry: Entry | None) -> Handle | None:
     return None
 
 
-def _unseen_thread() -> str:
+def _unseen_thread(switched: bool) -> str:
+    then = ("this role's next sessions capture every thread" if switched else
+            "this torch cannot capture every thread (torch >= 2.7 can)")
     return (f"ran on thread {threading.current_thread().name!r}, which the step's session does "
-            "not capture (it records only the thread that started it): set "
-            "TorchOptions(all_threads=True)")
+            f"not capture (it records only the thread that started it); {then}")
 
 
-def _elsewhere(current: Segment | None, ended: bool) -> str:
+def _elsewhere(current: Session | None, ended: bool) -> str | None:
+    """Why a region of a continuous step is not in its session, or None: the thread is unseen."""
     if current is not None:
         return (f"ran while the capture was held by {holder(current)}; one capture runs per "
                 "process at a time")
     if ended:
         return "ran after the thread that began its step ended (its session stopped with it)"
-    return _unseen_thread()
+    return None
 
 
-def _advance_outside(segment: Segment, index: int, context: Entry | None,
+def _advance_outside(session: Session, index: int, context: Entry | None,
                      owner: Handle | None) -> None:
     """Step a scheduled stage's schedule with the regions around the mini-batch closed, up to
     the stage's own: a torch region entered under one window's profiler and exited under the
@@ -73,7 +77,7 @@ def _advance_outside(segment: Segment, index: int, context: Entry | None,
         if handle is owner:
             break
     try:
-        segment.advance(index)
+        session.advance(index)
     finally:
         for handle in reversed(closed):
             handle.resume()
@@ -83,23 +87,23 @@ class Recorder:
     """One role's profiled step: opens stage and mini-batch regions and, in discrete mode,
     stage captures. ``active`` until the step ends."""
 
-    __slots__ = ("_annotator", "_backend", "_batches", "_claim", "_coordinator", "_discrete",
-                 "_label", "_said", "_schedule", "_segments", "active", "role", "step")
+    __slots__ = ("_annotator", "_backend", "_batches", "_claim", "_slot", "_discrete",
+                 "_label", "_on_unseen", "_said", "_schedule", "_sessions", "active", "role", "step")
 
     def __init__(self, label: TraceLabel, *, annotator: Annotator | None, backend: Backend,
-                 coordinator: Coordinator, discrete: bool, schedule: Schedule | None,
-                 claim: Claim | None) -> None:
+                 slot: CaptureSlot, discrete: bool, schedule: Schedule | None,
+                 claim: Claim | None, on_unseen: Callable[[], bool] = lambda: False) -> None:
         self.role, self.step, self._label = label.role, label.step, label
-        self._annotator, self._backend, self._coordinator = annotator, backend, coordinator
+        self._annotator, self._backend, self._slot = annotator, backend, slot
         self._discrete, self._schedule, self._claim = discrete, schedule, claim
-        self._segments: list[Segment] = []
+        self._on_unseen = on_unseen  # the role switches to capturing every thread; False: it cannot
+        self._sessions: list[Session] = []
         self._said = itertools.count()  # regions of this step its session missed: said once
         self.active = True
-        find = None if claim is None else functools.partial(coordinator.step_segment, claim)
+        find = None if claim is None else functools.partial(slot.step_session, claim)
         # Continuous: the step's mini-batches follow the role's schedule in the shared session
-        # (a capture that cannot pause records them all).
-        paused = not discrete and backend.pausable
-        self._batches = Batches(schedule if paused else None, find=find)
+        # (a capture that cannot pause records them all: see Batches.begin).
+        self._batches = Batches(None if discrete else schedule, find=find)
 
     def stage(self, name: str, scheduled: bool, color: int | None, context: Entry | None) -> Handle:
         """Open stage ``name``: a region and, for a discrete outermost stage, its own capture."""
@@ -108,44 +112,48 @@ class Recorder:
             return opaque()
         if self._discrete and owner is None:
             return self._stage_capture(name, scheduled, color)
-        current = self._coordinator.current
+        current = self._slot.current
         claim = self._claim
         if claim is None:  # a stage nested in a discrete stage's own capture
             if current is not None:
                 current.stages.add(name)
             return Handle(self._annotator, name, color, self)
         if current is None:
-            current = self._coordinator.step_segment(claim)  # a step that waited for its thread
+            current = self._slot.step_session(claim)  # a step that waited for its thread
         if current is not None and current.kind == "step" and self.role in current.roles:
             current.stages.add(name)
             if not current.owned_here():
-                self._missed(name, _unseen_thread())
+                self._missed(name, None)
         else:
-            self._missed(name, _elsewhere(current, claim in self._coordinator.claims.ended))
+            self._missed(name, _elsewhere(current, claim in self._slot.claims.ended))
         return Handle(self._annotator, name, color, self)
 
-    def _missed(self, name: str, why: str) -> None:
-        """A region of this continuous step that its session cannot record: said and recorded
-        (an ``incomplete`` trace record) once per step."""
+    def _missed(self, name: str, why: str | None) -> None:
+        """A region of this continuous step that its session cannot record (``why`` None: it
+        runs on a thread the session does not see, and the role switches to capturing every
+        thread): said and recorded (an ``incomplete`` trace record) once per step."""
         if next(self._said):
             return
-        reason = f"{name!r} {why}"
+        reason = f"{name!r} {why or _unseen_thread(self._on_unseen())}"
         once(f"missed:{self.role}", logging.ERROR, "[profdsl rank %s] %s step %s: %s",
              self._label.rank, self.role, self.step, reason)
-        self._label.record_loss("incomplete", reason, stage=name)
+        self._record(self._label.loss("incomplete", reason, stage=name))
+
+    def _record(self, record: dict[str, object]) -> None:
+        self._slot.writer.submit(RecordJob(self._label.save_path, record))
 
     def _stage_capture(self, name: str, scheduled: bool, color: int | None) -> Handle:
         schedule = self._schedule if scheduled else None
         label = attrs.evolve(self._label, stage=name)
-        segment = self._coordinator.begin_stage(label, self._backend, schedule)
-        if isinstance(segment, Busy):
-            self._refused(name, scheduled, segment)
+        session = self._slot.begin_stage(label, self._backend, schedule)
+        if isinstance(session, Busy):
+            self._refused(name, scheduled, session)
             if scheduled:  # its mini-batches must not drive (or mislabel) another stage's windows
                 return opaque()
-        elif segment is not None:
-            self._segments.append(segment)
-            batches = Batches(schedule, segment=segment)
-            finish = functools.partial(self._coordinator.end_stage, segment)
+        elif session is not None:
+            self._sessions.append(session)
+            batches = Batches(schedule, session=session)
+            finish = functools.partial(self._slot.end_stage, session)
             return OwningHandle(self._annotator, name, color, self, batches=batches, finish=finish)
         self._note(name, mini_batch=False)
         return Handle(self._annotator, name, color, self)
@@ -157,7 +165,7 @@ class Recorder:
              "[profdsl rank %s] %s stage %r %s: it gets no trace of its own%s",
              self._label.rank, self.role, name, reason,
              " and records no mini-batches" if scheduled else "")
-        self._label.record_loss("skipped", reason, stage=name)
+        self._record(self._label.loss("skipped", reason, stage=name))
 
     def mini_batch(self, base: str, context: Entry | None, *, region: bool = True) -> Handle | None:
         """Open the next update mini-batch (a region ``f"{base}{i}"``; none with ``region=False``,
@@ -168,31 +176,31 @@ class Recorder:
             return opaque()
         batches = self._batches if owner is None else owner.batches
         assert batches is not None
-        segment = batches.capture()
-        if segment is not None and not segment.owned_here():
+        session = batches.capture()
+        if session is not None and not session.owned_here():
             self._foreign(base)  # torch's session must not be stepped or paused from here
             if self._claim is not None:
-                self._missed(base, _unseen_thread())
+                self._missed(base, None)
             return None
-        index, recorded = batches.begin()
+        index, recorded = batches.begin(session)
         name = f"{base}{index}"
-        if segment is None:  # outside any capture this role drives: a plain region
+        if session is None:  # outside any capture this role drives: a plain region
             self._note(base, mini_batch=True)
             return Handle(annotator, name, None, self)
-        if segment.kind == "stage":
-            segment.note(base, mini_batch=True)
+        if session.kind == "stage":
+            session.note(base, mini_batch=True)
             if batches.schedule is None:
                 return Handle(annotator, name, None, self)
             return OwningHandle(annotator, name, None, self, finish=functools.partial(
-                _advance_outside, segment, index, context, owner))
-        segment.mini_batch_began(recorded)
+                _advance_outside, session, index, context, owner))
+        session.mini_batch_began(recorded)
         if recorded:
-            segment.note(base, mini_batch=True)
-        finish = functools.partial(segment.mini_batch_ended, self.role, self.step,
-                                   batches.schedule, index, recorded)
+            session.note(base, mini_batch=True)
+        schedule = batches.schedule if session.capture is not None and session.capture.pausable else None
+        finish = functools.partial(session.mini_batch_ended, self.role, self.step, schedule, index, recorded)
         # A left-out mini-batch opens no region: the trace holds exactly the windows it lists.
         return OwningHandle(annotator if recorded else None, name, None, self, finish=finish,
-                            unfinish=functools.partial(segment.mini_batch_withdrawn, recorded))
+                            unfinish=functools.partial(session.mini_batch_withdrawn, recorded))
 
     def _foreign(self, base: str) -> None:
         once(f"mini-batch-thread:{self.role}", logging.ERROR,
@@ -205,25 +213,25 @@ class Recorder:
     def continued(self, name: str) -> None:
         """A region of this step named ``name`` was reopened: the capture recording it counts a
         piece of an earlier entry, not an entry."""
-        current = self._coordinator.current
+        current = self._slot.current
         if current is not None:
             current.continued(name)
 
     def _note(self, name: str, *, mini_batch: bool) -> None:
-        current = self._coordinator.current
+        current = self._slot.current
         if current is not None:
             current.note(name, mini_batch=mini_batch)
 
     def close(self) -> None:
         """The step is over: end the stage captures it opened that are still open here."""
         self.active = False
-        segments, self._segments = self._segments, []
-        for segment in segments:
-            if self._coordinator.current is segment and segment.owned_here() \
-                    and segment.cut_short is None:
-                segment.cut_short = (f"step {self.step} ended while stage {segment.label.stage!r} "
+        sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            if self._slot.current is session and session.owned_here() \
+                    and session.cut_short is None:
+                session.cut_short = (f"step {self.step} ended while stage {session.label.stage!r} "
                                      "was still open")
-            self._coordinator.end_stage(segment)
+            self._slot.end_stage(session)
 
 
 class NullRecorder:

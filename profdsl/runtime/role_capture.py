@@ -1,20 +1,26 @@
-"""What one role of one process captures with: its backend and annotator (none when its rank is
-not selected), the trace label of a step, and the recorder each profiled step hands the DSL."""
+"""What one role of one process captures with: its backend and annotator (none when it is not
+traced here), the claim of a continuous step, and the recorder each profiled step hands the DSL.
+
+A role whose work was seen on threads its own-thread session could not see switches, from its
+next session on, to capturing every thread (where torch can: see
+:mod:`profdsl.runtime.slot.owner`).
+"""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import socket
+import logging
+
+import attrs
 
 from profdsl.capture import make_annotator, make_backend
-from profdsl.collect.export import ExportPolicy, TraceLabel
-from profdsl.config import ProfilerConfig
-from profdsl.core.topology import Topology
-from profdsl.runtime.claims import Claim
-from profdsl.runtime.process import PROCESS
+from profdsl.collect.export import TraceLabel
+from profdsl.core.log import once
+from profdsl.runtime.plan import RolePlan
 from profdsl.runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
+from profdsl.runtime.registry import Registry
+from profdsl.runtime.slot.claims import Claim
+from profdsl.runtime.slot.owner import comes_back
+from profdsl.runtime.slot.slot import CaptureSlot
 
 __all__ = ["RoleCapture"]
 
@@ -22,37 +28,59 @@ __all__ = ["RoleCapture"]
 class RoleCapture:
     """One role's capture tools (``selected``: a backend exists) and its current recorder."""
 
-    def __init__(self, config: ProfilerConfig, role: str, topology: Topology, *, selected: bool) -> None:
-        self.config, self.role, self.topology = config, role, topology
-        self.backend = make_backend(config) if selected else None
-        self.annotator = make_annotator(config, role) if self.backend is not None else None
+    def __init__(self, plan: RolePlan, slot: CaptureSlot, registry: Registry) -> None:
+        self.plan, self._slot, self._registry = plan, slot, registry
+        self.backend = make_backend(plan.config) if plan.traced else None
+        self.annotator = make_annotator(plan.config, plan.role) if self.backend is not None else None
         self.recorder: Recorder | NullRecorder = NULL_RECORDER
-        self._hash = hashlib.sha256(json.dumps(config.to_mapping(), sort_keys=True).encode()).hexdigest()[:12]
+        self.every_thread = False  # switched: its work was seen on threads its session could not see
 
     @property
     def selected(self) -> bool:
-        """Whether this role captures anything (its rank is selected and a backend exists)."""
+        """Whether this role captures anything (its rank is traced and a backend exists)."""
         return self.backend is not None
 
     def label(self, step: int | None) -> TraceLabel:
         """Who and what a trace of ``step`` records."""
-        topology = self.topology
-        return TraceLabel(role=self.role, stage=None, step=step, rank=topology.rank,
-                          world_size=topology.world_size, save_path=self.config.save_path,
-                          host=socket.gethostname(), pid=os.getpid(), config_hash=self._hash,
-                          export=ExportPolicy.of(self.config.torch), parallel=topology.parallel)
+        return attrs.evolve(self.plan.label, step=step)
+
+    def claim(self, step: int) -> Claim:
+        """The hold of this role's continuous step ``step`` on the slot, made on the thread that
+        begins the step: it asks for a capture of every thread when the role switched, when
+        ``TorchOptions.all_threads`` says so, or when this thread may never come back to stop
+        the step (a pool thread)."""
+        backend = self.backend
+        assert backend is not None
+        wanted = backend.tool == "torch" and (backend.all_threads or self.every_thread or not comes_back())
+        if wanted and not backend.every_thread_possible:
+            once("every-thread-impossible", logging.WARNING,
+                 "[profdsl rank %s] %s: the step's work may run on other threads, but this torch "
+                 "cannot capture every thread (torch >= 2.7 can): its sessions record the thread "
+                 "that starts them", self.plan.rank, self.plan.role)
+            wanted = False
+        return Claim(self.label(step), backend, every_thread=wanted)
+
+    def switch_to_every_thread(self) -> bool:
+        """The role's work was seen on a thread its session could not see: its next sessions
+        capture every thread. False when this torch cannot."""
+        if self.backend is None or not self.backend.every_thread_possible:
+            return False
+        self.every_thread = True
+        return True
 
     def open(self, step: int, claim: Claim | None) -> None:
         """A profiled step begins: its recorder, registered where the DSL finds it."""
         assert self.backend is not None
+        config = self.plan.config
         self.recorder = Recorder(self.label(step), annotator=self.annotator, backend=self.backend,
-                                 coordinator=PROCESS.coordinator, discrete=self.config.discrete,
-                                 schedule=self.config.torch.schedule, claim=claim)
-        PROCESS.registry.activate(self.recorder)
+                                 slot=self._slot, discrete=config.discrete,
+                                 schedule=config.torch.schedule, claim=claim,
+                                 on_unseen=self.switch_to_every_thread)
+        self._registry.activate(self.recorder)
 
     def end(self) -> None:
         """The step is over: its recorder leaves the registry and closes what it opened."""
         recorder, self.recorder = self.recorder, NULL_RECORDER
         if isinstance(recorder, Recorder):
-            PROCESS.registry.deactivate(recorder)
+            self._registry.deactivate(recorder)
             recorder.close()

@@ -1,41 +1,67 @@
 """What a profiler does at step boundaries: follow the step plan, claim the process's capture for
-continuous steps, collect artifacts after each session, and run the finish hook when it is owed
-(after every artifact of the last profiled step exists)."""
+continuous steps, move nsys reports in after each capture, and arrive at the finish hook's round
+when the hook is owed (after every artifact of the last profiled step, its nsys reports
+included, is on the writer's queue)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+import time
 
-from profdsl.capture.base import Backend
-from profdsl.collect.export import TraceLabel
-from profdsl.config import ProfilerConfig
+import attrs
+
+from profdsl.collect import relocate
 from profdsl.core.log import once
-from profdsl.core.step_plan import Event, StepPlan, StepTracker
-from profdsl.runtime.claims import Claim
-from profdsl.runtime.coordinator import Coordinator
-from profdsl.runtime.finisher import Finisher
+from profdsl.core.step_plan import Event, StepTracker
+from profdsl.runtime.plan import RolePlan
+from profdsl.runtime.role_capture import RoleCapture
+from profdsl.runtime.slot.claims import Claim
+from profdsl.runtime.slot.slot import CaptureSlot
+from profdsl.runtime.writer.jobs import MoveJob
+from profdsl.runtime.writer.rounds import Due, HookRounds
+from profdsl.runtime.writer.writer import Writer
 
-__all__ = ["StepSessions"]
+__all__ = ["Flush", "StepSessions"]
+
+#: At each stop, how long the move of nsys reports waits for them; at the last profiled step
+#: (before the hook), how long it waits for nsys to finish converting and writing them.
+NSYS_STOP_WAIT_S = 2.0
+NSYS_FINAL_WAIT_S = 30.0
+
+
+@attrs.frozen
+class Flush:
+    """What a step boundary leaves its caller to wait for: the writer's jobs up to ``until``
+    (the artifacts of the last profiled step, or everything at ``close()``), and the hook
+    ``due``, when this made it due."""
+
+    until: object | None
+    due: Due | None = None
 
 
 class StepSessions:
     """One profiler's step events, carried out."""
 
-    def __init__(self, config: ProfilerConfig, *, backend: Backend | None, coordinator: Coordinator,
-                 label: Callable[[int | None], TraceLabel], finisher: Finisher) -> None:
-        self.tracker = StepTracker(StepPlan.from_config(config))
+    def __init__(self, plan: RolePlan, capture: RoleCapture, *, slot: CaptureSlot, writer: Writer,
+                 rounds: HookRounds) -> None:
+        self.tracker = StepTracker(plan.steps)
         self.profiled_steps: list[int] = []
         self.claim: Claim | None = None  # continuous mode: this role's hold on the capture
-        self._continuous = backend is not None and not config.discrete
-        self._backend, self._coordinator, self._label = backend, coordinator, label
-        self._finisher = finisher
+        self._plan, self._capture = plan, capture
+        self._slot, self._writer, self._rounds = slot, writer, rounds
+        self._continuous = capture.selected and not plan.config.discrete
         self._hook_owed = False  # the hook event was interrupted before it was carried out
+        self._arrived = not plan.member  # a step clock never holds up another role's hook
+        self._final_moved = False
+        if plan.member:
+            rounds.join(plan.save_path, self)
 
-    def begin(self, step: int | None) -> bool:
-        """Step ``step`` begins; True when it is a profiled step (None: a step without a usable
-        number, never profiled)."""
-        self._coordinator.flush()
+    def begin(self, step: int | None) -> tuple[bool, Flush | None]:
+        """Step ``step`` begins: whether it is profiled (None, a step without a usable number,
+        never is), and what to wait for when ending a step the loop walked out of was the last
+        profiled one."""
+        self._slot.flush()
         events = self.tracker.begin(step)
         profiled = self.tracker.profiling
         if self.tracker.hook_done and not profiled and self.tracker.plan.is_profiled(step):
@@ -44,51 +70,91 @@ class StepSessions:
                  "owed (a retried step?): it is not profiled again", step)
         if profiled and step is not None:
             self.profiled_steps.append(step)
-        self._apply(events, step)
-        return profiled
+        return profiled, self._apply(events, step)
 
-    def end(self) -> None:
-        """The current step ends."""
-        self._apply(self.tracker.end(), None)
+    def end(self) -> Flush | None:
+        """The current step ends; what to wait for when it was the last profiled one."""
+        return self._apply(self.tracker.end(), None)
 
-    def finish(self) -> None:
-        """Training is over: close what is open, collect the last artifacts, run an owed hook."""
+    def finish(self) -> Flush:
+        """Training is over: close what is open, move the last artifacts in, arrive at the
+        round (an owed hook runs); what to wait for: everything on the writer's queue."""
         events = self.tracker.finish()
         if self._hook_owed and Event.HOOK not in events:
             events.append(Event.HOOK)
-        self._apply(events, None, closing=True)
-        self._coordinator.flush()
-        self._finisher.after_session(final=True)
-        self._finisher.done()
-        self._coordinator.exports.wait()  # the traces exist, and a hook due after them ran
-        self._finisher.wait()
+        flush = self._apply(events, None)
+        self._slot.flush()
+        self._move_nsys(final=True)
+        due = self._arrive(hook=False) or (flush.due if flush is not None else None)
+        return Flush(self._writer.tail(), due)
 
-    def replaced(self) -> None:
+    def replaced(self) -> Due | None:
         """A re-created profiler took this one's place: it owes no hook and holds none up."""
-        self._finisher.leave(self.profiled_steps)
+        if self._arrived:
+            return None
+        self._arrived = True
+        return self._rounds.leave(self._plan.save_path, self, self.profiled_steps)
 
-    def _apply(self, events: list[Event], step: int | None, closing: bool = False) -> None:
-        """Carry out ``events`` in order. When one is interrupted (Ctrl-C during an export), a
-        hook event after it stays owed: it runs at ``finish`` (``close()`` or exit)."""
+    def _apply(self, events: list[Event], step: int | None) -> Flush | None:
+        """Carry out ``events`` in order. When one is interrupted, a hook event after it stays
+        owed: it runs at ``finish`` (``close()`` or exit)."""
+        flush = None
         for index, event in enumerate(events):
             try:
-                self._carry_out(event, step, closing)
+                flush = self._carry_out(event, step) or flush
             except BaseException:
-                self._hook_owed |= Event.HOOK in events[index:]  # run_hook is idempotent
+                self._hook_owed |= Event.HOOK in events[index:]
                 raise
             if event is Event.HOOK:
                 self._hook_owed = False
+        return flush
 
-    def _carry_out(self, event: Event, step: int | None, closing: bool) -> None:
-        if event is Event.OPEN and self._continuous:
-            assert self._backend is not None
-            self.claim = Claim(self._label(step), self._backend)
-            self._coordinator.claim(self.claim)
+    def _carry_out(self, event: Event, step: int | None) -> Flush | None:
+        if event is Event.OPEN and self._continuous and step is not None:
+            self.claim = self._capture.claim(step)
+            self._slot.claim(self.claim)
         elif event is Event.CLOSE and self.claim is not None:
             claim, self.claim = self.claim, None
-            self._coordinator.release(claim)
-            self._finisher.after_session(final=False)
-        elif event is Event.HOOK:  # every artifact first (at close, the lost ones recorded), then the upload
-            self._coordinator.exports.wait()  # the last traces, written in the background
-            self._finisher.after_session(final=closing)
-            self._finisher.run_hook(self.profiled_steps)
+            self._slot.release(claim)
+            self._move_nsys(final=False)
+        elif event is Event.HOOK:  # every artifact first (the last nsys reports), then the hook
+            self._move_nsys(final=True)
+            until = self._writer.tail()
+            return Flush(until, self._arrive(hook=True))
+        return None
+
+    def _arrive(self, *, hook: bool) -> Due | None:
+        """This role is done with its save_path (handing in its hook when it owes one)."""
+        if self._arrived:
+            return None
+        self._arrived = True
+        return self._rounds.arrive(self._plan.save_path, self, self._plan.hook if hook else None,
+                                   self.profiled_steps)
+
+    def _move_nsys(self, *, final: bool) -> None:
+        """After a capture: have the writer move this process's finished nsys reports in. The
+        final pass (the last profiled step, or close) waits for reports still converting and
+        records those it gave up on; a later pass still moves a late one in (its record then
+        supersedes the loss)."""
+        plan, config = self._plan, self._plan.config
+        if not (plan.traced and config.tool == "nsys" and config.relocate_results):
+            return
+        record_incomplete = final and not self._final_moved
+        self._final_moved |= final
+        source = config.nsys_report_dir or relocate.default_nsys_dir()
+        label = {"role": plan.role, "rank": plan.rank, "world_size": plan.world_size,
+                 "host": plan.label.host, **plan.topology.parallel.coords()}
+        pid = os.getpid()
+
+        def reports() -> list[relocate.Move | relocate.Skip]:
+            if record_incomplete:
+                relocate.wait_converted(source, pid, NSYS_FINAL_WAIT_S)
+            try:
+                names = os.listdir(source)
+            except OSError:
+                return []  # nothing written there (yet): late reports are picked up later
+            return relocate.plan_nsys(names, source_dir=source, pid=pid, label=label,
+                                      time_ms=time.time_ns() // 1_000_000)
+
+        self._writer.submit(MoveJob(plan.save_path, reports, wait_s=NSYS_STOP_WAIT_S,
+                                    record_incomplete=record_incomplete, what="nsys reports"))

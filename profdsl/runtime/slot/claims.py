@@ -9,19 +9,20 @@ import attrs
 
 from profdsl.capture.base import Backend
 from profdsl.collect.export import TraceLabel
-from profdsl.runtime.exports import Exports
-from profdsl.runtime.segment import Segment
+from profdsl.runtime.slot.session import Session
+from profdsl.runtime.writer.writer import Writer
 
 __all__ = ["Claim", "StepClaims"]
 
 
 @attrs.frozen(eq=False)
 class Claim:
-    """A continuous role's hold on the slot: the label of its step trace, its backend, and the
-    thread its step runs on (where its session must start and stop)."""
+    """A continuous role's hold on the slot: the label of its step trace, its backend, whether
+    the role needs a capture of every thread, and the thread its step began on."""
 
     label: TraceLabel
     backend: Backend
+    every_thread: bool = False
     thread: int = attrs.field(factory=threading.get_ident)
 
 
@@ -30,8 +31,8 @@ class StepClaims:
     role's step is still open) but records nothing more: a new thread that happens to get the
     ended thread's ident must not start a second session for that step."""
 
-    def __init__(self, exports: Exports) -> None:
-        self.exports = exports  # where the step segments' traces are finished
+    def __init__(self, writer: Writer) -> None:
+        self.writer = writer  # where the step sessions' traces are finished
         self.claims: list[Claim] = []
         self.ended: set[Claim] = set()
         self.pieces = 0  # parts already written of the step session being cut
@@ -59,23 +60,27 @@ class StepClaims:
         """Thread ``ident`` ended: its claims record nothing more."""
         self.ended.update(c for c in self.claims if c.thread == ident)
 
-    def cut(self, segment: Segment) -> None:
-        """``segment`` (the step session) is cut by a stage: it is written as the next part."""
-        segment.label = attrs.evolve(segment.label, part=self.pieces)
+    def every_thread(self) -> bool:
+        """Whether a live claim needs a capture of every thread."""
+        return any(c.every_thread for c in self.claims if c not in self.ended)
+
+    def cut(self, session: Session) -> None:
+        """``session`` (the step session) is cut by a stage: it is written as the next part."""
+        session.label = attrs.evolve(session.label, part=self.pieces)
         self.pieces += 1
 
-    def next_segment(self) -> Segment | None:
-        """The step segment to open for the live claims (not started), or None."""
+    def next_session(self) -> Session | None:
+        """The step session to open for the live claims (not started), or None."""
         live = [c for c in self.claims if c not in self.ended]
         if not live:
             return None
         if self.name is None:
             self.name = live[0].label
         name = attrs.evolve(self.name, part=self.pieces or None)  # numbered only once cut
-        segment = Segment("step", name, live[0].backend, self.exports, thread=live[0].thread)
+        session = Session("step", name, live[0].backend, self.writer, thread=live[0].thread)
         for claim in self.claims:
-            segment.join(claim.label.role)
-        return segment
+            session.join(claim.label.role)
+        return session
 
     def clear(self) -> None:
         """Forget every claim."""

@@ -1,0 +1,217 @@
+"""A session: one capture of the process's slot, and what its traces are named and described by.
+
+A *step* session records one or more continuous roles' profiled steps (fused roles share it; it
+is named by the first of them and lists them all). A *stage* session records one discrete stage
+(or, scheduled, one trace per recorded mini-batch window). The session keeps the region names it
+saw and, in a step session, which mini-batches of which role and step it recorded, and writes
+them into the trace's ``profdsl`` metadata. Each trace it ends is handed to the writer; a session
+that cannot be ended has its loss recorded there instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from profdsl.capture.base import Backend, Capture, Runner
+from profdsl.collect.export import TraceLabel, pending_trace
+from profdsl.config import Schedule
+from profdsl.core.log import once
+from profdsl.core.schedule import action_at, cycle_of
+from profdsl.runtime.slot.interrupts import held
+from profdsl.runtime.slot.owner import comes_back
+from profdsl.runtime.slot.region_book import RegionBook
+from profdsl.runtime.writer.jobs import ExportJob, RecordJob
+from profdsl.runtime.writer.writer import Writer
+
+__all__ = ["Session"]
+
+
+class Session:
+    """One capture session of this process; ``kind`` is ``"step"`` or ``"stage"``."""
+
+    def __init__(self, kind: str, label: TraceLabel, backend: Backend, writer: Writer,
+                 schedule: Schedule | None = None, *, thread: int | None = None) -> None:
+        self.kind, self.label, self.backend, self.schedule = kind, label, backend, schedule
+        self.writer = writer
+        self.roles: list[str] = [label.role]
+        self.capture: Capture | None = None
+        self.thread = threading.get_ident() if thread is None else thread  # where it starts
+        self.stop_wanted = False  # asked to stop from another thread: its owner stops it
+        self.returns = True  # its owner keeps coming back to profdsl (see slot.owner.comes_back)
+        self.dropped = False  # its loss is recorded: what it still ends is not written
+        self.cut_short: str | None = None  # why it was stopped before its stage ended, if it was
+        self._collecting = True
+        self.book = RegionBook(label.stage, schedule)
+        self.stages = self.book.stages  # the stage names seen (the recorder adds nested ones)
+        self._muted = 0
+        self._open_recorded = 0
+        self._position = 0  # a scheduled stage: the mini-batch torch's schedule is at
+        self._ready: list[tuple[Callable[[str], object], tuple[int, int] | None, int, float, float]] = []
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self, runner: Runner, *, every_thread: bool) -> bool:
+        """Open the capture; False when the backend could not start one."""
+        self.capture = self.backend.open(rank=self.label.rank, schedule=self.schedule,
+                                         describe=self.describe, sink=self.sink, runner=runner,
+                                         every_thread=every_thread)
+        self.returns = every_thread or comes_back()
+        return self.capture is not None
+
+    @property
+    def every_thread(self) -> bool:
+        """Whether its capture records every thread (and may be driven from any)."""
+        return self.capture is not None and self.capture.every_thread
+
+    def owned_here(self) -> bool:
+        """Whether the calling thread may drive this session's capture (start it, step it,
+        pause it, stop it)."""
+        capture = self.capture
+        if capture is not None:
+            return capture.owned_here()
+        return threading.get_ident() == self.thread
+
+    def stop(self) -> None:
+        """Stop the capture and hand its trace to the writer (named by the current label).
+        Ctrl-C is held while torch stops (:mod:`~profdsl.runtime.slot.interrupts`)."""
+        capture, self.capture = self.capture, None
+        if capture is None:
+            return
+        try:
+            with held():
+                capture.stop()
+        finally:
+            self.hand_over()
+
+    def join(self, role: str) -> None:
+        """Another role's step shares this session."""
+        if role not in self.roles:
+            self.roles.append(role)
+            self.label = attrs.evolve(self.label, roles=tuple(self.roles))
+
+    # -- what the DSL tells it --------------------------------------------------------------
+    def note(self, name: str, *, mini_batch: bool) -> None:
+        """A region opened while this session recorded (a stage, or a mini-batch base name)."""
+        self.book.note(name, mini_batch=mini_batch)
+
+    def mini_batch_began(self, recorded: bool) -> None:
+        """A mini-batch of a continuous role began, on the session's owner thread; collection
+        pauses for a left-out one (unless a recorded one is open meanwhile, e.g. on another
+        asyncio task)."""
+        if recorded:
+            self._open_recorded += 1
+        else:
+            self._muted += 1
+        self._apply_collecting()
+
+    def mini_batch_ended(self, role: str, step: int | None, schedule: Schedule | None,
+                         index: int, recorded: bool) -> None:
+        """A mini-batch of a continuous role ended."""
+        if recorded:
+            self._open_recorded -= 1
+            self.book.recorded(role, step, schedule, index)
+        else:
+            self._muted -= 1
+        self._apply_collecting()
+
+    def mini_batch_withdrawn(self, recorded: bool) -> None:
+        """A mini-batch of a continuous role that began was withdrawn (it held nothing): its
+        pause, if it paused collection, ends, and no window lists it."""
+        if recorded:
+            self._open_recorded -= 1
+        else:
+            self._muted -= 1
+        self._apply_collecting()
+
+    def advance(self, index: int) -> None:
+        """A scheduled stage's mini-batch ``index`` ended (on the owner thread): step the
+        capture's schedule."""
+        capture = self.capture
+        if capture is not None and capture.owned_here():
+            try:
+                with held():
+                    capture.advance(index)
+            finally:
+                self._position = index + 1
+                self.hand_over()
+
+    def continued(self, name: str) -> None:
+        """A region named ``name`` was reopened (closed around a schedule step, a ``yield`` or
+        an ``await``): when the session records it, the trace's ``regions.continued`` counts it,
+        so that readers count one entry, not one per piece."""
+        if self.kind == "step":
+            recording, cycle = self._collecting, None
+        elif self.schedule is None:
+            recording, cycle = True, None
+        else:
+            recording = action_at(self.schedule, self._position).records
+            cycle = cycle_of(self.schedule, self._position)
+        if recording:
+            self.book.continued(name, cycle)
+
+    def _apply_collecting(self) -> None:
+        capture = self.capture
+        want = not (self._muted > 0 and self._open_recorded == 0)
+        if capture is not None and capture.pausable and want != self._collecting and capture.owned_here():
+            self._collecting = want
+            capture.set_collecting(want)
+
+    # -- what the capture asks --------------------------------------------------------------
+    def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
+        """The trace's ``profdsl`` metadata."""
+        label = self.label
+        return {
+            "role": label.role, "roles": list(self.roles), "stage": label.stage, "step": label.step,
+            "rank": label.rank, "world_size": label.world_size,
+            "window": list(window) if window else None, "windows": self.book.windows(),
+            "config_hash": label.config_hash, "host": label.host, "pid": label.pid,
+            "regions": self.book.regions(window),
+            "parallel": label.parallel.coords(), "parallel_sizes": label.parallel.sizes(),
+        }
+
+    def sink(self, write: Callable[[str], object], window: tuple[int, int] | None,
+             time_ms: int, blocked_s: float = 0.0) -> None:
+        """A trace is ready (called inside the capture's stop or schedule step): noted, to be
+        handed to the writer once torch is done (:meth:`hand_over`). ``write(path)`` has torch
+        write its events; ``blocked_s``: how long the capture held up its thread for it."""
+        self._ready.append((write, window, time_ms, blocked_s, time.perf_counter()))
+
+    def hand_over(self) -> None:
+        """Hand the ready traces to the writer, each after waiting for an export slot (at most
+        ``export_timeout_s``; the trace goes when the wait runs out, and the rest without
+        waiting when an interrupt cuts it short, then the interrupt goes on)."""
+        ready, self._ready = self._ready, []
+        label, interrupt = self.label, None
+        for write, window, time_ms, blocked_s, noted in ready:
+            if self.dropped:
+                break  # recorded lost already (its owner came back after close() or exit)
+            if interrupt is None:
+                try:
+                    if not self.writer.wait_below("export", label.export.in_flight, label.export.timeout_s):
+                        once("export-slots", logging.WARNING, "profdsl: every export slot stayed busy "
+                             "for %gs; the next trace is handed over anyway", label.export.timeout_s)
+                except BaseException as exc:
+                    interrupt = exc
+            extra: dict[str, object] = {"windows": self.book.windows()} if self.kind == "step" else {}
+            if self.cut_short:
+                extra["note"] = f"stopped early: {self.cut_short}"
+            extra["blocked_ms"] = round((blocked_s + time.perf_counter() - noted) * 1000, 3)
+            pending = pending_trace(write, label, window=window, time_ms=time_ms, extra=extra)
+            self.writer.submit(ExportJob(pending))
+        if interrupt is not None:
+            raise interrupt
+
+    def lost(self, reason: str) -> None:
+        """The session cannot be ended here: record that its trace is lost, and why; what its
+        owner still ends later is not written."""
+        self.dropped = True
+        label = attrs.evolve(self.label, roles=tuple(self.roles))
+        once(f"session-lost:{label.save_path}", logging.ERROR,
+             "[profdsl rank %s] the %s trace of step %s is lost: %s", label.rank, label.role,
+             label.step, reason)
+        self.writer.submit(RecordJob(label.save_path, label.loss("failed", f"lost: {reason}")))

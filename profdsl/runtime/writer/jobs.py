@@ -1,0 +1,102 @@
+"""The writer's jobs but the finish hook's (:mod:`profdsl.runtime.writer.hook`): finishing a
+trace, appending a record, moving other tools' files in. Each commits through the writer's
+:class:`~profdsl.runtime.writer.writer.Pen` and, when given up, records its own loss."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from profdsl.collect import relocate
+from profdsl.collect.export import PendingTrace, finish
+from profdsl.collect.manifest import append_record
+from profdsl.core.log import once
+from profdsl.runtime.writer.writer import Pen
+
+__all__ = ["ExportJob", "MoveJob", "RecordJob"]
+
+#: How long a wait for a record or a move's bookkeeping may last (a disk that stops answering).
+RECORD_BUDGET_S = 60.0
+
+
+class ExportJob:
+    """Finish one trace (:func:`profdsl.collect.export.finish`): torch's events written (when the
+    session handed them over unwritten), spliced, compressed, checked, renamed, recorded."""
+
+    kind = "export"
+
+    def __init__(self, pending: PendingTrace) -> None:
+        self.pending = pending
+        self.budget_s = pending.label.export.timeout_s
+
+    def run(self, pen: Pen) -> None:
+        try:
+            finish(self.pending, commit=pen.commit, waited=pen.waited)
+        except BaseException as exc:  # finish raises only what is no Exception; never here
+            once("export-thread", logging.ERROR, "profdsl: finishing a trace failed: %r", exc)
+
+    def revoke(self, pen: Pen) -> None:
+        """Given up at exit: recorded ``incomplete``, naming torch's events file when it exists."""
+        pending = self.pending
+        label = pending.label
+        once(f"export-given-up:{label.save_path}", logging.ERROR,
+             "[profdsl rank %s] the %s trace of step %s was still being written when the process "
+             "exited", label.rank, label.role, label.step)
+        if not label.manifest:
+            return
+        kept = {"events": os.path.basename(pending.events)} if os.path.exists(pending.events) else {}
+        record = label.loss("incomplete", "still being written in the background when the process exited",
+                            **kept, **pending.fields())
+        pen.commit(lambda: append_record(label.save_path, record))
+
+
+class RecordJob:
+    """Append one manifest record."""
+
+    kind = "record"
+    budget_s = RECORD_BUDGET_S
+
+    def __init__(self, save_path: str, record: dict[str, Any]) -> None:
+        self.save_path, self.record = save_path, record
+
+    def run(self, pen: Pen) -> None:
+        pen.commit(lambda: append_record(self.save_path, self.record))
+
+    def revoke(self, pen: Pen) -> None:
+        """A record whose write hung (a disk that stops answering) cannot be written either."""
+        once("record-given-up", logging.ERROR, "profdsl: a manifest record of %s could not be written "
+             "before the process exited", self.save_path)
+
+
+#: ``plan()``: what to move, decided when the job runs (after the files' writers are done).
+Plan = Callable[[], Sequence["relocate.Move | relocate.Skip"]]
+
+
+class MoveJob:
+    """Move other tools' files into save_path (:func:`profdsl.collect.relocate.apply`), each
+    waited for until complete, at most ``wait_s``; records one record per file."""
+
+    kind = "move"
+
+    def __init__(self, save_path: str, plan: Plan, *, wait_s: float, record_incomplete: bool,
+                 what: str) -> None:
+        self.save_path, self._plan, self.wait_s = save_path, plan, wait_s
+        self.record_incomplete, self.what = record_incomplete, what
+        self.budget_s = wait_s + RECORD_BUDGET_S
+
+    def run(self, pen: Pen) -> None:
+        try:
+            plan = self._plan()
+            relocate.apply(plan, self.save_path, wait_s=self.wait_s,
+                           record_incomplete=self.record_incomplete, commit=pen.commit)
+        except Exception as exc:
+            once(f"move:{self.what}", logging.ERROR, "profdsl: moving %s into %s failed: %s",
+                 self.what, self.save_path, exc)
+
+    def revoke(self, pen: Pen) -> None:
+        """Given up at exit: the files not moved yet stay where their tool wrote them."""
+        once(f"move-given-up:{self.what}", logging.ERROR, "profdsl: moving %s into %s was given up "
+             "when the process exited; what was not moved stays where it was written", self.what,
+             self.save_path)

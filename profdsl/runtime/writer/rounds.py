@@ -1,0 +1,126 @@
+"""When the finish hook is owed: one *round* per process and save_path.
+
+A round gathers who may still add an artifact to a save_path:
+
+- its *members*: the roles (profilers) writing there; each *arrives* after its last profiled
+  step (or at ``close``), handing in its :class:`~profdsl.runtime.writer.hook.HookPlan` if this
+  rank runs a hook;
+- its *open sessions*: capture sessions started and not yet handed to the writer (a discrete
+  stage still open on another thread, a session whose stop waits for its owner thread); each is
+  *released* once its trace is handed over or its loss recorded.
+
+When every member has arrived and no session is open, the round submits its
+:class:`~profdsl.runtime.writer.hook.HookJob` to the writer, behind every trace handed over
+before: the hook runs after the last artifact of the round, in whatever order those events came.
+A member or session that comes after the hook was submitted opens a new round, whose hook runs
+again after its own artifacts (a trainer that re-creates its profilers).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Iterable
+
+import attrs
+
+from profdsl.runtime.writer.hook import HookJob, HookPlan
+from profdsl.runtime.writer.writer import Writer
+
+__all__ = ["Due", "HookRounds"]
+
+
+@attrs.frozen
+class Due:
+    """A hook just submitted: its job, and the ticket to wait for it with."""
+
+    job: HookJob
+    ticket: object
+
+
+class _Round:
+    def __init__(self) -> None:
+        self.members: weakref.WeakSet[object] = weakref.WeakSet()
+        self.arrived: weakref.WeakSet[object] = weakref.WeakSet()
+        self.sessions: set[object] = set()
+        self.plans: list[HookPlan] = []
+        self.steps: set[int] = set()
+        self.submitted = False
+
+    def complete(self) -> bool:
+        return not self.submitted and not self.sessions and all(m in self.arrived for m in self.members)
+
+
+class HookRounds:
+    """Per save_path: who may still write there, and the hook owed when all are done."""
+
+    def __init__(self, writer: Writer) -> None:
+        self._writer = writer
+        self._lock = threading.Lock()
+        self._rounds: dict[str, _Round] = {}
+
+    @staticmethod
+    def key(save_path: str) -> str:
+        """Which save_paths are one (the same folder through any path)."""
+        return os.path.realpath(save_path)
+
+    def _round(self, save_path: str, *, joining: bool) -> _Round:
+        key = self.key(save_path)
+        current = self._rounds.get(key)
+        if current is None or (joining and current.submitted):
+            current = self._rounds[key] = _Round()
+        return current
+
+    def join(self, save_path: str, member: object) -> None:
+        """``member`` (a role) may write into ``save_path``: the hook waits for it."""
+        with self._lock:
+            self._round(save_path, joining=True).members.add(member)
+
+    def arrive(self, save_path: str, member: object, plan: HookPlan | None,
+               steps: Iterable[int] = ()) -> Due | None:
+        """``member`` is done with ``save_path`` after profiling ``steps``; ``plan`` is its hook,
+        if this rank runs one. Returns the hook when this arrival made it due."""
+        with self._lock:
+            current = self._round(save_path, joining=False)
+            current.arrived.add(member)
+            current.steps.update(steps)
+            if plan is not None:
+                current.plans.append(plan)
+            return self._submit_if_due(current)
+
+    def leave(self, save_path: str, member: object, steps: Iterable[int] = ()) -> Due | None:
+        """``member`` was replaced (a profiler re-created for its role): the hook no longer waits
+        for it and it owes none, but the steps it profiled are still the round's."""
+        with self._lock:
+            current = self._round(save_path, joining=False)
+            current.members.discard(member)
+            current.steps.update(steps)
+            return self._submit_if_due(current)
+
+    def hold(self, save_path: str, session: object) -> None:
+        """A capture session writing into ``save_path`` started: the hook waits for it."""
+        with self._lock:
+            self._round(save_path, joining=True).sessions.add(session)
+
+    def release(self, save_path: str, session: object) -> Due | None:
+        """``session``'s trace was handed to the writer (or its loss recorded)."""
+        with self._lock:
+            current = self._rounds.get(self.key(save_path))
+            if current is None or session not in current.sessions:
+                return None
+            current.sessions.discard(session)
+            return self._submit_if_due(current)
+
+    def _submit_if_due(self, current: _Round) -> Due | None:
+        """Under the lock: submit the round's hook when it is complete and one is owed."""
+        if not current.complete() or not current.plans:
+            return None
+        current.submitted = True
+        job = HookJob(current.plans, sorted(current.steps))
+        return Due(job, self._writer.submit(job))
+
+    def clear(self) -> None:
+        """Forget every save_path (tests; a forked child owes its parent's hooks nothing)."""
+        self._lock = threading.Lock()
+        self._rounds = {}
