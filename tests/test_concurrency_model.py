@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import queue
-import signal
 import subprocess
 import sys
 import textwrap
@@ -25,12 +24,12 @@ from typing import Any
 
 import pytest
 
-from profdsl import FinishHook, Metrics, Profiler, TorchOptions, profile_stage
+from profdsl import FinishHook, Metrics, Profiler, profile_stage
 from profdsl.collect import manifest
 from profdsl.manifest import read_manifest
 
 from .profiling import config, torch_profiler_running, work
-from .traces import names, parsed, trace_files
+from .traces import names, parsed
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]

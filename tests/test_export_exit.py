@@ -80,14 +80,31 @@ def test_interpreter_exit_records_the_pending_export_incomplete_before_the_hook(
 
 
 def test_hard_exit_leaves_the_events_and_check_names_them(tmp_path: Path) -> None:
-    result = run(tmp_path, "os._exit(0)\n")  # no atexit, no record: only the files tell
+    """A hard exit while a mid-run trace is being finished: nothing is recorded; torch's events
+    are left, and ``check`` names them and the process that left them."""
+    result = run(tmp_path, """
+        import glob
+        config2 = ProfilerConfig(enable=True, steps=[2, 3], save_path=save,
+                                 torch=TorchOptions(contents=["cpu"]))
+        again = Profiler(config2, role="ref", rank=0, world_size=1)
+        again.start(2)
+        with profile_stage("update_actor"):
+            work()
+        again.stop()  # a mid-run step: its export goes on in the background, and hangs
+        while len(glob.glob(os.path.join(save, ".profdsl-tmp-*.json"))) < 2:
+            time.sleep(0.05)  # both traces' events are on disk
+        os._exit(0)  # no atexit, no record for the mid-run trace: only the files tell
+    """)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert not [r for r in read_manifest(tmp_path) if r["kind"] == "trace"]
+    # The prelude's last step gave its hung export up (recorded) for the hook; ref's is unrecorded.
+    [given_up] = [r for r in read_manifest(tmp_path) if r["kind"] == "trace"]
+    assert (given_up["role"], given_up["status"]) == ("actor", "incomplete")
     kept = events_left(tmp_path)
-    assert len(kept) == 1 and holds_the_stage(kept[0])
+    assert len(kept) == 2 and all(holds_the_stage(k) for k in kept)
+    [unrecorded] = [k for k in kept if k.name != given_up["events"]]
     check = subprocess.run([sys.executable, "-m", "profdsl", "check", str(tmp_path)],
                            capture_output=True, text=True, timeout=120)
     assert check.returncode == 1
-    pid = kept[0].name.split("-")[2]
-    assert f"{kept[0].name}: torch's events of a trace still being exported when process {pid} ended" \
+    pid = unrecorded.name.split("-")[2]
+    assert f"{unrecorded.name}: torch's events of a trace still being exported when process {pid} ended" \
         in check.stdout

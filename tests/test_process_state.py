@@ -131,3 +131,34 @@ def test_process_state_lives_behind_one_object() -> None:
                 if call in stateful_calls or (container and not name.isupper()):
                     offenders.append(f"{path.relative_to(root)}:{node.lineno} {name}")
     assert offenders == [], offenders
+
+
+def test_runtime_imports_form_no_circle() -> None:
+    """The runtime's modules import one another without a circle (at import time; imports for
+    type checking only do not count): each layer of the concurrency model stands on the ones
+    below it."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    graph: dict[str, set[str]] = {}
+    for path in (root / "profdsl" / "runtime").rglob("*.py"):
+        module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        imported = set()
+        for node in ast.parse(path.read_text()).body:  # top level: TYPE_CHECKING blocks are `if`s
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("profdsl.runtime"):
+                imported.add(node.module)
+        graph[module] = imported
+    circles, done = [], set()
+
+    def visit(module: str, trail: tuple[str, ...]) -> None:
+        for target in sorted(graph.get(module, ())):
+            if target in trail:
+                circles.append(trail[trail.index(target):] + (target,))
+            elif target in graph and target not in done:
+                visit(target, (*trail, target))
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, (module,))
+    assert circles == []

@@ -64,12 +64,14 @@ class Backend(Protocol):
     Attributes:
         tool: ``"torch"`` or ``"nsys"``.
         all_threads: every capture is to record every thread (``TorchOptions.all_threads``).
-        every_thread_possible: captures of every thread can be had (torch >= 2.7).
     """
 
     tool: str
     all_threads: bool
-    every_thread_possible: bool
+
+    @property
+    def every_thread_possible(self) -> bool:
+        """Whether captures of every thread can be had."""
 
     def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
              runner: Runner, every_thread: bool = False) -> Capture | None:

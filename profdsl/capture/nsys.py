@@ -62,7 +62,11 @@ class NsysBackend:
 
     tool = "nsys"
     all_threads = False
-    every_thread_possible = False  # a range covers every thread already: none is asked for
+
+    @property
+    def every_thread_possible(self) -> bool:
+        """A range covers every thread already: none is asked for."""
+        return False
 
     def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
              runner: Runner, every_thread: bool = False) -> NsysSession:

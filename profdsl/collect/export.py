@@ -198,7 +198,8 @@ def finish(pending: PendingTrace, *, commit: Commit[Any] = direct,
         compress_trace(pending.events, packed, pending.header, level=label.export.level)
     except BaseException as exc:
         _remove_quietly(packed)
-        return _failed(pending, exc, commit)
+        _failed(pending, exc, commit)
+        return None
 
     def place() -> str:
         final = reserve(label.save_path, pending.name()).format()
@@ -218,10 +219,11 @@ def finish(pending: PendingTrace, *, commit: Commit[Any] = direct,
         return path
 
     try:
-        path = commit(place)
+        path: str | None = commit(place)
     except BaseException as exc:
         _remove_quietly(packed)
-        return _failed(pending, exc, commit)
+        _failed(pending, exc, commit)
+        return None
     if path is None:  # refused: given up; the events stay, named by the loss record
         _remove_quietly(packed)
         return None
@@ -257,7 +259,6 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
     commit(record)
     if interrupted:
         raise exc
-    return None
 
 
 def _remove_quietly(path: str) -> None:

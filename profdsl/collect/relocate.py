@@ -11,6 +11,7 @@ dead until it changes: later passes neither wait for it nor record it again.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import shutil
@@ -212,11 +213,11 @@ def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float, record_
                 continue
             record = _unmoved(item, "incomplete", "still being written")
         else:
-            moved = commit(lambda item=item: _recorded(save_path, _move(item, save_path)))
+            moved = commit(functools.partial(_moved, save_path, item))
             if moved is not None:
                 records.append(moved)
             continue
-        if commit(lambda record=record: _recorded(save_path, record)) is not None:
+        if commit(functools.partial(_recorded, save_path, record)) is not None:
             records.append(record)
     return records
 
@@ -224,6 +225,11 @@ def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float, record_
 def _recorded(save_path: str, record: dict[str, Any]) -> dict[str, Any]:
     append_record(save_path, record)
     return record
+
+
+def _moved(save_path: str, move: Move) -> dict[str, Any]:
+    """Move one file in and record it (one commit: no file without its record)."""
+    return _recorded(save_path, _move(move, save_path))
 
 
 def _unmoved(item: Move | Skip, status: str, reason: str) -> dict[str, Any]:

@@ -101,10 +101,10 @@ class TorchOptions(_Mappable):
     ``contents`` is empty or names ``"cuda"``; ``"stack"``, ``"shapes"`` and ``"memory"`` switch on
     ``with_stack``, ``record_shapes`` and ``profile_memory``.
 
-    A session records the thread that starts it (torch's default). ``all_threads=True`` runs
-    sessions on a dedicated thread with torch's experimental ``profile_all_threads`` (torch >= 2.7),
-    so that start, stop and stages may come from any threads; it intermittently crashed the process
-    in profdsl's tests on torch 2.13, hence off by default.
+    A session records the thread that owns it (docs/architecture.md): the thread that starts it,
+    or, for a continuous step begun on a pool thread or a role seen working on other threads,
+    every thread (torch's ``profile_all_threads``, torch >= 2.7, on profdsl's session thread).
+    ``all_threads=True`` makes every session record every thread.
 
     ``compress_level`` is the gzip level of the traces written (1 fastest .. 9 smallest), or 0
     for plain JSON (``.pt.trace.json`` instead of ``.pt.trace.json.gz``); the default 1 is

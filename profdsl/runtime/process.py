@@ -54,23 +54,25 @@ class Process:
 
     def settle(self, until: object | None, due: Due | None, *, hook: bool) -> None:
         """Wait until the writer is through what the caller needs: the jobs up to ``until``,
-        then, with ``hook``, the hook ``due``. Each wait is bounded by the jobs' own budgets;
-        when the exports before a due hook run out of time they are given up (recorded
-        ``incomplete``), so that the hook runs now. An interrupt while waiting stops the hooks
-        on the writer (their commands killed, recorded ``interrupted``) and goes on."""
+        then, with ``hook``, the hook ``due``. The traces being finished are waited for up to
+        their ``export_timeout_s``; when a hook is due and they run out of time, they are given
+        up (recorded ``incomplete``), so that the hook runs now, bounded by its ``timeout_s``.
+        An interrupt while waiting stops the hooks on the writer (their commands killed,
+        recorded ``interrupted``) and goes on."""
         writer = self.writer
         try:
-            if due is not None and hook:
-                ticket = due.ticket
-                if writer.wait(ticket, timeout=writer.budget(ticket)):  # type: ignore[arg-type]
+            target = due.ticket if due is not None and hook else until
+            if target is None:
+                return
+            if not writer.wait_kind("export", timeout=writer.budget_of("export")):
+                if due is None or not hook:
+                    logger.warning("profdsl: the last profiled step's traces are still being "
+                                   "written; they go on in the background")
                     return
-                if writer.give_up():
-                    logger.error("profdsl: traces still being written when the finish hook was due "
-                                 "were given up (recorded incomplete); the hook runs now")
-                    writer.wait(ticket, timeout=RECORD_BUDGET_S + due.job.budget_s)  # type: ignore[arg-type]
-            elif until is not None and not writer.wait(until, timeout=writer.budget(until)):  # type: ignore[arg-type]
-                logger.warning("profdsl: the last profiled step's traces are still being written; "
-                               "they go on in the background")
+                writer.give_up()
+                logger.error("profdsl: traces still being written when the finish hook was due "
+                             "were given up (recorded incomplete); the hook runs now")
+            writer.wait(target, timeout=writer.budget(target))  # type: ignore[arg-type]
         except BaseException as exc:
             stop_hooks(writer, f"{type(exc).__name__} while waiting for the finish hook")
             raise
@@ -78,10 +80,10 @@ class Process:
     def exit(self) -> None:
         """At interpreter exit, in order: close every profiler not yet closed (their hooks run);
         record the session that cannot be ended here (its owner thread never came back); let
-        the writer finish, bounded by the exports' ``export_timeout_s``, then give up the
-        exports still going (recorded ``incomplete``) and let it record and run what is left
-        (the hooks, bounded by their ``timeout_s``: a hook's process group is killed then, and
-        recorded). An interrupt meanwhile gives up everything, recorded, and goes on."""
+        the writer finish the traces, bounded by their ``export_timeout_s``, then give up those
+        still going (recorded ``incomplete``) and let it record and run what is left (the hooks,
+        bounded by their ``timeout_s``: a hook's process group is killed then, and recorded).
+        An interrupt meanwhile stops the hooks and gives up everything, recorded, and goes on."""
         writer = self.writer
         try:
             for profiler in list(self.live):
@@ -93,9 +95,11 @@ class Process:
                 self.slot.abandon("the process exited")
             except Exception as exc:
                 logger.error("profdsl: stopping the last session at exit failed: %s", exc)
-            if not writer.wait(timeout=writer.budget()) and writer.give_up():
-                if not writer.wait(timeout=writer.budget()) and writer.give_up(_ALL):
-                    writer.wait(timeout=RECORD_BUDGET_S)
+            if not writer.wait_kind("export", timeout=writer.budget_of("export")):
+                writer.give_up()
+            if not writer.wait(timeout=writer.budget()):
+                writer.give_up(_ALL)
+                writer.wait(timeout=RECORD_BUDGET_S)
         except BaseException as exc:
             stop_hooks(writer, f"{type(exc).__name__} while the process exited")
             writer.give_up(_ALL)  # what is still going is recorded lost

@@ -19,13 +19,12 @@ from typing import Any
 
 __all__ = ["held"]
 
-_depth = threading.local()
-
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
-    """Hold SIGINT for the block (on the main thread; elsewhere no signal can land)."""
-    if threading.current_thread() is not threading.main_thread() or getattr(_depth, "n", 0):
+    """Hold SIGINT for the block (on the main thread; elsewhere no signal can land). Nested, the
+    inner block hands a held signal to the outer one, which delivers it."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[FrameType | None] = []
@@ -38,11 +37,9 @@ def held() -> Iterator[None]:
     except (ValueError, OSError, TypeError):  # not the main interpreter, or shutting down
         yield
         return
-    _depth.n = 1
     try:
         yield
     finally:
-        _depth.n = 0
         signal.signal(signal.SIGINT, previous)
         if caught:
             _deliver(previous, caught[0])

@@ -10,6 +10,7 @@ interrupted (Ctrl-C) has the command's process group killed and the run recorded
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Mapping
@@ -73,7 +74,7 @@ class HookJob:
     def _skips(self, pen: Pen) -> None:
         skipped = finish_hook.HookResult("skipped", error="already ran in this process for this save_path")
         for plan in self.plans[1:]:
-            pen.commit(lambda plan=plan: finish_hook.record(plan.save_path, skipped, **plan.fields(self.steps)))
+            pen.commit(functools.partial(finish_hook.record, plan.save_path, skipped, **plan.fields(self.steps)))
 
     def stop(self, reason: str) -> None:
         """Kill the command's process group (within ``ABORT_POLL_S``); the run is recorded

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from profdsl.collect import relocate
-from profdsl.collect.export import PendingTrace, finish
+from profdsl.collect.export import PendingTrace, finish, write_events
 from profdsl.collect.manifest import append_record
 from profdsl.core.log import once
 from profdsl.runtime.writer.writer import Pen
@@ -30,25 +30,37 @@ class ExportJob:
     def __init__(self, pending: PendingTrace) -> None:
         self.pending = pending
         self.budget_s = pending.label.export.timeout_s
+        self.started = False
 
     def run(self, pen: Pen) -> None:
+        self.started = True
         try:
             finish(self.pending, commit=pen.commit, waited=pen.waited)
         except BaseException as exc:  # finish raises only what is no Exception; never here
             once("export-thread", logging.ERROR, "profdsl: finishing a trace failed: %r", exc)
 
     def revoke(self, pen: Pen) -> None:
-        """Given up at exit: recorded ``incomplete``, naming torch's events file when it exists."""
+        """Given up: recorded ``incomplete``, naming torch's events file, which is written first
+        (by this thread) when the job never began: the trace is kept as plain JSON."""
         pending = self.pending
         label = pending.label
+        if not self.started and pending.write is not None:
+            try:
+                pending = write_events(pending)
+            except Exception as exc:
+                once(f"export-events:{label.save_path}", logging.ERROR,
+                     "[profdsl rank %s] could not write torch's events of a given-up trace: %s",
+                     label.rank, exc)
         once(f"export-given-up:{label.save_path}", logging.ERROR,
-             "[profdsl rank %s] the %s trace of step %s was still being written when the process "
-             "exited", label.rank, label.role, label.step)
+             "[profdsl rank %s] the %s trace of step %s was still being written after %gs, when the "
+             "finish hook or the exit could wait no longer; its events are kept as plain JSON",
+             label.rank, label.role, label.step, label.export.timeout_s)
         if not label.manifest:
             return
         kept = {"events": os.path.basename(pending.events)} if os.path.exists(pending.events) else {}
-        record = label.loss("incomplete", "still being written in the background when the process exited",
-                            **kept, **pending.fields())
+        why = (f"still being written in the background after export_timeout_s ({label.export.timeout_s:g}s), "
+               "when the finish hook or the process exit could wait no longer")
+        record = label.loss("incomplete", why, **kept, **pending.fields())
         pen.commit(lambda: append_record(label.save_path, record))
 
 

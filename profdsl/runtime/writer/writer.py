@@ -147,16 +147,29 @@ class Writer:
         to the jobs it waited for (:meth:`waited`)."""
         with self._cond:
             target = ticket if ticket is not None else (self._queue[-1] if self._queue else self._running)
-            if target is None or target.done.is_set():
-                return True
-            me = threading.get_ident()
+        if target is None:
+            return True
+        return self._waiting(target.done.is_set, timeout)
+
+    def wait_kind(self, kind: str, *, timeout: float) -> bool:
+        """Wait until no job of ``kind`` is queued or running, at most ``timeout`` seconds."""
+        return self._waiting(lambda: self.in_flight(kind) == 0, timeout)
+
+    def _waiting(self, done: Callable[[], bool], timeout: float) -> bool:
+        if done():
+            return True
+        me = threading.get_ident()
+        with self._cond:
             self._waiters.setdefault(me, time.perf_counter())
         deadline = time.monotonic() + timeout
         try:
-            # In slices: a signal delivered to another thread is seen here within one.
-            while not target.done.wait(min(_SLICE_S, max(0.0, deadline - time.monotonic()))):
-                if time.monotonic() >= deadline:
-                    return False
+            with self._cond:
+                # In slices: a signal delivered to another thread is seen here within one.
+                while not done():
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._cond.wait(min(_SLICE_S, remaining))
             return True
         finally:
             with self._cond:
@@ -184,6 +197,10 @@ class Writer:
             for entry in entries:
                 longest[entry.job.kind] = max(longest.get(entry.job.kind, 0.0), entry.job.budget_s)
             return sum(longest.values())
+
+    def budget_of(self, kind: str) -> float:
+        """The longest ``budget_s`` of the jobs of ``kind`` queued or running."""
+        return max((job.budget_s for job in self.jobs(kind)), default=0.0)
 
     # -- giving up --------------------------------------------------------------------------
     def give_up(self, kinds: frozenset[str] = frozenset({"export"})) -> int:
@@ -232,7 +249,7 @@ class Writer:
                         self._running = None
                     if self.generation == generation:
                         entry.done.set()
-                    self._cond.notify_all()
+                    self._cond.notify_all()  # waiters look again
 
     # -- tests and fork ---------------------------------------------------------------------
     def forget(self) -> None:
@@ -258,7 +275,7 @@ class _Revoked:
             once("writer-revoke", logging.ERROR, "profdsl: recording a given-up %s failed: %r",
                  self._entry.job.kind, exc)
         finally:
-            self._entry.done.set()
+            self._entry.done.set()  # the writer's loop notifies the waiters when this job ends
 
     def revoke(self, pen: Pen) -> None:
         self.run(pen)
