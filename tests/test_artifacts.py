@@ -139,7 +139,10 @@ class TestNsysWithProfiler:
     cannot run on a CPU machine: the report files are written the way Ray's nsight plugin names
     them)."""
 
-    def test_reports_moved_late_ones_at_close(self, tmp_path: Path) -> None:
+    def test_reports_moved_late_ones_at_close(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from profdsl.runtime import steps
+
+        monkeypatch.setattr(steps, "NSYS_FINAL_WAIT_S", 0.3)  # how long the last step waits for nsys
         nsight = tmp_path / "nsight"
         nsight.mkdir()
         pid = os.getpid()
@@ -150,6 +153,7 @@ class TestNsysWithProfiler:
         (nsight / f"worker_process_{pid + 1}.nsys-rep").write_bytes(b"another process")
         with profiler.step(1), profile_stage("s"):
             pass
+        assert profiler.process.writer.wait(timeout=60)  # the writer moves them in the background
         moved = [r for r in read_manifest(tmp_path / "save") if r["kind"] == "nsys"]
         assert [(r["status"], r["rank"]) for r in moved] == [("ok", 0)]
         (nsight / f"worker_process_{pid}.2.qdstrm").write_bytes(b"converting")

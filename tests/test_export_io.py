@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from profdsl.analysis.reader import header
-from profdsl.collect.export import TraceLabel, finish, write_events
+from profdsl.collect.export import TraceLabel, finish, pending_trace
 from profdsl.manifest import MANIFEST_NAME, read_manifest
 
 from .traces import load, names, trace_files
@@ -50,9 +50,8 @@ def _label(save_path: Path, **kwargs: Any) -> TraceLabel:
 
 
 def export_trace(write: Any, label: TraceLabel, **kwargs: Any) -> str | None:
-    """Both steps of a trace's export in turn, as the background exports run them."""
-    pending = write_events(write, label, **kwargs)
-    return None if pending is None else finish(pending)
+    """A trace's export, as the writer runs it: torch's write of the events, then the rest."""
+    return finish(pending_trace(write, label, **kwargs))
 
 
 def _writer(content: bytes, header: dict[str, Any] | None = None) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from profdsl.core.log import ONCE, OnceLog, logger
@@ -85,6 +86,8 @@ class Process:
         bounded by their ``timeout_s``: a hook's process group is killed then, and recorded).
         An interrupt meanwhile stops the hooks and gives up everything, recorded, and goes on."""
         writer = self.writer
+        if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):  # died on Ctrl-C
+            stop_hooks(writer, "KeyboardInterrupt: the interpreter exited while the hook ran")
         try:
             for profiler in list(self.live):
                 try:

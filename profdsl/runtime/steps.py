@@ -53,7 +53,7 @@ class StepSessions:
         self._continuous = capture.selected and not plan.config.discrete
         self._hook_owed = False  # the hook event was interrupted before it was carried out
         self._arrived = not plan.member  # a step clock never holds up another role's hook
-        self._final_moved = False
+        self._waited = False  # a final nsys pass waited for conversions already
         if plan.member:
             rounds.join(plan.save_path, self)
 
@@ -132,23 +132,24 @@ class StepSessions:
                                    self.profiled_steps)
 
     def _move_nsys(self, *, final: bool) -> None:
-        """After a capture: have the writer move this process's finished nsys reports in. The
-        final pass (the last profiled step, or close) waits for reports still converting and
-        records those it gave up on; a later pass still moves a late one in (its record then
-        supersedes the loss)."""
+        """After a capture: have the writer move this process's finished nsys reports in. A
+        final pass (the last profiled step, and close) waits for reports still converting and
+        records those it gave up on (once: an unchanged report recorded so is not waited for
+        again); a later pass still moves a late one in (its record then supersedes the loss)."""
         plan, config = self._plan, self._plan.config
         if not (plan.traced and config.tool == "nsys" and config.relocate_results):
             return
-        record_incomplete = final and not self._final_moved
-        self._final_moved |= final
+        record_incomplete = final
+        wait_s = NSYS_FINAL_WAIT_S if final and not self._waited else 0.0  # once: at the first final pass
+        self._waited |= final
         source = config.nsys_report_dir or relocate.default_nsys_dir()
         label = {"role": plan.role, "rank": plan.rank, "world_size": plan.world_size,
                  "host": plan.label.host, **plan.topology.parallel.coords()}
         pid = os.getpid()
 
         def reports() -> list[relocate.Move | relocate.Skip]:
-            if record_incomplete:
-                relocate.wait_converted(source, pid, NSYS_FINAL_WAIT_S)
+            if wait_s:
+                relocate.wait_converted(source, pid, wait_s)
             try:
                 names = os.listdir(source)
             except OSError:
