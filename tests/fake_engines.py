@@ -141,7 +141,7 @@ class FakeAsyncLLM(FakeVllmLLM):
                                 f"{head}{socket.gethostname()}_{os.getpid()}.async_llm")
             write_trace(f"{name}.{time.time_ns()}.pt.trace.json.gz", "PyTorch Profiler (0)")
             with open(f"{name}.profiler_out.txt", "w") as f:
-                f.write("Name  Self CPU %  Self CPU\n")
+                f.write("\n")  # its table is empty: the front end runs no operator
 
 
 #: What SGLang's ``Engine`` raises (``RuntimeError``, from the scheduler's ``ProfileReqOutput``).
