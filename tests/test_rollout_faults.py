@@ -279,3 +279,16 @@ class TestFakeFollowsSGLang:
         assert fake.in_progress
         fake.generate(2)
         assert not fake.in_progress and len(list(tmp_path.iterdir())) == 1
+
+
+def test_http_handle_pickles(tmp_path: Path) -> None:
+    """An HTTP handle can be shipped (to a Ray actor, say) and still drives the server."""
+    import pickle
+
+    cfg = config(tmp_path, max_iterations=0)
+    with FakeSGLangServer(tp=1) as server:
+        handle = SGLangHttpEngine(server.url, sglang_profile_request(cfg, 0) or {}, timeout_s=30)
+        copy = pickle.loads(pickle.dumps(handle))
+        copy.start_profile("step1-replica0")
+        copy.stop_profile()
+        assert server.engine.calls == ["start", "stop"]

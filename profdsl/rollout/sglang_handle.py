@@ -56,6 +56,16 @@ class SGLangHandle:
         self._prefix: str | None = None
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (a Ray task or actor may receive a handle): the lock is not shipped."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     # -- transport ----------------------------------------------------------------------------
     def _send_start(self, fields: dict[str, Any]) -> Any:
         raise NotImplementedError
