@@ -19,6 +19,7 @@ from profdsl import Profiler, ProfilerConfig, RolloutOptions, TorchOptions, roll
 from profdsl.manifest import read_manifest
 from profdsl.rollout.sglang import SGLangEngine, SGLangHttpEngine, sglang_profile_request
 
+from .engine_checks import check_output, stage_counts
 from .fake_engines import SGLANG_ALREADY_IN_PROGRESS, SGLANG_NOT_IN_PROGRESS, FakeSGLangEngine, FakeSGLangServer
 from .traces import load
 
@@ -173,6 +174,8 @@ class TestNoStartWhileRunning:
         assert strays(cfg) == [(1, 0), (1, 1)]
         assert [(r["step"], r["call"]) for r in problems(cfg) if r.get("call")] == [(1, "stop_profile")]
         assert not fake.in_progress and not fake.armed
+        assert [key for key in stage_counts(cfg.save_path) if key[1] == "rollout"] == [
+            (3, "rollout", "generate (engine)")]
 
     def test_start_refused_when_the_old_profile_cannot_be_ended(self, tmp_path: Path, handle: Handle) -> None:
         """When the earlier profile cannot be ended either, the handle refuses to start (no
@@ -223,6 +226,8 @@ class TestNoPendingStartLeftArmed:
         fake = steps_with_traffic(cfg, handle, {1: 2, 2: 60, 3: 60}, before)
         assert strays(cfg) == [(1, 0), (1, 1)]
         assert collected(cfg) == [(3, 0), (3, 1)]
+        code, text = check_output(cfg.save_path)
+        assert code == 1 and text.count("rollout stray written by an engine profile") == 2, text
         assert [(r["step"], r["call"]) for r in problems(cfg) if r.get("call")] == [(1, "stop_profile")]
         assert not fake.armed and not fake.in_progress
 
