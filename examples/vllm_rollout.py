@@ -38,7 +38,7 @@ def main() -> None:
 
     config = ProfilerConfig(enable=True, steps=[2, 3, 4], save_path=args.out,
                             torch=TorchOptions(contents=["cpu"]),
-                            rollout=RolloutOptions(max_iterations=8))  # 8 engine iterations per rollout
+                            rollout=RolloutOptions(max_iterations=4))  # at most 4 engine iterations each
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model or build_tiny_llama(os.path.join(scratch, "tiny-llama"))
         # The engine is launched with what profdsl asks of it: where to write, what to record.

@@ -75,30 +75,3 @@ def test_ray_ppo_runs(tmp_path: Path) -> None:
     assert sorted({(r["kind"], r["step"], r["rank"]) for r in records if r["kind"] != "hook"}) == [
         ("rollout", 1, 0), ("rollout", 2, 0), ("trace", 1, 0), ("trace", 2, 0)]
     assert [r["status"] for r in records if r["kind"] == "hook"].count("ok") == 1
-
-
-def test_vllm_rollout_runs(tmp_path: Path) -> None:
-    """examples/vllm_rollout.py profiles steps 2-4 of a real vLLM engine on CPU: each with the
-    trainer's stage and the engine's generation (run where vLLM is installed: .ci/run's engine
-    environment)."""
-    import importlib.util
-
-    import pytest
-
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed here: .ci/run runs this example in its engine environment")
-    from .engine_checks import check_output, run_in_group, stage_counts
-
-    out, log = tmp_path / "p", tmp_path / "example.log"
-    code = run_in_group([sys.executable, str(ROOT / "examples" / "vllm_rollout.py"), "--out", str(out)],
-                        log=log, timeout=900)
-    text = log.read_text(errors="replace")
-    assert code == 0, text[-3000:]
-    assert "step 5: 32 tokens generated" in text
-
-    counts = stage_counts(out)
-    assert sorted(k for k in counts if k[1] == "rollout") == [
-        (2, "rollout", "generate (engine)"), (3, "rollout", "generate (engine)"), (4, "rollout", "generate (engine)")]
-    assert sorted(k for k in counts if k[1] == "trainer") == [
-        (2, "trainer", "update_actor"), (3, "trainer", "update_actor"), (4, "trainer", "update_actor")]
-    assert check_output(out)[0] == 0

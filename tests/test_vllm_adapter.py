@@ -18,7 +18,7 @@ from profdsl.rollout.vllm import VllmEngine, installed_version, vllm_launch
 
 from .engine_checks import check_output, landed, stage_counts
 from .fake_engines import VLLM_ALREADY_ACTIVE, FakeAsyncLLM, FakeVllmLLM
-from .vllm_scenario import PROFILED, STAGE, run_async, run_sync, scenario_config
+from .vllm_scenario import BOUNDED, PROFILED, STAGE, run_async, run_sync, scenario_config
 
 pytest.importorskip("torch")
 
@@ -81,9 +81,9 @@ class TestNoFrontendProfiler:
         assert generate == list(PROFILED)
         skipped = [r for r in read_manifest(tmp_path) if r["status"] == "skipped"]
         assert sorted((r["step"], Path(r["source"]).name.split(".")[-1]) for r in skipped) == [
-            (2, "gz"), (2, "txt"), (3, "gz"), (3, "txt")]
+            (step, ext) for step in PROFILED for ext in ("gz", "txt")]
         assert all(".async_llm." in Path(r["source"]).name and r["path"] is None for r in skipped)
-        assert len(list(Path(rollout_trace_dir(str(tmp_path), 0)).iterdir())) == 4
+        assert len(list(Path(rollout_trace_dir(str(tmp_path), 0)).iterdir())) == 2 * len(PROFILED)
         assert check_output(tmp_path)[0] == 0
 
 
@@ -153,7 +153,7 @@ def test_scenario_on_the_fake(tmp_path: Path, engine: str) -> None:
     """Two profiled steps of four: one engine trace and one op table per profiled step, each
     recorded under profdsl's name with step and rank; nothing left behind; the summary has the
     trainer's stage and one ``generate (engine)`` entry per profiled step; check all well."""
-    what = fake_scenario(tmp_path, engine=engine, max_iterations=2 if engine == "llm" else 0)
+    what = fake_scenario(tmp_path, engine=engine, max_iterations=BOUNDED if engine == "llm" else 0)
     rollout = [r for r in what["records"] if r[0] == "rollout"]
     assert [(r[1], r[2], r[3], r[4]) for r in rollout] == [("ok", s, 0, 0) for s in PROFILED for _ in (0, 1)]
     assert what["left"] == []

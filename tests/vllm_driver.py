@@ -1,8 +1,8 @@
-"""A trainer process around a real vLLM engine on CPU (tests/test_vllm_engine.py runs it in the
-engine's environment, in its own process group): the scenario of tests/vllm_scenario.py.
+"""A trainer process around a real vLLM ``AsyncLLM`` on CPU (tests/test_vllm_engine.py runs it
+in the engine's environment, in its own process group): the scenario of tests/vllm_scenario.py
+(examples/vllm_rollout.py runs it with ``vllm.LLM``).
 
-    python -m tests.vllm_driver --engine llm|async --model DIR --out DIR --report FILE
-        [--max-iterations N] [--frontend]
+    python -m tests.vllm_driver --model DIR --out DIR --report FILE [--max-iterations N] [--frontend]
 
 ``--frontend`` launches the engine as a user might without ``vllm_launch``: its profiler config
 with ``ignore_frontend`` false, so an ``AsyncLLM`` runs vLLM's front-end profiler in this process.
@@ -51,22 +51,6 @@ def _wrap(llm: Any, report: dict[str, Any], frontend: bool) -> Any:
     return engine
 
 
-def run_llm(args: argparse.Namespace, report: dict[str, Any]) -> None:
-    import vllm
-
-    from tests.vllm_scenario import run_sync
-
-    config, fields = _profiler_config(args)
-    llm = vllm.LLM(args.model, profiler_config=fields, **ENGINE_ARGS)
-    params = vllm.SamplingParams(max_tokens=TOKENS, ignore_eos=True, temperature=0.0)
-
-    def generate() -> None:
-        outputs = llm.generate(PROMPTS, params, use_tqdm=False)
-        report["tokens"].append([len(o.outputs[0].token_ids) for o in outputs])
-
-    run_sync(config, _wrap(llm, report, args.frontend), generate, capture=not args.frontend)
-
-
 async def run_async_llm(args: argparse.Namespace, report: dict[str, Any]) -> None:
     import vllm
     from vllm.config import ProfilerConfig
@@ -99,11 +83,10 @@ async def run_async_llm(args: argparse.Namespace, report: dict[str, Any]) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--engine", choices=["llm", "async"], required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--report", required=True)
-    parser.add_argument("--max-iterations", type=int, default=2)
+    parser.add_argument("--max-iterations", type=int, default=0)
     parser.add_argument("--frontend", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default asks for most of memory
@@ -112,10 +95,7 @@ def main() -> None:
     from profdsl.rollout.vllm import installed_version
 
     report: dict[str, Any] = {"installed_version": installed_version(), "tokens": [], "pid": os.getpid()}
-    if args.engine == "llm":
-        run_llm(args, report)
-    else:
-        asyncio.run(run_async_llm(args, report))
+    asyncio.run(run_async_llm(args, report))
     with open(args.report, "w") as f:
         json.dump(report, f)
 

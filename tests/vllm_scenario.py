@@ -1,6 +1,8 @@
-"""One trainer scenario around a vLLM engine, run on the real engine (tests/vllm_driver.py, in
-the engine's environment) and on the fake (tests/test_vllm_adapter.py): four steps, of which
-``PROFILED`` are profiled, each a trainer stage and a rollout window around generation."""
+"""One trainer scenario around a vLLM engine: five steps, of which ``PROFILED`` are profiled, each
+a trainer stage and a rollout window around generation. examples/vllm_rollout.py runs it with
+``vllm.LLM`` (windows of ``BOUNDED`` engine iterations), tests/vllm_driver.py with ``AsyncLLM``
+(in the engine's environment), tests/test_vllm_adapter.py on the fakes; test_vllm_engine.py
+compares what lands in save_path."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ from typing import Any
 
 from profdsl import Profiler, ProfilerConfig, RolloutOptions, TorchOptions, profile_stage, rollout_window
 
-#: The trainer's steps, and those profiled (unprofiled ones before, between none, after).
-STEPS = (1, 2, 3, 4)
-PROFILED = (2, 3)
+#: The trainer's steps, and those profiled (unprofiled ones before and after).
+STEPS = (1, 2, 3, 4, 5)
+PROFILED = (2, 3, 4)
+#: The example's window: fewer engine iterations than a rollout runs (the engine ends it).
+BOUNDED = 4
 #: The trainer's own stage, beside the engine's generation in the summary.
 STAGE = "update_actor"
 
