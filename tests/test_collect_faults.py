@@ -270,7 +270,7 @@ def vllm_engines(cfg: ProfilerConfig, n: int) -> list[Any]:
     engines = []
     for r in range(n):
         launch = vllm_launch(cfg, r, replica_world_size=1, num_replicas=n, version="0.33.0")
-        engines.append(VllmEngine(FakeVllmLLM(launch.engine_args.get("profiler_config"))))
+        engines.append(VllmEngine(FakeVllmLLM(launch.engine_args.get("profiler_config"), platform="cuda")))
     return engines
 
 

@@ -260,7 +260,7 @@ class TestWideRuntime:
         step = 1_000_000
         cfg = config(tmp_path / "p", steps=[step], rollout=RolloutOptions(flush_wait_s=5))
         launch = vllm_launch(cfg, 0, replica_world_size=1, num_replicas=1, version="0.33.0")
-        engine = VllmEngine(FakeVllmLLM(launch.engine_args.get("profiler_config"), tp=1))
+        engine = VllmEngine(FakeVllmLLM(launch.engine_args.get("profiler_config"), tp=1, platform="cuda"))
         with Profiler(cfg, role="trainer", rank=0, world_size=1) as profiler:
             with profiler.step(step), rollout_window([engine], replica_world_size=1):
                 pass

@@ -52,7 +52,9 @@ def config(tmp_path: Path, **kwargs: Any) -> ProfilerConfig:
 
 
 def vllm_replicas(cfg: ProfilerConfig, n: int, tp: int, cls: type = FakeVllmLLM, **kw: Any) -> list[Any]:
-    """What a trainer does: launch each replica with vllm_launch's arguments, wrap it."""
+    """What a trainer does: launch each replica with vllm_launch's arguments, wrap it (GPU
+    replicas by default: no op tables beside the traces)."""
+    kw.setdefault("platform", "cuda")
     engines = []
     for r in range(n):
         launch = vllm_launch(cfg, r, replica_world_size=tp, num_replicas=n, version="0.33.0")
