@@ -190,7 +190,7 @@ def test_manifest_survives_any_mix_of_torn_and_whole_writes(ops: list[tuple[str,
     with tempfile.TemporaryDirectory() as folder:
         expected = []
         for index, (op, cut) in enumerate(ops):
-            record = make_record("trace", f"r{index}", filler="x" * (index * 7))
+            record = make_record("trace", f"r{index}", note="x" * (index * 7))
             line = (json.dumps(record, sort_keys=True) + "\n").encode()
             if op == "append":
                 assert append_record(folder, record)

@@ -64,10 +64,10 @@ def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica
         if keep is not None and rank is not None and rank not in keep:
             plan.append(Skip(source, f"global rank {rank} is not selected", kind="rollout"))
             continue
-        fields: dict[str, Any] = {"role": "rollout", "step": file_step, "replica": replica, "rank": rank,
-                                  "world_size": world_size, "host": host, "pid": pid}
+        fields: dict[str, Any] = dict(role="rollout", step=file_step, replica=replica, rank=rank,
+                                      world_size=world_size, host=host, pid=pid)
         if node is not None:
-            fields["node"] = node
+            fields.update(node=node)
         trace = TraceName(role="rollout", step=file_step, rank=rank,
                           world_size=world_size if rank is not None else None, replica=replica,
                           host=host, pid=pid, time_ms=time_ms, ext=engine_extension(name))
