@@ -113,11 +113,15 @@ def _left_behind(name: str) -> str:
 
 
 def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_size: int | None) -> list[str]:
-    """Profiled ranks that wrote no trace in a step that other ranks did write."""
+    """Profiled ranks that wrote no trace in a step that other ranks did write (a rank whose trace
+    of that step is a recorded loss is not listed again: its loss has its own line)."""
     wrote: dict[int | None, set[int | None]] = defaultdict(set)
+    lost: dict[int | None, set[int | None]] = defaultdict(set)
     for a in rows:
         if a.kind == "trace" and a.status == "ok":
             wrote[a.step].add(a.rank)
+        elif a.kind == "trace" and a.record is not None and a.record.lost:
+            lost[a.step].add(a.rank)
     if config is not None and world_size and config.select is None:  # a selector needs each
         expected = {r for r in range(world_size)                      # rank's coordinates: unknown here
                     if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
@@ -125,7 +129,7 @@ def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_siz
         expected = {r for ranks in wrote.values() for r in ranks if r is not None}
     return [f"step {step}: profiled rank {rank} wrote no trace"
             for step in sorted(s for s in wrote if s is not None)
-            for rank in sorted(expected - wrote[step])]
+            for rank in sorted(expected - wrote[step] - lost[step])]
 
 
 def run(args: argparse.Namespace) -> int:
