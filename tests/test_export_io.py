@@ -1,6 +1,6 @@
 """Writing a trace touches nothing outside ``save_path``, and only verified traces are recorded ok
-(issue 11, item 8: torch compressed ``.gz`` exports through ``TMPDIR``; a full ``TMPDIR`` gave
-an empty trace recorded ok and left a temporary file behind)."""
+(torch compressed ``.gz`` exports through ``TMPDIR``: a full ``TMPDIR`` gave an empty trace
+recorded ok and left a temporary file behind)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import profdsl.cli
 from profdsl.analysis.reader import header
 from profdsl.collect.export import TraceLabel, finish, write_events
 from profdsl.manifest import MANIFEST_NAME, read_manifest
@@ -107,6 +108,9 @@ class TestExportTrace:
         assert record["status"] == "failed" and reason in record["error"]
         assert (record["role"], record["stage"]) == ('r"ôle', "st\\age")
         assert os.listdir(tmp_path) == [MANIFEST_NAME]
+        # no path to a file that does not exist: the name it would have had is apart
+        assert record["path"] is None and record["intended"].endswith(".pt.trace.json.gz")
+        assert profdsl.cli.main(["check", str(tmp_path)]) == 1  # the loss, named once
 
     def test_an_export_that_writes_nothing(self, tmp_path: Path) -> None:
         """An export that returns without writing the file is a failure."""
