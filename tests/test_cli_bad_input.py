@@ -1,4 +1,4 @@
-"""The command line on bad input (issue 11, items 18 and 19).
+"""The command line on bad input: damaged manifests and traces, and what ``ls`` prints.
 
 A folder the real runtime wrote is damaged one way at a time: a manifest record with a wrong-typed
 field, an unreadable manifest line, a trace that parses but is malformed. Every command that reads
@@ -411,7 +411,7 @@ def test_negative_sizes_are_usage_errors(baseline: Baseline, tmp_path: Path, arg
     assert got.stdout == ""
 
 
-# --- item 19: ls output -----------------------------------------------------------------------
+# --- ls output --------------------------------------------------------------------------------
 
 LONG = "sub/" + "x" * 200 + ".json.gz"
 

@@ -1,4 +1,4 @@
-"""Collecting under faults (issue 11): an interrupted finish hook, torn manifest lines, nsys
+"""Collecting under faults: an interrupted finish hook, torn manifest lines, nsys
 reports still converting at close, and an engine file that never completes."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def eventually(condition: Callable[[], bool]) -> bool:
     return True
 
 
-# -- item 7: an interrupt while the finish hook runs ----------------------------------------------
+# -- an interrupt while the finish hook runs -----------------------------------------------------
 
 HOOK_SCRIPT = textwrap.dedent("""
     import signal, sys, time
@@ -126,7 +126,7 @@ def test_background_hook_still_finishes_at_a_normal_exit(tmp_path: Path) -> None
     assert [r["status"] for r in read_manifest(tmp_path / "p") if r["kind"] == "hook"] == ["ok"]
 
 
-# -- item 12: a torn manifest line ----------------------------------------------------------------
+# -- a torn manifest line -----------------------------------------------------------------------
 
 def test_torn_line_does_not_swallow_the_next_record(tmp_path: Path) -> None:
     """A half line (a writer that died mid-write) is followed by a whole, readable record."""
@@ -204,7 +204,7 @@ def test_manifest_survives_any_mix_of_torn_and_whole_writes(ops: list[tuple[str,
         assert [r["path"] for r in read_manifest(folder)] == expected
 
 
-# -- item 14: nsys reports still converting at close -----------------------------------------------
+# -- nsys reports still converting at close ------------------------------------------------------
 
 def nsys_config(tmp_path: Path, **kwargs: Any) -> ProfilerConfig:
     (tmp_path / "nsight").mkdir(exist_ok=True)
@@ -264,7 +264,7 @@ class TestNsysAtClose:
         assert [status for status, _ in nsys_records(tmp_path)] == ["incomplete"]
 
 
-# -- item 17: an engine file that never completes --------------------------------------------------
+# -- an engine file that never completes ---------------------------------------------------------
 
 def vllm_engines(cfg: ProfilerConfig, n: int) -> list[Any]:
     engines = []

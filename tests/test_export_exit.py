@@ -1,4 +1,4 @@
-"""Exports still pending when the process ends (issue 12, "never lost"): at interpreter exit the
+"""Exports still pending when the process ends are never lost: at interpreter exit the
 wait gives up after ``TorchOptions.export_timeout_s``, the trace is recorded ``incomplete`` with
 torch's events kept on disk, and the finish hook runs after that record; at a hard exit
 (``os._exit``, SIGKILL) nothing can be recorded, and ``profdsl check`` names what was left.

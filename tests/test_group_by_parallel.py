@@ -1,4 +1,4 @@
-"""``summary --by`` and ``plot --by`` group by the parallel coordinates the traces carry (issue 15):
+"""``summary --by`` and ``plot --by`` group by the parallel coordinates the traces carry:
 a rank's coordinates come from its traces' manifest records."""
 
 from __future__ import annotations

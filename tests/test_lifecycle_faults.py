@@ -1,6 +1,5 @@
-"""Sessions that outlive their thread or profiler, and when the finish hook is owed (issue 11,
-items 2, 9, 11 and 13). Crashes are tested in a subprocess: a torch session left running at
-exit kills the process (exit 139)."""
+"""Sessions that outlive their thread or profiler, and when the finish hook is owed. Crashes are
+tested in a subprocess: a torch session left running at exit kills the process (exit 139)."""
 
 from __future__ import annotations
 
@@ -17,9 +16,8 @@ from typing import Any
 import pytest
 
 from profdsl import Profiler, TorchOptions, profile_stage
-from profdsl.collect.manifest import read_manifest
 from profdsl.config import FinishHook
-from tests.profiling import config, run_threads, torch_profiler_running, work
+from tests.profiling import config, records, run_threads, torch_profiler_running, work
 
 PRELUDE = """
 import json, os, sys, threading
@@ -44,11 +42,6 @@ def run(tmp_path: Path, body: str, timeout: float = 240) -> subprocess.Completed
                           text=True, timeout=timeout)
 
 
-def records(folder: Path) -> list[dict[str, Any]]:
-    """The manifest records of ``folder``."""
-    return read_manifest(folder)
-
-
 def traces_ok(folder: Path) -> list[dict[str, Any]]:
     """The ok trace records, each checked to name a file that exists and parses."""
     import gzip
@@ -60,7 +53,7 @@ def traces_ok(folder: Path) -> list[dict[str, Any]]:
     return found
 
 
-# -- item 2: a session left running at exit ------------------------------------------------
+# -- a session left running at exit -------------------------------------------------------
 def test_session_started_on_a_thread_that_ends_is_stopped_there(tmp_path: Path) -> None:
     result = run(tmp_path, """
         p = Profiler(cfg(), role="actor", rank=0, world_size=1)
@@ -153,7 +146,7 @@ def test_session_of_a_blocked_thread_is_recorded_lost_at_exit(tmp_path: Path) ->
     assert "thread" in lost[0]["error"]
 
 
-# -- item 9: the hook runs after the last artifact -----------------------------------------
+# -- the hook runs after the last artifact ------------------------------------------------
 def hook_config(tmp_path: Path, **kwargs: Any) -> Any:
     cmd = f"{sys.executable} -c \"import os; print(sorted(os.listdir('{tmp_path}')))\" > {tmp_path}/hook.out"
     return config(tmp_path, finish_hook=FinishHook(cmd=cmd), **kwargs)
@@ -275,7 +268,7 @@ def test_hook_waits_for_a_session_stopped_from_another_thread(tmp_path: Path) ->
     profiler.close()
 
 
-# -- item 11: regions on threads a continuous session cannot see ---------------------------
+# -- regions on threads a continuous session cannot see -----------------------------------
 def test_region_on_a_thread_the_session_cannot_see_is_recorded(tmp_path: Path) -> None:
     profiler = Profiler(config(tmp_path, steps=[1, 2]), role="actor", rank=0, world_size=1)
 
@@ -312,7 +305,7 @@ def test_all_threads_session_sees_other_threads_and_records_nothing_odd(tmp_path
     assert [r["status"] for r in records(tmp_path)] == ["ok"]
 
 
-# -- item 13: a forked child inherits no profiling duty ------------------------------------
+# -- a forked child inherits no profiling duty --------------------------------------------
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_forked_child_that_exits_inside_a_step_writes_nothing_and_runs_no_hook(tmp_path: Path) -> None:
     result = run(tmp_path, f"""
@@ -345,7 +338,7 @@ def test_profiler_in_process_not_running_after_tests() -> None:
     assert not torch_profiler_running()
 
 
-# -- item 6: Ctrl-C during the export of the last profiled step ----------------------------
+# -- Ctrl-C during the export of the last profiled step -----------------------------------
 def test_interrupt_during_export_records_the_trace_and_leaves_the_hook_owed(tmp_path: Path) -> None:
     result = run(tmp_path, f"""
         import torch.profiler

@@ -101,7 +101,7 @@ def unknown_fields(cls: type[Any]) -> st.SearchStrategy[dict[str, Any]]:
                            max_size=3)
 
 
-def records(cls: type[Record]) -> st.SearchStrategy[Record]:
+def record_strategy(cls: type[Record]) -> st.SearchStrategy[Record]:
     return st.builds(cls, **{name: FIELDS[name] for name in _names(cls)}, unknown=unknown_fields(cls))
 
 
@@ -113,7 +113,7 @@ def test_every_field_has_a_strategy() -> None:
 
 
 @settings(deadline=None, max_examples=60)
-@given(st.sampled_from(sorted(RECORD_CLASSES)).flatmap(lambda kind: records(RECORD_CLASSES[kind])))
+@given(st.sampled_from(sorted(RECORD_CLASSES)).flatmap(lambda kind: record_strategy(RECORD_CLASSES[kind])))
 def test_every_record_kind_round_trips_through_the_manifest(tmp_path_factory: pytest.TempPathFactory,
                                                              record: Record) -> None:
     folder = tmp_path_factory.mktemp("manifest")
@@ -211,7 +211,7 @@ NOT_RECORD_KEYS = {
     ("cli/merge.py", "host"): "merge's alignment object", ("cli/merge.py", "traces"): "merge's alignment object",
     ("collect/relocate.py", "pid"): "a regular expression's group",
 }
-#: Left for the runtime rewrite (issue 16/17): these modules still hand record fields over as dicts.
+#: Left for the runtime rewrite under way: these modules still hand record fields over as dicts.
 PENDING = {("runtime/exports.py", "blocked_ms"), ("runtime/finisher.py", "role"), ("runtime/finisher.py", "rank"),
            ("runtime/finisher.py", "world_size"), ("runtime/finisher.py", "host")}
 

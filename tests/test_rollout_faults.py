@@ -1,4 +1,4 @@
-"""Rollout engine faults: an SGLang profile that outlives its window (issue 11, item 15).
+"""Rollout engine faults: an SGLang profile that outlives its window.
 
 SGLang records ``num_steps`` engine steps (``rollout.max_iterations``, 64 by default) and then
 stops by itself; a rollout of fewer steps leaves the profile running, and SGLang refuses the next
@@ -14,19 +14,20 @@ from typing import Any
 
 import pytest
 
-from profdsl import Profiler, ProfilerConfig, RolloutOptions, TorchOptions, rollout_window
+from profdsl import Profiler, ProfilerConfig, RolloutOptions, rollout_window
 from profdsl.manifest import read_manifest
 from profdsl.rollout.sglang import SGLangEngine, SGLangHttpEngine, sglang_profile_request
 
 from .fake_engines import SGLANG_ALREADY_IN_PROGRESS, SGLANG_NOT_IN_PROGRESS, FakeSGLangEngine, FakeSGLangServer
+from .profiling import config
 from .traces import load
 
 TP = 2
 
 
-def config(tmp_path: Path, **rollout: Any) -> ProfilerConfig:
-    return ProfilerConfig(enable=True, save_path=str(tmp_path / "p"), steps=[1, 2], all_ranks=True,
-                          torch=TorchOptions(contents=["cpu"]), rollout=RolloutOptions(**rollout))
+def rollout_config(tmp_path: Path, **rollout: Any) -> ProfilerConfig:
+    """Every rank profiled at steps 1 and 2, with these rollout options."""
+    return config(tmp_path / "p", steps=[1, 2], all_ranks=True, rollout=RolloutOptions(**rollout))
 
 
 @contextmanager
@@ -78,7 +79,7 @@ class TestSGLangWindowEnds:
     def test_short_rollouts_in_a_row(self, tmp_path: Path, handle: Handle) -> None:
         """Two profiled windows of 3 engine steps each (num_steps=64): both windows' traces land
         in save_path, recorded ok, and the second start is not refused."""
-        cfg = config(tmp_path)
+        cfg = rollout_config(tmp_path)
         fake = rollouts(cfg, handle, [3, 3])
         assert collected(cfg) == [(1, 0), (1, 1), (2, 0), (2, 1)]
         assert problems(cfg) == []
@@ -87,7 +88,7 @@ class TestSGLangWindowEnds:
     def test_auto_stopped_window_is_not_an_error(self, tmp_path: Path, handle: Handle) -> None:
         """A window longer than num_steps (SGLang stopped by itself: its stop says "not in
         progress") records no error, and a short window after it is still collected."""
-        cfg = config(tmp_path, max_iterations=4)
+        cfg = rollout_config(tmp_path, max_iterations=4)
         fake = rollouts(cfg, handle, [10, 2])
         assert collected(cfg) == [(1, 0), (1, 1), (2, 0), (2, 1)]
         assert problems(cfg) == []
@@ -96,7 +97,7 @@ class TestSGLangWindowEnds:
     def test_window_ending_before_a_delayed_start(self, tmp_path: Path, handle: Handle) -> None:
         """delay_iterations longer than the rollout: SGLang never started, so there is nothing to
         stop and nothing to record as failed."""
-        cfg = config(tmp_path, delay_iterations=50, max_iterations=4)
+        cfg = rollout_config(tmp_path, delay_iterations=50, max_iterations=4)
         rollouts(cfg, handle, [2])
         assert problems(cfg) == []
 
@@ -107,7 +108,7 @@ class TestUnexpectedStopRefusal:
     stop is a real failure and is recorded (over HTTP too, where SGLang answers a bare 500)."""
 
     def test_refused_stop_without_num_steps_is_recorded(self, tmp_path: Path, handle: Handle) -> None:
-        cfg = config(tmp_path, max_iterations=0)
+        cfg = rollout_config(tmp_path, max_iterations=0)
         with handle(cfg) as (engine, fake), \
                 Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as profiler:
             with profiler.step(1), rollout_window([engine], replica_world_size=TP):

@@ -1,4 +1,4 @@
-"""The fast trace reader (issue 13): exactly the streaming reader's answer, on real traces and on
+"""The fast trace reader: exactly the streaming reader's answer, on real traces and on
 random traces in kineto's layout cut into blocks anywhere; the streaming reader's errors for
 whatever does not follow the layout; memory bounded by its block, not the trace; the same result
 from worker processes, and from this process when they fail."""

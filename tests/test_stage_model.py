@@ -1,4 +1,4 @@
-"""The one stage-time model (issue 13): summary, plot, the demo's report and merge agree to the
+"""The one stage-time model: summary, plot, the demo's report and merge agree to the
 microsecond on the same folder, and the model's numbers equal an independent recount from the raw
 events (whole-file ``json.load``, nesting found by brute force): total and self time, entries
 (a scheduled stage written as several windows is one entry, its mini-batches under it), and the

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from profdsl.collect.manifest import MANIFEST_NAME, append_record
-from profdsl.records.schema import TraceRecord
+from profdsl.manifest import MANIFEST_NAME, append_record, make_record
 
 from .profiling import profile_two_ranks
 
@@ -69,7 +68,7 @@ def test_a_file_that_is_not_regular_is_skipped_not_opened(pristine: Path, tmp_pa
         (folder / MANIFEST_NAME).unlink()
     SPECIAL[special](folder / FIFO_NAME)
     if manifest:
-        append_record(folder, TraceRecord(path=FIFO_NAME, role="actor", stage="update_actor", step=1, rank=1,
+        append_record(folder, make_record("trace", FIFO_NAME, role="actor", stage="update_actor", step=1, rank=1,
                                           world_size=2, bytes=100))
     results = run_all(folder, tmp_path)
     for name, done in results.items():

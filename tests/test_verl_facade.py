@@ -121,7 +121,8 @@ STAGES = {"ref_compute_log_prob", "actor_compute_log_prob", "actor_update", "tra
 DROP = {"path", "time_ms", "bytes", "export_ms", "blocked_ms"}
 
 
-def records(folder: Path) -> list[dict[str, Any]]:
+def comparable_records(folder: Path) -> list[dict[str, Any]]:
+    """The manifest records without what differs between two runs (paths, times, sizes), in order."""
     return sorted(({k: v for k, v in r.items() if k not in DROP} for r in read_manifest(folder)),
                   key=lambda r: (r.get("step") or 0, r.get("stage") or "", r.get("window") or [0, 0]))
 
@@ -173,7 +174,7 @@ def test_the_facade_writes_what_the_dsl_writes(tmp_path: Path, mode: str) -> Non
         entry["meta"].pop("config_hash")  # the save_path differs, and with it the hash
     assert ours == theirs
     assert ours, "nothing was written"
-    mine, dsl_records = records(tmp_path / "verl"), records(tmp_path / "dsl")
+    mine, dsl_records = comparable_records(tmp_path / "verl"), comparable_records(tmp_path / "dsl")
     for r in mine + dsl_records:
         r.pop("config_hash", None)
     assert mine == dsl_records
