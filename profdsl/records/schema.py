@@ -381,15 +381,16 @@ class ExportMeta:
 @attrs.frozen(kw_only=True)
 class TraceMeta:
     """A trace's ``profdsl`` metadata: who wrote it and which regions it holds; ``merge`` and
-    ``export --hta`` outputs carry their own fields here instead."""
+    ``export --hta`` outputs carry their own fields here instead (and null for the ``always``
+    ones, which every trace profdsl captured carries)."""
 
-    role: str | None = _field(_text, "the role that owns the session")
+    role: str | None = _field(_text, "the role that owns the session", always=True)
     roles: tuple[str, ...] | None = _field(_texts, "every role it records (fused roles)")
-    stage: str | None = _field(_text, "a discrete trace's stage")
-    step: int | None = _field(_count(0), "the step")
-    rank: int | None = _field(_count(0), "the global rank")
-    world_size: int | None = _field(_count(1), "the world size")
-    window: tuple[int, int] | None = _field(_window, "a scheduled trace's mini-batch window")
+    stage: str | None = _field(_text, "a discrete trace's stage", always=True)
+    step: int | None = _field(_count(0), "the step", always=True)
+    rank: int | None = _field(_count(0), "the global rank", always=True)
+    world_size: int | None = _field(_count(1), "the world size", always=True)
+    window: tuple[int, int] | None = _field(_window, "a scheduled trace's mini-batch window", always=True)
     windows: tuple[WindowNote, ...] | None = _field(_nested_list(WindowNote), "a continuous step's "
                                                     "recorded windows")
     config_hash: str | None = _field(_text, "a hash of the profiler config")
