@@ -46,6 +46,7 @@ def in_thread(target: Any, name: str = "helper") -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 def test_mini_batch_on_a_worker_thread_does_not_touch_the_session(tmp_path: Path) -> None:
     """A scheduled stage's mini-batches run on worker threads (`asyncio.to_thread` copies the
     context): torch's schedule is never stepped from there (it crashed the process), and the

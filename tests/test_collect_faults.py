@@ -83,6 +83,7 @@ HOOK_SCRIPT = textwrap.dedent("""
     ("background-close", signal.SIGINT, "KeyboardInterrupt"),
     ("background-loop", signal.SIGINT, "KeyboardInterrupt"),
 ])
+@pytest.mark.slow
 def test_interrupted_hook_is_killed_and_recorded(tmp_path: Path, mode: str, sig: signal.Signals,
                                                  raised: str) -> None:
     """A signal that ends the process while the hook runs (in the step, in close(), or on its
@@ -108,6 +109,7 @@ def test_interrupted_hook_is_killed_and_recorded(tmp_path: Path, mode: str, sig:
     assert hook["status"] == "interrupted" and raised in hook["error"], hook
 
 
+@pytest.mark.slow
 def test_background_hook_still_finishes_at_a_normal_exit(tmp_path: Path) -> None:
     """Without an interrupt, a background hook still running at interpreter exit is waited for."""
     script = textwrap.dedent(f"""

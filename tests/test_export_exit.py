@@ -15,7 +15,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from profdsl.collect.manifest import read_manifest
+
+#: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
+pytestmark = pytest.mark.slow
 
 PRELUDE = """
 import os, sys, time

@@ -167,6 +167,7 @@ def test_odd_save_paths_give_valid_traces(tmp_path: Path, folder: str) -> None:
     assert sorted(os.listdir(save)) == sorted([MANIFEST_NAME, path.name])
 
 
+@pytest.mark.slow
 def test_nothing_is_written_outside_save_path(tmp_path: Path) -> None:
     """Every file profdsl and torch open for writing while a step is profiled and written lies
     in save_path (an audit hook sees each open; TMPDIR is an empty folder of its own)."""
@@ -229,6 +230,7 @@ def _in_tiny_filesystem(script: str, *args: str) -> subprocess.CompletedProcess[
                           text=True, timeout=600, cwd=str(ROOT))
 
 
+@pytest.mark.slow
 def test_full_tmpdir(tmp_path: Path) -> None:
     """TMPDIR on a filesystem with 8 KiB left (enough for tempfile to pick it, not for a trace),
     room in save_path: the trace is whole, valid and recorded ok, and TMPDIR holds nothing new."""
@@ -253,6 +255,7 @@ def test_full_tmpdir(tmp_path: Path) -> None:
     assert record["bytes"] == os.path.getsize(save / record["path"]) > 10_000
 
 
+@pytest.mark.slow
 def test_full_save_path(tmp_path: Path) -> None:
     """save_path on a filesystem with room for the manifest but not the trace: the trace is
     recorded failed with the reason, and no temporary file is left in save_path."""

@@ -118,6 +118,7 @@ class TestWhenAndWhere:
         run_steps(profiler, range(3))
         assert hooks(tmp_path) == []
 
+    @pytest.mark.slow
     def test_atexit_runs_a_forgotten_hook_once(self, tmp_path: Path) -> None:
         """A script that never calls close(): the hook runs at interpreter exit, exactly once."""
         script = textwrap.dedent(f"""

@@ -17,6 +17,9 @@ from profdsl.analysis.load import load_model
 
 from .profiling import config, work
 
+#: Left out of the quick pass (python -m pytest -m "not slow"): each test runs the command line in
+#: subprocesses; see setup.cfg.
+pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
 
 

@@ -489,6 +489,7 @@ def ray_cluster() -> Iterator[Any]:
         ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_worker_writes_where_the_driver_resolved(ray_cluster: Any, cwd: Path) -> None:
     """A config built on the driver with a relative save_path reaches a worker (whose working
     directory differs) as the driver's absolute path; the worker's traces land there, for a step

@@ -192,6 +192,7 @@ def test_a_cut_gzip_file_gets_the_streaming_readers_error(tmp_path: Path) -> Non
     assert str(fast_error.value) == str(slow_error.value)
 
 
+@pytest.mark.slow
 def test_memory_is_bounded_by_the_block_not_the_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 13 MB trace read in 256 kB blocks: Python's allocations peak at a few blocks."""
     monkeypatch.setattr(scan_module, "CHUNK", 256 << 10)

@@ -59,6 +59,7 @@ SPECIAL = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("manifest", [True, False], ids=["listed in a manifest", "no manifest"])
 @pytest.mark.parametrize("special", sorted(SPECIAL))
 def test_a_file_that_is_not_regular_is_skipped_not_opened(pristine: Path, tmp_path: Path, special: str,
@@ -94,6 +95,7 @@ def torch_trace(path: Path) -> None:
     prof.export_chrome_trace(str(path))
 
 
+@pytest.mark.slow
 def test_traces_not_named_by_profdsl_are_listed_and_read(pristine: Path, tmp_path: Path) -> None:
     """Without a manifest: a plain torch trace and a profdsl trace under an older name are each
     named as skipped (``check`` fails: it does not say "all well"), and still read by their
@@ -125,6 +127,7 @@ def test_traces_not_named_by_profdsl_are_listed_and_read(pristine: Path, tmp_pat
 
 # -- files closed ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_reading_gzipped_traces_leaves_no_file_open(pristine: Path) -> None:
     """``check`` and ``summary`` read every ``.gz`` trace through ``open_trace``; with
     ``-W error::ResourceWarning`` an unclosed file would print a warning (or fail) at collection."""

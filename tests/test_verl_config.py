@@ -6,6 +6,7 @@ importing verl (which needs its whole stack)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.util
 import os
@@ -284,6 +285,7 @@ def outcome(cfg: dict[str, Any]) -> dict[str, ProfilerConfig] | str:
         return f"refused: {exc}"
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(st.dictionaries(st.sampled_from(sorted(OVERRIDES)), st.none(), max_size=8).flatmap(
     lambda keys: st.fixed_dictionaries({k: OVERRIDES[k] for k in keys})))
@@ -386,8 +388,14 @@ def _key_paths(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]
     return found
 
 
+@functools.cache
+def _shipped() -> dict[str, Any]:
+    """The profiler blocks of the shipped ``_generated_ppo_trainer.yaml``, resolved (read once)."""
+    return load(generated()[0])
+
+
 def _shipped_paths() -> list[tuple[str, ...]]:
-    paths = _key_paths(load(generated()[0]))
+    paths = _key_paths(_shipped())
     schedule = [(*p, "schedule", k) for p in paths if p[-2:] == ("tool_config", "torch") for k in SCHEDULE_KEYS]
     return sorted(set(paths + schedule))
 
@@ -411,13 +419,14 @@ def _put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node[path[-1]] = value
 
 
-@settings(deadline=None, max_examples=500)
+@pytest.mark.slow
+@settings(deadline=None, max_examples=1000)
 @given(changes=st.lists(st.tuples(st.sampled_from(_shipped_paths()) if importlib.util.find_spec("verl")
                                   else st.just(("global_profiler", "tool")), YAML_VALUES), max_size=4),
        enabled=st.booleans())
 def test_any_value_in_the_shipped_yaml_maps_or_is_a_config_error(changes: list[tuple[tuple[str, ...], Any]],
                                                                  enabled: bool) -> None:
-    cfg = load(generated()[0])
+    cfg = copy.deepcopy(_shipped())
     if enabled:
         for path, value in ((("global_profiler", "tool"), "torch"), (("global_profiler", "steps"), [1]),
                             (("actor_rollout_ref", "actor", "profiler", "enable"), True)):
@@ -448,8 +457,11 @@ def test_any_value_in_the_shipped_yaml_maps_or_is_a_config_error(changes: list[t
 def test_values_verl_can_hold(where: str, value: Any, words: str | None) -> None:
     """The cases the fuzzing above found: unhashable tools, a string token count, a bool where a
     count goes; and OmegaConf's ``'???'`` (MISSING), which is no value."""
-    cfg = load(generated()[0], "global_profiler.tool=torch", "global_profiler.steps=[1]",
-               "actor_rollout_ref.actor.profiler.enable=true")
+    cfg = copy.deepcopy(_shipped())  # resolved: the actor's tool is its own key now
+    for path, setting in ((("global_profiler", "tool"), "torch"), (("global_profiler", "steps"), [1]),
+                          (("actor_rollout_ref", "actor", "profiler", "tool"), "torch"),
+                          (("actor_rollout_ref", "actor", "profiler", "enable"), True)):
+        _put(cfg, path, setting)
     _put(cfg, tuple(where.split(".")), value)
     if words is None:
         assert profiler_configs(cfg)["actor"].enable
