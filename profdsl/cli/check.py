@@ -16,7 +16,7 @@ from profdsl.config.validate import require_int
 from profdsl.core.naming import ARTIFACT_SUFFIXES, TEMP_PREFIX, is_json_trace
 from profdsl.core.ranks import is_rank_selected
 from profdsl.errors import ConfigError
-from profdsl.records.schema import TraceRecord
+from profdsl.records.schema import Record, TraceRecord
 
 HELP = "check that every trace exists, is non-empty, parses and carries its metadata; list what is missing"
 EXAMPLES = """examples:
@@ -72,7 +72,7 @@ def problems(folder: str, found: Catalog, config: ProfilerConfig | None,
     claimed: set[str] = set()  # leftovers a recorded loss names: reported on its line
     for a in rows:
         if a.record is not None and a.record.lost:
-            line, left = _loss(a, found.leftovers)
+            line, left = _loss(a, a.record, found.leftovers)
             result.append(line)
             claimed.update(left)
     other_files = [a for a in rows if a.status == "ok" and a.path and not is_json_trace(a.path)]
@@ -87,11 +87,10 @@ def problems(folder: str, found: Catalog, config: ProfilerConfig | None,
     return result
 
 
-def _loss(artifact: Artifact, leftovers: list[str]) -> tuple[str, list[str]]:
-    """One line for a loss the manifest records, and the leftover files that belong to it (an
-    export given up at exit keeps torch's events, named in its record's ``events``)."""
-    record = artifact.record
-    assert record is not None
+def _loss(artifact: Artifact, record: Record, leftovers: list[str]) -> tuple[str, list[str]]:
+    """One line for a loss the manifest records (``record``, ``artifact``'s), and the leftover
+    files that belong to it (an export given up at exit keeps torch's events, named in its
+    record's ``events``)."""
     detail = f" {record.why}" if record.why else ""
     kept = record.events if isinstance(record, TraceRecord) else None
     left = [n for n in leftovers if kept is not None and n.startswith(kept)]

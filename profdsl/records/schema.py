@@ -38,7 +38,7 @@ from profdsl.config.validate import is_int, require_int
 from profdsl.errors import ConfigError
 
 __all__ = [
-    "BASE_TIME_KEY", "DISTRIBUTED_KEY", "KINDS", "LOST", "META_KEY", "RECORD_CLASSES", "RECORD_KEYS",
+    "BASE_TIME_KEY", "DISTRIBUTED_KEY", "KINDS", "META_KEY", "RECORD_CLASSES", "RECORD_KEYS",
     "SCHEMA_VERSION", "STATUSES", "VERSION_KEY", "ExportMeta", "HookRecord", "MovedRecord", "NsysRecord",
     "Record", "RecordError", "Regions", "RolloutRecord", "TraceMeta", "TraceRecord", "WindowNote",
     "base_time_ns", "brief", "distributed_info", "header_meta", "is_relative", "parse_meta", "parse_record",
@@ -55,9 +55,9 @@ VERSION_KEY: Final = "schema"
 META_KEY: Final = "profdsl"
 DISTRIBUTED_KEY: Final = "distributedInfo"
 BASE_TIME_KEY: Final = "baseTimeNanoseconds"
-#: Every status a record may have. ``ok`` and ``skipped`` are no loss; the others are.
+#: Every status a record may have. ``ok`` and ``skipped`` are no loss; the others are
+#: (:attr:`Record.lost`; so is a status a newer version may add).
 STATUSES: Final = ("ok", "failed", "incomplete", "skipped", "timeout", "interrupted")
-LOST: Final = frozenset(STATUSES) - {"ok", "skipped"}
 _MAX_BYTES = 2**63 - 1
 _MAX_BASE_NS = 2**63 - 1
 
@@ -171,8 +171,10 @@ def _any_name(key: str, name: Any) -> None:
 
 
 def _json_object(key: str, value: Any) -> dict[str, Any] | None:
-    if value is None or isinstance(value, Mapping):
-        return None if value is None else dict(value)
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return dict(value)
     raise RecordError(f"{key} must be an object or null, got {brief(value)}")
 
 
