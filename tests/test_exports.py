@@ -1,4 +1,4 @@
-"""The background exports (issue 12): bounded, ordered before the hook, never lost."""
+"""The background exports: bounded, ordered before the hook, never lost."""
 
 from __future__ import annotations
 

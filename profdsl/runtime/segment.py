@@ -22,6 +22,7 @@ from profdsl.collect.export import TraceLabel, write_events
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.core.schedule import action_at, cycle_of
+from profdsl.records.schema import TraceMeta, to_json
 from profdsl.runtime.region_book import RegionBook
 
 if TYPE_CHECKING:
@@ -145,23 +146,22 @@ class Segment:
     def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
         """The trace's ``profdsl`` metadata."""
         label = self.label
-        return {
-            "role": label.role, "roles": list(self.roles), "stage": label.stage, "step": label.step,
-            "rank": label.rank, "world_size": label.world_size,
-            "window": list(window) if window else None, "windows": self.book.windows(),
-            "config_hash": label.config_hash, "host": label.host, "pid": label.pid,
-            "regions": self.book.regions(window),
-            "parallel": label.parallel.coords(), "parallel_sizes": label.parallel.sizes(),
-        }
+        return to_json(TraceMeta(
+            role=label.role, roles=tuple(self.roles), stage=label.stage, step=label.step,
+            rank=label.rank, world_size=label.world_size, window=window, windows=self.book.windows(),
+            config_hash=label.config_hash, host=label.host, pid=label.pid,
+            regions=self.book.regions(window),
+            parallel=label.parallel.coords(), parallel_sizes=label.parallel.sizes(),
+        ))
 
     def sink(self, write: Callable[[str], object], window: tuple[int, int] | None,
              time_ms: int, blocked_s: float = 0.0) -> None:
         """A trace is ready: have torch write its events here, on the session's thread, then
         hand it to the background exports. ``blocked_s``: how long the session held up its
         thread for this trace so far."""
-        extra: dict[str, object] = {"windows": self.book.windows()} if self.kind == "step" else {}
+        extra: dict[str, object] = dict(windows=self.book.windows()) if self.kind == "step" else {}
         if self.cut_short:
-            extra["note"] = f"stopped early: {self.cut_short}"
+            extra.update(note=f"stopped early: {self.cut_short}")
         began = time.perf_counter()
         pending = write_events(write, self.label, window=window, time_ms=time_ms, extra=extra)
         if pending is not None:  # else recorded failed
