@@ -3,12 +3,12 @@
     python benchmarks/bench_dsl.py [--quick]
 
 Prints ns per call (the minimum over repeats, the least noisy estimate on a shared machine) and
-each target ratio of issue 3: nothing profiled, a decorated call at most 1.5x a minimal
+each target ratio of the DSL's cost: nothing profiled, a decorated call at most 1.5x a minimal
 pass-through wrapper and a ``with profile_stage`` block at most 1.5x ``with nullcontext()``;
 under an active torch profiler, a stage at most 1.25x raw ``record_function``; a mini-batch at
 most 300 ns more than a plain loop's item when nothing is profiled.
 
-And the bars of issue 14 (always-on stage metrics on, no trace being written): a ``with
+And the bars of the always-on stage metrics (on, with no trace being written): a ``with
 profile_stage`` block at most 1.0 us more than ``with nullcontext()`` and a decorated call at most
 1.0 us more than the pass-through wrapper (the baselines and the metered forms take turns, each
 keeping its best); 10,000 metered steps in flat memory (traced Python memory after step 10,000

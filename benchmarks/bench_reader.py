@@ -30,7 +30,7 @@ Event counts, total events and the ``dur`` sum must agree between methods and wi
 generator wrote, and ``header()`` must return the written header; otherwise the script exits 1.
 Generated files are deleted at the end unless ``--keep``.
 
-With ``--summary`` it measures instead what a user waits for after a run (issue 13): ``profdsl
+With ``--summary`` it measures instead what a user waits for after a run: ``profdsl
 summary`` of a folder of ``--traces`` such traces (``--size-mb`` each, gzipped, with a manifest),
 against ``json.load`` of the same files in turn and ``zcat`` of them (the floor: decompression
 alone), each a whole command in a fresh process, ``--repeat`` times in rotating order (medians).
@@ -624,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
     parser.add_argument("--summary", action="store_true",
-                        help="measure profdsl summary of a folder against json.load and zcat (issue 13)")
+                        help="measure profdsl summary of a folder against json.load and zcat")
     parser.add_argument("--traces", type=int, default=4, help="--summary: traces in the folder")
     parser.add_argument("--memory-mb", type=float, default=225.0,
                         help="--summary: size of the one trace whose peak RSS is measured")

@@ -15,10 +15,19 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", deadline=None, max_examples=100)
+# The quick pass (python -m pytest -m "not slow"): every property, with fewer examples.
+settings.register_profile("quick", deadline=None, max_examples=15, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
 import pytest  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The quick pass (``-m "not slow"``) checks every property with the ``quick`` profile's
+    fewer examples, unless a profile is asked for (``HYPOTHESIS_PROFILE``)."""
+    if "HYPOTHESIS_PROFILE" not in os.environ and config.getoption("markexpr", "") == "not slow":
+        settings.load_profile("quick")
 
 
 @pytest.fixture(autouse=True)

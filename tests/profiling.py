@@ -73,3 +73,34 @@ def ray_cluster(namespace: str) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+def records(folder: str | Path, kind: str | None = None) -> list[dict[str, Any]]:
+    """The manifest records of ``folder`` (of one ``kind``: ``trace``, ``hook``, ...), as written."""
+    from profdsl.manifest import read_manifest
+
+    return [r for r in read_manifest(folder) if kind is None or r["kind"] == kind]
+
+
+def hooks(folder: str | Path) -> list[dict[str, Any]]:
+    """The finish hook's records of ``folder``."""
+    return records(folder, "hook")
+
+
+def profile_two_ranks(folder: str | Path) -> None:
+    """A small real run: actor ranks 0 and 1 of 2, step 1, discrete: ``update_actor`` over two
+    mini-batches, then ``compute_log_prob`` (four traces and their manifest records)."""
+    from profdsl import Profiler, mini_batch_window, profile_stage
+    from profdsl.testing import reset
+
+    cfg = config(folder, discrete=True, all_ranks=True)
+    try:
+        for rank in (0, 1):
+            with Profiler(cfg, role="actor", rank=rank, world_size=2) as profiler, profiler.step(1):
+                with profile_stage("update_actor"):
+                    for _ in mini_batch_window(range(2)):
+                        work()
+                with profile_stage("compute_log_prob"):
+                    work()
+    finally:
+        reset()

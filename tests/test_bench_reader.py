@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+#: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_reader.py"
 ROWS = ("json.load (.json)", "events() (.json)", "events() (.json.gz)", "header() (.json.gz)")

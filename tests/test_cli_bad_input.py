@@ -1,4 +1,4 @@
-"""The command line on bad input (issue 11, items 18 and 19).
+"""The command line on bad input: damaged manifests and traces, and what ``ls`` prints.
 
 A folder the real runtime wrote is damaged one way at a time: a manifest record with a wrong-typed
 field, an unreadable manifest line, a trace that parses but is malformed. Every command that reads
@@ -367,6 +367,7 @@ def apply(folder: Path, records: list[dict[str, Any]], what: str, key: str | Non
 
 @settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
+@pytest.mark.slow
 @given(change=damage)
 def test_arbitrary_json_never_crashes_and_check_agrees(baseline: Baseline, change: tuple[str, Any, Any]) -> None:
     """Any JSON value in a record field, a manifest line, an event or the trace metadata: no
@@ -401,6 +402,7 @@ def test_arbitrary_json_never_crashes_and_check_agrees(baseline: Baseline, chang
     ["check", "{folder}", "--world-size", "0"],
     ["plan", "{config}", "--world-size", "4", "--replica-world-size", "-2"],
 ])
+@pytest.mark.slow
 def test_negative_sizes_are_usage_errors(baseline: Baseline, tmp_path: Path, argv: list[str]) -> None:
     config = tmp_path / "p.yaml"
     config.write_text("enable: true\nsteps: [1]\n")
@@ -411,7 +413,7 @@ def test_negative_sizes_are_usage_errors(baseline: Baseline, tmp_path: Path, arg
     assert got.stdout == ""
 
 
-# --- item 19: ls output -----------------------------------------------------------------------
+# --- ls output --------------------------------------------------------------------------------
 
 LONG = "sub/" + "x" * 200 + ".json.gz"
 
@@ -424,6 +426,7 @@ def _odd_folder(baseline: Baseline, into: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_ls_piped_prints_whole_values_and_escapes_control_characters(baseline: Baseline,
                                                                        tmp_path: Path) -> None:
     folder = _odd_folder(baseline, tmp_path)
@@ -438,6 +441,7 @@ def test_ls_piped_prints_whole_values_and_escapes_control_characters(baseline: B
         assert any(record["path"] in line for line in lines)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pseudo-terminal")
 def test_ls_on_a_terminal_fits_its_width_and_escapes(baseline: Baseline, tmp_path: Path) -> None:
     import pty

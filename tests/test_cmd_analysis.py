@@ -17,6 +17,9 @@ import pytest
 from profdsl.cli import COMMANDS
 from profdsl.manifest import MANIFEST_NAME, read_manifest
 
+#: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("torch")
 
 

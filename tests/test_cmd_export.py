@@ -210,6 +210,7 @@ def analysed(discrete: Path, continuous: Path, tmp_path_factory: pytest.TempPath
     return {name: found[str(path)] for name, path in dirs.items()} | {"dirs": dirs}
 
 
+@pytest.mark.slow
 def test_ranks_and_iterations_are_the_recorded_mini_batches(analysed: dict[str, Any]) -> None:
     recorded = [i for first, last in recorded_windows(SCHEDULE, MINI_BATCHES) for i in range(first, last + 1)]
     found = analysed["discrete"]
@@ -220,6 +221,7 @@ def test_ranks_and_iterations_are_the_recorded_mini_batches(analysed: dict[str, 
     assert analysed["default"]["iterations"] == {"0": recorded[:-1], "1": recorded[:-1]}
 
 
+@pytest.mark.slow
 def test_each_iteration_holds_its_mini_batch_and_its_ops(analysed: dict[str, Any]) -> None:
     """HTA puts each mini-batch's region and its one ``aten::mm`` in that iteration, and no
     other mini-batch."""
@@ -232,12 +234,14 @@ def test_each_iteration_holds_its_mini_batch_and_its_ops(analysed: dict[str, Any
                 assert names.count(f"ProfilerStep#{iteration}") == 1
 
 
+@pytest.mark.slow
 def test_trace_diff_compares_two_mini_batches_on_cpu(analysed: dict[str, Any]) -> None:
     diff = analysed["discrete"]["diff"]
     assert diff["aten::mm"] == [1.0, 1.0]
     assert diff["mini_batch0"] == [1.0, 0.0] and diff["mini_batch1"] == [0.0, 1.0]
 
 
+@pytest.mark.slow
 def test_gpu_analyses_have_nothing_to_say_on_cpu_traces(analysed: dict[str, Any]) -> None:
     """What docs/cli.md says of HTA's kernel analyses on CPU-only traces."""
     gpu = analysed["discrete"]["gpu_only"]
@@ -567,6 +571,7 @@ def _peak_of_export(tmp_path: Path, n: int) -> int:
     return peak
 
 
+@pytest.mark.slow
 def test_peak_memory_does_not_grow_with_the_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from profdsl.analysis import reader, scan
 

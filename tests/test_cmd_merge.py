@@ -423,6 +423,7 @@ class TestStreaming:
         assert sum(1 for e in read_merged(out)["traceEvents"] if e.get("ph") == "X") == n
         return peak
 
+    @pytest.mark.slow
     def test_peak_memory_does_not_grow_with_the_trace(self, tmp_path: Path, merge) -> None:
         small = self.peak_of_merge(tmp_path, merge, 15_000)
         large = self.peak_of_merge(tmp_path, merge, 60_000)
@@ -433,6 +434,7 @@ class TestStreaming:
 class TestSubprocess:
     """The command runs end to end in a fresh interpreter."""
 
+    @pytest.mark.slow
     def test_real_process(self, run_dir: Path, tmp_path: Path) -> None:
         out_file = tmp_path / "merged.json"
         code = ("import profdsl.cli as c; "

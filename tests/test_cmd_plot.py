@@ -145,6 +145,7 @@ def test_dpi_sets_the_resolution(profiled: Path, tmp_path: Path) -> None:
     assert _image(large).shape[1] > 1.5 * _image(small).shape[1]
 
 
+@pytest.mark.slow
 def test_runs_headless_in_a_fresh_process(profiled: Path, tmp_path: Path) -> None:
     out = tmp_path / "sub.png"
     code = ("import profdsl.cli as c; "

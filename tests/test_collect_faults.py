@@ -1,4 +1,4 @@
-"""Collecting under faults (issue 11): an interrupted finish hook, torn manifest lines, nsys
+"""Collecting under faults: an interrupted finish hook, torn manifest lines, nsys
 reports still converting at close, and an engine file that never completes."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def eventually(condition: Callable[[], bool]) -> bool:
     return True
 
 
-# -- item 7: an interrupt while the finish hook runs ----------------------------------------------
+# -- an interrupt while the finish hook runs -----------------------------------------------------
 
 HOOK_SCRIPT = textwrap.dedent("""
     import signal, sys, time
@@ -83,6 +83,7 @@ HOOK_SCRIPT = textwrap.dedent("""
     ("background-close", signal.SIGINT, "KeyboardInterrupt"),
     ("background-loop", signal.SIGINT, "KeyboardInterrupt"),
 ])
+@pytest.mark.slow
 def test_interrupted_hook_is_killed_and_recorded(tmp_path: Path, mode: str, sig: signal.Signals,
                                                  raised: str) -> None:
     """A signal that ends the process while the hook runs (in the step, in close(), or on its
@@ -108,6 +109,7 @@ def test_interrupted_hook_is_killed_and_recorded(tmp_path: Path, mode: str, sig:
     assert hook["status"] == "interrupted" and raised in hook["error"], hook
 
 
+@pytest.mark.slow
 def test_background_hook_still_finishes_at_a_normal_exit(tmp_path: Path) -> None:
     """Without an interrupt, a background hook still running at interpreter exit is waited for."""
     script = textwrap.dedent(f"""
@@ -126,7 +128,7 @@ def test_background_hook_still_finishes_at_a_normal_exit(tmp_path: Path) -> None
     assert [r["status"] for r in read_manifest(tmp_path / "p") if r["kind"] == "hook"] == ["ok"]
 
 
-# -- item 12: a torn manifest line ----------------------------------------------------------------
+# -- a torn manifest line -----------------------------------------------------------------------
 
 def test_torn_line_does_not_swallow_the_next_record(tmp_path: Path) -> None:
     """A half line (a writer that died mid-write) is followed by a whole, readable record."""
@@ -190,7 +192,7 @@ def test_manifest_survives_any_mix_of_torn_and_whole_writes(ops: list[tuple[str,
     with tempfile.TemporaryDirectory() as folder:
         expected = []
         for index, (op, cut) in enumerate(ops):
-            record = make_record("trace", f"r{index}", filler="x" * (index * 7))
+            record = make_record("trace", f"r{index}", note="x" * (index * 7))
             line = (json.dumps(record, sort_keys=True) + "\n").encode()
             if op == "append":
                 assert append_record(folder, record)
@@ -204,7 +206,7 @@ def test_manifest_survives_any_mix_of_torn_and_whole_writes(ops: list[tuple[str,
         assert [r["path"] for r in read_manifest(folder)] == expected
 
 
-# -- item 14: nsys reports still converting at close -----------------------------------------------
+# -- nsys reports still converting at close ------------------------------------------------------
 
 def nsys_config(tmp_path: Path, **kwargs: Any) -> ProfilerConfig:
     (tmp_path / "nsight").mkdir(exist_ok=True)
@@ -275,13 +277,13 @@ class TestNsysAtClose:
         assert [status for status, _ in nsys_records(tmp_path)] == ["incomplete"]
 
 
-# -- item 17: an engine file that never completes --------------------------------------------------
+# -- an engine file that never completes ---------------------------------------------------------
 
 def vllm_engines(cfg: ProfilerConfig, n: int) -> list[Any]:
     engines = []
     for r in range(n):
         launch = vllm_launch(cfg, r, replica_world_size=1, num_replicas=n, version="0.33.0")
-        engines.append(VllmEngine(FakeVllmLLM(launch.engine_args.get("profiler_config"))))
+        engines.append(VllmEngine(FakeVllmLLM(launch.engine_args.get("profiler_config"), platform="cuda")))
     return engines
 
 

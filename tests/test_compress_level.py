@@ -1,4 +1,4 @@
-"""``TorchOptions.compress_level`` (issue 12): the gzip level of the traces profdsl writes is a
+"""``TorchOptions.compress_level``: the gzip level of the traces profdsl writes is a
 choice, and level 0 writes plain JSON (``.pt.trace.json``) that every command reads."""
 
 from __future__ import annotations

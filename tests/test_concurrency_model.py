@@ -176,6 +176,7 @@ finally:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["continuous", "discrete"])
 def test_threaded_ray_actor_traces_every_step(tmp_path: Path, mode: str) -> None:
     """A real threaded Ray actor (``max_concurrency=4``), killed right after finish_profile():
@@ -253,6 +254,7 @@ for step in (1, 2):
 """
 
 
+@pytest.mark.slow
 def test_exit_with_an_export_slower_than_its_timeout(tmp_path: Path) -> None:
     """At exit, exports slower than ``export_timeout_s`` are given up: each trace gets exactly one
     record (written or incomplete), the hook runs after them, gets its record, and saw every
@@ -289,6 +291,7 @@ with profiler.step(1):
 """
 
 
+@pytest.mark.slow
 def test_hook_is_killed_at_its_timeout_even_at_exit(tmp_path: Path) -> None:
     """A background hook still running at exit is killed at its ``timeout_s`` (not left behind)
     and recorded."""
@@ -336,6 +339,7 @@ print(json.dumps({"caught": caught, "running": bool(torch.autograd.profiler._is_
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["torch-stop", "torch-disable"])
 def test_ctrl_c_inside_torch_stop(tmp_path: Path, where: str) -> None:
     """Ctrl-C while torch stops the session: the interrupt still reaches the loop, the trace is

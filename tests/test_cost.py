@@ -1,4 +1,4 @@
-"""Profiling's own cost (issue 12): each trace record's ``blocked_ms`` (the training thread blocked by
+"""Profiling's own cost: each trace record's ``blocked_ms`` (the training thread blocked by
 the profiler session) and ``export_ms`` (the background export), summed per role and step by
 ``profdsl.analysis.cost`` and shown by ``profdsl summary`` and the demo's closing report.
 

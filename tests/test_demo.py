@@ -11,6 +11,9 @@ import pytest
 
 from profdsl.manifest import read_manifest
 
+#: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("torch")
 
 

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+#: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -343,7 +343,7 @@ class TestStopWhileSuspended:
 
 
 class TestMethodDecorators:
-    """`@profile_stage` works above or below `@staticmethod` / `@classmethod` (defect 8)."""
+    """`@profile_stage` works above or below `@staticmethod` / `@classmethod`."""
 
     def calls(self) -> list[object]:
         obj = Methods()

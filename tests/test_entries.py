@@ -1,4 +1,4 @@
-"""Each entry of a DSL object keeps its own state (defect 2): one `profile_stage` or
+"""Each entry of a DSL object keeps its own state: one `profile_stage` or
 `rollout_window` object shared by threads and asyncio tasks, re-entered, or re-entered after its
 profiler stopped, closes exactly what each entry opened."""
 

@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -61,8 +66,6 @@ def test_train_loop_runs(tmp_path: Path) -> None:
 
 def test_ray_ppo_runs(tmp_path: Path) -> None:
     """examples/ray_ppo.py profiles steps 1 and 2 on rank 0 and replica 0, and runs its hook."""
-    import pytest
-
     pytest.importorskip("ray")
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "ray_ppo.py"), "--out", str(tmp_path / "p")],

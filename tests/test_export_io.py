@@ -1,6 +1,6 @@
 """Writing a trace touches nothing outside ``save_path``, and only verified traces are recorded ok
-(issue 11, item 8: torch compressed ``.gz`` exports through ``TMPDIR``; a full ``TMPDIR`` gave
-an empty trace recorded ok and left a temporary file behind)."""
+(torch compressed ``.gz`` exports through ``TMPDIR``: a full ``TMPDIR`` gave an empty trace
+recorded ok and left a temporary file behind)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import profdsl.cli
 from profdsl.analysis.reader import header
 from profdsl.collect.export import TraceLabel, finish, pending_trace
 from profdsl.manifest import MANIFEST_NAME, read_manifest
@@ -106,6 +107,9 @@ class TestExportTrace:
         assert record["status"] == "failed" and reason in record["error"]
         assert (record["role"], record["stage"]) == ('r"ôle', "st\\age")
         assert os.listdir(tmp_path) == [MANIFEST_NAME]
+        # no path to a file that does not exist: the name it would have had is apart
+        assert record["path"] is None and record["intended"].endswith(".pt.trace.json.gz")
+        assert profdsl.cli.main(["check", str(tmp_path)]) == 1  # the loss, named once
 
     def test_an_export_that_writes_nothing(self, tmp_path: Path) -> None:
         """An export that returns without writing the file is a failure."""
@@ -162,6 +166,7 @@ def test_odd_save_paths_give_valid_traces(tmp_path: Path, folder: str) -> None:
     assert sorted(os.listdir(save)) == sorted([MANIFEST_NAME, path.name])
 
 
+@pytest.mark.slow
 def test_nothing_is_written_outside_save_path(tmp_path: Path) -> None:
     """Every file profdsl and torch open for writing while a step is profiled and written lies
     in save_path (an audit hook sees each open; TMPDIR is an empty folder of its own)."""
@@ -224,6 +229,7 @@ def _in_tiny_filesystem(script: str, *args: str) -> subprocess.CompletedProcess[
                           text=True, timeout=600, cwd=str(ROOT))
 
 
+@pytest.mark.slow
 def test_full_tmpdir(tmp_path: Path) -> None:
     """TMPDIR on a filesystem with 8 KiB left (enough for tempfile to pick it, not for a trace),
     room in save_path: the trace is whole, valid and recorded ok, and TMPDIR holds nothing new."""
@@ -248,6 +254,7 @@ def test_full_tmpdir(tmp_path: Path) -> None:
     assert record["bytes"] == os.path.getsize(save / record["path"]) > 10_000
 
 
+@pytest.mark.slow
 def test_full_save_path(tmp_path: Path) -> None:
     """save_path on a filesystem with room for the manifest but not the trace: the trace is
     recorded failed with the reason, and no temporary file is left in save_path."""

@@ -30,7 +30,7 @@ def pending(save_path: Path, step: int, **policy: Any) -> PendingTrace:
                        export=ExportPolicy(**policy))
     events = save_path / f".profdsl-tmp-1-{step}.json"
     events.write_text('{"traceEvents": []}')
-    return PendingTrace(label=label, window=None, time_ms=step, extra={"blocked_ms": 1.0}, events=str(events))
+    return PendingTrace(label=label, window=None, time_ms=step, extra=None, events=str(events), blocked_ms=1.0)
 
 
 @pytest.fixture

@@ -46,6 +46,7 @@ def test_full_disk_during_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["profdsl-manifest.jsonl"]
 
 
+@pytest.mark.slow
 def test_concurrent_processes_share_a_save_path(tmp_path: Path) -> None:
     """Four processes (ranks) writing stage traces into one folder at once: nothing lost, nothing
     overwritten, every manifest line whole."""

@@ -10,24 +10,23 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from profdsl import FinishHook, Profiler, ProfilerConfig, TorchOptions, profile_stage
+from profdsl import FinishHook, Profiler, ProfilerConfig, profile_stage
 from profdsl.collect import finish_hook
-from profdsl.manifest import read_manifest
 from profdsl.runtime.process import PROCESS
 
+from .profiling import config, hooks
 from .traces import trace_files
 
 pytest.importorskip("torch")
 
 
-def config(save_path: Path, cmd: str, **kwargs: object) -> ProfilerConfig:
-    hook = kwargs.pop("hook", {})
-    return ProfilerConfig(enable=True, steps=kwargs.pop("steps", [1]), save_path=str(save_path),
-                          torch=TorchOptions(contents=["cpu"]),
-                          finish_hook=FinishHook(cmd=cmd, **hook), **kwargs)  # type: ignore[arg-type]
+def hook_config(save_path: Path, cmd: str, hook: dict[str, Any] | None = None, **kwargs: Any) -> ProfilerConfig:
+    """The tests' config (:func:`tests.profiling.config`) with the finish hook ``cmd`` (and ``hook``'s options)."""
+    return config(save_path, finish_hook=FinishHook(cmd=cmd, **(hook or {})), **kwargs)
 
 
 def run_steps(profiler: Profiler, steps: range | list[int], close: bool = True) -> None:
@@ -36,10 +35,6 @@ def run_steps(profiler: Profiler, steps: range | list[int], close: bool = True) 
             pass
     if close:
         profiler.close()
-
-
-def hooks(folder: Path) -> list[dict[str, object]]:
-    return [r for r in read_manifest(folder) if r["kind"] == "hook"]
 
 
 def process_alive(pid: int) -> bool:
@@ -58,7 +53,7 @@ class TestWhenAndWhere:
         of shell syntax is never executed."""
         save = tmp_path / "run 7;$(touch INJECTED)'\""
         cmd = 'env | grep ^PROFDSL_ | sort > "$PROFDSL_SAVE_PATH/env.txt"'
-        profiler = Profiler(config(save, cmd, steps=[1, 3]), role="actor", rank=0, world_size=2)
+        profiler = Profiler(hook_config(save, cmd, steps=[1, 3]), role="actor", rank=0, world_size=2)
         run_steps(profiler, range(5))
         env = dict(line.split("=", 1) for line in (save / "env.txt").read_text().splitlines())
         assert env["PROFDSL_SAVE_PATH"] == str(save)
@@ -72,7 +67,7 @@ class TestWhenAndWhere:
     def test_runs_after_the_last_step_s_traces(self, tmp_path: Path) -> None:
         """When the hook runs, the last profiled step's trace is already in save_path."""
         cmd = 'ls "$PROFDSL_SAVE_PATH" > "$PROFDSL_SAVE_PATH/../listing.txt"'
-        profiler = Profiler(config(tmp_path / "p", cmd, steps=[1, 2]), role="actor", rank=0, world_size=1)
+        profiler = Profiler(hook_config(tmp_path / "p", cmd, steps=[1, 2]), role="actor", rank=0, world_size=1)
         run_steps(profiler, [0, 1, 2], close=False)
         listing = (tmp_path / "listing.txt").read_text()
         assert "step000002" in listing and "step000001" in listing
@@ -81,8 +76,8 @@ class TestWhenAndWhere:
     def test_fused_roles_upload_once(self, tmp_path: Path) -> None:
         """Two roles in one process with one save_path: one run, one skipped record."""
         cmd = 'echo ran >> "$PROFDSL_SAVE_PATH/../count.txt"'
-        actor = Profiler(config(tmp_path / "p", cmd), role="actor", rank=0, world_size=1)
-        ref = Profiler(config(tmp_path / "p", cmd), role="ref", rank=0, world_size=1)
+        actor = Profiler(hook_config(tmp_path / "p", cmd), role="actor", rank=0, world_size=1)
+        ref = Profiler(hook_config(tmp_path / "p", cmd), role="ref", rank=0, world_size=1)
         with actor.step(1), ref.step(1):  # ref stops first, while the shared session is open
             pass
         assert (tmp_path / "count.txt").read_text() == "ran\n"
@@ -102,7 +97,7 @@ class TestWhenAndWhere:
         for rank in range(3):
             PROCESS.rounds.clear()  # ranks are separate processes in real life
             save = tmp_path / f"rank{rank}"
-            cfg = config(save, "true", ranks=profiled, hook={"ranks": hook_ranks})
+            cfg = hook_config(save, "true", ranks=profiled, hook={"ranks": hook_ranks})
             run_steps(Profiler(cfg, role="actor", rank=rank, world_size=3), range(3))
             if hooks(save):
                 ran.append(rank)
@@ -110,7 +105,7 @@ class TestWhenAndWhere:
 
     def test_owed_at_close(self, tmp_path: Path) -> None:
         """Steps (2, 5) but training stops after step 3: close() runs the hook (verl B5)."""
-        profiler = Profiler(config(tmp_path, "true", steps=[2, 5]), role="actor", rank=0, world_size=1)
+        profiler = Profiler(hook_config(tmp_path, "true", steps=[2, 5]), role="actor", rank=0, world_size=1)
         run_steps(profiler, range(4), close=False)
         assert hooks(tmp_path) == []
         profiler.close()
@@ -119,10 +114,11 @@ class TestWhenAndWhere:
 
     def test_not_owed_without_a_profiled_step(self, tmp_path: Path) -> None:
         """No profiled step ran: no hook, nothing written."""
-        profiler = Profiler(config(tmp_path, "true", steps=[7]), role="actor", rank=0, world_size=1)
+        profiler = Profiler(hook_config(tmp_path, "true", steps=[7]), role="actor", rank=0, world_size=1)
         run_steps(profiler, range(3))
         assert hooks(tmp_path) == []
 
+    @pytest.mark.slow
     def test_atexit_runs_a_forgotten_hook_once(self, tmp_path: Path) -> None:
         """A script that never calls close(): the hook runs at interpreter exit, exactly once."""
         script = textwrap.dedent(f"""
@@ -149,7 +145,7 @@ class TestBoundedAndSafe:
     def test_timeout_kills_the_whole_group(self, tmp_path: Path) -> None:
         """A hook past its timeout is killed with its children, and recorded as timeout."""
         cmd = 'sleep 600 & echo $! > "$PROFDSL_SAVE_PATH/../child.pid"; sleep 600'
-        cfg = config(tmp_path / "p", cmd, hook={"timeout_s": 1.0})
+        cfg = hook_config(tmp_path / "p", cmd, hook={"timeout_s": 1.0})
         run_steps(Profiler(cfg, role="actor", rank=0, world_size=1), [1])
         assert [(h["status"], h["exit_code"] is not None) for h in hooks(tmp_path / "p")] == [("timeout", True)]
         child = int((tmp_path / "child.pid").read_text())
@@ -161,7 +157,7 @@ class TestBoundedAndSafe:
     def test_background_child_holding_the_pipe_does_not_block(self, tmp_path: Path) -> None:
         """The shell exits while a child keeps stdout open: the hook returns ok anyway."""
         cmd = 'sleep 600 & echo $! > "$PROFDSL_SAVE_PATH/../child.pid"; echo started'
-        cfg = config(tmp_path / "p", cmd, hook={"timeout_s": 900.0})
+        cfg = hook_config(tmp_path / "p", cmd, hook={"timeout_s": 900.0})
         try:
             run_steps(Profiler(cfg, role="actor", rank=0, world_size=1), [1])
             assert [h["status"] for h in hooks(tmp_path / "p")] == ["ok"]
@@ -171,7 +167,7 @@ class TestBoundedAndSafe:
 
     def test_failure_logged_once_and_recorded(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         """A non-zero exit is recorded with its code and logged once with the rank."""
-        cfg = config(tmp_path, "echo oops; exit 3", ranks=[2])
+        cfg = hook_config(tmp_path, "echo oops; exit 3", ranks=[2])
         with caplog.at_level(logging.INFO, logger="profdsl"):
             run_steps(Profiler(cfg, role="actor", rank=2, world_size=4), [1])
         assert [(h["status"], h["exit_code"]) for h in hooks(tmp_path)] == [("failed", 3)]
@@ -181,14 +177,15 @@ class TestBoundedAndSafe:
     def test_missing_shell(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """No shell: recorded as failed, never raised."""
         monkeypatch.setattr(finish_hook, "SHELL", str(tmp_path / "no-such-sh"))
-        run_steps(Profiler(config(tmp_path / "p", "true"), role="actor", rank=0, world_size=1), [1])
+        run_steps(Profiler(hook_config(tmp_path / "p", "true"), role="actor", rank=0, world_size=1), [1])
         [record] = hooks(tmp_path / "p")
         assert record["status"] == "failed" and "FileNotFoundError" in str(record["error"])
 
     def test_background_hook_waited_for_at_close(self, tmp_path: Path) -> None:
         """background=True: the step returns at once; close() waits for the hook."""
         cmd = 'sleep 1; echo done > "$PROFDSL_SAVE_PATH/../done.txt"'
-        profiler = Profiler(config(tmp_path / "p", cmd, hook={"background": True}), role="actor", rank=0, world_size=1)
+        profiler = Profiler(hook_config(tmp_path / "p", cmd, hook={"background": True}), role="actor", rank=0,
+                            world_size=1)
         run_steps(profiler, [1], close=False)
         profiler.close()
         assert (tmp_path / "done.txt").read_text() == "done\n"

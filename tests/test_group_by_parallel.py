@@ -1,4 +1,4 @@
-"""``summary --by`` and ``plot --by`` group by the parallel coordinates the traces carry (issue 15):
+"""``summary --by`` and ``plot --by`` group by the parallel coordinates the traces carry:
 a rank's coordinates come from its traces' manifest records."""
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from profdsl.analysis.load import load_model
 
 from .profiling import config, work
 
+#: Left out of the quick pass (python -m pytest -m "not slow"): each test runs the command line in
+#: subprocesses; see setup.cfg.
+pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
 
 

@@ -1,4 +1,4 @@
-"""Inputs the runtime must survive (issue 11, items 1, 3, 4 and 10): step numbers that are not
+"""Inputs the runtime must survive: step numbers that are not
 plain ``int``, values beyond the names' padded width, timeouts, contents and NUL characters the
 config must refuse, junk rank variables in the environment, and a relative ``save_path`` with
 the working directory changing under it (in one process, and on a Ray worker)."""
@@ -35,21 +35,13 @@ from profdsl.naming import MAX_INDEX, MAX_NAME_BYTES, TraceName
 from profdsl.rollout.vllm import VllmEngine, vllm_launch
 
 from .fake_engines import FakeVllmLLM
-from .profiling import config, work
+from .profiling import config, hooks, records, work
 from .traces import load, trace_files
 
 torch = pytest.importorskip("torch")
 
 #: Twelve digits: the widest index a trace name holds (profdsl.naming.MAX_WIDE_INDEX).
 MAX_WIDE_INDEX = 999_999_999_999
-
-
-def traces(folder: str | Path) -> list[dict[str, Any]]:
-    return [r for r in read_manifest(folder) if r["kind"] == "trace"]
-
-
-def hooks(folder: str | Path) -> list[dict[str, Any]]:
-    return [r for r in read_manifest(folder) if r["kind"] == "hook"]
 
 
 def one_step(profiler: Profiler, step: object, stage: str = "update") -> None:
@@ -91,7 +83,7 @@ class TestStepNumbers:
         with Profiler(config(tmp_path, discrete=discrete), role="actor", rank=0, world_size=1) as p:
             for step in (0, 1, 2):
                 one_step(p, make(step))
-        [record] = traces(tmp_path)
+        [record] = records(tmp_path, "trace")
         assert record["status"] == "ok" and record["step"] == 1 and type(record["step"]) is int
         assert TraceName.parse(record["path"]).step == 1
         assert load(tmp_path / record["path"])["traceEvents"]
@@ -107,7 +99,7 @@ class TestStepNumbers:
         profiler.stop()
         one_step(profiler, value)
         profiler.close()
-        assert traces(tmp_path) == []
+        assert records(tmp_path, "trace") == []
 
     def test_misuse_is_logged_once_and_not_profiled(self, tmp_path: Path,
                                                      caplog: pytest.LogCaptureFixture) -> None:
@@ -121,7 +113,7 @@ class TestStepNumbers:
                 assert profiler.current_step is None and not profiler.is_profiling
             one_step(profiler, 1)
             one_step(profiler, True)
-        assert [(r["step"], r["status"]) for r in traces(tmp_path)] == [(1, "ok")]
+        assert [(r["step"], r["status"]) for r in records(tmp_path, "trace")] == [(1, "ok")]
         assert len(warnings_about(caplog, "step number")) == 1
         assert warnings_about(caplog, "without start()") == []
 
@@ -132,7 +124,7 @@ class TestStepNumbers:
         with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
             for value in (1, 2.0, 3):
                 one_step(profiler, value)
-        first_steps = sorted(TraceName.parse(r["path"]).step for r in traces(tmp_path))
+        first_steps = sorted(TraceName.parse(r["path"]).step for r in records(tmp_path, "trace"))
         assert first_steps == [1, 3]
 
     def test_ray_step_profiler_takes_integral_steps(self, tmp_path: Path) -> None:
@@ -249,7 +241,7 @@ class TestWideRuntime:
         cfg = config(tmp_path, steps=[step], ranks=[3], discrete=discrete)
         with Profiler(cfg, role="actor", rank=3, world_size=2_000_000) as profiler:
             one_step(profiler, step)
-        [record] = traces(tmp_path)
+        [record] = records(tmp_path, "trace")
         assert record["status"] == "ok", record
         name = TraceName.parse(record["path"])
         assert (name.step, name.rank, name.world_size) == (step, 3, 2_000_000)
@@ -260,7 +252,7 @@ class TestWideRuntime:
         step = 1_000_000
         cfg = config(tmp_path / "p", steps=[step], rollout=RolloutOptions(flush_wait_s=5))
         launch = vllm_launch(cfg, 0, replica_world_size=1, num_replicas=1, version="0.33.0")
-        engine = VllmEngine(FakeVllmLLM(launch.engine_args.get("profiler_config"), tp=1))
+        engine = VllmEngine(FakeVllmLLM(launch.engine_args.get("profiler_config"), tp=1, platform="cuda"))
         with Profiler(cfg, role="trainer", rank=0, world_size=1) as profiler:
             with profiler.step(step), rollout_window([engine], replica_world_size=1):
                 pass
@@ -388,7 +380,7 @@ class TestRankEnvironment:
             with Profiler(config(tmp_path, enable=enable), role="actor", rank=0, world_size=2) as p:
                 one_step(p, 1)
         assert (p.rank, p.world_size) == (0, 2)
-        assert len(traces(tmp_path)) == (1 if enable else 0)
+        assert len(records(tmp_path, "trace")) == (1 if enable else 0)
         assert caplog.records == []
 
     @settings(deadline=None, max_examples=60)
@@ -479,7 +471,7 @@ class TestRelativeSavePath:
         ref.close()
         folder = cwd / "a" / "rel"
         assert not (cwd / "b" / "rel").exists()
-        recorded = sorted((r["role"], r["step"]) for r in traces(folder))
+        recorded = sorted((r["role"], r["step"]) for r in records(folder, "trace"))
         assert recorded == [("actor", 1), ("actor", 2), ("ref", 1), ("ref", 2)]
         assert len(trace_files(folder)) == 4
         assert sorted(h["status"] for h in hooks(folder)) == ["ok", "skipped"]  # one run per process
@@ -497,6 +489,7 @@ def ray_cluster() -> Iterator[Any]:
         ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_worker_writes_where_the_driver_resolved(ray_cluster: Any, cwd: Path) -> None:
     """A config built on the driver with a relative save_path reaches a worker (whose working
     directory differs) as the driver's absolute path; the worker's traces land there, for a step
@@ -527,5 +520,5 @@ def test_ray_worker_writes_where_the_driver_resolved(ray_cluster: Any, cwd: Path
             ray.get(worker.update.remote())
     trainer.close()
     assert trainer.errors == []
-    assert sorted(r["step"] for r in traces(cwd / "a" / "rel")) == [1, 2]
+    assert sorted(r["step"] for r in records(cwd / "a" / "rel", "trace")) == [1, 2]
     assert not (cwd / "b" / "rel").exists()

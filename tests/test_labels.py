@@ -1,4 +1,4 @@
-"""Any label (role, stage, mini-batch name) reaches a torch trace intact (issue 11, item 5).
+"""Any label (role, stage, mini-batch name) reaches a torch trace intact.
 
 torch's chrome-trace export escapes nothing: a ``"`` in a ``record_function`` name is written raw,
 ``\\`` becomes ``/``, non-ASCII and control characters become ``unknown``, and

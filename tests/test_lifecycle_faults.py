@@ -1,6 +1,5 @@
-"""Sessions that outlive their thread or profiler, and when the finish hook is owed (issue 11,
-items 2, 9, 11 and 13). Crashes are tested in a subprocess: a torch session left running at
-exit kills the process (exit 139)."""
+"""Sessions that outlive their thread or profiler, and when the finish hook is owed. Crashes are
+tested in a subprocess: a torch session left running at exit kills the process (exit 139)."""
 
 from __future__ import annotations
 
@@ -17,9 +16,8 @@ from typing import Any
 import pytest
 
 from profdsl import Profiler, TorchOptions, profile_stage
-from profdsl.collect.manifest import read_manifest
 from profdsl.config import FinishHook
-from tests.profiling import config, run_threads, torch_profiler_running, work
+from tests.profiling import config, records, run_threads, torch_profiler_running, work
 
 PRELUDE = """
 import json, os, sys, threading
@@ -44,11 +42,6 @@ def run(tmp_path: Path, body: str, timeout: float = 240) -> subprocess.Completed
                           text=True, timeout=timeout)
 
 
-def records(folder: Path) -> list[dict[str, Any]]:
-    """The manifest records of ``folder``."""
-    return read_manifest(folder)
-
-
 def traces_ok(folder: Path) -> list[dict[str, Any]]:
     """The ok trace records, each checked to name a file that exists and parses."""
     import gzip
@@ -60,7 +53,8 @@ def traces_ok(folder: Path) -> list[dict[str, Any]]:
     return found
 
 
-# -- item 2: a session left running at exit ------------------------------------------------
+# -- a session left running at exit -------------------------------------------------------
+@pytest.mark.slow
 def test_session_started_on_a_thread_that_ends_is_stopped_there(tmp_path: Path) -> None:
     result = run(tmp_path, """
         p = Profiler(cfg(), role="actor", rank=0, world_size=1)
@@ -78,6 +72,7 @@ def test_session_started_on_a_thread_that_ends_is_stopped_there(tmp_path: Path) 
     assert [(r["role"], r["step"]) for r in found] == [("actor", 1)]
 
 
+@pytest.mark.slow
 def test_session_of_a_thread_that_ends_before_stop(tmp_path: Path) -> None:
     """The thread that started the step is gone before anyone stops it; close() is never
     called: the session is ended when its thread ends, and the trace is written."""
@@ -93,6 +88,7 @@ def test_session_of_a_thread_that_ends_before_stop(tmp_path: Path) -> None:
     assert len(traces_ok(tmp_path)) == 1
 
 
+@pytest.mark.slow
 def test_abandoned_generator_stage_is_stopped_at_exit(tmp_path: Path) -> None:
     result = run(tmp_path, """
         p = Profiler(cfg(discrete=True), role="actor", rank=0, world_size=1)
@@ -111,6 +107,7 @@ def test_abandoned_generator_stage_is_stopped_at_exit(tmp_path: Path) -> None:
     assert "open" in found[0].get("note", "")
 
 
+@pytest.mark.slow
 def test_close_ends_an_open_generator_stage(tmp_path: Path) -> None:
     result = run(tmp_path, """
         from profdsl.runtime.process import PROCESS
@@ -131,6 +128,7 @@ def test_close_ends_an_open_generator_stage(tmp_path: Path) -> None:
     assert [r["stage"] for r in traces_ok(tmp_path)] == ["generate"]
 
 
+@pytest.mark.slow
 def test_session_of_a_blocked_thread_is_recorded_lost_at_exit(tmp_path: Path) -> None:
     """An event loop's thread (it owns its session) blocks and never comes back: the session
     cannot be ended cleanly; the loss is recorded and the process still exits normally."""
@@ -154,7 +152,7 @@ def test_session_of_a_blocked_thread_is_recorded_lost_at_exit(tmp_path: Path) ->
     assert "thread" in lost[0]["error"]
 
 
-# -- item 9: the hook runs after the last artifact -----------------------------------------
+# -- the hook runs after the last artifact ------------------------------------------------
 def hook_config(tmp_path: Path, **kwargs: Any) -> Any:
     cmd = f"{sys.executable} -c \"import os; print(sorted(os.listdir('{tmp_path}')))\" > {tmp_path}/hook.out"
     return config(tmp_path, finish_hook=FinishHook(cmd=cmd), **kwargs)
@@ -294,7 +292,8 @@ def test_all_threads_session_sees_other_threads_and_records_nothing_odd(tmp_path
     assert [r["status"] for r in records(tmp_path)] == ["ok"]
 
 
-# -- item 13: a forked child inherits no profiling duty ------------------------------------
+# -- a forked child inherits no profiling duty --------------------------------------------
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_forked_child_that_exits_inside_a_step_writes_nothing_and_runs_no_hook(tmp_path: Path) -> None:
     result = run(tmp_path, f"""
@@ -328,6 +327,7 @@ def test_profiler_in_process_not_running_after_tests() -> None:
 
 
 # -- item 6: Ctrl-C during the export of the last profiled step ----------------------------
+@pytest.mark.slow
 def test_export_cut_short_on_the_writer_is_recorded_before_the_hook(tmp_path: Path) -> None:
     """torch's write of the events (on the writer's thread) stops half-way with an exception
     that is no ``Exception``: the trace is recorded incomplete, its temporaries are removed, and
@@ -366,6 +366,7 @@ def test_export_cut_short_on_the_writer_is_recorded_before_the_hook(tmp_path: Pa
 
 
 # -- found in review: forks from threads, close from other threads, interrupted close ------
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_fork_from_the_thread_owning_the_session_writes_no_duplicate(tmp_path: Path) -> None:
     result = run(tmp_path, """
@@ -400,6 +401,7 @@ def test_close_from_another_thread_ends_the_session_at_the_owners_next_call(tmp_
     assert len(traces_ok(tmp_path)) == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_close_waits_for_the_hook(tmp_path: Path) -> None:
     """Ctrl-C while ``close()`` waits for the hook: the hook's process group is killed and the
     run recorded ``interrupted``; the interrupt goes on; a second ``close()`` runs nothing more."""
@@ -448,6 +450,7 @@ def test_interrupt_in_the_hook_event_leaves_the_hook_owed(tmp_path: Path,
     assert len(now) == 1 and seen == now
 
 
+@pytest.mark.slow
 def test_background_hook_due_at_exit_runs_to_its_end(tmp_path: Path) -> None:
     result = run(tmp_path, f"""
         cmd = "sleep 1; echo ran > {tmp_path}/hook.out"
@@ -565,6 +568,7 @@ def test_stage_while_another_roles_capture_holds_the_slot(tmp_path: Path) -> Non
 
 
 # -- torch: a region spanning a schedule's window boundary corrupts its heap ---------------
+@pytest.mark.slow
 def test_scheduled_stage_region_never_spans_a_window_boundary(tmp_path: Path) -> None:
     """The stage's own region stays open across its mini-batches; torch's schedule steps
     between them. Without closing it around each step the process crashed (exit 139 or 134)

@@ -79,7 +79,7 @@ class TestReadWrite:
             "from profdsl.manifest import append_record, make_record\n"
             "w = int(sys.argv[2])\n"
             "for i in range(300):\n"
-            "    assert append_record(sys.argv[1], make_record('trace', f'w{w}-{i}', filler='x' * 5000))\n"
+            "    assert append_record(sys.argv[1], make_record('trace', f'w{w}-{i}', note='x' * 5000))\n"
         )
         procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(w)]) for w in range(4)]
         try:

@@ -85,3 +85,17 @@ def test_a_straggler() -> None:
 
 def test_nothing_gathered() -> None:
     assert aggregate(1, []).flat() == {}
+
+
+def test_a_role_is_one_key_segment_escaped_like_a_stage() -> None:
+    """Role ``a/b`` with stage ``c`` and role ``a`` with the nested stage path ``b/c`` are
+    different stages, so they get different flat keys (the role is escaped as stage names are)."""
+    def timing(role: str, path: str, seconds: float) -> StepTimings:
+        return StepTimings(role=role, rank=0, step=1, wall_s=seconds, stages={
+            path: StageTiming(total_s=seconds, self_s=seconds, count=1)})
+
+    flat = aggregate(1, [timing("a/b", "c", 1.0), timing("a", "b/c", 2.0)]).flat()
+    assert flat["timing_s_max/a%2Fb/c"] == 1.0 and flat["timing_s_max/a/b/c"] == 2.0
+    assert flat["timing_step_s_max/a%2Fb"] == 1.0 and flat["timing_step_s_max/a"] == 2.0
+    assert len(flat) == 2 * 2 * 4  # nothing replaced: 4 figures per (role, stage) and per role's step
+    assert aggregate(1, [timing("50%", "x", 1.0)]).flat()["timing_s_max/50%25/x"] == 1.0

@@ -244,3 +244,17 @@ def test_a_forked_child_leaves_the_endpoint_to_its_parent() -> None:
         with profiler.step(1), profile_stage("gen"):
             pass
         assert value(scrape(port)["profdsl_stage_seconds"], "_count", role="actor", stage="gen") == 1
+
+
+def test_an_ipv6_address_is_logged_as_a_url(caplog: pytest.LogCaptureFixture) -> None:
+    """``address="::"`` (every IPv6 interface): the log gives a URL that works, ``http://[::]:PORT``,
+    not ``http://:::PORT``."""
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("no IPv6 on this machine")
+    with caplog.at_level(logging.INFO, logger="profdsl"):
+        profiler = metered("actor", exporters=["prometheus"], address="::", port=0)
+    port = endpoint(profiler).server.port
+    assert f"http://[::]:{port}/metrics" in caplog.text
+    assert ":::" not in caplog.text and repr(endpoint(profiler)) == f"PrometheusExporter([::]:{port})"

@@ -16,6 +16,9 @@ from profdsl.ray import RayStepProfiler
 from .metrics_actors import MeteredWorker
 from .profiling import ray_cluster
 
+#: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
+pytestmark = pytest.mark.slow
+
 ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
 

@@ -124,6 +124,7 @@ class TestExplicit:
         [move] = plan_nsys(["worker_process_42.nsys-rep"], source_dir="/x", pid=42, label=label, time_ms=0)
         assert "_rank3-of-4_tp1-pp1_" in move.name.format()  # type: ignore[union-attr]
 
+    @pytest.mark.slow
     def test_megatron_is_never_imported(self) -> None:
         script = ("import sys, profdsl\n"
                   "from profdsl import Profiler, ProfilerConfig\n"
@@ -196,6 +197,7 @@ def check_group(tmp_path: Path, found: list[dict[str, Any]], roles: dict[str, st
 ROLES = {"actor": "tp == 0 and pp == last", "critic": "first_per_node", "ref": None}
 
 
+@pytest.mark.slow
 def test_named_device_mesh_in_a_gloo_group(tmp_path: Path) -> None:
     """init_device_mesh('cpu', (2, 1, 2), mesh_dim_names=('pp', 'dp', 'tp')) in 4 real processes:
     coordinates discovered from the mesh's groups, from the active mesh (``with mesh:``) and
@@ -209,6 +211,7 @@ def test_named_device_mesh_in_a_gloo_group(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("megatron") is None,
                     reason="megatron-core is installed by the test setup (.ci/run, README)")
+@pytest.mark.slow
 def test_megatron_parallel_state_in_a_gloo_group(tmp_path: Path) -> None:
     """Megatron's initialize_model_parallel(tp=2, pp=2) on 4 real gloo processes: its
     coordinates name the traces and answer the selectors."""

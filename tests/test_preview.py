@@ -1,6 +1,6 @@
 """`profdsl plan`'s prediction (`profdsl.core.preview`) against what a real run writes: the real
-torch profiler (CPU) is the oracle, for any config (defect 3: two derivations of step grouping
-disagreed)."""
+torch profiler (CPU) is the oracle, for any config (one derivation of step grouping serves both:
+two used to disagree)."""
 
 from __future__ import annotations
 

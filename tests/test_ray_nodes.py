@@ -13,6 +13,9 @@ from profdsl.ray import RayStepProfiler
 
 from .ray_actors import SamplerActor, TrainWorker
 
+#: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
+pytestmark = pytest.mark.slow
+
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 pytest.importorskip("torch")

@@ -39,20 +39,16 @@ from .fake_engines import (
     FakeSGLangServer,
     FakeVllmLLM,
 )
+from .profiling import config
 from .traces import load
 
 torch = pytest.importorskip("torch")
 
 
-def config(tmp_path: Path, **kwargs: Any) -> ProfilerConfig:
-    kwargs.setdefault("enable", True)
-    kwargs.setdefault("steps", [1])
-    kwargs.setdefault("torch", TorchOptions(contents=["cpu"]))
-    return ProfilerConfig(save_path=str(tmp_path / "p"), **kwargs)
-
-
 def vllm_replicas(cfg: ProfilerConfig, n: int, tp: int, cls: type = FakeVllmLLM, **kw: Any) -> list[Any]:
-    """What a trainer does: launch each replica with vllm_launch's arguments, wrap it."""
+    """What a trainer does: launch each replica with vllm_launch's arguments, wrap it (GPU
+    replicas by default: no op tables beside the traces)."""
+    kw.setdefault("platform", "cuda")
     engines = []
     for r in range(n):
         launch = vllm_launch(cfg, r, replica_world_size=tp, num_replicas=n, version="0.33.0")
@@ -75,7 +71,7 @@ class TestSelectionAndRelocation:
     def test_selected_replicas_and_ranks(self, tmp_path: Path) -> None:
         """ranks [3, 6] with W=2 over 4 replicas: replicas 1 and 3 run; only global ranks 3 and 6
         move (named by step, replica and rank); their tp peers stay where the engine wrote them."""
-        cfg = config(tmp_path, ranks=[3, 6], steps=[5])
+        cfg = config(tmp_path / "p", ranks=[3, 6], steps=[5])
         engines = vllm_replicas(cfg, 4, tp=2)
         with driver(cfg) as profiler, profiler.step(5), rollout_window(engines, replica_world_size=2):
             pass
@@ -96,7 +92,7 @@ class TestSelectionAndRelocation:
         """Empty ranks profile replica 0 and keep global rank 0 (as in training); all_ranks
         profiles every replica and keeps every file."""
         for kwargs, expected in (({}, [True, False, False]), ({"all_ranks": True}, [True, True, True])):
-            cfg = config(tmp_path / str(len(expected) + len(kwargs)), **kwargs)
+            cfg = config(tmp_path / str(len(expected) + len(kwargs)) / "p", **kwargs)
             engines = vllm_replicas(cfg, 3, tp=2)
             with driver(cfg) as profiler, profiler.step(1), rollout_window(engines, replica_world_size=2):
                 pass
@@ -106,7 +102,7 @@ class TestSelectionAndRelocation:
     @pytest.mark.parametrize("case", ["unprofiled step", "disabled", "no profiler"])
     def test_touches_no_engine(self, tmp_path: Path, case: str) -> None:
         """An unprofiled step, a disabled config or no started profiler touches no engine."""
-        cfg = config(tmp_path, enable=case != "disabled", all_ranks=True)
+        cfg = config(tmp_path / "p", enable=case != "disabled", all_ranks=True)
         engines = [FakeVllmLLM(None)]  # an engine launched without profiling raises if touched
         if case == "no profiler":
             with rollout_window(engines):
@@ -131,7 +127,7 @@ class TestSelectionAndRelocation:
 
                 write_trace(os.path.join(folder, "gpu-node_4242.1000.pt.trace.json.gz"))
 
-        cfg = config(tmp_path, steps=[1, 2])
+        cfg = config(tmp_path / "p", steps=[1, 2])
         with driver(cfg) as profiler:
             for step in (1, 2):
                 with profiler.step(step), rollout_window([OldVllm()], replica_world_size=4):
@@ -143,7 +139,7 @@ class TestSelectionAndRelocation:
     def test_finish_hook_sees_the_rollout_traces(self, tmp_path: Path) -> None:
         """The last step's rollout traces are in save_path before the hook runs (verl B3)."""
         cmd = 'ls "$PROFDSL_SAVE_PATH" > "$PROFDSL_SAVE_PATH/../listing.txt"'
-        cfg = config(tmp_path, finish_hook=FinishHook(cmd=cmd))
+        cfg = config(tmp_path / "p", finish_hook=FinishHook(cmd=cmd))
         engines = vllm_replicas(cfg, 1, tp=1)
         with driver(cfg) as profiler, profiler.step(1):
             with rollout_window(engines):
@@ -156,7 +152,7 @@ class TestFaults:
 
     def test_failing_and_hanging_replicas(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         """One replica fails to start, one hangs in stop: both recorded; the third is profiled."""
-        cfg = config(tmp_path, all_ranks=True, rollout=RolloutOptions(stop_timeout_s=0.5, flush_wait_s=1))
+        cfg = config(tmp_path / "p", all_ranks=True, rollout=RolloutOptions(stop_timeout_s=0.5, flush_wait_s=1))
         engines = vllm_replicas(cfg, 3, tp=1)
         engines[0].llm.fail_start = True
         engines[1].llm.stop_delay_s = 30
@@ -170,7 +166,7 @@ class TestFaults:
 
     def test_body_exception_after_engines_stopped(self, tmp_path: Path) -> None:
         """The generation code's exception propagates unchanged, after the engines stopped."""
-        cfg = config(tmp_path)
+        cfg = config(tmp_path / "p")
         engines = vllm_replicas(cfg, 1, tp=1)
         error = ValueError("generation failed")
         with driver(cfg) as profiler, profiler.step(1):
@@ -190,7 +186,7 @@ class TestForms:
 
     def test_async_with_async_engines(self, tmp_path: Path) -> None:
         """AsyncLLM-style engines under `async with`: started, stopped, moved."""
-        cfg = config(tmp_path, all_ranks=True)
+        cfg = config(tmp_path / "p", all_ranks=True)
         engines = vllm_replicas(cfg, 2, tp=1, cls=FakeAsyncLLM)
 
         async def generate() -> str:
@@ -204,7 +200,7 @@ class TestForms:
 
     def test_decorators(self, tmp_path: Path) -> None:
         """As a decorator of plain and async functions, once per call."""
-        cfg = config(tmp_path, steps=[1, 2])
+        cfg = config(tmp_path / "p", steps=[1, 2])
         engines = vllm_replicas(cfg, 1, tp=1)
 
         @rollout_window(engines)
@@ -228,7 +224,7 @@ class TestVllmLaunch:
 
     def test_profiler_config_keys_exist_in_vllm(self, tmp_path: Path) -> None:
         """Every key is a field of vLLM's ProfilerConfig; defaults are bounded and light."""
-        cfg = config(tmp_path, torch=TorchOptions(contents=["cpu", "shapes"]))
+        cfg = config(tmp_path / "p", torch=TorchOptions(contents=["cpu", "shapes"]))
         args = vllm_launch(cfg, 0, version="0.33.0").engine_args["profiler_config"]
         assert set(args) <= VLLM_PROFILER_CONFIG_FIELDS
         assert args["torch_profiler_dir"] == rollout_trace_dir(cfg.save_path, 0)
@@ -238,7 +234,7 @@ class TestVllmLaunch:
 
     def test_old_vllm_gets_environment(self, tmp_path: Path) -> None:
         """vLLM < 0.13 is configured through VLLM_TORCH_PROFILER_* variables."""
-        cfg = config(tmp_path, torch=TorchOptions(contents=["stack"]))
+        cfg = config(tmp_path / "p", torch=TorchOptions(contents=["stack"]))
         launch = vllm_launch(cfg, 0, version="0.12.1")
         assert launch.engine_args == {}
         assert launch.env == {
@@ -248,16 +244,16 @@ class TestVllmLaunch:
 
     def test_unprofiled_replica_gets_nothing(self, tmp_path: Path) -> None:
         """A replica that owns no selected rank, or a disabled config, gets no configuration."""
-        cfg = config(tmp_path, ranks=[4])
+        cfg = config(tmp_path / "p", ranks=[4])
         assert vllm_launch(cfg, 0, replica_world_size=4, num_replicas=2, version="0.33.0").engine_args == {}
         assert vllm_launch(cfg, 1, replica_world_size=4, num_replicas=2, version="0.33.0").engine_args
-        assert vllm_launch(config(tmp_path, enable=False), 0, version="0.33.0").engine_args == {}
+        assert vllm_launch(config(tmp_path / "p", enable=False), 0, version="0.33.0").engine_args == {}
 
     def test_installed_version_decides_by_default(self, tmp_path: Path) -> None:
         """Without vLLM installed the current layout is used."""
         from profdsl.rollout.vllm import installed_version
 
-        launch = vllm_launch(config(tmp_path), 0)
+        launch = vllm_launch(config(tmp_path / "p"), 0)
         assert installed_version() is None and "profiler_config" in launch.engine_args
 
 
@@ -266,7 +262,7 @@ class TestSGLang:
 
     def test_request_fields_and_memory(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         """Fields are ProfileReq fields; memory is dropped with a warning; unprofiled: None."""
-        cfg = config(tmp_path, torch=TorchOptions(contents=["memory", "stack"]))
+        cfg = config(tmp_path / "p", torch=TorchOptions(contents=["memory", "stack"]))
         with caplog.at_level(logging.WARNING, logger="profdsl"):
             request = sglang_profile_request(cfg, 0)
         assert request is not None and set(request) <= SGLANG_PROFILE_REQ_FIELDS
@@ -277,7 +273,7 @@ class TestSGLang:
     def test_engine_with_num_steps_stopped_at_window_end(self, tmp_path: Path) -> None:
         """With num_steps and a shorter rollout SGLang is still profiling when the window ends:
         the handle stops it and the files are collected (more: tests/test_rollout_faults.py)."""
-        cfg = config(tmp_path, steps=[3], all_ranks=True)
+        cfg = config(tmp_path / "p", steps=[3], all_ranks=True)
         fake = FakeSGLangEngine(tp=2)
         engine = SGLangEngine(fake, sglang_profile_request(cfg, 0, replica_world_size=2) or {})
         with driver(cfg) as profiler, profiler.step(3):
@@ -288,7 +284,7 @@ class TestSGLang:
 
     def test_http_engine(self, tmp_path: Path) -> None:
         """The HTTP handle drives a server's /start_profile and /stop_profile."""
-        cfg = config(tmp_path, rollout=RolloutOptions(max_iterations=0))
+        cfg = config(tmp_path / "p", rollout=RolloutOptions(max_iterations=0))
         with FakeSGLangServer(tp=1) as server:
             engine = SGLangHttpEngine(server.url, sglang_profile_request(cfg, 0) or {})
             with driver(cfg) as profiler, profiler.step(1), rollout_window([engine]):
@@ -303,7 +299,7 @@ class TestTorchSampler:
 
     def test_sampler_trace_collected(self, tmp_path: Path) -> None:
         """In a process without an open session, the sampler's own trace is written and moved."""
-        cfg = config(tmp_path, discrete=True, steps=[2])
+        cfg = config(tmp_path / "p", discrete=True, steps=[2])
         model = torch.nn.Linear(8, 8)
         sampler = TorchSamplerEngine(cfg, replica=0)
 
@@ -322,7 +318,7 @@ class TestTorchSampler:
     def test_sampler_follows_the_compress_level(self, tmp_path: Path) -> None:
         """``TorchOptions.compress_level=0``: the sampler's trace is plain JSON too, moved and
         recorded like a gzipped one."""
-        cfg = config(tmp_path, discrete=True, steps=[2],
+        cfg = config(tmp_path / "p", discrete=True, steps=[2],
                      torch=TorchOptions(contents=["cpu"], compress_level=0))
         sampler = TorchSamplerEngine(cfg, replica=0)
         with driver(cfg) as profiler, profiler.step(2), rollout_window([sampler]):
@@ -337,7 +333,7 @@ class TestTorchSampler:
         the process's capture is free afterwards."""
         from profdsl.runtime.process import PROCESS
 
-        cfg = config(tmp_path, discrete=True, steps=[2])
+        cfg = config(tmp_path / "p", discrete=True, steps=[2])
         sampler = TorchSamplerEngine(cfg, replica=0)
         window = rollout_window([sampler])
         with driver(cfg) as profiler, profiler.step(2), window:
@@ -350,7 +346,7 @@ class TestTorchSampler:
     def test_sampler_in_a_profiled_process_shares_the_session(self, tmp_path: Path) -> None:
         """With the trainer's continuous session open, the sampler starts none (a second one
         would crash the process); its work is in the trainer's trace."""
-        cfg = config(tmp_path)
+        cfg = config(tmp_path / "p")
         sampler = TorchSamplerEngine(cfg, replica=0)
         with driver(cfg) as profiler, profiler.step(1), rollout_window([sampler]):
             torch.nn.Linear(4, 4)(torch.randn(2, 4))
@@ -414,7 +410,7 @@ def test_thread_affine_engines_are_called_on_the_callers_thread(tmp_path: Path) 
     class Plain(Affine):
         profdsl_thread_affine = False
 
-    cfg = config(tmp_path, all_ranks=True, steps=[1, 2])
+    cfg = config(tmp_path / "p", all_ranks=True, steps=[1, 2])
     affine, plain = Affine(), Plain()
     with driver(cfg) as profiler:
         with profiler.step(1), rollout_window([affine, plain]):

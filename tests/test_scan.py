@@ -1,4 +1,4 @@
-"""The fast trace reader (issue 13): exactly the streaming reader's answer, on real traces and on
+"""The fast trace reader: exactly the streaming reader's answer, on real traces and on
 random traces in kineto's layout cut into blocks anywhere; the streaming reader's errors for
 whatever does not follow the layout; memory bounded by its block, not the trace; the same result
 from worker processes, and from this process when they fail."""
@@ -192,6 +192,7 @@ def test_a_cut_gzip_file_gets_the_streaming_readers_error(tmp_path: Path) -> Non
     assert str(fast_error.value) == str(slow_error.value)
 
 
+@pytest.mark.slow
 def test_memory_is_bounded_by_the_block_not_the_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 13 MB trace read in 256 kB blocks: Python's allocations peak at a few blocks."""
     monkeypatch.setattr(scan_module, "CHUNK", 256 << 10)

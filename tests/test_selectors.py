@@ -294,6 +294,7 @@ class TestConfig:
 
 
 class TestPlanCommand:
+    @pytest.mark.slow
     def test_plan_prints_the_selected_ranks(self, tmp_path: Path) -> None:
         (tmp_path / "p.yaml").write_text('enable: true\nsteps: [1]\nselect: "tp == 0 and pp in {0, last}"\n')
         out = subprocess.run([sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"), "--world-size",
@@ -317,12 +318,14 @@ class TestPlanCommand:
         (["--nodes", "3"], "not a multiple of nodes = 3"),
         (["--tp", "0"], "GridLayout.tp must be an integer in 1..1000000, got 0"),
     ])
+    @pytest.mark.slow
     def test_bad_layouts_exit_2(self, tmp_path: Path, args: list[str], message: str) -> None:
         (tmp_path / "p.yaml").write_text("enable: true\nsteps: [1]\nselect: every(2)\n")
         out = subprocess.run([sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"),
                               "--world-size", "8", *args], capture_output=True, text=True, timeout=300)
         assert out.returncode == 2 and message in out.stderr
 
+    @pytest.mark.slow
     def test_a_bad_selector_points_at_its_token(self, tmp_path: Path) -> None:
         (tmp_path / "p.yaml").write_text('enable: true\nselect: "tp == 0 and pp in {0, lats}"\n')
         out = subprocess.run([sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"),
@@ -330,6 +333,7 @@ class TestPlanCommand:
         assert out.returncode == 2
         assert out.stderr.splitlines()[1:] == ["  tp == 0 and pp in {0, lats}", " " * 24 + "^^^^"]
 
+    @pytest.mark.slow
     def test_a_term_the_layout_cannot_answer(self, tmp_path: Path) -> None:
         (tmp_path / "p.yaml").write_text('enable: true\nsteps: [1]\nselect: "ep == 0"\n')
         out = subprocess.run([sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"),

@@ -45,7 +45,7 @@ def mini_batches(trace: dict[str, Any], base: str = "mini_batch") -> list[str]:
 
 class TestContinuousSchedule:
     """Continuous mode with a schedule: the step's trace records everything the step ran, except
-    the update mini-batches the schedule leaves out (defect 4)."""
+    the update mini-batches the schedule leaves out."""
 
     def test_stages_before_the_first_recorded_mini_batch_are_kept(self, tmp_path: Path) -> None:
         """A compute_log_prob before update_actor stays in the trace, whatever the schedule skips."""
@@ -94,7 +94,7 @@ class TestContinuousSchedule:
 
 class TestFusedContinuousRoles:
     """Two continuous roles in one process share one session; each role's mini-batches follow
-    its own schedule (defect 5)."""
+    its own schedule."""
 
     def test_each_role_runs_its_own_schedule(self, tmp_path: Path) -> None:
         """actor and critic each record their own mini-batch 1: the trace lists exactly those."""
@@ -121,7 +121,7 @@ class TestFusedContinuousRoles:
 
 class TestConcurrentScheduledStage:
     """A scheduled async stage called twice at once: the second call is refused its own capture
-    and recorded; no trace is mislabelled (defect 6)."""
+    and recorded; no trace is mislabelled."""
 
     def test_windows_hold_what_they_claim(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         cfg = config(tmp_path, discrete=True, torch=scheduled(Schedule(active=2)))
@@ -154,7 +154,7 @@ class TestConcurrentScheduledStage:
 
 class TestMixedModes:
     """A continuous role and a discrete role in one process: each trace carries exactly its own
-    role's and stage's name (defect 7)."""
+    role's and stage's name."""
 
     def test_discrete_stage_cuts_the_continuous_step(self, tmp_path: Path) -> None:
         ref = Profiler(config(tmp_path), role="ref", rank=0, world_size=1)

@@ -1,4 +1,4 @@
-"""The one stage-time model (issue 13): summary, plot, the demo's report and merge agree to the
+"""The one stage-time model: summary, plot, the demo's report and merge agree to the
 microsecond on the same folder, and the model's numbers equal an independent recount from the raw
 events (whole-file ``json.load``, nesting found by brute force): total and self time, entries
 (a scheduled stage written as several windows is one entry, its mini-batches under it), and the
@@ -194,7 +194,7 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 2e-6  # milliseconds: both to the nanosecond
 
 
-@pytest.mark.parametrize("which", ["multi_rank", "continuous", "demo"])
+@pytest.mark.parametrize("which", ["multi_rank", "continuous", pytest.param("demo", marks=pytest.mark.slow)])
 def test_the_model_equals_an_independent_recount(which: str, request: pytest.FixtureRequest) -> None:
     folder: Path = request.getfixturevalue(which)
     rows = summary_rows(folder)
@@ -207,7 +207,7 @@ def test_the_model_equals_an_independent_recount(which: str, request: pytest.Fix
         assert _close(got[key][1], total_ms) and _close(got[key][2], self_ms), (key, got[key], expected[key])
 
 
-@pytest.mark.parametrize("which", ["multi_rank", "demo"])
+@pytest.mark.parametrize("which", ["multi_rank", pytest.param("demo", marks=pytest.mark.slow)])
 def test_summary_plot_demo_and_merge_agree(which: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """The same folder gives the same numbers in all four: summary's rows, the demo report's
     model, merge's ``profdsl.stages`` (read by its own streaming pass), and plot's bars (each
@@ -304,6 +304,7 @@ def test_a_straggler_rank_stands_out_in_the_step_view(tmp_path: Path) -> None:
     assert re.search(r"^actor  update_actor .*\n^actor    mini_batch ", text, re.M)  # indented under it
 
 
+@pytest.mark.slow
 def test_engine_time_is_in_the_step_view(demo: Path) -> None:
     text = subprocess.run([sys.executable, "-m", "profdsl", "summary", str(demo)],
                           capture_output=True, text=True, timeout=300).stdout

@@ -6,6 +6,7 @@ importing verl (which needs its whole stack)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.util
 import os
@@ -284,6 +285,7 @@ def outcome(cfg: dict[str, Any]) -> dict[str, ProfilerConfig] | str:
         return f"refused: {exc}"
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(st.dictionaries(st.sampled_from(sorted(OVERRIDES)), st.none(), max_size=8).flatmap(
     lambda keys: st.fixed_dictionaries({k: OVERRIDES[k] for k in keys})))
@@ -369,3 +371,100 @@ def test_profdsl_configs_round_trip() -> None:
                                   "actor_rollout_ref.actor.profiler.enable=true"))
     for config in roles.values():
         assert ProfilerConfig.from_mapping(config.to_mapping()) == config
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile values: any value verl's YAML can hold, at any profiler key of the shipped config (and
+# with a role enabled, so that the deeper keys are read): a ConfigError naming a verl key, or a
+# mapping; never another exception.
+# ---------------------------------------------------------------------------------------------
+
+def _key_paths(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    if isinstance(node, dict):
+        for key, child in node.items():
+            found.append((*prefix, key))
+            found += _key_paths(child, (*prefix, key))
+    return found
+
+
+@functools.cache
+def _shipped() -> dict[str, Any]:
+    """The profiler blocks of the shipped ``_generated_ppo_trainer.yaml``, resolved (read once)."""
+    return load(generated()[0])
+
+
+def _shipped_paths() -> list[tuple[str, ...]]:
+    paths = _key_paths(_shipped())
+    schedule = [(*p, "schedule", k) for p in paths if p[-2:] == ("tool_config", "torch") for k in SCHEDULE_KEYS]
+    return sorted(set(paths + schedule))
+
+
+YAML_SCALARS = (st.none() | st.booleans() | st.integers(-3, 10**13) | st.floats()
+                | st.sampled_from(["???", "torch", "nsys", "npu", "a", "", "0", "1", "true"]) | st.text(max_size=4))
+YAML_VALUES = st.recursive(
+    YAML_SCALARS,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.sampled_from(["torch", "nsys", "active", "enable", "a", "0"]) | st.integers(0, 2), inner,
+                      max_size=3),
+    max_leaves=6)
+
+
+def _put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = tree
+    for key in path[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[path[-1]] = value
+
+
+@pytest.mark.slow
+@settings(deadline=None, max_examples=1000)
+@given(changes=st.lists(st.tuples(st.sampled_from(_shipped_paths()) if importlib.util.find_spec("verl")
+                                  else st.just(("global_profiler", "tool")), YAML_VALUES), max_size=4),
+       enabled=st.booleans())
+def test_any_value_in_the_shipped_yaml_maps_or_is_a_config_error(changes: list[tuple[tuple[str, ...], Any]],
+                                                                 enabled: bool) -> None:
+    cfg = copy.deepcopy(_shipped())
+    if enabled:
+        for path, value in ((("global_profiler", "tool"), "torch"), (("global_profiler", "steps"), [1]),
+                            (("actor_rollout_ref", "actor", "profiler", "enable"), True)):
+            _put(cfg, path, value)
+    for path, value in changes:
+        _put(cfg, path, value)
+    for mapping in (profiler_configs, nsight_options):
+        try:
+            mapping(cfg)
+        except ConfigError as exc:
+            assert str(exc).startswith(("verl ", "unknown verl key")), exc  # it names the verl key
+
+
+@pytest.mark.parametrize(("where", "value", "words"), [
+    ("actor_rollout_ref.actor.profiler.tool", [], "actor.profiler.tool must be a string"),
+    ("actor_rollout_ref.actor.profiler.tool", {}, "actor.profiler.tool must be a string"),
+    ("global_profiler.tool", [], "global_profiler.tool must be a string"),
+    ("global_profiler.steps", "1,2", "global_profiler.steps must be a list of integers"),
+    ("actor_rollout_ref.rollout.profiler.tool_config.torch.profile_token_start", "a",
+     "rollout.profiler.tool_config.torch.profile_token_start must be an integer"),
+    ("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active", False,
+     "actor.profiler.tool_config.torch.schedule: Schedule.active must be an integer"),
+    ("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.repeat", True,
+     "actor.profiler.tool_config.torch.schedule: Schedule.repeat must be an integer"),
+    ("actor_rollout_ref.actor.profiler.tool_config", "???", None),
+    ("actor_rollout_ref.actor.profiler.save_path", "???", None),
+])
+def test_values_verl_can_hold(where: str, value: Any, words: str | None) -> None:
+    """The cases the fuzzing above found: unhashable tools, a string token count, a bool where a
+    count goes; and OmegaConf's ``'???'`` (MISSING), which is no value."""
+    cfg = copy.deepcopy(_shipped())  # resolved: the actor's tool is its own key now
+    for path, setting in ((("global_profiler", "tool"), "torch"), (("global_profiler", "steps"), [1]),
+                          (("actor_rollout_ref", "actor", "profiler", "tool"), "torch"),
+                          (("actor_rollout_ref", "actor", "profiler", "enable"), True)):
+        _put(cfg, path, setting)
+    _put(cfg, tuple(where.split(".")), value)
+    if words is None:
+        assert profiler_configs(cfg)["actor"].enable
+    else:
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            profiler_configs(cfg)

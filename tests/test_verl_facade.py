@@ -121,7 +121,8 @@ STAGES = {"ref_compute_log_prob", "actor_compute_log_prob", "actor_update", "tra
 DROP = {"path", "time_ms", "bytes", "export_ms", "blocked_ms"}
 
 
-def records(folder: Path) -> list[dict[str, Any]]:
+def comparable_records(folder: Path) -> list[dict[str, Any]]:
+    """The manifest records without what differs between two runs (paths, times, sizes), in order."""
     return sorted(({k: v for k, v in r.items() if k not in DROP} for r in read_manifest(folder)),
                   key=lambda r: (r.get("step") or 0, r.get("stage") or "", r.get("window") or [0, 0]))
 
@@ -173,7 +174,7 @@ def test_the_facade_writes_what_the_dsl_writes(tmp_path: Path, mode: str) -> Non
         entry["meta"].pop("config_hash")  # the save_path differs, and with it the hash
     assert ours == theirs
     assert ours, "nothing was written"
-    mine, dsl_records = records(tmp_path / "verl"), records(tmp_path / "dsl")
+    mine, dsl_records = comparable_records(tmp_path / "verl"), comparable_records(tmp_path / "dsl")
     for r in mine + dsl_records:
         r.pop("config_hash", None)
     assert mine == dsl_records
@@ -361,3 +362,67 @@ def test_critic_discrete_mini_batches_never_collide(tmp_path: Path) -> None:
     assert len(files) == 6 and len({n.format() for n, _ in files}) == 6
     assert all(n.stage == "train-batch" for n, _ in files)
     assert len([r for r in read_manifest(tmp_path) if r["kind"] == "trace" and r["status"] == "ok"]) == 6
+
+
+# --- verl's own dataclasses, as verl's workers build them -----------------------------------------
+
+def verl_profiler_dataclasses() -> Any:
+    """verl's ``verl/utils/profiler/config.py`` (``ProfilerConfig``, ``TorchProfilerToolConfig``,
+    ...), loaded from the installed verl without importing ``verl`` itself (whose ``__init__``
+    needs verl's whole dependency tree: the test setup installs it without dependencies)."""
+    import importlib.util
+    import sys
+    import types
+
+    pytest.importorskip("omegaconf")
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("verl is installed by the test setup: pip install --no-deps -c .ci/constraints.txt verl")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    saved = {name: sys.modules.get(name) for name in ("verl", "verl.base_config")}
+    package = types.ModuleType("verl")
+    package.__path__ = []
+    sys.modules["verl"] = package
+    try:
+        modules = {}
+        for name, where in (("verl.base_config", "base_config.py"),
+                            ("verl_profiler_config", "utils/profiler/config.py")):
+            found = importlib.util.spec_from_file_location(name, root / where)
+            assert found is not None and found.loader is not None
+            modules[name] = importlib.util.module_from_spec(found)
+            sys.modules[name] = modules[name]
+            found.loader.exec_module(modules[name])
+        return modules["verl_profiler_config"]
+    finally:
+        sys.modules.pop("verl_profiler_config", None)
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def test_verls_own_dataclasses_as_its_workers_build_them(tmp_path: Path) -> None:
+    """verl's workers hand ``DistProfiler`` its ``ProfilerConfig`` dataclass, whose unset fields
+    (``tool``, ``save_path``, ``tool_config``) hold OmegaConf's ``'???'``, and the tool's own
+    dataclass apart: the disabled default maps to nothing profiled, an enabled one maps its tool
+    config, and ``'???'`` is never taken for a value."""
+    verl = verl_profiler_dataclasses()
+    assert verl.ProfilerConfig().tool_config == "???"
+    off = DistProfiler(rank=0, config=verl.ProfilerConfig(), tool_config=None, save_file_prefix="actor")
+    assert not off.check_enable() and not off.check_this_rank()
+    torch_tool = verl.TorchProfilerToolConfig(contents=["cpu"], discrete=True,
+                                              schedule=verl.TorchProfilerScheduleConfig(active=2, repeat=1))
+    on = DistProfiler(rank=0, config=verl.ProfilerConfig(tool="torch", enable=True, save_path=str(tmp_path)),
+                      tool_config=torch_tool, save_file_prefix="actor", steps=[1], world_size=1)
+    assert on.config.discrete and on.config.torch.contents == {"cpu"}
+    assert (on.config.torch.schedule.active, on.config.torch.schedule.repeat) == (2, 1)
+    nsys = DistProfiler(rank=0, config=verl.ProfilerConfig(tool="nsys", enable=True, save_path=str(tmp_path)),
+                        tool_config=verl.NsightToolConfig(discrete=True), steps=[1], world_size=1)
+    assert nsys.config.tool == "nsys" and nsys.config.discrete
+    # the disabled default with a tool config passed anyway (tool '???': nothing to put it under)
+    assert not DistProfiler(rank=0, config=verl.ProfilerConfig(), tool_config=torch_tool).check_enable()
+    # save_path left at '???' inherits as verl's YAML does (global_profiler.save_path's default)
+    unset = DistProfiler(rank=0, config=verl.ProfilerConfig(tool="torch", enable=True), tool_config=torch_tool,
+                         steps=[1], world_size=1)
+    assert unset.config.save_path.endswith("outputs/profile")

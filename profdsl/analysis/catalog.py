@@ -11,31 +11,33 @@ fast reader of ``summary`` and ``plot`` skips over unread: :mod:`profdsl.analysi
 from __future__ import annotations
 
 import os
-import sys
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from profdsl.analysis.reader import TraceError, brief, header
-from profdsl.collect.manifest import KINDS, MANIFEST_NAME, is_relative, read_lines
+from profdsl.analysis.reader import TraceError, file_kind, header
+from profdsl.collect.manifest import MANIFEST_NAME, read_lines
 from profdsl.config.parallel import DIMS
-from profdsl.config.validate import require_int
 from profdsl.core.naming import ARTIFACT_SUFFIXES, NSYS_EXT, TEMP_PREFIX, TraceName, is_json_trace
-from profdsl.errors import ConfigError
+from profdsl.records.schema import (
+    DISTRIBUTED_KEY,
+    META_KEY,
+    Record,
+    RecordError,
+    TraceRecord,
+    parse_record,
+    to_json,
+)
 
 __all__ = ["Artifact", "Catalog", "FolderError", "RecordError", "artifacts", "catalog", "from_record",
            "json_traces", "trace_header"]
 
 
-
 class FolderError(Exception):
     """The folder is missing, not a folder, or holds nothing profdsl can read."""
-
-
-class RecordError(ValueError):
-    """A manifest record that does not describe an artifact (the message says which field)."""
 
 
 @attrs.frozen
@@ -58,7 +60,8 @@ class Artifact:
     blocked_ms: float | None = None
     export_ms: float | None = None
     host: str | None = None  # the host that wrote it (whose clock its timestamps follow)
-    record: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+    #: The manifest record it comes from (None: known by its file name only).
+    record: Record | None = attrs.field(default=None, eq=False, repr=False)
     #: The writer's known parallel coordinates, ``(("tp", 1), ("pp", 0), ...)`` in the order
     #: tp, pp, dp, cp, ep (the record's ``tp`` ... ``ep`` keys, or the file name's).
     parallel: tuple[tuple[str, int], ...] = ()
@@ -67,7 +70,7 @@ class Artifact:
     def needs_metadata(self) -> bool:
         """A training trace profdsl recorded in the manifest carries ``profdsl`` and
         ``distributedInfo`` metadata (traces known by their file name only may predate it)."""
-        return self.kind == "trace" and bool(self.record)
+        return self.kind == "trace" and self.record is not None
 
     @property
     def label(self) -> str:
@@ -81,90 +84,64 @@ class Artifact:
 
 @attrs.frozen
 class Catalog:
-    """A folder's valid artifacts, one line per manifest line that is not a valid record, and
-    the hidden files profdsl left there (a write or an export cut short: ``check`` names them)."""
+    """A folder's valid artifacts; ``problems``: one line per input every command skips (a
+    manifest line that is not a valid record, and each ``foreign`` line); the hidden files
+    profdsl left there (a write or an export cut short: ``check`` names them); ``foreign``: one
+    line per file of a folder without a manifest that is named like an artifact but not by
+    profdsl, or is not a regular file (a JSON trace of those is still an artifact, read by its
+    events)."""
 
     artifacts: list[Artifact]
     problems: list[str]
     leftovers: list[str] = attrs.field(factory=list)
-
-
-#: Integer fields of a record and their smallest value; ``bytes`` is also a file size.
-_COUNTS = {"step": 0, "rank": 0, "world_size": 1, "replica": 0}
-_TEXTS = ("role", "stage", "status", "error", "reason", "source", "host")
-_MAX_BYTES = 2**63 - 1
-#: Durations of a record, in milliseconds: finite numbers >= 0 (or null).
-_DURATIONS = ("blocked_ms", "export_ms")
-
-
-def _duration(key: str, value: object) -> float | None:
-    """``value`` as a float of milliseconds, or None; refuses bools, NaN, inf and ints too large for a float."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= sys.float_info.max:
-        raise RecordError(f"{key} must be a finite number of milliseconds >= 0 or null, got {brief(value)}")
-    return float(value)
+    foreign: list[str] = attrs.field(factory=list)
 
 
 def from_record(record: object) -> Artifact:
-    """The artifact a manifest record describes.
+    """The artifact a manifest record describes (its JSON object, or a schema record).
 
     Raises:
-        RecordError: ``record`` is not an object, or a field the commands read has the wrong type
-            or value (the message names the first such field).
+        RecordError: ``record`` is not an object, or a field has the wrong type or value (the
+            message names the first such field: :func:`profdsl.records.schema.parse_record`).
     """
-    if not isinstance(record, dict):
-        raise RecordError(f"{brief(record)} is not a JSON object")
-    kind = record.get("kind", "trace")
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise RecordError(f"kind must be one of {', '.join(KINDS)}, got {brief(kind)}")
-    path = record.get("path")
-    if path is not None and not (isinstance(path, str) and is_relative(path)):
-        raise RecordError(f"path must be a file name relative to the folder or null, got {brief(path)}")
-    for key in _TEXTS:
-        if not isinstance(record.get(key), (str, type(None))):
-            raise RecordError(f"{key} must be a string or null, got {brief(record[key])}")
-    window = record.get("window")
-    if window is not None and not (isinstance(window, list) and len(window) == 2):
-        raise RecordError(f"window must be [first, last] or null, got {brief(window)}")
-    try:
-        counts = {key: require_int(key, record.get(key), low, optional=True) for key, low in _COUNTS.items()}
-        size = require_int("bytes", record.get("bytes"), 0, _MAX_BYTES, optional=True)
-        first, last = (require_int("window", v, 0) for v in window) if window else (None, None)
-    except ConfigError as exc:
-        raise RecordError(str(exc)) from None
-    blocked, export = (_duration(key, record.get(key)) for key in _DURATIONS)
-    try:
-        parallel = tuple((d, require_int(d, record[d], 0)) for d in DIMS if record.get(d) is not None)
-    except ConfigError as exc:
-        raise RecordError(str(exc)) from None
-    return Artifact(parallel=parallel, kind=kind, path=path, role=record.get("role"), stage=record.get("stage"),
-                    window=None if first is None or last is None else (first, last), bytes=size,
-                    status=record.get("status") or "ok", blocked_ms=blocked, export_ms=export,
-                    host=record.get("host"), record=record, **counts)
+    parsed = parse_record(to_json(record) if isinstance(record, Record) else record)
+    trace = parsed if isinstance(parsed, TraceRecord) else None
+    blocked, export = (None, None) if trace is None else (trace.blocked_ms, trace.export_ms)
+    return Artifact(kind=parsed.kind, path=parsed.path, role=parsed.role, stage=parsed.stage, step=parsed.step,
+                    rank=parsed.rank, world_size=parsed.world_size, replica=parsed.replica,
+                    window=parsed.window, bytes=parsed.bytes, status=parsed.status, blocked_ms=blocked,
+                    export_ms=export, host=parsed.host, record=parsed, parallel=parsed.parallel())
 
 
-def _from_name(folder: Path, name: str) -> Artifact | None:
+def _from_name(folder: Path, name: str) -> tuple[Artifact | None, str | None]:
+    """The artifact a file name describes (None: not read), and why the file is not taken as
+    profdsl's (None: it is)."""
+    where = folder / name
+    try:
+        info = where.stat()
+    except OSError as exc:
+        return None, f"{where}: unreadable: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):
+        return None, f"{where}: not a regular file ({file_kind(info.st_mode)}): not read"
     parsed = TraceName.try_parse(name)
     if parsed is None:
-        return None
+        if not is_json_trace(name):
+            return None, f"{where}: not a profdsl trace name: not read"
+        return (Artifact(kind="trace", path=name, bytes=info.st_size),
+                f"{where}: not a profdsl trace name: read by its events only (role, step and rank unknown)")
     kind = "nsys" if parsed.ext == NSYS_EXT else "rollout" if parsed.role == "rollout" else "trace"
     coords = tuple((d, v) for d in DIMS if (v := getattr(parsed, d)) is not None)
     return Artifact(parallel=coords, kind=kind, path=name, role=parsed.role, stage=parsed.stage, step=parsed.step,
                     rank=parsed.rank, world_size=parsed.world_size, replica=parsed.replica,
-                    window=parsed.window, bytes=_size(folder / name), host=parsed.host)
-
-
-def _size(path: Path) -> int | None:
-    try:
-        return path.stat().st_size
-    except OSError:  # gone since listed, or a dangling link: check names it missing
-        return None
+                    window=parsed.window, bytes=info.st_size, host=parsed.host), None
 
 
 def catalog(folder: str | os.PathLike[str]) -> Catalog:
     """Every artifact of ``folder`` (the manifest's valid records, or parsed trace names when it
-    has none), and one problem per manifest line that is not a valid record.
+    has none), one problem per manifest line that is not a valid record, and (without a manifest)
+    one line per file named like an artifact that is not profdsl's or not a regular file. A JSON
+    trace of those is still listed, by its name only (``role`` and the rest unknown), so that
+    its events are read.
 
     Raises:
         FolderError: ``folder`` is missing or not a folder, or holds no artifact and no manifest
@@ -180,12 +157,18 @@ def catalog(folder: str | os.PathLike[str]) -> Catalog:
         names = sorted(os.listdir(path))
     except OSError as exc:
         raise FolderError(f"{folder}: cannot list: {exc.strerror or exc}") from exc
+    foreign: list[str] = []
     if not rows:  # no manifest, or no valid record in it: read the file names
-        rows = [a for n in names if n.endswith(ARTIFACT_SUFFIXES) for a in [_from_name(path, n)] if a is not None]
+        for name in names:
+            if not name.endswith(ARTIFACT_SUFFIXES) or name.startswith(TEMP_PREFIX):
+                continue
+            found, note = _from_name(path, name)
+            foreign += [note] if note is not None else []
+            rows += [found] if found is not None else []
     leftovers = [n for n in names if n.startswith(TEMP_PREFIX)]
-    if not rows and not problems and not leftovers:
+    if not rows and not problems and not leftovers and not foreign:
         raise FolderError(f"{folder}: no profdsl manifest and no profdsl trace files")
-    return Catalog(rows, problems, leftovers)
+    return Catalog(rows, problems + foreign, leftovers, foreign)
 
 
 def _from_manifest(folder: Path) -> tuple[list[Artifact], list[str]]:
@@ -235,6 +218,6 @@ def trace_header(folder: str | os.PathLike[str], artifact: Artifact) -> dict[str
     """
     path = os.path.join(folder, str(artifact.path))
     meta = header(path)
-    if artifact.needs_metadata and not ("profdsl" in meta and "distributedInfo" in meta):
+    if artifact.needs_metadata and not (META_KEY in meta and DISTRIBUTED_KEY in meta):
         raise TraceError(f"{os.fspath(path)}: no profdsl / distributedInfo metadata")
     return meta

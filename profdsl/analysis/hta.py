@@ -47,8 +47,20 @@ from profdsl.analysis.catalog import Artifact, catalog, json_traces, trace_heade
 from profdsl.analysis.chrome import FLOW_SHIFT, ArrayWriter, json_value, move, region_title, shift_us
 from profdsl.analysis.load import scan_artifacts
 from profdsl.analysis.model import StageModel
+from profdsl.analysis.outputs import check_output
 from profdsl.analysis.regions import RegionNames
 from profdsl.analysis.scan import Piece, TraceScan
+from profdsl.records.schema import (
+    BASE_TIME_KEY,
+    DISTRIBUTED_KEY,
+    META_KEY,
+    ExportMeta,
+    RecordError,
+    TraceMeta,
+    distributed_info,
+    header_meta,
+    to_json,
+)
 
 __all__ = ["HtaError", "HtaReport", "RankExport", "export_hta", "output_name"]
 
@@ -58,7 +70,7 @@ MARKER = "ProfilerStep#"
 RENAMED = "torch_step"
 _OURS = re.compile(r"\.?rank[0-9]+\.pt\.trace\.json\.gz(\.partial)?\Z")
 #: Header keys of an input not copied: written anew, or naming one input only.
-_OWN_KEYS = frozenset({"distributedInfo", "profdsl", "baseTimeNanoseconds", "traceName", "trace_id"})
+_OWN_KEYS = frozenset({DISTRIBUTED_KEY, META_KEY, BASE_TIME_KEY, "traceName", "trace_id"})
 
 
 class HtaError(Exception):
@@ -133,9 +145,11 @@ def export_hta(folder: str | os.PathLike[str], output: str | os.PathLike[str], *
         FolderError: ``folder`` is missing, not a folder, or holds no artifact.
         HtaError: the step, stage or role is not there (the message lists what is), or ``output``
             is a file, not empty (without ``force``), or holds a file not written by an export.
+        OutputError: ``output`` is, holds or lies in ``folder``.
         OSError: ``output`` cannot be written.
     """
     out = Path(output)
+    check_output(out, folder, is_folder=True)
     listed = catalog(folder)
     earlier = _earlier_export(out, force)
     errors = list(listed.problems)
@@ -191,10 +205,10 @@ def _ours(entry: Path) -> bool:
     if match[1]:
         return True
     try:
-        own = reader.header(entry).get("profdsl")
-    except reader.TraceError:
+        own = header_meta(reader.header(entry))
+    except (reader.TraceError, RecordError):
         return False
-    return isinstance(own, dict) and isinstance(own.get("export"), dict)
+    return own is not None and own.export is not None
 
 
 def _listing(values: Iterable[int | str]) -> str:
@@ -384,24 +398,22 @@ class _RankWriter:
             dur = spans[0][1] if len(spans) == 1 else max(s[0] + s[1] for s in spans) - start
             markers.append({"ph": "X", "cat": "user_annotation", "name": f"{MARKER}{k}",
                             "pid": spans[0][2], "tid": spans[0][3], "ts": start, "dur": dur,
-                            "args": {"profdsl": f"{what} {k} of {self.stage}"}})
+                            "args": {META_KEY: f"{what} {k} of {self.stage}"}})
         return markers
 
     def _head(self, kept: list[tuple[Artifact, dict[str, Any]]], world: int) -> str:
         """The file's start, up to ``"traceEvents": [``: ``distributedInfo`` first and on its own
         line (HTA finds the rank by the first ``"rank": N`` of the file)."""
         plan = self.plan
-        info = {"rank": plan.rank, "world_size": plan.world_size or world}
-        own = {"export": {
-            "format": "hta", "role": kept[0][0].role, "stage": self.stage, "step": self.step,
-            "rank": plan.rank, "iterations": plan.unit,
-            "traces": [str(a.path) for a, _ in kept],
-        }}
-        lines = [f'{{"distributedInfo": {json.dumps(info)},', f'"profdsl": {json.dumps(own)},']
+        info = distributed_info(plan.rank, plan.world_size or world)
+        own = to_json(TraceMeta(export=ExportMeta(
+            format="hta", role=kept[0][0].role, stage=self.stage, step=self.step, rank=plan.rank,
+            iterations=plan.unit, traces=tuple(str(a.path) for a, _ in kept))))
+        lines = [f'{{{json.dumps(DISTRIBUTED_KEY)}: {json.dumps(info)},', f'{json.dumps(META_KEY)}: {json.dumps(own)},']
         for key, value in kept[0][1].items():
             if key not in _OWN_KEYS:
                 lines.append(f"{json.dumps(key)}: {json.dumps(value, default=json_value)},")
-        lines.append(f'"baseTimeNanoseconds": {self.base_ns},')
+        lines.append(f'{json.dumps(BASE_TIME_KEY)}: {self.base_ns},')
         lines.append('"traceEvents": [\n')
         return "\n".join(lines)
 

@@ -22,6 +22,7 @@ from profdsl.analysis.model import StageModel
 from profdsl.analysis.reader import TraceError
 from profdsl.analysis.scan import TraceScan, scan_file
 from profdsl.analysis.workers import run_workers
+from profdsl.records.schema import META_KEY
 
 __all__ = ["Progress", "load_model", "scan_artifacts"]
 
@@ -35,7 +36,7 @@ def scan_one(folder: str, artifact: Artifact) -> TraceScan | str:
     """One trace's scan, or the reason it cannot be read."""
     try:
         meta = trace_header(folder, artifact)
-        engine = artifact.kind == "rollout" or "profdsl" not in meta
+        engine = artifact.kind == "rollout" or META_KEY not in meta
         return scan_file(os.path.join(folder, str(artifact.path)), meta, span=engine)
     except TraceError as exc:
         return str(exc)

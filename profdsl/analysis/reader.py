@@ -18,12 +18,15 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import stat
 import zlib
 from collections.abc import Iterator
-from decimal import Decimal
 from typing import IO, Any
 
-__all__ = ["MAX_TIME_US", "TraceError", "brief", "event_problem", "events", "header", "metadata_problem", "open_trace"]
+from profdsl.records.schema import DISTRIBUTED_KEY, RecordError, base_time_ns, brief, header_meta
+
+__all__ = ["MAX_TIME_US", "TraceError", "brief", "event_problem", "events", "file_kind", "header", "metadata_problem",
+           "open_trace"]
 
 #: Read buffer for streaming events; the header is read with a small one (it is near the start,
 #: and ijson's C backend builds a whole buffer's parse events at once).
@@ -32,7 +35,6 @@ HEADER_CHUNK = 1 << 16
 #: Largest ``ts`` magnitude and ``dur`` accepted, in microseconds (about 31,700 years): beyond it
 #: sums of times stop being finite numbers a plot can draw.
 MAX_TIME_US = 1e18
-_MAX_BASE_NS = 2**63 - 1
 _NUMBERS = frozenset({int, float})
 _IDS = frozenset({int, str})
 
@@ -42,25 +44,64 @@ class TraceError(Exception):
 
 
 def open_trace(path: str | os.PathLike[str]) -> IO[bytes]:
-    """Open a trace for reading, decompressing ``.gz`` on the fly.
+    """Open a trace for reading, decompressing ``.gz`` on the fly; closing it closes the file.
+
+    Only a regular file is read: the file is opened without blocking and checked with ``fstat``
+    before anything is read, so a FIFO, a device or a folder named like a trace is refused at
+    once (a FIFO opened for reading would otherwise wait for a writer forever).
 
     Raises:
-        TraceError: the file is missing, empty or cannot be opened.
+        TraceError: the file is missing, not a regular file, empty or cannot be opened.
     """
     path = os.fspath(path)
     try:
-        raw: IO[bytes] = open(path, "rb")
-        empty = os.fstat(raw.fileno()).st_size == 0
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError as exc:
         raise TraceError(f"{path}: missing") from exc
     except OSError as exc:
         raise TraceError(f"{path}: unreadable: {exc.strerror or exc}") from exc
-    if empty:
-        raw.close()
-        raise TraceError(f"{path}: empty")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TraceError(f"{path}: not a regular file ({file_kind(info.st_mode)})")
+        if info.st_size == 0:
+            raise TraceError(f"{path}: empty")
+        os.set_blocking(fd, True)
+        raw: IO[bytes] = open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
     if path.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return _Gzip(raw)  # type: ignore[return-value]
     return raw
+
+
+class _Gzip(gzip.GzipFile):
+    """A ``GzipFile`` over a file it owns: closing it closes the file too (a plain ``GzipFile``
+    given ``fileobj`` leaves it open, and an unclosed file warns)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        try:
+            super().__init__(fileobj=raw, mode="rb")
+        except BaseException:
+            raw.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
+def file_kind(mode: int) -> str:
+    """What kind of file a ``st_mode`` says it is, in words (``a FIFO``, ``a folder``, ...)."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
 
 
 def _ijson() -> Any:
@@ -75,12 +116,6 @@ def _unreadable(path: str | os.PathLike[str], exc: BaseException) -> TraceError:
     """A one-line error (ijson's messages go on to draw the spot over several lines)."""
     first = next(iter(str(exc).splitlines()), "") or type(exc).__name__
     return TraceError(f"{os.fspath(path)}: unreadable: {first}")
-
-
-def brief(value: object) -> str:
-    """``repr(value)`` cut to 40 characters, for one-line messages."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def header(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -118,30 +153,17 @@ def header(path: str | os.PathLike[str]) -> dict[str, Any]:
     return meta
 
 
-def _strings(value: object) -> bool:
-    return value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
-
-
 def metadata_problem(meta: dict[str, Any]) -> str | None:
-    """What is wrong with a trace's top-level metadata, or None.
-
-    ``profdsl`` and ``distributedInfo`` must be objects; ``profdsl.regions`` an object of string
-    lists, ``profdsl.stage`` a string; ``baseTimeNanoseconds`` a number of nanoseconds >= 0.
-    """
-    for key in ("profdsl", "distributedInfo"):
-        if key in meta and not isinstance(meta[key], dict):
-            return f"{key} metadata is {brief(meta[key])}, not an object"
-    own = meta.get("profdsl") or {}
-    regions = own.get("regions")
-    if regions is not None and not (isinstance(regions, dict) and _strings(regions.get("stages"))
-                                    and _strings(regions.get("mini_batches"))):
-        return f"profdsl.regions is {brief(regions)}, not lists of stage names"
-    if not isinstance(own.get("stage"), (str, type(None))):
-        return f"profdsl.stage is {brief(own['stage'])}, not a string"
-    base = meta.get("baseTimeNanoseconds", 0)
-    if isinstance(base, bool) or not isinstance(base, (int, Decimal)) or not 0 <= base <= _MAX_BASE_NS:
-        return f"baseTimeNanoseconds is {brief(base)}, not a number of nanoseconds >= 0"
-    return None
+    """What is wrong with a trace's top-level metadata, or None: the ``profdsl`` metadata must
+    fit the schema (:func:`~profdsl.records.schema.parse_meta`), ``distributedInfo`` be an
+    object and ``baseTimeNanoseconds`` a whole number of nanoseconds >= 0."""
+    try:
+        header_meta(meta)
+        base_time_ns(meta)
+    except RecordError as exc:
+        return str(exc)
+    info = meta.get(DISTRIBUTED_KEY, {})
+    return None if isinstance(info, dict) else f"{DISTRIBUTED_KEY} metadata is {brief(info)}, not an object"
 
 
 def event_problem(event: object) -> str | None:

@@ -19,16 +19,13 @@ from typing import Any
 import attrs
 
 from profdsl.core.labels import trace_names
+from profdsl.records.schema import RecordError, Regions, header_meta
 
 __all__ = ["ENGINE_STAGE", "RegionNames"]
 
 #: The stage an engine's own trace (no profdsl region) stands for: its span is generation.
 ENGINE_STAGE = "generate (engine)"
 _DIGITS = "0123456789"
-
-
-def _strings(value: object) -> list[str]:
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 @attrs.frozen
@@ -50,20 +47,22 @@ class RegionNames:
 
     @classmethod
     def from_header(cls, meta: Mapping[str, Any]) -> RegionNames:
-        """Read a trace's header (:func:`profdsl.analysis.reader.header`, already checked)."""
-        own = meta.get("profdsl")
-        if not isinstance(own, Mapping):
+        """Read a trace's header (:func:`profdsl.analysis.reader.header`, already checked; a
+        header whose metadata does not fit the schema counts as none)."""
+        try:
+            own = header_meta(meta)
+        except RecordError:
+            own = None
+        if own is None:
             return cls({}, {}, own=False)
-        found = own.get("regions")
-        regions: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-        stages = _strings(regions.get("stages"))
-        if isinstance(own.get("stage"), str):  # a discrete trace's own stage, even unlisted
-            stages.append(own["stage"])
-        bases = _strings(regions.get("mini_batches"))
+        regions = own.regions or Regions()
+        stages = list(regions.stages or ())
+        if own.stage is not None:  # a discrete trace's own stage, even unlisted
+            stages.append(own.stage)
+        bases = list(regions.mini_batches or ())
         counts: dict[str, int] = {}
-        continued = regions.get("continued")
-        for name, count in continued.items() if isinstance(continued, Mapping) else ():
-            if isinstance(name, str) and type(count) is int and count > 0:
+        for name, count in (regions.continued or {}).items():
+            if count > 0:
                 found = (name, None) if name in stages else _split(name, {b: b for b in bases})
                 if found is not None:
                     counts[found[0]] = counts.get(found[0], 0) + count

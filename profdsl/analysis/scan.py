@@ -31,6 +31,7 @@ import attrs
 
 from profdsl.analysis.reader import TraceError, event_problem, events, open_trace
 from profdsl.analysis.regions import RegionNames
+from profdsl.records.schema import RecordError, base_time_ns
 
 __all__ = ["Piece", "TraceScan", "scan_events", "scan_file"]
 
@@ -71,8 +72,10 @@ class TraceScan:
 
 
 def _base_ns(meta: Mapping[str, Any]) -> int:
-    value = meta.get("baseTimeNanoseconds", 0)
-    return int(value) if isinstance(value, (int, float)) or hasattr(value, "as_integer_ratio") else 0
+    try:
+        return base_time_ns(meta)
+    except RecordError:  # a header not checked (reader.header checks it)
+        return 0
 
 
 def _piece(names: RegionNames, event: Mapping[str, Any]) -> Piece | None:

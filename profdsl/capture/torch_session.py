@@ -34,6 +34,7 @@ from profdsl.config import Schedule, TorchOptions
 from profdsl.core.labels import encode
 from profdsl.core.log import once
 from profdsl.core.schedule import action_at
+from profdsl.records.schema import trace_header
 
 __all__ = ["CALL_TIMEOUT_S", "STOP_TIMEOUT_S", "TorchBackend", "TorchSession"]
 
@@ -169,12 +170,8 @@ class TorchSession:
 
     def _header(self, window: tuple[int, int] | None) -> dict[str, Any]:
         """The metadata of the trace of ``window`` (None: the whole session), as it is now."""
-        meta = self._describe(window)
-        header: dict[str, Any] = {"profdsl": meta}
-        if not _distributed_initialized():  # torch adds its own distributedInfo otherwise
-            header["distributedInfo"] = {"rank": meta.get("rank"),
-                                         "world_size": meta.get("world_size"), "backend": None}
-        return header
+        # torch adds its own distributedInfo when a process group is up
+        return trace_header(self._describe(window), distributed=not _distributed_initialized())
 
     def _advance(self, index: int) -> None:
         if self.schedule is None or self._prof is None:  # stopped meanwhile: nothing to advance

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 from collections import defaultdict
 
 from profdsl.analysis.catalog import Artifact, Catalog, FolderError, catalog, json_traces, trace_header
-from profdsl.analysis.reader import TraceError, events
+from profdsl.analysis.reader import TraceError, events, file_kind
 from profdsl.cli.common import fail, printable
 from profdsl.collect.export import events_owner
 from profdsl.config import ProfilerConfig
 from profdsl.config.validate import require_int
-from profdsl.core.naming import ARTIFACT_SUFFIXES, is_json_trace
+from profdsl.core.naming import ARTIFACT_SUFFIXES, TEMP_PREFIX, is_json_trace
 from profdsl.core.ranks import is_rank_selected
 from profdsl.errors import ConfigError
+from profdsl.records.schema import Record, TraceRecord
 
 HELP = "check that every trace exists, is non-empty, parses and carries its metadata; list what is missing"
 EXAMPLES = """examples:
@@ -36,6 +38,7 @@ def check_file(folder: str, artifact: Artifact) -> str | None:
     """What is wrong with one artifact's file (the reason names it), or None.
 
     A JSON trace is read as every other command reads it: the same reasons make them skip it.
+    Any other file is only ``stat``ed: it must be a regular file, not empty.
     """
     if artifact.path is None:
         return None
@@ -48,62 +51,86 @@ def check_file(folder: str, artifact: Artifact) -> str | None:
         except TraceError as exc:
             return str(exc)
         return None
-    if not os.path.isfile(path):
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
         return f"{path}: missing"
-    return f"{path}: empty" if os.path.getsize(path) == 0 else None
+    except OSError as exc:
+        return f"{path}: unreadable: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path}: not a regular file ({file_kind(info.st_mode)})"
+    return f"{path}: empty" if info.st_size == 0 else None
 
 
 def problems(folder: str, found: Catalog, config: ProfilerConfig | None,
              world_size: int | None) -> list[str]:
     """Every problem of ``folder``, one line each: the manifest lines and traces the other commands
-    skip, losses the manifest records, leftovers, and profiled ranks that wrote nothing."""
+    skip, each loss the manifest records (with the files it left, if any), other leftovers, files
+    the manifest does not list, and profiled ranks that wrote nothing."""
     rows = found.artifacts
     result = list(found.problems)
+    claimed: set[str] = set()  # leftovers a recorded loss names: reported on its line
     for a in rows:
-        if a.status not in ("ok", "skipped") and not superseded(a, rows):
-            where = a.path or a.record.get("source") or f"{a.kind} of {a.label}"
-            detail = a.record.get("error") or a.record.get("reason") or ""
-            result.append(f"{where}: {a.kind} {a.status} {detail}".rstrip())
+        if a.record is not None and a.record.lost and not superseded(a, rows):
+            line, left = _loss(a, a.record, found.leftovers)
+            result.append(line)
+            claimed.update(left)
     other_files = [a for a in rows if a.status == "ok" and a.path and not is_json_trace(a.path)]
     result += [issue for a in json_traces(rows) + other_files if (issue := check_file(folder, a))]
-    result += [f"{name}: {_left_behind(name, rows)}" for name in found.leftovers]
-    listed = {a.path for a in rows if a.path}
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(ARTIFACT_SUFFIXES) and name not in listed and any(a.record for a in rows):
-            result.append(f"{name}: not in the manifest")
+    result += [f"{name}: {_left_behind(name)}" for name in found.leftovers if name not in claimed]
+    if any(a.record is not None for a in rows):
+        listed = {a.path for a in rows if a.path}
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(ARTIFACT_SUFFIXES) and name not in listed and not name.startswith(TEMP_PREFIX):
+                result.append(f"{name}: not in the manifest")
     result += missing_ranks(rows, config, world_size)
     return result
 
 
 def superseded(loss: Artifact, rows: list[Artifact]) -> bool:
-    """Whether a file recorded as left behind (``incomplete``, with its ``source``) was moved in
-    by a later pass: a later record of its kind and source says ``ok``."""
-    source = loss.record.get("source")
-    if loss.status != "incomplete" or not isinstance(source, str):
+    """Whether a file recorded as left behind (``incomplete``, with its source) was moved in by a
+    later pass: a later record of its kind and source says ``ok``."""
+    record = loss.record
+    if record is None or record.status != "incomplete" or record.origin is None:
         return False
-    later = rows[rows.index(loss) + 1:]
-    return any(a.kind == loss.kind and a.status == "ok" and a.record.get("source") == source for a in later)
+    return any(a.kind == loss.kind and a.record is not None and a.record.status == "ok"
+               and a.record.origin == record.origin for a in rows[rows.index(loss) + 1:])
 
 
-def _left_behind(name: str, rows: list[Artifact]) -> str:
+def _loss(artifact: Artifact, record: Record, leftovers: list[str]) -> tuple[str, list[str]]:
+    """One line for a loss the manifest records (``record``, ``artifact``'s), and the leftover
+    files that belong to it (an export given up at exit keeps torch's events, named in its
+    record's ``events``)."""
+    detail = f" {record.why}" if record.why else ""
+    kept = record.events if isinstance(record, TraceRecord) else None
+    left = [n for n in leftovers if kept is not None and n.startswith(kept)]
+    if kept is not None and kept in left:
+        step = f" of step {artifact.step}" if artifact.step is not None else ""
+        return (f"{kept}: torch's events of the {record.status} {artifact.role} trace{step} (plain JSON, kept: "
+                f"its export was cut short at exit):{detail}", left)
+    where = artifact.path or record.intended or record.origin or f"{artifact.kind} of {artifact.label}"
+    return f"{where}: {artifact.kind} {record.status}{detail}", left
+
+
+def _left_behind(name: str) -> str:
     """What a hidden file of profdsl's left in the folder is: torch's events of a trace whose
-    export was cut short (kept: they are the trace, in plain JSON), or part of a cut write."""
+    export never got recorded (kept: they are the trace, in plain JSON), or part of a cut write."""
     pid = events_owner(name)
     if pid is None:
         return "temporary file left by an interrupted write"
-    for a in rows:
-        if a.record.get("events") == name:
-            return (f"torch's events of the incomplete {a.role} trace of step {a.step} (plain JSON, "
-                    "kept: its export was cut short at exit)")
     return f"torch's events of a trace still being exported when process {pid} ended (plain JSON, kept)"
 
 
 def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_size: int | None) -> list[str]:
-    """Profiled ranks that wrote no trace in a step that other ranks did write."""
+    """Profiled ranks that wrote no trace in a step that other ranks did write (a rank whose trace
+    of that step is a recorded loss is not listed again: its loss has its own line)."""
     wrote: dict[int | None, set[int | None]] = defaultdict(set)
+    lost: dict[int | None, set[int | None]] = defaultdict(set)
     for a in rows:
         if a.kind == "trace" and a.status == "ok":
             wrote[a.step].add(a.rank)
+        elif a.kind == "trace" and a.record is not None and a.record.lost:
+            lost[a.step].add(a.rank)
     if config is not None and world_size and config.select is None:  # a selector needs each
         expected = {r for r in range(world_size)                      # rank's coordinates: unknown here
                     if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
@@ -111,7 +138,7 @@ def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_siz
         expected = {r for ranks in wrote.values() for r in ranks if r is not None}
     return [f"step {step}: profiled rank {rank} wrote no trace"
             for step in sorted(s for s in wrote if s is not None)
-            for rank in sorted(expected - wrote[step])]
+            for rank in sorted(expected - wrote[step] - lost[step])]
 
 
 def run(args: argparse.Namespace) -> int:

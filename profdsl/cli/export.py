@@ -11,6 +11,7 @@ import sys
 
 from profdsl.analysis.catalog import FolderError
 from profdsl.analysis.hta import HtaError, RankExport, export_hta
+from profdsl.analysis.outputs import OutputError
 from profdsl.cli.common import printable, skipped
 
 __all__ = ["HELP", "add_arguments", "run"]
@@ -55,12 +56,13 @@ def run(args: argparse.Namespace) -> int:
         0 when every trace of the stage was exported, 1 when an input was skipped (each named on
         stderr) or nothing was left to export, 2 for usage errors: a missing or empty folder, a
         step, stage or role that is not there (the message lists what is), an output folder that
-        is not empty (without ``--force``), or one that cannot be written.
+        is not empty (without ``--force``), one that is, holds or lies in the input folder, or
+        one that cannot be written.
     """
     try:
         report = export_hta(args.folder, args.output, step=args.step, stage=args.stage,
                             role=args.role, force=args.force)
-    except (FolderError, HtaError) as exc:
+    except (FolderError, HtaError, OutputError) as exc:
         print(printable(f"profdsl export: {exc}"), file=sys.stderr)
         return 2
     except OSError as exc:

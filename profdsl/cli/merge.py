@@ -28,7 +28,6 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,9 +37,11 @@ from profdsl.analysis import chrome, reader
 from profdsl.analysis.catalog import Artifact, FolderError, catalog, json_traces, trace_header
 from profdsl.analysis.chrome import region_title
 from profdsl.analysis.model import StageModel
+from profdsl.analysis.outputs import OutputError, check_output
 from profdsl.analysis.regions import RegionNames
 from profdsl.analysis.scan import TraceScan, scan_events
-from profdsl.cli.common import skipped
+from profdsl.cli.common import printable, skipped
+from profdsl.records.schema import BASE_TIME_KEY, META_KEY, RecordError, TraceMeta, base_time_ns, header_meta, to_json
 
 __all__ = ["HELP", "MergeReport", "Row", "add_arguments", "merge_folder", "run"]
 
@@ -107,9 +108,11 @@ class _Input:
     @property
     def host(self) -> str | None:
         """The host whose clock the trace follows."""
-        own = self.meta.get("profdsl")
-        host = own.get("host") if isinstance(own, dict) else None
-        return self.artifact.host or (host if isinstance(host, str) else None)
+        try:
+            own = header_meta(self.meta)
+        except RecordError:  # checked when read: not here
+            own = None
+        return self.artifact.host or (own.host if own is not None else None)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -128,13 +131,13 @@ def run(args: argparse.Namespace) -> int:
 
     Returns:
         0 when every selected trace was merged, 1 when an input was skipped (each named on
-        stderr) or nothing was left to merge, 2 for a missing or empty folder or an output that
-        cannot be written.
+        stderr) or nothing was left to merge, 2 for a missing or empty folder, an output inside
+        it, or an output that cannot be written.
     """
     try:
         report = merge_folder(args.folder, args.output, steps=args.steps)
-    except FolderError as exc:
-        print(f"profdsl merge: {exc}", file=sys.stderr)
+    except (FolderError, OutputError) as exc:
+        print(printable(f"profdsl merge: {exc}"), file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"profdsl merge: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
@@ -166,8 +169,11 @@ def merge_folder(folder: str | os.PathLike[str], output: str | os.PathLike[str],
 
     Raises:
         FolderError: ``folder`` is missing, not a folder, or holds no artifact.
+        OutputError: ``output`` is, or lies inside, ``folder`` (it would overwrite an input, or
+            be read as one).
         OSError: ``output`` cannot be written.
     """
+    check_output(output, folder)
     listed = catalog(folder)
     found = listed.artifacts
     chosen = _select(found, steps)
@@ -205,10 +211,10 @@ def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) ->
 
 def _base_ns(meta: dict[str, Any]) -> int:
     """The trace's ``baseTimeNanoseconds``; 0 when the header has none."""
-    value = meta.get("baseTimeNanoseconds")
-    if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
-        return int(value)
-    return 0
+    try:
+        return base_time_ns(meta)
+    except RecordError:  # checked when read: not here
+        return 0
 
 
 
@@ -269,12 +275,12 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[st
                 counts[item.label] = counts.get(item.label, 0) + written
                 traces[item.label] = traces.get(item.label, 0) + 1
             spool.seek(0)
-            own = {"merged_traces": sum(traces.values()), "alignment": alignment(scans, base, pids),
-                   "stages": StageModel((item.artifact, scan) for item, scan in scans).rows()}
+            own = to_json(TraceMeta(merged_traces=sum(traces.values()), alignment=alignment(scans, base, pids),
+                                    stages=tuple(StageModel((item.artifact, scan) for item, scan in scans).rows())))
             with _open_output(partial, gzipped=output.name.endswith(".gz")) as stream:
                 # The header goes before traceEvents, where reader.header looks for it.
-                stream.write(f'{{"displayTimeUnit": "ms", "baseTimeNanoseconds": {base}, '
-                             f'"profdsl": {json.dumps(own)}, '
+                stream.write(f'{{"displayTimeUnit": "ms", {json.dumps(BASE_TIME_KEY)}: {base}, '
+                             f'{json.dumps(META_KEY)}: {json.dumps(own)}, '
                              '"traceEvents": [\n'.encode())
                 writer = chrome.ArrayWriter(stream)
                 for label, pid in pids.items():
@@ -307,7 +313,7 @@ def _copy(item: _Input, writer: chrome.ArrayWriter, pid: int, shift_us: float,
             if moved is not None:
                 written += writer.write_all([moved])
 
-    engine = item.artifact.kind == "rollout" or "profdsl" not in item.meta
+    engine = item.artifact.kind == "rollout" or META_KEY not in item.meta
     try:
         scan = scan_events(item.meta, passing(), span=engine)
     except reader.TraceError as exc:

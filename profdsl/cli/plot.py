@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from profdsl.analysis.catalog import FolderError, catalog
 from profdsl.analysis.load import load_model
 from profdsl.analysis.model import Span, StageModel
+from profdsl.analysis.outputs import OutputError, check_output
 from profdsl.cli.common import printable, skipped
 from profdsl.config.parallel import DIMS
 
@@ -83,12 +84,13 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 when every trace was drawn, 1 when a manifest line or a trace was skipped (each named
         on stderr; the rest is drawn) or nothing could be drawn, 2 on usage errors (no folder, no
-        matplotlib, unwritable output).
+        matplotlib, an output inside the input folder, unwritable output).
     """
     try:
+        check_output(args.output, args.folder)
         found = catalog(args.folder)
-    except FolderError as exc:
-        print(f"profdsl plot: {exc}", file=sys.stderr)
+    except (FolderError, OutputError) as exc:
+        print(printable(f"profdsl plot: {exc}"), file=sys.stderr)
         return 2
     try:
         _matplotlib()

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from profdsl.collect.manifest import append_record, make_record
+from profdsl.collect.manifest import append_record
 from profdsl.collect.relocate import reserve
 from profdsl.collect.tracefile import COMPRESS_LEVEL, compress_trace
 from profdsl.config.parallel import Parallel
 from profdsl.core.log import once
 from profdsl.core.naming import PLAIN_TRACE_EXT, TEMP_PREFIX, TRACE_EXT, TraceName
 from profdsl.errors import ConfigError
+from profdsl.records.schema import TraceRecord
 
 if TYPE_CHECKING:
     from profdsl.config import TorchOptions
@@ -77,24 +78,26 @@ class TraceLabel:
     export: ExportPolicy = ExportPolicy()
     parallel: Parallel = Parallel()  # the process's parallel coordinates (tp, pp, dp, cp, ep)
 
-    def fields(self, **more: object) -> dict[str, object]:
-        """The manifest fields this label gives a record (``more`` added or overriding): the
-        known parallel coordinates as ``tp`` ... ``ep``, their sizes as ``parallel_sizes``."""
-        fields: dict[str, object] = dict(
+    def fields(self, **more: object) -> dict[str, Any]:
+        """The fields this label gives its :class:`~profdsl.records.schema.TraceRecord` (``more``
+        added or overriding): the known parallel coordinates as ``tp`` ... ``ep``, their sizes as
+        ``parallel_sizes``."""
+        fields: dict[str, Any] = dict(
             role=self.role, stage=self.stage, step=self.step, rank=self.rank,
             world_size=self.world_size, part=self.part, host=self.host, pid=self.pid,
             roles=list(self.roles or (self.role,)), config_hash=self.config_hash,
             **self.parallel.coords())
         if self.parallel.sizes():
-            fields["parallel_sizes"] = self.parallel.sizes()
+            fields.update(parallel_sizes=self.parallel.sizes())
         fields.update(more)
         return fields
 
-    def loss(self, status: str, why: str, **more: object) -> dict[str, Any]:
+    def loss(self, status: str, why: str, **more: object) -> TraceRecord:
         """The record of a trace of this label that does not exist: ``failed`` (``why`` as its
         error) or ``incomplete`` / ``skipped`` (``why`` as its reason)."""
-        key = "error" if status == "failed" else "reason"
-        return make_record("trace", None, status=status, bytes=None, **self.fields(**{key: why}, **more))
+        failed = status == "failed"
+        return TraceRecord(status=status, **self.fields(error=why if failed else None,
+                                                         reason=None if failed else why, **more))
 
 
 @attrs.frozen(kw_only=True)
@@ -109,9 +112,16 @@ class PendingTrace:
     events: str
     header: Mapping[str, object] | None = None
     write: Callable[[str], object] | None = attrs.field(default=None, eq=False, repr=False)
+    #: Milliseconds the training thread was blocked handing it over (None: not measured).
+    blocked_ms: float | None = None
 
-    def fields(self) -> dict[str, object]:
-        """The trace's manifest fields, but its path, status and size."""
+    def fields(self, waited_s: float = 0.0) -> dict[str, Any]:
+        """The trace's record fields, but its path, status and size; ``waited_s``: seconds the
+        training thread waited for it since the hand-over, added to its ``blocked_ms``."""
+        if self.blocked_ms is not None:
+            blocked = round(self.blocked_ms + waited_s * 1000, 3)
+            return self.label.fields(window=self.window, time_ms=self.time_ms, blocked_ms=blocked,
+                                     **(self.extra or {}))
         return self.label.fields(window=self.window, time_ms=self.time_ms, **(self.extra or {}))
 
     def name(self) -> TraceName:
@@ -144,11 +154,13 @@ def direct(action: Callable[[], T]) -> T:
 
 
 def pending_trace(write: Callable[[str], object], label: TraceLabel, *, window: tuple[int, int] | None,
-                  time_ms: int, extra: Mapping[str, object] | None = None) -> PendingTrace:
+                  time_ms: int, extra: Mapping[str, object] | None = None,
+                  blocked_ms: float | None = None) -> PendingTrace:
     """A trace whose events ``write(path)`` will write: named, its events file chosen in
     ``save_path``, nothing written yet."""
     events = os.path.join(label.save_path, f"{TEMP_PREFIX}{label.pid}-{uuid.uuid4().hex}.json")
-    return PendingTrace(label=label, window=window, time_ms=time_ms, extra=extra, events=events, write=write)
+    return PendingTrace(label=label, window=window, time_ms=time_ms, extra=extra, events=events, write=write,
+                        blocked_ms=blocked_ms)
 
 
 def write_events(pending: PendingTrace) -> PendingTrace:
@@ -211,11 +223,9 @@ def finish(pending: PendingTrace, *, commit: Commit[Any] = direct,
             _remove_quietly(path)  # reserved but not filled: an empty file would pose as a trace
             raise
         if label.manifest:
-            fields = pending.fields()
-            if isinstance(fields.get("blocked_ms"), float):
-                fields["blocked_ms"] = round(fields["blocked_ms"] + waited() * 1000, 3)  # type: ignore[operator]
             export_ms = round((time.perf_counter() - began) * 1000, 3)
-            append_record(label.save_path, make_record("trace", final, bytes=size, export_ms=export_ms, **fields))
+            append_record(label.save_path, TraceRecord(path=final, bytes=size, export_ms=export_ms,
+                                                       **pending.fields(waited())))
         return path
 
     try:
@@ -251,10 +261,9 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
             final = None
         error = f"interrupted ({type(exc).__name__}) while the trace was written" if interrupted \
             else f"{type(exc).__name__}: {exc}"
-        status = "incomplete" if interrupted else "failed"
-        append_record(label.save_path, make_record(
-            "trace", None if interrupted else final, status=status,
-            **{"error" if status == "failed" else "reason": error}, bytes=None, **pending.fields()))
+        append_record(label.save_path, TraceRecord(
+            intended=final, status="incomplete" if interrupted else "failed",
+            error=None if interrupted else error, reason=error if interrupted else None, **pending.fields()))
 
     commit(record)
     if interrupted:

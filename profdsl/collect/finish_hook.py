@@ -22,11 +22,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import attrs
 
-from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record
+from profdsl.collect.manifest import MANIFEST_NAME, append_record
 from profdsl.core.log import logger, once
+from profdsl.records.schema import HookRecord
 
 __all__ = ["SHELL", "Abort", "BackgroundHook", "HookResult", "hook_environment", "record", "run_and_record",
            "run_command"]
@@ -246,10 +248,12 @@ class BackgroundHook:
 
 
 def record(save_path: str, result: HookResult, **fields: object) -> None:
-    """Log a failed run once and append the hook record to the manifest."""
-    if result.status in ("failed", "timeout", "interrupted"):
+    """Log a failed run once and append the hook record (``fields``: more of its fields) to the
+    manifest."""
+    more: dict[str, Any] = dict(fields)
+    entry = attrs.evolve(HookRecord(status=result.status, exit_code=result.exit_code,
+                                    duration_s=round(result.duration_s, 3), error=result.error), **more)
+    if entry.lost:
         once(f"hook:{os.path.realpath(save_path)}", logging.ERROR,
-             "[profdsl rank %s] finish hook %s: %s", fields.get("rank"), result.status, result.error)
-    append_record(save_path, make_record(
-        "hook", None, status=result.status, exit_code=result.exit_code,
-        duration_s=round(result.duration_s, 3), error=result.error, **fields))
+             "[profdsl rank %s] finish hook %s: %s", entry.rank, result.status, result.error)
+    append_record(save_path, entry)

@@ -15,56 +15,56 @@ import errno
 import json
 import logging
 import os
-from pathlib import Path
+import stat
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from profdsl.core.log import logger, once
+from profdsl.records.schema import (
+    KINDS,
+    RECORD_CLASSES,
+    RECORD_KEYS,
+    Record,
+    RecordError,
+    is_relative,
+    parse_record,
+    to_json,
+)
 
 __all__ = [
     "KINDS", "MANIFEST_NAME", "RECORD_KEYS", "ManifestLine", "append_record", "is_relative", "make_record",
-    "read_lines", "read_manifest",
+    "read_lines", "read_manifest", "read_records",
 ]
 
 MANIFEST_NAME = "profdsl-manifest.jsonl"
-#: Keys every record carries (None when not applicable); hook records add ``exit_code``.
-RECORD_KEYS = (
-    "kind", "path", "role", "stage", "step", "rank", "world_size", "replica", "window",
-    "host", "pid", "bytes", "status",
-)
-KINDS = ("trace", "rollout", "nsys", "hook")
-
-
-def is_relative(path: str) -> bool:
-    """True for a path inside ``save_path``: not empty, not absolute, no ``..``, no NUL."""
-    return bool(path) and "\0" not in path and not os.path.isabs(path) and ".." not in Path(path).parts
 
 
 def make_record(kind: str, path: str | None, **fields: Any) -> dict[str, Any]:
-    """A record with every key of :data:`RECORD_KEYS`; ``fields`` may add more.
+    """The JSON object of a record of ``kind`` (:data:`~profdsl.records.schema.RECORD_CLASSES`):
+    every key of :data:`RECORD_KEYS`, and the ``fields`` given (each a field of that kind's class).
 
     ``path`` must be relative to ``save_path`` (a bare file name for flat artifacts).
+
+    Raises:
+        ValueError: an unknown kind, or a path outside ``save_path``.
+        TypeError: a field the kind's record does not have.
     """
-    if kind not in KINDS:
+    if kind not in RECORD_CLASSES:
         raise ValueError(f"manifest kind must be one of {KINDS}, got {kind!r}")
     if path is not None and not is_relative(path):
         raise ValueError(f"manifest path must be relative to save_path, got {path!r}")
-    record: dict[str, Any] = dict.fromkeys(RECORD_KEYS)
-    record.update(fields, kind=kind, path=path)
-    if record["status"] is None:
-        record["status"] = "ok"
-    if isinstance(record["window"], tuple):
-        record["window"] = list(record["window"])
-    return record
+    return to_json(RECORD_CLASSES[kind](path=path, **fields))
 
 
-def append_record(save_path: str | os.PathLike[str], record: dict[str, Any]) -> bool:
-    """Append ``record`` as one line; never raises. Returns False (and logs once) on failure,
-    a short write included.
+def append_record(save_path: str | os.PathLike[str], record: Record | Mapping[str, Any]) -> bool:
+    """Append ``record`` (a schema record, or its JSON object) as one line; never raises. Returns
+    False (and logs once) on failure, a short write included.
 
     The record always starts on a fresh line: after a torn line (a writer that died or hit a
     full disk mid-line) it is written behind a newline, so the half line cannot swallow it.
     """
-    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    data = to_json(record) if isinstance(record, Record) else record
+    line = (json.dumps(data, sort_keys=True, default=str) + "\n").encode()
     target = os.path.join(save_path, MANIFEST_NAME)
     try:
         os.makedirs(save_path, exist_ok=True)
@@ -130,9 +130,7 @@ def read_lines(save_path: str | os.PathLike[str]) -> list[ManifestLine]:
     """
     target = os.path.join(save_path, MANIFEST_NAME)
     try:
-        with open(target, "rb") as file:
-            _read_lock(file.fileno())
-            data = file.read()
+        data = _read_regular(target)
     except FileNotFoundError:
         return []
     lines = data.split(b"\n")
@@ -147,6 +145,18 @@ def read_lines(save_path: str | os.PathLike[str]) -> list[ManifestLine]:
             why = CUT_SHORT if unfinished else f"not JSON ({exc})"
             found.append(ManifestLine(number, None, why))
     return found
+
+
+def _read_regular(target: str) -> bytes:
+    """The whole file, read under a shared lock; a FIFO, device or folder is refused unopened
+    (opened non-blocking, checked, and only then read)."""
+    fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb", closefd=True) as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(fd, True)
+        _read_lock(fd)
+        return file.read()
 
 
 def _read_lock(fd: int) -> None:
@@ -175,3 +185,19 @@ def read_manifest(save_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if isinstance(line.value, dict):
             records.append(line.value)
     return records
+
+
+def read_records(save_path: str | os.PathLike[str]) -> list[Record]:
+    """Every valid record of ``save_path``'s manifest, as schema records, in file order (lines
+    that are not valid records are left out; ``profdsl check`` names them).
+
+    Raises:
+        OSError: the manifest exists but cannot be read.
+    """
+    found = []
+    for line in read_lines(save_path):
+        try:
+            found.append(parse_record(line.value))
+        except RecordError:
+            continue
+    return found

@@ -25,9 +25,9 @@ from typing import Any
 
 import attrs
 
-from profdsl.collect.manifest import append_record, make_record, read_manifest
-from profdsl.config.parallel import DIMS
+from profdsl.collect.manifest import append_record, make_record, read_records
 from profdsl.core.naming import MAX_INDEX, NSYS_EXT, TEMP_PREFIX, TraceName
+from profdsl.records.schema import MovedRecord, NsysRecord
 
 __all__ = ["Move", "Skip", "apply", "default_nsys_dir", "gzip_complete", "plan_nsys", "reserve",
            "wait_complete", "wait_converted"]
@@ -165,6 +165,7 @@ def plan_nsys(names: Iterable[str], *, source_dir: str, pid: int, label: dict[st
     will be. ``label`` holds role, rank, world_size, host."""
     ours = _ours(names, pid)
     converting = {m["index"] for m in ours.values() if m["ext"] == "qdstrm"}
+    known = NsysRecord(**label)  # the record fields the label gives (a field no record has: TypeError)
     plan: list[Move | Skip] = []
     for name, match in sorted(ours.items()):
         if match["ext"] == "qdstrm":
@@ -176,9 +177,9 @@ def plan_nsys(names: Iterable[str], *, source_dir: str, pid: int, label: dict[st
         if match["index"] in converting:
             continue  # its Skip comes with its .qdstrm
         part = int(match["index"][1:]) if match["index"] else None
-        coords = {d: label[d] for d in DIMS if label.get(d) is not None}
-        trace = TraceName(role=label["role"], rank=label["rank"], world_size=label["world_size"],
-                          host=label["host"], pid=pid, time_ms=time_ms, part=part, ext=NSYS_EXT,
+        coords: dict[str, Any] = dict(known.parallel())
+        trace = TraceName(role=str(known.role), rank=known.rank, world_size=known.world_size,
+                          host=str(known.host), pid=pid, time_ms=time_ms, part=part, ext=NSYS_EXT,
                           **coords)
         plan.append(Move(source, trace, "nsys", dict(label), "this process's finished nsys report"))
     return plan
@@ -244,15 +245,14 @@ def _unmoved(item: Move | Skip, status: str, reason: str) -> dict[str, Any]:
 def _recorded_incomplete(save_path: str) -> dict[str, tuple[int, int]]:
     """The sources ``save_path``'s manifest records as incomplete, with their size and mtime then."""
     try:
-        records = read_manifest(save_path)
+        records = read_records(save_path)
     except (OSError, ValueError):
         return {}
     dead = {}
     for record in records:
-        source, size, mtime = record.get("source"), record.get("source_bytes"), record.get("source_mtime_ns")
-        if (record.get("status") == "incomplete" and isinstance(source, str)
-                and type(size) is int and type(mtime) is int):
-            dead[source] = (size, mtime)
+        if (isinstance(record, MovedRecord) and record.status == "incomplete" and record.source is not None
+                and record.source_bytes is not None and record.source_mtime_ns is not None):
+            dead[record.source] = (record.source_bytes, record.source_mtime_ns)
     return dead
 
 
@@ -279,7 +279,7 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
     except Exception as exc:
         if reserved is not None and os.path.exists(reserved) and os.path.getsize(reserved) == 0:
             os.remove(reserved)
-        return make_record(move.kind, None, status="failed", source=move.source,
+        return make_record(move.kind, None, status="failed", source=move.source, intended=move.name.format(),
                            error=f"{type(exc).__name__}: {exc}", **move.fields)
     return make_record(move.kind, name, bytes=size, source=move.source, **move.fields)
 

@@ -8,8 +8,9 @@ from profdsl.analysis.catalog import FolderError, artifacts, catalog
 from profdsl.analysis.load import load_model
 from profdsl.analysis.model import StageModel
 from profdsl.cli.summary import step_view
-from profdsl.collect.manifest import read_manifest
+from profdsl.collect.manifest import read_records
 from profdsl.metrics.tree import segment
+from profdsl.records.schema import HookRecord
 
 __all__ = ["artifacts_table", "cost_table", "stage_model", "stage_table", "traced_totals"]
 
@@ -49,15 +50,15 @@ def traced_totals(save_path: str) -> list[tuple[str, str, int, float]]:
 def artifacts_table(save_path: str) -> list[str]:
     """One line per manifest record."""
     lines = []
-    for r in read_manifest(save_path):
-        window = f" mb{r['window'][0]}-{r['window'][1]}" if r.get("window") else ""
-        where = r["path"] or r.get("source") or r.get("error") or ""
-        what = (r.get("stage") or "") + window
-        if r["kind"] == "hook":
-            what = f"{r['role']}: {r['status']}"
-        step = "-" if r["step"] is None else r["step"]
-        rank = "-" if r["rank"] is None else r["rank"]
-        lines.append(f"{r['kind']:<8} step {step:<3} rank {rank:<3} {what:<26} {where}")
+    for r in read_records(save_path):
+        window = f" mb{r.window[0]}-{r.window[1]}" if r.window else ""
+        where = r.path or r.intended or r.origin or r.why or ""
+        what = (r.stage or "") + window
+        if isinstance(r, HookRecord):
+            what = f"{r.role}: {r.status}"
+        step = "-" if r.step is None else r.step
+        rank = "-" if r.rank is None else r.rank
+        lines.append(f"{r.kind:<8} step {step:<3} rank {rank:<3} {what:<26} {where}")
     return lines
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import attrs
 
 from profdsl.metrics.timings import NAMES, StepTimings
+from profdsl.metrics.tree import segment
 
 __all__ = ["Spread", "StepSummary", "aggregate"]
 
@@ -50,13 +51,16 @@ class StepSummary:
     def flat(self) -> dict[str, float]:
         """The flat mapping for a logger: ``timing_s_{min,mean,max}/<role>/<stage>`` and
         ``timing_slowest_rank/<role>/<stage>``, and the same with ``timing_step_s`` for the
-        step's wall time per role."""
+        step's wall time per role. The role is one path segment, escaped as stage names are
+        (``/`` as ``%2F``, ``%`` as ``%25``), so that role ``a/b`` with stage ``c`` and role ``a``
+        with nested stage ``b/c`` keep apart."""
         out: dict[str, float] = {}
         for spread in self.spreads:
+            role = segment(spread.role)
             if spread.stage is None:
-                prefix, key = NAMES.step, spread.role
+                prefix, key = NAMES.step, role
             else:
-                prefix, key = NAMES.total, f"{spread.role}/{spread.stage}"
+                prefix, key = NAMES.total, f"{role}/{spread.stage}"
             out[f"{prefix}_min/{key}"] = spread.min_s
             out[f"{prefix}_mean/{key}"] = spread.mean_s
             out[f"{prefix}_max/{key}"] = spread.max_s

@@ -21,7 +21,7 @@ import threading
 from profdsl.core.log import logger
 from profdsl.metrics.timings import StepTimings
 
-__all__ = ["BUCKETS", "MAX_LABEL", "PrometheusExporter", "Server", "Servers", "label_value"]
+__all__ = ["BUCKETS", "MAX_LABEL", "PrometheusExporter", "Server", "Servers", "host_port", "label_value"]
 
 #: Histogram buckets, in seconds: training stages last from milliseconds to many minutes.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
@@ -38,6 +38,16 @@ def label_value(text: str) -> str:
         return clean
     digest = hashlib.sha256(clean.encode()).hexdigest()[:12]
     return f"{clean[:MAX_LABEL - 13]}~{digest}"
+
+
+def host_port(address: str, port: int) -> str:
+    """``address:port`` as a URL writes it: an IPv6 address in brackets (``[::]:9090``).
+
+    Examples:
+        >>> host_port("::", 9090), host_port("0.0.0.0", 9090)
+        ('[::]:9090', '0.0.0.0:9090')
+    """
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 class Server:
@@ -105,10 +115,10 @@ class Servers:
             server = self._servers.get((address, port))
             if server is None:
                 server = self._servers[(address, port)] = Server(address, port, rank_label)
-                logger.info("profdsl: Prometheus metrics on http://%s:%d/metrics", address, server.port)
+                logger.info("profdsl: Prometheus metrics on http://%s/metrics", host_port(address, server.port))
             elif server.rank_label != rank_label:
-                logger.warning("profdsl: the Prometheus endpoint %s:%d was started %s a rank label; "
-                               "a role asking otherwise shares it as it is", address, server.port,
+                logger.warning("profdsl: the Prometheus endpoint %s was started %s a rank label; "
+                               "a role asking otherwise shares it as it is", host_port(address, server.port),
                                "with" if server.rank_label else "without")
             return server
 
@@ -146,6 +156,6 @@ class PrometheusExporter:
         self.server.observe(timings)
 
     def __repr__(self) -> str:
-        return f"PrometheusExporter({self.server.address}:{self.server.port})"
+        return f"PrometheusExporter({host_port(self.server.address, self.server.port)})"
 
 

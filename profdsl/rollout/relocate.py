@@ -1,4 +1,12 @@
-"""Which engine trace files of a replica move into ``save_path``, under which names (pure)."""
+"""Which engine trace files of a replica move into ``save_path``, under which names (pure).
+
+Besides its workers' traces a vLLM engine writes, on CPU, one op table per worker
+(``<worker>.profiler_out.txt``): it moves beside its trace, as ``...<time>.profiler-out.txt``,
+with the same step, replica and rank. vLLM's front-end profile (AsyncLLM's own CPU trace,
+``...async_llm...``) is no engine trace: it stays where vLLM wrote it, recorded ``skipped``
+once. A file profdsl's SGLang handle marked stray (``stray-...``: written by a profile that
+outlived its window) moves with status ``stray``, so that no step counts it as its generation.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +16,14 @@ from typing import Any
 
 from profdsl.collect.manifest import MANIFEST_NAME
 from profdsl.collect.relocate import Move, Skip
+from profdsl.core.engine_names import STRAY_MARK, is_op_table, is_vllm_frontend
 from profdsl.core.naming import TraceName
 from profdsl.core.ranks import local_rank_from_trace_name
 
-__all__ = ["engine_extension", "plan_rollout"]
+__all__ = ["OP_TABLE_EXT", "engine_extension", "plan_rollout"]
 
+#: What a vLLM op table (``.profiler_out.txt``) is named with in save_path.
+OP_TABLE_EXT = ".profiler-out.txt"
 _KNOWN_EXTENSIONS = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json",
                      ".json.gz", ".json", ".pickle", ".txt")
 _PIECE = re.compile(r"\.[A-Za-z0-9][A-Za-z0-9-]{0,15}")
@@ -27,7 +38,11 @@ def engine_extension(name: str) -> str:
         '.pt.trace.json.gz'
         >>> engine_extension("x-TP-0-memory.pickle")
         '.pickle'
+        >>> engine_extension("step2-replica0_rank0.profiler_out.txt")
+        '.profiler-out.txt'
     """
+    if is_op_table(name):
+        return OP_TABLE_EXT
     for extension in _KNOWN_EXTENSIONS:
         if name.endswith(extension):
             return extension
@@ -57,20 +72,32 @@ def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica
         if name == MANIFEST_NAME or name.startswith("."):
             continue
         source = f"{source_dir.rstrip('/')}/{name}"
-        local = _local_rank(name, replica_world_size)
-        prefixed = _PREFIX.match(name)  # a file left over from an earlier step keeps its step
+        stray = name.startswith(STRAY_MARK)
+        base = name[len(STRAY_MARK):] if stray else name
+        prefixed = _PREFIX.match(base)  # a file left over from an earlier step keeps its step
         file_step = int(prefixed[1]) if prefixed and int(prefixed[2]) == replica else step
+        fields: dict[str, Any] = dict(role="rollout", step=file_step, replica=replica, host=host, pid=pid)
+        if node is not None:
+            fields.update(node=node)
+        if is_vllm_frontend(base):
+            # Recorded when it is new: this step's (by its prefix), or of no known step.
+            new = prefixed is None or file_step == step
+            plan.append(Skip(source, "vLLM's front-end (AsyncLLM) profile, not an engine trace: left "
+                             "where vLLM wrote it", kind="rollout", status="skipped" if new else None,
+                             fields=fields))
+            continue
+        local = _local_rank(base, replica_world_size)
         rank = None if local is None else replica * replica_world_size + local
         if keep is not None and rank is not None and rank not in keep:
             plan.append(Skip(source, f"global rank {rank} is not selected", kind="rollout"))
             continue
-        fields: dict[str, Any] = {"role": "rollout", "step": file_step, "replica": replica, "rank": rank,
-                                  "world_size": world_size, "host": host, "pid": pid}
-        if node is not None:
-            fields["node"] = node
+        fields.update(rank=rank, world_size=world_size)
+        if stray:
+            fields.update(status="stray", reason="written by an engine profile that outlived its "
+                          "rollout window: not this step's generation")
         trace = TraceName(role="rollout", step=file_step, rank=rank,
                           world_size=world_size if rank is not None else None, replica=replica,
-                          host=host, pid=pid, time_ms=time_ms, ext=engine_extension(name))
+                          host=host, pid=pid, time_ms=time_ms, ext=engine_extension(base))
         reason = "rank unknown: kept" if rank is None else f"global rank {rank}"
         plan.append(Move(source, trace, "rollout", fields, reason))
     return plan

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from profdsl.collect import relocate
-from profdsl.collect.manifest import make_record
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.core.ranks import is_rank_selected
+from profdsl.records.schema import RolloutRecord
 from profdsl.rollout import rollout_trace_dir, trace_prefix
 from profdsl.rollout.calls import Outcome, accepts
 from profdsl.rollout.nodes import current_node, node_of, run_on_node
@@ -71,8 +71,8 @@ class RolloutRun:
             once(f"rollout:{call}:{outcome.replica}:{outcome.status}", logging.WARNING,
                  "profdsl: rollout replica %s %s %s at step %s: %s", outcome.replica, call,
                  outcome.status, self.step, outcome.error)
-            self.writer.submit(RecordJob(self.config.save_path, make_record(
-                "rollout", None, status=outcome.status, role="rollout", step=self.step,
+            self.writer.submit(RecordJob(self.config.save_path, RolloutRecord(
+                status=outcome.status, role="rollout", step=self.step,
                 replica=outcome.replica, call=call, error=outcome.error, host=socket.gethostname(),
                 pid=os.getpid())))
 

@@ -2,10 +2,11 @@
 engine handles over an in-process ``sglang.Engine`` or a server's HTTP endpoints.
 
 SGLang stops by itself once ``num_steps`` engine steps (``RolloutOptions.max_iterations``) are
-recorded, but a rollout of fewer steps leaves its profile running, its traces unwritten, and the
-next ``start_profile`` refused ("Profiling is already in progress"). So the handles always stop the
-profile at the end of the window; when SGLang already ended it by itself (or, with ``start_step``,
-never began it), its refusal ("Profiling is not in progress") means there is nothing left to stop.
+recorded, but a rollout of fewer steps leaves its profile running and its traces unwritten. So the
+handles always stop the profile at the end of the window; when SGLang already ended it by itself
+(or, with ``start_step``, never began it), its refusal ("Profiling is not in progress") means there
+is nothing left to stop. They never start while a profile of theirs may still run, and never leave
+a pending ``start_step`` armed (:mod:`profdsl.rollout.sglang_handle`).
 SGLang cannot profile memory: a ``memory`` content is dropped with a warning.
 """
 
@@ -21,38 +22,14 @@ from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.rollout import rollout_trace_dir
 from profdsl.rollout.select import replica_selected
+from profdsl.rollout.sglang_handle import SGLangHandle
 
 __all__ = ["SGLangEngine", "SGLangHttpEngine", "sglang_profile_request"]
 
-#: How SGLang's scheduler refuses to stop a profile that is not running.
+#: How SGLang's scheduler refuses to stop a profile that is not running, and to start one
+#: (with ``start_step``) while one runs.
 _NOT_IN_PROGRESS = "not in progress"
-
-
-def _ends_by_itself(request: dict[str, Any]) -> bool:
-    """Whether SGLang can have ended the profile on its own (after ``num_steps``) or not begun
-    it yet (before ``start_step``): then a stop refused as "not in progress" is no failure."""
-    return bool(request.get("num_steps") or request.get("start_step"))
-
-
-def _already_ended(request: dict[str, Any], exc: Exception) -> bool:
-    """Whether ``exc``, raised by a stop, says the profile had already ended by itself.
-
-    SGLang's HTTP server turns the scheduler's refusal into a bare ``500 Internal Server Error``,
-    without the reason; when the request lets SGLang end the profile itself, a 500 is read as that.
-    """
-    if not _ends_by_itself(request):
-        return False
-    if isinstance(exc, urllib.error.HTTPError):
-        try:
-            body = exc.read().decode(errors="replace")
-        except Exception:
-            body = ""
-        if exc.code == 500 or _NOT_IN_PROGRESS in body:
-            once("sglang-http-stop-ended", logging.INFO, "profdsl: an SGLang server refused /stop_profile "
-                 "(HTTP %s); taken as a profile SGLang had already ended by itself", exc.code)
-            return True
-        return False
-    return _NOT_IN_PROGRESS in str(exc)
+_IN_PROGRESS = "already in progress"
 
 
 def sglang_profile_request(config: ProfilerConfig, replica: int, *, replica_world_size: int = 1,
@@ -84,35 +61,36 @@ def sglang_profile_request(config: ProfilerConfig, replica: int, *, replica_worl
     }
 
 
-class SGLangEngine:
-    """A ``rollout_window`` engine over an in-process ``sglang.Engine``."""
+class SGLangEngine(SGLangHandle):
+    """A ``rollout_window`` engine over an in-process ``sglang.Engine`` (see
+    :mod:`profdsl.rollout.sglang_handle` for how it starts and stops SGLang's profiler)."""
 
     def __init__(self, engine: Any, request: dict[str, Any]) -> None:
-        self.engine, self.request = engine, dict(request)
+        super().__init__(request)
+        self.engine = engine
 
-    def start_profile(self, profile_prefix: str | None = None) -> Any:
-        """Start profiling with the request, naming files with ``profile_prefix``."""
-        fields = {k: v for k, v in self.request.items() if v is not None}
-        if profile_prefix is not None:
-            fields["profile_prefix"] = profile_prefix
+    def _send_start(self, fields: dict[str, Any]) -> Any:
         return self.engine.start_profile(**fields)
 
-    def stop_profile(self) -> Any:
-        """End the engine's profile: stop it, unless SGLang already ended it by itself."""
-        try:
-            return self.engine.stop_profile()
-        except Exception as exc:
-            if _already_ended(self.request, exc):
-                return None
-            raise
+    def _send_stop(self) -> Any:
+        return self.engine.stop_profile()
+
+    def _refused(self, exc: Exception, call: str) -> bool:
+        return (_NOT_IN_PROGRESS if call == "stop" else _IN_PROGRESS) in str(exc)
 
 
-class SGLangHttpEngine:
+class SGLangHttpEngine(SGLangHandle):
     """A ``rollout_window`` engine over a running SGLang server (``/start_profile``,
-    ``/stop_profile``); each call is bounded by ``timeout_s``."""
+    ``/stop_profile``); each call is bounded by ``timeout_s``.
+
+    SGLang's server answers the scheduler's refusals with a bare ``500 Internal Server Error``,
+    without the reason: a 500 to a stop is read as "not in progress", to a start as "already in
+    progress" (logged once at INFO).
+    """
 
     def __init__(self, base_url: str, request: dict[str, Any], *, timeout_s: float = 60.0) -> None:
-        self.base_url, self.request, self.timeout_s = base_url.rstrip("/"), dict(request), timeout_s
+        super().__init__(request)
+        self.base_url, self.timeout_s = base_url.rstrip("/"), timeout_s
 
     def _post(self, path: str, body: dict[str, Any] | None) -> str:
         data = json.dumps(body).encode() if body is not None else b""
@@ -121,19 +99,24 @@ class SGLangHttpEngine:
         with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
             return str(response.read().decode(errors="replace"))
 
-    def start_profile(self, profile_prefix: str | None = None) -> str:
-        """POST the request to ``/start_profile``."""
-        fields = {k: v for k, v in self.request.items() if v is not None}
-        if profile_prefix is not None:
-            fields["profile_prefix"] = profile_prefix
+    def _send_start(self, fields: dict[str, Any]) -> str:
         return self._post("/start_profile", fields)
 
-    def stop_profile(self) -> str | None:
-        """POST ``/stop_profile``; a refusal is no failure when SGLang already ended the profile
-        by itself (see :func:`_already_ended`)."""
+    def _send_stop(self) -> str:
+        return self._post("/stop_profile", None)
+
+    def _refused(self, exc: Exception, call: str) -> bool:
+        if not isinstance(exc, urllib.error.HTTPError):
+            return False
         try:
-            return self._post("/stop_profile", None)
-        except urllib.error.HTTPError as exc:
-            if _already_ended(self.request, exc):
-                return None
-            raise
+            body = exc.read().decode(errors="replace")
+        except Exception:
+            body = ""
+        if (_NOT_IN_PROGRESS if call == "stop" else _IN_PROGRESS) in body:
+            return True
+        if exc.code != 500:
+            return False
+        once(f"sglang-http-refused-{call}", logging.INFO, "profdsl: an SGLang server answered "
+             "HTTP 500 to /%s_profile; taken as SGLang refusing it (a profile %s in progress)",
+             call, "not" if call == "stop" else "already")
+        return True

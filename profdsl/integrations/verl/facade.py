@@ -29,7 +29,7 @@ from profdsl.core.parallel_discovery import process_topology
 from profdsl.core.ranks import discover_world, is_rank_selected
 from profdsl.dsl.stage import profile_stage
 from profdsl.errors import ConfigError
-from profdsl.integrations.verl.config import map_block
+from profdsl.integrations.verl.config import MISSING, map_block, plain
 from profdsl.runtime import context
 from profdsl.runtime.handles import Handle
 from profdsl.runtime.process import PROCESS
@@ -296,10 +296,14 @@ def _config_of(config: object, tool_config: Mapping[str, Any] | None, steps: Any
     if not isinstance(config, Mapping):
         raise ConfigError("DistProfiler config must be a profdsl ProfilerConfig, a verl profiler block "
                           f"(a mapping or verl's ProfilerConfig) or None, got {config!r}")
-    block = dict(config)
+    block = dict(plain(config))
     tool = block.get("tool")
-    if tool_config is not None and isinstance(tool, str):
-        block["tool_config"] = {**dict(block.get("tool_config") or {}), tool: tool_config}
+    if tool_config is not None and isinstance(tool, str) and tool != MISSING:
+        # verl's dataclass leaves tool_config at OmegaConf's "???" (MISSING) and passes the
+        # tool's own config apart: it takes the place of tool_config.<tool>
+        given = block.get("tool_config")
+        tools = dict(given) if isinstance(given, Mapping) else {}
+        block["tool_config"] = {**tools, tool: plain(tool_config)}
     mapped = map_block(block, global_profiler={"steps": steps, "profile_continuous_steps": continuous_steps},
                        where="DistProfiler config")
     if mapped.enable and not mapped.steps:

@@ -4,10 +4,9 @@ events that continue an entry (reopened around a schedule step, a ``yield`` or a
 
 from __future__ import annotations
 
-from typing import Any
-
 from profdsl.config import Schedule
 from profdsl.core.schedule import cycle_of
+from profdsl.records.schema import Regions, WindowNote
 
 __all__ = ["RegionBook"]
 
@@ -35,21 +34,21 @@ class RegionBook:
         counts = self._continued.setdefault(cycle, {})
         counts[name] = counts.get(name, 0) + 1
 
-    def windows(self) -> list[dict[str, Any]]:
+    def windows(self) -> tuple[WindowNote, ...]:
         """The mini-batch windows a step segment recorded, per role and step: the recorded
         mini-batches grouped by schedule cycle (one window without a schedule)."""
-        found = []
+        found: list[WindowNote] = []
         for (role, step), (schedule, indices) in self._recorded.items():
             groups: dict[int | None, list[int]] = {}
             for index in sorted(indices):
                 groups.setdefault(0 if schedule is None else cycle_of(schedule, index), []).append(index)
-            found += [{"role": role, "step": step, "window": [g[0], g[-1]]} for g in groups.values()]
-        return found
+            found += [WindowNote(role=role, step=step, window=(g[0], g[-1])) for g in groups.values()]
+        return tuple(found)
 
-    def regions(self, window: tuple[int, int] | None) -> dict[str, Any]:
+    def regions(self, window: tuple[int, int] | None) -> Regions:
         """The ``regions`` metadata of the trace of ``window`` (its continued pieces are taken:
         each trace counts its own)."""
         cycle = cycle_of(self.schedule, window[0]) if self.schedule is not None and window else None
         continued = self._continued.pop(cycle, {})
-        return {"stages": sorted(self.stages), "mini_batches": sorted(self.bases),
-                "continued": dict(sorted(continued.items()))}
+        return Regions(stages=tuple(sorted(self.stages)), mini_batches=tuple(sorted(self.bases)),
+                       continued=dict(sorted(continued.items())))

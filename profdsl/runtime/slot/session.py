@@ -23,6 +23,7 @@ from profdsl.collect.export import TraceLabel, pending_trace
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.core.schedule import action_at, cycle_of
+from profdsl.records.schema import TraceMeta, to_json
 from profdsl.runtime.slot.interrupts import held
 from profdsl.runtime.slot.owner import comes_back
 from profdsl.runtime.slot.region_book import RegionBook
@@ -165,14 +166,13 @@ class Session:
     def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
         """The trace's ``profdsl`` metadata."""
         label = self.label
-        return {
-            "role": label.role, "roles": list(self.roles), "stage": label.stage, "step": label.step,
-            "rank": label.rank, "world_size": label.world_size,
-            "window": list(window) if window else None, "windows": self.book.windows(),
-            "config_hash": label.config_hash, "host": label.host, "pid": label.pid,
-            "regions": self.book.regions(window),
-            "parallel": label.parallel.coords(), "parallel_sizes": label.parallel.sizes(),
-        }
+        return to_json(TraceMeta(
+            role=label.role, roles=tuple(self.roles), stage=label.stage, step=label.step,
+            rank=label.rank, world_size=label.world_size, window=window, windows=self.book.windows(),
+            config_hash=label.config_hash, host=label.host, pid=label.pid,
+            regions=self.book.regions(window),
+            parallel=label.parallel.coords(), parallel_sizes=label.parallel.sizes(),
+        ))
 
     def sink(self, write: Callable[[str], object], window: tuple[int, int] | None,
              time_ms: int, blocked_s: float = 0.0) -> None:
@@ -197,11 +197,11 @@ class Session:
                              "for %gs; the next trace is handed over anyway", label.export.timeout_s)
                 except BaseException as exc:
                     interrupt = exc
-            extra: dict[str, object] = {"windows": self.book.windows()} if self.kind == "step" else {}
+            extra: dict[str, object] = dict(windows=self.book.windows()) if self.kind == "step" else {}
             if self.cut_short:
-                extra["note"] = f"stopped early: {self.cut_short}"
-            extra["blocked_ms"] = round((blocked_s + time.perf_counter() - noted) * 1000, 3)
-            pending = pending_trace(write, label, window=window, time_ms=time_ms, extra=extra)
+                extra.update(note=f"stopped early: {self.cut_short}")
+            blocked_ms = round((blocked_s + time.perf_counter() - noted) * 1000, 3)
+            pending = pending_trace(write, label, window=window, time_ms=time_ms, extra=extra, blocked_ms=blocked_ms)
             self.writer.submit(ExportJob(pending))
         if interrupt is not None:
             raise interrupt

@@ -41,8 +41,8 @@ class HookPlan:
 
     def fields(self, steps: list[int]) -> dict[str, object]:
         """The fields of this role's hook record."""
-        return {"role": self.role, "rank": self.rank, "world_size": self.world_size, "host": self.host,
-                **self.coords, "pid": os.getpid(), "steps": steps}
+        return dict(role=self.role, rank=self.rank, world_size=self.world_size, host=self.host,
+                    **self.coords, pid=os.getpid(), steps=steps)
 
     def environment(self, steps: list[int]) -> dict[str, str]:
         """What the command sees (the contract's ``PROFDSL_*`` variables)."""

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from profdsl.collect import relocate
 from profdsl.collect.export import PendingTrace, finish, write_events
 from profdsl.collect.manifest import append_record
 from profdsl.core.log import once
+from profdsl.records.schema import Record
 from profdsl.runtime.writer.writer import Pen
 
 __all__ = ["ExportJob", "MoveJob", "RecordJob"]
@@ -57,7 +58,7 @@ class ExportJob:
              label.rank, label.role, label.step, label.export.timeout_s)
         if not label.manifest:
             return
-        kept = {"events": os.path.basename(pending.events)} if os.path.exists(pending.events) else {}
+        kept = dict(events=os.path.basename(pending.events)) if os.path.exists(pending.events) else {}
         why = (f"still being written in the background after export_timeout_s ({label.export.timeout_s:g}s), "
                "when the finish hook or the process exit could wait no longer")
         record = label.loss("incomplete", why, **kept, **pending.fields())
@@ -70,7 +71,7 @@ class RecordJob:
     kind = "record"
     budget_s = RECORD_BUDGET_S
 
-    def __init__(self, save_path: str, record: dict[str, Any]) -> None:
+    def __init__(self, save_path: str, record: Record | Mapping[str, Any]) -> None:
         self.save_path, self.record = save_path, record
 
     def run(self, pen: Pen) -> None:

@@ -1,0 +1,544 @@
+"""The schema of what profdsl writes: manifest records and the ``profdsl`` metadata of a trace.
+
+This module is the one place their keys are spelled. Writers build the attrs classes below
+(an unknown field is a ``TypeError`` at construction) and write them with :func:`to_json`;
+readers turn JSON back into them with :func:`parse_record` and :func:`parse_meta`, which check
+every known field's type and value and raise :class:`RecordError` naming the first wrong one.
+
+Every record and trace carries the ``schema`` version that wrote it. Fields a reader does not
+know (written by a newer profdsl) are kept in ``unknown``, written back unchanged and shown by
+``profdsl ls``; nothing is dropped. A record of this version spells each key as the class's
+field of the same name; ``docs/records.md`` holds :func:`~profdsl.records.tables.field_tables`.
+
+Examples:
+    >>> record = TraceRecord(path="a.pt.trace.json.gz", role="actor", step=3, bytes=10)
+    >>> data = to_json(record)
+    >>> data["kind"], data["schema"], data["status"], "note" in data
+    ('trace', 1, 'ok', False)
+    >>> parse_record({**data, "colour": "red"}).unknown
+    {'colour': 'red'}
+    >>> parse_record({**data, "step": "3"})
+    Traceback (most recent call last):
+    ...
+    profdsl.records.schema.RecordError: step must be an integer >= 0 or None, got '3'
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Final, TypeVar
+
+import attrs
+
+from profdsl.config.parallel import DIMS
+from profdsl.config.validate import is_int, require_int
+from profdsl.errors import ConfigError
+
+__all__ = [
+    "BASE_TIME_KEY", "DISTRIBUTED_KEY", "KINDS", "META_KEY", "RECORD_CLASSES", "RECORD_KEYS",
+    "SCHEMA_VERSION", "STATUSES", "VERSION_KEY", "ExportMeta", "HookRecord", "MovedRecord", "NsysRecord",
+    "Record", "RecordError", "Regions", "RolloutRecord", "TraceMeta", "TraceRecord", "WindowNote",
+    "base_time_ns", "brief", "distributed_info", "header_meta", "is_relative", "parse_meta", "parse_record",
+    "to_json", "trace_header",
+]
+
+#: The version of this schema, written into every record and trace. Readers take any version:
+#: the fields they know are checked, the others kept.
+SCHEMA_VERSION: Final = 1
+#: The key that holds it.
+VERSION_KEY: Final = "schema"
+#: The top-level trace keys profdsl writes: its own metadata, torch's rank block (written when
+#: torch does not), and the clock origin torch writes (and ``merge`` / ``export`` write again).
+META_KEY: Final = "profdsl"
+DISTRIBUTED_KEY: Final = "distributedInfo"
+BASE_TIME_KEY: Final = "baseTimeNanoseconds"
+#: Every status a record may have. ``ok`` and ``skipped`` are no loss; the others are
+#: (:attr:`Record.lost`; so is a status a newer version may add). ``stray``: a rollout engine's
+#: file written after its window ended (an SGLang profile that outlived it), moved in but no
+#: step's generation.
+STATUSES: Final = ("ok", "failed", "incomplete", "skipped", "timeout", "interrupted", "stray")
+_MAX_BYTES = 2**63 - 1
+_MAX_BASE_NS = 2**63 - 1
+
+T = TypeVar("T")
+Check = Callable[[str, Any], Any]
+
+
+class RecordError(ValueError):
+    """A manifest record or trace metadata that does not fit the schema (the message names the
+    field and the value)."""
+
+
+def brief(value: object) -> str:
+    """``repr(value)`` cut to 40 characters, for one-line messages."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def is_relative(path: str) -> bool:
+    """True for a path inside ``save_path``: not empty, not absolute, no ``..``, no NUL."""
+    return bool(path) and "\0" not in path and not os.path.isabs(path) and ".." not in Path(path).parts
+
+
+# -- the checks a reader applies to each field (value in, typed value out) ----------------------
+
+def _text(key: str, value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise RecordError(f"{key} must be a string or null, got {brief(value)}")
+
+
+def _count(low: int, high: int | None = None) -> Check:
+    def check(key: str, value: Any) -> int | None:
+        try:
+            return require_int(key, value, low, high, optional=True)
+        except ConfigError as exc:
+            raise RecordError(str(exc)) from None
+    return check
+
+
+def _integer(key: str, value: Any) -> int | None:
+    if value is None or is_int(value):
+        return value  # type: ignore[no-any-return]
+    raise RecordError(f"{key} must be an integer or null, got {brief(value)}")
+
+
+def _duration(key: str, value: Any) -> float | None:
+    """A finite number >= 0 (``bool``, NaN, infinities and ints too large for a float refused)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= sys.float_info.max:
+        raise RecordError(f"{key} must be a finite number >= 0 or null, got {brief(value)}")
+    return float(value)
+
+
+def _path(key: str, value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and is_relative(value)):
+        return value
+    raise RecordError(f"{key} must be a file name relative to the folder or null, got {brief(value)}")
+
+
+def _window(key: str, value: Any) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if not (isinstance(value, (list, tuple)) and len(value) == 2):
+        raise RecordError(f"{key} must be [first, last] or null, got {brief(value)}")
+    first, last = (_count(0)(key, v) for v in value)
+    if first is None or last is None:
+        raise RecordError(f"{key} must be [first, last] or null, got {brief(value)}")
+    return first, last
+
+
+def _texts(key: str, value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise RecordError(f"{key} must be a list of strings or null, got {brief(value)}")
+
+
+def _integers(key: str, value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and all(is_int(v) for v in value):
+        return tuple(value)
+    raise RecordError(f"{key} must be a list of integers or null, got {brief(value)}")
+
+
+def _counts_of(key_check: Check, low: int) -> Check:
+    """A mapping of names (``key_check``) to integers >= ``low``."""
+    def check(key: str, value: Any) -> dict[str, int] | None:
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise RecordError(f"{key} must be an object or null, got {brief(value)}")
+        for name, count in value.items():
+            key_check(key, name)
+            _count(low)(f"{key}.{name}", count)
+        return dict(value)
+    return check
+
+
+def _dim(key: str, name: Any) -> None:
+    if name not in DIMS:
+        raise RecordError(f"{key} names a parallel dimension ({', '.join(DIMS)}), got {brief(name)}")
+
+
+def _any_name(key: str, name: Any) -> None:
+    if not isinstance(name, str):
+        raise RecordError(f"{key} must have string keys, got {brief(name)}")
+
+
+def _json_object(key: str, value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise RecordError(f"{key} must be an object or null, got {brief(value)}")
+
+
+def _objects(key: str, value: Any) -> tuple[dict[str, Any], ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and all(isinstance(v, Mapping) for v in value):
+        return tuple(dict(v) for v in value)
+    raise RecordError(f"{key} must be a list of objects or null, got {brief(value)}")
+
+
+def _nested(cls: type[T]) -> Check:
+    def check(key: str, value: Any) -> T | None:
+        return None if value is None else _decode(cls, value, f"{key}.")
+    return check
+
+
+def _nested_list(cls: type[T]) -> Check:
+    def check(key: str, value: Any) -> tuple[T, ...] | None:
+        if value is None:
+            return None
+        if not isinstance(value, (list, tuple)):
+            raise RecordError(f"{key} must be a list or null, got {brief(value)}")
+        return tuple(_decode(cls, item, f"{key}[{i}].") for i, item in enumerate(value))
+    return check
+
+
+def _field(check: Check, doc: str, *, default: Any = None, always: bool = False) -> Any:
+    """A schema field: how a reader checks it, what it means (``docs/records.md``), and whether
+    it is written when None (``always``: the keys every record carries)."""
+    return attrs.field(default=default, metadata={"check": check, "doc": doc, "always": always})
+
+
+def _unknown() -> Any:
+    return attrs.field(factory=dict, eq=False, repr=False, metadata={"unknown": True})
+
+
+# -- shared pieces ------------------------------------------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class WindowNote:
+    """One mini-batch window a continuous step recorded (a trace record's and metadata's ``windows``)."""
+
+    role: str | None = _field(_text, "the role whose mini-batches these are", always=True)
+    step: int | None = _field(_count(0), "its step", always=True)
+    window: tuple[int, int] | None = _field(_window, "`[first, last]` mini-batch indices", always=True)
+    unknown: Mapping[str, Any] = _unknown()
+
+
+@attrs.frozen(kw_only=True)
+class Regions:
+    """The profdsl regions a trace holds (``profdsl.regions``, read by :mod:`profdsl.analysis.regions`)."""
+
+    stages: tuple[str, ...] | None = _field(_texts, "stage labels opened while it recorded", always=True)
+    mini_batches: tuple[str, ...] | None = _field(_texts, "mini-batch base labels (a region is the base "
+                                                  "and its index)", always=True)
+    continued: Mapping[str, int] | None = _field(_counts_of(_any_name, 0), "per region name, its events "
+                                                 "that continue an entry begun earlier", always=True)
+    unknown: Mapping[str, Any] = _unknown()
+
+
+_COORDS_DOC = "the writer's coordinate in that parallel dimension, when known"
+
+
+# -- manifest records ---------------------------------------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class Record:
+    """The fields of every manifest record; :data:`RECORD_KEYS` are written even when None."""
+
+    kind: ClassVar[str] = ""
+    path: str | None = _field(_path, "the file, relative to save_path; null for a file that does not "
+                              "exist (lost, skipped, not moved in) and for hook records", always=True)
+    role: str | None = _field(_text, "the role (the exact label; names hold its sanitized form)", always=True)
+    stage: str | None = _field(_text, "the stage of a discrete trace", always=True)
+    step: int | None = _field(_count(0), "the profiled step", always=True)
+    rank: int | None = _field(_count(0), "the global rank that wrote it", always=True)
+    world_size: int | None = _field(_count(1), "the job's world size", always=True)
+    replica: int | None = _field(_count(0), "the rollout replica", always=True)
+    window: tuple[int, int] | None = _field(_window, "`[first, last]` mini-batches recorded", always=True)
+    host: str | None = _field(_text, "the host that wrote it (whose clock its timestamps follow)",
+                              always=True)
+    pid: int | None = _field(_count(0), "the writing process", always=True)
+    bytes: int | None = _field(_count(0, _MAX_BYTES), "the file's size", always=True)
+    status: str = _field(_text, "`ok`, `failed`, `incomplete`, `skipped`, `timeout`, `interrupted` or "
+                         "`stray` (a rollout file written after its window: moved in, no step's "
+                         "generation; an empty value reads as `ok`)", default="ok", always=True)
+    error: str | None = _field(_text, "why a `failed` (`timeout`, `interrupted`) one failed")
+    reason: str | None = _field(_text, "why an `incomplete`, `skipped` or `stray` one is so")
+    intended: str | None = _field(_text, "the file name a `failed` one would have had (schema 1; "
+                                  "schema 0 wrote it as `path`)")
+    tp: int | None = _field(_count(0), _COORDS_DOC)
+    pp: int | None = _field(_count(0), _COORDS_DOC)
+    dp: int | None = _field(_count(0), _COORDS_DOC)
+    cp: int | None = _field(_count(0), _COORDS_DOC)
+    ep: int | None = _field(_count(0), _COORDS_DOC)
+    schema: int = _field(_count(0), "the schema version that wrote it (0: before versions were written)",
+                         default=SCHEMA_VERSION, always=True)
+    unknown: Mapping[str, Any] = _unknown()
+
+    @property
+    def lost(self) -> bool:
+        """Whether the record is a loss (failed, incomplete, timeout, interrupted, stray: what
+        ``check`` reports)."""
+        return self.status not in ("ok", "skipped")
+
+    @property
+    def why(self) -> str | None:
+        """The error or reason the record gives."""
+        return self.error or self.reason
+
+    @property
+    def origin(self) -> str | None:
+        """Where the file came from (a moved artifact's source), if the record says."""
+        return None
+
+    def parallel(self) -> tuple[tuple[str, int], ...]:
+        """The known parallel coordinates, in the order tp, pp, dp, cp, ep."""
+        return tuple((d, v) for d in DIMS if (v := getattr(self, d)) is not None)
+
+
+@attrs.frozen(kw_only=True)
+class TraceRecord(Record):
+    """A torch trace profdsl wrote (or lost)."""
+
+    kind: ClassVar[str] = "trace"
+    part: int | None = _field(_count(0), "the part of a trace written in pieces")
+    roles: tuple[str, ...] | None = _field(_texts, "every role the trace records (fused roles)")
+    config_hash: str | None = _field(_text, "a hash of the profiler config")
+    time_ms: int | None = _field(_count(0), "when it was written, milliseconds since 1970 (its name's time)")
+    parallel_sizes: Mapping[str, int] | None = _field(_counts_of(_dim, 1), "the size of each known "
+                                                      "parallel dimension")
+    windows: tuple[WindowNote, ...] | None = _field(_nested_list(WindowNote), "a continuous step's "
+                                                    "recorded mini-batch windows, per role and step")
+    note: str | None = _field(_text, "why the session was stopped early, if it was")
+    blocked_ms: float | None = _field(_duration, "milliseconds the training thread was blocked by the "
+                                      "session for this trace")
+    export_ms: float | None = _field(_duration, "milliseconds the background export took")
+    events: str | None = _field(_path, "an `incomplete` trace's events, kept in save_path as plain JSON")
+
+
+@attrs.frozen(kw_only=True)
+class MovedRecord(Record):
+    """An artifact another tool wrote and profdsl moved (or could not move) into save_path."""
+
+    source: str | None = _field(_text, "where the tool wrote it")
+    source_bytes: int | None = _field(_count(0, _MAX_BYTES), "an `incomplete` source's size when given up")
+    source_mtime_ns: int | None = _field(_integer, "an `incomplete` source's mtime when given up")
+
+    @property
+    def origin(self) -> str | None:
+        """Where the file came from."""
+        return self.source
+
+
+@attrs.frozen(kw_only=True)
+class RolloutRecord(MovedRecord):
+    """A rollout engine's file, or an engine call that failed."""
+
+    kind: ClassVar[str] = "rollout"
+    node: str | None = _field(_text, "the Ray node the engine ran on")
+    call: str | None = _field(_text, "the engine call that failed (`start_profile`, `stop_profile`)")
+
+
+@attrs.frozen(kw_only=True)
+class NsysRecord(MovedRecord):
+    """An Nsight Systems report."""
+
+    kind: ClassVar[str] = "nsys"
+
+
+@attrs.frozen(kw_only=True)
+class HookRecord(Record):
+    """One finish-hook run (no file)."""
+
+    kind: ClassVar[str] = "hook"
+    exit_code: int | None = _field(_integer, "the command's exit code (null when it did not exit)",
+                                   always=True)
+    duration_s: float | None = _field(_duration, "how long it ran, seconds")
+    steps: tuple[int, ...] | None = _field(_integers, "the profiled steps of the round it ran for")
+    blocked_ms: float | None = _field(_duration, "milliseconds a training thread waited for it (the "
+                                      "last profiled step's stop, or close())")
+
+
+#: The record class of each kind.
+RECORD_CLASSES: Final[dict[str, type[Record]]] = {
+    cls.kind: cls for cls in (TraceRecord, RolloutRecord, NsysRecord, HookRecord)}
+KINDS: Final = tuple(RECORD_CLASSES)
+#: The keys every record carries (None when not applicable); hook records add ``exit_code``.
+_KIND: Final = frozenset({"kind"})
+RECORD_KEYS: Final = ("kind", *(f.name for f in attrs.fields(Record) if f.metadata.get("always")))
+
+
+# -- trace metadata -----------------------------------------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class ExportMeta:
+    """What an ``export --hta`` file holds (``profdsl.export``)."""
+
+    format: str | None = _field(_text, "`hta`", always=True)
+    role: str | None = _field(_text, "the stage's role", always=True)
+    stage: str | None = _field(_text, "the exported stage", always=True)
+    step: int | None = _field(_count(0), "its step", always=True)
+    rank: int | None = _field(_count(0), "the rank of this file", always=True)
+    iterations: str | None = _field(_text, "what an iteration is: `mini_batch` or `entry`", always=True)
+    traces: tuple[str, ...] | None = _field(_texts, "the input traces", always=True)
+    unknown: Mapping[str, Any] = _unknown()
+
+
+@attrs.frozen(kw_only=True)
+class TraceMeta:
+    """A trace's ``profdsl`` metadata: who wrote it and which regions it holds; ``merge`` and
+    ``export --hta`` outputs carry their own fields here instead (and null for the ``always``
+    ones, which every trace profdsl captured carries)."""
+
+    role: str | None = _field(_text, "the role that owns the session", always=True)
+    roles: tuple[str, ...] | None = _field(_texts, "every role it records (fused roles)")
+    stage: str | None = _field(_text, "a discrete trace's stage", always=True)
+    step: int | None = _field(_count(0), "the step", always=True)
+    rank: int | None = _field(_count(0), "the global rank", always=True)
+    world_size: int | None = _field(_count(1), "the world size", always=True)
+    window: tuple[int, int] | None = _field(_window, "a scheduled trace's mini-batch window", always=True)
+    windows: tuple[WindowNote, ...] | None = _field(_nested_list(WindowNote), "a continuous step's "
+                                                    "recorded windows")
+    config_hash: str | None = _field(_text, "a hash of the profiler config")
+    host: str | None = _field(_text, "the writing host")
+    pid: int | None = _field(_count(0), "the writing process")
+    regions: Regions | None = _field(_nested(Regions), "the profdsl regions it holds")
+    parallel: Mapping[str, int] | None = _field(_counts_of(_dim, 0), "the writer's parallel coordinates")
+    parallel_sizes: Mapping[str, int] | None = _field(_counts_of(_dim, 1), "the size of each dimension")
+    export: ExportMeta | None = _field(_nested(ExportMeta), "an `export --hta` file: what it exports")
+    merged_traces: int | None = _field(_count(0), "a `merge` output: how many traces it holds")
+    alignment: Mapping[str, Any] | None = _field(_json_object, "a `merge` output: how its rows share "
+                                                 "one clock")
+    stages: tuple[dict[str, Any], ...] | None = _field(_objects, "a `merge` output: the stage-time "
+                                                       "model's rows")
+    schema: int = _field(_count(0), "the schema version that wrote it", default=SCHEMA_VERSION, always=True)
+    unknown: Mapping[str, Any] = _unknown()
+
+
+def distributed_info(rank: int | None, world_size: int | None, **more: Any) -> dict[str, Any]:
+    """The ``distributedInfo`` block profdsl writes where torch does not (HTA reads the rank)."""
+    return {"rank": rank, "world_size": world_size, **more}
+
+
+def trace_header(meta: Mapping[str, Any], *, distributed: bool) -> dict[str, Any]:
+    """The top-level metadata of a trace profdsl writes: ``meta`` (a :class:`TraceMeta`'s JSON)
+    as ``profdsl``, and with ``distributed`` a ``distributedInfo`` from its rank and world size
+    (where torch writes none: no process group)."""
+    header: dict[str, Any] = {META_KEY: dict(meta)}
+    if distributed:
+        header[DISTRIBUTED_KEY] = distributed_info(meta.get("rank"), meta.get("world_size"), backend=None)
+    return header
+
+
+# -- JSON ---------------------------------------------------------------------------------------
+
+def _decode(cls: type[T], value: Any, prefix: str = "", *, skip: frozenset[str] = frozenset()) -> T:
+    """``value`` as ``cls``: each known field checked, the rest (but ``skip``) kept in ``unknown``."""
+    if not isinstance(value, Mapping):
+        raise RecordError(f"{prefix.rstrip('.') or 'it'} is {brief(value)}, not a JSON object")
+    known: dict[str, Any] = {}
+    names = set()
+    for field in attrs.fields(cls):  # type: ignore[arg-type]
+        if field.metadata.get("unknown"):
+            continue
+        names.add(field.name)
+        if field.name in value:
+            checked = field.metadata["check"](f"{prefix}{field.name}", value[field.name])
+            if checked is not None or field.default is None:
+                known[field.name] = checked
+    unknown = {k: v for k, v in value.items() if k not in names and k not in skip}
+    return cls(**known, unknown=unknown)  # type: ignore[call-arg]
+
+
+def _plain(value: Any) -> Any:
+    if attrs.has(type(value)):
+        return to_json(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def to_json(obj: Any) -> dict[str, Any]:
+    """A record or metadata object as the JSON object profdsl writes: the ``always`` keys, the
+    other fields that are set, then the unknown ones it was read with."""
+    out: dict[str, Any] = {"kind": obj.kind} if isinstance(obj, Record) else {}
+    for field in attrs.fields(type(obj)):
+        value = getattr(obj, field.name)
+        if field.metadata.get("unknown") or (value is None and not field.metadata.get("always")):
+            continue
+        out[field.name] = _plain(value)
+    for key, value in obj.unknown.items():
+        out.setdefault(key, value)
+    return out
+
+
+def parse_record(value: object) -> Record:
+    """The record a manifest line holds.
+
+    A record without ``kind`` is a trace; without ``schema``, version 0. A ``failed`` record of
+    version 0 named its intended file in ``path``: it is read into ``intended`` (``path`` null).
+
+    Raises:
+        RecordError: ``value`` is not an object, its kind is unknown, or a known field has the
+            wrong type or value (the message names the first such field).
+    """
+    if not isinstance(value, Mapping):
+        raise RecordError(f"{brief(value)} is not a JSON object")
+    kind = value.get("kind", "trace")
+    if not isinstance(kind, str) or kind not in RECORD_CLASSES:
+        newer = value.get(VERSION_KEY)
+        later = f" (written by schema {newer}, newer than {SCHEMA_VERSION})" \
+            if isinstance(newer, int) and newer > SCHEMA_VERSION else ""
+        raise RecordError(f"kind must be one of {', '.join(KINDS)}, got {brief(kind)}{later}")
+    record = _decode(RECORD_CLASSES[kind], value, skip=_KIND)
+    if record.status == "":
+        record = attrs.evolve(record, status="ok")
+    if VERSION_KEY not in value:
+        record = attrs.evolve(record, schema=0)
+        if record.status == "failed" and record.path is not None and record.intended is None:
+            record = attrs.evolve(record, path=None, intended=record.path)
+    return record
+
+
+def parse_meta(value: object) -> TraceMeta:
+    """A trace's ``profdsl`` metadata.
+
+    Raises:
+        RecordError: it is not an object, or a known field has the wrong type or value.
+    """
+    if not isinstance(value, Mapping):
+        raise RecordError(f"{META_KEY} metadata is {brief(value)}, not an object")
+    return _decode(TraceMeta, value, f"{META_KEY}.")
+
+
+def header_meta(header: Mapping[str, Any]) -> TraceMeta | None:
+    """The ``profdsl`` metadata of a trace header, or None when it has none (an engine's trace,
+    torch's own).
+
+    Raises:
+        RecordError: as :func:`parse_meta`.
+    """
+    return parse_meta(header[META_KEY]) if META_KEY in header else None
+
+
+def base_time_ns(header: Mapping[str, Any]) -> int:
+    """A trace header's ``baseTimeNanoseconds`` (0 when absent).
+
+    Raises:
+        RecordError: it is not a whole number of nanoseconds >= 0.
+    """
+    value = header.get(BASE_TIME_KEY, 0)
+    if isinstance(value, bool) or not isinstance(value, int) and not _whole_decimal(value) \
+            or not 0 <= value <= _MAX_BASE_NS:
+        raise RecordError(f"{BASE_TIME_KEY} is {brief(value)}, not a number of nanoseconds >= 0")
+    return int(value)
+
+
+def _whole_decimal(value: object) -> bool:
+    from decimal import Decimal
+
+    return isinstance(value, Decimal) and value == value.to_integral_value()

@@ -1,0 +1,52 @@
+"""The schema as Markdown tables: what ``docs/records.md`` holds (``tests/test_records.py``
+checks the page against :func:`field_tables`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from profdsl.records.schema import (
+    RECORD_CLASSES,
+    ExportMeta,
+    Record,
+    Regions,
+    TraceMeta,
+    WindowNote,
+)
+
+__all__ = ["field_tables"]
+
+
+def _rows(cls: type[Any], below: type[Any] | None) -> list[str]:
+    """One row per field ``cls`` adds to ``below`` (every field when None)."""
+    inherited = {f.name for f in attrs.fields(below)} if below is not None else set()
+    rows = []
+    for field in attrs.fields(cls):
+        if field.name in inherited or field.metadata.get("unknown"):
+            continue
+        written = "always" if field.metadata.get("always") else "when set"
+        rows.append(f"| `{field.name}` | {written} | {field.metadata['doc']} |")
+    return rows
+
+
+def _table(title: str, cls: type[Any], below: type[Any] | None = None) -> str:
+    head = [f"### {title}", "", "| key | written | meaning |", "| --- | --- | --- |"]
+    return "\n".join(head + _rows(cls, below))
+
+
+def field_tables() -> str:
+    """Every record kind's and the trace metadata's fields, as Markdown."""
+    kinds = ", ".join(f"`{k}`" for k in RECORD_CLASSES)
+    parts = [_table("Every record", Record).replace(
+        "| --- | --- | --- |", f"| --- | --- | --- |\n| `kind` | always | {kinds} |", 1)]
+    for kind, cls in RECORD_CLASSES.items():
+        parts.append(_table(f"`{kind}` records add", cls, Record))
+    parts += [
+        _table("Trace metadata (`profdsl`)", TraceMeta),
+        _table("`regions`", Regions),
+        _table("`windows` (each)", WindowNote),
+        _table("`export` (an `export --hta` file)", ExportMeta),
+    ]
+    return "\n\n".join(parts)
