@@ -179,3 +179,18 @@ def test_hostile_labels_stay_inside_save_path(tmp_path: Path) -> None:
     [record] = apply([Move(str(src), name, "rollout", {}, "t")], str(save), wait_s=5, record_incomplete=True)
     assert record["status"] == "ok" and "/" not in record["path"] and ".." not in record["path"]
     assert [p.parent for p in save.iterdir() if p.suffix == ".json"] == [save]
+
+
+@pytest.mark.parametrize("source_kind", ["dangling symlink", "missing"])
+def test_a_stray_file_that_cannot_be_moved_is_recorded_for_that(tmp_path: Path, source_kind: str) -> None:
+    """A file planned as ``stray`` (an engine's profile that outlived its window) that is not a
+    regular file, or is gone, is recorded with what happened to it: applying the plan never
+    raises."""
+    src = tmp_path / "stray-t.json"
+    if source_kind == "dangling symlink":
+        src.symlink_to(tmp_path / "nowhere")
+    move = Move(str(src), TraceName(role="rollout", host="h", pid=1, time_ms=1_795_000_000_000, ext=".json"),
+                "rollout", {"role": "rollout", "status": "stray", "reason": "written after its window"}, "test")
+    [record] = apply([move], str(tmp_path / "save"), wait_s=0.3, record_incomplete=True)
+    assert record["status"] == "skipped" and "regular" in record["reason"]
+    assert [r["status"] for r in read_manifest(tmp_path / "save")] == [record["status"]]

@@ -207,8 +207,8 @@ def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float, record_
             else:
                 continue
         elif item not in moves:
-            record = make_record(item.kind, None, status="skipped", source=item.source,
-                                 reason="not a regular file (symlinks are not followed)", **item.fields)
+            record = make_record(item.kind, None, **_with(item.fields, status="skipped", source=item.source,
+                                                           reason="not a regular file (symlinks are not followed)"))
         elif item.source in incomplete:
             if not record_incomplete:
                 continue
@@ -235,11 +235,19 @@ def _moved(save_path: str, move: Move) -> dict[str, Any]:
 
 def _unmoved(item: Move | Skip, status: str, reason: str) -> dict[str, Any]:
     """The record of a source left where it is; an incomplete one keeps its size and mtime."""
-    fields: dict[str, Any] = dict(item.fields)
+    fields = _with(item.fields, status=status, source=item.source, reason=reason)
     signature = _signature(item.source) if status == "incomplete" else None
     if signature is not None:
         fields.update(source_bytes=signature[0], source_mtime_ns=signature[1])
-    return make_record(item.kind, None, status=status, source=item.source, reason=reason, **fields)
+    return make_record(item.kind, None, **fields)
+
+
+def _with(fields: dict[str, Any], **outcome: Any) -> dict[str, Any]:
+    """A planned item's fields with what happened to it (its status and reason among them: a
+    ``stray`` file that could not be moved is recorded for that, not as stray)."""
+    merged = dict(fields)
+    merged.update(outcome)
+    return merged
 
 
 def _recorded_incomplete(save_path: str) -> dict[str, tuple[int, int]]:
@@ -279,9 +287,9 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
     except Exception as exc:
         if reserved is not None and os.path.exists(reserved) and os.path.getsize(reserved) == 0:
             os.remove(reserved)
-        return make_record(move.kind, None, status="failed", source=move.source, intended=move.name.format(),
-                           error=f"{type(exc).__name__}: {exc}", **move.fields)
-    return make_record(move.kind, name, bytes=size, source=move.source, **move.fields)
+        return make_record(move.kind, None, **_with(move.fields, status="failed", source=move.source,
+                                                    intended=move.name.format(), error=f"{type(exc).__name__}: {exc}"))
+    return make_record(move.kind, name, **_with(move.fields, bytes=size, source=move.source))
 
 
 def _copy_across(source: str, save_path: str, destination: str) -> None:
