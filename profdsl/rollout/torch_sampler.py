@@ -42,13 +42,13 @@ class TorchSamplerEngine:
                  replica_world_size: int = 1) -> None:
         self.config, self.replica = config, replica
         self.local_rank, self.replica_world_size = local_rank, replica_world_size
-        self._segment: Session | None = None
+        self._session: Session | None = None
 
     def start_profile(self, profile_prefix: str | None = None) -> None:
         """Open a torch session writing into this replica's trace dir (nothing if one is open)."""
         from profdsl.capture.torch_session import TorchBackend
 
-        if self._segment is not None:
+        if self._session is not None:
             return
         label = TraceLabel(
             role="rollout", stage=profile_prefix, step=None, rank=self.local_rank,
@@ -56,21 +56,21 @@ class TorchSamplerEngine:
             save_path=rollout_trace_dir(self.config.save_path, self.replica),
             host=socket.gethostname(), pid=os.getpid(), config_hash="", manifest=False,
             export=ExportPolicy.of(self.config.torch))
-        segment = PROCESS.slot.begin_stage(label, TorchBackend(self.config.torch), None,
+        session = PROCESS.slot.begin_stage(label, TorchBackend(self.config.torch), None,
                                                   cut=False)
-        if isinstance(segment, Busy):
+        if isinstance(session, Busy):
             once("sampler-shared", logging.INFO,
                  "profdsl: the torch sampler shares its process with an open profdsl capture (%s); "
-                 "its work is recorded there", segment.holder)
-        elif segment is not None:
-            self._segment = segment
+                 "its work is recorded there", session.holder)
+        elif session is not None:
+            self._session = session
 
     def stop_profile(self) -> None:
         """Close the session; returns once its trace is written (as an engine's stop does:
         the rollout relocation moves it next)."""
-        segment, self._segment = self._segment, None
-        if segment is not None:
-            PROCESS.slot.end_stage(segment)
+        session, self._session = self._session, None
+        if session is not None:
+            PROCESS.slot.end_stage(session)
             PROCESS.writer.wait(timeout=PROCESS.writer.budget())
 
     def __reduce__(self) -> tuple[Any, ...]:  # shipped to a Ray actor without its session
@@ -80,4 +80,4 @@ class TorchSamplerEngine:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.local_rank = state["local_rank"]
         self.replica_world_size = state["replica_world_size"]
-        self._segment = None
+        self._session = None

@@ -1,4 +1,4 @@
-"""What a segment's traces say about the regions they hold (the ``profdsl`` metadata): the stage
+"""What a session's traces say about the regions they hold (the ``profdsl`` metadata): the stage
 and mini-batch names seen, the mini-batch windows a continuous step recorded, and the region
 events that continue an entry (reopened around a schedule step, a ``yield`` or an ``await``)."""
 
@@ -12,7 +12,7 @@ __all__ = ["RegionBook"]
 
 
 class RegionBook:
-    """The region bookkeeping of one segment (``stage``: a discrete trace's own stage)."""
+    """The region bookkeeping of one session (``stage``: a discrete trace's own stage)."""
 
     def __init__(self, stage: str | None, schedule: Schedule | None) -> None:
         self.schedule = schedule
@@ -22,7 +22,7 @@ class RegionBook:
         self._continued: dict[int | None, dict[str, int]] = {}  # per schedule cycle
 
     def note(self, name: str, *, mini_batch: bool) -> None:
-        """A region opened while the segment recorded (a stage, or a mini-batch base name)."""
+        """A region opened while the session recorded (a stage, or a mini-batch base name)."""
         (self.bases if mini_batch else self.stages).add(name)
 
     def recorded(self, role: str, step: int | None, schedule: Schedule | None, index: int) -> None:
@@ -35,7 +35,7 @@ class RegionBook:
         counts[name] = counts.get(name, 0) + 1
 
     def windows(self) -> tuple[WindowNote, ...]:
-        """The mini-batch windows a step segment recorded, per role and step: the recorded
+        """The mini-batch windows a step session recorded, per role and step: the recorded
         mini-batches grouped by schedule cycle (one window without a schedule)."""
         found: list[WindowNote] = []
         for (role, step), (schedule, indices) in self._recorded.items():
