@@ -174,13 +174,14 @@ def test_a_starting_step_is_not_cut_from_another_thread(tmp_path: Path, monkeypa
 def test_step_resumes_when_the_cutting_stage_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A discrete stage cuts ref's step, then its own session fails to start: ref's step goes on
     as the next part, so nothing ref runs afterwards is lost."""
+    from profdsl.capture.base import CaptureRefusedError
     from profdsl.capture.torch_session import TorchBackend
 
     real_open = TorchBackend.open
 
     def flaky_open(self: TorchBackend, **kwargs: Any) -> Any:
         if kwargs["describe"](None).get("stage") == "update_actor":
-            return None
+            raise CaptureRefusedError("refused for the test")
         return real_open(self, **kwargs)
 
     monkeypatch.setattr(TorchBackend, "open", flaky_open)

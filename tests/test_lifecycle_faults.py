@@ -164,6 +164,7 @@ def hook_then_traces(tmp_path: Path) -> tuple[list[str], list[str]]:
     from profdsl.runtime.process import PROCESS
 
     assert PROCESS.writer.wait(timeout=120)
+    assert all(job.wait(timeout=120) for job in PROCESS.rounds.unfinished())
     seen = (tmp_path / "hook.out").read_text() if (tmp_path / "hook.out").exists() else "None"
     names = ast.literal_eval(seen) or []
     now = sorted(p.name for p in tmp_path.glob("*.json.gz"))

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from profdsl.config import Schedule
 
-__all__ = ["Backend", "Capture", "Describe", "Runner", "Sink"]
+__all__ = ["Backend", "Capture", "CaptureRefusedError", "Describe", "Runner", "Sink"]
 
 #: ``describe(window)``: the ``profdsl`` metadata of the trace (``window`` None: whole session).
 Describe = Callable[[tuple[int, int] | None], dict[str, Any]]
@@ -21,6 +21,10 @@ Describe = Callable[[tuple[int, int] | None], dict[str, Any]]
 #: (plain JSON) to ``path`` and returns the metadata to add to it (``profdsl.collect.export``);
 #: ``blocked_s``: how long the session's calls held up their caller for this trace so far.
 Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int, float], None]
+
+
+class CaptureRefusedError(Exception):
+    """A backend could not start a capture; the message says why (logged once already)."""
 
 
 class Runner(Protocol):
@@ -74,6 +78,9 @@ class Backend(Protocol):
         """Whether captures of every thread can be had."""
 
     def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
-             runner: Runner, every_thread: bool = False) -> Capture | None:
-        """Start a capture on ``runner`` (recording every thread with ``every_thread``); None
-        (logged) when it cannot start."""
+             runner: Runner, every_thread: bool = False) -> Capture:
+        """Start a capture on ``runner`` (recording every thread with ``every_thread``).
+
+        Raises:
+            CaptureRefusedError: it cannot start (logged once).
+        """

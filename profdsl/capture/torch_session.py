@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from profdsl.capture.base import Describe, Runner, Sink
+from profdsl.capture.base import CaptureRefusedError, Describe, Runner, Sink
 from profdsl.capture.runner import SessionThread
 from profdsl.config import Schedule, TorchOptions
 from profdsl.core.labels import encode
@@ -67,8 +67,12 @@ class TorchBackend:
         return _all_threads_config() is not None
 
     def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
-             runner: Runner, every_thread: bool = False) -> TorchSession | None:
-        """Start a capture on ``runner``; None (logged once) when torch refuses."""
+             runner: Runner, every_thread: bool = False) -> TorchSession:
+        """Start a capture on ``runner``.
+
+        Raises:
+            CaptureRefusedError: torch refused (logged once).
+        """
         session = TorchSession(self.options, rank=rank, schedule=schedule, describe=describe,
                                sink=sink, runner=runner, every_thread=every_thread)
         try:
@@ -76,7 +80,7 @@ class TorchBackend:
         except Exception as exc:
             once(f"torch-start:{type(exc).__name__}", logging.ERROR,
                  "[profdsl rank %s] could not start the torch profiler: %r", rank, exc)
-            return None
+            raise CaptureRefusedError(f"the torch profiler could not start: {exc}") from exc
         return session
 
 
@@ -131,7 +135,7 @@ class TorchSession:
         from torch.profiler import ProfilerActivity, profile
 
         # Checked here, where the session runs, after any earlier session of ours has stopped.
-        if _foreign_profiler_running():
+        if _profiler_running():
             raise RuntimeError("another torch profiler is already running in this process; "
                                "profdsl will not start a second one (torch allows one at a time)")
         options = self._options
@@ -158,8 +162,12 @@ class TorchSession:
                     repeat=s.repeat)
         prof = profile(**kwargs)
         prof.record_steps = False  # no ProfilerStep#n rows: profdsl names its own regions
-        prof.start()
-        self._prof = prof
+        self._prof = prof  # before start: an interrupt inside it still leaves it reachable to stop
+        try:
+            prof.start()
+        except BaseException:
+            self._stop_anyway(prof)
+            raise
 
     def _abandon(self) -> None:
         """Stop a profiler whose start came too late for its caller."""
@@ -214,12 +222,28 @@ class TorchSession:
             self._toggle(True)  # stopped inside a left-out mini-batch: stop with collection on
             self._prof = None
             prof.stop()
+        except BaseException:
+            self._stop_anyway(prof)  # an interrupt (not held here: another thread's) cut it short
+            raise
         finally:
             self._prof = None
             # torch's profile object is a reference cycle, freed by the garbage collector at any
             # time, on any thread; freeing its kineto results then (while another session starts)
             # crashed the process. Drop them here, now, on the session's thread.
             prof.profiler = None
+
+    @staticmethod
+    def _stop_anyway(prof: Any) -> None:
+        """After an interrupt inside torch's start or stop: when torch's profiler still runs,
+        stop it (its events are lost; a profiler left running blocks every later capture and
+        crashes the process at exit)."""
+        if not _profiler_running():
+            return
+        try:
+            prof.stop()
+        except Exception as exc:
+            once("torch-stop-anyway", logging.ERROR,
+                 "profdsl: torch's profiler could not be stopped after an interrupt: %r", exc)
 
     def _on_runner(self, fn: Any, timeout: float, what: str, *args: Any) -> None:
         """Run a session call where the session lives (its time counts as the caller's, held up
@@ -281,8 +305,9 @@ def _all_threads_config() -> Any:
         return None
 
 
-def _foreign_profiler_running() -> bool:
-    """Whether a torch profiler that profdsl did not start is running (a second would crash)."""
+def _profiler_running() -> bool:
+    """Whether a torch profiler runs in this process (at a capture's start: one profdsl did not
+    start, and a second would crash the process)."""
     import torch.autograd.profiler as autograd_profiler
 
     return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))

@@ -6,19 +6,18 @@ the runtime's business (:mod:`profdsl.runtime.writer.rounds`). Plan then apply:
 :func:`run_command` runs it in its own session (process group) with a deadline for the whole
 group, streams its output line by line with the rank in front, and never blocks on a background
 child that keeps the output pipe open. Nothing here raises into training: every outcome becomes a
-:class:`HookResult`, logged once and recorded in the manifest. The command's process group never
-outlives the wait for it: a timeout, an interrupt (Ctrl-C, ``SystemExit``) or an interpreter exit
-kills it, and the run is recorded (``timeout`` or ``interrupted``, with the reason).
+:class:`HookResult`, logged once and made a record (:func:`hook_record`). The command's process
+group never outlives the wait for it: a timeout, an interrupt (Ctrl-C, ``SystemExit``) or an
+:class:`Abort` from another thread kills it, and the run ends ``timeout`` or ``interrupted``, with
+the reason.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -26,12 +25,11 @@ from typing import Any
 
 import attrs
 
-from profdsl.collect.manifest import MANIFEST_NAME, append_record
+from profdsl.collect.manifest import MANIFEST_NAME
 from profdsl.core.log import logger, once
 from profdsl.records.schema import HookRecord
 
-__all__ = ["SHELL", "Abort", "BackgroundHook", "HookResult", "hook_environment", "record", "run_and_record",
-           "run_command"]
+__all__ = ["SHELL", "Abort", "HookResult", "hook_environment", "hook_record", "run_command"]
 
 #: The shell that runs hook commands (a module attribute so tests can point it elsewhere).
 SHELL = "/bin/sh"
@@ -186,74 +184,12 @@ def run_command(cmd: str, env: Mapping[str, str], *, timeout_s: float, rank: int
         raise
 
 
-def run_and_record(save_path: str, cmd: str, env: Mapping[str, str], *, timeout_s: float, rank: int,
-                   fields: Mapping[str, object], abort: Abort | None = None) -> HookResult:
-    """Run the hook command (:func:`run_command`) and record its outcome, an interrupted run
-    included (recorded before the interrupt propagates)."""
-    result = run_command(cmd, env, timeout_s=timeout_s, rank=rank, abort=abort,
-                         on_interrupt=lambda interrupted: record(save_path, interrupted, **fields))
-    record(save_path, result, **fields)
-    return result
-
-
-class BackgroundHook:
-    """A hook run on a daemon thread (``background=True``) that never outlives the process.
-
-    :meth:`wait` waits for it, bounded by its timeout; an interrupt while waiting (Ctrl-C in
-    ``close()``) aborts it, then propagates. Until waited for, it is waited for at interpreter
-    exit too, and aborted at once when the interpreter exits on an uncaught ``KeyboardInterrupt``.
-    Aborting kills its process group and records the run ``interrupted``.
-    """
-
-    def __init__(self, run: Callable[[Abort], object], *, timeout_s: float) -> None:
-        self._run, self._abort, self._done = run, Abort(), threading.Event()
-        self._bound_s, self._pid = timeout_s + STOP_BOUND_S, os.getpid()
-        # An Event, not Thread.join: a join cut short by Ctrl-C marks a live thread as stopped.
-        self._thread = threading.Thread(target=self._main, daemon=True, name="profdsl-finish-hook")
-
-    def _main(self) -> None:
-        try:
-            self._run(self._abort)
-        finally:
-            self._done.set()
-
-    def start(self) -> None:
-        """Start the thread (and the interpreter-exit guard)."""
-        atexit.register(self._at_exit)
-        self._thread.start()
-
-    def wait(self) -> None:
-        """Wait for the hook, up to its timeout plus the time to kill it."""
-        try:
-            self._done.wait(self._bound_s)
-        except BaseException as exc:
-            self.abort(f"{type(exc).__name__} while waiting for the background hook")
-            raise
-        finally:
-            atexit.unregister(self._at_exit)
-
-    def abort(self, reason: str) -> None:
-        """Kill the hook's process group and wait (bounded) until its run is recorded."""
-        self._abort.reason = reason
-        self._done.wait(STOP_BOUND_S)
-
-    def _at_exit(self) -> None:
-        if os.getpid() != self._pid:  # a forked child: the thread and the command are not its own
-            return
-        if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):  # the script died on Ctrl-C
-            atexit.unregister(self._at_exit)
-            self.abort("KeyboardInterrupt: the interpreter exited while the hook ran")
-        else:
-            self.wait()
-
-
-def record(save_path: str, result: HookResult, **fields: object) -> None:
-    """Log a failed run once and append the hook record (``fields``: more of its fields) to the
-    manifest."""
+def hook_record(save_path: str, result: HookResult, **fields: object) -> HookRecord:
+    """The record of a hook run (``fields``: more of its fields); a failed run is logged once."""
     more: dict[str, Any] = dict(fields)
     entry = attrs.evolve(HookRecord(status=result.status, exit_code=result.exit_code,
                                     duration_s=round(result.duration_s, 3), error=result.error), **more)
     if entry.lost:
         once(f"hook:{os.path.realpath(save_path)}", logging.ERROR,
              "[profdsl rank %s] finish hook %s: %s", entry.rank, result.status, result.error)
-    append_record(save_path, entry)
+    return entry

@@ -21,7 +21,7 @@ class OnceLog:
 
     def __init__(self) -> None:
         self._seen: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler may log
 
     def first(self, key: str) -> bool:
         """True the first time ``key`` is seen (and remember it)."""
@@ -38,7 +38,7 @@ class OnceLog:
 
     def after_fork(self) -> None:
         """In a forked child: a fresh lock (the parent's may have been held by another thread)."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler may log
 
 
 #: The process's log memory.

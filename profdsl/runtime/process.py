@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from profdsl.core.log import ONCE, OnceLog, logger
 from profdsl.metrics.prometheus import Servers
 from profdsl.runtime.registry import Registry
+from profdsl.runtime.slot.interrupts import Signals
 from profdsl.runtime.slot.slot import CaptureSlot
 from profdsl.runtime.writer.hook import stop_hooks
 from profdsl.runtime.writer.jobs import RECORD_BUDGET_S
@@ -48,22 +49,27 @@ class Process:
         self.registry = Registry()
         self.writer = Writer()
         self.rounds = HookRounds(self.writer)
-        self.slot = CaptureSlot(self.writer, self.rounds)
+        self.signals = Signals()  # the main thread's signal holds (runtime/slot/interrupts.py)
+        self.slot = CaptureSlot(self.writer, self.rounds, self.signals)
         self.live: set[Profiler] = set()  # strong: a profiler dropped unclosed still owes its hook
         self.servers = Servers()
         self.log: OnceLog = ONCE
 
-    def settle(self, until: object | None, due: Due | None, *, hook: bool) -> None:
+    def settle(self, until: object | None, due: Due | None, *, hook: bool, closing: bool = False) -> None:
         """Wait until the writer is through what the caller needs: the jobs up to ``until``,
-        then, with ``hook``, the hook ``due``. The traces being finished are waited for up to
-        their ``export_timeout_s``; when a hook is due and they run out of time, they are given
-        up (recorded ``incomplete``), so that the hook runs now, bounded by its ``timeout_s``.
-        An interrupt while waiting stops the hooks on the writer (their commands killed,
-        recorded ``interrupted``) and goes on."""
+        then, with ``hook``, the hook ``due`` (``closing``: every hook not finished, whoever
+        made it due). The traces being finished are waited for up to their
+        ``export_timeout_s``; when a hook is due and they run out of time, they are given up
+        (recorded ``incomplete``), so that the hook runs now, bounded by its ``timeout_s``. An
+        interrupt while waiting stops the hooks (their commands killed, recorded
+        ``interrupted``) and goes on."""
         writer = self.writer
         try:
-            target = due.ticket if due is not None and hook else until
-            if target is None:
+            if closing:
+                for job in self.rounds.unfinished():
+                    if due is None or job is not due.job:
+                        job.wait(timeout=writer.budget(job.ticket))  # type: ignore[arg-type]
+            if (due is None or not hook) and until is None:
                 return
             if not writer.wait_kind("export", timeout=writer.budget_of("export")):
                 if due is None or not hook:
@@ -73,9 +79,12 @@ class Process:
                 writer.give_up()
                 logger.error("profdsl: traces still being written when the finish hook was due "
                              "were given up (recorded incomplete); the hook runs now")
-            writer.wait(target, timeout=writer.budget(target))  # type: ignore[arg-type]
+            if due is not None and hook:
+                due.job.wait(timeout=writer.budget(due.ticket))  # type: ignore[arg-type]
+            else:
+                writer.wait(until, timeout=writer.budget(until))  # type: ignore[arg-type]
         except BaseException as exc:
-            stop_hooks(writer, f"{type(exc).__name__} while waiting for the finish hook")
+            stop_hooks(self.rounds.unfinished(), writer, f"{type(exc).__name__} while waiting for the finish hook")
             raise
 
     def exit(self) -> None:
@@ -87,7 +96,7 @@ class Process:
         An interrupt meanwhile stops the hooks and gives up everything, recorded, and goes on."""
         writer = self.writer
         if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):  # died on Ctrl-C
-            stop_hooks(writer, "KeyboardInterrupt: the interpreter exited while the hook ran")
+            stop_hooks(self.rounds.unfinished(), writer, "KeyboardInterrupt: the interpreter exited while the hook ran")
         try:
             for profiler in list(self.live):
                 try:
@@ -100,11 +109,14 @@ class Process:
                 logger.error("profdsl: stopping the last session at exit failed: %s", exc)
             if not writer.wait_kind("export", timeout=writer.budget_of("export")):
                 writer.give_up()
+            for job in self.rounds.unfinished():
+                if not job.wait(timeout=writer.budget(job.ticket)):  # type: ignore[arg-type]
+                    job.stop("still running when the process exited past its timeout")
             if not writer.wait(timeout=writer.budget()):
                 writer.give_up(_ALL)
                 writer.wait(timeout=RECORD_BUDGET_S)
         except BaseException as exc:
-            stop_hooks(writer, f"{type(exc).__name__} while the process exited")
+            stop_hooks(self.rounds.unfinished(), writer, f"{type(exc).__name__} while the process exited")
             writer.give_up(_ALL)  # what is still going is recorded lost
             writer.wait(timeout=RECORD_BUDGET_S)
             raise
@@ -129,6 +141,7 @@ class Process:
         self.slot.forget()
         self.registry.clear()
         self.live.clear()
+        self.signals.after_fork()
         self.servers.after_fork()
         self.log.after_fork()
 

@@ -16,6 +16,7 @@ import contextlib
 import enum
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
@@ -96,6 +97,9 @@ class Profiler:
         self._steps = StepSessions(plan, self._capture, slot=process.slot, writer=process.writer,
                                    rounds=process.rounds)
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
+        # start/stop/close of one profiler from several threads at once take turns (re-entrant:
+        # a signal handler on the main thread may call close() inside one of them)
+        self._lock = threading.RLock()
         self.meter = make_meter(config.metrics, role, self.rank, self.world_size, on_step, device=capture,
                                 process=process)
         if plan.member:
@@ -140,6 +144,10 @@ class Profiler:
         profiled. ``start(S)`` while step S is open changes nothing (logged once)."""
         if self._inherited():
             return
+        with _turn(self):
+            self._start(step)
+
+    def _start(self, step: SupportsIndex) -> None:
         if self._state is State.CLOSED:
             self.process.slot.flush()  # a close() from another thread left this thread's session
             once(f"closed-start:{id(self)}", logging.WARNING,
@@ -154,12 +162,17 @@ class Profiler:
         if self._step is not None:
             logger.warning("[profdsl rank %s] %s: start(%s) while step %s is open; stopping it",
                            self.rank, self.role, step, self._step)
-            self.stop()
+            self._stop()
         self._unnumbered = number is None
-        profiled, flush = self._steps.begin(number)
+        with self.process.signals.deferred():  # a signal while the capture starts: delivered once the step has begun
+            profiled, flush = self._steps.begin(number)
+            if number is not None:
+                self._begin(number, profiled)
+        # A flush here ended a capture the loop walked out of (its last profiled step): the
+        # step that begins now opens none, so waiting after beginning it is the same.
         self._wait(flush, closing=False)
-        if number is None:
-            return  # ended a capture the loop walked out of; profiles nothing
+
+    def _begin(self, number: int, profiled: bool) -> None:
         self._step = number
         if profiled:
             self.process.registry.set_stepping(self, True)
@@ -175,6 +188,10 @@ class Profiler:
         ``config.metrics.enabled`` (else None)."""
         if self._inherited():
             return None
+        with _turn(self):
+            return self._stop()
+
+    def _stop(self) -> StepTimings | None:
         if self._step is None:
             self.process.slot.flush()
             if self._state is not State.CLOSED and not self._unnumbered:
@@ -182,13 +199,15 @@ class Profiler:
                                self.rank, self.role)
             self._unnumbered = False
             return None
-        self._step = None
-        timings = self.meter.end()
-        self._capture.end()
-        self.process.registry.set_stepping(self, False)
-        if self._state is not State.IDLE:
-            self._state = State.STOPPED  # a run of continuous steps keeps its capture between steps
-        self._wait(self._steps.end(), closing=False)
+        with self.process.signals.deferred():  # a signal while the capture stops: delivered once the step has ended
+            self._step = None
+            timings = self.meter.end()
+            self._capture.end()
+            self.process.registry.set_stepping(self, False)
+            if self._state is not State.IDLE:
+                self._state = State.STOPPED  # a run of continuous steps keeps its capture between steps
+            flush = self._steps.end()
+        self._wait(flush, closing=False)
         self.meter.publish(timings)
         return timings
 
@@ -206,17 +225,22 @@ class Profiler:
         still owed, waiting for it (bounded). Idempotent."""
         if self._inherited():
             return
+        with _turn(self):
+            self._close()
+
+    def _close(self) -> None:
         if self._state is State.CLOSED:
             self.process.slot.flush()  # a close() from another thread left this thread's session
             return
-        self._step = None
-        if self._state is not State.IDLE:
-            self._state = State.STOPPED
-        self.meter.close()
-        self._capture.end()
-        self.process.registry.set_stepping(self, False)
-        flush = self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
-        self.process.slot.abandon("close()", role=self.role)
+        with self.process.signals.deferred():
+            self._step = None
+            if self._state is not State.IDLE:
+                self._state = State.STOPPED
+            self.meter.close()
+            self._capture.end()
+            self.process.registry.set_stepping(self, False)
+            flush = self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
+            self.process.slot.abandon("close()", role=self.role)
         self._wait(flush, closing=True)
         self._state = State.CLOSED
         self.process.live.discard(self)
@@ -227,7 +251,8 @@ class Profiler:
         ``close()`` waits for it)."""
         if flush is not None:
             due = flush.due
-            self.process.settle(flush.until, due, hook=due is not None and (closing or not due.job.background))
+            self.process.settle(flush.until, due, hook=due is not None and (closing or not due.job.background),
+                                closing=closing)
 
     def __enter__(self) -> Profiler:
         return self
@@ -242,16 +267,41 @@ class Profiler:
 
 def _supersede(profiler: Profiler) -> None:
     """A profiler re-created for the same role, rank and save_path (a trainer re-initialised)
-    takes the earlier one's place in the finish hook's wait: an abandoned profiler must not
-    hold the hook up. Only profilers that take part in a round count."""
+    closes the earlier one: its open step ends (its capture too, when this thread may end it),
+    and it no longer holds up the finish hook, which the new one's last step owes. Only
+    profilers that take part in a round count."""
     rounds = profiler.process.rounds
     key = rounds.key(profiler.config.save_path)
     for other in list(profiler.process.live):
         if other is not profiler and other.role == profiler.role and other.rank == profiler.rank \
                 and other.plan.member and rounds.key(other.config.save_path) == key:
             logger.info("[profdsl rank %s] %s: a new Profiler for this role and save_path "
-                        "replaces an earlier one in the finish hook's wait", profiler.rank, profiler.role)
-            other._steps.replaced()
+                        "closes an earlier one", profiler.rank, profiler.role)
+            try:
+                other.close()
+            except Exception as exc:  # never raised into the new profiler's construction
+                logger.error("[profdsl rank %s] %s: closing the earlier Profiler failed: %r",
+                             profiler.rank, profiler.role, exc)
+
+
+#: How long a call waits for another thread's call on the same profiler before going on anyway
+#: (a thread stuck inside one must not hang the others, or the exit).
+TURN_WAIT_S = 60.0
+
+
+@contextlib.contextmanager
+def _turn(profiler: Profiler) -> Iterator[None]:
+    """The profiler's calls, one at a time (bounded: ``TURN_WAIT_S``)."""
+    mine = profiler._lock.acquire(timeout=TURN_WAIT_S)
+    if not mine:
+        once(f"turn:{id(profiler)}", logging.ERROR, "[profdsl rank %s] %s: another thread's call on this "
+             "Profiler has not returned for %gs; going on without waiting for it", profiler.rank,
+             profiler.role, TURN_WAIT_S)
+    try:
+        yield
+    finally:
+        if mine:
+            profiler._lock.release()
 
 
 def _step_number(profiler: Profiler, step: SupportsIndex) -> int | None:

@@ -125,7 +125,7 @@ class Recorder:
             current.stages.add(name)
             if not current.owned_here():
                 self._missed(name, None)
-        else:
+        elif claim not in self._slot.claims.refused:  # a refused capture is recorded already
             self._missed(name, _elsewhere(current, claim in self._slot.claims.ended))
         return Handle(self._annotator, name, color, self)
 

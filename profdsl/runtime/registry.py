@@ -39,7 +39,7 @@ class Registry:
     __slots__ = ("_lock", "first", "hot", "meters", "opened", "recorders", "stepping", "traced")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler may call into it
         self.recorders: tuple[Recorder, ...] = ()
         self.stepping: tuple[Profiler, ...] = ()
         self.opened: dict[Entry, None] = {}
@@ -126,7 +126,7 @@ class Registry:
     def clear(self) -> None:
         """Forget everything (tests, and a forked child, which inherits none of it). ``opened``
         is emptied in place: the DSL holds it."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler may call into it
         self.recorders, self.stepping, self.meters = (), (), ()
         self.opened.clear()
         self._update()

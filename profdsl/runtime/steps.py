@@ -88,13 +88,6 @@ class StepSessions:
         due = self._arrive(hook=False) or (flush.due if flush is not None else None)
         return Flush(self._writer.tail(), due)
 
-    def replaced(self) -> Due | None:
-        """A re-created profiler took this one's place: it owes no hook and holds none up."""
-        if self._arrived:
-            return None
-        self._arrived = True
-        return self._rounds.leave(self._plan.save_path, self, self.profiled_steps)
-
     def _apply(self, events: list[Event], step: int | None) -> Flush | None:
         """Carry out ``events`` in order. When one is interrupted, a hook event after it stays
         owed: it runs at ``finish`` (``close()`` or exit)."""

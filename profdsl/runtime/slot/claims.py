@@ -9,6 +9,7 @@ import attrs
 
 from profdsl.capture.base import Backend
 from profdsl.collect.export import TraceLabel
+from profdsl.runtime.slot.interrupts import Signals
 from profdsl.runtime.slot.session import Session
 from profdsl.runtime.writer.writer import Writer
 
@@ -31,10 +32,12 @@ class StepClaims:
     role's step is still open) but records nothing more: a new thread that happens to get the
     ended thread's ident must not start a second session for that step."""
 
-    def __init__(self, writer: Writer) -> None:
+    def __init__(self, writer: Writer, signals: Signals) -> None:
         self.writer = writer  # where the step sessions' traces are finished
+        self.signals = signals  # held while a session's capture starts or stops
         self.claims: list[Claim] = []
-        self.ended: set[Claim] = set()
+        self.ended: set[Claim] = set()  # their thread ended: they record nothing more
+        self.refused: set[Claim] = set()  # their step's capture could not start (recorded)
         self.pieces = 0  # parts already written of the step session being cut
         self.name: TraceLabel | None = None  # the step session's name, kept across its parts
 
@@ -47,14 +50,21 @@ class StepClaims:
         if claim in self.claims:
             self.claims.remove(claim)
         self.ended.discard(claim)
+        self.refused.discard(claim)
         if self.claims:
             return False
         self.pieces, self.name = 0, None
         return True
 
     def live(self, claim: Claim) -> bool:
-        """Whether ``claim`` holds the slot and its thread has not ended."""
-        return claim in self.claims and claim not in self.ended
+        """Whether ``claim`` holds the slot, its thread has not ended and its capture was not
+        refused."""
+        return claim in self.claims and claim not in self.ended and claim not in self.refused
+
+    def refuse(self) -> None:
+        """The step session of the live claims could not start: they record nothing more (their
+        step's loss is recorded once, not once per stage)."""
+        self.refused.update(c for c in self.claims if c not in self.ended)
 
     def thread_ended(self, ident: int) -> None:
         """Thread ``ident`` ended: its claims record nothing more."""
@@ -62,7 +72,7 @@ class StepClaims:
 
     def every_thread(self) -> bool:
         """Whether a live claim needs a capture of every thread."""
-        return any(c.every_thread for c in self.claims if c not in self.ended)
+        return any(c.every_thread for c in self.claims if c not in self.ended and c not in self.refused)
 
     def cut(self, session: Session) -> None:
         """``session`` (the step session) is cut by a stage: it is written as the next part."""
@@ -71,17 +81,18 @@ class StepClaims:
 
     def next_session(self) -> Session | None:
         """The step session to open for the live claims (not started), or None."""
-        live = [c for c in self.claims if c not in self.ended]
+        live = [c for c in self.claims if c not in self.ended and c not in self.refused]
         if not live:
             return None
         if self.name is None:
             self.name = live[0].label
         name = attrs.evolve(self.name, part=self.pieces or None)  # numbered only once cut
-        session = Session("step", name, live[0].backend, self.writer, thread=live[0].thread)
+        session = Session("step", name, live[0].backend, self.writer, thread=live[0].thread,
+                          signals=self.signals)
         for claim in self.claims:
-            session.join(claim.label.role)
+            session.join(claim.label)
         return session
 
     def clear(self) -> None:
         """Forget every claim."""
-        self.claims, self.ended, self.pieces, self.name = [], set(), 0, None
+        self.claims, self.ended, self.refused, self.pieces, self.name = [], set(), set(), 0, None

@@ -18,13 +18,13 @@ from typing import Any
 
 import attrs
 
-from profdsl.capture.base import Backend, Capture, Runner
+from profdsl.capture.base import Backend, Capture, CaptureRefusedError, Runner
 from profdsl.collect.export import TraceLabel, pending_trace
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.core.schedule import action_at, cycle_of
 from profdsl.records.schema import TraceMeta, to_json
-from profdsl.runtime.slot.interrupts import held
+from profdsl.runtime.slot.interrupts import Signals
 from profdsl.runtime.slot.owner import comes_back
 from profdsl.runtime.slot.region_book import RegionBook
 from profdsl.runtime.writer.jobs import ExportJob, RecordJob
@@ -37,10 +37,11 @@ class Session:
     """One capture session of this process; ``kind`` is ``"step"`` or ``"stage"``."""
 
     def __init__(self, kind: str, label: TraceLabel, backend: Backend, writer: Writer,
-                 schedule: Schedule | None = None, *, thread: int | None = None) -> None:
+                 schedule: Schedule | None = None, *, signals: Signals, thread: int | None = None) -> None:
         self.kind, self.label, self.backend, self.schedule = kind, label, backend, schedule
-        self.writer = writer
+        self.writer, self.signals = writer, signals
         self.roles: list[str] = [label.role]
+        self.save_paths: list[str] = [label.save_path]  # its trace goes into the first; the others record where
         self.capture: Capture | None = None
         self.thread = threading.get_ident() if thread is None else thread  # where it starts
         self.stop_wanted = False  # asked to stop from another thread: its owner stops it
@@ -57,12 +58,19 @@ class Session:
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, runner: Runner, *, every_thread: bool) -> bool:
-        """Open the capture; False when the backend could not start one."""
-        self.capture = self.backend.open(rank=self.label.rank, schedule=self.schedule,
-                                         describe=self.describe, sink=self.sink, runner=runner,
-                                         every_thread=every_thread)
+        """Open the capture (signals held meanwhile); False when the backend could not start
+        one: that is recorded (``failed``, with the reason) for the trace it would have been."""
         self.returns = every_thread or comes_back()
-        return self.capture is not None
+        try:
+            with self.signals.held():
+                self.capture = self.backend.open(rank=self.label.rank, schedule=self.schedule,
+                                                 describe=self.describe, sink=self.sink, runner=runner,
+                                                 every_thread=every_thread)
+        except CaptureRefusedError as exc:
+            self.dropped = True
+            self._record_loss("failed", str(exc))
+            return False
+        return True
 
     @property
     def every_thread(self) -> bool:
@@ -83,17 +91,32 @@ class Session:
         capture, self.capture = self.capture, None
         if capture is None:
             return
+        ready = len(self._ready)
         try:
-            with held():
+            with self.signals.held():
                 capture.stop()
+        except BaseException as exc:
+            if len(self._ready) == ready:  # torch stopped without handing its last trace over
+                self._record_loss("incomplete", f"interrupted ({type(exc).__name__}) while torch stopped "
+                                  "the capture: its last events are lost")
+            raise
         finally:
             self.hand_over()
 
-    def join(self, role: str) -> None:
-        """Another role's step shares this session."""
-        if role not in self.roles:
-            self.roles.append(role)
+    def join(self, label: TraceLabel) -> bool:
+        """Another role's step (``label``) shares this session; True when that role writes into
+        another save_path (its trace is this session's, written into the first role's: that
+        save_path gets a record saying where, and its hook waits for this session too)."""
+        if label.role not in self.roles:
+            self.roles.append(label.role)
             self.label = attrs.evolve(self.label, roles=tuple(self.roles))
+        if label.save_path in self.save_paths:
+            return False
+        self.save_paths.append(label.save_path)
+        where = (f"recorded in the capture it shares with role {self.label.role!r} (one capture per "
+                 f"process), written into {self.label.save_path}")
+        self.writer.submit(RecordJob(label.save_path, label.loss("skipped", where)))
+        return True
 
     # -- what the DSL tells it --------------------------------------------------------------
     def note(self, name: str, *, mini_batch: bool) -> None:
@@ -135,7 +158,7 @@ class Session:
         capture = self.capture
         if capture is not None and capture.owned_here():
             try:
-                with held():
+                with self.signals.held():
                     capture.advance(index)
             finally:
                 self._position = index + 1
@@ -210,8 +233,11 @@ class Session:
         """The session cannot be ended here: record that its trace is lost, and why; what its
         owner still ends later is not written."""
         self.dropped = True
+        self._record_loss("failed", f"lost: {reason}")
+
+    def _record_loss(self, status: str, reason: str) -> None:
         label = attrs.evolve(self.label, roles=tuple(self.roles))
         once(f"session-lost:{label.save_path}", logging.ERROR,
              "[profdsl rank %s] the %s trace of step %s is lost: %s", label.rank, label.role,
              label.step, reason)
-        self.writer.submit(RecordJob(label.save_path, label.loss("failed", f"lost: {reason}")))
+        self.writer.submit(RecordJob(label.save_path, label.loss(status, reason)))

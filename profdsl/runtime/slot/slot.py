@@ -36,6 +36,7 @@ from profdsl.collect.export import TraceLabel
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.runtime.slot.claims import Claim, StepClaims
+from profdsl.runtime.slot.interrupts import Signals
 from profdsl.runtime.slot.owner import ThreadWatch
 from profdsl.runtime.slot.session import Session
 from profdsl.runtime.writer.rounds import HookRounds
@@ -61,12 +62,12 @@ def holder(session: Session) -> str:
 class CaptureSlot:
     """The process's capture slot."""
 
-    def __init__(self, writer: Writer, rounds: HookRounds) -> None:
-        self.writer, self._rounds = writer, rounds
+    def __init__(self, writer: Writer, rounds: HookRounds, signals: Signals) -> None:
+        self.writer, self._rounds, self.signals = writer, rounds, signals
         self._lock = threading.RLock()
         self._watch = ThreadWatch(self._thread_ended)
         self.current: Session | None = None
-        self.claims = StepClaims(writer)
+        self.claims = StepClaims(writer, signals)
         self.dropped: list[Session] = []  # recorded lost, still running: their owners stop them
         self._session_thread: SessionThread | None = None
 
@@ -79,8 +80,8 @@ class CaptureSlot:
             current = self.current
             if current is None:
                 self._resume()
-            elif current.kind == "step" and not current.stop_wanted:
-                current.join(claim.label.role)
+            elif current.kind == "step" and not current.stop_wanted and current.join(claim.label):
+                self._rounds.hold(claim.label.save_path, current)
 
     def release(self, claim: Claim) -> None:
         """A continuous role's step ends: the step session stops with its last claim."""
@@ -122,7 +123,7 @@ class CaptureSlot:
                     return Busy(holder(current))
                 self.claims.cut(current)
                 self._stop(current)
-            session = self.current = Session("stage", label, backend, self.writer, schedule)
+            session = self.current = Session("stage", label, backend, self.writer, schedule, signals=self.signals)
             if self._start(session, every_thread=backend.all_threads and backend.every_thread_possible):
                 return session
             self._resume()  # the cut step goes on
@@ -157,15 +158,33 @@ class CaptureSlot:
             self._session_thread = SessionThread()
         return self._session_thread
 
+    def _hold(self, session: Session) -> None:
+        for save_path in session.save_paths:
+            self._rounds.hold(save_path, session)
+
+    def _release(self, session: Session) -> None:
+        for save_path in session.save_paths:
+            self._rounds.release(save_path, session)
+
     def _start(self, session: Session, *, every_thread: bool) -> bool:
-        if session.start(self._runner(every_thread), every_thread=every_thread):
-            self._rounds.hold(session.label.save_path, session)
-            if not session.every_thread:
-                self._watch.watch()
-            return True
-        if self.current is session:
-            self.current = None
-        return False
+        """Start ``session``'s capture; the hooks of its save_paths wait for it from now on. A
+        capture that cannot start is recorded as such (by the session); its claims record
+        nothing more this step."""
+        self._hold(session)
+        started = False
+        try:
+            started = session.start(self._runner(every_thread), every_thread=every_thread)
+        finally:  # an interrupt held during the start is delivered after it: the capture runs
+            if session.capture is not None:
+                if not session.every_thread:
+                    self._watch.watch()
+            else:
+                self._release(session)
+                if self.current is session:
+                    self.current = None
+                if session.kind == "step":
+                    self.claims.refuse()
+        return started
 
     def _stop(self, session: Session) -> bool:
         """Stop ``session`` here, or leave it to its owner when that is another thread."""
@@ -179,7 +198,7 @@ class CaptureSlot:
         try:
             session.stop()
         finally:
-            self._rounds.release(session.label.save_path, session)
+            self._release(session)
         return True
 
     def _flush_wanted(self) -> None:
@@ -235,7 +254,7 @@ class CaptureSlot:
             self.dropped.append(current)
             current.lost(f"its thread never returned to profdsl before {why} (run start/stop and "
                          "stages on one thread, or set TorchOptions(all_threads=True))")
-            self._rounds.release(current.label.save_path, current)
+            self._release(current)
 
     # -- tests and fork ---------------------------------------------------------------------
     def reset(self) -> None:
@@ -245,6 +264,9 @@ class CaptureSlot:
             self.claims.clear()
             if current is not None and current.owned_here():
                 current.stop()
+            elif current is not None:  # its owner stops it at its next call (nothing is written)
+                current.dropped = current.stop_wanted = True
+                self.dropped.append(current)
             self._flush_wanted()
 
     def forget(self) -> None:

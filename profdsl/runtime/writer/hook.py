@@ -1,11 +1,12 @@
-"""The finish hook as the writer runs it: one :class:`HookJob` per round of a save_path, which
-runs the command of the round's first hook (:func:`profdsl.collect.finish_hook.run_command`) and
-records it, and records the others as skipped (once per process and save_path).
+"""The finish hook as the writer runs it: one :class:`HookJob` per round of a save_path.
 
-A job submitted after a round's last trace is behind every export of that round on the writer,
-so the command sees every trace (docs/architecture.md). A thread that waits for the hook and is
-interrupted (Ctrl-C) has the command's process group killed and the run recorded
-``interrupted`` before the interrupt goes on (:func:`stop_hooks`).
+The writer starts the job after every job submitted before it, so the command sees every trace
+of its round (docs/architecture.md). The command itself runs on the job's own thread
+(``profdsl-hook``, bounded by its ``timeout_s``: its process group is killed then), so that the
+writer goes on with other save_paths' traces meanwhile; its records (the run, and a skip for the
+round's other hooks: once per process and save_path) go back through the writer. A caller waits
+for the job with :meth:`HookJob.wait`; an interrupt there, or at exit, stops it
+(:func:`stop_hooks`): its group killed, the run recorded ``interrupted``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
+import time
 from collections.abc import Mapping
 
 import attrs
 
 from profdsl.collect import finish_hook
+from profdsl.collect.manifest import append_record
 from profdsl.core.log import once
+from profdsl.records.schema import HookRecord
+from profdsl.runtime.writer.jobs import RECORD_BUDGET_S, RecordJob
 from profdsl.runtime.writer.writer import Pen, Writer
 
 __all__ = ["HookJob", "HookPlan", "stop_hooks"]
@@ -55,26 +61,50 @@ class HookJob:
     """The hook of one round: the first plan's command runs; the others record a skip."""
 
     kind = "hook"
+    budget_s = RECORD_BUDGET_S  # on the writer it only starts: the command runs on its own thread
 
-    def __init__(self, plans: list[HookPlan], steps: list[int]) -> None:
-        self.plans, self.steps = plans, steps
+    def __init__(self, plans: list[HookPlan], steps: list[int], writer: Writer) -> None:
+        self.plans, self.steps, self._writer = plans, steps, writer
         self.abort = finish_hook.Abort()
-        self.budget_s = plans[0].timeout_s + finish_hook.STOP_BOUND_S
         self.background = plans[0].background
+        self.run_s = plans[0].timeout_s + finish_hook.STOP_BOUND_S + RECORD_BUDGET_S  # run and record
+        self.started = threading.Event()
+        self.finished = threading.Event()  # its records are written
+        self._waiting_since: float | None = None  # when a caller began waiting for it
+        self.ticket: object = None  # its place on the writer, once submitted
 
     def run(self, pen: Pen) -> None:
-        first = self.plans[0]
-        result = finish_hook.run_command(first.cmd, first.environment(self.steps), timeout_s=first.timeout_s,
-                                         rank=first.rank, abort=self.abort)
-        blocked_ms = round(pen.waited() * 1000, 3)
-        pen.commit(lambda: finish_hook.record(first.save_path, result, blocked_ms=blocked_ms,
-                                              **first.fields(self.steps)))
-        self._skips(pen)
+        """On the writer, behind the round's artifacts: start the command on its own thread."""
+        self.started.set()
+        threading.Thread(target=self._main, name="profdsl-hook", daemon=True).start()
 
-    def _skips(self, pen: Pen) -> None:
+    def _main(self) -> None:
+        first = self.plans[0]
+        try:
+            result = finish_hook.run_command(first.cmd, first.environment(self.steps),
+                                             timeout_s=first.timeout_s, rank=first.rank, abort=self.abort)
+        except BaseException as exc:  # run_command never raises an Exception; this is the last guard
+            result = finish_hook.HookResult("failed", error=f"{type(exc).__name__}: {exc}")
+        self._record(result)
+
+    def _record(self, result: finish_hook.HookResult) -> None:
+        """Hand the records to the writer and wait (bounded) until they are written. The run's
+        ``blocked_ms``: how long a caller waited for it (the last step's stop, or close())."""
+        first = self.plans[0]
+        since = self._waiting_since
+        blocked_ms = 0.0 if since is None else round((time.perf_counter() - since) * 1000, 3)
+        records = [finish_hook.hook_record(first.save_path, result, blocked_ms=blocked_ms,
+                                           **first.fields(self.steps))] + self._skips()
+        try:
+            tickets = [self._writer.submit(RecordJob(first.save_path, record)) for record in records]
+            self._writer.wait(tickets[-1], timeout=RECORD_BUDGET_S)
+        finally:
+            self.finished.set()
+
+    def _skips(self) -> list[HookRecord]:
         skipped = finish_hook.HookResult("skipped", error="already ran in this process for this save_path")
-        for plan in self.plans[1:]:
-            pen.commit(functools.partial(finish_hook.record, plan.save_path, skipped, **plan.fields(self.steps)))
+        return [finish_hook.hook_record(plan.save_path, skipped, **plan.fields(self.steps))
+                for plan in self.plans[1:]]
 
     def stop(self, reason: str) -> None:
         """Kill the command's process group (within ``ABORT_POLL_S``); the run is recorded
@@ -82,24 +112,35 @@ class HookJob:
         self.abort.reason = reason
 
     def revoke(self, pen: Pen) -> None:
-        """Given up (a wait for it ran out, or was interrupted, at exit): the command, if it
-        runs, is killed; the run is recorded ``interrupted``."""
+        """Given up before it started (at exit): recorded ``interrupted``; it never runs."""
         self.stop(self.abort.reason or "given up when the process exited")
+        result = finish_hook.HookResult("interrupted", error=f"{self.abort.reason}; it never ran")
         first = self.plans[0]
-        result = finish_hook.HookResult("interrupted", error=f"{self.abort.reason}; process group killed")
-        pen.commit(lambda: finish_hook.record(first.save_path, result, **first.fields(self.steps)))
-        self._skips(pen)
+        for record in [finish_hook.hook_record(first.save_path, result, **first.fields(self.steps)),
+                       *self._skips()]:
+            pen.commit(functools.partial(append_record, first.save_path, record))
+        self.finished.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until the job has reached the writer's turn (at most ``timeout`` seconds), then
+        until it has run its command and written its records (at most its own ``run_s``), in
+        slices: a signal is seen."""
+        if self._waiting_since is None:
+            self._waiting_since = time.perf_counter()
+        if not self._writer.wait(self.ticket, timeout=timeout):  # type: ignore[arg-type]
+            return False
+        return self._writer.wait_event(self.finished, timeout=self.run_s)
 
 
-def stop_hooks(writer: Writer, reason: str) -> None:
-    """An interrupt reached a thread waiting on the writer: every hook queued or running is
-    stopped (its process group killed, the run recorded ``interrupted`` with ``reason``), and
-    the wait for their records is bounded."""
-    hooks = [job for job in writer.jobs("hook") if isinstance(job, HookJob)]
-    for job in hooks:
+def stop_hooks(jobs: list[HookJob], writer: Writer, reason: str) -> None:
+    """An interrupt reached a thread waiting for ``jobs``: each is stopped (its process group
+    killed, the run recorded ``interrupted`` with ``reason``), and the wait for their records
+    is bounded."""
+    for job in jobs:
         job.stop(reason)
     try:
-        if hooks:
-            writer.wait(timeout=finish_hook.STOP_BOUND_S)
+        for job in jobs:
+            if job.started.is_set():
+                writer.wait_event(job.finished, timeout=finish_hook.STOP_BOUND_S + RECORD_BUDGET_S)
     except BaseException:
         once("hook-wait", logging.ERROR, "profdsl: interrupted again while the finish hook was being stopped")

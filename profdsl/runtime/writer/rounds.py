@@ -57,8 +57,9 @@ class HookRounds:
 
     def __init__(self, writer: Writer) -> None:
         self._writer = writer
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler may call close() mid-update
         self._rounds: dict[str, _Round] = {}
+        self.jobs: list[HookJob] = []  # hooks submitted, until they finish
 
     @staticmethod
     def key(save_path: str) -> str:
@@ -89,15 +90,6 @@ class HookRounds:
                 current.plans.append(plan)
             return self._submit_if_due(current)
 
-    def leave(self, save_path: str, member: object, steps: Iterable[int] = ()) -> Due | None:
-        """``member`` was replaced (a profiler re-created for its role): the hook no longer waits
-        for it and it owes none, but the steps it profiled are still the round's."""
-        with self._lock:
-            current = self._round(save_path, joining=False)
-            current.members.discard(member)
-            current.steps.update(steps)
-            return self._submit_if_due(current)
-
     def hold(self, save_path: str, session: object) -> None:
         """A capture session writing into ``save_path`` started: the hook waits for it."""
         with self._lock:
@@ -117,10 +109,17 @@ class HookRounds:
         if not current.complete() or not current.plans:
             return None
         current.submitted = True
-        job = HookJob(current.plans, sorted(current.steps))
-        return Due(job, self._writer.submit(job))
+        job = HookJob(current.plans, sorted(current.steps), self._writer)
+        self.jobs = [j for j in self.jobs if not j.finished.is_set()] + [job]
+        job.ticket = self._writer.submit(job)
+        return Due(job, job.ticket)
+
+    def unfinished(self) -> list[HookJob]:
+        """The hooks submitted that have not finished (to stop them on an interrupt)."""
+        return [job for job in self.jobs if not job.finished.is_set()]
 
     def clear(self) -> None:
         """Forget every save_path (tests; a forked child owes its parent's hooks nothing)."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._rounds = {}
+        self.jobs = []
