@@ -188,7 +188,7 @@ class TestOutOfOrder:
             gen = produce()
             assert next(gen) == 1
             run_threads(lambda: list(gen))
-        assert not PROCESS.registry.opened and PROCESS.registry.hot is False
+        assert not PROCESS.registry.opened and PROCESS.registry.on is False
 
     def test_decorated_generators_leave_nothing_on_the_stack(self, tmp_path: Path) -> None:
         """A decorated generator stage whose body holds a `with` across its yields: after each

@@ -38,7 +38,7 @@ def _owner(entry: Entry | None) -> Handle | None:
     """The innermost open entry of the context that numbers mini-batches (a stage with its own
     capture) or refuses them."""
     while entry is not None:
-        handle = entry.value
+        handle = entry.handle
         if entry.live and isinstance(handle, Handle) and not handle.closed and (
                 handle.batches is not None or handle.opaque):
             return handle
@@ -70,7 +70,7 @@ def _advance_outside(session: Session, index: int, context: Entry | None,
     next corrupts torch's heap (the process crashes later, anywhere). They reopen right after."""
     closed: list[Handle] = []
     for entry in walk(context):
-        handle = entry.value
+        handle = entry.handle
         if isinstance(handle, Handle) and handle.pushed:
             handle.suspend()
             closed.append(handle)
