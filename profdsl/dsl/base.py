@@ -18,34 +18,37 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from profdsl.dsl.decorate import decorate
 from profdsl.runtime import context
+from profdsl.runtime.context import Entry
 from profdsl.runtime.handles import fault
 from profdsl.runtime.meter import node_for
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.registry import unbound
 
 if TYPE_CHECKING:
-    from profdsl.runtime.context import Entry
     from profdsl.runtime.handles import Handle
     from profdsl.runtime.profiler import Profiler
     from profdsl.runtime.recorder import NullRecorder, Recorder
 
-__all__ = ["Annotation", "stop"]
+__all__ = ["ASK", "Annotation", "stop"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 REGISTRY = PROCESS.registry  # the same object for the life of the process (reset in place)
 _STACK = context.STACK
+ASK = object()  # Annotation._begin: ask the recorder for the handle
 
 
 def stop(entry: Entry) -> Any:
-    """End ``entry``: its time goes to its node, it leaves the stack; returns its handle, for
-    the caller to close. Never raises."""
-    try:
-        entry.stop()
-    except Exception as exc:
-        fault("metrics exit", exc)
-    context.remove(entry)
-    return entry.handle
+    """End ``entry``: its time goes to its node, it leaves the stack (and the open ``with``
+    entries); returns its handle, for the caller to close. Never raises."""
+    entry.end()
+    handle = entry.handle
+    if handle is not None:
+        opened = REGISTRY.opened
+        opened.pop(entry, None)
+        if not opened and not (REGISTRY.recorders or REGISTRY.meters or REGISTRY.stepping):
+            REGISTRY.refresh()
+    return handle
 
 
 def _elsewhere(key: object) -> Entry | None:
@@ -76,6 +79,11 @@ class Annotation:
     profiler: Profiler | None
     role: str | None
     name: str
+    #: Whether an entry without a profiler of its own gets its handle from a recorder (else it
+    #: needs a profiler in a profiled step: rollout_window).
+    _recorded = True
+    #: Whether a decorated call's arguments say which profiler it uses (:meth:`_bound`).
+    _binds = False
 
     def _open(self, recorder: Recorder | NullRecorder, top: Entry | None) -> Handle | None:
         raise NotImplementedError
@@ -87,11 +95,9 @@ class Annotation:
     def _handle(self, profiler: Profiler | None, top: Entry | None) -> Any:
         """This entry's handle from its role's recorder; None when nothing is opened."""
         try:
+            recorders = REGISTRY.recorders
             if profiler is not None:
                 return self._open(profiler.recorder, top)
-            recorders = REGISTRY.recorders
-            if not recorders:
-                return None
             if self.role is not None:
                 recorder = REGISTRY.find(self.role)
                 return None if recorder is None else self._open(recorder, top)
@@ -108,16 +114,28 @@ class Annotation:
     async def _ahandle(self, profiler: Profiler | None, top: Entry | None) -> Any:
         return self._handle(profiler, top)
 
-    def _begin(self, profiler: Profiler | None) -> Entry:
-        """Open one entry (its handle, then its clock) on the current context's stack."""
-        top = _STACK.get()
-        handle = self._handle(profiler, top)
-        return context.push(self, handle, node_for(self.name, self.role, profiler, top))
+    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = ASK) -> Entry:
+        """Open one entry on the current context's stack: its ``handle`` (asked of its role's
+        recorder unless given), then its clock. A ``listed`` entry with a handle is also listed
+        as open (a ``with`` entry: its exit must close the handle whatever else has turned off
+        meanwhile). Timed entries of an ended step left on the stack (a ``with`` block still
+        open at ``stop()``, exited when nothing was on) are dropped from under it."""
+        below = _STACK.get()
+        if handle is ASK:
+            handle = self._handle(profiler, below) if profiler is not None or (
+                REGISTRY.recorders if self._recorded else REGISTRY.stepping) else None
+        node = node_for(self.name, self.role, profiler, below) if REGISTRY.meters else None
+        while below is not None and below.handle is None and below.node is not None and below.node.closed:
+            below = below.below
+        entry = Entry(self, handle, node, below)
+        _STACK.set(entry)
+        if listed and handle is not None:
+            REGISTRY.opened[entry] = None
+            REGISTRY.on = True  # (see Registry: set after the entry is listed)
+        return entry
 
-    async def _abegin(self, profiler: Profiler | None) -> Entry:
-        top = _STACK.get()
-        handle = await self._ahandle(profiler, top)
-        return context.push(self, handle, node_for(self.name, self.role, profiler, top))
+    async def _abegin(self, profiler: Profiler | None, listed: bool = False) -> Entry:
+        return self._begin(profiler, listed, await self._ahandle(profiler, _STACK.get()))
 
     def _end(self, entry: Entry) -> None:
         """End one entry: its clock, then its handle."""
@@ -128,35 +146,25 @@ class Annotation:
     async def _aend(self, entry: Entry) -> None:
         self._end(entry)
 
-    def _entered(self, entry: Entry) -> None:
-        """A ``with`` entry is open: listed, so that its exit runs whatever else turns off."""
-        REGISTRY.opened[entry] = None
-        REGISTRY.on = True  # (see Registry: set after the entry is listed)
-
     def _leaving(self) -> Entry | None:
         """The entry a ``with`` exit ends: the innermost of this object in this context, else
-        the latest one open elsewhere; None when it opened nothing."""
-        entry = _STACK.get()
-        if entry is None or entry.key is not self or not entry.live:
-            entry = context.find(self) or _elsewhere(self)
-            if entry is None:
-                return None
-        opened = REGISTRY.opened
-        opened.pop(entry, None)
-        if not opened and not (REGISTRY.recorders or REGISTRY.meters or REGISTRY.stepping):
-            REGISTRY.refresh()
-        return entry
+        the latest one with a handle open elsewhere; None when there is none."""
+        return context.find(self) or _elsewhere(self)
 
     def __enter__(self) -> Any:
         if REGISTRY.on:
-            self._entered(self._begin(self.profiler))
+            self._begin(self.profiler, True)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if REGISTRY.on:
-            entry = self._leaving()
+            entry = _STACK.get()
+            if entry is None or entry.key is not self or not entry.live:  # not the innermost
+                entry = self._leaving()
             if entry is not None:
-                self._end(entry)
+                handle = stop(entry)  # _end(), inlined: this runs for every `with` block
+                if handle is not None:
+                    handle.close()
 
     def __call__(self, func: F) -> F:
         """Decorate a function, method, ``staticmethod`` or ``classmethod`` (either order),

@@ -48,12 +48,13 @@ def decorate(annotation: Annotation, func: Any) -> Any:
 
 def _plain(annotation: Annotation, func: Func) -> Func:
     registry = PROCESS.registry  # the same object for the life of the process (reset in place)
+    binds = annotation._binds
 
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
         if not registry.on:
             return func(*args, **kwargs)
-        entry = annotation._begin(annotation._bound(args))
+        entry = annotation._begin(annotation._bound(args) if binds else annotation.profiler)
         try:
             return func(*args, **kwargs)
         finally:
@@ -63,13 +64,13 @@ def _plain(annotation: Annotation, func: Func) -> Func:
 
 
 def _coroutine(annotation: Annotation, func: Func) -> Func:
-    registry = PROCESS.registry
+    registry, binds = PROCESS.registry, annotation._binds
 
     @functools.wraps(func)
     async def call(*args: Any, **kwargs: Any) -> Any:
         if not registry.on:
             return await func(*args, **kwargs)
-        entry = await annotation._abegin(annotation._bound(args))
+        entry = await annotation._abegin(annotation._bound(args) if binds else annotation.profiler)
         try:
             return await Driven(func(*args, **kwargs), Slices(entry))
         finally:
@@ -79,13 +80,13 @@ def _coroutine(annotation: Annotation, func: Func) -> Func:
 
 
 def _generator(annotation: Annotation, func: Func) -> Func:
-    registry = PROCESS.registry
+    registry, binds = PROCESS.registry, annotation._binds
 
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
         if not registry.on:
             return (yield from func(*args, **kwargs))
-        entry = annotation._begin(annotation._bound(args))
+        entry = annotation._begin(annotation._bound(args) if binds else annotation.profiler)
         try:
             return (yield from drive(func(*args, **kwargs), Slices(entry), True))
         finally:
@@ -95,12 +96,14 @@ def _generator(annotation: Annotation, func: Func) -> Func:
 
 
 def _async_generator(annotation: Annotation, func: Func) -> Func:
-    registry = PROCESS.registry
+    registry, binds = PROCESS.registry, annotation._binds
 
     @functools.wraps(func)
     async def call(*args: Any, **kwargs: Any) -> Any:
         body = func(*args, **kwargs)
-        entry = await annotation._abegin(annotation._bound(args)) if registry.on else None
+        entry = None
+        if registry.on:
+            entry = await annotation._abegin(annotation._bound(args) if binds else annotation.profiler)
         slices = None if entry is None else Slices(entry)
         send: Any = None
         error: BaseException | None = None

@@ -54,10 +54,12 @@ class Node:
 
     def add(self, seconds: float) -> None:
         """One entry of ``seconds`` ended; nothing once the step has ended (it is not counted)."""
-        with self.root.lock:
-            if not self.closed:
-                self.total += seconds
-                self.count += 1
+        lock = self.root.lock
+        lock.acquire()  # (no `with`: a third cheaper, and nothing between can raise)
+        if not self.closed:
+            self.total += seconds
+            self.count += 1
+        lock.release()
 
     def walk(self) -> list[Node]:
         """This node's descendants, depth first, in the order they were first entered."""

@@ -89,6 +89,7 @@ class rollout_window(Annotation):
     """
 
     __slots__ = ("engines", "name", "replica_world_size")
+    _recorded = False
 
     def __init__(self, engines: Sequence[Any], *, replica_world_size: int = 1,
                  profiler: Profiler | None = None, role: str | None = None,
@@ -102,10 +103,11 @@ class rollout_window(Annotation):
         self.profiler, self.role = profiler, role
 
     def _run(self, profiler: Profiler | None, top: Entry | None) -> RolloutRun | None:
-        """This entry's rollout, or None: nothing profiled, or an outer entry of this object is
-        open in this context (the engines already run; this exit must stop nothing)."""
+        """This entry's rollout, or None: nothing profiled, or an outer entry of this object that
+        started the engines is open in this context (they already run; this exit must stop
+        nothing)."""
         try:
-            if context.holds(self, top):
+            if any(e.key is self and e.handle is not None for e in context.walk(top)):
                 return None
             if profiler is None:
                 profiler = REGISTRY.find_stepping(self.role)
@@ -144,7 +146,7 @@ class rollout_window(Annotation):
 
     async def __aenter__(self) -> rollout_window:
         if REGISTRY.on:
-            self._entered(await self._abegin(self.profiler))
+            await self._abegin(self.profiler, True)
         return self
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:

@@ -21,11 +21,12 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from profdsl.metrics import tree
+from profdsl.runtime.handles import fault
 
 if TYPE_CHECKING:
     from profdsl.metrics.tree import Node
 
-__all__ = ["STACK", "Entry", "clear", "find", "holds", "lay", "lift", "push", "remove", "segment", "top",
+__all__ = ["STACK", "Entry", "clear", "find", "lay", "lift", "push", "remove", "segment", "top",
            "walk"]
 
 
@@ -38,13 +39,19 @@ class Entry:
     __slots__ = ("below", "handle", "key", "live", "mark", "node", "spent", "start")
 
     def __init__(self, key: object, handle: Any, node: Node | None, below: Entry | None) -> None:
-        self.key, self.handle, self.node, self.below = key, handle, node, below
+        self.key = key
+        self.handle = handle
+        self.node = node
+        self.below = below
         self.live = True
         self.spent = 0.0
         self.mark: Any = None
         self.start: float | None = None
         if node is not None:
-            self.run()
+            if node.root.device is None:
+                self.start = tree.clock()  # run(), inlined: this runs for every timed entry
+            else:
+                self.run()
 
     def run(self) -> None:
         """Start (or restart) the clock of a timed entry."""
@@ -55,23 +62,41 @@ class Entry:
 
     def pause(self) -> None:
         """Stop the clock, keeping the stretch's seconds (a generator's ``yield``)."""
-        start, self.start = self.start, None
+        start = self.start
         if start is None:
             return
         self.spent += tree.clock() - start
-        node = self.node
-        root = node.root  # type: ignore[union-attr]
+        self.start = None
+        root = self.node.root  # type: ignore[union-attr]
         if root.device is not None:
             end = root.device.mark()
             with root.lock:  # its count of dropped pairs, like the node's sums
-                root.device.add(node, self.mark, end)  # type: ignore[arg-type]
+                root.device.add(self.node, self.mark, end)  # type: ignore[arg-type]
 
-    def stop(self) -> None:
-        """The entry ended: its node gets one entry of the seconds it ran."""
+    def end(self) -> None:
+        """The entry ended: its node gets one entry of the seconds it ran (unless its step has
+        ended since), and it leaves the stack. Never raises."""
         node = self.node
         if node is not None:
-            self.pause()
-            node.add(self.spent)
+            try:
+                start = self.start
+                if start is not None and node.root.device is None:  # pause(), inlined
+                    self.spent += tree.clock() - start
+                    self.start = None
+                else:
+                    self.pause()
+                node.add(self.spent)
+            except Exception as exc:  # a device error
+                fault("metrics exit", exc)
+        self.live = False
+        innermost = STACK.get()
+        if innermost is self:  # the usual case: the innermost entry ends
+            innermost = self.below
+            while innermost is not None and not innermost.live:
+                innermost = innermost.below
+            STACK.set(innermost)
+        elif innermost is not None and not innermost.live:
+            remove(self)
 
 
 #: The current context's innermost entry.
@@ -89,11 +114,6 @@ def walk(entry: Entry | None) -> Iterator[Entry]:
         if entry.live:
             yield entry
         entry = entry.below
-
-
-def holds(key: object, entry: Entry | None) -> bool:
-    """Whether ``entry`` or a live entry below it has ``key``."""
-    return any(e.key is key for e in walk(entry))
 
 
 def push(key: object, handle: Any = None, node: Node | None = None) -> Entry:

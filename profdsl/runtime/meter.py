@@ -147,32 +147,27 @@ def node_for(name: str, role: str | None, profiler: Profiler | None, top: Entry 
     that tree; an unbound entry nests in the innermost open timed entry of its context, else at
     the top of the first role timing a step. Never raises."""
     try:
-        if profiler is None and role is None:
-            parent = _innermost(top, None)
-            if parent is None:
-                meters = PROCESS.registry.meters
-                if not meters:
-                    return None
-                parent = meters[0]
-                if len(meters) > 1:
-                    unbound(name, False, [m.role for m in meters], parent.role)
-        else:
+        root: Root | None = None
+        if profiler is not None or role is not None:
             root = profiler.meter.root if profiler is not None else PROCESS.registry.find_meter(role)
             if root is None:
                 return None
-            parent = _innermost(top, root) or root
+        entry = top
+        while entry is not None:  # the innermost open entry of that tree (of any, unbound)
+            parent = entry.node
+            if parent is not None and entry.live and not parent.closed and (root is None or parent.root is root):
+                break
+            entry = entry.below
+        else:
+            if root is None:
+                meters = PROCESS.registry.meters
+                if not meters:
+                    return None
+                root = meters[0]
+                if len(meters) > 1:
+                    unbound(name, False, [m.role for m in meters], root.role)
+            parent = root
         return parent.children.get(name) or child(parent, name)
     except Exception as exc:
         fault("metrics entry", exc)
         return None
-
-
-def _innermost(entry: Entry | None, root: Root | None) -> Node | None:
-    """The node of the innermost live entry of ``root``'s step (of any step being timed, when
-    ``root`` is None) in the chain from ``entry`` down."""
-    while entry is not None:
-        node = entry.node
-        if node is not None and entry.live and not node.closed and (root is None or node.root is root):
-            return node
-        entry = entry.below
-    return None

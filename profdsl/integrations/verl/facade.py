@@ -24,6 +24,7 @@ from profdsl.config.validate import COLOR_NAMES, to_color
 from profdsl.core.log import once
 from profdsl.core.parallel_discovery import process_topology
 from profdsl.core.ranks import discover_world, is_rank_selected
+from profdsl.dsl.base import ASK as _ASK
 from profdsl.dsl.stage import profile_stage
 from profdsl.errors import ConfigError
 from profdsl.integrations.verl.config import map_block
@@ -96,15 +97,16 @@ class _Annotated(profile_stage):
     (``self.profiler``), with verl's mini-batch scope inside when ``scheduled``."""
 
     __slots__ = ()
+    _binds = True
 
     def _bound(self, args: tuple[Any, ...]) -> Profiler | None:
         facade = getattr(args[0], "profiler", None) if args else None
         return facade.profiler if isinstance(facade, DistProfiler) else None
 
-    def _begin(self, profiler: Profiler | None) -> Entry:
+    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = _ASK) -> Entry:
         if profiler is None:  # no worker profiler, or one never started: nothing to record
             return context.push(self)
-        entry = super()._begin(profiler)
+        entry = super()._begin(profiler, listed, handle)
         if self.scheduled and profiler.is_profiling:
             _open_scope(profiler)
         return entry
