@@ -1,6 +1,7 @@
 """What a segment's traces say about the regions they hold (the ``profdsl`` metadata): the stage
 and mini-batch names seen, the mini-batch windows a continuous step recorded, and the region
-events that continue an entry (reopened around a schedule step, a ``yield`` or an ``await``)."""
+events that continue an entry (reopened around a schedule step, a ``yield`` or an ``await``), by
+name and by the path of labels they sit at."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class RegionBook:
         self.bases: set[str] = set()
         self._recorded: dict[tuple[str, int | None], tuple[Schedule | None, list[int]]] = {}
         self._continued: dict[int | None, dict[str, int]] = {}  # per schedule cycle
+        self._continued_at: dict[int | None, dict[tuple[str, ...], int]] = {}
 
     def note(self, name: str, *, mini_batch: bool) -> None:
         """A region opened while the segment recorded (a stage, or a mini-batch base name)."""
@@ -30,10 +32,14 @@ class RegionBook:
         """A mini-batch of a continuous role's step was recorded."""
         self._recorded.setdefault((role, step), (schedule, []))[1].append(index)
 
-    def continued(self, name: str, cycle: int | None) -> None:
-        """A region named ``name`` was reopened while the trace of ``cycle`` records."""
+    def continued(self, name: str, cycle: int | None, path: tuple[str, ...] | None = None) -> None:
+        """A region named ``name`` was reopened while the trace of ``cycle`` records (at
+        ``path``: the labels of the regions open around it on its thread, then its own)."""
         counts = self._continued.setdefault(cycle, {})
         counts[name] = counts.get(name, 0) + 1
+        if path is not None:
+            at = self._continued_at.setdefault(cycle, {})
+            at[path] = at.get(path, 0) + 1
 
     def windows(self) -> list[dict[str, Any]]:
         """The mini-batch windows a step segment recorded, per role and step: the recorded
@@ -51,5 +57,9 @@ class RegionBook:
         each trace counts its own)."""
         cycle = cycle_of(self.schedule, window[0]) if self.schedule is not None and window else None
         continued = self._continued.pop(cycle, {})
-        return {"stages": sorted(self.stages), "mini_batches": sorted(self.bases),
-                "continued": dict(sorted(continued.items()))}
+        at = self._continued_at.pop(cycle, {})
+        found: dict[str, Any] = {"stages": sorted(self.stages), "mini_batches": sorted(self.bases),
+                                 "continued": dict(sorted(continued.items()))}
+        if at:
+            found["continued_at"] = [[list(path), count] for path, count in sorted(at.items())]
+        return found
