@@ -123,8 +123,9 @@ def child(parent: Node, name: str) -> Node:
     if not root.paths.admit(path):
         return root.overflow
     made = Node(name, path, root, root.paths.reported(name, path))
-    made.closed = parent.closed
-    return parent.children.setdefault(name, made)  # two threads making it at once: one wins
+    with root.lock:  # against the step's end walking the tree (and two threads making it: one wins)
+        made.closed = parent.closed
+        return parent.children.setdefault(name, made)
 
 
 def close(root: Root) -> list[Node]:
