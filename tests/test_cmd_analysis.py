@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from profdsl.cli import COMMANDS
-from profdsl.manifest import MANIFEST_NAME, read_manifest
+from profdsl.collect.manifest import MANIFEST_NAME
+from profdsl.manifest import read_manifest
 
 pytest.importorskip("torch")
 

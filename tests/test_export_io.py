@@ -19,7 +19,8 @@ import pytest
 
 from profdsl.analysis.reader import header
 from profdsl.collect.export import TraceLabel, finish, write_events
-from profdsl.manifest import MANIFEST_NAME, read_manifest
+from profdsl.collect.manifest import MANIFEST_NAME
+from profdsl.manifest import read_manifest
 
 from .traces import load, names, trace_files
 

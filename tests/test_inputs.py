@@ -29,9 +29,10 @@ from profdsl import (
     rollout_window,
 )
 from profdsl.cli import main as cli_main
+from profdsl.core.naming import MAX_INDEX, MAX_NAME_BYTES
 from profdsl.core.preview import preview
 from profdsl.manifest import read_manifest
-from profdsl.naming import MAX_INDEX, MAX_NAME_BYTES, TraceName
+from profdsl.naming import TraceName
 from profdsl.rollout.vllm import VllmEngine, vllm_launch
 
 from .fake_engines import FakeVllmLLM
