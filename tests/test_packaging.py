@@ -175,3 +175,18 @@ def test_ci_runs_the_readme_test_command() -> None:
     command = readme[begin:readme.index("\n```", begin)].strip()
     assert "python -m pytest" in command
     assert command in (root / ".ci" / "run").read_text().splitlines()
+
+
+def test_dsl_functions_are_short() -> None:
+    """No function of the DSL (its words, its decorator, the rollout window, verl's facade, the
+    entries) is over 40 lines."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "profdsl"
+    files = [*(root / "dsl").glob("*.py"), root / "rollout" / "window.py", root / "runtime" / "context.py",
+             root / "integrations" / "verl" / "facade.py"]
+    long = [f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"  # type: ignore[operator]
+            for path in files for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 40]  # type: ignore[operator]
+    assert long == []

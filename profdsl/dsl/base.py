@@ -146,6 +146,14 @@ class Annotation:
     async def _aend(self, entry: Entry) -> None:
         self._end(entry)
 
+    def _call(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A decorated plain call, as one entry."""
+        entry = self._begin(self._bound(args) if self._binds else self.profiler)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self._end(entry)
+
     def _leaving(self) -> Entry | None:
         """The entry a ``with`` exit ends: the innermost of this object in this context, else
         the latest one with a handle open elsewhere; None when there is none."""

@@ -48,17 +48,12 @@ def decorate(annotation: Annotation, func: Any) -> Any:
 
 def _plain(annotation: Annotation, func: Func) -> Func:
     registry = PROCESS.registry  # the same object for the life of the process (reset in place)
-    binds = annotation._binds
 
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if not registry.on:
-            return func(*args, **kwargs)
-        entry = annotation._begin(annotation._bound(args) if binds else annotation.profiler)
-        try:
-            return func(*args, **kwargs)
-        finally:
-            annotation._end(entry)
+        if registry.on:
+            return annotation._call(func, args, kwargs)
+        return func(*args, **kwargs)
 
     return call
 
