@@ -103,6 +103,8 @@ class Annotation:
                 return None if recorder is None else self._open(recorder, top)
             recorder = _nesting(top)
             if recorder is None:
+                if not recorders:  # the step ended since `on` was read
+                    return None
                 recorder = recorders[0]
                 if len(recorders) > 1:
                     unbound(self.name, True, [r.role for r in recorders], recorder.role)

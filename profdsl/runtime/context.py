@@ -159,7 +159,7 @@ def lift(held: list[Entry]) -> None:
     below = held[-1].below
     while below is not None and not below.live:
         below = below.below
-    if STACK.get() is held[0]:
+    if next(walk(STACK.get()), None) is held[0]:  # (not when the segment is another context's)
         STACK.set(below)
 
 
