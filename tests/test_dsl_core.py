@@ -22,6 +22,7 @@ from profdsl import Metrics, Profiler, mini_batch_window, profile_stage, rollout
 from profdsl.integrations.verl import DistProfiler, DistProfilerExtension
 from profdsl.manifest import read_manifest
 
+from .fake_engines import CountingEngine as Engine
 from .metrics_support import FakeClock, fake_clock
 from .profiling import config, work
 
@@ -43,19 +44,6 @@ def paths(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], int]:
         key = tuple(row["path"])
         found[key] = found.get(key, 0) + row["count"]
     return found
-
-
-class Engine:
-    """A rollout replica that logs its calls into a shared list."""
-
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def start_profile(self) -> None:
-        self.log.append("start")
-
-    def stop_profile(self) -> None:
-        self.log.append("stop")
 
 
 @pytest.fixture

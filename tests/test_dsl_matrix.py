@@ -25,6 +25,7 @@ from profdsl import Metrics, Profiler, mini_batch_window, profile_stage, rollout
 from profdsl.capture.annotators import TorchAnnotator
 from profdsl.integrations.verl import DistProfiler
 
+from .fake_engines import CountingEngine as Engine
 from .profiling import config, work
 
 torch = pytest.importorskip("torch")
@@ -36,19 +37,6 @@ MODES = ("nothing", "traced", "metered", "both")
 
 class BodyError(Exception):
     """The body's own exception."""
-
-
-class Engine:
-    """A rollout replica that counts its calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def start_profile(self) -> None:
-        self.calls.append("start")
-
-    def stop_profile(self) -> None:
-        self.calls.append("stop")
 
 
 def bodies(inner: str, error: BodyError) -> dict[str, Callable[..., Any]]:
