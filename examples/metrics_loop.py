@@ -46,7 +46,7 @@ def main() -> int:
     args = parser.parse_args()
     exporters = ["prometheus"] if args.prometheus else []
     config = ProfilerConfig(metrics=Metrics(enabled=True, exporters=exporters, port=0))
-    with Profiler(config, role="actor", rank=0, world_size=1, on_step=track) as profiler:
+    with Profiler(config, role="actor", on_step=track) as profiler:
         for step in range(args.steps):
             with profiler.step(step):
                 update_actor(generate(16))

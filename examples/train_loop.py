@@ -26,7 +26,7 @@ class ActorWorker:
         torch.manual_seed(0)
         self.policy = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
         self.optimizer = torch.optim.SGD(self.policy.parameters(), lr=1e-2)
-        self.profiler = Profiler(config, role="actor", rank=0, world_size=1)
+        self.profiler = Profiler(config, role="actor")
 
     @profile_stage("generate")
     def generate(self, prompts: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,6 @@ Every trace profdsl writes lands in one folder under a name made by :meth:`Trace
 read back by :meth:`TraceName.parse`. The grammar, caps and examples are in ``docs/trace-names.md``.
 """
 
-from profdsl.core import naming as _naming
-from profdsl.core.naming import *  # noqa: F403  (the public names; their one home is profdsl.core.naming)
+from profdsl.core.naming import TraceName
 
-__all__ = _naming.__all__
+__all__ = ["TraceName"]

@@ -10,7 +10,6 @@ Examples:
     [(2, 3), (6, 7)]
 """
 
-from profdsl.core import schedule as _schedule
-from profdsl.core.schedule import *  # noqa: F403  (the public names; their one home is profdsl.core.schedule)
+from profdsl.core.schedule import Action, action_at, recorded_windows
 
-__all__ = _schedule.__all__
+__all__ = ["Action", "action_at", "recorded_windows"]

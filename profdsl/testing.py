@@ -12,7 +12,6 @@ Examples:
 
 from __future__ import annotations
 
-from profdsl.metrics import spans
 from profdsl.runtime import context
 from profdsl.runtime.process import PROCESS
 
@@ -25,4 +24,3 @@ def reset() -> None:
     thread owns it) and the metrics' Prometheus endpoints."""
     PROCESS.reset()
     context.clear()
-    spans.SPANS.set(None)

@@ -308,3 +308,17 @@ class FakeSGLangServer:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=30)
+
+
+class CountingEngine:
+    """A rollout replica that only logs its profiling calls, ``"start"`` and ``"stop"``, into
+    ``calls`` (a list of its own, or one shared with the test)."""
+
+    def __init__(self, calls: list[str] | None = None) -> None:
+        self.calls: list[str] = [] if calls is None else calls
+
+    def start_profile(self) -> None:
+        self.calls.append("start")
+
+    def stop_profile(self) -> None:
+        self.calls.append("stop")

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from profdsl import Metrics, Profiler, ProfilerConfig
-from profdsl.dsl import base
-from profdsl.metrics import spans
+from profdsl.metrics import tree
 
 
 class FakeClock:
@@ -30,11 +29,9 @@ class FakeClock:
 
 @contextmanager
 def fake_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
-    """Every clock the metrics read (the general path's, the inlined paths' and the step's)."""
+    """The clock the metrics read (every entry's and the step's)."""
     clock = FakeClock()
-    monkeypatch.setattr(spans, "clock", clock)
-    monkeypatch.setattr(base, "_CLOCK", clock)
-    monkeypatch.setattr(spans.ACCESS, "clock", clock)
+    monkeypatch.setattr(tree, "clock", clock)
     yield clock
 
 

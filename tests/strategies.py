@@ -53,3 +53,35 @@ configs = st.builds(
     rollout=st.builds(RolloutOptions, max_iterations=st.sampled_from([0, 64]),
                       stop_timeout_s=st.sampled_from([900.0, 60.0])),
 )
+
+
+# -- nesting programs: random trees of DSL entries, awaits and yields (tests/test_dsl_nesting.py) --
+
+#: What a program node is: a ``with`` stage, a decorated call, coroutine, generator or async
+#: generator stage, a mini-batch loop, an ``await`` or a ``yield``.
+NESTING_KINDS = ("with", "call", "coro", "gen", "agen", "batches", "await", "yield")
+#: Seconds a node's body advances the test clock by (binary fractions: sums stay exact).
+ADVANCES = st.sampled_from([0.0, 0.25, 0.5, 1.0])
+
+
+def nesting_programs(depth: int = 3, *, is_async: bool = True, in_gen: bool = False) -> st.SearchStrategy[tuple]:
+    """Lists of nodes ``(kind, name, advance, repeat, children)``: ``await`` only where the body
+    is a coroutine's or an async generator's, ``yield`` only where it is a generator's (nested
+    ``with`` blocks and mini-batch loops included), each child list valid for its own body."""
+    kinds = ["with", "call", "gen", "batches"]
+    if is_async:
+        kinds += ["coro", "agen", "await"]
+    if in_gen:
+        kinds.append("yield")
+
+    def node(kind: str) -> st.SearchStrategy[tuple]:
+        if kind in ("await", "yield"):
+            return st.just((kind, "", 0.0, 1, ()))
+        inner = {"with": (is_async, in_gen), "batches": (is_async, in_gen), "call": (False, False),
+                 "gen": (False, True), "coro": (True, False), "agen": (True, True)}[kind]
+        names = st.sampled_from(["mb", "micro"] if kind == "batches" else ["a", "b", "c"])
+        children = st.just(()) if depth == 0 else nesting_programs(
+            depth - 1, is_async=inner[0], in_gen=inner[1]).map(tuple)
+        return st.tuples(st.just(kind), names, ADVANCES, st.integers(1, 2), children)
+
+    return st.lists(st.sampled_from(kinds).flatmap(node), max_size=3)

@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import profdsl.cli
-from profdsl.manifest import MANIFEST_NAME, read_manifest
+from profdsl.collect.manifest import MANIFEST_NAME
+from profdsl.manifest import read_manifest
 
 pytest.importorskip("torch")
 pytest.importorskip("matplotlib")

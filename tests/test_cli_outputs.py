@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import profdsl.cli
-from profdsl.manifest import MANIFEST_NAME
+from profdsl.collect.manifest import MANIFEST_NAME
 
 from .profiling import profile_two_ranks
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from profdsl.cli import COMMANDS
-from profdsl.manifest import MANIFEST_NAME, read_manifest
+from profdsl.collect.manifest import MANIFEST_NAME
+from profdsl.manifest import read_manifest
 
 #: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
 pytestmark = pytest.mark.slow
@@ -161,7 +162,7 @@ class TestSummary:
         assert {(r["role"], r["stage"]): pytest.approx(r["total_ms"]) for r in rows} == expected
         csv_out = profdsl("summary", str(demo_dir), "--csv").stdout.splitlines()
         assert csv_out[0] == ("role,stage,path,depth,step,rank,count,total_ms,self_ms,mean_ms,share,ranks,"
-                              "min_ms,median_ms,max_ms,slowest_rank,tp,pp,dp,cp,ep") and len(csv_out) > 1
+                              "min_ms,median_ms,max_ms,slowest_rank,tp,pp,dp,cp,ep,interleaved") and len(csv_out) > 1
         flat = profdsl("summary", str(demo_dir), "--by", "role,stage,step,rank", "--csv").stdout.splitlines()
         assert flat[0] == "role,stage,step,rank,path,count,total_ms,mean_ms,share" and len(flat) == len(csv_out)
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import profdsl.cli
-from profdsl.manifest import append_record, make_record
+from profdsl.collect.manifest import append_record, make_record
 from profdsl.naming import TraceName
 
 from .traces import load, trace_files

@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from profdsl import FinishHook, Profiler, ProfilerConfig, RolloutOptions, TorchOptions, profile_stage, rollout_window
 from profdsl.collect import relocate
-from profdsl.manifest import MANIFEST_NAME, append_record, make_record, read_manifest
+from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record
+from profdsl.manifest import read_manifest
 from profdsl.rollout import rollout_trace_dir
 from profdsl.rollout import run as rollout_run
 from profdsl.rollout.vllm import VllmEngine, vllm_launch

@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 import profdsl.cli
 from profdsl import ConfigError, Profiler, ProfilerConfig, TorchOptions, profile_stage
 from profdsl.collect.export import TraceLabel
+from profdsl.collect.manifest import MANIFEST_NAME
 from profdsl.collect.tracefile import BLOCK, COMPRESS_LEVEL, InvalidTraceError, check_size, compress_trace
-from profdsl.manifest import MANIFEST_NAME, read_manifest
-from profdsl.naming import JSON_TRACE_SUFFIXES, PLAIN_TRACE_EXT, TRACE_EXT, TraceName
+from profdsl.core.naming import JSON_TRACE_SUFFIXES, PLAIN_TRACE_EXT, TRACE_EXT
+from profdsl.manifest import read_manifest
+from profdsl.naming import TraceName
 
 from .profiling import config, work
 

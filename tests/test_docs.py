@@ -24,7 +24,7 @@ def test_docs_build_strict(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     api = (tmp_path / "site" / "api" / "index.html").read_text()
-    for symbol in ("profdsl.runtime.profiler.Profiler", "profdsl.dsl.stage.profile_stage",
+    for symbol in ("profdsl.Profiler", "profdsl.profile_stage",
                    "profdsl.schedule.recorded_windows", "profdsl.naming.TraceName", "profdsl.testing.reset"):
         assert f'id="{symbol}"' in api, symbol
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import pickle
 from pathlib import Path
 from typing import Any
@@ -457,3 +458,31 @@ def test_decorated_function_pickles_by_value(tmp_path: Path) -> None:
     with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
         assert copy(3) == 9
     assert names(only_trace(tmp_path), "shipped") == ["shipped"]
+
+
+class TestUnboundStage:
+    """A stage bound to no role, in a process where several roles step: it nests in its
+    context's innermost role, and otherwise goes to the first, saying once which role took it."""
+
+    def test_which_role_took_it_is_said_once(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        from profdsl import Metrics
+
+        cfg = ProfilerConfig(enable=True, steps=[1], save_path=str(tmp_path), metrics=Metrics(enabled=True),
+                             torch=TorchOptions(contents=["cpu"]))
+        actor = Profiler(cfg, role="actor", rank=0, world_size=1)
+        ref = Profiler(cfg, role="ref", rank=0, world_size=1)
+        with caplog.at_level(logging.WARNING, logger="profdsl"), actor, ref:
+            actor.start(1)
+            ref.start(1)
+            for _ in range(2):
+                with profile_stage("unbound"):
+                    torch.ones(2).sum()
+            with profile_stage("ref_outer", role="ref"), profile_stage("nested"):
+                torch.ones(2).sum()
+            ref.stop()
+            actor.stop()
+        said = [r.getMessage() for r in caplog.records if "bound to no role" in r.getMessage()]
+        assert len(said) == 2  # once for its region, once for its time; never for `nested`
+        assert all("'unbound'" in m and "'actor', 'ref'" in m and "goes to 'actor'" in m for m in said)
+        assert actor.metrics["timing_count/unbound"] == 2 and "timing_s/unbound" not in ref.metrics
+        assert ref.metrics["timing_count/ref_outer/nested"] == 1 and "timing_s/nested" not in actor.metrics

@@ -15,6 +15,7 @@ import pytest
 from profdsl import Profiler, profile_stage, rollout_window
 from profdsl.manifest import read_manifest
 
+from .fake_engines import CountingEngine as Engine
 from .profiling import config, run_threads, work
 from .traces import events, names, parsed
 
@@ -188,7 +189,7 @@ class TestOutOfOrder:
             gen = produce()
             assert next(gen) == 1
             run_threads(lambda: list(gen))
-        assert not PROCESS.registry.opened and PROCESS.registry.hot is False
+        assert not PROCESS.registry.opened and PROCESS.registry.on is False
 
     def test_decorated_generators_leave_nothing_on_the_stack(self, tmp_path: Path) -> None:
         """A decorated generator stage whose body holds a `with` across its yields: after each
@@ -212,19 +213,6 @@ class TestOutOfOrder:
                 depths.append(sum(1 for _ in context.walk(context.top())))
         assert depths == [0, 0, 0]
         assert [n.stage for n, _ in parsed(tmp_path)] == ["produce"] * 3
-
-
-class Engine:
-    """A rollout replica that counts its calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def start_profile(self) -> None:
-        self.calls.append("start")
-
-    def stop_profile(self) -> None:
-        self.calls.append("stop")
 
 
 class TestSharedRolloutWindow:

@@ -20,7 +20,8 @@ import pytest
 import profdsl.cli
 from profdsl.analysis.reader import header
 from profdsl.collect.export import TraceLabel, finish, pending_trace
-from profdsl.manifest import MANIFEST_NAME, read_manifest
+from profdsl.collect.manifest import MANIFEST_NAME
+from profdsl.manifest import read_manifest
 
 from .traces import load, names, trace_files
 

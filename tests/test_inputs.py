@@ -29,9 +29,10 @@ from profdsl import (
     rollout_window,
 )
 from profdsl.cli import main as cli_main
+from profdsl.core.naming import MAX_INDEX, MAX_NAME_BYTES
 from profdsl.core.preview import preview
 from profdsl.manifest import read_manifest
-from profdsl.naming import MAX_INDEX, MAX_NAME_BYTES, TraceName
+from profdsl.naming import TraceName
 from profdsl.rollout.vllm import VllmEngine, vllm_launch
 
 from .fake_engines import FakeVllmLLM
@@ -225,7 +226,7 @@ class TestWideNames:
 
     @pytest.mark.parametrize("field", ["step", "part", "replica"])
     def test_beyond_wide_is_refused(self, field: str) -> None:
-        from profdsl import naming
+        from profdsl.core import naming
 
         assert naming.MAX_WIDE_INDEX == MAX_WIDE_INDEX
         with pytest.raises(ConfigError, match=f"TraceName.{field}"):

@@ -22,7 +22,8 @@ from profdsl import (
     profile_stage,
     rollout_window,
 )
-from profdsl.metrics import NAMES, StageTiming, StepTimings, spans
+from profdsl.metrics import NAMES, StageTiming, StepTimings
+from profdsl.runtime import context
 from profdsl.runtime.process import PROCESS
 
 from .metrics_support import FakeClock, fake_clock, metered, totals
@@ -135,8 +136,8 @@ class TestEveryStepEveryRank:
 
     def test_profiled_steps_give_the_same_timings(self, monkeypatch: pytest.MonkeyPatch,
                                                    tmp_path: Path) -> None:
-        """The general path (a profiled torch step) and the inlined path (nothing profiled)
-        record the same tree, every DSL form included."""
+        """A profiled torch step and a step only timed record the same tree, every DSL form
+        included."""
 
         traced: list[bool] = []
 
@@ -154,7 +155,7 @@ class TestEveryStepEveryRank:
                 return 1
 
             profiler.start(1)
-            traced.append(PROCESS.registry.traced)
+            traced.append(bool(PROCESS.registry.recorders))
             with profile_stage("gen"):
                 clock.advance(2.0)
                 assert log_prob() == 1
@@ -168,9 +169,9 @@ class TestEveryStepEveryRank:
                     config(tmp_path, discrete=False, metrics=Metrics(enabled=True))):
             with fake_clock(monkeypatch) as clock, Profiler(cfg, role="actor", rank=0, world_size=1) as p:
                 results.append(run(p, clock))
-                assert PROCESS.registry.traced is False
+                assert PROCESS.registry.on is False
         unprofiled, profiled = results
-        assert traced == [False, True]  # the inlined path, then the general one
+        assert traced == [False, True]
         assert unprofiled is not None and profiled is not None
         assert unprofiled.stages == profiled.stages
         assert list(profiled.stages) == ["gen", "gen/log_prob", "update_actor", "update_actor/mini_batch",
@@ -180,7 +181,7 @@ class TestEveryStepEveryRank:
         """Metrics off (the default): the DSL stays on its one-check path and nothing is timed."""
         with Profiler(ProfilerConfig(), role="actor", rank=0, world_size=1) as profiler:
             with profiler.step(1):
-                assert PROCESS.registry.hot is False and PROCESS.registry.meters == ()
+                assert PROCESS.registry.on is False and PROCESS.registry.meters == ()
                 with profile_stage("gen"):
                     pass
             assert profiler.stop() is None
@@ -433,7 +434,7 @@ class TestStepBoundaries:
             left.__exit__(None, None, None)  # closed after its step: harmless
         assert first is not None and first.stages == {}
         assert totals(profiler.metrics) == {"next": 2.0}
-        assert spans.SPANS.get() is None  # the ended step's span left the stack
+        assert context.top() is None  # the ended step's entry left the stack
 
     def test_entry_begun_before_the_step(self, clock: FakeClock) -> None:
         """A stage around the whole loop (entered before start) times nothing and breaks nothing."""
@@ -545,12 +546,12 @@ class TestFaults:
     def test_internal_fault_never_reaches_the_caller(self, monkeypatch: pytest.MonkeyPatch,
                                                      caplog: pytest.LogCaptureFixture) -> None:
         """A fault in the metrics' own code is logged once; the stage's result is unchanged."""
-        from profdsl.dsl import base
+        from profdsl.runtime import meter
 
         def broken(*_: object) -> None:
             raise RuntimeError("metrics broke")
 
-        monkeypatch.setattr(base, "parent_for", broken)
+        monkeypatch.setattr(meter, "child", broken)
         with caplog.at_level(logging.ERROR, logger="profdsl"), metered() as profiler, profiler.step(1):
             assert profile_stage("a", role="actor")(lambda: 3)() == 3
             with profile_stage("b", role="actor"):
@@ -564,13 +565,13 @@ def test_forked_child_times_nothing() -> None:
     def report() -> dict[str, Any]:
         with profile_stage("in_child"):
             pass
-        return {"meters": len(PROCESS.registry.meters), "hot": PROCESS.registry.hot}
+        return {"meters": len(PROCESS.registry.meters), "on": PROCESS.registry.on}
 
     with metered() as profiler:
         profiler.start(1)
         state = in_forked_child(report)
         profiler.stop()
-    assert state == {"meters": 0, "hot": False}
+    assert state == {"meters": 0, "on": False}
 
 
 def test_reset_forgets_steps_being_timed() -> None:
@@ -578,9 +579,9 @@ def test_reset_forgets_steps_being_timed() -> None:
 
     profiler = metered()
     profiler.start(1)
-    assert PROCESS.registry.meters and PROCESS.registry.hot
+    assert PROCESS.registry.meters and PROCESS.registry.on
     profdsl.testing.reset()
-    assert PROCESS.registry.meters == () and PROCESS.registry.hot is False
+    assert PROCESS.registry.meters == () and PROCESS.registry.on is False
 
 
 def test_threads_see_the_step() -> None:
@@ -596,21 +597,21 @@ def test_threads_see_the_step() -> None:
 
 
 def test_a_step_ending_between_the_checks_is_harmless() -> None:
-    """The inlined path reads `hot`, then the step trees without a lock: a step that ended in
-    between (the switch still set, no tree left) times nothing and raises nothing."""
+    """The DSL reads `on`, then the step trees without a lock: a step that ended in between (the
+    switch still set, no tree left) times nothing and raises nothing."""
     registry = PROCESS.registry
-    registry.hot = True  # as another thread's stop() leaves it for an instant
-    assert registry.meters == () and not registry.traced
+    registry.on = True  # as another thread's stop() leaves it for an instant
+    assert registry.meters == () and not registry.recorders
     with profile_stage("late"):
         pass
     assert profile_stage("late")(lambda: 4)() == 4
     registry.refresh()
-    assert registry.hot is False
+    assert registry.on is False
 
 
 def test_decorated_function_pickled_by_value_is_timed() -> None:
     """Ray ships functions defined in __main__ by value: the copy is timed on the other side
-    (the span stack's accessors reduce to that process's own)."""
+    (the registry it names reduces to that process's own)."""
     cloudpickle = pytest.importorskip("ray.cloudpickle")
 
     @profile_stage("shipped")

@@ -112,8 +112,8 @@ def save(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @settings(max_examples=60)
 @given(program=programs, traced=st.booleans())
 def test_random_programs(save: Path, program: list[Entry], traced: bool) -> None:
-    """Totals, self times and counts by path equal the oracle's, on the inlined path and on the
-    general one (a profiled nsys step: no torch session, so it is quick)."""
+    """Totals, self times and counts by path equal the oracle's, timed only and also traced (a
+    profiled nsys step: no torch session, so it is quick)."""
     with pytest.MonkeyPatch.context() as patch, fake_clock(patch) as clock:
         extra = {"enable": True, "tool": "nsys", "steps": [1], "save_path": str(save)} if traced else {}
         config = ProfilerConfig(metrics=Metrics(enabled=True), **extra)  # type: ignore[arg-type]

@@ -14,8 +14,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from profdsl.errors import ConfigError
-from profdsl.naming import (
+from profdsl.core.naming import (
     EXT_MAX_LEN,
     HOST_MAX_LEN,
     MAX_INDEX,
@@ -26,9 +25,10 @@ from profdsl.naming import (
     PLACEHOLDER_LABEL,
     ROLE_MAX_LEN,
     STAGE_MAX_LEN,
-    TraceName,
     sanitize_label,
 )
+from profdsl.errors import ConfigError
+from profdsl.naming import TraceName
 
 TRICKY = [
     "step5",

@@ -44,6 +44,54 @@ class TestImport:
         assert issubclass(profdsl.ConfigError, ValueError)
 
 
+class TestPublicSurface:
+    """`profdsl.__all__` and the documented faces: one import path per public name."""
+
+    #: The faces docs/api.md documents, and what each exports.
+    FACES = ("profdsl", "profdsl.config", "profdsl.schedule", "profdsl.naming", "profdsl.ranks",
+             "profdsl.manifest", "profdsl.metrics", "profdsl.rollout", "profdsl.ray",
+             "profdsl.integrations.verl", "profdsl.testing")
+    CONTRACT = {"profdsl.schedule": {"Action", "action_at", "recorded_windows"},
+                "profdsl.naming": {"TraceName"},
+                "profdsl.ranks": {"replicas_for_ranks", "local_rank_from_trace_name"},
+                "profdsl.manifest": {"read_manifest"}}
+
+    def test_contract_modules_export_the_contracts_names_only(self) -> None:
+        """The four contract modules hold their contract's names and nothing else public
+        (`TEMP_PREFIX`, `append_record`, `discover_rank`... stay inside)."""
+        import importlib
+
+        for face, names in self.CONTRACT.items():
+            module = importlib.import_module(face)
+            assert set(module.__all__) == names, face
+            assert {n for n in vars(module) if not n.startswith("_")} == names, face
+        assert not hasattr(importlib.import_module("profdsl.naming"), "TEMP_PREFIX")
+
+    def test_one_import_path_per_name(self) -> None:
+        """No public name is exported by two faces, but the configuration classes `profdsl`
+        re-exports from `profdsl.config` (the contract's two paths)."""
+        import importlib
+
+        homes: dict[str, list[str]] = {}
+        for face in self.FACES:
+            for name in importlib.import_module(face).__all__:
+                homes.setdefault(name, []).append(face)
+        config = set(importlib.import_module("profdsl.config").__all__)
+        twice = {n: f for n, f in homes.items() if len(f) > 1
+                 and not (f == ["profdsl", "profdsl.config"] and n in config)}
+        assert twice == {}
+
+    def test_every_face_is_documented(self) -> None:
+        """docs/api.md shows each face (a name of `profdsl` as `profdsl.<name>`)."""
+        from pathlib import Path
+
+        api = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+        for face in self.FACES[1:]:
+            assert f"::: {face}" in api, face
+        for name in ("Profiler", "profile_stage", "mini_batch_window", "rollout_window", "ConfigError"):
+            assert f"::: profdsl.{name}\n" in api, name
+
+
 class TestCommandLine:
     """The `profdsl` console script and `python -m profdsl`."""
 
@@ -127,3 +175,18 @@ def test_ci_runs_the_readme_test_command() -> None:
     command = readme[begin:readme.index("\n```", begin)].strip()
     assert "python -m pytest" in command
     assert command in (root / ".ci" / "run").read_text().splitlines()
+
+
+def test_dsl_functions_are_short() -> None:
+    """No function of the DSL (its words, its decorator, the rollout window, verl's facade, the
+    entries) is over 40 lines."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "profdsl"
+    files = [*(root / "dsl").glob("*.py"), root / "rollout" / "window.py", root / "runtime" / "context.py",
+             root / "integrations" / "verl" / "facade.py"]
+    long = [f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"  # type: ignore[operator]
+            for path in files for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 40]  # type: ignore[operator]
+    assert long == []

@@ -35,13 +35,13 @@ class TestReset:
         profiler.start(1)
         stage.__enter__()  # a with-entry a failing test never left
         once("reset-probe", logging.WARNING, "probe")
-        assert PROCESS.live and PROCESS.registry.recorders and PROCESS.registry.hot
+        assert PROCESS.live and PROCESS.registry.recorders and PROCESS.registry.on
         assert PROCESS.slot.current is not None and torch_profiler_running()
 
         profdsl.testing.reset()
 
         assert not PROCESS.live and PROCESS.registry.recorders == () and PROCESS.registry.stepping == ()
-        assert not PROCESS.registry.opened and PROCESS.registry.hot is False
+        assert not PROCESS.registry.opened and PROCESS.registry.on is False
         assert PROCESS.slot.current is None and not torch_profiler_running()
         with caplog.at_level(logging.WARNING, logger="profdsl"):
             once("reset-probe", logging.WARNING, "probe again")
@@ -88,7 +88,7 @@ class TestManyThreads:
             for thread in threads:
                 thread.join(timeout=120)
             assert not PROCESS.registry.opened
-        assert not errors and PROCESS.registry.hot is False
+        assert not errors and PROCESS.registry.on is False
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -101,11 +101,11 @@ class TestFork:
         profiler.start(1)
         assert PROCESS.registry.recorders and PROCESS.live
         state = in_forked_child(lambda: {
-            "recorders": len(PROCESS.registry.recorders), "hot": PROCESS.registry.hot,
+            "recorders": len(PROCESS.registry.recorders), "on": PROCESS.registry.on,
             "live": len(PROCESS.live), "current": PROCESS.slot.current is not None,
             "result": profile_stage("in_child")(lambda: 7)()})
         profiler.close()
-        assert state == {"recorders": 0, "hot": False, "live": 0, "current": False, "result": 7}
+        assert state == {"recorders": 0, "on": False, "live": 0, "current": False, "result": 7}
 
 
 def test_process_state_lives_behind_one_object() -> None:

@@ -14,16 +14,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from profdsl.core.ranks import RankInfo, discover_rank, is_hook_rank, is_rank_selected, replica_ranks
 from profdsl.errors import ConfigError
-from profdsl.ranks import (
-    RankInfo,
-    discover_rank,
-    is_hook_rank,
-    is_rank_selected,
-    local_rank_from_trace_name,
-    replica_ranks,
-    replicas_for_ranks,
-)
+from profdsl.ranks import local_rank_from_trace_name, replicas_for_ranks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NS = "1732870000000000000"
@@ -156,10 +149,10 @@ class TestDiscoverRankTorchDistributed:
         assert discover_rank(environ={"LOCAL_RANK": "2"}) == RankInfo(6, 8, 2, "torch.distributed")
 
     def test_import_does_not_import_torch(self) -> None:
-        """Importing profdsl.ranks and calling discover_rank() leaves torch unimported."""
+        """Importing profdsl.core.ranks and calling discover_rank() leaves torch unimported."""
         code = (
-            "import sys, profdsl.ranks\n"
-            "info = profdsl.ranks.discover_rank()\n"
+            "import sys, profdsl.core.ranks\n"
+            "info = profdsl.core.ranks.discover_rank()\n"
             "assert info.source == 'default', info\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n"
         )

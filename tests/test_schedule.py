@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profdsl.config import Schedule
+from profdsl.core.schedule import cycle_of
 from profdsl.errors import ConfigError
-from profdsl.schedule import Action, action_at, cycle_of, recorded_windows
+from profdsl.schedule import Action, action_at, recorded_windows
 
 from .strategies import schedules
 

@@ -16,9 +16,9 @@ from profdsl import ProfilerConfig
 from profdsl.config.parallel import Parallel
 from profdsl.config.selector import parse_selector
 from profdsl.core.preview import preview
+from profdsl.core.ranks import is_hook_rank, is_rank_selected
 from profdsl.core.topology import GridLayout, Topology
 from profdsl.errors import ConfigError
-from profdsl.ranks import is_hook_rank, is_rank_selected
 
 # ---------------------------------------------------------------------------------------------
 # An independent model of selectors: plain tuples, rendered to text by hand.

@@ -316,3 +316,66 @@ def test_engine_time_is_in_the_step_view(demo: Path) -> None:
 def test_a_model_of_nothing_is_empty() -> None:
     model = StageModel([])
     assert (model.nodes, model.spread(), model.rows(), model.keys()) == ([], [], [], [])
+
+
+def _model(pieces: list[tuple[str, str, float, float]], continued: dict[str, int] | None = None,
+           continued_at: dict[tuple[str, ...], int] | None = None) -> StageModel:
+    """A model of one trace whose region events are ``(label, tid, ts, dur)``."""
+    from profdsl.analysis.catalog import Artifact
+    from profdsl.analysis.scan import Piece, TraceScan
+
+    scan = TraceScan(tuple(Piece(label, None, tid, ts, dur) for label, tid, ts, dur in pieces), None, 0,
+                     continued or {}, continued_at or {})
+    return StageModel([(Artifact("trace", "t.pt.trace.json.gz", role="actor", step=1, rank=0), scan)])
+
+
+class TestInterleaved:
+    """Regions that cross on a thread (concurrent tasks in one awaiting `with` block) are placed
+    beside each other and marked, not nested into a deep path."""
+
+    def test_crossing_regions_sit_side_by_side(self) -> None:
+        # three tasks' regions, each beginning inside the one before and ending after it; an
+        # inner region inside the last; another thread's region is not affected
+        model = _model([("shared", "1", 0, 10), ("shared", "1", 5, 10), ("shared", "1", 8, 10),
+                        ("inner", "1", 16, 1), ("other", "2", 0, 30)])
+        found = {n.path: (n.count, n.total_us, n.self_us, n.interleaved) for n in model.nodes}
+        assert found == {("shared",): (3, 30.0, 29.0, True), ("shared", "inner"): (1, 1.0, 1.0, False),
+                         ("other",): (1, 30.0, 30.0, False)}
+        assert model.interleaved() == {"shared"}
+        assert [r["interleaved"] for r in model.rows()] == [False, True, False]
+
+    def test_nested_regions_are_not_interleaved(self) -> None:
+        model = _model([("a", "1", 0, 10), ("a", "1", 2, 3), ("b", "1", 6, 4)])
+        assert {n.path: n.interleaved for n in model.nodes} == {("a",): False, ("a", "a"): False,
+                                                               ("a", "b"): False}
+
+    def test_the_plot_legend_says_so(self) -> None:
+        from profdsl.cli.plot import _legend
+
+        assert _legend("shared", {"shared"}) == "shared (interleaved: overlapping entries)"
+        assert _legend("update", {"shared"}) == "update"
+
+
+class TestContinuedByPath:
+    """Continued pieces are taken off the path the trace names; without paths, off the busiest
+    path of their label."""
+
+    # a stage `a` whose entry was cut in two (suspended once), holding three entries of a stage
+    # also named `a`: one label at two paths
+    PIECES = [("a", "1", 0, 10), ("a", "1", 1, 1), ("a", "1", 3, 1), ("a", "1", 5, 1), ("a", "1", 20, 5)]
+
+    def test_by_path(self) -> None:
+        model = _model(self.PIECES, {"a": 1}, {("a",): 1})
+        assert {n.path: n.count for n in model.nodes} == {("a",): 1, ("a", "a"): 3}
+
+    def test_by_label_only(self) -> None:
+        model = _model(self.PIECES, {"a": 1})
+        assert {n.path: n.count for n in model.nodes} == {("a",): 2, ("a", "a"): 2}  # what older traces get
+
+    def test_the_metadata_is_read_strictly(self) -> None:
+        """`regions.continued_at` keeps `[[label, ...], count > 0]` items and leaves the rest out."""
+        from profdsl.analysis.regions import RegionNames
+
+        meta = {"profdsl": {"regions": {"stages": ["a"], "continued_at": [
+            [["a"], 2], [["a", "b"], 1], [["a", 3], 1], [["b"], 0], [["b"], True], "x", [[], 1]]}}}
+        assert RegionNames.from_header(meta).continued_at == {("a",): 2, ("a", "b"): 1}

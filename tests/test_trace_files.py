@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from profdsl.manifest import MANIFEST_NAME, append_record, make_record
+from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record
 
 from .profiling import profile_two_ranks
 

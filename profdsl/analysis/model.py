@@ -10,7 +10,12 @@ span, with any profdsl regions it holds under it. For each path of each (role, s
   written as one trace per recorded window is one stage: its time is the sum over the windows);
 - ``self_us``: ``total_us`` less its direct children's totals;
 - ``count``: its entries: region events less those that continue an earlier entry (a region
-  reopened around a schedule step, a ``yield`` or an ``await``), and at least one when it has any.
+  reopened around a schedule step, a ``yield`` or an ``await``), and at least one when it has any;
+- ``interleaved``: some of its regions cross others on their thread (one begins inside another
+  and ends after it), which no nesting can hold: entries of concurrent asyncio tasks inside one
+  ``with`` block that awaits. Such a region is placed beside the ones it crosses, not under
+  them, so the path stays as deep as the code's; its total adds time the entries overlapped, and
+  the self time of it and of its parent is not below 0. The always-on metrics time them exactly.
 
 Per (step, role, path) across ranks: :meth:`StageModel.spread` (min / median / max, the slowest
 rank). ``profdsl summary``, ``plot``, ``merge`` and the demo's report all read these numbers.
@@ -49,6 +54,7 @@ class Node:
     total_us: float
     self_us: float
     first_us: float  # when its first region began (wall clock, µs): the order stages are shown in
+    interleaved: bool = False  # its regions cross others on their thread (see the module docstring)
 
     @property
     def stage(self) -> str:
@@ -76,6 +82,7 @@ class Spread:
     slowest_rank: int | None
     self_median_us: float
     first_us: float
+    interleaved: bool = False
 
     @property
     def stage(self) -> str:
@@ -95,12 +102,13 @@ class Span:
 class _Acc:
     """Sums for one path of one (role, step, rank)."""
 
-    __slots__ = ("continued", "first", "pieces", "self_us", "total_us")
+    __slots__ = ("continued", "crossed", "first", "pieces", "self_us", "total_us")
 
     def __init__(self) -> None:
         self.pieces, self.continued = 0, 0
         self.total_us = self.self_us = 0.0
         self.first = float("inf")
+        self.crossed = False
 
 
 def _rooted(artifact: Artifact, scan: TraceScan) -> tuple[list[Piece], str | None]:
@@ -151,9 +159,11 @@ class StageModel:
             stack = stacks[piece.tid]
             while stack and stack[-1][0] <= piece.ts:
                 stack.pop()
+            crossed = _uncross(stack, piece.ts + piece.dur, tree)
             parent = stack[-1][1] if stack else root_path
             path = (*parent, piece.label)
             acc = tree.setdefault(path, _Acc())
+            acc.crossed = acc.crossed or crossed
             acc.pieces += 1
             acc.total_us += piece.dur
             acc.self_us += piece.dur
@@ -171,8 +181,13 @@ class StageModel:
     @staticmethod
     def _discount(tree: dict[tuple[str, ...], _Acc], used: dict[tuple[str, ...], int],
                   scan: TraceScan) -> None:
-        """Take the trace's continued pieces off its paths' entries, label by label (a label at
-        several paths gives them up busiest first)."""
+        """Take the trace's continued pieces off its paths' entries: at the paths the trace
+        names, else label by label (a label at several paths gives them up busiest first)."""
+        if scan.continued_at:
+            for path, count in scan.continued_at.items():
+                if used.get(path):
+                    tree[path].continued += min(count, used[path])
+            return
         for label, count in scan.continued.items():
             for path in sorted((p for p in used if p[-1] == label), key=lambda p: -used[p]):
                 taken = min(count, used[path])
@@ -182,9 +197,13 @@ class StageModel:
                     break
 
     def _nodes(self) -> list[Node]:
-        nodes = [Node(role, step, rank, path, max(acc.pieces - acc.continued, 1 if acc.pieces else 0),
-                      acc.total_us, acc.self_us, acc.first)
-                 for (role, step, rank), tree in self._acc.items() for path, acc in tree.items()]
+        nodes = []
+        for (role, step, rank), tree in self._acc.items():
+            overlapped = {path[:-1] for path, acc in tree.items() if acc.crossed}
+            for path, acc in tree.items():
+                self_us = max(acc.self_us, 0.0) if acc.crossed or path in overlapped else acc.self_us
+                nodes.append(Node(role, step, rank, path, max(acc.pieces - acc.continued, 1 if acc.pieces else 0),
+                                  acc.total_us, self_us, acc.first, acc.crossed))
         return sorted(nodes, key=_node_order)
 
     # -- reading ----------------------------------------------------------------------------
@@ -216,7 +235,7 @@ class StageModel:
             result.append(Spread(role, step, path, len(nodes), sum(n.count for n in nodes),
                                  min(totals), statistics.median(totals), max(totals), slowest.rank,
                                  statistics.median(n.self_us for n in nodes),
-                                 min(n.first_us for n in nodes)))
+                                 min(n.first_us for n in nodes), any(n.interleaved for n in nodes)))
         return _tree_order(result)
 
     def spans(self) -> list[tuple[Artifact, list[Span]]]:
@@ -227,6 +246,11 @@ class StageModel:
         """Every region event with the path it sits at, per artifact, in the order they were
         nested (what ``profdsl export --hta`` marks iterations by)."""
         return list(self._placed)
+
+    def interleaved(self) -> set[str]:
+        """The labels of stages whose regions cross others on their thread somewhere (see the
+        module docstring): their totals add overlapping time."""
+        return {node.stage for node in self.nodes if node.interleaved}
 
     def stage_totals(self, key: Key) -> dict[str, float]:
         """Outermost stage label → µs, for one (role, step, rank): what stacks to its step time."""
@@ -257,8 +281,19 @@ class StageModel:
                 "ranks": spread.ranks, "min_ms": _ms(spread.min_us), "median_ms": _ms(spread.median_us),
                 "max_ms": _ms(spread.max_us), "slowest_rank": spread.slowest_rank,
                 "parallel": self.parallel(node.role, node.step, node.rank),
+                "interleaved": node.interleaved,
             })
         return result
+
+
+def _uncross(stack: list[tuple[float, tuple[str, ...], float]], end: float,
+             tree: dict[tuple[str, ...], _Acc]) -> bool:
+    """Take off ``stack`` the open regions that a region ending at ``end`` crosses (it began
+    inside them and ends after them), marking their paths; whether there were any."""
+    crossed = False
+    while stack and stack[-1][0] < end:
+        tree[stack.pop()[1]].crossed = crossed = True
+    return crossed
 
 
 def _ms(us: float) -> float:

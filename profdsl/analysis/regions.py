@@ -5,7 +5,9 @@ regions profdsl opened while it recorded (a discrete trace's own ``profdsl.stage
 holds each region under its encoded name (:mod:`profdsl.core.labels`), a mini-batch's as its
 base followed by its index. ``profdsl.regions.continued`` counts, per region label, the region
 events of the trace that continue an entry begun earlier (a region closed around a schedule step,
-a ``yield`` or an ``await`` and reopened): they are time of one entry, not entries of their own.
+a ``yield`` or an ``await`` and reopened): they are time of one entry, not entries of their own;
+``profdsl.regions.continued_at`` says the same per path (the labels of the regions each sits in,
+then its own), which tells apart a label that sits at several paths.
 
 This is the one home of that reading; every command that turns traces into times goes through
 :class:`RegionNames`.
@@ -31,7 +33,8 @@ _DIGITS = "0123456789"
 @attrs.frozen
 class RegionNames:
     """The region names of one trace: ``stages`` and mini-batch ``bases`` (trace name → label),
-    and ``continued`` (label → region events that continue an earlier entry).
+    ``continued`` (label → region events that continue an earlier entry) and ``continued_at``
+    (the same by path of labels, when the trace says).
 
     Examples:
         >>> names = RegionNames.from_header({"profdsl": {"regions": {
@@ -44,6 +47,7 @@ class RegionNames:
     bases: Mapping[str, str]
     continued: Mapping[str, int] = attrs.field(factory=dict)
     own: bool = True  # the trace carries profdsl metadata (an engine's own trace does not)
+    continued_at: Mapping[tuple[str, ...], int] = attrs.field(factory=dict)
 
     @classmethod
     def from_header(cls, meta: Mapping[str, Any]) -> RegionNames:
@@ -66,7 +70,7 @@ class RegionNames:
                 found = (name, None) if name in stages else _split(name, {b: b for b in bases})
                 if found is not None:
                     counts[found[0]] = counts.get(found[0], 0) + count
-        return cls(trace_names(stages), trace_names(bases), counts)
+        return cls(trace_names(stages), trace_names(bases), counts, continued_at=dict(regions.continued_at or ()))
 
     @property
     def empty(self) -> bool:

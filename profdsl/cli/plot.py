@@ -150,6 +150,12 @@ def _plain(text: str) -> str:
     return printable(text).replace("$", r"\$")
 
 
+def _legend(stage: str, interleaved: set[str]) -> str:
+    """A stage's legend entry; one whose entries overlapped on a thread says so (its bar adds
+    the overlap: the stage model's ``interleaved``)."""
+    return _plain(stage) + (" (interleaved: overlapping entries)" if stage in interleaved else "")
+
+
 def _bar_label(key: BarKey, with_role: bool, group: tuple[tuple[str, int], ...] = ()) -> str:
     role, rank, step = key
     parts = [_plain(role)] if with_role else []
@@ -209,6 +215,7 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = ()) -> Figur
 
     bars = bar_totals(model)
     group = bar_groups(model, by)
+    tangled = model.interleaved()
     keys = sorted(bars, key=lambda k: (k[0], group[k], k[2], k[1]))
     stage_sum: dict[str, float] = defaultdict(float)
     for stages in bars.values():
@@ -222,7 +229,7 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = ()) -> Figur
     bottoms = [0.0] * len(keys)
     for stage in order:
         heights = [bars[key].get(stage, 0.0) for key in keys]
-        axes.bar(xs, heights, bottom=bottoms, width=0.8, color=colours[stage], label=_plain(stage),
+        axes.bar(xs, heights, bottom=bottoms, width=0.8, color=colours[stage], label=_legend(stage, tangled),
                  edgecolor="white", linewidth=0.5)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     if len(keys) <= 40:
@@ -275,7 +282,8 @@ def _timeline_figure(model: StageModel, title: str) -> Figure:
     axes.grid(axis="x", alpha=0.3)
     axes.set_axisbelow(True)
     _despine(axes)
-    handles = [Patch(color=colour, label=_plain(stage)) for stage, colour in colours.items()]
+    tangled = model.interleaved()
+    handles = [Patch(color=colour, label=_legend(stage, tangled)) for stage, colour in colours.items()]
     axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0),
                 frameon=False, fontsize=8)
     return figure

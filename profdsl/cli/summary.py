@@ -30,10 +30,16 @@ EXAMPLES = """examples:
 """
 KEYS = ("role", "stage", "step", "rank", *DIMS)
 ROW_FIELDS = ("role", "stage", "path", "depth", "step", "rank", "count", "total_ms", "self_ms",
-              "mean_ms", "share", "ranks", "min_ms", "median_ms", "max_ms", "slowest_rank", *DIMS)
+              "mean_ms", "share", "ranks", "min_ms", "median_ms", "max_ms", "slowest_rank", *DIMS,
+              "interleaved")
 COST_FIELDS = ("role", "step", "traces", "blocked_ms", "export_ms", "max_rank", "max_blocked_ms")
 STEP_HEADERS = ("role", "stage", "ranks", "count", "median ms", "min ms", "max ms", "slowest rank",
                 "self ms")
+#: What the step view says under a stage whose entries crossed on one thread.
+INTERLEAVED = ("(interleaved): entries of concurrent tasks overlapped on one thread (a `with` block "
+               "that awaits), so their regions cannot nest: the count is their entries, the times add "
+               "the overlap. The always-on metrics time them exactly; a decorated `async def` stage "
+               "keeps its regions apart.")
 #: The step view of a folder where every stage ran on one rank: no spread to show.
 ONE_RANK_HEADERS = ("role", "stage", "count", "total ms", "self ms")
 
@@ -128,7 +134,7 @@ def step_view(model: StageModel) -> str:
     one_rank = all(s.ranks == 1 for s in spreads)
     by_step: dict[int | None, list[list[object]]] = defaultdict(list)
     for spread in spreads:
-        stage = "  " * (len(spread.path) - 1) + spread.stage
+        stage = "  " * (len(spread.path) - 1) + spread.stage + (" (interleaved)" if spread.interleaved else "")
         if one_rank:
             by_step[spread.step].append([spread.role, stage, spread.count, _ms(spread.median_us),
                                          _ms(spread.self_median_us)])
@@ -142,6 +148,8 @@ def step_view(model: StageModel) -> str:
     for step, lines in by_step.items():
         title = "traces without a step" if step is None else f"step {step}"
         blocks.append(f"{title}\n{table(headers, lines)}")
+    if any(s.interleaved for s in spreads):
+        blocks.append(INTERLEAVED)
     return "\n\n".join(blocks)
 
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from profdsl.dsl.base import Annotation
+from profdsl.dsl.base import REGISTRY, Annotation
 from profdsl.dsl.stage import check_name
-from profdsl.runtime import context
-from profdsl.runtime.meter import leave_span, open_span
-from profdsl.runtime.process import PROCESS
 
 if TYPE_CHECKING:
     from profdsl.runtime.context import Entry
@@ -66,20 +63,15 @@ class mini_batch_window(Annotation):
         if self.iterable is None:
             raise TypeError("mini_batch_window() needs an iterable to be iterated; without one, "
                             "use it as a `with` block or a decorator")
-        registry = PROCESS.registry
-        if not registry.recorders and not registry.meters:
+        if not REGISTRY.on:
             return iter(self.iterable)  # decided once: a plain loop costs nothing per item
         return self._iterate(self.iterable)
 
     def _iterate(self, iterable: Iterable[Any]) -> Iterator[Any]:
-        registry = PROCESS.registry
+        """Each item inside its own entry: the loop's body is the mini-batch."""
         for item in iterable:
-            handle = self._handle(context.top())
-            span = open_span(self, self.name, self.role, self.profiler) if registry.meters else None
+            entry = self._begin(self.profiler)
             try:
                 yield item
             finally:
-                if span is not None:
-                    leave_span(self)
-                if handle is not None:
-                    handle.close()
+                self._end(entry)

@@ -1,128 +1,98 @@
-"""Running a coroutine, generator or async generator body in slices, with its region open only
-while it runs.
+"""Running a decorated coroutine, generator or async generator body in slices.
 
-A region held open across an ``await`` would cover whatever other tasks run on the thread
-meanwhile, and torch's ranges of interleaved tasks would then overlap without nesting. Instead
-the body is driven step by step: the region is suspended before control goes back to the event
-loop (or the consumer of a generator) and resumed when the body continues.
+A region held open across an ``await`` covers whatever other tasks run on the thread meanwhile,
+and one held across a ``yield`` covers the consumer's code: torch's ranges then overlap without
+nesting. So the body is driven step by step, and whenever it gives control away its entry
+suspends together with every entry opened inside it since it resumed (:class:`Slices`): their
+regions close, innermost first, and reopen, outermost first, when the body continues. At a
+``yield`` the entries also stop their clocks (the consumer's time is not the stage's) and leave
+the consumer's stack, to be put back wherever the body resumes; at an ``await`` they stay (the
+task's own stack) and keep timing.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Coroutine, Generator
-from typing import Any, Protocol
+from collections.abc import Generator
+from typing import Any
 
-__all__ = ["drive_async_generator", "drive_coroutine", "drive_generator", "time_steps"]
+from profdsl.runtime import context
+from profdsl.runtime.context import Entry
+from profdsl.runtime.handles import fault
 
-
-class Suspendable(Protocol):
-    def suspend(self) -> None: ...
-    def resume(self) -> None: ...
-
-
-class _Bounce:
-    """An awaitable handing one value up to the event loop and the reply back down."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return (yield self.value)
+__all__ = ["Driven", "Slices", "drive"]
 
 
-async def drive_coroutine(coro: Coroutine[Any, Any, Any], region: Suspendable) -> Any:
-    """Await ``coro`` with ``region`` open exactly while ``coro``'s own code runs."""
+class Slices:
+    """A sliced body's entry, and the entries it holds while suspended."""
+
+    __slots__ = ("entry", "held")
+
+    def __init__(self, entry: Entry) -> None:
+        self.entry = entry
+        self.held: list[Entry] | None = None
+
+    def suspend(self, paused: bool) -> None:
+        """The body gives control away: at a ``yield`` (``paused``) or an ``await``."""
+        try:
+            held = self.held = context.segment(self.entry)
+            for entry in held:  # innermost first
+                if paused:
+                    entry.pause()
+                if entry.handle is not None:
+                    entry.handle.suspend()
+            if paused:
+                context.lift(held)
+        except Exception as exc:
+            fault("stage suspend", exc)
+
+    def resume(self, paused: bool) -> None:
+        """The body continues (after what :meth:`suspend` was told)."""
+        held, self.held = self.held, None
+        if held is None:
+            return
+        try:
+            if paused:
+                context.lay(held)
+            for entry in reversed(held):
+                if entry.handle is not None:
+                    entry.handle.resume()
+                if paused and entry.node is not None:
+                    entry.run()
+        except Exception as exc:
+            fault("stage resume", exc)
+
+
+def drive(body: Any, slices: Slices, paused: bool) -> Generator[Any, Any, Any]:
+    """Delegate to ``body`` (a generator, or a coroutine: ``send``, ``throw`` and ``close``
+    included) with its entries open exactly while its own code runs; each value it gives away is
+    a ``yield`` (``paused``: a generator's) or an ``await`` (a coroutine's, to the event loop)."""
     send: Any = None
     error: BaseException | None = None
     while True:
         try:
-            yielded = coro.send(send) if error is None else coro.throw(error)
-        except StopIteration as stop:
-            return stop.value
-        region.suspend()
-        try:
-            send, error = await _Bounce(yielded), None
-        except GeneratorExit:
-            region.resume()
-            coro.close()
-            raise
-        except BaseException as exc:  # cancellation included: the body decides what to do
-            send, error = None, exc
-        region.resume()
-
-
-def drive_generator(gen: Generator[Any, Any, Any], region: Suspendable) -> Generator[Any, Any, Any]:
-    """Delegate to ``gen`` with ``region`` open exactly while ``gen``'s own code runs."""
-    send: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            value = gen.send(send) if error is None else gen.throw(error)
-        except StopIteration as stop:
-            return stop.value
-        region.suspend()
+            value = body.send(send) if error is None else body.throw(error)
+        except StopIteration as done:
+            return done.value
+        slices.suspend(paused)
         try:
             send, error = (yield value), None
         except GeneratorExit:
-            region.resume()
-            gen.close()
+            slices.resume(paused)
+            body.close()
             raise
-        except BaseException as exc:
+        except BaseException as exc:  # cancellation included: the body decides what to do
             send, error = None, exc
-        region.resume()
+        slices.resume(paused)
 
 
-async def drive_async_generator(agen: AsyncGenerator[Any, Any],
-                                region: Suspendable) -> AsyncGenerator[Any, Any]:
-    """Delegate to ``agen`` (``asend``, ``athrow`` and ``aclose`` included) with ``region`` open
-    exactly while ``agen``'s own code runs: each step is a coroutine driven in slices, and the
-    region is closed while the consumer holds a yielded value."""
-    step: Any = agen.__anext__()
-    while True:
-        try:
-            value = await drive_coroutine(step, region)
-        except StopAsyncIteration:
-            return
-        region.suspend()
-        try:
-            sent = yield value
-        except GeneratorExit:
-            region.resume()
-            await drive_coroutine(agen.aclose(), region)
-            raise
-        except BaseException as exc:
-            region.resume()
-            step = agen.athrow(exc)
-        else:
-            region.resume()
-            step = agen.asend(sent)
+class Driven:
+    """``await Driven(coro, slices)``: await a coroutine (or an async generator's step) driven in
+    slices."""
 
+    __slots__ = ("body", "slices")
 
-async def time_steps(agen: AsyncGenerator[Any, Any], region: Suspendable) -> AsyncGenerator[Any, Any]:
-    """Delegate to ``agen`` with ``region`` open while each of its steps runs, its awaits
-    included, and closed while the consumer holds a yielded value (a metrics span: the time the
-    body took to produce each item). ``region`` is open when this starts."""
-    step: Any = agen.__anext__()
-    while True:
-        region.resume()
-        try:
-            value = await step
-        except StopAsyncIteration:
-            return
-        finally:
-            region.suspend()
-        try:
-            sent = yield value
-        except GeneratorExit:
-            region.resume()
-            try:
-                await agen.aclose()
-            finally:
-                region.suspend()
-            raise
-        except BaseException as exc:
-            step = agen.athrow(exc)
-        else:
-            step = agen.asend(sent)
+    def __init__(self, body: Any, slices: Slices) -> None:
+        self.body, self.slices = body, slices
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return drive(self.body, self.slices, False)

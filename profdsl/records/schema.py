@@ -162,6 +162,23 @@ def _counts_of(key_check: Check, low: int) -> Check:
     return check
 
 
+def _path_counts(key: str, value: Any) -> tuple[tuple[tuple[str, ...], int], ...] | None:
+    """``[[[label, ...], count], ...]``: the items of that shape (labels not empty, count > 0),
+    summed per path; items of another shape are left out (a reader's count falls back to the
+    labels' ``continued``)."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise RecordError(f"{key} must be a list of [labels, count] or null, got {brief(value)}")
+    found: dict[tuple[str, ...], int] = {}
+    for item in value:
+        if isinstance(item, (list, tuple)) and len(item) == 2 and type(item[1]) is int and item[1] > 0 \
+                and isinstance(item[0], (list, tuple)) and item[0] and all(isinstance(v, str) for v in item[0]):
+            path = tuple(item[0])
+            found[path] = found.get(path, 0) + item[1]
+    return tuple(sorted(found.items()))
+
+
 def _dim(key: str, name: Any) -> None:
     if name not in DIMS:
         raise RecordError(f"{key} names a parallel dimension ({', '.join(DIMS)}), got {brief(name)}")
@@ -235,6 +252,9 @@ class Regions:
                                                   "and its index)", always=True)
     continued: Mapping[str, int] | None = _field(_counts_of(_any_name, 0), "per region name, its events "
                                                  "that continue an entry begun earlier", always=True)
+    continued_at: tuple[tuple[tuple[str, ...], int], ...] | None = _field(
+        _path_counts, "`[[labels, count], ...]`: the same per path of labels (the regions open around "
+        "it on its thread, then its own), so that a label at several paths is counted where it sits")
     unknown: Mapping[str, Any] = _unknown()
 
 

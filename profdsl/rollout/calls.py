@@ -2,7 +2,12 @@
 
 An engine is a plain object, an object with ``async`` methods, or a Ray actor handle (whose
 methods are called with ``.remote()`` and return an ObjectRef). Every call's outcome becomes an
-:class:`Outcome`; nothing raises.
+:class:`Outcome`, whatever the engine raised (``asyncio.CancelledError`` from an async engine and
+``SystemExit`` on a call's own thread included), except what belongs to the caller: a
+``KeyboardInterrupt`` or ``SystemExit`` raised on the caller's own thread (Ctrl-C while a
+thread-affine engine runs there), and the cancellation of the caller's own task, propagate
+unchanged. (Python 3.10 cannot tell an engine's ``CancelledError`` from the task's own: there it
+propagates.)
 """
 
 from __future__ import annotations
@@ -72,6 +77,29 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _callers(exc: BaseException, own_thread: bool) -> bool:
+    """Whether ``exc``, raised where an engine was called, belongs to the caller: an interrupt
+    or exit on the caller's own thread, or its own task's cancellation."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return own_thread
+    if not own_thread or not isinstance(exc, asyncio.CancelledError):
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop on this thread: no task of the caller's to cancel
+        return False
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    return task is not None and (cancelling is None or cancelling() > 0)
+
+
+def _invoke_here(engine: Any, method: str, kwargs: Mapping[str, Any]) -> tuple[Any, BaseException | None]:
+    """``_invoke`` on a helper thread: what it raised there comes back as a value."""
+    try:
+        return _invoke(engine, method, kwargs), None
+    except BaseException as exc:  # its own thread's: never the caller's
+        return None, exc
+
+
 def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mapping[str, Any]],
              timeout: float) -> list[Outcome]:
     """Call ``method`` on every engine concurrently, each on its own daemon thread (a hung engine
@@ -84,7 +112,7 @@ def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mappi
     except RuntimeError:
         in_loop = False
 
-    def run(replica: int, engine: Any) -> None:
+    def run(replica: int, engine: Any, own_thread: bool = False) -> None:
         try:
             value = _invoke(engine, method, kwargs.get(replica, {}))
             if in_loop and inspect.isawaitable(value) and not _object_ref(value):
@@ -95,7 +123,9 @@ def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mappi
                                    "use `async with rollout_window(...)`")
             _resolve(value, timeout)
             outcome = Outcome(replica, "ok")
-        except Exception as exc:
+        except BaseException as exc:
+            if _callers(exc, own_thread):
+                raise
             outcome = Outcome(replica, "failed", _describe(exc))
         with lock:
             results[replica] = outcome
@@ -104,7 +134,7 @@ def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mappi
                for r, e in engines.items() if not _thread_affine(e)]
     for replica, engine in engines.items():
         if _thread_affine(engine):  # it profiles this thread: start and stop it here
-            run(replica, engine)
+            run(replica, engine, own_thread=True)
     deadline = time.monotonic() + timeout
     for thread in threads:
         thread.start()
@@ -154,11 +184,15 @@ async def call_all_async(engines: Mapping[int, Any], method: str,
             if _thread_affine(engine):  # it profiles this thread: call it here
                 value = _invoke(engine, method, kwargs.get(replica, {}))
             else:
-                value = await in_daemon_thread(_invoke, engine, method, kwargs.get(replica, {}))
+                value, error = await in_daemon_thread(_invoke_here, engine, method, kwargs.get(replica, {}))
+                if error is not None:
+                    return Outcome(replica, "failed", _describe(error))
             if _object_ref(value) or inspect.isawaitable(value):
                 await value
             return Outcome(replica, "ok")
-        except Exception as exc:
+        except BaseException as exc:
+            if _callers(exc, own_thread=True):
+                raise
             return Outcome(replica, "failed", _describe(exc))
 
     async def bounded(replica: int, engine: Any) -> Outcome:

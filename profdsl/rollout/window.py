@@ -2,29 +2,56 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from profdsl.config.validate import MAX_WIDE_INDEX, require_int
 from profdsl.core.ranks import replicas_for_ranks
-from profdsl.errors import ConfigError
+from profdsl.dsl.base import REGISTRY, Annotation, stop
+from profdsl.dsl.stage import check_name
 from profdsl.rollout.calls import call_all, call_all_async, in_daemon_thread
 from profdsl.rollout.run import RolloutRun
 from profdsl.runtime import context
-from profdsl.runtime.meter import leave_span, open_span
-from profdsl.runtime.process import PROCESS
+from profdsl.runtime.handles import fault
 
 if TYPE_CHECKING:
+    from profdsl.runtime.context import Entry
     from profdsl.runtime.profiler import Profiler
 
 __all__ = ["rollout_window"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+
+class _Engines:
+    """A rollout entry's handle: the replicas its run started, profiled for the whole entry
+    (a suspended decorated body does not stop them)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: RolloutRun) -> None:
+        self.run = run
+
+    def suspend(self) -> None:
+        """Nothing: the engines go on recording."""
+
+    def resume(self) -> None:
+        """Nothing: the engines went on recording."""
+
+    def close(self) -> None:
+        """Stop the started replicas and move their traces into save_path."""
+        run = self.run
+        run.record(call_all(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s),
+                   "stop_profile")
+        run.relocate()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for an event loop."""
+        run = self.run
+        run.record(await call_all_async(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s),
+                   "stop_profile")
+        await in_daemon_thread(run.relocate)
 
 
-class rollout_window:
+class rollout_window(Annotation):
     """Profile the rollout engine replicas of the current profiled step around generation.
 
     ``engines[r]`` is replica ``r``: an object with ``start_profile()`` and ``stop_profile()``
@@ -61,12 +88,13 @@ class rollout_window:
         ['p']
     """
 
+    __slots__ = ("engines", "name", "replica_world_size")
+    _recorded = False
+
     def __init__(self, engines: Sequence[Any], *, replica_world_size: int = 1,
                  profiler: Profiler | None = None, role: str | None = None,
                  name: str = "rollout") -> None:
-        if name.__class__ is not str or not name:
-            raise ConfigError(f"rollout_window name must be a non-empty string, got {name!r}")
-        self.name = name
+        self.name = check_name("rollout_window", name)
         self.engines = list(engines)
         # a replica's ranks must fit trace names: no more than MAX_WIDE_INDEX ranks in all
         require_int("rollout_window replica_world_size", replica_world_size, 1,
@@ -74,109 +102,55 @@ class rollout_window:
         self.replica_world_size = replica_world_size
         self.profiler, self.role = profiler, role
 
-    def _plan(self) -> RolloutRun | None:
-        profiler = self.profiler
-        if profiler is None:
-            profiler = PROCESS.registry.find_stepping(self.role)
-        elif profiler not in PROCESS.registry.stepping:
-            profiler = None
-        if profiler is None or not profiler.config.enable or not self.engines:
+    def _run(self, profiler: Profiler | None, top: Entry | None) -> RolloutRun | None:
+        """This entry's rollout, or None: nothing profiled, or an outer entry of this object that
+        started the engines is open in this context (they already run; this exit must stop
+        nothing)."""
+        try:
+            if any(e.key is self and e.handle is not None for e in context.walk(top)):
+                return None
+            if profiler is None:
+                profiler = REGISTRY.find_stepping(self.role)
+            elif profiler not in REGISTRY.stepping:
+                return None
+            if profiler is None or not profiler.config.enable or not self.engines:
+                return None
+            config = profiler.config
+            replicas = sorted(replicas_for_ranks(config.ranks, self.replica_world_size,
+                                                 all_ranks=config.all_ranks, num_replicas=len(self.engines)))
+            return RolloutRun(profiler, self.engines, replicas, self.replica_world_size) if replicas else None
+        except Exception as exc:
+            fault("rollout_window entry", exc)
             return None
-        config = profiler.config
-        replicas = sorted(replicas_for_ranks(config.ranks, self.replica_world_size,
-                                             all_ranks=config.all_ranks, num_replicas=len(self.engines)))
-        return RolloutRun(profiler, self.engines, replicas, self.replica_world_size) if replicas else None
 
-    def _nested(self) -> bool:
-        """Whether an outer entry of this object is open in this context: a nested entry starts
-        nothing (the engines already run) and marks its place, so its exit stops nothing."""
-        if context.holds(self, context.top()):
-            context.push(self, None)
-            return True
-        return False
+    def _handle(self, profiler: Profiler | None, top: Entry | None) -> _Engines | None:
+        run = self._run(profiler, top)
+        if run is None:
+            return None
+        run.started_from(call_all(run.selected, "start_profile", run.start_kwargs(),
+                                  run.config.rollout.start_timeout_s))
+        return _Engines(run)
 
-    def _push(self, run: RolloutRun | None) -> None:
-        if run is not None:
-            context.push(self, run)
+    async def _ahandle(self, profiler: Profiler | None, top: Entry | None) -> _Engines | None:
+        run = self._run(profiler, top)
+        if run is None:
+            return None
+        run.started_from(await call_all_async(run.selected, "start_profile", run.start_kwargs(),
+                                              run.config.rollout.start_timeout_s))
+        return _Engines(run)
 
-    def _pop(self) -> RolloutRun | None:
-        entry = context.remove(self, by_key=True)
-        return None if entry is None else entry.value
-
-    def _time(self) -> None:
-        """Open this entry's metrics span (generation only: after the engines started)."""
-        if PROCESS.registry.meters:
-            open_span(self, self.name, self.role, self.profiler)
-
-    def __enter__(self) -> rollout_window:
-        if self._nested():
-            self._time()
-            return self
-        run = self._plan()
-        if run is not None:
-            run.started_from(call_all(run.selected, "start_profile", run.start_kwargs(),
-                                      run.config.rollout.start_timeout_s))
-        self._push(run)
-        self._time()
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        leave_span(self)
-        run = self._pop()
-        if run is not None:
-            run.record(call_all(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s),
-                       "stop_profile")
-            run.relocate()
+    async def _aend(self, entry: Entry) -> None:
+        handle = stop(entry)
+        if handle is not None:
+            await handle.aclose()
 
     async def __aenter__(self) -> rollout_window:
-        if self._nested():
-            self._time()
-            return self
-        run = self._plan()
-        if run is not None:
-            run.started_from(await call_all_async(run.selected, "start_profile", run.start_kwargs(),
-                                                  run.config.rollout.start_timeout_s))
-        self._push(run)
-        self._time()
+        if REGISTRY.on:
+            await self._abegin(self.profiler, True)
         return self
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        leave_span(self)
-        run = self._pop()
-        if run is not None:
-            run.record(await call_all_async(run.started, "stop_profile", {},
-                                            run.config.rollout.stop_timeout_s), "stop_profile")
-            await in_daemon_thread(run.relocate)
-
-    def __call__(self, func: F) -> F:
-        """Decorate a generation function (plain, method, ``async def`` or generator)."""
-        registry = PROCESS.registry
-        if inspect.iscoroutinefunction(func):
-
-            @functools.wraps(func)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                if not registry.stepping and not registry.meters:  # nothing profiled or timed
-                    return await func(*args, **kwargs)
-                async with self:
-                    return await func(*args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-        if inspect.isgeneratorfunction(func):
-
-            @functools.wraps(func)
-            def generator_wrapper(*args: Any, **kwargs: Any) -> Any:
-                if not registry.stepping and not registry.meters:  # nothing profiled or timed
-                    return (yield from func(*args, **kwargs))
-                with self:
-                    return (yield from func(*args, **kwargs))
-
-            return generator_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not registry.stepping and not registry.meters:  # nothing profiled or timed
-                return func(*args, **kwargs)
-            with self:
-                return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+        if REGISTRY.on:
+            entry = self._leaving()
+            if entry is not None:
+                await self._aend(entry)

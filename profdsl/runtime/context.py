@@ -1,40 +1,105 @@
-"""Per-context stacks of open DSL entries: each thread and each asyncio task has its own.
+"""The open DSL entries of each context: one stack per thread and per asyncio task.
 
-A ``with profile_stage(...)`` object may be shared (a module-level constant) and entered from
-several threads or tasks at once, so what one entry opened cannot live on the object: it is
-pushed here, on the stack of the context that entered, and found again at exit by the object's
-identity. An entry that opened nothing pushes a sentinel when an outer entry of the same object
-is open in its context, so that the nested exit never closes the outer entry's state. A
-decorated call pushes its handle only when mini-batches inside must find it (a stage that owns
-a capture, or one refused its own).
+Every entry of ``profile_stage``, ``mini_batch_window`` and ``rollout_window`` (``with`` block
+or decorated call) is one :class:`Entry` on the stack of the context that entered it: what it
+opened in the trace (``handle``), the metrics node it adds its time to (``node``), and when it
+began. A DSL object may be shared (a module-level constant) and entered from several threads or
+tasks at once, so an entry's state never lives on the object: a ``with`` exit finds its entry
+again by the object's identity (``key``), a decorated call holds its own.
 
-The stack is an immutable linked list in a ``ContextVar``: a task copies its creator's context,
-and must not share a mutable list with it. An entry removed from the middle (entries closed out
-of order, as interleaved generators do) is marked dead and skipped, then dropped once the
-entries above it are gone: entries keep their identity.
+The stack is a linked list in a ``ContextVar`` (a task copies its creator's context and must not
+share a mutable list with it). An entry removed from the middle (closed out of order, as
+interleaved generators do) is marked dead and skipped, then dropped once the entries above it
+are gone: entries keep their identity. A suspended generator stage takes the entries above its
+own with it (:func:`lift`) and puts them back wherever it resumes (:func:`lay`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["STACK", "Entry", "clear", "holds", "push", "remove", "top", "walk"]
+from profdsl.metrics import tree
+from profdsl.runtime.handles import fault
+
+if TYPE_CHECKING:
+    from profdsl.metrics.tree import Node
+
+__all__ = ["STACK", "Entry", "clear", "find", "lay", "lift", "push", "remove", "segment", "top",
+           "walk"]
 
 
 class Entry:
-    """One open entry: ``key`` (the DSL object, None for a decorated call) and what it opened
-    (``value``: a handle, or None for an entry that opened nothing)."""
+    """One open entry: ``key`` (the DSL object entered), ``handle`` (what it opened in the trace,
+    or None), ``node`` (the metrics node its time goes to, or None) and its clock: ``start`` is
+    when its current stretch began (None while paused), ``spent`` the seconds of earlier
+    stretches, ``mark`` the device event of the stretch (CUDA device time)."""
 
-    __slots__ = ("below", "key", "live", "value")
+    __slots__ = ("below", "handle", "key", "live", "mark", "node", "spent", "start")
 
-    def __init__(self, key: object, value: Any, below: Entry | None) -> None:
-        self.key, self.value, self.below = key, value, below
+    def __init__(self, key: object, handle: Any, node: Node | None, below: Entry | None) -> None:
+        self.key = key
+        self.handle = handle
+        self.node = node
+        self.below = below
         self.live = True
+        self.spent = 0.0
+        self.mark: Any = None
+        self.start: float | None = None
+        if node is not None:
+            if node.root.device is None:
+                self.start = tree.clock()  # run(), inlined: this runs for every timed entry
+            else:
+                self.run()
+
+    def run(self) -> None:
+        """Start (or restart) the clock of a timed entry."""
+        device = self.node.root.device  # type: ignore[union-attr]
+        if device is not None:
+            self.mark = device.mark()
+        self.start = tree.clock()
+
+    def pause(self) -> None:
+        """Stop the clock, keeping the stretch's seconds (a generator's ``yield``)."""
+        start = self.start
+        if start is None:
+            return
+        self.spent += tree.clock() - start
+        self.start = None
+        root = self.node.root  # type: ignore[union-attr]
+        if root.device is not None:
+            end = root.device.mark()
+            with root.lock:  # its count of dropped pairs, like the node's sums
+                root.device.add(self.node, self.mark, end)  # type: ignore[arg-type]
+
+    def end(self) -> None:
+        """The entry ended: its node gets one entry of the seconds it ran (unless its step has
+        ended since), and it leaves the stack. Never raises."""
+        node = self.node
+        if node is not None:
+            try:
+                start = self.start
+                if start is not None and node.root.device is None:  # pause(), inlined
+                    self.spent += tree.clock() - start
+                    self.start = None
+                else:
+                    self.pause()
+                node.add(self.spent)
+            except Exception as exc:  # a device error
+                fault("metrics exit", exc)
+        self.live = False
+        innermost = STACK.get()
+        if innermost is self:  # the usual case: the innermost entry ends
+            innermost = self.below
+            while innermost is not None and not innermost.live:
+                innermost = innermost.below
+            STACK.set(innermost)
+        elif innermost is not None and not innermost.live:
+            remove(self)
 
 
-#: The current context's innermost entry (the DSL's hot path reads and sets it directly).
+#: The current context's innermost entry.
 STACK: ContextVar[Entry | None] = ContextVar("profdsl_entries", default=None)
 
 
@@ -51,34 +116,61 @@ def walk(entry: Entry | None) -> Iterator[Entry]:
         entry = entry.below
 
 
-def holds(key: object, entry: Entry | None) -> bool:
-    """Whether ``entry`` or a live entry below it has ``key``."""
-    while entry is not None:
-        if entry.key is key and entry.live:
-            return True
-        entry = entry.below
-    return False
-
-
-def push(key: object, value: Any) -> Entry:
-    """Push an entry onto the current context's stack."""
-    entry = Entry(key, value, STACK.get())
+def push(key: object, handle: Any = None, node: Node | None = None) -> Entry:
+    """A new entry on top of the current context's stack."""
+    entry = Entry(key, handle, node, STACK.get())
     STACK.set(entry)
     return entry
 
 
-def remove(match: object, *, by_key: bool) -> Entry | None:
-    """Remove the innermost live entry whose key (``by_key``) or identity is ``match``; None
-    when the current context holds none (it was entered elsewhere, or opened nothing)."""
+def find(key: object) -> Entry | None:
+    """The innermost live entry of ``key`` in the current context."""
     for entry in walk(STACK.get()):
-        if (entry.key is match) if by_key else (entry is match):
-            entry.live = False
-            innermost = STACK.get()
-            while innermost is not None and not innermost.live:  # drop it and dead ones below
-                innermost = innermost.below
-            STACK.set(innermost)
+        if entry.key is key:
             return entry
     return None
+
+
+def remove(entry: Entry) -> None:
+    """Take ``entry`` off the stack (marked dead wherever it is); the dead entries on top are
+    dropped from the current context's stack."""
+    entry.live = False
+    innermost = STACK.get()
+    if innermost is not None and not innermost.live:
+        while innermost is not None and not innermost.live:
+            innermost = innermost.below
+        STACK.set(innermost)
+
+
+def segment(entry: Entry) -> list[Entry]:
+    """The live entries of the current context from the innermost down to ``entry``, innermost
+    first: ``entry`` and what opened inside it; just ``[entry]`` when it is not on this stack."""
+    held: list[Entry] = []
+    for found in walk(STACK.get()):
+        held.append(found)
+        if found is entry:
+            return held
+    return [entry]
+
+
+def lift(held: list[Entry]) -> None:
+    """Take a segment (from :func:`segment`) off the current context's stack, leaving what was
+    below its last entry."""
+    below = held[-1].below
+    while below is not None and not below.live:
+        below = below.below
+    if next(walk(STACK.get()), None) is held[0]:  # (not when the segment is another context's)
+        STACK.set(below)
+
+
+def lay(held: list[Entry]) -> None:
+    """Put a lifted segment back on top of the current context's stack (which may be another
+    context's than the one it was lifted from)."""
+    below = STACK.get()
+    for entry in reversed(held):
+        entry.below = below
+        below = entry
+    STACK.set(below)
 
 
 def clear() -> None:

@@ -106,7 +106,7 @@ class Handle:
                 self.token = self.annotator.push(self.name, self.color)
                 self.pushed = True
                 if owner is not None:
-                    owner.continued(self.name)
+                    owner.continued(self)
             except Exception as exc:
                 fault("region resume", exc)
 

@@ -15,20 +15,19 @@ from typing import TYPE_CHECKING
 from profdsl.config import Metrics
 from profdsl.core.discovery import discover_rank
 from profdsl.metrics import device as device_time
-from profdsl.metrics import spans
+from profdsl.metrics import tree
 from profdsl.metrics.exporters import Exporter, OnStep, make_exporters, publish
-from profdsl.metrics.spans import live, nest
 from profdsl.metrics.timings import StepTimings, from_tree
 from profdsl.metrics.tree import Node, Paths, Root, child, close
 from profdsl.runtime.handles import fault
 from profdsl.runtime.process import PROCESS, Process
+from profdsl.runtime.registry import unbound
 
 if TYPE_CHECKING:
-    from profdsl.metrics.spans import Span
+    from profdsl.runtime.context import Entry
     from profdsl.runtime.profiler import Profiler
 
-__all__ = ["NULL_METER", "NullMeter", "StepMeter", "close_span", "leave_span", "make_meter", "metered",
-           "open_span", "parent_for"]
+__all__ = ["NULL_METER", "NullMeter", "StepMeter", "make_meter", "node_for"]
 
 
 class StepMeter:
@@ -65,7 +64,7 @@ class StepMeter:
         if self.root is not None:
             self.close()
         self.root = Root(self.role, step, self._paths, self._device_times())
-        self._began = spans.clock()
+        self._began = tree.clock()
         self._registry.activate_meter(self.root)
 
     def end(self) -> StepTimings | None:
@@ -74,7 +73,7 @@ class StepMeter:
         root, self.root = self.root, None
         if root is None:
             return None
-        wall_s = spans.clock() - self._began
+        wall_s = tree.clock() - self._began
         self._registry.deactivate_meter(root)
         nodes = close(root)
         device = None if root.device is None else _settled(root)
@@ -141,56 +140,34 @@ def make_meter(config: Metrics, role: str, rank: int, world_size: int,
                      device=device, process=process)
 
 
-def parent_for(role: str | None, profiler: Profiler | None, below: Span | None) -> Node | None:
-    """Where a DSL entry's span nests: for an entry bound to a role or profiler, in that role's
-    step tree (None when it is not timing a step); otherwise in the innermost open span's node,
-    else at the top of the first role timing a step."""
-    if profiler is None and role is None:
-        below = live(below)
-        if below is not None:
-            return below[1]  # type: ignore[no-any-return]
-        meters = PROCESS.registry.meters
-        return meters[0] if meters else None
-    root = profiler.meter.root if profiler is not None else PROCESS.registry.find_meter(role)
-    return None if root is None else nest(below, root)
-
-
-def open_span(key: object, name: str, role: str | None, profiler: Profiler | None) -> Span | None:
-    """Open the metrics span of one entry (``spans.enter``), or None when no role of it is timing
-    a step; never raises."""
+def node_for(name: str, role: str | None, profiler: Profiler | None, top: Entry | None) -> Node | None:
+    """The node an entry of ``name`` adds its time to, or None when no role of it is timing a
+    step. An entry bound to a role or profiler nests in the innermost open entry of that role's
+    step tree in its context (entries of other roles in between are skipped), else at the top of
+    that tree; an unbound entry nests in the innermost open timed entry of its context, else at
+    the top of the first role timing a step. Never raises."""
     try:
-        parent = parent_for(role, profiler, spans.SPANS.get())
-        return None if parent is None else spans.enter(key, name, parent)
-    except Exception as exc:
-        fault("metrics entry", exc)
-        return None
-
-
-def close_span(span: Span) -> None:
-    """Close a decorated call's span (it is the innermost of its context); never raises."""
-    end = spans.clock()
-    try:
-        spans.SPANS.set(span[2])
-        spans.close(span, end)
-    except Exception as exc:
-        fault("metrics exit", exc)
-
-
-def leave_span(key: object) -> None:
-    """Close the innermost span of ``key`` (a ``with`` exit, ``spans.leave``); never raises."""
-    try:
-        spans.leave(key)
-    except Exception as exc:
-        fault("metrics exit", exc)
-
-
-def metered(name: str, role: str | None, profiler: Profiler | None) -> spans.Metered | None:
-    """A span timed in slices (generator bodies), or None when no role of it is timing a step."""
-    try:
-        parent = parent_for(role, profiler, spans.SPANS.get())
-        if parent is None:
-            return None
-        return spans.Metered(parent.children.get(name) or child(parent, name))
+        root: Root | None = None
+        if profiler is not None or role is not None:
+            root = profiler.meter.root if profiler is not None else PROCESS.registry.find_meter(role)
+            if root is None:
+                return None
+        entry = top
+        while entry is not None:  # the innermost open entry of that tree (of any, unbound)
+            parent = entry.node
+            if parent is not None and entry.live and not parent.closed and (root is None or parent.root is root):
+                break
+            entry = entry.below
+        else:
+            if root is None:
+                meters = PROCESS.registry.meters
+                if not meters:
+                    return None
+                root = meters[0]
+                if len(meters) > 1:
+                    unbound(name, False, [m.role for m in meters], root.role)
+            parent = root
+        return parent.children.get(name) or child(parent, name)
     except Exception as exc:
         fault("metrics entry", exc)
         return None

@@ -23,7 +23,7 @@ from profdsl.collect.export import TraceLabel
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.records.schema import TraceRecord
-from profdsl.runtime.context import Entry, walk
+from profdsl.runtime.context import Entry, top, walk
 from profdsl.runtime.handles import Batches, Handle, OwningHandle, opaque
 from profdsl.runtime.slot.claims import Claim
 from profdsl.runtime.slot.slot import Busy, CaptureSlot, holder
@@ -39,12 +39,26 @@ def _owner(entry: Entry | None) -> Handle | None:
     """The innermost open entry of the context that numbers mini-batches (a stage with its own
     capture) or refuses them."""
     while entry is not None:
-        handle = entry.value
+        handle = entry.handle
         if entry.live and isinstance(handle, Handle) and not handle.closed and (
                 handle.batches is not None or handle.opaque):
             return handle
         entry = entry.below
     return None
+
+
+def _path(handle: Handle) -> tuple[str, ...] | None:
+    """The labels of the open regions of the current context up to ``handle``'s, outermost
+    first (the path readers place its region at); None when it is not on this context's stack."""
+    labels: list[str] = []
+    found = False
+    for entry in walk(top()):
+        held = entry.handle
+        if held is handle:
+            found = True
+        if found and isinstance(held, Handle) and held.pushed:
+            labels.append(entry.key.name)  # type: ignore[attr-defined]
+    return tuple(reversed(labels)) if found else None
 
 
 def _unseen_thread(switched: bool) -> str:
@@ -71,7 +85,7 @@ def _advance_outside(session: Session, index: int, context: Entry | None,
     next corrupts torch's heap (the process crashes later, anywhere). They reopen right after."""
     closed: list[Handle] = []
     for entry in walk(context):
-        handle = entry.value
+        handle = entry.handle
         if isinstance(handle, Handle) and handle.pushed:
             handle.suspend()
             closed.append(handle)
@@ -211,12 +225,12 @@ class Recorder:
              "TorchOptions(all_threads=True)", self._label.rank, self.role, base,
              threading.current_thread().name)
 
-    def continued(self, name: str) -> None:
-        """A region of this step named ``name`` was reopened: the capture recording it counts a
-        piece of an earlier entry, not an entry."""
+    def continued(self, handle: Handle) -> None:
+        """A region of this step was reopened (``handle``'s): the capture recording it counts a
+        piece of an earlier entry, not an entry, at the path it sits at."""
         current = self._slot.current
         if current is not None:
-            current.continued(name)
+            current.continued(handle.name, _path(handle))
 
     def _note(self, name: str, *, mini_batch: bool) -> None:
         current = self._slot.current

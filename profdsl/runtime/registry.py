@@ -1,42 +1,53 @@
-"""The registry: which recorders the DSL may use right now, and the DSL's one switch.
+"""The registry: which recorders and step trees the DSL may use right now, and the DSL's one
+switch.
 
 A plain object rather than a ``ContextVar``: under Ray the trainer's ``start_profile`` call and
 the stage it profiles run on different threads or asyncio tasks, and a stage must still find its
-recorder. Writers copy-on-write under a lock; the DSL's hot path reads one attribute without
-locking: ``hot`` (``with`` blocks, which must also close entries they opened before a profiler
-stopped, and decorated calls). When it is set, ``traced`` says whether anything beyond the
-always-on metrics (``meters``: the step trees of the roles timing a step) needs the DSL.
+recorder. Writers copy-on-write under a lock; the DSL reads one attribute without locking: ``on``,
+whether anything may need the DSL at all (the one test of every ``with`` block and decorated call
+when nothing is profiled or timed).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from profdsl.core.log import once
+
 if TYPE_CHECKING:
-    from profdsl.metrics.tree import Node, Root
+    from profdsl.metrics.tree import Root
     from profdsl.runtime.context import Entry
     from profdsl.runtime.profiler import Profiler
     from profdsl.runtime.recorder import Recorder
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "unbound"]
+
+
+def unbound(name: str, traced: bool, roles: list[str], chosen: str | None) -> None:
+    """Say once per stage name which role took an entry bound to no role while several roles
+    were profiling (``traced``) or timing a step."""
+    doing, what = ("profiling", "its region") if traced else ("timing", "its time")
+    once(f"unbound:{doing}:{name}", logging.WARNING,
+         "profdsl: stage %r is bound to no role while roles %s are %s a step: %s goes to %r "
+         "(pass role= or profiler= to choose)", name, ", ".join(map(repr, roles)), doing, what, chosen)
 
 
 class Registry:
-    """Recorders of the roles profiling a step (``recorders``), profilers in a profiled step
-    whatever their rank (``stepping``: a driver whose rank is not profiled still decides when
-    rollout engines are), and the ``with`` entries open anywhere (``opened``, in the order they
-    opened: an exit in another context than its entry's, such as a generator finished on another
-    thread, finds its entry there).
+    """Recorders of the roles profiling a step (``recorders``), the step trees of the roles
+    timing one (``meters``), profilers in a profiled step whatever their rank (``stepping``: a
+    driver whose rank is not profiled still decides when rollout engines are), and the ``with``
+    entries open anywhere (``opened``, in the order they opened: an exit in another context than
+    its entry's, such as a generator finished on another thread, finds its entry there).
 
-    ``traced`` is ``bool(recorders) or bool(opened)`` (or a step tree with device timing, which
-    takes the DSL's general path) and ``hot`` is ``traced or bool(meters)``, kept as plain
-    attributes for the DSL. The DSL adds to ``opened`` and sets ``traced`` and ``hot`` without a
-    lock (single dict operations are atomic); every writer that may clear them looks at
-    ``opened`` again after writing, so an entry opened meanwhile keeps them set.
+    ``on`` is ``bool(recorders or meters or stepping or opened)``, kept as a plain attribute for
+    the DSL. The DSL adds to ``opened`` and sets ``on`` without a lock (single dict operations
+    are atomic); every writer that may clear it looks at ``opened`` again after writing, so an
+    entry opened meanwhile keeps it set.
     """
 
-    __slots__ = ("_lock", "first", "hot", "meters", "opened", "recorders", "stepping", "traced")
+    __slots__ = ("_lock", "meters", "on", "opened", "recorders", "stepping")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # re-entrant: a signal handler may call into it
@@ -44,9 +55,7 @@ class Registry:
         self.stepping: tuple[Profiler, ...] = ()
         self.opened: dict[Entry, None] = {}
         self.meters: tuple[Root, ...] = ()
-        self.first: dict[str, Node] | None = None  # the top-level stages of meters[0], for the DSL
-        self.traced = False
-        self.hot = False
+        self.on = False
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         # Decorated functions pickled by value (Ray ships classes defined in __main__) refer to
@@ -56,12 +65,9 @@ class Registry:
         return (registry, ())
 
     def _update(self) -> None:
-        self.first = self.meters[0].children if self.meters else None
-        self.traced = bool(self.recorders) or bool(self.opened) or any(
-            root.device is not None for root in self.meters)
-        self.hot = self.traced or bool(self.meters)
-        if not self.traced and self.opened:  # an entry opened between the read and the write
-            self.traced = self.hot = True
+        self.on = bool(self.recorders or self.meters or self.stepping or self.opened)
+        if not self.on and self.opened:  # an entry opened between the read and the write
+            self.on = True
 
     def activate(self, recorder: Recorder) -> None:
         """``recorder`` is in use: stages of its role find it."""
@@ -110,6 +116,7 @@ class Registry:
         with self._lock:
             rest = tuple(p for p in self.stepping if p is not profiler)
             self.stepping = (*rest, profiler) if stepping else rest
+            self._update()
 
     def find_stepping(self, role: str | None = None) -> Profiler | None:
         """The profiler of ``role`` (or the first) that is in a profiled step."""
@@ -119,7 +126,7 @@ class Registry:
         return None
 
     def refresh(self) -> None:
-        """Recompute ``hot`` (a ``with`` entry closed while no recorder is active)."""
+        """Recompute ``on`` (a ``with`` entry closed while nothing else is on)."""
         with self._lock:
             self._update()
 

@@ -15,25 +15,25 @@ The mini-batch regions are the worker's own ``record_function(f"mini_batch{i}")`
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import inspect
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from profdsl.config import ProfilerConfig
 from profdsl.config.validate import COLOR_NAMES, to_color
 from profdsl.core.log import once
 from profdsl.core.parallel_discovery import process_topology
 from profdsl.core.ranks import discover_world, is_rank_selected
+from profdsl.dsl.base import ASK as _ASK
 from profdsl.dsl.stage import profile_stage
 from profdsl.errors import ConfigError
 from profdsl.integrations.verl.config import MISSING, map_block, plain
 from profdsl.runtime import context
-from profdsl.runtime.handles import Handle
-from profdsl.runtime.process import PROCESS
+from profdsl.runtime.handles import Handle, fault
 from profdsl.runtime.profiler import Profiler
+
+if TYPE_CHECKING:
+    from profdsl.runtime.context import Entry
 
 __all__ = ["DistProfiler", "DistProfilerExtension", "annotate"]
 
@@ -68,6 +68,53 @@ class _Scope:
         current, self.current = self.current, None
         if current is not None:
             current.withdraw()
+
+
+def _open_scope(profiler: Profiler) -> None:
+    """The mini-batches of a scheduled stage's call, counted by ``step()`` inside it."""
+    try:
+        scope = _Scope(profiler)
+        context.push(scope)
+        scope.open_next()
+    except Exception as exc:
+        fault("verl mini-batch scope", exc)
+
+
+def _close_scope(stage: Entry) -> None:
+    """End the scope opened above ``stage``'s entry: the mini-batch the last ``step()`` opened
+    holds nothing and is withdrawn."""
+    for entry in context.walk(context.top()):
+        if entry is stage:
+            return
+        if isinstance(entry.key, _Scope):
+            context.remove(entry)
+            entry.key.end()
+            return
+
+
+class _Annotated(profile_stage):
+    """``DistProfiler.annotate``'s stage: a ``profile_stage`` of the calling worker's profiler
+    (``self.profiler``), with verl's mini-batch scope inside when ``scheduled``."""
+
+    __slots__ = ()
+    _binds = True
+
+    def _bound(self, args: tuple[Any, ...]) -> Profiler | None:
+        facade = getattr(args[0], "profiler", None) if args else None
+        return facade.profiler if isinstance(facade, DistProfiler) else None
+
+    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = _ASK) -> Entry:
+        if profiler is None:  # no worker profiler, or one never started: nothing to record
+            return context.push(self)
+        entry = super()._begin(profiler, listed, handle)
+        if self.scheduled and profiler.is_profiling:
+            _open_scope(profiler)
+        return entry
+
+    def _end(self, entry: Entry) -> None:
+        if self.scheduled:
+            _close_scope(entry)
+        super()._end(entry)
 
 
 def _innermost_scope() -> _Scope | None:
@@ -133,7 +180,6 @@ class DistProfiler:
         # Made at the first start(): verl builds profilers the trainer never starts (the inner
         # TrainingWorker's), which must not hold the finish hook of this save_path back.
         self.profiler: Profiler | None = None
-        self._stages: dict[tuple[Callable[..., Any], str, bool, int | None], Callable[..., Any]] = {}
 
     @property
     def role(self) -> str:
@@ -219,72 +265,12 @@ class DistProfiler:
         """
         scheduled = bool(kwargs_outer.get("scheduled", False))
         ink = None if color is None else _color(color)
-        registry = PROCESS.registry  # the same object for the life of the process (reset in place)
 
         def decorate(func: F) -> F:
             name = message or kwargs_outer.get("role") or func.__name__
-
-            @functools.wraps(func)
-            def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-                if not registry.recorders:  # nothing profiled in this process: one attribute check
-                    return func(self, *args, **kwargs)
-                facade = getattr(self, "profiler", None)
-                live = facade._profiling() if isinstance(facade, DistProfiler) else None
-                if live is None or not isinstance(facade, DistProfiler):
-                    return func(self, *args, **kwargs)
-                return facade._stage(live, func, name, scheduled, ink)(self, *args, **kwargs)
-
-            if inspect.iscoroutinefunction(func):
-                @functools.wraps(func)
-                async def async_wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-                    if not registry.recorders:
-                        return await func(self, *args, **kwargs)
-                    facade = getattr(self, "profiler", None)
-                    live = facade._profiling() if isinstance(facade, DistProfiler) else None
-                    if live is None or not isinstance(facade, DistProfiler):
-                        return await func(self, *args, **kwargs)
-                    return await facade._stage(live, func, name, scheduled, ink)(self, *args, **kwargs)
-
-                return async_wrapper  # type: ignore[return-value]
-            return wrapper  # type: ignore[return-value]
+            return _Annotated(name, scheduled=scheduled, color=ink)(func)
 
         return decorate
-
-    def _stage(self, profiler: Profiler, func: Callable[..., Any], name: str, scheduled: bool,
-               color: int | None) -> Callable[..., Any]:
-        """``func`` as a profdsl stage of ``profiler`` (built once per method)."""
-        key = (func, name, scheduled, color)
-        staged = self._stages.get(key)
-        if staged is None:
-            plain = not (inspect.iscoroutinefunction(func) or inspect.isgeneratorfunction(func)
-                         or inspect.isasyncgenfunction(func))
-            body = _scoped(func, profiler) if scheduled and plain else func
-            staged = profile_stage(name, scheduled=scheduled, profiler=profiler, color=color)(body)
-            self._stages[key] = staged
-        return staged
-
-
-def _scoped(func: Callable[..., Any], profiler: Profiler) -> Callable[..., Any]:
-    """``func`` with a mini-batch scope open while it runs (inside its stage)."""
-
-    @functools.wraps(func)
-    def body(*args: Any, **kwargs: Any) -> Any:
-        with _scope(profiler):
-            return func(*args, **kwargs)
-
-    return body
-
-
-@contextlib.contextmanager
-def _scope(profiler: Profiler) -> Iterator[None]:
-    scope = _Scope(profiler)
-    entry = context.push(scope, None)
-    try:
-        scope.open_next()
-        yield
-    finally:
-        scope.end()
-        context.remove(entry, by_key=False)
 
 
 def _config_of(config: object, tool_config: Mapping[str, Any] | None, steps: Any,

@@ -1,6 +1,7 @@
 """What a session's traces say about the regions they hold (the ``profdsl`` metadata): the stage
 and mini-batch names seen, the mini-batch windows a continuous step recorded, and the region
-events that continue an entry (reopened around a schedule step, a ``yield`` or an ``await``)."""
+events that continue an entry (reopened around a schedule step, a ``yield`` or an ``await``), by
+name and by the path of labels they sit at."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class RegionBook:
         self.bases: set[str] = set()
         self._recorded: dict[tuple[str, int | None], tuple[Schedule | None, list[int]]] = {}
         self._continued: dict[int | None, dict[str, int]] = {}  # per schedule cycle
+        self._continued_at: dict[int | None, dict[tuple[str, ...], int]] = {}
 
     def note(self, name: str, *, mini_batch: bool) -> None:
         """A region opened while the session recorded (a stage, or a mini-batch base name)."""
@@ -29,10 +31,14 @@ class RegionBook:
         """A mini-batch of a continuous role's step was recorded."""
         self._recorded.setdefault((role, step), (schedule, []))[1].append(index)
 
-    def continued(self, name: str, cycle: int | None) -> None:
-        """A region named ``name`` was reopened while the trace of ``cycle`` records."""
+    def continued(self, name: str, cycle: int | None, path: tuple[str, ...] | None = None) -> None:
+        """A region named ``name`` was reopened while the trace of ``cycle`` records (at
+        ``path``: the labels of the regions open around it on its thread, then its own)."""
         counts = self._continued.setdefault(cycle, {})
         counts[name] = counts.get(name, 0) + 1
+        if path is not None:
+            at = self._continued_at.setdefault(cycle, {})
+            at[path] = at.get(path, 0) + 1
 
     def windows(self) -> tuple[WindowNote, ...]:
         """The mini-batch windows a step session recorded, per role and step: the recorded
@@ -50,5 +56,6 @@ class RegionBook:
         each trace counts its own)."""
         cycle = cycle_of(self.schedule, window[0]) if self.schedule is not None and window else None
         continued = self._continued.pop(cycle, {})
+        at = self._continued_at.pop(cycle, {})
         return Regions(stages=tuple(sorted(self.stages)), mini_batches=tuple(sorted(self.bases)),
-                       continued=dict(sorted(continued.items())))
+                       continued=dict(sorted(continued.items())), continued_at=tuple(sorted(at.items())) or None)

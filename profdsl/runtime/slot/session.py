@@ -164,10 +164,11 @@ class Session:
                 self._position = index + 1
                 self.hand_over()
 
-    def continued(self, name: str) -> None:
+    def continued(self, name: str, path: tuple[str, ...] | None = None) -> None:
         """A region named ``name`` was reopened (closed around a schedule step, a ``yield`` or
-        an ``await``): when the session records it, the trace's ``regions.continued`` counts it,
-        so that readers count one entry, not one per piece."""
+        an ``await``): when the session records it, the trace's ``regions.continued`` counts it
+        (and ``regions.continued_at`` at its ``path``, the labels of the regions it is nested
+        in and its own), so that readers count one entry, not one per piece."""
         if self.kind == "step":
             recording, cycle = self._collecting, None
         elif self.schedule is None:
@@ -176,7 +177,7 @@ class Session:
             recording = action_at(self.schedule, self._position).records
             cycle = cycle_of(self.schedule, self._position)
         if recording:
-            self.book.continued(name, cycle)
+            self.book.continued(name, cycle, path)
 
     def _apply_collecting(self) -> None:
         capture = self.capture

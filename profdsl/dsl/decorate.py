@@ -1,0 +1,136 @@
+"""The DSL's one decorator, split by the kind of callable it wraps.
+
+Every piece keeps the wrapped function's name, docstring, signature and kind (a coroutine
+function stays one, a generator function stays one), returns its results and raises its
+exceptions. When nothing is profiled or timed, a call costs one attribute check
+(``Registry.on``); otherwise the call is one entry (:meth:`Annotation._begin` /
+:meth:`Annotation._end`), begun when the body first runs: an ``async def`` entry spans its
+awaits, a generator's spans its life from the first item, and the bodies of both run in slices
+(:mod:`profdsl.dsl.slices`).
+
+A decorated function pickled by value (Ray ships classes defined in ``__main__``) takes what its
+wrapper names along: the annotation, module functions (pickled by reference) and the registry
+(which reduces to the receiving process's own), never a ``ContextVar``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from profdsl.dsl.slices import Driven, Slices, drive
+from profdsl.runtime.process import PROCESS
+
+if TYPE_CHECKING:
+    from profdsl.dsl.base import Annotation
+
+__all__ = ["decorate"]
+
+Func = Callable[..., Any]
+
+
+def decorate(annotation: Annotation, func: Any) -> Any:
+    """``func`` as entries of ``annotation``: a plain function or method, a ``staticmethod`` or
+    ``classmethod`` (above or below it), an ``async def``, a generator or an async generator
+    function."""
+    if isinstance(func, (staticmethod, classmethod)):
+        return type(func)(decorate(annotation, func.__func__))
+    if inspect.iscoroutinefunction(func):
+        return _coroutine(annotation, func)
+    if inspect.isasyncgenfunction(func):
+        return _async_generator(annotation, func)
+    if inspect.isgeneratorfunction(func):
+        return _generator(annotation, func)
+    return _plain(annotation, func)
+
+
+def _plain(annotation: Annotation, func: Func) -> Func:
+    registry = PROCESS.registry  # the same object for the life of the process (reset in place)
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if registry.on:
+            return annotation._call(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    return call
+
+
+def _coroutine(annotation: Annotation, func: Func) -> Func:
+    registry, binds = PROCESS.registry, annotation._binds
+
+    @functools.wraps(func)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        if not registry.on:
+            return await func(*args, **kwargs)
+        entry = await annotation._abegin(annotation._bound(args) if binds else annotation.profiler)
+        try:
+            return await Driven(func(*args, **kwargs), Slices(entry))
+        finally:
+            await annotation._aend(entry)
+
+    return call
+
+
+def _generator(annotation: Annotation, func: Func) -> Func:
+    registry, binds = PROCESS.registry, annotation._binds
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not registry.on:
+            return (yield from func(*args, **kwargs))
+        entry = annotation._begin(annotation._bound(args) if binds else annotation.profiler)
+        try:
+            return (yield from drive(func(*args, **kwargs), Slices(entry), True))
+        finally:
+            annotation._end(entry)
+
+    return call
+
+
+def _async_generator(annotation: Annotation, func: Func) -> Func:
+    registry, binds = PROCESS.registry, annotation._binds
+
+    @functools.wraps(func)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        body = func(*args, **kwargs)
+        entry = None
+        if registry.on:
+            entry = await annotation._abegin(annotation._bound(args) if binds else annotation.profiler)
+        slices = None if entry is None else Slices(entry)
+        send: Any = None
+        error: BaseException | None = None
+        try:  # delegate (no `yield from` in an async generator): values out, asend/athrow/aclose in
+            while True:
+                step = body.asend(send) if error is None else body.athrow(error)
+                try:
+                    value = await (step if slices is None else Driven(step, slices))
+                except StopAsyncIteration:
+                    return
+                if slices is not None:
+                    slices.suspend(True)
+                try:
+                    send, error = (yield value), None
+                except GeneratorExit:
+                    await _closed(body, slices)
+                    raise
+                except BaseException as exc:  # handed to the body, which decides
+                    send, error = None, exc
+                if slices is not None:
+                    slices.resume(True)
+        finally:
+            if entry is not None:
+                await annotation._aend(entry)
+
+    return call
+
+
+async def _closed(body: Any, slices: Slices | None) -> None:
+    """An async generator closed at a ``yield``: its entries back, then its own cleanup."""
+    if slices is None:
+        await body.aclose()
+        return
+    slices.resume(True)
+    await Driven(body.aclose(), slices)
