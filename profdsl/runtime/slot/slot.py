@@ -19,8 +19,9 @@ its next profdsl call, or the moment it ends). A session the caller of ``close()
 cannot end (its owner is another thread) is recorded lost there: what its owner ends later is
 not written (:meth:`CaptureSlot.abandon`).
 
-Each open session holds up the finish hook of its save_path (:mod:`profdsl.runtime.writer.rounds`)
-until its trace is handed to the writer or its loss recorded.
+Each open session holds up the finish hook of its save_path (:mod:`profdsl.runtime.writer.rounds`;
+of its capture request's round, for a step a request asked for) until its trace is handed to the
+writer or its loss recorded.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ class CaptureSlot:
 
     def _start(self, session: Session, *, every_thread: bool) -> bool:
         if session.start(self._runner(every_thread), every_thread=every_thread):
-            self._rounds.hold(session.label.save_path, session)
+            self._rounds.hold(session.label.save_path, session, tag=session.label.request)
             if not session.every_thread:
                 self._watch.watch()
             return True
@@ -179,7 +180,7 @@ class CaptureSlot:
         try:
             session.stop()
         finally:
-            self._rounds.release(session.label.save_path, session)
+            self._rounds.release(session.label.save_path, session, tag=session.label.request)
         return True
 
     def _flush_wanted(self) -> None:
@@ -235,7 +236,7 @@ class CaptureSlot:
             self.dropped.append(current)
             current.lost(f"its thread never returned to profdsl before {why} (run start/stop and "
                          "stages on one thread, or set TorchOptions(all_threads=True))")
-            self._rounds.release(current.label.save_path, current)
+            self._rounds.release(current.label.save_path, current, tag=current.label.request)
 
     # -- tests and fork ---------------------------------------------------------------------
     def reset(self) -> None:

@@ -1,6 +1,8 @@
 """The finish hook as the writer runs it: one :class:`HookJob` per round of a save_path, which
 runs the command of the round's first hook (:func:`profdsl.collect.finish_hook.run_command`) and
-records it, and records the others as skipped (once per process and save_path).
+records it, and records the others as skipped (once per process and save_path, and once per
+capture request: a request's round names it in ``note``, its records' ``capture`` and the
+command's ``PROFDSL_CAPTURE`` / ``PROFDSL_REQUEST``).
 
 A job submitted after a round's last trace is behind every export of that round on the writer,
 so the command sees every trace (docs/architecture.md). A thread that waits for the hook and is
@@ -19,6 +21,7 @@ import attrs
 
 from profdsl.collect import finish_hook
 from profdsl.core.log import once
+from profdsl.records.schema import CaptureNote
 from profdsl.runtime.writer.writer import Pen, Writer
 
 __all__ = ["HookJob", "HookPlan", "stop_hooks"]
@@ -39,16 +42,21 @@ class HookPlan:
     host: str
     coords: Mapping[str, int] = attrs.field(factory=dict)
 
-    def fields(self, steps: list[int]) -> dict[str, object]:
-        """The fields of this role's hook record."""
+    def fields(self, steps: list[int], note: CaptureNote | None = None) -> dict[str, object]:
+        """The fields of this role's hook record (``note``: the request it runs for)."""
         return dict(role=self.role, rank=self.rank, world_size=self.world_size, host=self.host,
-                    **self.coords, pid=os.getpid(), steps=steps)
+                    **self.coords, pid=os.getpid(), steps=steps, capture=note)
 
-    def environment(self, steps: list[int]) -> dict[str, str]:
-        """What the command sees (the contract's ``PROFDSL_*`` variables)."""
-        return finish_hook.hook_environment(
+    def environment(self, steps: list[int], note: CaptureNote | None = None) -> dict[str, str]:
+        """What the command sees: the contract's ``PROFDSL_*`` variables, and for a request's
+        hook ``PROFDSL_CAPTURE`` (what asked: ``file``, ``ray``, ``http``, ``api``, ``auto``) and
+        ``PROFDSL_REQUEST`` (its id); both empty for the plan's hook."""
+        env = finish_hook.hook_environment(
             os.environ, save_path=self.save_path, tool=self.tool, role=self.role, rank=self.rank,
             world_size=self.world_size, steps=steps, host=self.host, pid=os.getpid())
+        env.update(PROFDSL_CAPTURE=note.source or "" if note is not None else "",
+                   PROFDSL_REQUEST=note.request or "" if note is not None else "")
+        return env
 
 
 class HookJob:
@@ -56,25 +64,26 @@ class HookJob:
 
     kind = "hook"
 
-    def __init__(self, plans: list[HookPlan], steps: list[int]) -> None:
-        self.plans, self.steps = plans, steps
+    def __init__(self, plans: list[HookPlan], steps: list[int], *, note: CaptureNote | None = None) -> None:
+        self.plans, self.steps, self.note = plans, steps, note
         self.abort = finish_hook.Abort()
         self.budget_s = plans[0].timeout_s + finish_hook.STOP_BOUND_S
         self.background = plans[0].background
 
     def run(self, pen: Pen) -> None:
         first = self.plans[0]
-        result = finish_hook.run_command(first.cmd, first.environment(self.steps), timeout_s=first.timeout_s,
-                                         rank=first.rank, abort=self.abort)
+        result = finish_hook.run_command(first.cmd, first.environment(self.steps, self.note),
+                                         timeout_s=first.timeout_s, rank=first.rank, abort=self.abort)
         blocked_ms = round(pen.waited() * 1000, 3)
         pen.commit(lambda: finish_hook.record(first.save_path, result, blocked_ms=blocked_ms,
-                                              **first.fields(self.steps)))
+                                              **first.fields(self.steps, self.note)))
         self._skips(pen)
 
     def _skips(self, pen: Pen) -> None:
         skipped = finish_hook.HookResult("skipped", error="already ran in this process for this save_path")
         for plan in self.plans[1:]:
-            pen.commit(functools.partial(finish_hook.record, plan.save_path, skipped, **plan.fields(self.steps)))
+            pen.commit(functools.partial(finish_hook.record, plan.save_path, skipped,
+                                         **plan.fields(self.steps, self.note)))
 
     def stop(self, reason: str) -> None:
         """Kill the command's process group (within ``ABORT_POLL_S``); the run is recorded
@@ -87,7 +96,7 @@ class HookJob:
         self.stop(self.abort.reason or "given up when the process exited")
         first = self.plans[0]
         result = finish_hook.HookResult("interrupted", error=f"{self.abort.reason}; process group killed")
-        pen.commit(lambda: finish_hook.record(first.save_path, result, **first.fields(self.steps)))
+        pen.commit(lambda: finish_hook.record(first.save_path, result, **first.fields(self.steps, self.note)))
         self._skips(pen)
 
 
