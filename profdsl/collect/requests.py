@@ -140,9 +140,9 @@ class RequestFolder:
             try:
                 yield Scanned(name, read_request(path), None, mtime)
             except (OSError, RecordError) as exc:
-                if time.time() - mtime < SETTLE_NS / 1e9:  # written by hand, maybe not whole yet:
-                    self._seen.discard(name)                 # read again at the next check
-                    self._settled = False
+                if isinstance(exc, RecordError) and time.time() - mtime < SETTLE_NS / 1e9:
+                    self._seen.discard(name)  # written by hand, maybe not whole yet: read again
+                    self._settled = False     # at the next check
                     continue
                 yield Scanned(name, None, str(exc) if isinstance(exc, RecordError) else
                               f"cannot read: {exc.strerror or exc}", mtime)
