@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from profdsl import AutoCapture, FinishHook, Metrics, OnDemand, Profiler, ProfilerConfig, profile_stage
+from profdsl import AutoCapture, FinishHook, Metrics, OnDemand, Profiler, profile_stage
 from profdsl.cli import main
 from profdsl.collect.metrics_log import log_files, read_log
 from profdsl.collect.requests import REQUESTS_DIR, write_request
@@ -221,7 +221,7 @@ class TestRequestCalls:
         """OnDemand(enabled=False) takes no request (and watches no folder); enable=False neither."""
         for cfg in (config(tmp_path, steps=[], on_demand=OnDemand(enabled=False)), config(tmp_path, enable=False)):
             profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
-            run(profiler, range(3), before=lambda s: profiler.request(1) if s == 0 else None)
+            run(profiler, range(3), before=lambda s, p=profiler: p.request(1) if s == 0 else None)
             profiler.close()
         assert traced(tmp_path) == set()
 

@@ -17,7 +17,7 @@ from profdsl.config import AutoCapture, Stragglers
 from profdsl.core.step_plan import Event, StepPlan, StepTracker
 from profdsl.errors import ConfigError
 from profdsl.metrics.slow import SlowRanks, SlowSteps, StragglerWatch, watched
-from profdsl.records.schema import SOURCES, CaptureRequest, RecordError, parse_request, to_json
+from profdsl.records.schema import SOURCES, RecordError, parse_request, to_json
 
 # -- request parsing ----------------------------------------------------------------------------
 
@@ -279,7 +279,7 @@ def test_slow_rank_and_a_typical_one() -> None:
 
 def oracle_stragglers(config: Stragglers, run: list[tuple[dict[int, float], bool]]) -> list[tuple[int, int, bool]]:
     """(step, rank, began) of every episode start and end."""
-    events, count, alerted, first = [], {}, set(), {}
+    events, count, alerted = [], {}, set()
     for step, (by_rank, traced) in enumerate(run):
         if traced:
             continue
