@@ -368,6 +368,16 @@ class TestMetricsLog:
         assert all(line.stages["update_actor"].total_s == 0.25 for line in lines if line.role == "actor")
         assert main(["check", str(tmp_path)]) == 0  # the log is no artifact: nothing "not in the manifest"
 
+    def test_a_save_path_not_made_yet(self, tmp_path: Path) -> None:
+        """Untraced steps before the first trace: the log makes save_path (no step is lost)."""
+        folder = tmp_path / "not" / "yet"
+        profiler = Profiler(config(folder, steps=[], metrics=Metrics(enabled=True, log=True)),
+                            role="actor", rank=0, world_size=1)
+        run(profiler, range(3))
+        profiler.close()
+        lines, problems = read_log(folder)
+        assert problems == [] and [line.step for line in lines] == [0, 1, 2]
+
     def test_bounded(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         cfg = config(tmp_path, enable=False, metrics=Metrics(enabled=True, log=True, log_max_mb=0.001))
         profiler = Profiler(cfg, role="actor", rank=0, world_size=1)

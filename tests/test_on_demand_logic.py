@@ -147,6 +147,7 @@ def oracle_run(planned: list[int], continuous: bool, requests: dict[int, list[tu
 @example(planned=[3], continuous=True, requests={0: [(2, 1)], 1: [(4, 1)]}, skip=set())  # captures side by side
 @example(planned=[2], continuous=True, requests={0: [(1, 2)]}, skip={2})  # a planned step in a request, skipped
 @example(planned=[1], continuous=False, requests={3: [(0, 5)]}, skip=set())  # asked late: begun steps are not
+@example(planned=[0, 1], continuous=True, requests={}, skip={1})  # a continuous run's next step skipped
 @given(planned=st.lists(st.integers(0, 12), max_size=4, unique=True).map(sorted), continuous=st.booleans(),
        requests=st.dictionaries(st.integers(0, 12), st.lists(st.tuples(st.integers(0, 14), st.integers(0, 3)),
                                                              max_size=2), max_size=3),
@@ -165,7 +166,12 @@ def test_requested_steps_follow_the_oracle(planned: list[int], continuous: bool,
         for first, last, tag in made.get(step, []):
             tracker.request(range(first, last + 1), tag)
         events = tracker.begin(step)
-        assert Event.CLOSE not in events  # every step was ended: a session closes at its last step's end
+        # a continuous run whose next step the loop skipped closes when the loop walks on
+        for event in events:
+            if event is Event.CLOSE:
+                sessions.append(run)
+                run = []
+            hooks += event is Event.HOOK
         if tracker.profiling:
             profiled.append((step, tracker.capture))
             run.append(step)

@@ -39,7 +39,11 @@ def append_line(path: str, data: bytes) -> bool:
     """Append ``data`` (one or more whole lines) to ``path``; never raises. False (logged once)
     on failure."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # save_path is made by the first write into it: this may be it
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             view = memoryview(data)
             while view:
