@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump(attrs.asdict(comparison), sys.stdout, indent=1)
         print()
     else:
-        print(printable(_summary(comparison)))
+        for line in _summary(comparison).splitlines():  # printable() would escape the newline
+            print(printable(line))
         print()
         print(table(HEADERS, [_cells(row) for row in comparison.rows]))
     if args.plot is not None:
