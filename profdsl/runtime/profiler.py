@@ -201,7 +201,11 @@ class Profiler:
         if timings is not None:
             if self.config.metrics.log:
                 self.process.logs.write(self.plan, timings, traced=traced)
-            self._steps.demand.after_step(timings, traced=traced)
+            try:
+                self._steps.demand.after_step(timings, traced=traced)
+            except Exception as exc:  # a slow-step check never reaches the training loop
+                once(f"auto-capture:{self.role}", logging.ERROR, "[profdsl rank %s] %s: checking step %s "
+                     "for slow stages failed: %r", self.rank, self.role, timings.step, exc)
         return timings
 
     def request(self, steps: int, *, ranks: Sequence[int] | str | None = None,
