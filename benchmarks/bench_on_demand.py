@@ -11,8 +11,10 @@ folder absent (the usual case: nobody asked yet) and present with a request alre
 (``stat`` succeeds and says nothing changed). The forms take turns over rounds (each goes first
 in turn), each keeping its best (the least noisy estimate on a shared machine), and a bare
 ``os.stat`` of the folder is timed beside them. Printed: ns per step, the extra ns per step over
-the baseline, and the ratio. Target: at most 5 µs more per step than the baseline (the ``stat``
-and a few attribute reads; a real step takes milliseconds to seconds). The figures are read by
+the baseline, and the ratio. Target: at most 10 µs more per step than the baseline, 0.1% of a
+10 ms step (real steps take milliseconds to minutes): the ``stat`` (2-4 µs on this project's VM,
+more when the folder is absent: Python raises ``FileNotFoundError``), a non-blocking lock and a
+few attribute reads. The figures are read by
 people: a target missed prints ``OVER`` and still exits 0.
 """
 
@@ -30,7 +32,7 @@ from profdsl.records.schema import CaptureRequest
 from profdsl.runtime.process import PROCESS
 
 #: The most the request check may add to a step, in ns.
-TARGET_EXTRA_NS = 5_000
+TARGET_EXTRA_NS = 10_000
 
 
 def stepper(profiler: Profiler) -> Callable[[], None]:
