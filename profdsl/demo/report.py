@@ -13,7 +13,7 @@ from profdsl.cli.summary import step_view
 from profdsl.collect.manifest import read_records
 from profdsl.collect.metrics_log import read_log
 from profdsl.metrics.tree import segment
-from profdsl.records.schema import HookRecord
+from profdsl.records.schema import HookRecord, TraceRecord
 
 __all__ = ["artifacts_table", "auto_captures", "cost_table", "slow_step_table", "stage_model", "stage_table",
            "traced_totals"]
@@ -85,10 +85,9 @@ def auto_captures(save_path: str) -> list[str]:
     """One line per trace an automatic capture wrote: its step, rank and roles, and why."""
     found: dict[tuple[int, int, str], set[str]] = {}
     for r in read_records(save_path):
-        note = getattr(r, "capture", None)
-        if r.kind == "trace" and note is not None and note.source == "auto":
-            roles = found.setdefault((r.step or 0, r.rank or 0, note.reason or ""), set())
-            roles.update(getattr(r, "roles", None) or [r.role or "?"])
+        if isinstance(r, TraceRecord) and r.capture is not None and r.capture.source == "auto":
+            roles = found.setdefault((r.step or 0, r.rank or 0, r.capture.reason or ""), set())
+            roles.update(r.roles or [r.role or "?"])
     return [f"step {step} rank {rank} ({', '.join(sorted(roles))}): {reason}"
             for (step, rank, reason), roles in sorted(found.items())]
 
