@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from profdsl import AutoCapture, FinishHook, Metrics, OnDemand, Profiler, profile_stage
@@ -329,6 +330,56 @@ class TestAuto:
         assert traced(tmp_path) == {("actor", 6, 0)}
         lines, problems = read_log(tmp_path)
         assert problems == [] and [line.step for line in lines] == list(range(8))
+
+    def test_a_failing_slow_step_check_stops_nothing(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+        """The rolling-median check raises at every step: logged once; every step runs and is
+        logged, nothing is traced."""
+        from profdsl.metrics.slow import SlowSteps
+
+        def broken(self: SlowSteps, *args: Any, **kwargs: Any) -> None:
+            raise ZeroDivisionError("median of nothing")
+
+        monkeypatch.setattr(SlowSteps, "observe", broken)
+        cfg = config(tmp_path, steps=[], metrics=Metrics(enabled=True, log=True),
+                     auto=AutoCapture(baseline_steps=3, max_captures=1))
+        with fake_clock(monkeypatch) as clock, caplog.at_level(logging.ERROR, logger="profdsl"):
+            profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
+            self.loop(profiler, clock, slow={5}, steps=8)
+            profiler.close()
+        assert caplog.text.count("median of nothing") == 1
+        assert traced(tmp_path) == set()
+        lines, _ = read_log(tmp_path)
+        assert [line.step for line in lines] == list(range(8))
+
+    def test_a_failing_straggler_gauge_stops_nothing(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+        """A worker's exporter fails to show the driver's straggler alerts (in-process, as the
+        driver calls it): logged once; the steps run and their timings come back."""
+        pytest.importorskip("prometheus_client")
+        from profdsl.metrics.slow import StragglerAlert
+        from profdsl.ray import ProfiledWorker
+
+        def broken(self: PrometheusExporter, alert: Any) -> None:
+            raise RuntimeError("gauge store full")
+
+        monkeypatch.setattr(PrometheusExporter, "alert", broken)
+
+        class Worker(ProfiledWorker):
+            def __init__(self) -> None:
+                self.init_profiler(config(tmp_path, steps=[], metrics=Metrics(
+                    enabled=True, exporters=["prometheus"], port=0)), role="actor", rank=1, world_size=2)
+
+        worker = Worker()
+        alert = StragglerAlert("actor", "update_actor", 1, 4.0, (3, 5), 3)
+        with caplog.at_level(logging.ERROR, logger="profdsl"):
+            for step in range(3):
+                worker.start_profile(step, alerts=[alert, attrs.evolve(alert, active=False)])
+                with profile_stage("update_actor", role="actor"):
+                    work()
+                assert [t.step for t in worker.stop_profile()] == [step]
+            worker.finish_profile()
+        assert caplog.text.count("gauge store full") == 1
 
     @staticmethod
     def loop(profiler: Profiler, clock: FakeClock, *, slow: set[int], steps: int) -> None:
