@@ -14,7 +14,7 @@ Examples:
     >>> record = TraceRecord(path="a.pt.trace.json.gz", role="actor", step=3, bytes=10)
     >>> data = to_json(record)
     >>> data["kind"], data["schema"], data["status"], "note" in data
-    ('trace', 1, 'ok', False)
+    ('trace', 2, 'ok', False)
     >>> parse_record({**data, "colour": "red"}).unknown
     {'colour': 'red'}
     >>> parse_record({**data, "step": "3"})
