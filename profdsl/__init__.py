@@ -4,7 +4,17 @@
 """
 
 from profdsl._version import __version__
-from profdsl.config import FinishHook, Metrics, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
+from profdsl.config import (
+    AutoCapture,
+    FinishHook,
+    Metrics,
+    OnDemand,
+    ProfilerConfig,
+    RolloutOptions,
+    Schedule,
+    Stragglers,
+    TorchOptions,
+)
 from profdsl.config.parallel import Parallel
 from profdsl.dsl import mini_batch_window, profile_stage
 from profdsl.errors import ConfigError, ProfdslError
@@ -12,15 +22,18 @@ from profdsl.rollout.window import rollout_window
 from profdsl.runtime.profiler import Profiler
 
 __all__ = [
+    "AutoCapture",
     "ConfigError",
     "FinishHook",
     "Metrics",
+    "OnDemand",
     "Parallel",
     "ProfdslError",
     "Profiler",
     "ProfilerConfig",
     "RolloutOptions",
     "Schedule",
+    "Stragglers",
     "TorchOptions",
     "__version__",
     "mini_batch_window",

@@ -25,3 +25,28 @@ class MeteredWorker(ProfiledWorker):
     @profile_stage("compute_ref_log_prob", role="ref")
     def ref_log_prob(self) -> int:
         return 2
+
+
+class PacedWorker(ProfiledWorker):
+    """One rank of a fused actor + ref worker whose update takes ``base`` seconds, or
+    ``slow[step]`` at the steps named there (a slow step, a straggler)."""
+
+    def __init__(self, config: ProfilerConfig, rank: int, world_size: int, base: float,
+                 slow: dict[int, float]) -> None:
+        for role in ("actor", "ref"):
+            self.init_profiler(config, role=role, rank=rank, world_size=world_size)
+        self.base, self.slow = base, slow
+
+    def update(self, step: int) -> int:
+        import torch
+
+        with profile_stage("update_actor", role="actor"):
+            torch.ones(8).mul(2).sum()
+            time.sleep(self.slow.get(step, self.base))
+        with profile_stage("compute_ref_log_prob", role="ref"):
+            torch.ones(8).mul(3).sum()
+        return step
+
+    def metrics_port(self) -> int:
+        """The port of this process's Prometheus endpoint."""
+        return int(self.profiler("actor").meter.exporters[0].server.port)  # type: ignore[attr-defined]

@@ -35,3 +35,15 @@ def test_bench_verl_facade_runs_quick() -> None:
                 "DistProfiler.step(), profiled", "step() / mini_batch_window item, profiled"):
         assert row in out.stdout
     assert out.stdout.count("x\n") >= 4
+
+
+def test_bench_on_demand_runs_quick() -> None:
+    """bench_on_demand.py --quick prints the baseline, both checked forms with their ratio, and
+    the bare stat."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_on_demand.py"), "--quick"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    for row in ("on-demand off (baseline)", "on-demand on, no request folder", "on-demand on, folder unchanged",
+                "os.stat of the request folder alone"):
+        assert row in out.stdout
+    assert out.stdout.count("x  (<= +10000 ns) ") == 2

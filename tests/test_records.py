@@ -26,11 +26,16 @@ from profdsl.records import schema
 from profdsl.records.schema import (
     RECORD_CLASSES,
     RECORD_KEYS,
+    SOURCES,
     STATUSES,
+    CaptureNote,
+    CaptureRequest,
     ExportMeta,
+    MetricsLine,
     Record,
     RecordError,
     Regions,
+    StageLine,
     TraceMeta,
     TraceRecord,
     WindowNote,
@@ -54,6 +59,9 @@ windows = st.none() | st.tuples(st.integers(0, 99), st.integers(0, 99))
 coords = st.none() | st.dictionaries(st.sampled_from(DIMS), st.integers(0, 999))
 sizes = st.none() | st.dictionaries(st.sampled_from(DIMS), st.integers(1, 999))
 window_notes = st.builds(WindowNote, role=texts, step=counts, window=windows)
+capture_notes = st.none() | st.builds(CaptureNote, source=st.none() | st.sampled_from(SOURCES),
+                                      request=st.none() | st.from_regex(r"[a-z0-9][a-z0-9._:-]{0,20}", fullmatch=True),
+                                      steps=windows, reason=st.none() | st.text(max_size=20))
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
                            lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner,
                                                                                        max_size=2),
@@ -72,10 +80,11 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "blocked_ms": durations, "export_ms": durations, "duration_s": durations,
     "source_mtime_ns": st.none() | st.integers(-2**62, 2**62), "exit_code": st.none() | st.integers(-255, 255),
     "steps": st.none() | st.lists(st.integers(0, 99), max_size=3).map(tuple),
+    "capture": capture_notes,
 }
 META_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     **{k: FIELDS[k] for k in ("role", "roles", "stage", "step", "rank", "world_size", "window", "windows",
-                              "config_hash", "host", "pid", "schema")},
+                              "config_hash", "host", "pid", "schema", "capture")},
     "regions": st.none() | st.builds(
         Regions, stages=st.none() | st.lists(st.text(max_size=5), max_size=3).map(tuple),
         mini_batches=st.none() | st.lists(st.text(max_size=5), max_size=2).map(tuple),
@@ -188,10 +197,14 @@ def test_failed_records_name_no_file_and_old_ones_are_read_alike(tmp_path: Path)
     assert old.schema == 0 and new.schema == schema.SCHEMA_VERSION
 
 
+#: Every schema class but the record kinds.
+PARTS = (TraceMeta, Regions, WindowNote, ExportMeta, CaptureNote, CaptureRequest, MetricsLine, StageLine)
+
+
 def test_the_docs_page_is_the_schema() -> None:
     page = (ROOT / "docs" / "records.md").read_text()
     assert field_tables() in page
-    for cls in (*RECORD_CLASSES.values(), TraceMeta, Regions, WindowNote, ExportMeta):
+    for cls in (*RECORD_CLASSES.values(), *PARTS):
         for name in _names(cls):
             assert f"| `{name}` |" in page, (cls, name)
 
@@ -210,12 +223,13 @@ NOT_RECORD_KEYS = {
     ("cli/merge.py", "pid"): "a Chrome event's pid", ("analysis/hta.py", "pid"): "a Chrome event's pid",
     ("cli/merge.py", "host"): "merge's alignment object", ("cli/merge.py", "traces"): "merge's alignment object",
     ("collect/relocate.py", "pid"): "a regular expression's group",
+    ("analysis/chrome.py", "id"): "a Chrome flow event's id", ("config/combine.py", "ranks"): "a ProfilerConfig field",
 }
 
 
 def schema_keys() -> set[str]:
     keys = {"kind", schema.META_KEY, schema.DISTRIBUTED_KEY, schema.BASE_TIME_KEY}
-    for cls in (*RECORD_CLASSES.values(), TraceMeta, Regions, WindowNote, ExportMeta):
+    for cls in (*RECORD_CLASSES.values(), *PARTS):
         keys |= _names(cls)
     return keys
 

@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "plot": "profdsl.cli.plot",
     "export": "profdsl.cli.export",
     "plan": "profdsl.cli.plan",
+    "trigger": "profdsl.cli.trigger",
+    "diff": "profdsl.cli.diff",
 }
 
 _EPILOG = """\

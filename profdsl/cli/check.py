@@ -121,24 +121,38 @@ def _left_behind(name: str) -> str:
     return f"torch's events of a trace still being exported when process {pid} ended (plain JSON, kept)"
 
 
+def _capture(artifact: Artifact) -> str | None:
+    """The capture request a trace was for (None: the plan's steps)."""
+    record = artifact.record
+    capture = record.capture if isinstance(record, TraceRecord) else None
+    return None if capture is None else capture.request
+
+
 def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_size: int | None) -> list[str]:
     """Profiled ranks that wrote no trace in a step that other ranks did write (a rank whose trace
-    of that step is a recorded loss is not listed again: its loss has its own line)."""
-    wrote: dict[int | None, set[int | None]] = defaultdict(set)
-    lost: dict[int | None, set[int | None]] = defaultdict(set)
+    of that step is a recorded loss is not listed again: its loss has its own line). The traces
+    of a capture request are compared among themselves (it chose its own ranks), the plan's
+    among the plan's."""
+    wrote: dict[tuple[str | None, int | None], set[int | None]] = defaultdict(set)
+    lost: dict[tuple[str | None, int | None], set[int | None]] = defaultdict(set)
     for a in rows:
         if a.kind == "trace" and a.status == "ok":
-            wrote[a.step].add(a.rank)
+            wrote[(_capture(a), a.step)].add(a.rank)
         elif a.kind == "trace" and a.record is not None and a.record.lost:
-            lost[a.step].add(a.rank)
-    if config is not None and world_size and config.select is None:  # a selector needs each
-        expected = {r for r in range(world_size)                      # rank's coordinates: unknown here
-                    if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
-    else:
-        expected = {r for ranks in wrote.values() for r in ranks if r is not None}
-    return [f"step {step}: profiled rank {rank} wrote no trace"
-            for step in sorted(s for s in wrote if s is not None)
-            for rank in sorted(expected - wrote[step] - lost[step])]
+            lost[(_capture(a), a.step)].add(a.rank)
+    problems = []
+    for capture in sorted({c for c, _ in wrote}, key=lambda c: (c is not None, c or "")):
+        steps = {step: ranks for (c, step), ranks in wrote.items() if c == capture}
+        if capture is None and config is not None and world_size and config.select is None:  # a selector
+            expected = {r for r in range(world_size)                          # needs each rank's coordinates
+                        if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
+        else:
+            expected = {r for ranks in steps.values() for r in ranks if r is not None}
+        asked = "" if capture is None else f" (capture request {capture})"
+        problems += [f"step {step}{asked}: profiled rank {rank} wrote no trace"
+                     for step in sorted(s for s in steps if s is not None)
+                     for rank in sorted(expected - steps[step] - lost[(capture, step)])]
+    return problems
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from profdsl.config.parallel import Parallel
 from profdsl.core.log import once
 from profdsl.core.naming import PLAIN_TRACE_EXT, TEMP_PREFIX, TRACE_EXT, TraceName
 from profdsl.errors import ConfigError
-from profdsl.records.schema import TraceRecord
+from profdsl.records.schema import CaptureNote, TraceRecord
 
 if TYPE_CHECKING:
     from profdsl.config import TorchOptions
@@ -77,11 +77,17 @@ class TraceLabel:
     manifest: bool = True  # False for files that are moved (and recorded) elsewhere later
     export: ExportPolicy = ExportPolicy()
     parallel: Parallel = Parallel()  # the process's parallel coordinates (tp, pp, dp, cp, ep)
+    capture: CaptureNote | None = None  # why the step was captured, when the plan did not name it
+
+    @property
+    def request(self) -> str | None:
+        """The capture request this trace is for (its finish-hook round), or None: the plan's."""
+        return None if self.capture is None else self.capture.request
 
     def fields(self, **more: object) -> dict[str, Any]:
         """The fields this label gives its :class:`~profdsl.records.schema.TraceRecord` (``more``
         added or overriding): the known parallel coordinates as ``tp`` ... ``ep``, their sizes as
-        ``parallel_sizes``."""
+        ``parallel_sizes``, and why it was captured (``capture``) when a request asked."""
         fields: dict[str, Any] = dict(
             role=self.role, stage=self.stage, step=self.step, rank=self.rank,
             world_size=self.world_size, part=self.part, host=self.host, pid=self.pid,
@@ -89,6 +95,8 @@ class TraceLabel:
             **self.parallel.coords())
         if self.parallel.sizes():
             fields.update(parallel_sizes=self.parallel.sizes())
+        if self.capture is not None:
+            fields.update(capture=self.capture)
         fields.update(more)
         return fields
 

@@ -14,11 +14,13 @@ import attrs
 from profdsl.config import combine
 from profdsl.config.selector import parse_selector
 from profdsl.config.validate import (
+    MAX_SECONDS,
     MAX_WIDE_INDEX,
     boolean,
     check_keys,
     int_at_least,
     int_in,
+    number_in,
     one_of,
     positive_finite,
     text_without_nul,
@@ -29,8 +31,8 @@ from profdsl.config.validate import (
 from profdsl.errors import ConfigError
 
 __all__ = [
-    "CONTENTS", "EXPORTERS", "TOOLS", "FinishHook", "Metrics", "ProfilerConfig", "RolloutOptions",
-    "Schedule", "TorchOptions",
+    "CONTENTS", "EXPORTERS", "TOOLS", "AutoCapture", "FinishHook", "Metrics", "OnDemand", "ProfilerConfig",
+    "RolloutOptions", "Schedule", "Stragglers", "TorchOptions",
 ]
 
 #: The torch profiler contents a user may ask for.
@@ -147,16 +149,52 @@ class RolloutOptions(_Mappable):
     flush_wait_s: float = attrs.field(default=300.0, validator=positive_finite)
 
 
-def _stage_names(value: object) -> frozenset[str]:
+def _names_of(where: str, value: object) -> frozenset[str]:
+    """A list of stage names or paths (None: empty) as a frozenset."""
     if value is None:
         return frozenset()
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise ConfigError(f"Metrics.stages must be a list of stage names or paths, got {value!r}")
+        raise ConfigError(f"{where} must be a list of stage names or paths, got {value!r}")
     names = list(value)
     for name in names:
         if not isinstance(name, str) or not name:
-            raise ConfigError(f"Metrics.stages must hold non-empty strings, got {name!r} in {value!r}")
+            raise ConfigError(f"{where} must hold non-empty strings, got {name!r} in {value!r}")
     return frozenset(names)
+
+
+def _stage_names(value: object) -> frozenset[str]:
+    return _names_of("Metrics.stages", value)
+
+
+def _straggler_stages(value: object) -> frozenset[str]:
+    return _names_of("Stragglers.stages", value)
+
+
+def _auto_stages(value: object) -> frozenset[str]:
+    return _names_of("AutoCapture.stages", value)
+
+
+@attrs.frozen(kw_only=True)
+class Stragglers(_Mappable):
+    """Straggler alerts of a Ray trainer's driver (``docs/on-demand.md``): a rank whose stage took
+    more than ``factor`` times the ranks' median in ``consecutive`` steps in a row is logged once
+    per episode and exported. Only stages whose slow time reaches ``min_seconds`` count (short
+    stages jitter); ``stages`` limits the watch to those names or paths (empty: every stage).
+
+    Examples:
+        >>> Stragglers(factor=2.0, consecutive=3).enabled
+        True
+    """
+
+    enabled: bool = attrs.field(default=True, validator=boolean)
+    factor: float = attrs.field(default=1.5, validator=number_in(1.0, 1e6, above=True))
+    consecutive: int = attrs.field(default=3, validator=int_in(1, 1_000_000))
+    stages: frozenset[str] = attrs.field(factory=frozenset, converter=_straggler_stages)
+    min_seconds: float = attrs.field(default=0.01, validator=number_in(0.0, MAX_SECONDS))
+
+
+def _stragglers(value: object) -> Stragglers:
+    return to_nested("Metrics.stragglers", value, Stragglers)
 
 
 def _exporters(value: object) -> tuple[str, ...]:
@@ -178,7 +216,9 @@ class Metrics(_Mappable):
     role (entries of any further one are counted as overflow). ``exporters`` names where each
     step's timings also go (:data:`EXPORTERS`); the Prometheus exporter listens on ``address`` and
     ``port`` plus the process's local rank (``port=0``: a free port), with a ``rank`` label when
-    ``rank_label``. ``device_time`` adds each stage's CUDA time on a machine with CUDA.
+    ``rank_label``. ``device_time`` adds each stage's CUDA time on a machine with CUDA. ``log``
+    appends every step's timings to a JSONL file in ``save_path`` (at most ``log_max_mb`` MB per
+    process); ``stragglers`` says when a Ray trainer's driver calls a rank a straggler.
 
     Examples:
         >>> Metrics(enabled=True, exporters=["prometheus"], port=0).exporters
@@ -193,6 +233,9 @@ class Metrics(_Mappable):
     port: int = attrs.field(default=9464, validator=int_in(0, 65535))
     rank_label: bool = attrs.field(default=False, validator=boolean)
     device_time: bool = attrs.field(default=True, validator=boolean)
+    log: bool = attrs.field(default=False, validator=boolean)
+    log_max_mb: float = attrs.field(default=256.0, validator=number_in(0.0, 1e7, above=True))
+    stragglers: Stragglers = attrs.field(factory=Stragglers, converter=_stragglers)
 
 
 def _metrics(value: object) -> Metrics:
@@ -268,6 +311,56 @@ def _finish_hook(value: object) -> FinishHook:
     return to_nested("ProfilerConfig.finish_hook", value, FinishHook)
 
 
+@attrs.frozen(kw_only=True)
+class OnDemand(_Mappable):
+    """Captures asked for while the job runs (``docs/on-demand.md``): ``profdsl trigger``,
+    ``RayStepProfiler.request``, ``POST /profile``. With ``enabled`` (and ``enable``), each
+    profiler looks for request files in ``save_path`` at its step boundaries (one ``stat``) and
+    takes requests from the driver and the metrics endpoint. A request traces at most
+    ``max_steps`` steps; at most ``max_requests`` requests are taken per role and run (0: none).
+
+    Examples:
+        >>> OnDemand().max_steps
+        10
+    """
+
+    enabled: bool = attrs.field(default=True, validator=boolean)
+    max_steps: int = attrs.field(default=10, validator=int_in(1, 10_000))
+    max_requests: int = attrs.field(default=10, validator=int_in(0, 10_000))
+
+
+def _on_demand(value: object) -> OnDemand:
+    return to_nested("ProfilerConfig.on_demand", value, OnDemand)
+
+
+@attrs.frozen(kw_only=True)
+class AutoCapture(_Mappable):
+    """Slow steps catch themselves (``docs/on-demand.md``): after each step, each watched stage's
+    always-on time is compared with the median of the same rank's previous ``baseline_steps``
+    untraced steps; when it took more than ``slower_than`` times that (and at least
+    ``min_seconds``), the next step of that rank is traced, the reason in its record. At most
+    ``max_captures`` such captures per role, and none for ``cooldown_steps`` steps after one.
+    ``stages`` names the stages (or paths) watched; empty: every stage. On Ray the driver also
+    compares the ranks of each step the same way and traces the next step of the slow rank and
+    of a typical one.
+
+    Examples:
+        >>> AutoCapture(stages=["update_actor"], slower_than=2.0).baseline_steps
+        20
+    """
+
+    stages: frozenset[str] = attrs.field(factory=frozenset, converter=_auto_stages)
+    slower_than: float = attrs.field(default=2.0, validator=number_in(1.0, 1e6, above=True))
+    baseline_steps: int = attrs.field(default=20, validator=int_in(1, 100_000))
+    max_captures: int = attrs.field(default=3, validator=int_in(0, 10_000))
+    cooldown_steps: int = attrs.field(default=50, validator=int_in(0, MAX_WIDE_INDEX))
+    min_seconds: float = attrs.field(default=0.0, validator=number_in(0.0, MAX_SECONDS))
+
+
+def _auto(value: object) -> AutoCapture | None:
+    return None if value is None else to_nested("ProfilerConfig.auto", value, AutoCapture)
+
+
 def _optional_dir(_inst: object, _attribute: object, value: str | None) -> None:
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise ConfigError(f"ProfilerConfig.nsys_report_dir must be a folder path or None, got {value!r}")
@@ -283,7 +376,9 @@ class ProfilerConfig(_Mappable):
     {0, last}"``, grammar in :mod:`profdsl.config.selector`); it excludes ``ranks`` and
     ``all_ranks``.
     ``discrete=True`` gives each outermost stage its own trace; otherwise one trace spans a step
-    (or a run of consecutive steps with ``continuous_steps``).
+    (or a run of consecutive steps with ``continuous_steps``). ``on_demand`` says how a running
+    job takes capture requests; ``auto`` (which needs ``metrics.enabled``) traces the step after
+    a slow one by itself (``docs/on-demand.md``).
 
     Examples:
         >>> cfg = ProfilerConfig.from_mapping({"enable": True, "steps": [3], "torch": {"contents": ["cpu"]}})
@@ -310,8 +405,13 @@ class ProfilerConfig(_Mappable):
     nsys_report_dir: str | None = attrs.field(default=None, validator=_optional_dir)
     rollout: RolloutOptions = attrs.field(factory=RolloutOptions, converter=_rollout)
     metrics: Metrics = attrs.field(factory=Metrics, converter=_metrics)
+    on_demand: OnDemand = attrs.field(factory=OnDemand, converter=_on_demand)
+    auto: AutoCapture | None = attrs.field(default=None, converter=_auto)
 
     def __attrs_post_init__(self) -> None:
+        if self.auto is not None and not self.metrics.enabled:
+            raise ConfigError("ProfilerConfig.auto needs the always-on metrics, which it compares step "
+                              "by step: set metrics=Metrics(enabled=True) (got metrics.enabled=False)")
         if self.select is not None and (self.ranks or self.all_ranks):
             given = f"ranks={list(self.ranks)}" if self.ranks else "all_ranks=True"
             raise ConfigError(f"ProfilerConfig.select ({self.select!r}) and {given} both choose the "

@@ -112,6 +112,21 @@ def positive_finite(inst: object, attribute: attrs.Attribute[Any], value: object
         )
 
 
+def number_in(minimum: float, maximum: float, *, above: bool = False
+              ) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """An attrs validator: a finite number (not a bool) in ``minimum..maximum`` (``above``:
+    strictly greater than ``minimum``)."""
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        low_ok = isinstance(value, (int, float)) and (value > minimum if above else value >= minimum)
+        if isinstance(value, bool) or not low_ok or not value <= maximum:  # type: ignore[operator]
+            low = f"> {minimum:g}" if above else f">= {minimum:g}"
+            raise ConfigError(f"{_where(inst, attribute)} must be a number {low} and <= {maximum:g}, "
+                              f"got {value!r}")
+
+    return check
+
+
 def to_index(label: str, value: object, minimum: int = 0, maximum: int | None = MAX_WIDE_INDEX) -> int:
     """:func:`require_int` for a number computed at run time: any integral type that
     ``operator.index`` takes (``numpy.int64``, a one-element integer tensor) becomes a plain int.

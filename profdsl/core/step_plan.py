@@ -105,6 +105,12 @@ class StepTracker:
 
     Call :meth:`begin` and :meth:`end` around each step and :meth:`finish` once at the end; each
     returns the :class:`Event` list to carry out, in order.
+
+    Steps may also be *requested* while the loop runs (:meth:`request`: an on-demand or automatic
+    capture, tagged with its request). A requested step is profiled even after the plan's hook
+    was owed; the plan's hook events stay the plan's (they are not owed for requested steps), and
+    a run of continuous steps never spans two captures (the plan's, or one request's): each
+    capture's steps close their own sessions. A step both planned and requested is the plan's.
     """
 
     def __init__(self, plan: StepPlan) -> None:
@@ -114,7 +120,29 @@ class StepTracker:
         self._last_begun: int | None = None
         self._ran_profiled = False
         self._hook_done = False
+        self._requested: dict[int, str] = {}  # step -> the request that asked for it (the first)
+        self._tag: str | None = None  # the capture of the open session (None: the plan's)
         self.profiling = False  # whether the step begun last is profiled
+        self.capture: str | None = None  # the request of the step begun last, if requested
+
+    def request(self, steps: range, tag: str) -> None:
+        """Steps ``steps`` are asked for by request ``tag`` (steps already asked for keep their
+        first request). Steps already begun are not profiled any more."""
+        floor = -1 if self._last_begun is None else self._last_begun
+        for step in steps:
+            if step > floor:
+                self._requested.setdefault(step, tag)
+        for step in [s for s in self._requested if s < floor]:
+            del self._requested[step]  # bounded: only steps still to come are kept
+
+    def _profiled(self, step: int | None) -> tuple[bool, str | None]:
+        """Whether ``step`` is profiled, and the request it is for (None: the plan)."""
+        if step is None:
+            return False, None
+        if self.plan.is_profiled(step) and not self._hook_done:
+            return True, None
+        tag = self._requested.get(step)
+        return tag is not None, tag
 
     @property
     def hook_done(self) -> bool:
@@ -134,19 +162,22 @@ class StepTracker:
             require_int("step", step)
         # A loop that forgot end() is forgiven: the previous step ends here.
         events = self.end() if self._current is not None else []
-        # Once the hook is owed, nothing more is captured: it must run after the last artifact.
-        profiled = self.plan.is_profiled(step) and not self._hook_done
+        # Once the hook is owed, nothing more of the plan is captured: it must run after the
+        # plan's last artifact (requested steps have hooks of their own).
+        profiled, tag = self._profiled(step)
         continues = (
             step is not None and profiled and self.plan.continuous_steps
-            and self._last_begun == step - 1
+            and self._last_begun == step - 1 and tag == self._tag
         )
         if self._open and not continues:
             events += self._close()
         if profiled and not self._open:
             self._open = True
+            self._tag = tag
             events.append(Event.OPEN)
-        self._ran_profiled |= profiled
+        self._ran_profiled |= profiled and tag is None
         self.profiling = profiled
+        self.capture = tag if profiled else None
         self._current = self._last_begun = step
         return events
 
@@ -155,11 +186,13 @@ class StepTracker:
         step, self._current = self._current, None
         if step is None or not self._open:
             return []
-        if self.plan.continuous_steps and self.plan.is_profiled(step + 1):
+        following, tag = self._profiled(step + 1)
+        if self.plan.continuous_steps and following and tag == self._tag:
             return []
+        planned = self._tag is None
         events = self._close()
         hook_step = self.plan.hook_step
-        if hook_step is not None and step >= hook_step and not self._hook_done:
+        if planned and hook_step is not None and step >= hook_step and not self._hook_done:
             self._hook_done = True
             events.append(Event.HOOK)
         return events
@@ -175,4 +208,5 @@ class StepTracker:
 
     def _close(self) -> list[Event]:
         self._open = False
+        self._tag = None
         return [Event.CLOSE]

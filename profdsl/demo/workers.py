@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from profdsl import ProfilerConfig, mini_batch_window, profile_stage
@@ -46,9 +48,11 @@ class Sampler:
 
 
 class Trainer(ProfiledWorker):
-    """One rank of the fused actor + ref + critic worker."""
+    """One rank of the fused actor + ref + critic worker. ``slow``: seconds the first actor
+    mini-batch of those steps is held up (the demo's injected slow step)."""
 
-    def __init__(self, config: ProfilerConfig, rank: int, world_size: int, mini_batches: int) -> None:
+    def __init__(self, config: ProfilerConfig, rank: int, world_size: int, mini_batches: int,
+                 slow: Mapping[int, float] | None = None) -> None:
         import torch
 
         for role in ("actor", "ref", "critic"):
@@ -59,6 +63,8 @@ class Trainer(ProfiledWorker):
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-3)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1e-3)
         self.mini_batches = mini_batches
+        self.slow = dict(slow or {})
+        self._pause = 0.0
 
     @profile_stage("compute_ref_log_prob", role="ref")
     def ref_log_prob(self, prompts: Any, actions: Any) -> Any:
@@ -81,6 +87,9 @@ class Trainer(ProfiledWorker):
         total = 0.0
         batches = zip(*(t.chunk(self.mini_batches) for t in (prompts, actions, ref_logp, advantages)))
         for p, a, old, adv in mini_batch_window(batches, role="actor"):
+            if self._pause:  # the injected slow step: one mini-batch held up
+                time.sleep(self._pause)
+                self._pause = 0.0
             logp = torch.log_softmax(self.actor(p), -1).gather(1, a[:, None]).squeeze(1)
             ratio = torch.exp(logp - old)
             loss = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
@@ -100,8 +109,10 @@ class Trainer(ProfiledWorker):
         self.critic_opt.step()
         return float(loss.item())
 
-    def train_step(self, prompts: Any, actions: Any) -> float:
-        """One RL step's training work on this rank, after generation."""
+    def train_step(self, prompts: Any, actions: Any, step: int | None = None) -> float:
+        """One RL step's training work on this rank, after generation (``step``: held up when
+        it is one of ``slow``)."""
+        self._pause = self.slow.get(step, 0.0) if step is not None else 0.0
         rewards = (actions % 3 == 0).float()
         ref_logp = self.ref_log_prob(prompts, actions)
         values = self.values(prompts)

@@ -17,11 +17,14 @@ from typing import Any, SupportsIndex
 
 import attrs
 
+from profdsl.collect.requests import new_id
 from profdsl.config import FinishHook, ProfilerConfig
-from profdsl.core.log import once
+from profdsl.core.log import logger, once
 from profdsl.metrics.aggregate import StepSummary, aggregate
-from profdsl.metrics.exporters import OnStep, call_on_step
+from profdsl.metrics.exporters import OnStep, call_on_step, export_alert
+from profdsl.metrics.slow import SlowRanks, StragglerAlert, StragglerWatch, rank_times
 from profdsl.metrics.timings import StepTimings
+from profdsl.records.schema import CaptureRequest, RecordError, ask
 from profdsl.rollout.nodes import current_node, node_of, run_on_node
 from profdsl.rollout.window import rollout_window
 from profdsl.runtime.process import PROCESS
@@ -103,8 +106,18 @@ class ProfiledWorker:
     def _each(self) -> list[Profiler]:
         return list(self.__dict__.get("_profdsl_profilers", {}).values())
 
-    def start_profile(self, step: SupportsIndex) -> None:
-        """Begin step ``step`` for every role (called remotely by the trainer)."""
+    def start_profile(self, step: SupportsIndex, *, requests: Sequence[CaptureRequest] = (),
+                      alerts: Sequence[StragglerAlert] = ()) -> None:
+        """Begin step ``step`` for every role (called remotely by the trainer). ``requests``:
+        capture requests the driver passes on (each taken once, by the roles it names, before
+        the step begins); ``alerts``: straggler episodes of the driver's, shown by this rank's
+        metrics exporters (docs/on-demand.md)."""
+        for request in requests:
+            PROCESS.inbox.deliver(request)
+        for alert in alerts:
+            for profiler in self._each():
+                if profiler.role == alert.role and profiler.rank == alert.rank:
+                    export_alert(getattr(profiler.meter, "exporters", []), alert)
         for profiler in self._each():
             profiler.start(step)
 
@@ -148,6 +161,13 @@ class RayStepProfiler:
         on_step: with ``config.metrics.enabled``, called as ``on_step(step, metrics)`` after
             each step with the spread over ranks, flat (``metrics.flat()``).
 
+    Capture requests (docs/on-demand.md): :meth:`request`, and the request files the driver finds
+    in ``save_path``, are passed on to every worker with the step they begin at, so that every
+    rank traces the same steps; the workers are driven on those steps. With ``config.auto`` the
+    driver compares the ranks of each step and requests the next step of a slow rank and of a
+    typical one; with metrics on, ``config.metrics.stragglers`` finds stragglers (logged once per
+    episode, in ``metrics.flat()`` and on the straggling rank's Prometheus endpoint).
+
     With ``config.metrics.enabled`` every step starts and stops the workers (not only profiled
     steps), and ``metrics`` is the last step's :class:`~profdsl.metrics.StepSummary`: each
     rank's stage timings, gathered at stop, and per role and stage their min, mean, max and
@@ -181,14 +201,55 @@ class RayStepProfiler:
         clock_config = attrs.evolve(config, finish_hook=FinishHook(),
                                     metrics=attrs.evolve(config.metrics, exporters=()))
         self.clock = Profiler(clock_config, role="driver", rank=0, world_size=1, capture=False)
+        self._heard: list[CaptureRequest] = []  # requests delivered here, to pass on at the next step
+        self._requested: set[int] = set()  # steps requests passed on asked for
+        self._alerts: list[StragglerAlert] = []  # straggler episodes begun or ended, to pass on
+        self._traced = False  # whether the step going on is traced somewhere (skewed times)
+        enabled = config.enable
+        self._slow = SlowRanks(config.auto) if enabled and config.auto is not None else None
+        stragglers = config.metrics.stragglers
+        self._stragglers = StragglerWatch(stragglers) if config.metrics.enabled and stragglers.enabled else None
+        PROCESS.inbox.listen(self._hear)
 
-    def _call(self, method: str, *args: Any, timeout: float) -> list[Any]:
+    def _hear(self, request: CaptureRequest) -> None:
+        """A request was delivered in this process (``request()``, a request file, an automatic
+        capture): pass it on at the next step (never waits: on any thread)."""
+        self._heard.append(request)
+
+    def request(self, steps: int, *, ranks: Sequence[int] | str | None = None,
+                roles: Sequence[str] | None = None, reason: str | None = None) -> str | None:
+        """Trace the next ``steps`` steps on the workers' ``ranks`` (a list, ``"all"`` or a rank
+        selector; default: the config's) and ``roles`` (default: every role; ``"rollout"``: the
+        engines). Every worker begins at the same step: the next one this driver begins. Returns
+        the request's id, or None when it is malformed (logged). Never raises."""
+        try:
+            request = ask(steps, ranks=ranks, roles=roles, reason=reason, source="ray",
+                          request_id=new_id("ray"))
+        except RecordError as exc:
+            logger.warning("profdsl: RayStepProfiler.request(...) is no capture request (%s): ignored", exc)
+            return None
+        PROCESS.inbox.deliver(request)
+        return request.id
+
+    def _pass_on(self, step: int) -> list[CaptureRequest]:
+        """The requests heard since the last step, each pinned to the steps it traces (from
+        ``step``, or its own ``at_step`` when later), noted as requested."""
+        heard, self._heard = self._heard, []
+        pinned = []
+        for request in heard:
+            start = request.at_step if request.at_step is not None else step
+            pinned.append(attrs.evolve(request, at_step=start))
+            self._requested.update(range(max(start, step), start + (request.steps or 1)))
+        self._requested = {s for s in self._requested if s >= step}
+        return pinned
+
+    def _call(self, method: str, *args: Any, timeout: float, **kwargs: Any) -> list[Any]:
         """Call ``method`` on every worker; the answers (None for a worker that failed)."""
         if not self.workers:
             return []
         import ray
 
-        refs = [getattr(w, method).remote(*args) for w in self.workers]
+        refs = [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         answers: list[Any] = []
         for index, ref in enumerate(refs):
@@ -215,9 +276,19 @@ class RayStepProfiler:
         it is a profiled step."""
         self.clock.start(step)
         number = self.clock.current_step
-        driven = number is not None and (self.clock in _stepping() or self.config.metrics.enabled)
+        passed = self._pass_on(number) if number is not None else []
+        self._traced = number is not None and (self.clock in _stepping() or number in self._requested)
+        driven = number is not None and (self._traced or self.config.metrics.enabled)
         if driven:  # the workers get the step as a plain int
-            self._call("start_profile", number, timeout=self.call_timeout_s)
+            extra: dict[str, Any] = {}
+            if passed:
+                extra.update(requests=passed)
+            if self._alerts:
+                extra.update(alerts=self._alerts)
+                self._alerts = []
+            self._call("start_profile", number, timeout=self.call_timeout_s, **extra)
+        elif passed:
+            self._heard = passed + self._heard  # not driven (no step number): the next step passes them on
         try:
             yield self
         finally:
@@ -229,8 +300,34 @@ class RayStepProfiler:
     def _gathered(self, step: int, own: StepTimings, answers: list[Any]) -> None:
         timings = [own] + [t for answer in answers if isinstance(answer, list)
                            for t in answer if isinstance(t, StepTimings)]
-        self.metrics = aggregate(step, timings)
+        summary = aggregate(step, timings)
+        try:
+            summary = self._compare_ranks(step, summary)
+        except Exception as exc:  # never into training
+            once("ray-compare-ranks", logging.ERROR, "profdsl: comparing the ranks of step %s failed: %r", step, exc)
+        self.metrics = summary
         call_on_step(self._on_step, step, self.metrics.flat(), "RayStepProfiler")
+
+    def _compare_ranks(self, step: int, summary: StepSummary) -> StepSummary:
+        """Stragglers (logged once per episode, passed on to the workers' exporters) and a slow
+        rank (its next step and a typical rank's requested), from one step's timings."""
+        times = rank_times(t for t in summary.timings if t.role != "driver")
+        if self._stragglers is not None:
+            for alert in self._stragglers.observe(step, times, traced=self._traced):
+                logger.log(logging.WARNING if alert.active else logging.INFO, "profdsl: %s", alert.message())
+                self._alerts.append(alert)
+            summary = attrs.evolve(summary, stragglers=tuple(self._stragglers.active()))
+        if self._slow is not None:
+            found = self._slow.observe(step, times, traced=self._traced)
+            if found is not None:
+                roles = sorted({t.role for t in summary.timings if t.role != "driver"})
+                logger.warning("profdsl: slow rank: %s; tracing step %s on ranks %s (automatic capture %s of %s)",
+                               found.reason(), step + 1, ", ".join(map(str, found.ranks())),
+                               self._slow.captures, self._slow.auto.max_captures)
+                PROCESS.inbox.deliver(CaptureRequest(
+                    id=f"auto-ranks-s{step + 1}", steps=1, ranks=found.ranks(), roles=tuple(roles) or None,
+                    at_step=step + 1, reason=found.reason(), source="auto"))
+        return summary
 
     def rollout(self, name: str = "rollout") -> rollout_window:
         """``rollout_window`` over the engines, for the current step (timed as stage ``name``)."""
@@ -239,6 +336,7 @@ class RayStepProfiler:
 
     def close(self) -> None:
         """Training is over: every worker closes, running a finish hook still owed."""
+        PROCESS.inbox.unlisten(self._hear)
         self._call("finish_profile", timeout=self._stop_timeout())
         self.clock.close()
 

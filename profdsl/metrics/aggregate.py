@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import attrs
 
+from profdsl.metrics.slow import StragglerAlert
 from profdsl.metrics.timings import NAMES, StepTimings
 from profdsl.metrics.tree import segment
 
@@ -32,7 +33,8 @@ class Spread:
 
 @attrs.frozen
 class StepSummary:
-    """What ``RayStepProfiler`` gathered for one step: each rank's timings and their spread.
+    """What ``RayStepProfiler`` gathered for one step: each rank's timings and their spread, and
+    the straggler episodes going on (``Metrics.stragglers``; ``profdsl.metrics.slow``).
 
     Examples:
         >>> from profdsl.metrics.timings import StageTiming
@@ -47,13 +49,17 @@ class StepSummary:
     step: int
     spreads: tuple[Spread, ...]
     timings: tuple[StepTimings, ...]
+    stragglers: tuple[StragglerAlert, ...] = ()
 
     def flat(self) -> dict[str, float]:
         """The flat mapping for a logger: ``timing_s_{min,mean,max}/<role>/<stage>`` and
         ``timing_slowest_rank/<role>/<stage>``, and the same with ``timing_step_s`` for the
         step's wall time per role. The role is one path segment, escaped as stage names are
         (``/`` as ``%2F``, ``%`` as ``%25``), so that role ``a/b`` with stage ``c`` and role ``a``
-        with nested stage ``b/c`` keep apart."""
+        with nested stage ``b/c`` keep apart. A straggler episode going on adds
+        ``timing_straggler_factor/<role>/<stage>`` (its time over the other ranks' median),
+        ``timing_straggler_rank/...`` and ``timing_straggler_steps/...`` (consecutive slow steps;
+        the slowest rank's, when several straggle in one stage)."""
         out: dict[str, float] = {}
         for spread in self.spreads:
             role = segment(spread.role)
@@ -66,6 +72,11 @@ class StepSummary:
             out[f"{prefix}_max/{key}"] = spread.max_s
             slowest = "timing_slowest_rank" if spread.stage is not None else "timing_step_slowest_rank"
             out[f"{slowest}/{key}"] = spread.slowest_rank
+        for alert in sorted(self.stragglers, key=lambda a: a.factor):  # the slowest rank's last
+            key = f"{segment(alert.role)}/{alert.stage}"
+            out[f"{NAMES.straggler_factor}/{key}"] = alert.factor
+            out[f"{NAMES.straggler_rank}/{key}"] = alert.rank
+            out[f"{NAMES.straggler_steps}/{key}"] = alert.count
         return out
 
 

@@ -16,9 +16,10 @@ from typing import Protocol
 from profdsl.config import Metrics
 from profdsl.core.log import once
 from profdsl.metrics.prometheus import PrometheusExporter, Servers
+from profdsl.metrics.slow import StragglerAlert
 from profdsl.metrics.timings import StepTimings
 
-__all__ = ["Exporter", "OnStep", "call_on_step", "make_exporters", "publish"]
+__all__ = ["Exporter", "OnStep", "call_on_step", "export_alert", "make_exporters", "publish"]
 
 #: The ``on_step`` callback: called as ``on_step(step, metrics)`` with the flat mapping.
 OnStep = Callable[[int, dict[str, float]], object]
@@ -76,6 +77,20 @@ def publish(timings: StepTimings, exporters: list[Exporter], on_step: OnStep | N
                  timings.role, timings.step, exporter.name, exc)
     call_on_step(on_step, timings.step, flat, timings.role)
     return flat
+
+
+def export_alert(exporters: list[Exporter], alert: StragglerAlert) -> None:
+    """Send a straggler episode's start or end to each exporter that shows them (Prometheus: the
+    ``profdsl_straggler_*`` gauges); a failure is logged once, never raised."""
+    for exporter in exporters:
+        show = getattr(exporter, "alert", None)
+        if show is None:
+            continue
+        try:
+            show(alert)
+        except Exception as exc:
+            once(f"metrics-alert:{exporter.name}:{id(exporter)}:{type(exc).__name__}", logging.ERROR,
+                 "profdsl: exporting a straggler alert to %s failed (training goes on): %r", exporter.name, exc)
 
 
 def call_on_step(on_step: OnStep | None, step: int, flat: dict[str, float], who: str) -> None:

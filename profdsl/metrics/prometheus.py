@@ -10,18 +10,38 @@ forked child).
 Label values are what the client escapes in its exposition (``\\``, ``"`` and newlines), made
 valid UTF-8 first and cut to :data:`MAX_LABEL` characters (a digest of the rest keeps cut values
 apart); the stage label's distinct values are bounded by ``Metrics.max_stages`` per role.
+
+The endpoint also takes capture requests: ``POST /profile`` with a JSON body
+(``docs/on-demand.md``) is handed to ``on_profile`` (the process's request inbox), on the
+server's thread, and answered with its JSON answer. Bodies are bounded (:data:`MAX_BODY`) and a
+slow client times out (:data:`CLIENT_TIMEOUT_S`); nothing here waits for training.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import socket
 import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from profdsl.core.log import logger
+from profdsl.core.log import logger, once
+from profdsl.metrics.slow import StragglerAlert
 from profdsl.metrics.timings import StepTimings
 
-__all__ = ["BUCKETS", "MAX_LABEL", "PrometheusExporter", "Server", "Servers", "host_port", "label_value"]
+__all__ = ["BUCKETS", "CLIENT_TIMEOUT_S", "MAX_BODY", "MAX_LABEL", "OnProfile", "PrometheusExporter", "Server",
+           "Servers", "host_port", "label_value"]
+
+#: ``POST /profile``: the body (bytes) in, the HTTP status and JSON answer out.
+OnProfile = Callable[[bytes], tuple[int, dict[str, Any]]]
+#: The largest ``POST /profile`` body read.
+MAX_BODY = 64 * 1024
+#: How long the endpoint waits for a client that stops sending.
+CLIENT_TIMEOUT_S = 10.0
 
 #: Histogram buckets, in seconds: training stages last from milliseconds to many minutes.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
@@ -50,10 +70,33 @@ def host_port(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-class Server:
-    """One endpoint: a registry with profdsl's metrics, served on a daemon thread."""
+class _Quiet(WSGIRequestHandler):
+    timeout = CLIENT_TIMEOUT_S  # a client that stops sending frees its thread
 
-    def __init__(self, address: str, port: int, rank_label: bool) -> None:
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _Threading(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def _serve(address: str, port: int, app: Callable[..., Iterable[bytes]]) -> tuple[WSGIServer, threading.Thread]:
+    """Serve ``app`` on ``address:port`` (IPv4 or IPv6) from a daemon thread, one thread per
+    request."""
+    family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    server_class = type("ProfdslMetricsServer", (_Threading,), {"address_family": family})
+    httpd: WSGIServer = make_server(address, port, app, server_class, handler_class=_Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, name="profdsl-metrics-endpoint", daemon=True)
+    thread.start()
+    return httpd, thread
+
+
+class Server:
+    """One endpoint: a registry with profdsl's metrics, served on a daemon thread, and
+    ``POST /profile`` handed to ``on_profile``."""
+
+    def __init__(self, address: str, port: int, rank_label: bool, on_profile: OnProfile | None = None) -> None:
         import prometheus_client as client
 
         self.rank_label = rank_label
@@ -72,8 +115,49 @@ class Server:
         self.overflow = client.Counter(
             "profdsl_stage_overflow", "Entries of stage paths beyond Metrics.max_stages",
             ("role", *extra), registry=self.registry)
-        self.http, self.thread = client.start_http_server(port, addr=address, registry=self.registry)
+        self.straggler_factor = client.Gauge(
+            "profdsl_straggler_factor", "A straggling rank's stage time over the other ranks' median, while "
+            "its straggler episode lasts (0 after)", ("role", "stage", "rank"), registry=self.registry)
+        self.straggler_steps = client.Gauge(
+            "profdsl_straggler_steps", "Consecutive slow steps of a straggling rank's stage (0 after its "
+            "episode)", ("role", "stage", "rank"), registry=self.registry)
+        self.on_profile = on_profile
+        self._metrics_app = client.make_wsgi_app(self.registry)
+        self.http, self.thread = _serve(address, port, self._app)
         self.address, self.port = address, int(self.http.server_port)
+
+    def _app(self, environ: dict[str, Any], start_response: Callable[..., object]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/profile":
+            return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        status, answer = self._profile(environ)
+        body = (json.dumps(answer, sort_keys=True) + "\n").encode()
+        reasons = {200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found",
+                   405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 500: "Error"}
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        if status == 405:
+            headers.append(("Allow", "POST"))
+        start_response(f"{status} {reasons.get(status, 'Error')}", headers)
+        return [body]
+
+    def _profile(self, environ: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``POST /profile``: read the body (bounded) and hand it over; never raises."""
+        if environ.get("REQUEST_METHOD") != "POST":
+            return 405, {"why": ["POST a JSON capture request to /profile"]}
+        if self.on_profile is None:
+            return 404, {"why": ["this endpoint takes no capture requests"]}
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY:
+            return 413, {"why": [f"the body must be at most {MAX_BODY} bytes, with a Content-Length"]}
+        try:
+            body = environ["wsgi.input"].read(length) if length else b""
+            return self.on_profile(body)
+        except Exception as exc:
+            once(f"post-profile:{type(exc).__name__}", logging.ERROR,
+                 "profdsl: answering POST /profile failed: %r", exc)
+            return 500, {"why": [type(exc).__name__]}
 
     def observe(self, timings: StepTimings) -> None:
         """Add one step of one role."""
@@ -86,6 +170,13 @@ class Server:
         self.step_seconds.labels(role, *extra).observe(timings.wall_s)
         if timings.overflow:
             self.overflow.labels(role, *extra).inc(timings.overflow)
+
+    def alert(self, alert: StragglerAlert) -> None:
+        """A straggler episode of this process's rank began (the gauges show its factor and
+        steps) or ended (both back to 0)."""
+        labels = (label_value(alert.role), label_value(alert.stage), str(alert.rank))
+        self.straggler_factor.labels(*labels).set(alert.factor if alert.active else 0.0)
+        self.straggler_steps.labels(*labels).set(alert.count if alert.active else 0)
 
     def close(self) -> None:
         """Stop serving and release the port."""
@@ -102,11 +193,13 @@ class Server:
 
 
 class Servers:
-    """The process's Prometheus endpoints, by (address, port)."""
+    """The process's Prometheus endpoints, by (address, port); ``POST /profile`` on any of them
+    goes to ``on_profile``."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_profile: OnProfile | None = None) -> None:
         self._lock = threading.Lock()
         self._servers: dict[tuple[str, int], Server] = {}
+        self._on_profile = on_profile
 
     def get(self, address: str, port: int, rank_label: bool) -> Server:
         """The endpoint on ``address:port``, started on first use (``port=0``: one free port for
@@ -114,7 +207,7 @@ class Servers:
         with self._lock:
             server = self._servers.get((address, port))
             if server is None:
-                server = self._servers[(address, port)] = Server(address, port, rank_label)
+                server = self._servers[(address, port)] = Server(address, port, rank_label, self._on_profile)
                 logger.info("profdsl: Prometheus metrics on http://%s/metrics", host_port(address, server.port))
             elif server.rank_label != rank_label:
                 logger.warning("profdsl: the Prometheus endpoint %s was started %s a rank label; "
@@ -154,6 +247,9 @@ class PrometheusExporter:
 
     def export(self, timings: StepTimings) -> None:
         self.server.observe(timings)
+
+    def alert(self, alert: StragglerAlert) -> None:
+        self.server.alert(alert)
 
     def __repr__(self) -> str:
         return f"PrometheusExporter({host_port(self.server.address, self.server.port)})"

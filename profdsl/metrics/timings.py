@@ -27,6 +27,9 @@ class _Names:
     device: str = "timing_device_s"  #: CUDA time between entry and exit (CUDA only)
     step: str = "timing_step_s"      #: the step's wall time, start() to stop() (no path)
     overflow: str = "timing_overflow_count"  #: entries of paths beyond Metrics.max_stages (no path)
+    straggler_factor: str = "timing_straggler_factor"  #: a straggler's time over the other ranks' median
+    straggler_rank: str = "timing_straggler_rank"      #: which rank straggles
+    straggler_steps: str = "timing_straggler_steps"    #: for how many consecutive steps
 
 
 #: The flat mapping's key prefixes.

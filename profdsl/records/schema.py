@@ -14,7 +14,7 @@ Examples:
     >>> record = TraceRecord(path="a.pt.trace.json.gz", role="actor", step=3, bytes=10)
     >>> data = to_json(record)
     >>> data["kind"], data["schema"], data["status"], "note" in data
-    ('trace', 1, 'ok', False)
+    ('trace', 2, 'ok', False)
     >>> parse_record({**data, "colour": "red"}).unknown
     {'colour': 'red'}
     >>> parse_record({**data, "step": "3"})
@@ -26,6 +26,7 @@ Examples:
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -34,20 +35,23 @@ from typing import Any, ClassVar, Final, TypeVar
 import attrs
 
 from profdsl.config.parallel import DIMS
-from profdsl.config.validate import is_int, require_int
+from profdsl.config.selector import parse_selector
+from profdsl.config.validate import MAX_WIDE_INDEX, is_int, require_int
 from profdsl.errors import ConfigError
 
 __all__ = [
-    "BASE_TIME_KEY", "DISTRIBUTED_KEY", "KINDS", "META_KEY", "RECORD_CLASSES", "RECORD_KEYS",
-    "SCHEMA_VERSION", "STATUSES", "VERSION_KEY", "ExportMeta", "HookRecord", "MovedRecord", "NsysRecord",
-    "Record", "RecordError", "Regions", "RolloutRecord", "TraceMeta", "TraceRecord", "WindowNote",
-    "base_time_ns", "brief", "distributed_info", "header_meta", "is_relative", "parse_meta", "parse_record",
-    "to_json", "trace_header",
+    "BASE_TIME_KEY", "DISTRIBUTED_KEY", "KINDS", "MAX_REQUEST_STEPS", "META_KEY", "RECORD_CLASSES",
+    "RECORD_KEYS", "SCHEMA_VERSION", "SOURCES", "STATUSES", "VERSION_KEY", "CaptureNote", "CaptureRequest",
+    "ExportMeta", "HookRecord", "MetricsLine", "MovedRecord", "NsysRecord", "Record", "RecordError", "Regions",
+    "RolloutRecord", "StageLine", "TraceMeta", "TraceRecord", "WindowNote", "base_time_ns", "brief",
+    "ask", "distributed_info", "header_meta", "is_relative", "parse_meta", "parse_metrics_line", "parse_record",
+    "parse_request", "to_json", "trace_header",
 ]
 
 #: The version of this schema, written into every record and trace. Readers take any version:
-#: the fields they know are checked, the others kept.
-SCHEMA_VERSION: Final = 1
+#: the fields they know are checked, the others kept. 2: ``capture`` (on-demand and automatic
+#: captures), capture requests and the metrics log.
+SCHEMA_VERSION: Final = 2
 #: The key that holds it.
 VERSION_KEY: Final = "schema"
 #: The top-level trace keys profdsl writes: its own metadata, torch's rank block (written when
@@ -62,6 +66,14 @@ BASE_TIME_KEY: Final = "baseTimeNanoseconds"
 STATUSES: Final = ("ok", "failed", "incomplete", "skipped", "timeout", "interrupted", "stray")
 _MAX_BYTES = 2**63 - 1
 _MAX_BASE_NS = 2**63 - 1
+#: What may ask for a capture the plan did not name: a request file (``profdsl trigger``), a Ray
+#: trainer's driver, the metrics endpoint's ``POST /profile``, ``Profiler.request`` in the
+#: process itself, or a slow step (``ProfilerConfig.auto``).
+SOURCES: Final = ("file", "ray", "http", "api", "auto")
+#: The most steps one capture request may ask for, whatever the config allows.
+MAX_REQUEST_STEPS: Final = 10_000
+_MAX_TEXT = 1000
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,79}")
 
 T = TypeVar("T")
 Check = Callable[[str, Any], Any]
@@ -205,6 +217,77 @@ def _objects(key: str, value: Any) -> tuple[dict[str, Any], ...] | None:
     raise RecordError(f"{key} must be a list of objects or null, got {brief(value)}")
 
 
+def _flag(key: str, value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise RecordError(f"{key} must be true, false or null, got {brief(value)}")
+
+
+def _short_text(key: str, value: Any) -> str | None:
+    text = _text(key, value)
+    if text is not None and len(text) > _MAX_TEXT:
+        raise RecordError(f"{key} must be at most {_MAX_TEXT} characters, got {len(text)}")
+    return text
+
+
+def _request_id(key: str, value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and _ID.fullmatch(value)):
+        return value
+    raise RecordError(f"{key} must be 1-80 letters, digits, '.', '_', ':' or '-' (not first), got {brief(value)}")
+
+
+def _source(key: str, value: Any) -> str | None:
+    if value is None or value in SOURCES:
+        return value  # type: ignore[no-any-return]
+    raise RecordError(f"{key} must be one of {', '.join(SOURCES)}, got {brief(value)}")
+
+
+def _rank_choice(key: str, value: Any) -> tuple[int, ...] | str | None:
+    """``"all"``, a rank selector (its canonical spelling) or a non-empty list of ranks."""
+    if value is None or value == "all":
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, str):
+        try:
+            return parse_selector(value, where=key).format()
+        except ConfigError as exc:
+            raise RecordError(str(exc)) from None
+    if isinstance(value, (list, tuple)) and value:
+        for i, rank in enumerate(value):
+            if not is_int(rank) or not 0 <= rank < MAX_WIDE_INDEX:
+                raise RecordError(f"{key}[{i}] must be a rank (an integer >= 0), got {brief(rank)}")
+        return tuple(sorted(set(value)))
+    raise RecordError(f"{key} must be 'all', a rank selector or a non-empty list of ranks, got {brief(value)}")
+
+
+def _role_names(key: str, value: Any) -> tuple[str, ...] | None:
+    names = _texts(key, value)
+    if names is not None and (not names or not all(names)):
+        raise RecordError(f"{key} must be a non-empty list of role names or null, got {brief(value)}")
+    return names
+
+
+def _when(key: str, value: Any) -> float | None:
+    seconds = _duration(key, value)
+    if seconds is not None and seconds > 1e11:
+        raise RecordError(f"{key} must be seconds since 1970, got {brief(value)}")
+    return seconds
+
+
+def _nested_map(cls: type[T]) -> Check:
+    """A mapping of names to objects of ``cls``."""
+    def check(key: str, value: Any) -> dict[str, T] | None:
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise RecordError(f"{key} must be an object or null, got {brief(value)}")
+        out = {}
+        for name, item in value.items():
+            _any_name(key, name)
+            out[name] = _decode(cls, item, f"{key}.{name}.")
+        return out
+    return check
+
+
 def _nested(cls: type[T]) -> Check:
     def check(key: str, value: Any) -> T | None:
         return None if value is None else _decode(cls, value, f"{key}.")
@@ -255,6 +338,22 @@ class Regions:
     continued_at: tuple[tuple[tuple[str, ...], int], ...] | None = _field(
         _path_counts, "`[[labels, count], ...]`: the same per path of labels (the regions open around "
         "it on its thread, then its own), so that a label at several paths is counted where it sits")
+    unknown: Mapping[str, Any] = _unknown()
+
+
+@attrs.frozen(kw_only=True)
+class CaptureNote:
+    """Why a trace was captured (or a hook ran) when the plan did not name its step: a capture
+    request or a slow step (a trace record's, hook record's and metadata's ``capture``)."""
+
+    source: str | None = _field(_source, "what asked: `file` (`profdsl trigger`), `ray` (the driver's "
+                                "`request()`), `http` (`POST /profile`), `api` (`Profiler.request`) or "
+                                "`auto` (a slow step)", always=True)
+    request: str | None = _field(_request_id, "the request's id (one hook run per request)", always=True)
+    steps: tuple[int, int] | None = _field(_window, "`[first, last]`: the steps it traces on this rank",
+                                           always=True)
+    reason: str | None = _field(_short_text, "what the asker said, or why a step was slow "
+                                "(`update_actor took 2.3x the median of steps 80-99`)")
     unknown: Mapping[str, Any] = _unknown()
 
 
@@ -336,6 +435,8 @@ class TraceRecord(Record):
                                       "session for this trace")
     export_ms: float | None = _field(_duration, "milliseconds the background export took")
     events: str | None = _field(_path, "an `incomplete` trace's events, kept in save_path as plain JSON")
+    capture: CaptureNote | None = _field(_nested(CaptureNote), "why it was captured, when the plan did not "
+                                         "name its step (a request, a slow step; schema 2)")
 
 
 @attrs.frozen(kw_only=True)
@@ -379,6 +480,8 @@ class HookRecord(Record):
     steps: tuple[int, ...] | None = _field(_integers, "the profiled steps of the round it ran for")
     blocked_ms: float | None = _field(_duration, "milliseconds a training thread waited for it (the "
                                       "last profiled step's stop, or close())")
+    capture: CaptureNote | None = _field(_nested(CaptureNote), "the request it ran for (a hook runs once "
+                                         "per completed request; schema 2)")
 
 
 #: The record class of each kind.
@@ -433,8 +536,131 @@ class TraceMeta:
                                                  "one clock")
     stages: tuple[dict[str, Any], ...] | None = _field(_objects, "a `merge` output: the stage-time "
                                                        "model's rows")
+    capture: CaptureNote | None = _field(_nested(CaptureNote), "why it was captured, when the plan did not "
+                                         "name its step")
     schema: int = _field(_count(0), "the schema version that wrote it", default=SCHEMA_VERSION, always=True)
     unknown: Mapping[str, Any] = _unknown()
+
+
+# -- capture requests ---------------------------------------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class CaptureRequest:
+    """A request to trace the next ``steps`` steps of a running job: a request file
+    (``profdsl trigger``, in ``save_path/profdsl-requests/``), the body of ``POST /profile``, or
+    what a Ray trainer's driver sends its workers. ``id`` and ``steps`` are required
+    (:func:`parse_request`)."""
+
+    id: str | None = _field(_request_id, "the request's id: a request seen twice is taken once", always=True)
+    steps: int | None = _field(_count(1, MAX_REQUEST_STEPS), "how many steps to trace", always=True)
+    ranks: tuple[int, ...] | str | None = _field(_rank_choice, "which ranks: a list, `all`, or a rank "
+                                                 "selector (`tp == 0`); null: the config's ranks")
+    roles: tuple[str, ...] | None = _field(_role_names, "which roles (`rollout`: the engines, through the "
+                                           "driver); null: every role")
+    at_step: int | None = _field(_count(0, MAX_WIDE_INDEX), "the first step to trace, when it is not yet "
+                                 "reached; null: the next step each process begins")
+    reason: str | None = _field(_short_text, "why it was asked (written into the capture's records)")
+    source: str | None = _field(_source, "what asked (set by the receiver)")
+    created: float | None = _field(_when, "when it was made, seconds since 1970: a request file older "
+                                   "than the process that finds it is not taken")
+    schema: int = _field(_count(0), "the schema version that wrote it", default=SCHEMA_VERSION, always=True)
+    unknown: Mapping[str, Any] = _unknown()
+
+    def note(self, first: int, last: int) -> CaptureNote:
+        """The capture note of the steps ``first``..``last`` it traces."""
+        return CaptureNote(source=self.source, request=self.id, steps=(first, last), reason=self.reason)
+
+
+def parse_request(value: object, *, default_id: str | None = None, source: str | None = None) -> CaptureRequest:
+    """A capture request from its JSON object (``default_id``: the id of one that names none;
+    ``source``: what carried it, replacing what it says).
+
+    Raises:
+        RecordError: it is not an object, ``id`` or ``steps`` is missing, or a field has the
+            wrong type or value (the message names it).
+
+    Examples:
+        >>> parse_request({"id": "r1", "steps": 2, "ranks": "rank in {3, 1}"}).ranks
+        'rank in {1, 3}'
+        >>> parse_request({"id": "r1", "steps": 0})
+        Traceback (most recent call last):
+        ...
+        profdsl.records.schema.RecordError: steps must be an integer in 1..10000 or None, got 0
+    """
+    request = _decode(CaptureRequest, value)
+    if request.id is None and default_id is not None:
+        request = attrs.evolve(request, id=default_id)
+    if source is not None:
+        request = attrs.evolve(request, source=source)
+    for name in ("id", "steps"):
+        if getattr(request, name) is None:
+            raise RecordError(f"{name} is required")
+    return request
+
+
+def ask(steps: object, *, ranks: object = None, roles: object = None, at_step: object = None,
+        reason: object = None, source: str, request_id: str) -> CaptureRequest:
+    """A capture request from Python arguments (``Profiler.request``, ``RayStepProfiler.request``),
+    checked as a request file is.
+
+    Raises:
+        RecordError: an argument has the wrong type or value (the message names it).
+    """
+    def plain(value: object) -> object:
+        return list(value) if isinstance(value, (list, tuple)) else value
+
+    return parse_request(to_json(CaptureRequest(steps=steps, ranks=plain(ranks), roles=plain(roles),  # type: ignore[arg-type]
+                                                at_step=at_step, reason=reason)),  # type: ignore[arg-type]
+                         default_id=request_id, source=source)
+
+
+# -- the metrics log ----------------------------------------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class StageLine:
+    """One stage path of one step in the metrics log (as ``StageTiming``)."""
+
+    total_s: float | None = _field(_duration, "seconds inside the stage this step, all its entries", always=True)
+    self_s: float | None = _field(_duration, "of which not inside a nested stage", always=True)
+    count: int | None = _field(_count(0), "its entries this step", always=True)
+    device_s: float | None = _field(_duration, "CUDA time between entry and exit (CUDA only)")
+    unknown: Mapping[str, Any] = _unknown()
+
+
+@attrs.frozen(kw_only=True)
+class MetricsLine:
+    """One role's step on one rank in the metrics log (``Metrics(log=True)``:
+    ``save_path/profdsl-metrics-*.jsonl``, one JSON object per line)."""
+
+    role: str | None = _field(_text, "the role", always=True)
+    rank: int | None = _field(_count(0), "the global rank", always=True)
+    world_size: int | None = _field(_count(1), "the job's world size", always=True)
+    step: int | None = _field(_count(0), "the step", always=True)
+    wall_s: float | None = _field(_duration, "the step's wall time, start() to stop()", always=True)
+    stages: Mapping[str, StageLine] | None = _field(_nested_map(StageLine), "per stage path (`/` between "
+                                                    "nested stages), its timing", always=True)
+    overflow: int | None = _field(_count(0), "entries of stage paths beyond `Metrics.max_stages`")
+    traced: bool | None = _field(_flag, "whether the step was traced on this rank (its times include "
+                                 "profiling's cost)")
+    host: str | None = _field(_text, "the host")
+    pid: int | None = _field(_count(0), "the process")
+    time_ms: int | None = _field(_count(0), "when the step ended, milliseconds since 1970")
+    schema: int = _field(_count(0), "the schema version that wrote it", default=SCHEMA_VERSION, always=True)
+    unknown: Mapping[str, Any] = _unknown()
+
+
+def parse_metrics_line(value: object) -> MetricsLine:
+    """One line of a metrics log, parsed from JSON.
+
+    Raises:
+        RecordError: not an object, or a field has the wrong type or value (the message names
+            it), or ``role``, ``step`` or ``stages`` is missing.
+    """
+    line = _decode(MetricsLine, value)
+    for name in ("role", "step", "stages"):
+        if getattr(line, name) is None:
+            raise RecordError(f"{name} is required")
+    return line
 
 
 def distributed_info(rank: int | None, world_size: int | None, **more: Any) -> dict[str, Any]:

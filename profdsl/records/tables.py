@@ -9,9 +9,13 @@ import attrs
 
 from profdsl.records.schema import (
     RECORD_CLASSES,
+    CaptureNote,
+    CaptureRequest,
     ExportMeta,
+    MetricsLine,
     Record,
     Regions,
+    StageLine,
     TraceMeta,
     WindowNote,
 )
@@ -37,7 +41,8 @@ def _table(title: str, cls: type[Any], below: type[Any] | None = None) -> str:
 
 
 def field_tables() -> str:
-    """Every record kind's and the trace metadata's fields, as Markdown."""
+    """Every record kind's, the trace metadata's, the capture requests' and the metrics log's
+    fields, as Markdown."""
     kinds = ", ".join(f"`{k}`" for k in RECORD_CLASSES)
     parts = [_table("Every record", Record).replace(
         "| --- | --- | --- |", f"| --- | --- | --- |\n| `kind` | always | {kinds} |", 1)]
@@ -48,5 +53,9 @@ def field_tables() -> str:
         _table("`regions`", Regions),
         _table("`windows` (each)", WindowNote),
         _table("`export` (an `export --hta` file)", ExportMeta),
+        _table("`capture` (a trace's or hook run's)", CaptureNote),
+        _table("Capture requests (`profdsl-requests/*.json`, `POST /profile`)", CaptureRequest),
+        _table("The metrics log (`profdsl-metrics-*.jsonl`, one line per role and step)", MetricsLine),
+        _table("`stages` (each, of a metrics log line)", StageLine),
     ]
     return "\n\n".join(parts)

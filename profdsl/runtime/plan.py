@@ -67,6 +67,17 @@ class RolePlan:
         """Where this role's artifacts go."""
         return self.config.save_path
 
+    def request_hook(self, traced: bool) -> HookPlan | None:
+        """The hook this rank runs for a capture request it takes (``traced``: whether the
+        request traces this rank): on ``finish_hook.ranks`` (or every rank with ``all_ranks``),
+        else on the ranks the request traces; None for a step clock or without a command."""
+        hook = self.config.finish_hook
+        if not self.member or hook.cmd is None or not is_hook_rank(
+                self.rank, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks, profiled_ranks=(),
+                profiled_all_ranks=False, profiled=traced):
+            return None
+        return _hook_plan(self.config, self.role, self.topology, self.label.host)
+
 
 def resolve(config: ProfilerConfig, *, role: str, rank: int | None, world_size: int | None,
             capture: bool = True, parallel: object = None) -> RolePlan:
@@ -94,8 +105,12 @@ def resolve(config: ProfilerConfig, *, role: str, rank: int | None, world_size: 
                        export=ExportPolicy.of(config.torch), parallel=topology.parallel)
     return RolePlan(
         config=config, role=role, topology=topology, traced=selected, member=member,
-        hook=HookPlan(save_path=config.save_path, cmd=hook.cmd or "", timeout_s=hook.timeout_s,
-                      background=hook.background, tool=config.tool, role=role, rank=rank,
-                      world_size=world_size, host=host, coords=dict(topology.parallel.coords()))
-        if runs_hook else None,
+        hook=_hook_plan(config, role, topology, host) if runs_hook else None,
         steps=StepPlan.from_config(config), label=label)
+
+
+def _hook_plan(config: ProfilerConfig, role: str, topology: Topology, host: str) -> HookPlan:
+    hook = config.finish_hook
+    return HookPlan(save_path=config.save_path, cmd=hook.cmd or "", timeout_s=hook.timeout_s,
+                    background=hook.background, tool=config.tool, role=role, rank=topology.rank,
+                    world_size=topology.world_size, host=host, coords=dict(topology.parallel.coords()))

@@ -6,7 +6,9 @@
 - ``rounds``: when each save_path's finish hook is owed;
 - ``live``: profilers not yet closed, closed at interpreter exit (a loop that forgets ``close()``
   still has its last session written and an owed finish hook run);
-- ``servers``: the Prometheus endpoints of the always-on metrics;
+- ``servers``: the Prometheus endpoints of the always-on metrics (which take ``POST /profile``);
+- ``inbox``: the capture requests delivered to this process, and the request folders it watches;
+- ``logs``: the metrics logs it appends to (through the writer);
 - ``log``: the keys already logged once.
 
 A :class:`~profdsl.runtime.profiler.Profiler` is given its process (this process's one,
@@ -24,6 +26,8 @@ from typing import TYPE_CHECKING
 
 from profdsl.core.log import ONCE, OnceLog, logger
 from profdsl.metrics.prometheus import Servers
+from profdsl.runtime.inbox import Inbox
+from profdsl.runtime.metrics_log import MetricsLogs
 from profdsl.runtime.registry import Registry
 from profdsl.runtime.slot.interrupts import Signals
 from profdsl.runtime.slot.slot import CaptureSlot
@@ -39,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["PROCESS", "Process", "registry"]
 
 #: Every job kind the writer may be given up on at exit.
-_ALL = frozenset({"export", "record", "move", "hook"})
+_ALL = frozenset({"export", "record", "log", "move", "hook"})
 
 
 class Process:
@@ -52,7 +56,9 @@ class Process:
         self.signals = Signals()  # the main thread's signal holds (runtime/slot/interrupts.py)
         self.slot = CaptureSlot(self.writer, self.rounds, self.signals)
         self.live: set[Profiler] = set()  # strong: a profiler dropped unclosed still owes its hook
-        self.servers = Servers()
+        self.inbox = Inbox()
+        self.logs = MetricsLogs(self.writer)
+        self.servers = Servers(on_profile=self.inbox.from_http)
         self.log: OnceLog = ONCE
 
     def settle(self, until: object | None, due: Due | None, *, hook: bool, closing: bool = False) -> None:
@@ -130,6 +136,8 @@ class Process:
         self.registry.clear()
         self.rounds.clear()
         self.live.clear()
+        self.inbox.clear()
+        self.logs.clear()
         self.servers.close()
         self.log.clear()
 
@@ -141,6 +149,8 @@ class Process:
         self.slot.forget()
         self.registry.clear()
         self.live.clear()
+        self.inbox.clear()
+        self.logs.clear()
         self.signals.after_fork()
         self.servers.after_fork()
         self.log.after_fork()

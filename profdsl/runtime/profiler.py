@@ -17,13 +17,15 @@ import enum
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
+from profdsl.collect.requests import new_id
 from profdsl.config import ProfilerConfig
 from profdsl.config.validate import to_index
 from profdsl.core.log import logger, once
 from profdsl.errors import ConfigError
+from profdsl.records.schema import RecordError, ask
 from profdsl.runtime.meter import make_meter
 from profdsl.runtime.plan import resolve
 from profdsl.runtime.process import PROCESS, Process
@@ -90,12 +92,11 @@ class Profiler:
         self.config, self.role, self.rank, self.world_size = config, role, plan.rank, plan.world_size
         self.topology = plan.topology
         self._capture = RoleCapture(plan, process.slot, process.registry)
-        self.selected = self._capture.selected
         self._state = State.IDLE
         self._step: int | None = None
         self._unnumbered = False  # in a step whose number was no step number (not profiled)
         self._steps = StepSessions(plan, self._capture, slot=process.slot, writer=process.writer,
-                                   rounds=process.rounds)
+                                   rounds=process.rounds, inbox=process.inbox)
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
         # start/stop/close of one profiler from several threads at once take turns (re-entrant:
         # a signal handler on the main thread may call close() inside one of them)
@@ -110,6 +111,12 @@ class Profiler:
         """Whether this is a forked child's copy: it profiles nothing, stops nothing, owes no
         hook (the parent does all of that)."""
         return os.getpid() != self._pid
+
+    @property
+    def selected(self) -> bool:
+        """Whether this role captures anything on this rank (the plan traces it, or a capture
+        request did)."""
+        return self._capture.selected
 
     @property
     def state(self) -> State:
@@ -178,7 +185,7 @@ class Profiler:
             self.process.registry.set_stepping(self, True)
         if self.selected and self._steps.tracker.is_open:
             self._state = State.ARMED if self.config.discrete else State.RECORDING
-            self._capture.open(number, self._steps.claim)
+            self._capture.open(number, self._steps.claim, self._steps.note)
         self.meter.begin(number)
 
     def stop(self) -> StepTimings | None:
@@ -201,6 +208,7 @@ class Profiler:
             return None
         with self.process.signals.deferred():  # a signal while the capture stops: delivered once the step has ended
             self._step = None
+            traced = self.is_profiling
             timings = self.meter.end()
             self._capture.end()
             self.process.registry.set_stepping(self, False)
@@ -209,7 +217,33 @@ class Profiler:
             flush = self._steps.end()
         self._wait(flush, closing=False)
         self.meter.publish(timings)
+        if timings is not None:
+            if self.config.metrics.log:
+                self.process.logs.write(self.plan, timings, traced=traced)
+            try:
+                self._steps.demand.after_step(timings, traced=traced)
+            except Exception as exc:  # a slow-step check never reaches the training loop
+                once(f"auto-capture:{self.role}", logging.ERROR, "[profdsl rank %s] %s: checking step %s "
+                     "for slow stages failed: %r", self.rank, self.role, timings.step, exc)
         return timings
+
+    def request(self, steps: int, *, ranks: Sequence[int] | str | None = None,
+                roles: Sequence[str] | None = None, at_step: int | None = None,
+                reason: str | None = None) -> str | None:
+        """Ask this process to trace ``steps`` steps (from the next step it begins, or from
+        ``at_step``) on the roles ``roles`` (default: every role of the process) if ``ranks``
+        names this process's rank (a list, ``"all"`` or a rank selector; default: the ranks the
+        config traces). What the roles said is logged; never raises. Returns the request's id,
+        or None when the request is malformed (logged). See ``docs/on-demand.md``."""
+        try:
+            request = ask(steps, ranks=ranks, roles=roles, at_step=at_step, reason=reason, source="api",
+                          request_id=new_id("api"))
+        except RecordError as exc:
+            logger.warning("[profdsl rank %s] %s: request(...) is no capture request (%s): ignored",
+                           self.rank, self.role, exc)
+            return None
+        self.process.inbox.deliver(request)
+        return request.id
 
     @contextlib.contextmanager
     def step(self, step: SupportsIndex) -> Iterator[Profiler]:

@@ -3,7 +3,8 @@ traced here), the claim of a continuous step, and the recorder each profiled ste
 
 A role whose work was seen on threads its own-thread session could not see switches, from its
 next session on, to capturing every thread (where torch can: see
-:mod:`profdsl.runtime.slot.owner`).
+:mod:`profdsl.runtime.slot.owner`). A rank the plan does not trace gets its tools when a capture
+request first traces it (:meth:`RoleCapture.enable`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import attrs
 from profdsl.capture import make_annotator, make_backend
 from profdsl.collect.export import TraceLabel
 from profdsl.core.log import once
+from profdsl.records.schema import CaptureNote
 from profdsl.runtime.plan import RolePlan
 from profdsl.runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
 from profdsl.runtime.registry import Registry
@@ -40,11 +42,19 @@ class RoleCapture:
         """Whether this role captures anything (its rank is traced and a backend exists)."""
         return self.backend is not None
 
-    def label(self, step: int | None) -> TraceLabel:
-        """Who and what a trace of ``step`` records."""
-        return attrs.evolve(self.plan.label, step=step)
+    def enable(self) -> bool:
+        """A capture request traces this rank: make the backend and annotator the plan did not
+        (on the step's thread, at a step boundary). False when none can be made."""
+        if self.backend is None and self.plan.member:
+            self.backend = make_backend(self.plan.config)
+            self.annotator = make_annotator(self.plan.config, self.plan.role) if self.backend is not None else None
+        return self.backend is not None
 
-    def claim(self, step: int) -> Claim:
+    def label(self, step: int | None, note: CaptureNote | None = None) -> TraceLabel:
+        """Who and what a trace of ``step`` records (``note``: why, when a request asked)."""
+        return attrs.evolve(self.plan.label, step=step, capture=note)
+
+    def claim(self, step: int, note: CaptureNote | None = None) -> Claim:
         """The hold of this role's continuous step ``step`` on the slot, made on the thread that
         begins the step: it asks for a capture of every thread when the role switched, when
         ``TorchOptions.all_threads`` says so, or when this thread may never come back to stop
@@ -58,7 +68,7 @@ class RoleCapture:
                  "cannot capture every thread (torch >= 2.7 can): its sessions record the thread "
                  "that starts them", self.plan.rank, self.plan.role)
             wanted = False
-        return Claim(self.label(step), backend, every_thread=wanted)
+        return Claim(self.label(step, note), backend, every_thread=wanted)
 
     def switch_to_every_thread(self) -> bool:
         """The role's work was seen on a thread its session could not see: its next sessions
@@ -68,11 +78,11 @@ class RoleCapture:
         self.every_thread = True
         return True
 
-    def open(self, step: int, claim: Claim | None) -> None:
+    def open(self, step: int, claim: Claim | None, note: CaptureNote | None = None) -> None:
         """A profiled step begins: its recorder, registered where the DSL finds it."""
         assert self.backend is not None
         config = self.plan.config
-        self.recorder = Recorder(self.label(step), annotator=self.annotator, backend=self.backend,
+        self.recorder = Recorder(self.label(step, note), annotator=self.annotator, backend=self.backend,
                                  slot=self._slot, discrete=config.discrete,
                                  schedule=config.torch.schedule, claim=claim,
                                  on_unseen=self.switch_to_every_thread)

@@ -1,7 +1,11 @@
 """What a profiler does at step boundaries: follow the step plan, claim the process's capture for
 continuous steps, move nsys reports in after each capture, and arrive at the finish hook's round
 when the hook is owed (after every artifact of the last profiled step, its nsys reports
-included, is on the writer's queue)."""
+included, is on the writer's queue).
+
+Steps the plan did not name are captured when a request asks (:mod:`profdsl.runtime.demand`):
+requests are resolved into steps as a step begins, and a request's round is arrived at when its
+last step has ended."""
 
 from __future__ import annotations
 
@@ -14,6 +18,9 @@ import attrs
 from profdsl.collect import relocate
 from profdsl.core.log import once
 from profdsl.core.step_plan import Event, StepTracker
+from profdsl.records.schema import CaptureNote
+from profdsl.runtime.demand import Demand
+from profdsl.runtime.inbox import Inbox
 from profdsl.runtime.plan import RolePlan
 from profdsl.runtime.role_capture import RoleCapture
 from profdsl.runtime.slot.claims import Claim
@@ -44,37 +51,54 @@ class StepSessions:
     """One profiler's step events, carried out."""
 
     def __init__(self, plan: RolePlan, capture: RoleCapture, *, slot: CaptureSlot, writer: Writer,
-                 rounds: HookRounds) -> None:
+                 rounds: HookRounds, inbox: Inbox) -> None:
         self.tracker = StepTracker(plan.steps)
         self.profiled_steps: list[int] = []
         self.claim: Claim | None = None  # continuous mode: this role's hold on the capture
         self._plan, self._capture = plan, capture
         self._slot, self._writer, self._rounds = slot, writer, rounds
-        self._continuous = capture.selected and not plan.config.discrete
         self._hook_owed = False  # the hook event was interrupted before it was carried out
         self._arrived = not plan.member  # a step clock never holds up another role's hook
         self._waited = False  # a final nsys pass waited for conversions already
+        self._step: int | None = None  # the step begun last
         if plan.member:
             rounds.join(plan.save_path, self)
+        self.demand = Demand(plan, capture, self.tracker, rounds=rounds, member=self, inbox=inbox)
+
+    @property
+    def _continuous(self) -> bool:
+        return self._capture.selected and not self._plan.config.discrete
+
+    @property
+    def note(self) -> CaptureNote | None:
+        """Why the step begun last is captured, when a request asked for it (None: the plan)."""
+        return self.demand.note(self.tracker.capture)
 
     def begin(self, step: int | None) -> tuple[bool, Flush | None]:
         """Step ``step`` begins: whether it is profiled (None, a step without a usable number,
         never is), and what to wait for when ending a step the loop walked out of was the last
         profiled one."""
         self._slot.flush()
+        if step is not None:
+            self.demand.poll(step)
         events = self.tracker.begin(step)
+        self._step = step
         profiled = self.tracker.profiling
         if self.tracker.hook_done and not profiled and self.tracker.plan.is_profiled(step):
             once(f"after-hook:{id(self)}", logging.WARNING,
                  "profdsl: step %s is a profiled step, but it comes after the finish hook was "
                  "owed (a retried step?): it is not profiled again", step)
-        if profiled and step is not None:
-            self.profiled_steps.append(step)
+        if profiled and step is not None and self.tracker.capture is None:
+            self.profiled_steps.append(step)  # the plan's (a request's steps are its round's)
         return profiled, self._apply(events, step)
 
     def end(self) -> Flush | None:
-        """The current step ends; what to wait for when it was the last profiled one."""
-        return self._apply(self.tracker.end(), None)
+        """The current step ends; what to wait for when it was the last profiled one. The
+        requests whose last step it was are done (their hooks are not waited for)."""
+        flush = self._apply(self.tracker.end(), None)
+        if self._step is not None:
+            self.demand.ended(self._step)
+        return flush
 
     def finish(self) -> Flush:
         """Training is over: close what is open, move the last artifacts in, arrive at the
@@ -85,6 +109,7 @@ class StepSessions:
         flush = self._apply(events, None)
         self._slot.flush()
         self._move_nsys(final=True)
+        self.demand.finish()
         due = self._arrive(hook=False) or (flush.due if flush is not None else None)
         return Flush(self._writer.tail(), due)
 
@@ -104,7 +129,7 @@ class StepSessions:
 
     def _carry_out(self, event: Event, step: int | None) -> Flush | None:
         if event is Event.OPEN and self._continuous and step is not None:
-            self.claim = self._capture.claim(step)
+            self.claim = self._capture.claim(step, self.note)
             self._slot.claim(self.claim)
         elif event is Event.CLOSE and self.claim is not None:
             claim, self.claim = self.claim, None
@@ -130,7 +155,7 @@ class StepSessions:
         records those it gave up on (once: an unchanged report recorded so is not waited for
         again); a later pass still moves a late one in (its record then supersedes the loss)."""
         plan, config = self._plan, self._plan.config
-        if not (plan.traced and config.tool == "nsys" and config.relocate_results):
+        if not (self._capture.selected and config.tool == "nsys" and config.relocate_results):
             return
         record_incomplete = final
         wait_s = NSYS_FINAL_WAIT_S if final and not self._waited else 0.0  # once: at the first final pass

@@ -195,7 +195,7 @@ class Session:
             rank=label.rank, world_size=label.world_size, window=window, windows=self.book.windows(),
             config_hash=label.config_hash, host=label.host, pid=label.pid,
             regions=self.book.regions(window),
-            parallel=label.parallel.coords(), parallel_sizes=label.parallel.sizes(),
+            parallel=label.parallel.coords(), parallel_sizes=label.parallel.sizes(), capture=label.capture,
         ))
 
     def sink(self, write: Callable[[str], object], window: tuple[int, int] | None,

@@ -19,8 +19,9 @@ its next profdsl call, or the moment it ends). A session the caller of ``close()
 cannot end (its owner is another thread) is recorded lost there: what its owner ends later is
 not written (:meth:`CaptureSlot.abandon`).
 
-Each open session holds up the finish hook of its save_path (:mod:`profdsl.runtime.writer.rounds`)
-until its trace is handed to the writer or its loss recorded.
+Each open session holds up the finish hook of its save_path (:mod:`profdsl.runtime.writer.rounds`;
+of its capture request's round, for a step a request asked for) until its trace is handed to the
+writer or its loss recorded.
 """
 
 from __future__ import annotations
@@ -160,11 +161,11 @@ class CaptureSlot:
 
     def _hold(self, session: Session) -> None:
         for save_path in session.save_paths:
-            self._rounds.hold(save_path, session)
+            self._rounds.hold(save_path, session, tag=session.label.request)
 
     def _release(self, session: Session) -> None:
         for save_path in session.save_paths:
-            self._rounds.release(save_path, session)
+            self._rounds.release(save_path, session, tag=session.label.request)
 
     def _start(self, session: Session, *, every_thread: bool) -> bool:
         """Start ``session``'s capture; the hooks of its save_paths wait for it from now on. A

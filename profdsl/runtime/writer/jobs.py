@@ -1,5 +1,5 @@
 """The writer's jobs but the finish hook's (:mod:`profdsl.runtime.writer.hook`): finishing a
-trace, appending a record, moving other tools' files in. Each commits through the writer's
+trace, appending a record, appending a metrics log line, moving other tools' files in. Each commits through the writer's
 :class:`~profdsl.runtime.writer.writer.Pen` and, when given up, records its own loss."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from typing import Any
 from profdsl.collect import relocate
 from profdsl.collect.export import PendingTrace, finish, write_events
 from profdsl.collect.manifest import append_record
+from profdsl.collect.metrics_log import append_line
 from profdsl.core.log import once
 from profdsl.records.schema import Record
 from profdsl.runtime.writer.writer import Pen
 
-__all__ = ["ExportJob", "MoveJob", "RecordJob"]
+__all__ = ["ExportJob", "LineJob", "MoveJob", "RecordJob"]
 
 #: How long a wait for a record or a move's bookkeeping may last (a disk that stops answering).
 RECORD_BUDGET_S = 60.0
@@ -81,6 +82,24 @@ class RecordJob:
         """A record whose write hung (a disk that stops answering) cannot be written either."""
         once("record-given-up", logging.ERROR, "profdsl: a manifest record of %s could not be written "
              "before the process exited", self.save_path)
+
+
+class LineJob:
+    """Append one line of the metrics log (:mod:`profdsl.runtime.metrics_log`)."""
+
+    kind = "log"
+    budget_s = RECORD_BUDGET_S
+
+    def __init__(self, path: str, data: bytes) -> None:
+        self.path, self.data = path, data
+
+    def run(self, pen: Pen) -> None:
+        pen.commit(lambda: append_line(self.path, self.data))
+
+    def revoke(self, pen: Pen) -> None:
+        """A line whose write hung (a disk that stops answering) is not written."""
+        once("log-given-up", logging.ERROR, "profdsl: a metrics log line of %s could not be written "
+             "before the process exited", self.path)
 
 
 #: ``plan()``: what to move, decided when the job runs (after the files' writers are done).

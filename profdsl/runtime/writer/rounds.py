@@ -14,6 +14,10 @@ When every member has arrived and no session is open, the round submits its
 before: the hook runs after the last artifact of the round, in whatever order those events came.
 A member or session that comes after the hook was submitted opens a new round, whose hook runs
 again after its own artifacts (a trainer that re-creates its profilers).
+
+A capture request (``docs/on-demand.md``) has rounds of its own, one per save_path and request
+(its *tag*): the roles that took the request are its members, the sessions of its steps its open
+sessions, and its hook runs once they are all done: once per completed request.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Iterable
 
 import attrs
 
+from profdsl.records.schema import CaptureNote
 from profdsl.runtime.writer.hook import HookJob, HookPlan
 from profdsl.runtime.writer.writer import Writer
 
@@ -46,6 +51,7 @@ class _Round:
         self.sessions: set[object] = set()
         self.plans: list[HookPlan] = []
         self.steps: set[int] = set()
+        self.note: CaptureNote | None = None  # a request's round: the request
         self.submitted = False
 
     def complete(self) -> bool:
@@ -53,52 +59,57 @@ class _Round:
 
 
 class HookRounds:
-    """Per save_path: who may still write there, and the hook owed when all are done."""
+    """Per save_path (and capture request, ``tag``): who may still write there, and the hook
+    owed when all are done."""
 
     def __init__(self, writer: Writer) -> None:
         self._writer = writer
         self._lock = threading.RLock()  # re-entrant: a signal handler may call close() mid-update
-        self._rounds: dict[str, _Round] = {}
+        self._rounds: dict[tuple[str, str | None], _Round] = {}
         self.jobs: list[HookJob] = []  # hooks submitted, until they finish
 
     @staticmethod
-    def key(save_path: str) -> str:
-        """Which save_paths are one (the same folder through any path)."""
-        return os.path.realpath(save_path)
+    def key(save_path: str, tag: str | None = None) -> tuple[str, str | None]:
+        """Which rounds are one: the same folder through any path, the same request (None: the
+        plan's round)."""
+        return os.path.realpath(save_path), tag
 
-    def _round(self, save_path: str, *, joining: bool) -> _Round:
-        key = self.key(save_path)
+    def _round(self, save_path: str, tag: str | None, *, joining: bool) -> _Round:
+        key = self.key(save_path, tag)
         current = self._rounds.get(key)
         if current is None or (joining and current.submitted):
             current = self._rounds[key] = _Round()
         return current
 
-    def join(self, save_path: str, member: object) -> None:
+    def join(self, save_path: str, member: object, *, tag: str | None = None) -> None:
         """``member`` (a role) may write into ``save_path``: the hook waits for it."""
         with self._lock:
-            self._round(save_path, joining=True).members.add(member)
+            self._round(save_path, tag, joining=True).members.add(member)
 
     def arrive(self, save_path: str, member: object, plan: HookPlan | None,
-               steps: Iterable[int] = ()) -> Due | None:
+               steps: Iterable[int] = (), *, tag: str | None = None,
+               note: CaptureNote | None = None) -> Due | None:
         """``member`` is done with ``save_path`` after profiling ``steps``; ``plan`` is its hook,
-        if this rank runs one. Returns the hook when this arrival made it due."""
+        if this rank runs one (``note``: the request of a request's round). Returns the hook when
+        this arrival made it due."""
         with self._lock:
-            current = self._round(save_path, joining=False)
+            current = self._round(save_path, tag, joining=False)
             current.arrived.add(member)
             current.steps.update(steps)
+            current.note = current.note or note
             if plan is not None:
                 current.plans.append(plan)
             return self._submit_if_due(current)
 
-    def hold(self, save_path: str, session: object) -> None:
+    def hold(self, save_path: str, session: object, *, tag: str | None = None) -> None:
         """A capture session writing into ``save_path`` started: the hook waits for it."""
         with self._lock:
-            self._round(save_path, joining=True).sessions.add(session)
+            self._round(save_path, tag, joining=True).sessions.add(session)
 
-    def release(self, save_path: str, session: object) -> Due | None:
+    def release(self, save_path: str, session: object, *, tag: str | None = None) -> Due | None:
         """``session``'s trace was handed to the writer (or its loss recorded)."""
         with self._lock:
-            current = self._rounds.get(self.key(save_path))
+            current = self._rounds.get(self.key(save_path, tag))
             if current is None or session not in current.sessions:
                 return None
             current.sessions.discard(session)
@@ -109,7 +120,7 @@ class HookRounds:
         if not current.complete() or not current.plans:
             return None
         current.submitted = True
-        job = HookJob(current.plans, sorted(current.steps), self._writer)
+        job = HookJob(current.plans, sorted(current.steps), self._writer, note=current.note)
         self.jobs = [j for j in self.jobs if not j.finished.is_set()] + [job]
         job.ticket = self._writer.submit(job)
         return Due(job, job.ticket)

@@ -1,6 +1,7 @@
 """The writer: the one thread of a process that writes into save_path (docs/architecture.md).
 
-Every trace finish, manifest record, move of another tool's file and finish-hook start is a
+Every trace finish, manifest record, metrics log line, move of another tool's file and
+finish-hook start is a
 :class:`Job`, run on the writer's thread in the order submitted: a job runs after every job
 submitted before it, so a hook submitted after a session's trace sees that trace.
 
@@ -40,7 +41,8 @@ class Job(Protocol):
     """One piece of the writer's work.
 
     Attributes:
-        kind: ``"export"`` (a trace being finished), ``"record"``, ``"move"`` or ``"hook"``.
+        kind: ``"export"`` (a trace being finished), ``"record"``, ``"log"`` (a metrics log
+            line), ``"move"`` or ``"hook"``.
         budget_s: how long a wait for it may last once it runs (its own bound: an export's
             ``export_timeout_s``, a move's wait for its files).
     """

@@ -1,0 +1,96 @@
+"""The metrics log (``Metrics(log=True)``): every step's stage timings, per role and rank, as
+JSON lines (:class:`~profdsl.records.schema.MetricsLine`) in ``save_path``.
+
+Each process appends to its own file, ``profdsl-metrics-rank{R}-{host}-{pid}.jsonl``, through
+its writer (one line per role and step, one ``write`` each: a line torn by a crash loses that
+line only). :func:`read_log` reads every such file of a folder back, skipping (and naming) the
+lines that are not valid.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import re
+
+from profdsl.core.log import once
+from profdsl.records.schema import MetricsLine, RecordError, parse_metrics_line
+
+__all__ = ["LOG_PREFIX", "LOG_SUFFIX", "append_line", "log_name", "log_files", "read_log"]
+
+LOG_PREFIX = "profdsl-metrics-"
+LOG_SUFFIX = ".jsonl"
+_UNSAFE = re.compile(r"[^A-Za-z0-9.-]")
+
+
+def log_name(rank: int, host: str, pid: int) -> str:
+    """The file name of one process's log (the host made safe for a file name).
+
+    Examples:
+        >>> log_name(3, "node/1", 42)
+        'profdsl-metrics-rank3-node_1-42.jsonl'
+    """
+    return f"{LOG_PREFIX}rank{rank}-{_UNSAFE.sub('_', host)[:64]}-{pid}{LOG_SUFFIX}"
+
+
+def append_line(path: str, data: bytes) -> bool:
+    """Append ``data`` (one or more whole lines) to ``path``; never raises. False (logged once)
+    on failure."""
+    try:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # save_path is made by the first write into it: this may be it
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, "short write: no bytes written")
+                view = view[written:]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        once(f"metrics-log:{path}", logging.ERROR, "profdsl: cannot append to the metrics log %s: %s", path, exc)
+        return False
+    return True
+
+
+def log_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The metrics logs of ``folder``, sorted ([] when there are none or it cannot be listed)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith(LOG_PREFIX) and n.endswith(LOG_SUFFIX))
+
+
+def read_log(folder: str | os.PathLike[str]) -> tuple[list[MetricsLine], list[str]]:
+    """Every valid line of ``folder``'s metrics logs, and one problem per file or line that is
+    not (its file and line number, and why). A last line without its newline (still being
+    written) is left out quietly."""
+    lines: list[MetricsLine] = []
+    problems: list[str] = []
+    for name in log_files(folder):
+        path = os.path.join(folder, name)
+        try:
+            with open(path, "rb") as file:
+                raw = file.read()
+        except OSError as exc:
+            problems.append(f"{path}: unreadable: {exc.strerror or exc}")
+            continue
+        chunks = raw.split(b"\n")
+        for number, chunk in enumerate(chunks, start=1):
+            if not chunk.strip():
+                continue
+            try:
+                lines.append(parse_metrics_line(json.loads(chunk)))
+            except (ValueError, RecursionError) as exc:
+                if number == len(chunks):  # no newline yet: a line being written
+                    continue
+                why = str(exc) if isinstance(exc, RecordError) else f"not JSON ({exc})"
+                problems.append(f"{path} line {number}: {why}")
+    return lines, problems

@@ -1,0 +1,200 @@
+"""One role's captures that the plan did not name (``docs/on-demand.md``): the capture requests it
+takes, and the slow steps it finds itself (``ProfilerConfig.auto``).
+
+A request is *offered* by the process's :class:`~profdsl.runtime.inbox.Inbox` on whatever
+thread carried it; the role decides at once whether it takes it (on-demand captures on, one of
+the roles asked, at most ``max_steps`` steps and ``max_requests`` requests, this rank asked, or
+this rank runs the hook for it), joins the request's finish-hook round, and notes it. At its
+next step boundary, on its own thread, the role *resolves* it into steps (``at_step`` when that
+is still to come, else the step beginning) and asks its :class:`~profdsl.core.step_plan.StepTracker`
+for them. After the request's last step (or at ``close()``), the role arrives at the round: the
+hook runs once every role that took it is done (once per completed request), in the
+background (no step waits for it; ``close()`` does).
+
+A step clock (a driver's: it captures nothing and runs no hook) takes the requests meant for
+the rollout engines (``roles`` empty, or naming ``rollout``), whatever rank they name, so that
+``rollout_window`` profiles the engines on those steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+import attrs
+
+from profdsl.core.log import logger, once
+from profdsl.core.ranks import is_rank_selected
+from profdsl.core.step_plan import StepTracker
+from profdsl.errors import ConfigError
+from profdsl.metrics.slow import SlowSteps
+from profdsl.metrics.timings import StepTimings
+from profdsl.records.schema import CaptureNote, CaptureRequest
+from profdsl.runtime.inbox import Inbox
+from profdsl.runtime.plan import RolePlan
+from profdsl.runtime.role_capture import RoleCapture
+from profdsl.runtime.writer.hook import HookPlan
+from profdsl.runtime.writer.rounds import HookRounds
+
+__all__ = ["Demand", "ROLLOUT"]
+
+#: The role name a request uses for the rollout engines (driven by a driver's step clock).
+ROLLOUT = "rollout"
+
+
+@attrs.define
+class _Taken:
+    """A request this role took: whether it traces this rank, the hook this rank runs for it,
+    its steps here once resolved, and the steps of it this role began."""
+
+    request: CaptureRequest
+    traced: bool
+    hook: HookPlan | None
+    note: CaptureNote | None = None
+    last: int = -1
+    began: list[int] = attrs.field(factory=list)
+
+
+class Demand:
+    """One role's requested and automatic captures (see the module docstring)."""
+
+    def __init__(self, plan: RolePlan, capture: RoleCapture, tracker: StepTracker, *, rounds: HookRounds,
+                 member: object, inbox: Inbox) -> None:
+        self.role, self.save_path = plan.role, plan.save_path
+        self._plan, self._capture, self._tracker = plan, capture, tracker
+        self._rounds, self._member, self._inbox = rounds, member, inbox
+        self._clock = not plan.member and plan.config.enable  # a driver's step clock
+        self._names = {plan.role, ROLLOUT} if self._clock else {plan.role}
+        self._lock = threading.Lock()
+        self._pending: collections.deque[_Taken] = collections.deque()
+        self._active: dict[str, _Taken] = {}
+        self._taken = 0
+        config = plan.config
+        self.slow = SlowSteps(config.auto) if config.auto is not None and plan.member else None
+        self._subscribed = config.enable
+        self._watching = config.enable and config.on_demand.enabled
+        if self._subscribed:
+            inbox.subscribe(self, watch=self._watching)
+
+    # -- offered (any thread) ---------------------------------------------------------------
+    def offer(self, request: CaptureRequest) -> str | None:
+        """Take ``request`` (None) or say why not; never waits for the role's thread."""
+        config, who = self._plan.config, f"{self.role} (rank {self._plan.rank})"
+        auto = request.source == "auto"
+        if not auto and not config.on_demand.enabled:
+            return f"{who}: on-demand captures are off (OnDemand.enabled)"
+        if request.roles is not None and not self._names.intersection(request.roles):
+            return f"{who}: not a role asked ({', '.join(request.roles)})"
+        if (request.steps or 0) > config.on_demand.max_steps:
+            return f"{who}: {request.steps} steps asked, at most {config.on_demand.max_steps} (OnDemand.max_steps)"
+        try:
+            traced = self._clock or self._asked(request)
+        except ConfigError as exc:
+            return f"{who}: {exc}"
+        hook = self._plan.request_hook(traced)
+        if not traced and hook is None:
+            return f"{who}: this rank was not asked"
+        with self._lock:
+            if not auto and self._taken >= config.on_demand.max_requests:
+                return f"{who}: {self._taken} requests taken already, at most {config.on_demand.max_requests} " \
+                       "(OnDemand.max_requests)"
+            self._taken += not auto
+        if self._plan.member:
+            self._rounds.join(self.save_path, self._member, tag=request.id)
+        self._pending.append(_Taken(request, traced, hook))
+        return None
+
+    def _asked(self, request: CaptureRequest) -> bool:
+        """Whether ``request`` names this rank (no ranks: the ranks the config traces)."""
+        plan, ranks = self._plan, request.ranks
+        if ranks is None:
+            return plan.traced
+        if ranks == "all":
+            return True
+        if isinstance(ranks, tuple):
+            return plan.rank in ranks
+        return is_rank_selected(plan.rank, (), select=ranks, topology=plan.topology)
+
+    # -- at step boundaries (the role's thread) ---------------------------------------------
+    def poll(self, step: int) -> None:
+        """Step ``step`` begins: look for request files (one ``stat``), and turn the requests
+        taken since the last boundary into steps."""
+        if self._watching:
+            self._inbox.check(self.save_path)
+        while self._pending:
+            self._resolve(self._pending.popleft(), step)
+        for taken in self._active.values():
+            if taken.note is not None and taken.note.steps is not None and \
+                    taken.note.steps[0] <= step <= taken.note.steps[1]:
+                taken.began.append(step)
+
+    def _resolve(self, taken: _Taken, step: int) -> None:
+        request = taken.request
+        start = request.at_step if request.at_step is not None else step
+        first, last = max(start, step), start + (request.steps or 1) - 1
+        taken.last = last
+        if first > last:
+            once(f"request-passed:{request.id}:{id(self)}", logging.WARNING,
+                 "[profdsl rank %s] %s: capture request %s asked for steps %s-%s, which this process "
+                 "has passed (it is at step %s): nothing traced", self._plan.rank, self.role, request.id,
+                 start, last, step)
+            self._arrive(taken)
+            return
+        if taken.traced and not self._clock and not self._capture.enable():
+            taken.traced = False  # no backend (torch missing: logged once)
+        taken.note = request.note(first, last)
+        self._active[str(request.id)] = taken
+        if taken.traced:
+            self._tracker.request(range(first, last + 1), str(request.id))
+        if not self._clock:
+            logger.info("[profdsl rank %s] %s: capture request %s: %s steps %s-%s%s", self._plan.rank,
+                        self.role, request.id, "tracing" if taken.traced else "runs the hook after",
+                        first, last, f" ({request.reason})" if request.reason else "")
+
+    def note(self, tag: str | None) -> CaptureNote | None:
+        """Why the steps of request ``tag`` are captured (None: the plan's steps)."""
+        taken = self._active.get(tag) if tag is not None else None
+        return None if taken is None else taken.note
+
+    def ended(self, step: int) -> None:
+        """Step ``step`` ended (its session closed, its traces handed to the writer): the requests
+        whose last step it was are done here."""
+        for taken in [t for t in self._active.values() if step >= t.last]:
+            self._arrive(taken)
+
+    def finish(self) -> None:
+        """Training is over: every request taken is done here (its hook runs if any of its
+        steps ran); no more requests are taken."""
+        self._unsubscribe()
+        while self._pending:
+            self._arrive(self._pending.popleft())
+        for taken in list(self._active.values()):
+            self._arrive(taken)
+
+    def _arrive(self, taken: _Taken) -> None:
+        self._active.pop(str(taken.request.id), None)
+        if self._plan.member:
+            self._rounds.arrive(self.save_path, self._member, taken.hook if taken.began else None,
+                                taken.began if taken.traced else (), tag=taken.request.id, note=taken.note)
+
+    def _unsubscribe(self) -> None:
+        if self._subscribed:
+            self._subscribed = self._watching = False
+            self._inbox.unsubscribe(self)
+
+    # -- slow steps -------------------------------------------------------------------------
+    def after_step(self, timings: StepTimings | None, *, traced: bool) -> None:
+        """A step's timings are out: when a watched stage was slow against this rank's earlier
+        steps, the next step of this rank is requested (``ProfilerConfig.auto``)."""
+        if self.slow is None or timings is None:
+            return
+        found = self.slow.observe(timings.step, {p: t.total_s for p, t in timings.stages.items()}, traced=traced)
+        if found is None:
+            return
+        plan, step = self._plan, timings.step + 1
+        reason = f"{self.role}: {found.reason()}"
+        logger.warning("[profdsl rank %s] slow step: %s; tracing step %s (automatic capture %s of %s)",
+                       plan.rank, reason, step, self.slow.captures, self.slow.auto.max_captures)
+        self._inbox.deliver(CaptureRequest(id=f"auto-r{plan.rank}-s{step}", steps=1, ranks=(plan.rank,),
+                                           at_step=step, reason=reason, source="auto"))
