@@ -67,7 +67,8 @@ def test_summary_groups_by_tp(folder: Path) -> None:
                          capture_output=True, text=True, timeout=300).stdout.splitlines()
     header = csv[0].split(",")
     first = dict(zip(header, csv[1].split(",")))
-    assert header[-5:] == ["tp", "pp", "dp", "cp", "ep"] and (first["cp"], first["ep"]) == ("", "")
+    at = header.index("tp")
+    assert header[at : at + 5] == ["tp", "pp", "dp", "cp", "ep"] and (first["cp"], first["ep"]) == ("", "")
 
 
 def test_plot_groups_and_labels_bars_by_coordinates(folder: Path, tmp_path: Path) -> None:

@@ -156,6 +156,19 @@ def test_ruff_clean() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_ruff_format_clean() -> None:
+    """The code is as ``ruff format`` writes it (ruff.toml): ``ruff format --check`` in CI."""
+    import pytest
+
+    pytest.importorskip("ruff")
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "profdsl", "tests", "benchmarks", "examples"],
+        capture_output=True, text=True, timeout=300, cwd=root,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_verl_integration_imports_nothing_heavy() -> None:
     """``profdsl.integrations.verl`` (and the parallel discovery) import neither verl, torch,
     megatron nor omegaconf."""

@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                               "that has written nothing yet)")
 
 
-def parse_ranks(text: str | None) -> list[int] | str | None:
+def parse_ranks(text: str | None) -> tuple[int, ...] | str | None:
     """``--ranks``: ``all``, a list with ranges (``0-3,8``), or a selector left for the schema to
     check.
 
@@ -65,17 +65,16 @@ def parse_ranks(text: str | None) -> list[int] | str | None:
         if last < first or len(ranks) + last - first + 1 > MAX_LISTED:
             raise ValueError(f"--ranks: {part.strip()!r} is not a range of at most {MAX_LISTED} ranks")
         ranks.extend(range(first, last + 1))
-    return ranks
+    return tuple(ranks)
 
 
 def run(args: argparse.Namespace) -> int:
     """Write the request; 0 when written, 2 for a bad argument or a folder that is not there."""
     try:
         ranks = parse_ranks(args.ranks)
-        roles = [r.strip() for r in args.roles.split(",")] if args.roles is not None else None
-        asked = CaptureRequest(id=args.id or new_id("trigger"), steps=args.steps, ranks=ranks,  # type: ignore[arg-type]
-                               roles=roles, at_step=args.at_step, reason=args.reason,  # type: ignore[arg-type]
-                               source="file", created=time.time())
+        roles = tuple(r.strip() for r in args.roles.split(",")) if args.roles is not None else None
+        asked = CaptureRequest(id=args.id or new_id("trigger"), steps=args.steps, ranks=ranks, roles=roles,
+                               at_step=args.at_step, reason=args.reason, source="file", created=time.time())
         request = parse_request(to_json(asked))
     except (ValueError, RecordError) as exc:
         return fail(f"trigger: {exc}")

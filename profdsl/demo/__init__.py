@@ -49,6 +49,14 @@ SLOW_STAGE = "update_actor"
 SLOWER_THAN, MIN_SECONDS = 3.0, 0.3
 
 
+#: The demo's finish hook: pack the folder beside it. Each run packs into a file of its own and
+#: renames it into place (hooks of several ranks and requests may run at once), and tar's status 1
+#: ("file changed as we read it": another rank appending to the manifest meanwhile) is no failure.
+PACK = ('tar czf "$PROFDSL_SAVE_PATH.tgz.$$" -C "$PROFDSL_SAVE_PATH" . ; [ $? -le 1 ] '
+        '&& mv -f "$PROFDSL_SAVE_PATH.tgz.$$" "$PROFDSL_SAVE_PATH.tgz" '
+        '&& echo "packed $PROFDSL_SAVE_PATH.tgz"')
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's command-line arguments."""
     parser.epilog = EXAMPLES
@@ -71,8 +79,7 @@ def demo_config(args: argparse.Namespace) -> ProfilerConfig:
         discrete=True,
         torch=TorchOptions(contents=["cpu"], schedule=Schedule(wait=1, active=2)),
         rollout=RolloutOptions(flush_wait_s=60, stop_timeout_s=120),
-        finish_hook=FinishHook(cmd='tar czf "$PROFDSL_SAVE_PATH.tgz" -C "$PROFDSL_SAVE_PATH" . '
-                                   '&& echo "packed $PROFDSL_SAVE_PATH.tgz"', timeout_s=120),
+        finish_hook=FinishHook(cmd=PACK, timeout_s=120),
         metrics=Metrics(enabled=True, log=True, stragglers=Stragglers(
             factor=SLOWER_THAN, consecutive=1, min_seconds=MIN_SECONDS, stages=[SLOW_STAGE])),
         auto=AutoCapture(stages=[SLOW_STAGE], slower_than=SLOWER_THAN, baseline_steps=3, max_captures=1,

@@ -609,9 +609,8 @@ def ask(steps: object, *, ranks: object = None, roles: object = None, at_step: o
     def plain(value: object) -> object:
         return list(value) if isinstance(value, (list, tuple)) else value
 
-    return parse_request(to_json(CaptureRequest(steps=steps, ranks=plain(ranks), roles=plain(roles),  # type: ignore[arg-type]
-                                                at_step=at_step, reason=reason)),  # type: ignore[arg-type]
-                         default_id=request_id, source=source)
+    asked = {"steps": steps, "ranks": plain(ranks), "roles": plain(roles), "at_step": at_step, "reason": reason}
+    return parse_request(asked, default_id=request_id, source=source)
 
 
 # -- the metrics log ----------------------------------------------------------------------------
