@@ -97,14 +97,16 @@ def main(quick: bool) -> int:
         with Profiler(cfg, role="bench", rank=0, world_size=1) as profiler, profiler.step(1):
             # Inside one running session the cost of a region grows with the events already
             # recorded, so the baseline and the DSL forms take turns, each keeping its minimum.
-            active = {"raw record_function, active profiler": raw_rf,
-                      "with profile_stage, active profiler": with_stage,
-                      "@profile_stage, active profiler": staged}
+            active = {
+                "raw record_function, active profiler": raw_rf,
+                "with profile_stage, active profiler": with_stage,
+                "@profile_stage, active profiler": staged,
+            }
             for name in active:
                 rows[name] = float("inf")
             turns = list(active.items())
             for turn in range(5 if quick else 15):
-                for name, stmt in turns[turn % 3:] + turns[:turn % 3]:  # each goes first in turn
+                for name, stmt in turns[turn % 3 :] + turns[: turn % 3]:  # each goes first in turn
                     rows[name] = min(rows[name], ns_per_call(stmt, n_slow, repeat=1))
 
     metered_rows(rows, staged, passthrough, with_null, with_stage, with_window, quick)
@@ -115,54 +117,91 @@ def main(quick: bool) -> int:
     for name, value in rows.items():
         print(f"  {name:<{width}}  {value:10.1f} ns")
     checks = [
-        ("@profile_stage / pass-through wrapper (not profiled)",
-         rows["@profile_stage, not profiled"] / rows["pass-through wrapper"], 1.5),
-        ("with profile_stage / with nullcontext (not profiled)",
-         rows["with profile_stage, not profiled"] / rows["with nullcontext()"], 1.5),
-        ("with profile_stage / raw record_function (active)",
-         rows["with profile_stage, active profiler"] / rows["raw record_function, active profiler"], 1.25),
-        ("@profile_stage / raw record_function (active)",
-         rows["@profile_stage, active profiler"] / rows["raw record_function, active profiler"], 1.25),
+        (
+            "@profile_stage / pass-through wrapper (not profiled)",
+            rows["@profile_stage, not profiled"] / rows["pass-through wrapper"],
+            1.5,
+        ),
+        (
+            "with profile_stage / with nullcontext (not profiled)",
+            rows["with profile_stage, not profiled"] / rows["with nullcontext()"],
+            1.5,
+        ),
+        (
+            "with profile_stage / raw record_function (active)",
+            rows["with profile_stage, active profiler"] / rows["raw record_function, active profiler"],
+            1.25,
+        ),
+        (
+            "@profile_stage / raw record_function (active)",
+            rows["@profile_stage, active profiler"] / rows["raw record_function, active profiler"],
+            1.25,
+        ),
     ]
     print("ratios (target):")
     for name, ratio, target in checks:
         print(f"  {name:<56} {ratio:5.2f}x  (<= {target}x) {'ok' if ratio <= target else 'OVER'}")
     extra = rows["mini_batch_window, not profiled, per item"] - rows["plain loop, per item"]
-    print(f"  {'mini_batch_window extra ns per item (not profiled)':<56} {extra:5.1f} ns (<= 300 ns) "
-          f"{'ok' if extra <= 300 else 'OVER'}")
+    print(
+        f"  {'mini_batch_window extra ns per item (not profiled)':<56} {extra:5.1f} ns (<= 300 ns) "
+        f"{'ok' if extra <= 300 else 'OVER'}"
+    )
     print("ratios against a bare call and NVTX (for reference):")
     for name, form, base in (
-            ("@profile_stage, not profiled / bare call", "@profile_stage, not profiled", "bare call"),
-            ("pass-through wrapper / bare call", "pass-through wrapper", "bare call"),
-            ("with profile_stage, not profiled / with nvtx.annotate", "with profile_stage, not profiled",
-             "with nvtx.annotate"),
-            ("with profile_stage, active / with nvtx.annotate", "with profile_stage, active profiler",
-             "with nvtx.annotate")):
+        ("@profile_stage, not profiled / bare call", "@profile_stage, not profiled", "bare call"),
+        ("pass-through wrapper / bare call", "pass-through wrapper", "bare call"),
+        (
+            "with profile_stage, not profiled / with nvtx.annotate",
+            "with profile_stage, not profiled",
+            "with nvtx.annotate",
+        ),
+        (
+            "with profile_stage, active / with nvtx.annotate",
+            "with profile_stage, active profiler",
+            "with nvtx.annotate",
+        ),
+    ):
         print(f"  {name:<56} {rows[form] / rows[base]:5.2f}x")
     print("metrics on, no trace (target):")
     for name, form, base in (
-            ("with profile_stage - with nullcontext (metrics on)", "with profile_stage, metrics on",
-             "with nullcontext(), metrics run"),
-            ("@profile_stage - pass-through wrapper (metrics on)", "@profile_stage, metrics on",
-             "pass-through wrapper, metrics run")):
+        (
+            "with profile_stage - with nullcontext (metrics on)",
+            "with profile_stage, metrics on",
+            "with nullcontext(), metrics run",
+        ),
+        (
+            "@profile_stage - pass-through wrapper (metrics on)",
+            "@profile_stage, metrics on",
+            "pass-through wrapper, metrics run",
+        ),
+    ):
         extra = rows[form] - rows[base]
         print(f"  {name:<56} {extra:6.1f} ns (<= 1000 ns) {'ok' if extra <= 1000 else 'OVER'}")
     early, late, steps = memory
     growth = late - early
-    print(f"  {f'traced memory, metered steps 1,000 -> {steps:,}':<56} {growth / 1024:+6.1f} KiB "
-          f"(<= 64 KiB) {'ok' if growth <= 64 * 1024 else 'OVER'}")
+    print(
+        f"  {f'traced memory, metered steps 1,000 -> {steps:,}':<56} {growth / 1024:+6.1f} KiB "
+        f"(<= 64 KiB) {'ok' if growth <= 64 * 1024 else 'OVER'}"
+    )
     return 0
 
 
-def metered_rows(rows: dict[str, float], staged: Callable[[], object], passthrough: Callable[[], object],
-                 with_null: Callable[[], object], with_stage: Callable[[], object],
-                 with_window: Callable[[], object], quick: bool) -> None:
+def metered_rows(
+    rows: dict[str, float],
+    staged: Callable[[], object],
+    passthrough: Callable[[], object],
+    with_null: Callable[[], object],
+    with_stage: Callable[[], object],
+    with_window: Callable[[], object],
+    quick: bool,
+) -> None:
     """The DSL forms while a step is timed (Metrics on, nothing profiled), taking turns with
     their baselines: each keeps its best of the rounds."""
     n = 20_000 if quick else 100_000
     cfg = ProfilerConfig(metrics=Metrics(enabled=True))
     outer = profile_stage("outer")
     with Profiler(cfg, role="bench", rank=0, world_size=1) as profiler, profiler.step(1):
+
         def nested() -> None:
             with outer:
                 with_stage()
@@ -171,18 +210,20 @@ def metered_rows(rows: dict[str, float], staged: Callable[[], object], passthrou
             with outer:
                 pass
 
-        forms = {"with nullcontext(), metrics run": with_null,
-                 "with profile_stage, metrics on": with_stage,
-                 "pass-through wrapper, metrics run": passthrough,
-                 "@profile_stage, metrics on": staged,
-                 "with mini_batch_window(), metrics on": with_window,
-                 "with outer: with profile_stage, metrics on": nested,
-                 "with outer: pass, metrics on": outer_only}
+        forms = {
+            "with nullcontext(), metrics run": with_null,
+            "with profile_stage, metrics on": with_stage,
+            "pass-through wrapper, metrics run": passthrough,
+            "@profile_stage, metrics on": staged,
+            "with mini_batch_window(), metrics on": with_window,
+            "with outer: with profile_stage, metrics on": nested,
+            "with outer: pass, metrics on": outer_only,
+        }
         for name in forms:
             rows[name] = float("inf")
         turns = list(forms.items())
         for turn in range(5 if quick else 15):
-            for name, stmt in turns[turn % len(turns):] + turns[:turn % len(turns)]:
+            for name, stmt in turns[turn % len(turns) :] + turns[: turn % len(turns)]:
                 rows[name] = min(rows[name], ns_per_call(stmt, n, repeat=1))
 
 

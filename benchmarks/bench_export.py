@@ -102,8 +102,9 @@ def run_floor(iterations: int, _folder: Path) -> Run:
 
 
 def run_baseline(iterations: int, folder: Path) -> Run:
-    prof = profile(activities=[ProfilerActivity.CPU],
-                   on_trace_ready=tensorboard_trace_handler(str(folder), use_gzip=True))
+    prof = profile(
+        activities=[ProfilerActivity.CPU], on_trace_ready=tensorboard_trace_handler(str(folder), use_gzip=True)
+    )
     prof.start()
     workload(iterations)
     t0 = time.perf_counter()
@@ -112,8 +113,9 @@ def run_baseline(iterations: int, folder: Path) -> Run:
 
 
 def _profiler(folder: Path, steps: list[int], discrete: bool = False) -> Profiler:
-    cfg = ProfilerConfig(enable=True, steps=steps, discrete=discrete, save_path=str(folder),
-                         torch=TorchOptions(contents=["cpu"]))
+    cfg = ProfilerConfig(
+        enable=True, steps=steps, discrete=discrete, save_path=str(folder), torch=TorchOptions(contents=["cpu"])
+    )
     return Profiler(cfg, role="actor", rank=0, world_size=1)
 
 
@@ -236,7 +238,7 @@ def run_child_rss(windows: int, iterations: int) -> dict[str, Any]:
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     for line in out.stdout.splitlines():
         if line.startswith(RSS_TAG):
-            result: dict[str, Any] = json.loads(line[len(RSS_TAG):])
+            result: dict[str, Any] = json.loads(line[len(RSS_TAG) :])
             return result
     raise RuntimeError(f"the RSS child failed (exit {out.returncode}):\n{out.stdout}\n{out.stderr}")
 
@@ -264,16 +266,20 @@ def machine_info() -> list[str]:
 def print_table(rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for i, row in enumerate(rows):
-        print("  ".join(c.ljust(w) if j in (0, len(row) - 1) else c.rjust(w)
-                        for j, (c, w) in enumerate(zip(row, widths))).rstrip())
+        print(
+            "  ".join(
+                c.ljust(w) if j in (0, len(row) - 1) else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))
+            ).rstrip()
+        )
         if i == 0:
             print("  ".join("-" * w for w in widths))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true",
-                        help="a quick run: 5,000 ops, one repeat, 10 windows (the test's mode)")
+    parser.add_argument(
+        "--quick", action="store_true", help="a quick run: 5,000 ops, one repeat, 10 windows (the test's mode)"
+    )
     parser.add_argument("--ops", type=int, help="torch ops per timed window (default 50,000; quick 5,000)")
     parser.add_argument("--repeat", type=int, help="repeats of each measurement (default 5; quick 1)")
     parser.add_argument("--windows", type=int, help="profiled windows in a row for RSS (default 50; quick 10)")
@@ -299,15 +305,18 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[str, list[Run]] = {name: [] for name in MODES}
         names = list(MODES)
         for r in range(repeat):
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 folder = root / f"{names.index(name)}-{r}"
                 folder.mkdir()
                 gc.collect()
                 times[name].append(MODES[name](iterations, folder))
 
         ops_seen, muls_seen = count_events(trace_files(times[BASELINE][0].folder)[0])  # type: ignore[arg-type]
-        print(f"workload:  {iterations} x torch.ones(8).mul(2).sum(): {ops_seen} cpu_op events in torch's trace "
-              f"({muls_seen} aten::mul), {repeat} repeat(s), median (min) s\n", flush=True)
+        print(
+            f"workload:  {iterations} x torch.ones(8).mul(2).sum(): {ops_seen} cpu_op events in torch's trace "
+            f"({muls_seen} aten::mul), {repeat} repeat(s), median (min) s\n",
+            flush=True,
+        )
 
         problems = [p for name in PROFDSL for p in (check_complete(run, iterations) for run in times[name]) if p]
         manifest: dict[str, dict[str, list[float]]] = {}
@@ -322,8 +331,7 @@ def main(argv: list[str] | None = None) -> int:
 
     base = statistics.median(r.blocked for r in times[BASELINE])
     failed: list[str] = []
-    rows: list[tuple[str, ...]] = [("training thread blocked after the work", "median s", "min s", "x baseline",
-                                    "bar")]
+    rows: list[tuple[str, ...]] = [("training thread blocked after the work", "median s", "min s", "x baseline", "bar")]
     for name, runs in times.items():
         med = statistics.median(r.blocked for r in runs)
         bar = ""
@@ -336,8 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, short in PROFDSL.items():
         closes = [r.close for r in times[name] if r.close is not None]
         med = statistics.median(closes)
-        rows.append((f"then close() (waits for exports): {short}", f"{med:.3f}", f"{min(closes):.3f}",
-                     f"{med / base:.2f}x", ""))
+        rows.append(
+            (f"then close() (waits for exports): {short}", f"{med:.3f}", f"{min(closes):.3f}", f"{med / base:.2f}x", "")
+        )
     print_table(rows)
 
     print()
@@ -353,8 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         failed.append("completeness")
         print(f"completeness: FAIL ({len(problems)} of {checked} traces)\n  " + "\n  ".join(problems))
     else:
-        print(f"completeness: pass ({checked} of {checked} profdsl traces valid gzip+JSON after close(), "
-              f"{iterations} aten::mul events each)")
+        print(
+            f"completeness: pass ({checked} of {checked} profdsl traces valid gzip+JSON after close(), "
+            f"{iterations} aten::mul events each)"
+        )
 
     series = rss["series"]
     fifth, last = series[RSS_FIRST - 1], series[-1]
@@ -362,10 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     rss_ok = ratio <= RSS_BAR and rss["traces"] == windows
     if not rss_ok:
         failed.append("rss")
-    print(f"RSS, {windows} profiled windows of {window_iterations * OPS_PER_ITERATION} ops in a fresh process "
-          f"({rss['traces']} traces): after window {RSS_FIRST} {fifth / 2**20:.1f} MiB, after window {windows} "
-          f"{last / 2**20:.1f} MiB, ratio {ratio:.3f}x (<= {RSS_BAR}x {'ok' if rss_ok else 'OVER'}), "
-          f"after close() {rss['after_close'] / 2**20:.1f} MiB")
+    print(
+        f"RSS, {windows} profiled windows of {window_iterations * OPS_PER_ITERATION} ops in a fresh process "
+        f"({rss['traces']} traces): after window {RSS_FIRST} {fifth / 2**20:.1f} MiB, after window {windows} "
+        f"{last / 2**20:.1f} MiB, ratio {ratio:.3f}x (<= {RSS_BAR}x {'ok' if rss_ok else 'OVER'}), "
+        f"after close() {rss['after_close'] / 2**20:.1f} MiB"
+    )
     print(f"bars: {'all met' if not failed else 'not met: ' + ', '.join(failed)}")
     return 1 if args.check and failed else 0
 

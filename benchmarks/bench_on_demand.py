@@ -56,12 +56,21 @@ def main(quick: bool) -> int:
         for folder in folders.values():
             os.makedirs(folder)
         profilers = {
-            "off": Profiler(ProfilerConfig(enable=True, steps=[], save_path=folders["off"],
-                                           on_demand=OnDemand(enabled=False)), role="off", rank=0, world_size=1),
-            "absent": Profiler(ProfilerConfig(enable=True, steps=[], save_path=folders["absent"]),
-                               role="absent", rank=0, world_size=1),
-            "present": Profiler(ProfilerConfig(enable=True, steps=[], save_path=folders["present"]),
-                                role="present", rank=0, world_size=1),
+            "off": Profiler(
+                ProfilerConfig(enable=True, steps=[], save_path=folders["off"], on_demand=OnDemand(enabled=False)),
+                role="off",
+                rank=0,
+                world_size=1,
+            ),
+            "absent": Profiler(
+                ProfilerConfig(enable=True, steps=[], save_path=folders["absent"]), role="absent", rank=0, world_size=1
+            ),
+            "present": Profiler(
+                ProfilerConfig(enable=True, steps=[], save_path=folders["present"]),
+                role="present",
+                rank=0,
+                world_size=1,
+            ),
         }
         # A request for step 10**9 (never reached), taken once: the folder exists, nothing changes.
         write_request(folders["present"], CaptureRequest(id="taken", steps=1, at_step=10**9, roles=("present",)))
@@ -72,7 +81,7 @@ def main(quick: bool) -> int:
         best = {name: float("inf") for name in forms}
         turns = list(forms.items())
         for turn in range(rounds):
-            for name, stmt in turns[turn % len(turns):] + turns[:turn % len(turns)]:
+            for name, stmt in turns[turn % len(turns) :] + turns[: turn % len(turns)]:
                 best[name] = min(best[name], timeit.timeit(stmt, number=number) / number * 1e9)
         for profiler in profilers.values():
             profiler.close()
@@ -80,11 +89,15 @@ def main(quick: bool) -> int:
     base = best["off"]
     print(f"{'measurement':<52} {'ns per step':>12} {'extra ns':>9} {'ratio':>7}")
     print(f"{'untraced step, on-demand off (baseline)':<52} {base:>12.0f}")
-    for name, label in (("absent", "untraced step, on-demand on, no request folder"),
-                        ("present", "untraced step, on-demand on, folder unchanged")):
+    for name, label in (
+        ("absent", "untraced step, on-demand on, no request folder"),
+        ("present", "untraced step, on-demand on, folder unchanged"),
+    ):
         extra = best[name] - base
-        print(f"{label:<52} {best[name]:>12.0f} {extra:>+9.0f} {best[name] / base:>6.2f}x"
-              f"  (<= +{TARGET_EXTRA_NS} ns) {'ok' if extra <= TARGET_EXTRA_NS else 'OVER'}")
+        print(
+            f"{label:<52} {best[name]:>12.0f} {extra:>+9.0f} {best[name] / base:>6.2f}x"
+            f"  (<= +{TARGET_EXTRA_NS} ns) {'ok' if extra <= TARGET_EXTRA_NS else 'OVER'}"
+        )
     print(f"{'os.stat of the request folder alone':<52} {best['os.stat']:>12.0f}")
     return 0
 

@@ -91,8 +91,12 @@ MINI_BATCH = "mini_batch_"
 #: (name, input dims, input types, launches a kernel)
 CPU_OPS: tuple[tuple[str, str, str, bool], ...] = (
     ("aten::linear", "[[8, 4096], [4096, 4096], [4096]]", '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16"]', True),
-    ("aten::addmm", "[[4096], [8, 4096], [4096, 4096], [], []]",
-     '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar", "Scalar"]', True),
+    (
+        "aten::addmm",
+        "[[4096], [8, 4096], [4096, 4096], [], []]",
+        '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar", "Scalar"]',
+        True,
+    ),
     ("aten::empty", "[[], [], [], [], [], []]", '["ScalarList", "Scalar", "", "Device", "Scalar", ""]', False),
     ("aten::view", "[[8, 128, 4096], []]", '["c10::BFloat16", "ScalarList"]', False),
     ("aten::t", "[[4096, 4096]]", '["c10::BFloat16"]', False),
@@ -101,11 +105,18 @@ CPU_OPS: tuple[tuple[str, str, str, bool], ...] = (
     ("aten::mul", "[[8, 128, 4096], [8, 128, 4096]]", '["c10::BFloat16", "c10::BFloat16"]', True),
     ("aten::add_", "[[8, 128, 4096], [8, 128, 4096], []]", '["c10::BFloat16", "c10::BFloat16", "Scalar"]', True),
     ("aten::copy_", "[[8, 128, 4096], [8, 128, 4096], []]", '["float", "c10::BFloat16", "Scalar"]', True),
-    ("aten::_to_copy", "[[8, 128, 4096], [], [], [], [], [], []]",
-     '["c10::BFloat16", "Scalar", "", "", "", "Scalar", ""]', False),
-    ("aten::scaled_dot_product_attention",
-     "[[8, 32, 128, 128], [8, 32, 128, 128], [8, 32, 128, 128], [], [], [], [], []]",
-     '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "", "Scalar", "Scalar", "", "Scalar"]', True),
+    (
+        "aten::_to_copy",
+        "[[8, 128, 4096], [], [], [], [], [], []]",
+        '["c10::BFloat16", "Scalar", "", "", "", "Scalar", ""]',
+        False,
+    ),
+    (
+        "aten::scaled_dot_product_attention",
+        "[[8, 32, 128, 128], [8, 32, 128, 128], [8, 32, 128, 128], [], [], [], [], []]",
+        '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "", "Scalar", "Scalar", "", "Scalar"]',
+        True,
+    ),
 )
 KERNELS = (
     "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn",
@@ -123,22 +134,46 @@ def torch_header(size_mb: float) -> dict[str, Any]:
     return {
         "schemaVersion": 1,
         "deviceProperties": [
-            {"id": i, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 84929216512,
-             "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024,
-             "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 32,
-             "sharedMemPerBlock": 49152, "numSms": 132, "regsPerMultiprocessor": 65536,
-             "sharedMemPerBlockOptin": 232448, "sharedMemPerMultiprocessor": 233472}
+            {
+                "id": i,
+                "name": "NVIDIA H100 80GB HBM3",
+                "totalGlobalMem": 84929216512,
+                "computeMajor": 9,
+                "computeMinor": 0,
+                "maxThreadsPerBlock": 1024,
+                "maxThreadsPerMultiprocessor": 2048,
+                "regsPerBlock": 65536,
+                "warpSize": 32,
+                "sharedMemPerBlock": 49152,
+                "numSms": 132,
+                "regsPerMultiprocessor": 65536,
+                "sharedMemPerBlockOptin": 232448,
+                "sharedMemPerMultiprocessor": 233472,
+            }
             for i in range(8)
         ],
         "profdsl": {
-            "role": "actor", "roles": ["actor", "ref"], "stage": "update_actor", "step": 3,
-            "rank": 0, "world_size": 8, "window": None, "config_hash": "3f9a1c2e",
-            "host": "node-0", "pid": PID,
+            "role": "actor",
+            "roles": ["actor", "ref"],
+            "stage": "update_actor",
+            "step": 3,
+            "rank": 0,
+            "world_size": 8,
+            "window": None,
+            "config_hash": "3f9a1c2e",
+            "host": "node-0",
+            "pid": PID,
             "regions": {"stages": sorted(STAGES), "mini_batches": [MINI_BATCH]},
             "synthetic_size_mb": size_mb,
         },
-        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8, "pg_count": 3,
-                            "pg_config": [], "nccl_version": "2.21.5"},
+        "distributedInfo": {
+            "backend": "nccl",
+            "rank": 0,
+            "world_size": 8,
+            "pg_count": 3,
+            "pg_config": [],
+            "nccl_version": "2.21.5",
+        },
         "trace_id": "B77F300132F644B4A7927076EA7B0DDE",
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": BASE_TIME_NS,
@@ -150,9 +185,11 @@ def _ts(ns: int) -> str:
 
 
 def _meta(name: str, pid: int | str, tid: int | str, args: str) -> str:
-    return (f'  {{\n    "ph": "M",\n    "name": "{name}",\n    "ts": {_ts(T0_NS)},\n'
-            f'    "pid": {json.dumps(pid)},\n    "tid": {json.dumps(tid)},\n'
-            f'    "args": {{\n      {args}\n    }}\n  }}')
+    return (
+        f'  {{\n    "ph": "M",\n    "name": "{name}",\n    "ts": {_ts(T0_NS)},\n'
+        f'    "pid": {json.dumps(pid)},\n    "tid": {json.dumps(tid)},\n'
+        f'    "args": {{\n      {args}\n    }}\n  }}'
+    )
 
 
 Event = tuple[str, str, int | None]  # (text, category, dur in ns for X events)
@@ -189,36 +226,54 @@ class TraceGenerator:
 
     @staticmethod
     def metadata() -> list[Event]:
-        return [(text, "M", None) for text in (
-            _meta("process_name", PID, 0, '"name": "python"'),
-            _meta("process_labels", PID, 0, '"labels": "CPU"'),
-            _meta("process_sort_index", PID, 0, f'"sort_index": {PID}'),
-            _meta("thread_name", PID, TID, f'"name": "thread {TID} (python)"'),
-            _meta("thread_sort_index", PID, TID, f'"sort_index": {TID}'),
-            _meta("process_name", GPU_PID, 0, '"name": "python"'),
-            _meta("process_labels", GPU_PID, 0, '"labels": "GPU 0"'),
-            _meta("process_sort_index", GPU_PID, 0, '"sort_index": 5000000'),
-            _meta("thread_name", GPU_PID, STREAM, f'"name": "stream {STREAM} "'),
-            _meta("thread_sort_index", GPU_PID, STREAM, f'"sort_index": {STREAM}'),
-        )]
+        return [
+            (text, "M", None)
+            for text in (
+                _meta("process_name", PID, 0, '"name": "python"'),
+                _meta("process_labels", PID, 0, '"labels": "CPU"'),
+                _meta("process_sort_index", PID, 0, f'"sort_index": {PID}'),
+                _meta("thread_name", PID, TID, f'"name": "thread {TID} (python)"'),
+                _meta("thread_sort_index", PID, TID, f'"sort_index": {TID}'),
+                _meta("process_name", GPU_PID, 0, '"name": "python"'),
+                _meta("process_labels", GPU_PID, 0, '"labels": "GPU 0"'),
+                _meta("process_sort_index", GPU_PID, 0, '"sort_index": 5000000'),
+                _meta("thread_name", GPU_PID, STREAM, f'"name": "stream {STREAM} "'),
+                _meta("thread_sort_index", GPU_PID, STREAM, f'"sort_index": {STREAM}'),
+            )
+        ]
 
     @staticmethod
     def _x(cat: str, name: str, pid: int, tid: int, start: int, dur: int, args: str) -> Event:
-        return (f'  {{\n    "ph": "X",\n    "cat": "{cat}",\n    "name": {json.dumps(name)},\n'
-                f'    "pid": {pid},\n    "tid": {tid},\n    "ts": {_ts(start)},\n    "dur": {_ts(dur)}\n'
-                f'    ,\n    "args": {{\n      {args}\n    }}\n  }}', cat, dur)
+        return (
+            f'  {{\n    "ph": "X",\n    "cat": "{cat}",\n    "name": {json.dumps(name)},\n'
+            f'    "pid": {pid},\n    "tid": {tid},\n    "ts": {_ts(start)},\n    "dur": {_ts(dur)}\n'
+            f'    ,\n    "args": {{\n      {args}\n    }}\n  }}',
+            cat,
+            dur,
+        )
 
     @staticmethod
     def _flow(ph: str, ident: int, pid: int, tid: int, ts: int) -> Event:
         bp = ',\n    "bp": "e"' if ph == "f" else ""
-        return (f'  {{\n    "ph": "{ph}",\n    "id": {ident},\n    "pid": {pid},\n    "tid": {tid},\n'
-                f'    "ts": {_ts(ts)},\n    "cat": "ac2g",\n    "name": "ac2g"{bp}\n  }}', "ac2g", None)
+        return (
+            f'  {{\n    "ph": "{ph}",\n    "id": {ident},\n    "pid": {pid},\n    "tid": {tid},\n'
+            f'    "ts": {_ts(ts)},\n    "cat": "ac2g",\n    "name": "ac2g"{bp}\n  }}',
+            "ac2g",
+            None,
+        )
 
     def _annotation(self, name: str, start: int, dur: int) -> Event:
         self.external_id += 1
         self.ev_idx += 1
-        return self._x("user_annotation", name, PID, TID, start, dur,
-                       f'"External id": {self.external_id},"Record function id": 0, "Ev Idx": {self.ev_idx}')
+        return self._x(
+            "user_annotation",
+            name,
+            PID,
+            TID,
+            start,
+            dur,
+            f'"External id": {self.external_id},"Record function id": 0, "Ev Idx": {self.ev_idx}',
+        )
 
     def _op(self) -> list[Event]:
         """A cpu_op; one that launches a kernel brings its cudaLaunchKernel, kernel and ac2g pair."""
@@ -230,26 +285,51 @@ class TraceGenerator:
         dur = rng.randrange(2_000, 400_000)
         strides = dims.replace("8, 128, 4096", "524288, 4096, 1").replace("4096, 4096", "4096, 1")
         concrete = ", ".join('""' for _ in range(dims.count("[") - 1))
-        out = [self._x(
-            "cpu_op", name, PID, TID, start, dur,
-            f'"External id": {self.external_id},"Record function id": 0, "Concrete Inputs": [{concrete}], '
-            f'"Input type": {types}, "Input Strides": {strides}, "Input Dims": {dims}, "Ev Idx": {self.ev_idx}')]
+        out = [
+            self._x(
+                "cpu_op",
+                name,
+                PID,
+                TID,
+                start,
+                dur,
+                f'"External id": {self.external_id},"Record function id": 0, "Concrete Inputs": [{concrete}], '
+                f'"Input type": {types}, "Input Strides": {strides}, "Input Dims": {dims}, "Ev Idx": {self.ev_idx}',
+            )
+        ]
         if launches:
             self.correlation += 1
             launch = start + dur // 3
-            out.append(self._x("cuda_runtime", "cudaLaunchKernel", PID, TID, launch, rng.randrange(3_000, 12_000),
-                               f'"External id": {self.external_id}, "cbid": 211, "correlation": {self.correlation}'))
+            out.append(
+                self._x(
+                    "cuda_runtime",
+                    "cudaLaunchKernel",
+                    PID,
+                    TID,
+                    launch,
+                    rng.randrange(3_000, 12_000),
+                    f'"External id": {self.external_id}, "cbid": 211, "correlation": {self.correlation}',
+                )
+            )
             out.append(self._flow("s", self.correlation, PID, TID, launch))
             k_start = max(self.gpu_now, launch + rng.randrange(5_000, 50_000))
             k_dur = rng.randrange(5_000, 900_000)
-            out.append(self._x(
-                "kernel", KERNELS[rng.randrange(len(KERNELS))], GPU_PID, STREAM, k_start, k_dur,
-                f'"External id": {self.external_id},\n      "queued": 0, "device": 0, "context": 1,\n'
-                f'      "stream": {STREAM}, "correlation": {self.correlation},\n'
-                f'      "registers per thread": 168, "shared memory": 98304,\n'
-                f'      "blocks per SM": 0.484848, "warps per SM": 3.878788,\n'
-                f'      "grid": [64, 1, 1], "block": [256, 1, 1],\n'
-                f'      "est. achieved occupancy %": 6'))
+            out.append(
+                self._x(
+                    "kernel",
+                    KERNELS[rng.randrange(len(KERNELS))],
+                    GPU_PID,
+                    STREAM,
+                    k_start,
+                    k_dur,
+                    f'"External id": {self.external_id},\n      "queued": 0, "device": 0, "context": 1,\n'
+                    f'      "stream": {STREAM}, "correlation": {self.correlation},\n'
+                    f'      "registers per thread": 168, "shared memory": 98304,\n'
+                    f'      "blocks per SM": 0.484848, "warps per SM": 3.878788,\n'
+                    f'      "grid": [64, 1, 1], "block": [256, 1, 1],\n'
+                    f'      "est. achieved occupancy %": 6',
+                )
+            )
             out.append(self._flow("f", self.correlation, GPU_PID, STREAM, k_start))
             self.gpu_now = k_start + k_dur
         self.now = start + dur
@@ -276,8 +356,12 @@ class TraceGenerator:
         return [self._annotation(stage, stage_start, self.now - stage_start), *body]
 
     def trailer(self) -> Event:
-        return (f'  {{\n    "ph": "i",\n    \n    "s": "g",\n    "name": "Record Window End",\n'
-                f'    "pid": "",\n    "tid": "",\n    "ts": {_ts(self.now + 1_000)}\n    \n  }}', "instant", None)
+        return (
+            f'  {{\n    "ph": "i",\n    \n    "s": "g",\n    "name": "Record Window End",\n'
+            f'    "pid": "",\n    "tid": "",\n    "ts": {_ts(self.now + 1_000)}\n    \n  }}',
+            "instant",
+            None,
+        )
 
 
 class TeeWriter:
@@ -303,8 +387,11 @@ def generate(json_path: Path, gz_path: Path, size_mb: float, seed: int = 0) -> t
     gen = TraceGenerator(seed)
     totals = Totals()
     end = '\n  ],"traceName": "' + json_path.name + '" }'
-    with open(json_path, "wb") as plain, open(gz_path, "wb") as raw, \
-            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as gz:
+    with (
+        open(json_path, "wb") as plain,
+        open(gz_path, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as gz,
+    ):
         out = TeeWriter(plain, gz)  # type: ignore[arg-type]
         fields = ",\n".join(f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items())
         out.write("{\n" + fields + ',\n    "traceEvents": [\n    \n')
@@ -335,6 +422,7 @@ def generate(json_path: Path, gz_path: Path, size_mb: float, seed: int = 0) -> t
 # --------------------------------------------------------------------------------------------
 # Measurement (child side)
 # --------------------------------------------------------------------------------------------
+
 
 def _status_kb(key: str) -> int | None:
     try:
@@ -419,14 +507,16 @@ def child(method: str, path: str) -> dict[str, Any]:
 # Driver
 # --------------------------------------------------------------------------------------------
 
+
 def run_child(method: str, path: Path) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", method, str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", method, str(path)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{METHODS[method]} failed (exit {proc.returncode}):\n{proc.stderr}")
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])  # type: ignore[no-any-return]
+            return json.loads(line[len(RESULT_TAG) :])  # type: ignore[no-any-return]
     raise RuntimeError(f"{METHODS[method]} printed no result:\n{proc.stdout}\n{proc.stderr}")
 
 
@@ -472,8 +562,9 @@ def check(results: dict[str, dict[str, Any]], totals: Totals, head: dict[str, An
     got = results["header_gz"]["header"]
     want_head = json.loads(json.dumps(head))
     if got != want_head:
-        problems.append(f"{METHODS['header_gz']}: header differs from the one written "
-                        f"(keys {sorted(got)} vs {sorted(want_head)})")
+        problems.append(
+            f"{METHODS['header_gz']}: header differs from the one written (keys {sorted(got)} vs {sorted(want_head)})"
+        )
     return problems
 
 
@@ -494,20 +585,38 @@ def write_folder(folder: Path, traces: int, size_mb: float, seed: int) -> list[P
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for rank in range(traces):
-        name = TraceName(role="actor", stage="update_actor", step=3, rank=rank, world_size=traces,
-                         host="node-0", pid=PID + rank, time_ms=1_790_857_026_000 + rank).format()
+        name = TraceName(
+            role="actor",
+            stage="update_actor",
+            step=3,
+            rank=rank,
+            world_size=traces,
+            host="node-0",
+            pid=PID + rank,
+            time_ms=1_790_857_026_000 + rank,
+        ).format()
         plain = folder / f".plain-{rank}.json"
         generate(plain, folder / name, size_mb, seed + rank)
         plain.unlink()
-        append_record(str(folder), make_record("trace", name, role="actor", stage="update_actor", step=3,
-                                               rank=rank, world_size=traces,
-                                               bytes=(folder / name).stat().st_size))
+        append_record(
+            str(folder),
+            make_record(
+                "trace",
+                name,
+                role="actor",
+                stage="update_actor",
+                step=3,
+                rank=rank,
+                world_size=traces,
+                bytes=(folder / name).stat().st_size,
+            ),
+        )
         paths.append(folder / name)
     return paths
 
 
 def _is_region(name: str, stages: set[str]) -> bool:
-    return name in stages or (name.startswith(MINI_BATCH) and name[len(MINI_BATCH):].isdigit())
+    return name in stages or (name.startswith(MINI_BATCH) and name[len(MINI_BATCH) :].isdigit())
 
 
 def recount_folder(paths: list[Path]) -> dict[tuple[int, tuple[str, ...]], float]:
@@ -518,15 +627,19 @@ def recount_folder(paths: list[Path]) -> dict[tuple[int, tuple[str, ...]], float
         with gzip.open(path, "rt") as f:
             trace = json.load(f)
         stages = set(trace["profdsl"]["regions"]["stages"])
-        regions = [e for e in trace["traceEvents"]
-                   if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation" and _is_region(e["name"], stages)]
+        regions = [
+            e
+            for e in trace["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation" and _is_region(e["name"], stages)
+        ]
         outer = sorted((e for e in regions if e["name"] in stages), key=lambda e: e["ts"])
         for event in regions:
             if event["name"] in stages:
                 key = (rank, (event["name"],))
             else:
-                (holder,) = [o for o in outer
-                             if o["ts"] <= event["ts"] and event["ts"] + event["dur"] <= o["ts"] + o["dur"]]
+                (holder,) = [
+                    o for o in outer if o["ts"] <= event["ts"] and event["ts"] + event["dur"] <= o["ts"] + o["dur"]
+                ]
                 key = (rank, (holder["name"], MINI_BATCH))
             found[key] = found.get(key, 0.0) + event["dur"] / 1000
     return found
@@ -543,8 +656,10 @@ def _timed(command: list[str], **kwargs: Any) -> tuple[float, subprocess.Complet
 
 def peak_rss_mb(command: list[str]) -> float:
     """The peak RSS of ``command`` (its largest process), measured by a fresh parent."""
-    probe = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)"
-             ".returncode; print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
+    probe = (
+        "import resource, subprocess, sys; code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)"
+        ".returncode; print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)"
+    )
     _wall, done = _timed([sys.executable, "-c", probe, *command])
     return int(done.stdout.split()[-1]) * 1024 / MB
 
@@ -558,24 +673,31 @@ def summary_main(args: argparse.Namespace) -> int:
         paths = write_folder(folder / "profiles", args.traces, args.size_mb, args.seed)
         plain_mb = args.size_mb * args.traces
         gz_mb = sum(p.stat().st_size for p in paths) / MB
-        print(f"folder:    {args.traces} traces of {args.size_mb:g} MB JSON ({plain_mb:g} MB in all, "
-              f"{gz_mb:.1f} MB gzipped, level {GZIP_LEVEL}), written in {time.perf_counter() - started:.1f} s\n",
-              flush=True)
+        print(
+            f"folder:    {args.traces} traces of {args.size_mb:g} MB JSON ({plain_mb:g} MB in all, "
+            f"{gz_mb:.1f} MB gzipped, level {GZIP_LEVEL}), written in {time.perf_counter() - started:.1f} s\n",
+            flush=True,
+        )
         files = [str(p) for p in paths]
-        load = ("import gzip, json, sys\nfor p in sys.argv[1:]:\n    with gzip.open(p, 'rt') as f:\n"
-                "        json.load(f)")
+        load = "import gzip, json, sys\nfor p in sys.argv[1:]:\n    with gzip.open(p, 'rt') as f:\n        json.load(f)"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         methods: dict[str, list[str]] = {
             "zcat (the floor)": ["sh", "-c", 'zcat "$@" > /dev/null', "zcat", *files],
             "json.load, one file after another": [sys.executable, "-c", load, *files],
-            "profdsl summary DIR --json": [sys.executable, "-m", "profdsl", "summary", str(folder / "profiles"),
-                                           "--json"],
+            "profdsl summary DIR --json": [
+                sys.executable,
+                "-m",
+                "profdsl",
+                "summary",
+                str(folder / "profiles"),
+                "--json",
+            ],
         }
         walls: dict[str, list[float]] = {m: [] for m in methods}
         output = ""
         names = list(methods)
         for turn in range(max(1, args.repeat)):
-            for name in names[turn % len(names):] + names[:turn % len(names)]:
+            for name in names[turn % len(names) :] + names[: turn % len(names)]:
                 wall, done = _timed(methods[name], env=env)
                 walls[name].append(wall)
                 if name.startswith("profdsl"):
@@ -597,16 +719,22 @@ def summary_main(args: argparse.Namespace) -> int:
         got = {(r["rank"], tuple(r["path"])): r["total_ms"] for r in rows}
         expected = recount_folder(paths)
         exact = set(got) == set(expected) and all(abs(got[k] - v) <= 1e-6 for k, v in expected.items())
-        print(f"\nexact: {'yes' if exact else 'NO'} ({len(rows)} rows; every total equals the recount "
-              "from json.load to the nanosecond)" if exact else f"\nexact: NO\n  got {got}\n  want {expected}")
+        print(
+            f"\nexact: {'yes' if exact else 'NO'} ({len(rows)} rows; every total equals the recount "
+            "from json.load to the nanosecond)"
+            if exact
+            else f"\nexact: NO\n  got {got}\n  want {expected}"
+        )
         ok &= exact
         big = write_folder(folder / "big", 1, args.memory_mb, args.seed)
         rss = peak_rss_mb([sys.executable, "-m", "profdsl", "summary", str(folder / "big"), "--json"])
         met = rss < RSS_BAR_MB
         ok &= met
-        print(f"peak RSS of profdsl summary on one {args.memory_mb:g} MB trace "
-              f"({big[0].stat().st_size / MB:.1f} MB gzipped): {rss:.0f} MB (< {RSS_BAR_MB:g} MB "
-              f"{'ok' if met else 'MISSED'})")
+        print(
+            f"peak RSS of profdsl summary on one {args.memory_mb:g} MB trace "
+            f"({big[0].stat().st_size / MB:.1f} MB gzipped): {rss:.0f} MB (< {RSS_BAR_MB:g} MB "
+            f"{'ok' if met else 'MISSED'})"
+        )
         print(f"bars: {'all met' if ok else 'missed'}")
         return 0 if ok or not args.check else 1
     finally:
@@ -619,15 +747,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size-mb", type=float, default=500.0, help="uncompressed size (MB = 10**6 bytes)")
     parser.add_argument("--dir", help="where to write the trace (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="runs per method, each in a fresh process: fastest wall time, highest peak")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs per method, each in a fresh process: fastest wall time, highest peak",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
-    parser.add_argument("--summary", action="store_true",
-                        help="measure profdsl summary of a folder against json.load and zcat")
+    parser.add_argument(
+        "--summary", action="store_true", help="measure profdsl summary of a folder against json.load and zcat"
+    )
     parser.add_argument("--traces", type=int, default=4, help="--summary: traces in the folder")
-    parser.add_argument("--memory-mb", type=float, default=225.0,
-                        help="--summary: size of the one trace whose peak RSS is measured")
+    parser.add_argument(
+        "--memory-mb", type=float, default=225.0, help="--summary: size of the one trace whose peak RSS is measured"
+    )
     parser.add_argument("--check", action="store_true", help="--summary: exit 1 when a bar is missed")
     args = parser.parse_args(argv)
     if args.summary:
@@ -656,8 +790,10 @@ def main(argv: list[str] | None = None) -> int:
         head, totals = generate(json_path, gz_path, args.size_mb, args.seed)
         size, gz_size = json_path.stat().st_size, gz_path.stat().st_size
         cats = ", ".join(f"{k} {v}" for k, v in sorted(totals.by_cat.items()))
-        print(f"trace:     {size / MB:.1f} MB .json, {gz_size / MB:.1f} MB .json.gz (level {GZIP_LEVEL}), "
-              f"written in {time.perf_counter() - t:.1f} s")
+        print(
+            f"trace:     {size / MB:.1f} MB .json, {gz_size / MB:.1f} MB .json.gz (level {GZIP_LEVEL}), "
+            f"written in {time.perf_counter() - t:.1f} s"
+        )
         print(f"events:    {totals.events} ({totals.x_events} X; {cats})\n", flush=True)
 
         results: dict[str, dict[str, Any]] = {}
@@ -672,29 +808,35 @@ def main(argv: list[str] | None = None) -> int:
         for method, label in METHODS.items():
             r = results[method]
             header_only = method == "header_gz"
-            rows.append((
-                label,
-                f"{r['wall_s']:.3f}",
-                "n/a (head only)" if header_only else f"{size / MB / r['wall_s']:.1f}",
-                f"{r['peak_bytes'] / MB:.1f}",
-                f"{r['peak_bytes'] / size:.2f}",
-                "-" if header_only else str(r["x_events"]),
-            ))
+            rows.append(
+                (
+                    label,
+                    f"{r['wall_s']:.3f}",
+                    "n/a (head only)" if header_only else f"{size / MB / r['wall_s']:.1f}",
+                    f"{r['peak_bytes'] / MB:.1f}",
+                    f"{r['peak_bytes'] / size:.2f}",
+                    "-" if header_only else str(r["x_events"]),
+                )
+            )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for i, row in enumerate(rows):
             print("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
             if i == 0:
                 print("  ".join("-" * w for w in widths))
         base = results["json_load"]["baseline_bytes"] / MB
-        print(f"\npeak RSS: growth over the child's RSS after imports (~{base:.0f} MB), "
-              f"from {results['json_load']['memory_source']}; best wall of {max(1, args.repeat)} run(s).")
+        print(
+            f"\npeak RSS: growth over the child's RSS after imports (~{base:.0f} MB), "
+            f"from {results['json_load']['memory_source']}; best wall of {max(1, args.repeat)} run(s)."
+        )
 
         problems = check(results, totals, head)
         if problems:
             print("MISMATCH:\n  " + "\n  ".join(problems))
             return 1
-        print(f"counts agree: {totals.x_events} X events, {totals.events} events, "
-              f"dur sum {totals.dur_sum:.3f} us in every method; header() returned the header written")
+        print(
+            f"counts agree: {totals.x_events} X events, {totals.events} events, "
+            f"dur sum {totals.dur_sum:.3f} us in every method; header() returned the header written"
+        )
         return 0
     finally:
         if args.keep:

@@ -38,8 +38,9 @@ def passthrough(func: Callable[..., Any]) -> Callable[..., Any]:
 
 class Worker(DistProfilerExtension):
     def __init__(self, config: ProfilerConfig | None) -> None:
-        DistProfilerExtension.__init__(self, DistProfiler(rank=0, config=config, save_file_prefix="actor",
-                                                          world_size=1))
+        DistProfilerExtension.__init__(
+            self, DistProfiler(rank=0, config=config, save_file_prefix="actor", world_size=1)
+        )
 
     @DistProfiler.annotate(color="red", role="bench")
     def facade(self) -> None:
@@ -90,13 +91,22 @@ def main(quick: bool) -> int:
         print(f"  {name:<{width}}  {value:10.1f} ns")
     print("ratios:")
     for name, over, base in (
-        ("annotate / pass-through wrapper, not profiled", "@DistProfiler.annotate, not profiled",
-         "pass-through wrapper"),
-        ("annotate / @profile_stage, not profiled", "@DistProfiler.annotate, not profiled",
-         "@profile_stage, not profiled"),
+        (
+            "annotate / pass-through wrapper, not profiled",
+            "@DistProfiler.annotate, not profiled",
+            "pass-through wrapper",
+        ),
+        (
+            "annotate / @profile_stage, not profiled",
+            "@DistProfiler.annotate, not profiled",
+            "@profile_stage, not profiled",
+        ),
         ("annotate / @profile_stage, profiled", "@DistProfiler.annotate, profiled", "@profile_stage, profiled"),
-        ("step() / mini_batch_window item, profiled", "DistProfiler.step(), profiled",
-         "mini_batch_window item, profiled"),
+        (
+            "step() / mini_batch_window item, profiled",
+            "DistProfiler.step(), profiled",
+            "mini_batch_window item, profiled",
+        ),
     ):
         print(f"  {name:<48} {rows[over] / rows[base]:5.2f}x")
     return 0

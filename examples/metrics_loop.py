@@ -26,7 +26,7 @@ def generate(n: int) -> list[int]:
 @profile_stage("update_actor")
 def update_actor(batch: list[int]) -> float:
     loss = 0.0
-    for mini_batch in mini_batch_window([batch[i:i + 4] for i in range(0, len(batch), 4)]):
+    for mini_batch in mini_batch_window([batch[i : i + 4] for i in range(0, len(batch), 4)]):
         with profile_stage("forward_backward"):
             time.sleep(0.001)
             loss += sum(mini_batch) * 1e-3

@@ -53,8 +53,17 @@ def main(argv: list[str]) -> int:
     for step in plan.steps[:1]:
         for rank in plan.ranks[:2]:
             for window in windows[:2]:
-                name = TraceName(role="actor", stage="update_actor", step=step, rank=rank,
-                                 world_size=world_size, window=window, host=host, pid=12345, time_ms=now)
+                name = TraceName(
+                    role="actor",
+                    stage="update_actor",
+                    step=step,
+                    rank=rank,
+                    world_size=world_size,
+                    window=window,
+                    host=host,
+                    pid=12345,
+                    time_ms=now,
+                )
                 print("  " + name.format())
     return 0
 

@@ -74,7 +74,11 @@ def main() -> int:
     args = parser.parse_args()
 
     config = ProfilerConfig(
-        enable=True, steps=[1, 2], ranks=[0], discrete=True, save_path=args.out,
+        enable=True,
+        steps=[1, 2],
+        ranks=[0],
+        discrete=True,
+        save_path=args.out,
         torch=TorchOptions(contents=["cpu"], schedule=Schedule(active=2)),
         finish_hook=FinishHook(cmd='echo "would upload $PROFDSL_SAVE_PATH from rank $PROFDSL_RANK"'),
     )

@@ -61,7 +61,10 @@ def main() -> int:
     args = parser.parse_args()
 
     config = ProfilerConfig(
-        enable=True, steps=args.steps, save_path=args.out, discrete=not args.continuous,
+        enable=True,
+        steps=args.steps,
+        save_path=args.out,
+        discrete=not args.continuous,
         torch=TorchOptions(contents=["cpu"], schedule=Schedule(wait=1, warmup=1, active=2)),
     )
     worker = ActorWorker(config)

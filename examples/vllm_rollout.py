@@ -36,15 +36,20 @@ def main() -> None:
     os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")  # the engine's sockets on loopback
     import vllm
 
-    config = ProfilerConfig(enable=True, steps=[2, 3, 4], save_path=args.out,
-                            torch=TorchOptions(contents=["cpu"]),
-                            rollout=RolloutOptions(max_iterations=4))  # at most 4 engine iterations each
+    config = ProfilerConfig(
+        enable=True,
+        steps=[2, 3, 4],
+        save_path=args.out,
+        torch=TorchOptions(contents=["cpu"]),
+        rollout=RolloutOptions(max_iterations=4),
+    )  # at most 4 engine iterations each
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model or build_tiny_llama(os.path.join(scratch, "tiny-llama"))
         # The engine is launched with what profdsl asks of it: where to write, what to record.
         launch = vllm_launch(config, 0)
-        llm = vllm.LLM(model, dtype="bfloat16", enforce_eager=True, max_model_len=256, max_num_seqs=4,
-                       **launch.engine_args)
+        llm = vllm.LLM(
+            model, dtype="bfloat16", enforce_eager=True, max_model_len=256, max_num_seqs=4, **launch.engine_args
+        )
         params = vllm.SamplingParams(max_tokens=16, ignore_eos=True, temperature=0.0)
         engines = [VllmEngine(llm)]
         with Profiler(config, role="trainer", rank=0, world_size=1) as profiler:

@@ -15,5 +15,13 @@ from profdsl.integrations.ray import (
     runtime_env,
 )
 
-__all__ = ["DEFAULT_NSIGHT_OPTIONS", "ProfiledWorker", "RayStepProfiler", "WorkerCallError",
-           "current_node", "node_of", "run_on_node", "runtime_env"]
+__all__ = [
+    "DEFAULT_NSIGHT_OPTIONS",
+    "ProfiledWorker",
+    "RayStepProfiler",
+    "WorkerCallError",
+    "current_node",
+    "node_of",
+    "run_on_node",
+    "runtime_env",
+]

@@ -64,12 +64,23 @@ def landed(folder: str | os.PathLike[str], *pids: int) -> dict[str, Any]:
     root = Path(folder)
     pid_set = set(pids) | {r["pid"] for r in read_manifest(root) if isinstance(r.get("pid"), int)}
     records = sorted(
-        (r["kind"], r["status"], r["step"], r["rank"], r["replica"],
-         _normal(r["path"], pid_set) if r["path"] else None,
-         _normal(os.path.basename(r["source"]), pid_set) if r.get("source") else None)
-        for r in read_manifest(root))
-    left = sorted(f"{d.name}/{_normal(f.name, pid_set)}" for d in root.glob("rollout_replica_*")
-                  for f in d.iterdir() if not f.name.startswith("."))
+        (
+            r["kind"],
+            r["status"],
+            r["step"],
+            r["rank"],
+            r["replica"],
+            _normal(r["path"], pid_set) if r["path"] else None,
+            _normal(os.path.basename(r["source"]), pid_set) if r.get("source") else None,
+        )
+        for r in read_manifest(root)
+    )
+    left = sorted(
+        f"{d.name}/{_normal(f.name, pid_set)}"
+        for d in root.glob("rollout_replica_*")
+        for f in d.iterdir()
+        if not f.name.startswith(".")
+    )
     return {"records": records, "left": left}
 
 
@@ -89,14 +100,21 @@ def group_members(pgid: int) -> list[int]:
     return found
 
 
-def run_in_group(command: list[str], *, log: Path, timeout: float, cwd: str | os.PathLike[str] | None = None,
-                 reap_timeout: float = 60.0) -> int:
+def run_in_group(
+    command: list[str],
+    *,
+    log: Path,
+    timeout: float,
+    cwd: str | os.PathLike[str] | None = None,
+    reap_timeout: float = 60.0,
+) -> int:
     """Run ``command`` in a new process group, its output into ``log``, at most ``timeout``
     seconds; then kill the whole group (an engine's core, workers and resource tracker) and
     wait until it is gone, whatever happened. Returns the exit code (negative: a signal)."""
     with open(log, "wb") as sink:
-        process = subprocess.Popen(command, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            command, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -18,16 +18,37 @@ from typing import Any
 
 #: vLLM 0.33 ``vllm.config.profiler.ProfilerConfig`` fields.
 VLLM_PROFILER_CONFIG_FIELDS = {
-    "profiler", "torch_profiler_dir", "torch_profiler_activities", "torch_profiler_with_stack",
-    "torch_profiler_with_flops", "torch_profiler_use_gzip", "torch_profiler_dump_cuda_time_total",
-    "torch_profiler_record_shapes", "torch_profiler_with_memory", "capture_torch_profiler",
-    "detailed_trace_annotation", "ignore_frontend", "delay_iterations", "max_iterations",
-    "warmup_iterations", "active_iterations", "wait_iterations",
+    "profiler",
+    "torch_profiler_dir",
+    "torch_profiler_activities",
+    "torch_profiler_with_stack",
+    "torch_profiler_with_flops",
+    "torch_profiler_use_gzip",
+    "torch_profiler_dump_cuda_time_total",
+    "torch_profiler_record_shapes",
+    "torch_profiler_with_memory",
+    "capture_torch_profiler",
+    "detailed_trace_annotation",
+    "ignore_frontend",
+    "delay_iterations",
+    "max_iterations",
+    "warmup_iterations",
+    "active_iterations",
+    "wait_iterations",
 }
 #: SGLang 0.5 ``ProfileReq`` fields.
 SGLANG_PROFILE_REQ_FIELDS = {
-    "output_dir", "start_step", "num_steps", "activities", "profile_by_stage", "with_stack",
-    "record_shapes", "profile_id", "merge_profiles", "profile_prefix", "profile_stages",
+    "output_dir",
+    "start_step",
+    "num_steps",
+    "activities",
+    "profile_by_stage",
+    "with_stack",
+    "record_shapes",
+    "profile_id",
+    "merge_profiles",
+    "profile_prefix",
+    "profile_stages",
     "detailed_annotations",
 }
 
@@ -51,8 +72,11 @@ class _ProfilerConfig:
     @property
     def should_profile_frontend(self) -> bool:
         activities = self.fields.get("torch_profiler_activities")
-        return (self.fields.get("profiler") == "torch" and not self.fields.get("ignore_frontend", False)
-                and (activities is None or "CPU" in activities))
+        return (
+            self.fields.get("profiler") == "torch"
+            and not self.fields.get("ignore_frontend", False)
+            and (activities is None or "CPU" in activities)
+        )
 
 
 class FakeVllmLLM:
@@ -68,9 +92,16 @@ class FakeVllmLLM:
       ``{worker}.profiler_out.txt``; on a GPU only with ``torch_profiler_dump_cuda_time_total``.
     """
 
-    def __init__(self, profiler_config: dict[str, Any] | None = None, *, tp: int = 1,
-                 stop_delay_s: float = 0.0, fail_start: bool = False, moe: bool = False,
-                 platform: str = "cpu") -> None:
+    def __init__(
+        self,
+        profiler_config: dict[str, Any] | None = None,
+        *,
+        tp: int = 1,
+        stop_delay_s: float = 0.0,
+        fail_start: bool = False,
+        moe: bool = False,
+        platform: str = "cpu",
+    ) -> None:
         if profiler_config is not None:
             unknown = set(profiler_config) - VLLM_PROFILER_CONFIG_FIELDS
             assert not unknown, f"vLLM has no profiler_config field(s) {unknown}"
@@ -82,8 +113,14 @@ class FakeVllmLLM:
         self._prefix: str | None = None
         self._active = False
 
-    def start_profile(self, profile_prefix: str | None = None, *, delay_iterations: int | None = None,
-                      max_iterations: int | None = None, profiler_kwargs: dict[str, Any] | None = None) -> None:
+    def start_profile(
+        self,
+        profile_prefix: str | None = None,
+        *,
+        delay_iterations: int | None = None,
+        max_iterations: int | None = None,
+        profiler_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.calls.append(("start", profile_prefix))
         if self.fail_start:
             raise RuntimeError("engine crashed")
@@ -137,8 +174,9 @@ class FakeAsyncLLM(FakeVllmLLM):
         if self.profiler is not None:
             assert self.profiler_config is not None
             head = f"{self._prefix}_" if self._prefix else ""
-            name = os.path.join(self.profiler_config["torch_profiler_dir"],
-                                f"{head}{socket.gethostname()}_{os.getpid()}.async_llm")
+            name = os.path.join(
+                self.profiler_config["torch_profiler_dir"], f"{head}{socket.gethostname()}_{os.getpid()}.async_llm"
+            )
             write_trace(f"{name}.{time.time_ns()}.pt.trace.json.gz", "PyTorch Profiler (0)")
             with open(f"{name}.profiler_out.txt", "w") as f:
                 f.write("\n")  # its table is empty: the front end runs no operator
@@ -249,8 +287,10 @@ class FakeSGLangEngine:
         os.makedirs(folder, exist_ok=True)
         head = f"{self.request['profile_prefix']}-" if self.request.get("profile_prefix") else ""
         events = [{"ph": "X", "name": "scheduler_idle", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]
-        events += [{"ph": "X", "name": "forward", "ts": 10 * (i + 1), "dur": 5, "pid": 1, "tid": 1}
-                   for i in range(self.recorded)]
+        events += [
+            {"ph": "X", "name": "forward", "ts": 10 * (i + 1), "dur": 5, "pid": 1, "tid": 1}
+            for i in range(self.recorded)
+        ]
         for t in range(self.tp):
             with gzip.open(os.path.join(folder, f"{head}{self._profile_id}-TP-{t}.trace.json.gz"), "wt") as f:
                 json.dump({"traceEvents": events}, f)

@@ -31,8 +31,7 @@ class PacedWorker(ProfiledWorker):
     """One rank of a fused actor + ref worker whose update takes ``base`` seconds, or
     ``slow[step]`` at the steps named there (a slow step, a straggler)."""
 
-    def __init__(self, config: ProfilerConfig, rank: int, world_size: int, base: float,
-                 slow: dict[int, float]) -> None:
+    def __init__(self, config: ProfilerConfig, rank: int, world_size: int, base: float, slow: dict[int, float]) -> None:
         for role in ("actor", "ref"):
             self.init_profiler(config, role=role, rank=rank, world_size=world_size)
         self.base, self.slow = base, slow

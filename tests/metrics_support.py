@@ -46,4 +46,4 @@ def metered(role: str = "actor", *, rank: int = 0, world_size: int = 1, **kwargs
 
 def totals(flat: dict[str, float], prefix: str = "timing_s") -> dict[str, float]:
     """The paths and values of one statistic in a flat mapping."""
-    return {k[len(prefix) + 1:]: v for k, v in flat.items() if k.startswith(prefix + "/")}
+    return {k[len(prefix) + 1 :]: v for k, v in flat.items() if k.startswith(prefix + "/")}

@@ -29,24 +29,30 @@ def main() -> None:
         else:
             from megatron.core import parallel_state
 
-            parallel_state.initialize_model_parallel(tensor_model_parallel_size=2,
-                                                     pipeline_model_parallel_size=2)
+            parallel_state.initialize_model_parallel(tensor_model_parallel_size=2, pipeline_model_parallel_size=2)
         from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
 
-        roles = [("actor", "tp == 0 and pp == last", None), ("critic", "first_per_node", None),
-                 ("ref", None, None)]
+        roles = [("actor", "tp == 0 and pp == last", None), ("critic", "first_per_node", None), ("ref", None, None)]
         if mesh is not None:
             roles.append(("explicit", "one_per_dp_group", mesh))
         found = {}
         for role, select, parallel in roles:
-            config = ProfilerConfig(enable=True, steps=[1], save_path=os.path.join(out, role),
-                                    torch=TorchOptions(contents=["cpu"]), select=select,
-                                    all_ranks=select is None)
+            config = ProfilerConfig(
+                enable=True,
+                steps=[1],
+                save_path=os.path.join(out, role),
+                torch=TorchOptions(contents=["cpu"]),
+                select=select,
+                all_ranks=select is None,
+            )
             active = mesh if role == "ref" and mesh is not None else contextlib.nullcontext()
             with active, Profiler(config, role=role, parallel=parallel) as profiler:
-                found[role] = {"selected": profiler.selected, "coords": profiler.topology.parallel.coords(),
-                               "sizes": profiler.topology.parallel.sizes(),
-                               "local_rank": profiler.topology.local_rank}
+                found[role] = {
+                    "selected": profiler.selected,
+                    "coords": profiler.topology.parallel.coords(),
+                    "sizes": profiler.topology.parallel.sizes(),
+                    "local_rank": profiler.topology.local_rank,
+                }
                 with profiler.step(1), profile_stage("work"):
                     torch.ones(4).mul(2).sum()
         found["megatron_imported"] = any(name.split(".")[0] == "megatron" for name in sys.modules)

@@ -50,8 +50,9 @@ configs = st.builds(
     relocate_results=st.booleans(),
     finish_hook=finish_hooks,
     nsys_report_dir=st.none() | st.just("/tmp/ray/nsight"),
-    rollout=st.builds(RolloutOptions, max_iterations=st.sampled_from([0, 64]),
-                      stop_timeout_s=st.sampled_from([900.0, 60.0])),
+    rollout=st.builds(
+        RolloutOptions, max_iterations=st.sampled_from([0, 64]), stop_timeout_s=st.sampled_from([900.0, 60.0])
+    ),
 )
 
 
@@ -77,11 +78,18 @@ def nesting_programs(depth: int = 3, *, is_async: bool = True, in_gen: bool = Fa
     def node(kind: str) -> st.SearchStrategy[tuple]:
         if kind in ("await", "yield"):
             return st.just((kind, "", 0.0, 1, ()))
-        inner = {"with": (is_async, in_gen), "batches": (is_async, in_gen), "call": (False, False),
-                 "gen": (False, True), "coro": (True, False), "agen": (True, True)}[kind]
+        inner = {
+            "with": (is_async, in_gen),
+            "batches": (is_async, in_gen),
+            "call": (False, False),
+            "gen": (False, True),
+            "coro": (True, False),
+            "agen": (True, True),
+        }[kind]
         names = st.sampled_from(["mb", "micro"] if kind == "batches" else ["a", "b", "c"])
-        children = st.just(()) if depth == 0 else nesting_programs(
-            depth - 1, is_async=inner[0], in_gen=inner[1]).map(tuple)
+        children = (
+            st.just(()) if depth == 0 else nesting_programs(depth - 1, is_async=inner[0], in_gen=inner[1]).map(tuple)
+        )
         return st.tuples(st.just(kind), names, ADVANCES, st.integers(1, 2), children)
 
     return st.lists(st.sampled_from(kinds).flatmap(node), max_size=3)

@@ -30,8 +30,14 @@ class TestPlanNsys:
 
     def test_only_this_process_finished_reports(self) -> None:
         """This pid's finished reports move; other pids' and converting ones stay."""
-        names = ["worker_process_42.nsys-rep", "worker_process_42.1.nsys-rep", "worker_process_42.1.qdstrm",
-                 "worker_process_7.nsys-rep", "worker_process_420.nsys-rep", "notes.txt"]
+        names = [
+            "worker_process_42.nsys-rep",
+            "worker_process_42.1.nsys-rep",
+            "worker_process_42.1.qdstrm",
+            "worker_process_7.nsys-rep",
+            "worker_process_420.nsys-rep",
+            "notes.txt",
+        ]
         plan = plan_nsys(names, source_dir="/r", pid=42, label=LABEL, time_ms=1_795_000_000_000)
         moves = [p for p in plan if isinstance(p, Move)]
         skips = [p for p in plan if isinstance(p, Skip)]
@@ -59,8 +65,9 @@ class TestApply:
         data = gzip.compress(b'{"traceEvents": []}')  # once: the gzip header carries the time
         src.write_bytes(data)
         save = tmp_path / "save"
-        [record] = apply([move_to(tmp_path, src, step=3, ext=".trace.json.gz")], str(save), wait_s=5,
-                         record_incomplete=True)
+        [record] = apply(
+            [move_to(tmp_path, src, step=3, ext=".trace.json.gz")], str(save), wait_s=5, record_incomplete=True
+        )
         assert record["status"] == "ok" and not src.exists()
         assert (save / record["path"]).read_bytes() == data
         assert read_manifest(save)[0]["path"] == record["path"]
@@ -82,8 +89,9 @@ class TestApply:
         outside.write_text("keep me")
         link = tmp_path / "link.json"
         link.symlink_to(outside)
-        [record] = apply([move_to(tmp_path, link, ext=".json")], str(tmp_path / "save"), wait_s=1,
-                         record_incomplete=True)
+        [record] = apply(
+            [move_to(tmp_path, link, ext=".json")], str(tmp_path / "save"), wait_s=1, record_incomplete=True
+        )
         assert record["status"] == "skipped" and outside.read_text() == "keep me" and link.is_symlink()
 
     def test_growing_file_is_left_and_recorded_incomplete(self, tmp_path: Path) -> None:
@@ -102,8 +110,9 @@ class TestApply:
         writer = threading.Thread(target=grow)
         writer.start()
         try:
-            [record] = apply([move_to(tmp_path, src, ext=".json")], str(tmp_path / "save"), wait_s=1,
-                             record_incomplete=True)
+            [record] = apply(
+                [move_to(tmp_path, src, ext=".json")], str(tmp_path / "save"), wait_s=1, record_incomplete=True
+            )
         finally:
             stop.set()
             writer.join()
@@ -115,8 +124,12 @@ class TestApply:
         src.write_bytes(gzip.compress(b"x" * 10000)[:-6])
         assert not gzip_complete(str(src))
         assert wait_complete([str(src)], 0.5) == [str(src)]
-        assert apply([move_to(tmp_path, src, ext=".trace.json.gz")], str(tmp_path / "s"), wait_s=0.5,
-                     record_incomplete=False) == []
+        assert (
+            apply(
+                [move_to(tmp_path, src, ext=".trace.json.gz")], str(tmp_path / "s"), wait_s=0.5, record_incomplete=False
+            )
+            == []
+        )
 
     def test_cross_device_move(self, tmp_path: Path) -> None:
         """Across filesystems: copied, fsynced, renamed, source removed."""
@@ -126,8 +139,9 @@ class TestApply:
         src = shm / f"profdsl-test-{os.getpid()}.json"
         src.write_text("payload")
         try:
-            [record] = apply([move_to(tmp_path, src, ext=".json")], str(tmp_path / "save"), wait_s=5,
-                             record_incomplete=True)
+            [record] = apply(
+                [move_to(tmp_path, src, ext=".json")], str(tmp_path / "save"), wait_s=5, record_incomplete=True
+            )
         finally:
             src.unlink(missing_ok=True)
         assert record["status"] == "ok" and (tmp_path / "save" / record["path"]).read_text() == "payload"
@@ -146,8 +160,9 @@ class TestNsysWithProfiler:
         nsight = tmp_path / "nsight"
         nsight.mkdir()
         pid = os.getpid()
-        cfg = ProfilerConfig(enable=True, tool="nsys", steps=[1, 2], save_path=str(tmp_path / "save"),
-                             nsys_report_dir=str(nsight))
+        cfg = ProfilerConfig(
+            enable=True, tool="nsys", steps=[1, 2], save_path=str(tmp_path / "save"), nsys_report_dir=str(nsight)
+        )
         profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
         (nsight / f"worker_process_{pid}.1.nsys-rep").write_bytes(b"report 1")
         (nsight / f"worker_process_{pid + 1}.nsys-rep").write_bytes(b"another process")
@@ -173,8 +188,7 @@ def test_hostile_labels_stay_inside_save_path(tmp_path: Path) -> None:
     """Labels full of `..` and separators cannot place a file outside save_path."""
     src = tmp_path / "engine.json"
     src.write_text("{}")
-    name = TraceName(role="../../etc", stage="/abs/../x", host="..\\..", pid=1, time_ms=1_795_000_000_000,
-                     ext=".json")
+    name = TraceName(role="../../etc", stage="/abs/../x", host="..\\..", pid=1, time_ms=1_795_000_000_000, ext=".json")
     save = tmp_path / "deep" / "save"
     [record] = apply([Move(str(src), name, "rollout", {}, "t")], str(save), wait_s=5, record_incomplete=True)
     assert record["status"] == "ok" and "/" not in record["path"] and ".." not in record["path"]
@@ -189,8 +203,13 @@ def test_a_stray_file_that_cannot_be_moved_is_recorded_for_that(tmp_path: Path, 
     src = tmp_path / "stray-t.json"
     if source_kind == "dangling symlink":
         src.symlink_to(tmp_path / "nowhere")
-    move = Move(str(src), TraceName(role="rollout", host="h", pid=1, time_ms=1_795_000_000_000, ext=".json"),
-                "rollout", {"role": "rollout", "status": "stray", "reason": "written after its window"}, "test")
+    move = Move(
+        str(src),
+        TraceName(role="rollout", host="h", pid=1, time_ms=1_795_000_000_000, ext=".json"),
+        "rollout",
+        {"role": "rollout", "status": "stray", "reason": "written after its window"},
+        "test",
+    )
     [record] = apply([move], str(tmp_path / "save"), wait_s=0.3, record_incomplete=True)
     assert record["status"] == "skipped" and "regular" in record["reason"]
     assert [r["status"] for r in read_manifest(tmp_path / "save")] == [record["status"]]

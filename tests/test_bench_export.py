@@ -44,7 +44,7 @@ def test_bench_export_quick() -> None:
     for row in ROWS:
         lines = [ln for ln in text.splitlines() if ln.startswith(row)]
         assert len(lines) == 1, f"no table row for {row}:\n{text}"
-        cells = re.split(r"\s{2,}", lines[0][len(row):].strip())
+        cells = re.split(r"\s{2,}", lines[0][len(row) :].strip())
         assert float(cells[0]) >= 0 and float(cells[1]) >= 0, cells  # median s, min s
         assert cells[2].endswith("x"), cells  # the ratio to the baseline
         float(cells[2][:-1])

@@ -26,8 +26,12 @@ ROWS = ("json.load (.json)", "events() (.json)", "events() (.json.gz)", "header(
 @pytest.mark.timeout(600)
 def test_bench_reader_small(tmp_path: Path) -> None:
     """A 5 MB run: every method measured, counts agree, generated files cleaned up."""
-    out = subprocess.run([sys.executable, str(SCRIPT), "--size-mb", "5", "--dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--size-mb", "5", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     for line in ("cpus:", "python:", "ijson:"):
@@ -54,12 +58,30 @@ def test_bench_reader_small(tmp_path: Path) -> None:
 def test_bench_reader_summary_small(tmp_path: Path) -> None:
     """``--summary`` on a tiny folder: the three commands are timed, the summary is exact and
     its peak RSS is reported (no bar asserted: a tiny folder is all interpreter start)."""
-    out = subprocess.run([sys.executable, str(SCRIPT), "--summary", "--traces", "2", "--size-mb", "2",
-                          "--memory-mb", "3", "--repeat", "1", "--dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--summary",
+            "--traces",
+            "2",
+            "--size-mb",
+            "2",
+            "--memory-mb",
+            "3",
+            "--repeat",
+            "1",
+            "--dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     for row in ("zcat (the floor)", "json.load, one file after another", "profdsl summary DIR --json"):
         (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith(row)]
         float(re.split(r"\s{2,}", line.strip())[1])
-    assert "exact: yes" in out.stdout and re.search(r"peak RSS of profdsl summary on one 3 MB trace .*: \d+ MB",
-                                                   out.stdout)
+    assert "exact: yes" in out.stdout and re.search(
+        r"peak RSS of profdsl summary on one 3 MB trace .*: \d+ MB", out.stdout
+    )

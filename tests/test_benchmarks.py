@@ -16,23 +16,41 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_dsl_runs_quick() -> None:
     """bench_dsl.py --quick prints every row and every target ratio."""
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_dsl.py"), "--quick"],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_dsl.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
-    for row in ("bare call", "with profile_stage, active profiler", "raw record_function, active profiler",
-                "mini_batch_window extra ns per item", "with profile_stage, metrics on",
-                "@profile_stage - pass-through wrapper (metrics on)", "traced memory, metered steps"):
+    for row in (
+        "bare call",
+        "with profile_stage, active profiler",
+        "raw record_function, active profiler",
+        "mini_batch_window extra ns per item",
+        "with profile_stage, metrics on",
+        "@profile_stage - pass-through wrapper (metrics on)",
+        "traced memory, metered steps",
+    ):
         assert row in out.stdout
     assert out.stdout.count("(<= ") == 8
 
 
 def test_bench_verl_facade_runs_quick() -> None:
     """bench_verl_facade.py --quick prints every row and ratio."""
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_verl_facade.py"), "--quick"],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_verl_facade.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
-    for row in ("@DistProfiler.annotate, not profiled", "@DistProfiler.annotate, profiled",
-                "DistProfiler.step(), profiled", "step() / mini_batch_window item, profiled"):
+    for row in (
+        "@DistProfiler.annotate, not profiled",
+        "@DistProfiler.annotate, profiled",
+        "DistProfiler.step(), profiled",
+        "step() / mini_batch_window item, profiled",
+    ):
         assert row in out.stdout
     assert out.stdout.count("x\n") >= 4
 
@@ -40,10 +58,18 @@ def test_bench_verl_facade_runs_quick() -> None:
 def test_bench_on_demand_runs_quick() -> None:
     """bench_on_demand.py --quick prints the baseline, both checked forms with their ratio, and
     the bare stat."""
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_on_demand.py"), "--quick"],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_on_demand.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
-    for row in ("on-demand off (baseline)", "on-demand on, no request folder", "on-demand on, folder unchanged",
-                "os.stat of the request folder alone"):
+    for row in (
+        "on-demand off (baseline)",
+        "on-demand on, no request folder",
+        "on-demand on, folder unchanged",
+        "os.stat of the request folder alone",
+    ):
         assert row in out.stdout
     assert out.stdout.count("x  (<= +10000 ns) ") == 2

@@ -24,19 +24,14 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
-
-
-
-
-
 def regions(folder: Path) -> list[tuple[Any, ...]]:
     """(role, step, part, profdsl regions in time order) of each trace, sorted."""
     found = []
     for name, trace in parsed(folder):
         known = set(trace["profdsl"]["regions"]["stages"])
-        found.append((name.role, name.step, -1 if name.part is None else name.part,
-                      tuple(n for n in names(trace) if n in known)))
+        found.append(
+            (name.role, name.step, -1 if name.part is None else name.part, tuple(n for n in names(trace) if n in known))
+        )
     return sorted(found)
 
 
@@ -69,8 +64,7 @@ def test_mini_batch_on_a_worker_thread_does_not_touch_the_session(tmp_path: Path
             asyncio.run(update())
         print("done")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0 and "done" in done.stdout, done.stderr[-3000:]
     assert "its capture runs on another thread" in done.stderr
     # Only the stage's own-thread mini-batch numbers and drives the schedule: window mb0.

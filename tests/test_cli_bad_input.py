@@ -44,8 +44,11 @@ class Result(NamedTuple):
 
 def run(command: str, folder: Path, scratch: Path) -> Result:
     """``profdsl COMMAND folder`` in-process, through the real entry point."""
-    extra = {"summary": ["--json"], "merge": ["-o", str(scratch / "merged.json")],
-             "plot": ["-o", str(scratch / "plot.png")]}.get(command, [])
+    extra = {
+        "summary": ["--json"],
+        "merge": ["-o", str(scratch / "merged.json")],
+        "plot": ["-o", str(scratch / "plot.png")],
+    }.get(command, [])
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = profdsl.cli.main([command, str(folder), *extra])
@@ -59,8 +62,9 @@ def write_run(folder: Path) -> None:
     from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
     from profdsl.testing import reset as reset_for_tests
 
-    cfg = ProfilerConfig(enable=True, steps=[1], discrete=True, save_path=str(folder),
-                         torch=TorchOptions(contents=["cpu"]))
+    cfg = ProfilerConfig(
+        enable=True, steps=[1], discrete=True, save_path=str(folder), torch=TorchOptions(contents=["cpu"])
+    )
     try:
         with Profiler(cfg, role="actor", rank=0, world_size=1) as p, p.step(1):
             with profile_stage("update_actor"):
@@ -155,6 +159,7 @@ def _set(where: str, key: str, value: Any) -> Callable[[dict[str, Any]], None]:
     def change(trace: dict[str, Any]) -> None:
         target = {"top": trace, "event": _first_x(trace), "profdsl": trace.get("profdsl")}[where]
         target[key] = value
+
     return change
 
 
@@ -204,8 +209,7 @@ def damage_trace(folder: Path, case: str, records: list[dict[str, Any]]) -> str:
 # --- the matrix -------------------------------------------------------------------------------
 
 
-def assert_skipped_and_rest_kept(command: str, got: Result, baseline: Baseline, scratch: Path,
-                                 names: str) -> list[str]:
+def assert_skipped_and_rest_kept(command: str, got: Result, baseline: Baseline, scratch: Path, names: str) -> list[str]:
     """Exit 1, the reason on one line naming ``names``, no traceback, the good artifacts
     processed as without the damage. Returns the reason lines."""
     assert got.code == 1, got
@@ -217,8 +221,11 @@ def assert_skipped_and_rest_kept(command: str, got: Result, baseline: Baseline, 
             assert not any(record["path"] in line for line in got.out.splitlines() if line.startswith("FAIL "))
         return [line.removeprefix("FAIL ") for line in reasons]
     assert got.err and all(line.startswith(f"profdsl {command}: ") for line in got.err.splitlines()), got.err
-    reasons = [line.removeprefix(f"profdsl {command}: skipped ") for line in got.err.splitlines()
-               if names in line and line.startswith(f"profdsl {command}: skipped ")]
+    reasons = [
+        line.removeprefix(f"profdsl {command}: skipped ")
+        for line in got.err.splitlines()
+        if names in line and line.startswith(f"profdsl {command}: skipped ")
+    ]
     assert reasons, got.err
     want = baseline.results[command]
     if command == "ls":
@@ -235,8 +242,7 @@ def assert_skipped_and_rest_kept(command: str, got: Result, baseline: Baseline, 
 
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("case", sorted(BAD_RECORDS))
-def test_a_bad_record_is_skipped_by_every_command(baseline: Baseline, tmp_path: Path, case: str,
-                                                  command: str) -> None:
+def test_a_bad_record_is_skipped_by_every_command(baseline: Baseline, tmp_path: Path, case: str, command: str) -> None:
     folder = copy_of(baseline, tmp_path)
     where = damage_record(folder, case, baseline.records)
     got = run(command, folder, tmp_path)
@@ -245,8 +251,7 @@ def test_a_bad_record_is_skipped_by_every_command(baseline: Baseline, tmp_path: 
 
 @pytest.mark.parametrize("command", TRACE_READERS)
 @pytest.mark.parametrize("case", sorted(BAD_TRACES) + list(RAW_TRACES))
-def test_a_bad_trace_is_skipped_by_every_reader(baseline: Baseline, tmp_path: Path, case: str,
-                                                command: str) -> None:
+def test_a_bad_trace_is_skipped_by_every_reader(baseline: Baseline, tmp_path: Path, case: str, command: str) -> None:
     folder = copy_of(baseline, tmp_path)
     name = damage_trace(folder, case, baseline.records)
     got = run(command, folder, tmp_path)
@@ -271,8 +276,10 @@ def test_every_command_gives_the_same_reason(baseline: Baseline, tmp_path: Path)
     reasons = {}
     for command in TRACE_READERS:
         got = run(command, folder, tmp_path)
-        reasons[command] = sorted(assert_skipped_and_rest_kept(command, got, baseline, tmp_path, where)
-                                  + assert_skipped_and_rest_kept(command, got, baseline, tmp_path, name))
+        reasons[command] = sorted(
+            assert_skipped_and_rest_kept(command, got, baseline, tmp_path, where)
+            + assert_skipped_and_rest_kept(command, got, baseline, tmp_path, name)
+        )
     assert len(reasons["check"]) == 2 and all(r == reasons["check"] for r in reasons.values()), reasons
     assert "step must be an integer" in reasons["check"][0] + reasons["check"][1]
     fails = [line for line in run("check", folder, tmp_path).out.splitlines() if line.startswith("FAIL")]
@@ -314,8 +321,22 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=6,
 )
-RECORD_FIELDS = ("kind", "path", "role", "stage", "step", "rank", "world_size", "replica", "window",
-                 "bytes", "status", "error", "host", "pid")
+RECORD_FIELDS = (
+    "kind",
+    "path",
+    "role",
+    "stage",
+    "step",
+    "rank",
+    "world_size",
+    "replica",
+    "window",
+    "bytes",
+    "status",
+    "error",
+    "host",
+    "pid",
+)
 EVENT_KEYS = ("ts", "dur", "name", "cat", "ph", "tid", "pid", "args", "id")
 HEADER_KEYS = ("profdsl", "distributedInfo", "baseTimeNanoseconds", "traceEvents")
 PROFDSL_KEYS = ("regions", "stage", "role")
@@ -332,10 +353,16 @@ def _no_recorded_loss(field: str, value: Any) -> bool:
 
 
 damage = st.one_of(
-    st.tuples(st.just("record"), st.sampled_from(RECORD_FIELDS),
-              json_values | st.text(max_size=8).map(lambda s: s + ".json.gz")),
-    st.tuples(st.just("line"), st.none(), json_values.filter(lambda v: not isinstance(v, dict)).map(json.dumps)
-              | st.text(max_size=20)),
+    st.tuples(
+        st.just("record"),
+        st.sampled_from(RECORD_FIELDS),
+        json_values | st.text(max_size=8).map(lambda s: s + ".json.gz"),
+    ),
+    st.tuples(
+        st.just("line"),
+        st.none(),
+        json_values.filter(lambda v: not isinstance(v, dict)).map(json.dumps) | st.text(max_size=20),
+    ),
     st.tuples(st.just("event"), st.sampled_from(EVENT_KEYS), json_values),
     st.tuples(st.just("new event"), st.none(), json_values),
     st.tuples(st.just("header"), st.sampled_from(HEADER_KEYS), json_values),
@@ -366,8 +393,9 @@ def apply(folder: Path, records: list[dict[str, Any]], what: str, key: str | Non
         f.write(line + "\n")
 
 
-@settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(
+    deadline=None, max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @pytest.mark.slow
 @given(change=damage)
 def test_arbitrary_json_never_crashes_and_check_agrees(baseline: Baseline, change: tuple[str, Any, Any]) -> None:
@@ -383,8 +411,10 @@ def test_arbitrary_json_never_crashes_and_check_agrees(baseline: Baseline, chang
     for command, got in results.items():
         assert got.code in (0, 1), (command, got)
         assert "Traceback" not in got.err
-    reasons = {command: {line.split(": skipped ", 1)[1] for line in got.err.splitlines() if ": skipped " in line}
-               for command, got in results.items()}
+    reasons = {
+        command: {line.split(": skipped ", 1)[1] for line in got.err.splitlines() if ": skipped " in line}
+        for command, got in results.items()
+    }
     failed = results["check"].code == 1
     readers = ("summary", "merge", "plot")
     assert {c: bool(reasons[c]) for c in readers} == dict.fromkeys(readers, failed), results
@@ -398,11 +428,14 @@ def test_arbitrary_json_never_crashes_and_check_agrees(baseline: Baseline, chang
 # --- usage errors -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv", [
-    ["check", "{folder}", "--world-size", "-3"],
-    ["check", "{folder}", "--world-size", "0"],
-    ["plan", "{config}", "--world-size", "4", "--replica-world-size", "-2"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "{folder}", "--world-size", "-3"],
+        ["check", "{folder}", "--world-size", "0"],
+        ["plan", "{config}", "--world-size", "4", "--replica-world-size", "-2"],
+    ],
+)
 @pytest.mark.slow
 def test_negative_sizes_are_usage_errors(baseline: Baseline, tmp_path: Path, argv: list[str]) -> None:
     config = tmp_path / "p.yaml"
@@ -422,17 +455,20 @@ LONG = "sub/" + "x" * 200 + ".json.gz"
 def _odd_folder(baseline: Baseline, into: Path) -> Path:
     folder = copy_of(baseline, into)
     with open(folder / MANIFEST_NAME, "a") as f:
-        f.write(json.dumps({**baseline.records[0], "path": LONG, "role": "act\nor\t\x1bx", "stage": "générer"})
-                + "\n")
+        f.write(json.dumps({**baseline.records[0], "path": LONG, "role": "act\nor\t\x1bx", "stage": "générer"}) + "\n")
     return folder
 
 
 @pytest.mark.slow
-def test_ls_piped_prints_whole_values_and_escapes_control_characters(baseline: Baseline,
-                                                                       tmp_path: Path) -> None:
+def test_ls_piped_prints_whole_values_and_escapes_control_characters(baseline: Baseline, tmp_path: Path) -> None:
     folder = _odd_folder(baseline, tmp_path)
-    got = subprocess.run([sys.executable, "-m", "profdsl", "ls", str(folder)], capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    got = subprocess.run(
+        [sys.executable, "-m", "profdsl", "ls", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert got.returncode == 0, got.stderr
     lines = got.stdout.splitlines()
     assert len(lines) == 2 + 3  # header, rule, three records: nothing split over lines
@@ -450,8 +486,12 @@ def test_ls_on_a_terminal_fits_its_width_and_escapes(baseline: Baseline, tmp_pat
     folder = _odd_folder(baseline, tmp_path)
     parent, child = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "profdsl", "ls", str(folder)], stdout=child,
-                                stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "120"})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "profdsl", "ls", str(folder)],
+            stdout=child,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "COLUMNS": "120"},
+        )
         os.close(child)
         data = b""
         while True:

@@ -31,8 +31,9 @@ def folder(pristine: Path, tmp_path: Path) -> Path:
 
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` (links not followed) and its bytes."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.is_symlink()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()
+    }
 
 
 def a_trace(folder: Path) -> str:
@@ -74,34 +75,53 @@ WAYS = {
 
 @pytest.mark.parametrize("way", sorted(WAYS))
 @pytest.mark.parametrize("kind", ["merge", "plot"])
-def test_an_output_that_reaches_the_input_is_refused(kind: str, way: str, folder: Path, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_output_that_reaches_the_input_is_refused(
+    kind: str,
+    way: str,
+    folder: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.chdir(tmp_path)
     output = WAYS[way](tmp_path, folder)
     err = refused(command(kind, "profiles", output), capsys, tmp_path)
     assert f"profdsl {kind}: " in err and "input" in err and "write the output elsewhere" in err
 
 
-@pytest.mark.parametrize("way", ["the folder itself", "a new file inside it", "a symlink to the folder",
-                                 "the folder's parent", "a relative detour"])
-def test_an_export_folder_that_reaches_the_input_is_refused(way: str, folder: Path, tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str],
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "way",
+    [
+        "the folder itself",
+        "a new file inside it",
+        "a symlink to the folder",
+        "the folder's parent",
+        "a relative detour",
+    ],
+)
+def test_an_export_folder_that_reaches_the_input_is_refused(
+    way: str, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    output = {"the folder itself": "profiles", "a new file inside it": "profiles/hta",
-              "a symlink to the folder": (os.symlink(folder, tmp_path / "link"), "link")[1],
-              "the folder's parent": ".", "a relative detour": "profiles/../profiles"}[way]
+    output = {
+        "the folder itself": "profiles",
+        "a new file inside it": "profiles/hta",
+        "a symlink to the folder": (os.symlink(folder, tmp_path / "link"), "link")[1],
+        "the folder's parent": ".",
+        "a relative detour": "profiles/../profiles",
+    }[way]
     err = refused(command("export", "profiles", output), capsys, tmp_path)
     assert err.startswith("profdsl export: ") and "input folder" in err
 
 
 @pytest.mark.parametrize("kind", ["merge", "plot", "export"])
-def test_an_output_elsewhere_is_written(kind: str, folder: Path, tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_output_elsewhere_is_written(
+    kind: str, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The refusal has no false alarm: a sibling path whose name starts like the folder's is fine."""
     before = snapshot(folder)
-    output = tmp_path / ("profiles-out" if kind == "export" else "profiles-merged.png" if kind == "plot"
-                         else "profiles-merged.json")
+    output = tmp_path / (
+        "profiles-out" if kind == "export" else "profiles-merged.png" if kind == "plot" else "profiles-merged.json"
+    )
     assert profdsl.cli.main(command(kind, str(folder), str(output))) == 0, capsys.readouterr()
     assert output.exists() and snapshot(folder) == before

@@ -127,8 +127,19 @@ class TestCheck:
     def test_failed_records_and_missing_ranks(self, folder: Path, tmp_path: Path) -> None:
         """A failed hook record is a problem; with --config, a profiled rank that wrote nothing."""
         with open(folder / MANIFEST_NAME, "a") as f:
-            f.write(json.dumps({"kind": "hook", "path": None, "status": "timeout", "rank": 0,
-                                "role": "actor", "error": "timed out after 5s"}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "kind": "hook",
+                        "path": None,
+                        "status": "timeout",
+                        "rank": 0,
+                        "role": "actor",
+                        "error": "timed out after 5s",
+                    }
+                )
+                + "\n"
+            )
         config = tmp_path / "p.yaml"
         config.write_text("enable: true\nsteps: [1, 2]\nranks: [0, 1]\n")
         result = profdsl("check", str(folder), "--config", str(config), "--world-size", "2")
@@ -161,8 +172,14 @@ class TestSummary:
             expected[(role, stage)] += value
         assert {(r["role"], r["stage"]): pytest.approx(r["total_ms"]) for r in rows} == expected
         csv_out = profdsl("summary", str(demo_dir), "--csv").stdout.splitlines()
-        assert csv_out[0] == ("role,stage,path,depth,step,rank,count,total_ms,self_ms,mean_ms,share,ranks,"
-                              "min_ms,median_ms,max_ms,slowest_rank,tp,pp,dp,cp,ep,interleaved") and len(csv_out) > 1
+        assert (
+            csv_out[0]
+            == (
+                "role,stage,path,depth,step,rank,count,total_ms,self_ms,mean_ms,share,ranks,"
+                "min_ms,median_ms,max_ms,slowest_rank,tp,pp,dp,cp,ep,interleaved"
+            )
+            and len(csv_out) > 1
+        )
         flat = profdsl("summary", str(demo_dir), "--by", "role,stage,step,rank", "--csv").stdout.splitlines()
         assert flat[0] == "role,stage,step,rank,path,count,total_ms,mean_ms,share" and len(flat) == len(csv_out)
 
@@ -178,11 +195,12 @@ class TestPlan:
     def test_plan(self, tmp_path: Path) -> None:
         """Steps, ranks, replicas, windows, an example name and size warnings."""
         config = tmp_path / "p.yaml"
-        config.write_text("enable: true\nsteps: [2, 3, 5]\ncontinuous_steps: false\nranks: [0, 8]\n"
-                          "discrete: true\ntorch: {contents: [cpu, stack], schedule: {wait: 1, active: 2}}\n"
-                          "finish_hook: {cmd: 'true', ranks: [0]}\n")
-        result = profdsl("plan", str(config), "--world-size", "16", "--replica-world-size", "8",
-                         "--mini-batches", "6")
+        config.write_text(
+            "enable: true\nsteps: [2, 3, 5]\ncontinuous_steps: false\nranks: [0, 8]\n"
+            "discrete: true\ntorch: {contents: [cpu, stack], schedule: {wait: 1, active: 2}}\n"
+            "finish_hook: {cmd: 'true', ranks: [0]}\n"
+        )
+        result = profdsl("plan", str(config), "--world-size", "16", "--replica-world-size", "8", "--mini-batches", "6")
         assert result.returncode == 0, result.stderr
         out = result.stdout
         assert "profiled steps: 2-3, 5" in out and "profiled ranks (2 of 16): 0, 8" in out

@@ -40,16 +40,26 @@ def test_a_lost_trace_is_one_line(pristine: Path, tmp_path: Path, capsys: pytest
     for record in records(folder):
         if record["rank"] == 1:
             (folder / record["path"]).unlink()
-    lost = make_record("trace", None, status="failed", role="actor", stage="update_actor", step=1, rank=1,
-                       world_size=2, intended="actor.update-actor_step000001_rank1-of-2_x_pid1_20260101T000000000"
-                       ".pt.trace.json.gz", error="OSError: disk full")
+    lost = make_record(
+        "trace",
+        None,
+        status="failed",
+        role="actor",
+        stage="update_actor",
+        step=1,
+        rank=1,
+        world_size=2,
+        intended="actor.update-actor_step000001_rank1-of-2_x_pid1_20260101T000000000.pt.trace.json.gz",
+        error="OSError: disk full",
+    )
     (folder / MANIFEST_NAME).write_text("".join(json.dumps(r) + "\n" for r in [*kept, lost]))
     (line,) = fails(folder, capsys)
     assert line == f"FAIL {lost['intended']}: trace failed OSError: disk full"
 
 
-def test_a_rank_that_wrote_nothing_is_still_named(pristine: Path, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_rank_that_wrote_nothing_is_still_named(
+    pristine: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The other side: without a record of the loss, the missing rank is the one line."""
     folder = Path(shutil.copytree(pristine, tmp_path / "profiles"))
     kept = [r for r in records(folder) if r["rank"] == 0]

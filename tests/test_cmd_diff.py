@@ -27,8 +27,9 @@ def logged_run(folder: Path, clock: FakeClock, *, update_s: float, shift: int) -
     """12 untraced steps of actor (update_actor, compute_log_prob) and ref (compute_ref_log_prob)
     on two ranks, every step in the metrics log; ``update_s`` is update_actor's base time."""
     cfg = config(folder, steps=[], metrics=Metrics(enabled=True, log=True))
-    profilers = [(Profiler(cfg, role=role, rank=rank, world_size=2), role) for rank in (0, 1)
-                 for role in ("actor", "ref")]
+    profilers = [
+        (Profiler(cfg, role=role, rank=rank, world_size=2), role) for rank in (0, 1) for role in ("actor", "ref")
+    ]
     for step in range(12):
         jitter = JITTER[(step + shift) % 3]
         for profiler, role in profilers:
@@ -51,8 +52,9 @@ def rows(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, objec
     return list(json.loads(capsys.readouterr().out)["rows"])
 
 
-def test_from_the_metrics_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_from_the_metrics_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """B's update_actor takes 30 ms more per step; every other stage is the same (its jitter in
     another order): update_actor first and slower, the others unchanged, n = 24 (12 steps, 2
     ranks) from the logs."""
@@ -64,7 +66,9 @@ def test_from_the_metrics_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert [(r["role"], r["stage"], r["verdict"]) for r in found][0] == ("actor", "update_actor", "slower")
     assert found[0]["change_s"] == pytest.approx(0.030)
     assert {(r["role"], r["stage"]): r["verdict"] for r in found[1:]} == {
-        ("actor", "compute_log_prob"): "unchanged", ("ref", "compute_ref_log_prob"): "unchanged"}
+        ("actor", "compute_log_prob"): "unchanged",
+        ("ref", "compute_ref_log_prob"): "unchanged",
+    }
     assert all(r["a"]["n"] == 24 and r["b"]["n"] == 24 for r in found)  # type: ignore[index]
     # the table says the same, with the method and the counts; the plot is drawn
     plot = tmp_path / "change.png"

@@ -94,14 +94,25 @@ def _mm() -> None:
     torch.ones(16, 16).mm(torch.ones(16, 16))
 
 
-def _discrete(folder: Path, schedule: Schedule = SCHEDULE, mini_batches: int = MINI_BATCHES,
-              stage: str = STAGE, batch_name: str = "mini_batch") -> None:
+def _discrete(
+    folder: Path,
+    schedule: Schedule = SCHEDULE,
+    mini_batches: int = MINI_BATCHES,
+    stage: str = STAGE,
+    batch_name: str = "mini_batch",
+) -> None:
     """Actor ranks 0 and 1 of 2, step 1: a scheduled stage of one ``aten::mm`` per mini-batch
     (one trace per recorded window), then a plain stage without mini-batches."""
     from profdsl.testing import reset
 
-    cfg = ProfilerConfig(enable=True, steps=[1], all_ranks=True, discrete=True, save_path=str(folder),
-                         torch=TorchOptions(contents=["cpu"], schedule=schedule))
+    cfg = ProfilerConfig(
+        enable=True,
+        steps=[1],
+        all_ranks=True,
+        discrete=True,
+        save_path=str(folder),
+        torch=TorchOptions(contents=["cpu"], schedule=schedule),
+    )
     reset()
     try:
         for rank in (0, 1):
@@ -120,8 +131,9 @@ def _continuous(folder: Path) -> None:
     then ``update_actor`` over three mini-batches."""
     from profdsl.testing import reset
 
-    cfg = ProfilerConfig(enable=True, steps=[1], all_ranks=True, save_path=str(folder),
-                         torch=TorchOptions(contents=["cpu"]))
+    cfg = ProfilerConfig(
+        enable=True, steps=[1], all_ranks=True, save_path=str(folder), torch=TorchOptions(contents=["cpu"])
+    )
     reset()
     try:
         for rank in (0, 1):
@@ -156,8 +168,14 @@ def continuous(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def export(*args: str) -> subprocess.CompletedProcess[str]:
     """``python -m profdsl export ...`` in a fresh interpreter."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "profdsl", "export", *args], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "profdsl", "export", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
 
 
 def exported(folder: Path, out: Path, stage: str = STAGE, *more: str) -> Path:
@@ -169,8 +187,9 @@ def exported(folder: Path, out: Path, stage: str = STAGE, *more: str) -> Path:
 
 def hta(*specs: dict[str, Any]) -> dict[str, Any]:
     """What HTA says about each folder (see HTA_PROBE)."""
-    done = subprocess.run([sys.executable, "-c", HTA_PROBE, json.dumps(list(specs))],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", HTA_PROBE, json.dumps(list(specs))], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -204,9 +223,11 @@ def analysed(discrete: Path, continuous: Path, tmp_path_factory: pytest.TempPath
     }
     # the default leaves the last iteration out, as HTA does with torch's own ProfilerStep
     dirs["default"] = Path(shutil.copytree(dirs["discrete"], out / "discrete_default"))
-    found = hta({"dir": str(dirs["discrete"]), "last": True, "diff": True, "gpu_only": True},
-                *({"dir": str(dirs[name]), "last": True} for name in ("continuous", "entries", "raw")),
-                {"dir": str(dirs["default"]), "last": False})
+    found = hta(
+        {"dir": str(dirs["discrete"]), "last": True, "diff": True, "gpu_only": True},
+        *({"dir": str(dirs[name]), "last": True} for name in ("continuous", "entries", "raw")),
+        {"dir": str(dirs["default"]), "last": False},
+    )
     return {name: found[str(path)] for name, path in dirs.items()} | {"dirs": dirs}
 
 
@@ -273,8 +294,7 @@ def test_clock_is_shared_and_start_time_is_the_wall_clock(analysed: dict[str, An
     files = [load(out / hta_export.output_name(r)) for r in (0, 1)]
     assert files[0]["baseTimeNanoseconds"] == files[1]["baseTimeNanoseconds"]
     base = files[0]["baseTimeNanoseconds"]
-    first = min(e["ts"] for f in files for e in f["traceEvents"]
-                if "dur" in e and "cat" in e and e["cat"] != "Trace")
+    first = min(e["ts"] for f in files for e in f["traceEvents"] if "dur" in e and "cat" in e and e["cat"] != "Trace")
     for rank in ("0", "1"):
         assert abs(analysed["discrete"]["start_ns"][rank] - (base + int(first * 1000))) <= 1000
 
@@ -291,8 +311,12 @@ def test_one_file_per_rank_with_every_event_of_its_windows(discrete: Path, tmp_p
         assert trace["profdsl"]["export"]["stage"] == STAGE and trace["profdsl"]["export"]["step"] == 1
         inputs = sources(discrete, "actor.update-actor_*.json.gz", rank)
         base = min(t["baseTimeNanoseconds"] for t in inputs)
-        expected = sorted((e["name"], e["ts"] + (t["baseTimeNanoseconds"] - base) / 1000)
-                          for t in inputs for e in t["traceEvents"] if e.get("ph") == "X")
+        expected = sorted(
+            (e["name"], e["ts"] + (t["baseTimeNanoseconds"] - base) / 1000)
+            for t in inputs
+            for e in t["traceEvents"]
+            if e.get("ph") == "X"
+        )
         got = [(e["name"], e["ts"]) for e in trace["traceEvents"] if e.get("ph") == "X"]
         markers = [e for e in trace["traceEvents"] if e["name"].startswith("ProfilerStep#")]
         assert sorted(n for n in got if not n[0].startswith("ProfilerStep#")) == expected
@@ -301,7 +325,12 @@ def test_one_file_per_rank_with_every_event_of_its_windows(discrete: Path, tmp_p
         for marker in markers:
             batch = batches[f"mini_batch{marker['name'].split('#')[1]}"]
             assert (marker["ts"], marker["dur"], marker["pid"], marker["tid"], marker["cat"]) == (
-                batch["ts"], batch["dur"], batch["pid"], batch["tid"], "user_annotation")
+                batch["ts"],
+                batch["dur"],
+                batch["pid"],
+                batch["tid"],
+                "user_annotation",
+            )
         # each window repeats the process's metadata events: written once
         meta = [(e["name"], e["pid"], e["tid"]) for e in trace["traceEvents"] if e.get("ph") == "M"]
         assert len(meta) == len(set(meta))
@@ -326,8 +355,10 @@ def test_markers_follow_the_schedule(schedule: Schedule, tmp_path: Path) -> None
     report = hta_export.export_hta(folder, tmp_path / "hta", step=1, stage=STAGE)
     recorded = tuple(i for first, last in recorded_windows(schedule, 5) for i in range(first, last + 1))
     assert report.errors == ()
-    assert [(r.rank, r.iterations, r.unit) for r in report.ranks] == [(0, recorded, "mini_batch"),
-                                                                      (1, recorded, "mini_batch")]
+    assert [(r.rank, r.iterations, r.unit) for r in report.ranks] == [
+        (0, recorded, "mini_batch"),
+        (1, recorded, "mini_batch"),
+    ]
     assert report.ranks[0].traces == len(recorded_windows(schedule, 5))
 
 
@@ -340,9 +371,10 @@ def test_clock_shift_and_flows_kept_apart(discrete: Path, tmp_path: Path) -> Non
         trace = load(path)
         trace["baseTimeNanoseconds"] += shift_ns
         ts = trace["traceEvents"][-1]["ts"]
-        trace["traceEvents"] += [{"ph": "s", "id": 3, "pid": 1, "tid": 1, "ts": ts, "name": "f", "cat": "fwdbwd"},
-                                 {"ph": "f", "id": 3, "pid": 1, "tid": 1, "ts": ts, "name": "f", "cat": "fwdbwd",
-                                  "bp": "e"}]
+        trace["traceEvents"] += [
+            {"ph": "s", "id": 3, "pid": 1, "tid": 1, "ts": ts, "name": "f", "cat": "fwdbwd"},
+            {"ph": "f", "id": 3, "pid": 1, "tid": 1, "ts": ts, "name": "f", "cat": "fwdbwd", "bp": "e"},
+        ]
         with gzip.open(path, "wt") as file:
             json.dump(trace, file)
         flows.append(trace)
@@ -360,8 +392,17 @@ def test_torch_profiler_steps_of_an_input_are_renamed(discrete: Path, tmp_path: 
     folder = Path(shutil.copytree(discrete, tmp_path / "run"))
     path = sorted(folder.glob("actor.update-actor_*rank0-of-2*.json.gz"))[0]
     trace = load(path)
-    trace["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "pid": 1,
-                                 "tid": 1, "ts": trace["traceEvents"][-1]["ts"], "dur": 1.0})
+    trace["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#7",
+            "pid": 1,
+            "tid": 1,
+            "ts": trace["traceEvents"][-1]["ts"],
+            "dur": 1.0,
+        }
+    )
     with gzip.open(path, "wt") as file:
         json.dump(trace, file)
     out = exported(folder, tmp_path / "hta")
@@ -386,8 +427,9 @@ def test_unknown_step_and_stage_name_what_exists(discrete: Path, tmp_path: Path)
 def test_a_stage_of_several_roles_needs_a_role(tmp_path: Path) -> None:
     from profdsl.testing import reset
 
-    cfg = ProfilerConfig(enable=True, steps=[1], all_ranks=True, save_path=str(tmp_path / "run"),
-                         torch=TorchOptions(contents=["cpu"]))
+    cfg = ProfilerConfig(
+        enable=True, steps=[1], all_ranks=True, save_path=str(tmp_path / "run"), torch=TorchOptions(contents=["cpu"])
+    )
     for role, rank in (("actor", 0), ("critic", 1)):
         reset()
         with Profiler(cfg, role=role, rank=rank, world_size=2) as profiler, profiler.step(1):
@@ -397,22 +439,25 @@ def test_a_stage_of_several_roles_needs_a_role(tmp_path: Path) -> None:
     out = tmp_path / "hta"
     done = export("--hta", str(tmp_path / "run"), "--step", "1", "--stage", "update", "-o", str(out))
     assert done.returncode == 2 and "ran in roles 'actor', 'critic': choose one with --role" in done.stderr
-    done = export("--hta", str(tmp_path / "run"), "--step", "1", "--stage", "update", "--role", "critic",
-                  "-o", str(out))
+    done = export(
+        "--hta", str(tmp_path / "run"), "--step", "1", "--stage", "update", "--role", "critic", "-o", str(out)
+    )
     assert done.returncode == 0, done.stderr
     assert [p.name for p in out.iterdir()] == [hta_export.output_name(1)]
 
 
 def test_a_non_empty_output_is_refused_and_force_replaces_only_an_export(
-        discrete: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    discrete: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "hta"
     out.mkdir()
     mine = out / "notes.txt"
     mine.write_text("keep me")
 
     def run(*more: str, stage: str = STAGE) -> tuple[int, str]:
-        code = profdsl.cli.main(["export", "--hta", str(discrete), "--step", "1", "--stage", stage,
-                                 "-o", str(out), *more])
+        code = profdsl.cli.main(
+            ["export", "--hta", str(discrete), "--step", "1", "--stage", stage, "-o", str(out), *more]
+        )
         return code, capsys.readouterr().err
 
     code, err = run()
@@ -436,9 +481,9 @@ def test_a_non_empty_output_is_refused_and_force_replaces_only_an_export(
     assert sorted(p.name for p in out.iterdir()) == [hta_export.output_name(r) for r in (0, 1)]
 
 
-def test_a_full_disk_leaves_the_earlier_export_whole(discrete: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_full_disk_leaves_the_earlier_export_whole(
+    discrete: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The disk fills while rank 1's file is written: exit 2 naming it, no partial file left,
     and the earlier export in OUT untouched (files are replaced only once all are written)."""
     import errno
@@ -489,14 +534,15 @@ def test_unreadable_trace_is_skipped_and_the_rest_exported(discrete: Path, tmp_p
     assert len(lines) == 1 and lines[0].startswith(f"profdsl export: skipped {broken}")
     kept = recorded_windows(SCHEDULE, MINI_BATCHES)[0]
     assert "rank 1: 1 trace(s)" in done.stdout
-    marks = [e["name"] for e in load(out / hta_export.output_name(1))["traceEvents"]
-             if e["name"].startswith("ProfilerStep#")]
+    marks = [
+        e["name"] for e in load(out / hta_export.output_name(1))["traceEvents"] if e["name"].startswith("ProfilerStep#")
+    ]
     assert marks == [f"ProfilerStep#{i}" for i in range(kept[0], kept[1] + 1)]
 
 
-def test_a_trace_that_breaks_while_streaming_adds_nothing(discrete: Path, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_trace_that_breaks_while_streaming_adds_nothing(
+    discrete: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A trace cut short after it was scanned (rewritten meanwhile) is dropped whole: none of its
     events and none of its markers reach the rank's file."""
     folder = Path(shutil.copytree(discrete, tmp_path / "run"))
@@ -510,20 +556,23 @@ def test_a_trace_that_breaks_while_streaming_adds_nothing(discrete: Path, tmp_pa
         return result
 
     monkeypatch.setattr(hta_export, "scan_artifacts", then_cut)
-    code = profdsl.cli.main(["export", "--hta", str(folder), "--step", "1", "--stage", STAGE,
-                             "-o", str(tmp_path / "hta")])
+    code = profdsl.cli.main(
+        ["export", "--hta", str(folder), "--step", "1", "--stage", STAGE, "-o", str(tmp_path / "hta")]
+    )
     assert code == 1 and f"skipped {victim}" in capsys.readouterr().err
     events = load(tmp_path / "hta" / hta_export.output_name(0))["traceEvents"]
     names = [e["name"] for e in events]
     later = recorded_windows(SCHEDULE, MINI_BATCHES)[1]
     assert [n for n in names if n.startswith("ProfilerStep#")] == [
-        f"ProfilerStep#{i}" for i in range(later[0], later[1] + 1)]
+        f"ProfilerStep#{i}" for i in range(later[0], later[1] + 1)
+    ]
     assert "mini_batch0" not in names and f"mini_batch{later[0]}" in names
 
 
 def test_missing_folder_and_help(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = profdsl.cli.main(["export", "--hta", str(tmp_path / "none"), "--step", "1", "--stage", STAGE,
-                             "-o", str(tmp_path / "o")])
+    code = profdsl.cli.main(
+        ["export", "--hta", str(tmp_path / "none"), "--step", "1", "--stage", STAGE, "-o", str(tmp_path / "o")]
+    )
     assert code == 2 and "no such folder" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         profdsl.cli.main(["export", "--help"])
@@ -545,19 +594,53 @@ def _peak_of_export(tmp_path: Path, n: int) -> int:
     """
     folder = tmp_path / f"big{n}"
     folder.mkdir()
-    name = TraceName(role="actor", stage=STAGE, step=1, rank=0, world_size=1, host="h", pid=1,
-                     time_ms=1_795_947_835_123).format()
-    meta = {"profdsl": {"stage": STAGE, "regions": {"stages": [STAGE], "mini_batches": ["mini_batch"]}},
-            "distributedInfo": {"rank": 0, "world_size": 1}, "baseTimeNanoseconds": 5000}
+    name = TraceName(
+        role="actor", stage=STAGE, step=1, rank=0, world_size=1, host="h", pid=1, time_ms=1_795_947_835_123
+    ).format()
+    meta = {
+        "profdsl": {"stage": STAGE, "regions": {"stages": [STAGE], "mini_batches": ["mini_batch"]}},
+        "distributedInfo": {"rank": 0, "world_size": 1},
+        "baseTimeNanoseconds": 5000,
+    }
     with gzip.open(folder / name, "wt") as f:
         f.write(json.dumps(meta)[:-1] + ', "traceEvents": [')
-        f.write(json.dumps({"ph": "X", "cat": "user_annotation", "name": STAGE, "pid": 7, "tid": 7, "ts": 0,
-                            "dur": n * 2.0}))
+        f.write(
+            json.dumps(
+                {"ph": "X", "cat": "user_annotation", "name": STAGE, "pid": 7, "tid": 7, "ts": 0, "dur": n * 2.0}
+            )
+        )
         for b in range(2):
-            f.write("," + json.dumps({"ph": "X", "cat": "user_annotation", "name": f"mini_batch{b}", "pid": 7,
-                                      "tid": 7, "ts": b * n + 0.5, "dur": n - 1.0}))
-        f.write("".join("," + json.dumps({"ph": "X", "name": f"op{i}", "pid": 7, "tid": 7, "ts": i * 1.5 + 1,
-                                          "dur": 1.0, "args": {"External id": i}}) for i in range(n)))
+            f.write(
+                ","
+                + json.dumps(
+                    {
+                        "ph": "X",
+                        "cat": "user_annotation",
+                        "name": f"mini_batch{b}",
+                        "pid": 7,
+                        "tid": 7,
+                        "ts": b * n + 0.5,
+                        "dur": n - 1.0,
+                    }
+                )
+            )
+        f.write(
+            "".join(
+                ","
+                + json.dumps(
+                    {
+                        "ph": "X",
+                        "name": f"op{i}",
+                        "pid": 7,
+                        "tid": 7,
+                        "ts": i * 1.5 + 1,
+                        "dur": 1.0,
+                        "args": {"External id": i},
+                    }
+                )
+                for i in range(n)
+            )
+        )
         f.write("]}")
     out = tmp_path / f"out{n}"
     tracemalloc.start()
@@ -602,13 +685,13 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 def _bad_cases() -> list[tuple[str, str]]:
     from tests.test_cli_bad_input import BAD_RECORDS, BAD_TRACES, RAW_TRACES
 
-    return ([("record", c) for c in sorted(BAD_RECORDS)]
-            + [("trace", c) for c in [*sorted(BAD_TRACES), *RAW_TRACES]])
+    return [("record", c) for c in sorted(BAD_RECORDS)] + [("trace", c) for c in [*sorted(BAD_TRACES), *RAW_TRACES]]
 
 
 @pytest.mark.parametrize(("kind", "case"), _bad_cases())
-def test_bad_input_is_skipped_as_summary_skips_it(pristine: tuple[Path, dict[str, Any]], tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str], kind: str, case: str) -> None:
+def test_bad_input_is_skipped_as_summary_skips_it(
+    pristine: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, case: str
+) -> None:
     """Each damage of test_cli_bad_input: export names it with summary's words, exits 1, and
     writes exactly what it writes without the damage."""
     from profdsl.manifest import read_manifest
@@ -619,8 +702,10 @@ def test_bad_input_is_skipped_as_summary_skips_it(pristine: tuple[Path, dict[str
     (damage_record if kind == "record" else damage_trace)(folder, case, records)
     assert profdsl.cli.main(["summary", str(folder), "--json"]) == 1
     summary = capsys.readouterr().err.replace("profdsl summary: ", "")
-    assert profdsl.cli.main(["export", "--hta", str(folder), "--step", "1", "--stage", STAGE,
-                             "-o", str(tmp_path / "hta")]) == 1
+    assert (
+        profdsl.cli.main(["export", "--hta", str(folder), "--step", "1", "--stage", STAGE, "-o", str(tmp_path / "hta")])
+        == 1
+    )
     got = capsys.readouterr()
     assert "Traceback" not in got.err and got.err.replace("profdsl export: ", "") == summary
     assert load(tmp_path / "hta" / hta_export.output_name(0)) == pristine[1]

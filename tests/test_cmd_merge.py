@@ -33,8 +33,14 @@ def write_run(folder: Path) -> None:
     from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
     from profdsl.testing import reset as reset_for_tests
 
-    cfg = ProfilerConfig(enable=True, steps=[1, 2], all_ranks=True, discrete=True,
-                         save_path=str(folder), torch=TorchOptions(contents=["cpu"]))
+    cfg = ProfilerConfig(
+        enable=True,
+        steps=[1, 2],
+        all_ranks=True,
+        discrete=True,
+        save_path=str(folder),
+        torch=TorchOptions(contents=["cpu"]),
+    )
     for role in ("actor", "ref"):
         for rank in (0, 1):
             with Profiler(cfg, role=role, rank=rank, world_size=2) as p:
@@ -60,6 +66,7 @@ def run_dir(pristine: Path, tmp_path: Path) -> Path:
 @pytest.fixture
 def merge(capsys: pytest.CaptureFixture[str]):
     """Run ``profdsl merge ARGS`` in-process; returns (exit code, stdout, stderr)."""
+
     def call(*args: str) -> tuple[int, str, str]:
         code = profdsl.cli.main(["merge", *args])
         out, err = capsys.readouterr()
@@ -86,8 +93,9 @@ def read_merged(path: Path) -> dict[str, Any]:
 
 
 def row_names(merged: dict[str, Any]) -> dict[int, str]:
-    return {e["pid"]: e["args"]["name"] for e in merged["traceEvents"]
-            if e.get("ph") == "M" and e["name"] == "process_name"}
+    return {
+        e["pid"]: e["args"]["name"] for e in merged["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"
+    }
 
 
 def merged_x(merged: dict[str, Any]) -> dict[str, list[tuple[float, str]]]:
@@ -107,7 +115,8 @@ def expected_x(inputs: list[dict[str, Any]]) -> dict[str, list[tuple[float, str]
     for t in inputs:
         shift = (t.get("baseTimeNanoseconds", 0) - low) / 1000
         rows.setdefault(label_of(t), []).extend(
-            (e["ts"] + shift, e["name"]) for e in t["traceEvents"] if e.get("ph") == "X")
+            (e["ts"] + shift, e["name"]) for e in t["traceEvents"] if e.get("ph") == "X"
+        )
     return {k: sorted(v) for k, v in rows.items()}
 
 
@@ -129,16 +138,18 @@ class TestRows:
         assert (code, err) == (0, "")
         merged = read_merged(tmp_path / "m.json.gz")
         assert row_names(merged) == {i + 1: label for i, label in enumerate(ROWS)}
-        sort_index = {e["pid"]: e["args"]["sort_index"] for e in merged["traceEvents"]
-                      if e.get("ph") == "M" and e["name"] == "process_sort_index"}
+        sort_index = {
+            e["pid"]: e["args"]["sort_index"]
+            for e in merged["traceEvents"]
+            if e.get("ph") == "M" and e["name"] == "process_sort_index"
+        }
         assert sort_index == {1: 1, 2: 2, 3: 3, 4: 4}
         assert merged["displayTimeUnit"] == "ms"
         for label in ROWS:
             assert label in out
         assert str(tmp_path / "m.json.gz") in out
 
-    def test_input_row_metadata_is_dropped_and_thread_names_kept(
-            self, run_dir: Path, tmp_path: Path, merge) -> None:
+    def test_input_row_metadata_is_dropped_and_thread_names_kept(self, run_dir: Path, tmp_path: Path, merge) -> None:
         merge(str(run_dir), "-o", str(tmp_path / "m.json.gz"))
         merged = read_merged(tmp_path / "m.json.gz")
         metadata = Counter(e["name"] for e in merged["traceEvents"] if e.get("ph") == "M")
@@ -154,10 +165,10 @@ class TestRows:
         inputs = [load(p) for p in trace_files(run_dir)]
         assert len(inputs) == 5
         names = row_names(merged)
-        want = Counter((label_of(t), e["name"], e.get("tid")) for t in inputs for e in t["traceEvents"]
-                       if e.get("ph") == "X")
-        got = Counter((names[e["pid"]], e["name"], e.get("tid")) for e in merged["traceEvents"]
-                      if e.get("ph") == "X")
+        want = Counter(
+            (label_of(t), e["name"], e.get("tid")) for t in inputs for e in t["traceEvents"] if e.get("ph") == "X"
+        )
+        got = Counter((names[e["pid"]], e["name"], e.get("tid")) for e in merged["traceEvents"] if e.get("ph") == "X")
         assert got == want
         assert all(isinstance(e["pid"], int) and e["pid"] in names for e in merged["traceEvents"])
 
@@ -172,8 +183,7 @@ class TestRows:
 class TestClock:
     """Every input is shifted onto the smallest baseTimeNanoseconds."""
 
-    def test_shifted_bases_are_aligned_to_the_smallest(
-            self, run_dir: Path, tmp_path: Path, merge) -> None:
+    def test_shifted_bases_are_aligned_to_the_smallest(self, run_dir: Path, tmp_path: Path, merge) -> None:
         files = trace_files(run_dir)
         for path, delta in zip(files, (0, -3_000_000, 7_500_001, 12_345, 0)):
             trace = load(path)
@@ -206,8 +216,7 @@ class TestClock:
         # Shifting by ~1.8e15 us leaves doubles a quarter-microsecond resolution.
         assert_aligned(merged, inputs, tol=1.0)
 
-    def test_flow_ids_of_different_inputs_stay_apart(
-            self, run_dir: Path, tmp_path: Path, merge) -> None:
+    def test_flow_ids_of_different_inputs_stay_apart(self, run_dir: Path, tmp_path: Path, merge) -> None:
         for path in trace_files(run_dir):
             trace = load(path)
             x = next(e for e in trace["traceEvents"] if e.get("ph") == "X")
@@ -242,13 +251,18 @@ class TestSelection:
         source = trace_files(run_dir)[0]
         (run_dir / "rollout_replica_1").mkdir()
         shutil.copy(source, run_dir / "rollout_replica_1" / "engine.pt.trace.json.gz")
-        append_record(run_dir, make_record("rollout", "rollout_replica_1/engine.pt.trace.json.gz",
-                                           role="rollout", replica=1, rank=0, step=1))
+        append_record(
+            run_dir,
+            make_record(
+                "rollout", "rollout_replica_1/engine.pt.trace.json.gz", role="rollout", replica=1, rank=0, step=1
+            ),
+        )
         (run_dir / "bad.nsys-rep").write_bytes(b"nsys")
         (run_dir / "failed.pt.trace.json.gz").write_bytes(b"half")
         append_record(run_dir, make_record("nsys", "bad.nsys-rep", role="actor", rank=0, step=1))
-        append_record(run_dir, make_record("trace", "failed.pt.trace.json.gz", role="actor", rank=0,
-                                           step=1, status="failed"))
+        append_record(
+            run_dir, make_record("trace", "failed.pt.trace.json.gz", role="actor", rank=0, step=1, status="failed")
+        )
         append_record(run_dir, make_record("hook", None, status="ok"))
         code, out, err = merge(str(run_dir), "-o", str(tmp_path / "m.json.gz"))
         assert (code, err) == (0, "")
@@ -281,7 +295,8 @@ class TestHosts:
         return inputs
 
     def test_two_hosts_are_listed_with_their_rows_and_the_unmeasured_offset(
-            self, run_dir: Path, tmp_path: Path, merge) -> None:
+        self, run_dir: Path, tmp_path: Path, merge
+    ) -> None:
         host_of = {"actor rank0": "node-a", "ref rank0": "node-a", "actor rank1": "node-b", "ref rank1": "node-b"}
         inputs = self._rehost(run_dir, host_of, {"node-a": 0, "node-b": 2_500_000})
         code, _, err = merge(str(run_dir), "-o", str(tmp_path / "m.json.gz"))
@@ -322,8 +337,12 @@ class TestHosts:
             with profile_stage("after"):
                 torch.ones(8).sum()
         out = tmp_path / "m.json.gz"
-        done = subprocess.run([sys.executable, "-m", "profdsl", "merge", str(folder), "-o", str(out)],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "profdsl", "merge", str(folder), "-o", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
         merged = read_merged(out)
         alignment = merged["profdsl"]["alignment"]
@@ -356,8 +375,7 @@ class TestFaults:
     """Bad inputs are named and the rest still merged; folder problems are usage errors."""
 
     @pytest.mark.parametrize("damage", ["truncate", "garbage"])
-    def test_bad_trace_is_named_and_others_merged(
-            self, run_dir: Path, tmp_path: Path, merge, damage: str) -> None:
+    def test_bad_trace_is_named_and_others_merged(self, run_dir: Path, tmp_path: Path, merge, damage: str) -> None:
         files = trace_files(run_dir)
         bad = next(p for p in files if p.name.startswith("ref.") and "_rank1-" in p.name)
         good = [load(p) for p in files if p != bad]
@@ -405,12 +423,27 @@ class TestStreaming:
         """Peak traced memory of merging one synthetic trace of ``n`` events (checked complete)."""
         folder = tmp_path / f"big{n}"
         folder.mkdir()
-        name = TraceName(role="actor", stage="update_actor", step=1, rank=0, world_size=1,
-                         host="h", pid=1, time_ms=1_795_947_835_123).format()
+        name = TraceName(
+            role="actor", stage="update_actor", step=1, rank=0, world_size=1, host="h", pid=1, time_ms=1_795_947_835_123
+        ).format()
         with gzip.open(folder / name, "wt") as f:
             f.write('{"baseTimeNanoseconds": 5000, "traceEvents": [')
-            f.write(",".join(json.dumps({"ph": "X", "name": f"op{i}", "pid": 7, "tid": 7, "ts": i * 1.5,
-                                         "dur": 1.0, "args": {"External id": i}}) for i in range(n)))
+            f.write(
+                ",".join(
+                    json.dumps(
+                        {
+                            "ph": "X",
+                            "name": f"op{i}",
+                            "pid": 7,
+                            "tid": 7,
+                            "ts": i * 1.5,
+                            "dur": 1.0,
+                            "args": {"External id": i},
+                        }
+                    )
+                    for i in range(n)
+                )
+            )
             f.write("]}")
         out = tmp_path / f"m{n}.json.gz"
         tracemalloc.start()
@@ -437,11 +470,13 @@ class TestSubprocess:
     @pytest.mark.slow
     def test_real_process(self, run_dir: Path, tmp_path: Path) -> None:
         out_file = tmp_path / "merged.json"
-        code = ("import profdsl.cli as c; "
-                f"raise SystemExit(c.main(['merge', {str(run_dir)!r}, '-o', {str(out_file)!r}]))")
+        code = (
+            f"import profdsl.cli as c; raise SystemExit(c.main(['merge', {str(run_dir)!r}, '-o', {str(out_file)!r}]))"
+        )
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                              cwd=REPO, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         for label in ROWS:
             assert label in done.stdout

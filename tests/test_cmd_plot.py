@@ -32,8 +32,14 @@ STAGES = ("update_actor", "compute_log_prob")
 def _profile(folder: Path) -> None:
     from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
 
-    cfg = ProfilerConfig(enable=True, steps=[1, 2], all_ranks=True, discrete=True,
-                         save_path=str(folder), torch=TorchOptions(contents=["cpu"]))
+    cfg = ProfilerConfig(
+        enable=True,
+        steps=[1, 2],
+        all_ranks=True,
+        discrete=True,
+        save_path=str(folder),
+        torch=TorchOptions(contents=["cpu"]),
+    )
     for rank in (0, 1):
         with Profiler(cfg, role="actor", rank=rank, world_size=2) as p:
             for step in (1, 2):
@@ -90,8 +96,7 @@ def _assert_picture(path: Path) -> Any:
 # --- the two views ----------------------------------------------------------------------------
 
 
-def test_default_view_draws_stacked_bars(profiled: Path, tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_default_view_draws_stacked_bars(profiled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The PNG is written; the figure behind it has one stacked segment per (bar, stage), each
     as tall as the model's total, in the stage's colour (colours go by stage name)."""
     out = tmp_path / "stages.png"
@@ -124,10 +129,17 @@ def test_timeline_draws_one_row_per_rank(profiled: Path, tmp_path: Path) -> None
     axes = plot._timeline_figure(model, "t").axes[0]
     assert [t.get_text() for t in axes.get_yticklabels()] == ["actor rank0", "actor rank1"]
     origin = min(span.start_us for spans in rows.values() for span in spans)
-    drawn = sorted((round(x, 9), round(w, 9)) for collection in axes.collections
-                   for path in collection.get_paths() for x, w in [_bar_extent(path)])
-    want = sorted((round((s.start_us - origin) / 1000, 9), round((s.end_us - s.start_us) / 1000, 9))
-                  for spans in rows.values() for s in spans)
+    drawn = sorted(
+        (round(x, 9), round(w, 9))
+        for collection in axes.collections
+        for path in collection.get_paths()
+        for x, w in [_bar_extent(path)]
+    )
+    want = sorted(
+        (round((s.start_us - origin) / 1000, 9), round((s.end_us - s.start_us) / 1000, 9))
+        for spans in rows.values()
+        for s in spans
+    )
     assert len(drawn) == len(want) == 8
     for (x, width), (want_x, want_width) in zip(drawn, want):
         assert x == pytest.approx(want_x, abs=1e-6) and width == pytest.approx(want_width, abs=1e-6)
@@ -148,10 +160,17 @@ def test_dpi_sets_the_resolution(profiled: Path, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_runs_headless_in_a_fresh_process(profiled: Path, tmp_path: Path) -> None:
     out = tmp_path / "sub.png"
-    code = ("import profdsl.cli as c; "
-            f"raise SystemExit(c.main(['plot', {str(profiled)!r}, '-o', {str(out)!r}, '--timeline']))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "MPLBACKEND": "TkAgg", "DISPLAY": ""}, timeout=120)
+    code = (
+        "import profdsl.cli as c; "
+        f"raise SystemExit(c.main(['plot', {str(profiled)!r}, '-o', {str(out)!r}, '--timeline']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MPLBACKEND": "TkAgg", "DISPLAY": ""},
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     _assert_picture(out)
 
@@ -185,33 +204,43 @@ def test_timeline_regions_are_in_wall_clock_microseconds(profiled: Path) -> None
     trace = _load(path)
     base = trace["baseTimeNanoseconds"] / 1000
     (own,) = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"] == "update_actor"]
-    assert Span("update_actor", pytest.approx(base + own["ts"]),
-                pytest.approx(base + own["ts"] + own["dur"])) in rows["actor rank0"]
+    assert (
+        Span("update_actor", pytest.approx(base + own["ts"]), pytest.approx(base + own["ts"] + own["dur"]))
+        in rows["actor rank0"]
+    )
     assert len(rows["actor rank0"]) == 4  # two stages in each of two steps, nothing nested
 
 
 def _write_trace(path: Path, spans: list[tuple[str, float, float]], header: dict[str, Any] | None = None) -> None:
-    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "ts": 0,
-               "args": {"name": "engine"}}]
-    events += [{"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
-               for name, ts, dur in spans]
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "ts": 0, "args": {"name": "engine"}}]
+    events += [{"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur} for name, ts, dur in spans]
     with gzip.open(path, "wt") as file:
         json.dump({**(header or {}), "schemaVersion": 1, "traceEvents": events}, file)
 
 
 def test_an_engine_trace_counts_as_its_span(tmp_path: Path) -> None:
-    _write_trace(tmp_path / "rollout_step000001_rank0-of-1_replica0_h_pid1_20260101T000000000.pt.trace.json.gz",
-                 [("op0", 100.0, 50.0), ("op1", 120.0, 400.0), ("op2", 90.0, 5.0)])
+    _write_trace(
+        tmp_path / "rollout_step000001_rank0-of-1_replica0_h_pid1_20260101T000000000.pt.trace.json.gz",
+        [("op0", 100.0, 50.0), ("op1", 120.0, 400.0), ("op2", 90.0, 5.0)],
+    )
     model = _model(tmp_path)
     assert plot.bar_totals(model) == {("rollout", 0, 1): {ENGINE_STAGE: pytest.approx((520.0 - 90.0) / 1000)}}
     assert plot.timeline_rows(model) == {"rollout replica0 rank0": [Span(ENGINE_STAGE, 90.0, 520.0)]}
 
 
 def test_only_outermost_regions_are_drawn(tmp_path: Path) -> None:
-    meta = {"profdsl": {"role": "actor", "stage": None,
-                        "regions": {"stages": ["inner", "outer", "next"], "mini_batches": []}}}
-    _write_trace(tmp_path / "actor_step000001_rank0-of-1_h_pid1_20260101T000000000.pt.trace.json.gz",
-                 [("inner", 20.0, 10.0), ("outer", 10.0, 40.0), ("next", 60.0, 10.0)], meta)
+    meta = {
+        "profdsl": {
+            "role": "actor",
+            "stage": None,
+            "regions": {"stages": ["inner", "outer", "next"], "mini_batches": []},
+        }
+    }
+    _write_trace(
+        tmp_path / "actor_step000001_rank0-of-1_h_pid1_20260101T000000000.pt.trace.json.gz",
+        [("inner", 20.0, 10.0), ("outer", 10.0, 40.0), ("next", 60.0, 10.0)],
+        meta,
+    )
     model = _model(tmp_path)
     assert plot.timeline_rows(model) == {"actor rank0": [Span("outer", 10.0, 50.0), Span("next", 60.0, 70.0)]}
     assert plot.bar_totals(model) == {("actor", 0, 1): {"outer": 40e-3, "next": 10e-3}}
@@ -233,8 +262,9 @@ def test_an_empty_folder_is_a_usage_error(tmp_path: Path, capsys: pytest.Capture
     assert "no profdsl manifest" in capsys.readouterr().err
 
 
-def test_an_unreadable_trace_is_named_and_the_rest_drawn(folder: Path, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unreadable_trace_is_named_and_the_rest_drawn(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     broken = sorted(folder.glob("actor.update-actor_step000002_rank1-*.json.gz"))[0]
     broken.write_bytes(b"not a gzip file")
     out = tmp_path / "partial.png"
@@ -245,16 +275,17 @@ def test_an_unreadable_trace_is_named_and_the_rest_drawn(folder: Path, tmp_path:
     _assert_picture(out)
 
 
-def test_an_unwritable_output_is_a_usage_error(profiled: Path, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unwritable_output_is_a_usage_error(
+    profiled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "no" / "such" / "dir.png"
     assert profdsl.cli.main(["plot", str(profiled), "-o", str(out)]) == 2
     assert "cannot write" in capsys.readouterr().err
 
 
-def test_without_matplotlib_it_says_what_to_install(profiled: Path, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_matplotlib_it_says_what_to_install(
+    profiled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert profdsl.cli.main(["plot", str(profiled), "-o", str(tmp_path / "x.png")]) == 2
     assert "pip install profdsl[plot]" in capsys.readouterr().err
@@ -277,7 +308,9 @@ def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_importing_profdsl_does_not_import_matplotlib() -> None:
-    code = ("import sys, profdsl, profdsl.cli, profdsl.cli.plot; "
-            "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'")
+    code = (
+        "import sys, profdsl, profdsl.cli, profdsl.cli.plot; "
+        "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

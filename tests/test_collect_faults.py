@@ -78,21 +78,27 @@ HOOK_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize(("mode", "sig", "raised"), [
-    ("foreground", signal.SIGINT, "KeyboardInterrupt"),
-    ("foreground", signal.SIGTERM, "SystemExit"),
-    ("background-close", signal.SIGINT, "KeyboardInterrupt"),
-    ("background-loop", signal.SIGINT, "KeyboardInterrupt"),
-])
+@pytest.mark.parametrize(
+    ("mode", "sig", "raised"),
+    [
+        ("foreground", signal.SIGINT, "KeyboardInterrupt"),
+        ("foreground", signal.SIGTERM, "SystemExit"),
+        ("background-close", signal.SIGINT, "KeyboardInterrupt"),
+        ("background-loop", signal.SIGINT, "KeyboardInterrupt"),
+    ],
+)
 @pytest.mark.slow
-def test_interrupted_hook_is_killed_and_recorded(tmp_path: Path, mode: str, sig: signal.Signals,
-                                                 raised: str) -> None:
+def test_interrupted_hook_is_killed_and_recorded(tmp_path: Path, mode: str, sig: signal.Signals, raised: str) -> None:
     """A signal that ends the process while the hook runs (in the step, in close(), or on its
     background thread at interpreter exit): the hook's whole process group is killed, the
     manifest records the hook as interrupted with the reason, and the exception propagates."""
     save = tmp_path / "p"
-    proc = subprocess.Popen([sys.executable, "-c", HOOK_SCRIPT, str(save), mode],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOOK_SCRIPT, str(save), mode],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     pids_file = tmp_path / "hook.pids"
     try:
         assert eventually(lambda: len(pids_file.read_text().split()) == 2 if pids_file.exists() else False)
@@ -130,6 +136,7 @@ def test_background_hook_still_finishes_at_a_normal_exit(tmp_path: Path) -> None
 
 
 # -- a torn manifest line -----------------------------------------------------------------------
+
 
 def test_torn_line_does_not_swallow_the_next_record(tmp_path: Path) -> None:
     """A half line (a writer that died mid-write) is followed by a whole, readable record."""
@@ -178,11 +185,14 @@ def test_a_write_that_makes_no_progress_is_short(tmp_path: Path) -> None:
     assert len(calls) == 1
 
 
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("append"), st.integers(0, 0)),
-    st.tuples(st.just("torn"), st.integers(0, 200)),   # a dead writer's half line, written directly
-    st.tuples(st.just("short"), st.integers(0, 200)),  # append_record hitting a full disk
-), max_size=12)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 0)),
+        st.tuples(st.just("torn"), st.integers(0, 200)),  # a dead writer's half line, written directly
+        st.tuples(st.just("short"), st.integers(0, 200)),  # append_record hitting a full disk
+    ),
+    max_size=12,
+)
 
 
 @settings(deadline=None)
@@ -200,7 +210,7 @@ def test_manifest_survives_any_mix_of_torn_and_whole_writes(ops: list[tuple[str,
                 expected.append(record["path"])
             elif op == "torn":
                 with open(os.path.join(folder, MANIFEST_NAME), "ab") as f:
-                    f.write(line[:min(cut, len(line) - 2)])  # never the whole object
+                    f.write(line[: min(cut, len(line) - 2)])  # never the whole object
             else:
                 with mock.patch.object(os, "write", short_writes(min(cut, len(line) - 2))):
                     assert not append_record(folder, record)
@@ -209,11 +219,13 @@ def test_manifest_survives_any_mix_of_torn_and_whole_writes(ops: list[tuple[str,
 
 # -- nsys reports still converting at close ------------------------------------------------------
 
+
 def nsys_config(tmp_path: Path, **kwargs: Any) -> ProfilerConfig:
     (tmp_path / "nsight").mkdir(exist_ok=True)
     kwargs.setdefault("steps", [1])
-    return ProfilerConfig(enable=True, tool="nsys", save_path=str(tmp_path / "save"),
-                          nsys_report_dir=str(tmp_path / "nsight"), **kwargs)
+    return ProfilerConfig(
+        enable=True, tool="nsys", save_path=str(tmp_path / "save"), nsys_report_dir=str(tmp_path / "nsight"), **kwargs
+    )
 
 
 def converting(tmp_path: Path, index: int) -> Path:
@@ -280,6 +292,7 @@ class TestNsysAtClose:
 
 # -- an engine file that never completes ---------------------------------------------------------
 
+
 def vllm_engines(cfg: ProfilerConfig, n: int) -> list[Any]:
     engines = []
     for r in range(n):
@@ -289,7 +302,8 @@ def vllm_engines(cfg: ProfilerConfig, n: int) -> list[Any]:
 
 
 def test_dead_engine_file_is_recorded_once_and_not_waited_for_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A 0-byte file the engine never completes: recorded incomplete once, the good files of the
     same window moved; the next window neither waits for it nor records it again."""
     waited: list[list[str]] = []
@@ -300,8 +314,13 @@ def test_dead_engine_file_is_recorded_once_and_not_waited_for_again(
         return real_wait(paths, timeout_s, poll_s)
 
     monkeypatch.setattr(relocate, "wait_complete", spy)
-    cfg = ProfilerConfig(enable=True, steps=[1, 2], save_path=str(tmp_path / "p"),
-                         torch=TorchOptions(contents=["cpu"]), rollout=RolloutOptions(flush_wait_s=0.5))
+    cfg = ProfilerConfig(
+        enable=True,
+        steps=[1, 2],
+        save_path=str(tmp_path / "p"),
+        torch=TorchOptions(contents=["cpu"]),
+        rollout=RolloutOptions(flush_wait_s=0.5),
+    )
     engines = vllm_engines(cfg, 1)
     folder = Path(rollout_trace_dir(cfg.save_path, 0))
     folder.mkdir(parents=True)
@@ -318,8 +337,7 @@ def test_dead_engine_file_is_recorded_once_and_not_waited_for_again(
     assert dead.exists()
 
 
-def test_remote_nodes_relocate_concurrently_under_one_deadline(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_remote_nodes_relocate_concurrently_under_one_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Replicas on two other nodes: both relocations run at once (neither waits for the other),
     each within the window's one flush_wait_s budget."""
     budgets: dict[str, float] = {}
@@ -332,8 +350,14 @@ def test_remote_nodes_relocate_concurrently_under_one_deadline(
     monkeypatch.setattr(rollout_run, "_nodes", lambda engines: ([], {"A": [0], "B": [1]}))
     monkeypatch.setattr(rollout_run, "run_on_node", fake_run_on_node)
     monkeypatch.setattr(rollout_run, "current_node", lambda: "here")
-    cfg = ProfilerConfig(enable=True, steps=[1], all_ranks=True, save_path=str(tmp_path / "p"),
-                         torch=TorchOptions(contents=["cpu"]), rollout=RolloutOptions(flush_wait_s=30))
+    cfg = ProfilerConfig(
+        enable=True,
+        steps=[1],
+        all_ranks=True,
+        save_path=str(tmp_path / "p"),
+        torch=TorchOptions(contents=["cpu"]),
+        rollout=RolloutOptions(flush_wait_s=30),
+    )
     with Profiler(cfg, role="trainer", rank=0, world_size=1) as profiler:
         with profiler.step(1), rollout_window(vllm_engines(cfg, 2)):
             pass

@@ -55,14 +55,17 @@ class TestOption:
         with pytest.raises(ConfigError, match=r"TorchOptions\.compress_level"):
             ProfilerConfig.from_mapping({"torch": {"compress_level": bad}})
 
-    @pytest.mark.parametrize(("text", "error"), [
-        ("compress_level: 0", None),
-        ("compress_level: 9", None),
-        ("compress_level: yes", "got True"),  # YAML's bool, not 1
-        ("compress_level: '1'", "got '1'"),
-        ("compress_level: 1.0", "got 1.0"),
-        ("compress_level: 10", "got 10"),
-    ])
+    @pytest.mark.parametrize(
+        ("text", "error"),
+        [
+            ("compress_level: 0", None),
+            ("compress_level: 9", None),
+            ("compress_level: yes", "got True"),  # YAML's bool, not 1
+            ("compress_level: '1'", "got '1'"),
+            ("compress_level: 1.0", "got 1.0"),
+            ("compress_level: 10", "got 10"),
+        ],
+    )
     def test_yaml(self, tmp_path: Path, text: str, error: str | None) -> None:
         """A YAML file gets the same check."""
         pytest.importorskip("yaml")
@@ -77,8 +80,9 @@ class TestOption:
     def test_one_default(self) -> None:
         """The config, the trace label and compress_trace share the default level."""
         assert TorchOptions().compress_level == COMPRESS_LEVEL == 1
-        label = TraceLabel(role="r", stage=None, step=1, rank=0, world_size=1, save_path="/x", host="h",
-                           pid=1, config_hash="c")
+        label = TraceLabel(
+            role="r", stage=None, step=1, rank=0, world_size=1, save_path="/x", host="h", pid=1, config_hash="c"
+        )
         assert label.export.level == COMPRESS_LEVEL
 
     def test_merges_keep_the_left_level(self) -> None:
@@ -96,25 +100,47 @@ class TestOption:
 
 
 headers = st.dictionaries(
-    st.sampled_from(["profdsl", "distributedInfo", "h\u00f4te", "k\"ey"]),
-    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-                 max_leaves=8),
+    st.sampled_from(["profdsl", "distributedInfo", "h\u00f4te", 'k"ey']),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        max_leaves=8,
+    ),
     max_size=4,
 )
-trace_events = st.lists(st.fixed_dictionaries({
-    "ph": st.sampled_from(["X", "i", "M"]), "name": st.text(max_size=30),
-    "ts": st.integers(0, 10**15), "dur": st.integers(0, 10**9)}), max_size=40)
+trace_events = st.lists(
+    st.fixed_dictionaries(
+        {
+            "ph": st.sampled_from(["X", "i", "M"]),
+            "name": st.text(max_size=30),
+            "ts": st.integers(0, 10**15),
+            "dur": st.integers(0, 10**9),
+        }
+    ),
+    max_size=40,
+)
 
 
 class TestCompressTrace:
     """compress_trace at every level: the content and the header round trip (json.loads the oracle)."""
 
     @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(level=st.integers(0, 9), header=headers, events=trace_events, indent=st.sampled_from([None, 1]),
-           space=st.sampled_from(["", "\n  "]))
-    def test_round_trip(self, tmp_path_factory: pytest.TempPathFactory, level: int, header: dict[str, Any],
-                        events: list[dict[str, Any]], indent: int | None, space: str) -> None:
+    @given(
+        level=st.integers(0, 9),
+        header=headers,
+        events=trace_events,
+        indent=st.sampled_from([None, 1]),
+        space=st.sampled_from(["", "\n  "]),
+    )
+    def test_round_trip(
+        self,
+        tmp_path_factory: pytest.TempPathFactory,
+        level: int,
+        header: dict[str, Any],
+        events: list[dict[str, Any]],
+        indent: int | None,
+        space: str,
+    ) -> None:
         """The file holds the source's object with the header's keys first; gzip at 1..9, plain
         at 0; the size returned is the size on disk."""
         folder = tmp_path_factory.mktemp("level")
@@ -127,7 +153,7 @@ class TestCompressTrace:
         text = read_back(out, level).decode()
         written = json.loads(text)
         assert written == {**json.loads(json.dumps(header, default=str)), **content}
-        assert list(written)[:len(header)] == list(header)
+        assert list(written)[: len(header)] == list(header)
 
     @pytest.mark.parametrize("level", [0, 1, 9])
     def test_many_blocks(self, tmp_path: Path, level: int) -> None:
@@ -141,12 +167,15 @@ class TestCompressTrace:
         assert json.loads(read_back(out, level)) == {"profdsl": {"step": 3}, "traceEvents": events}
 
     @pytest.mark.parametrize("level", [0, 6])
-    @pytest.mark.parametrize(("content", "why"), [
-        (b"", "empty trace"),
-        (b"[1, 2]", "not a JSON object"),
-        (b'{"traceEvents": [{"ph": "X"', "cut short"),
-        (b'{"other": []}', "no traceEvents"),
-    ])
+    @pytest.mark.parametrize(
+        ("content", "why"),
+        [
+            (b"", "empty trace"),
+            (b"[1, 2]", "not a JSON object"),
+            (b'{"traceEvents": [{"ph": "X"', "cut short"),
+            (b'{"other": []}', "no traceEvents"),
+        ],
+    )
     def test_bad_exports_refused_at_every_level(self, tmp_path: Path, level: int, content: bytes, why: str) -> None:
         """The plain path checks the export as the gzip path does."""
         source = tmp_path / "events.json"
@@ -177,8 +206,9 @@ class TestProfiledStep:
     """A real profiled step (torch CPU) at levels 0 and 9, read back by the commands."""
 
     @pytest.mark.parametrize("level", [0, 9])
-    def test_trace_recorded_and_read_by_commands(self, tmp_path: Path, level: int,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    def test_trace_recorded_and_read_by_commands(
+        self, tmp_path: Path, level: int, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         """Level 0 writes a ``.pt.trace.json`` that json.load parses, level 9 a gzip
         ``.pt.trace.json.gz``; either is recorded ok, and ``ls``, ``check`` and ``summary`` read it."""
         pytest.importorskip("torch")

@@ -45,13 +45,19 @@ def hooks(folder: Path) -> list[dict[str, Any]]:
 
 def script(tmp_path: Path, body: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """Run ``body`` in a fresh interpreter with ``sys.argv[1]`` the save path."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(body), str(tmp_path), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(body), str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def check(folder: Path) -> int:
-    return subprocess.run([sys.executable, "-m", "profdsl", "check", str(folder)], capture_output=True,
-                          timeout=120, cwd=ROOT).returncode
+    return subprocess.run(
+        [sys.executable, "-m", "profdsl", "check", str(folder)], capture_output=True, timeout=120, cwd=ROOT
+    ).returncode
 
 
 class Worker:
@@ -113,14 +119,14 @@ class TestPoolThreads:
 
         t1.run(step2)
         profiler.close()
-        assert sorted((n.step, names(t, "stage")) for n, t in parsed(tmp_path)) == [
-            (1, ["stage1"]), (2, ["stage2"])]
+        assert sorted((n.step, names(t, "stage")) for n, t in parsed(tmp_path)) == [(1, ["stage1"]), (2, ["stage2"])]
         assert [r["status"] for r in traces(tmp_path)] == ["ok", "ok"]
         assert [r["status"] for r in hooks(tmp_path)] == ["ok"]
         assert not torch_profiler_running()
 
     def test_work_on_an_unseen_thread_is_recorded_once_and_the_role_switches(
-            self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """A step started on the main thread whose stage runs on another thread: its session
         cannot see that thread; this is logged and recorded once, and the role's next sessions
         capture every thread, so the next step's stage on another thread is in its trace."""
@@ -184,7 +190,10 @@ def test_threaded_ray_actor_traces_every_step(tmp_path: Path, mode: str) -> None
     done = script(tmp_path, RAY_ACTOR, mode, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     assert sorted((n.step, names(t, "update_actor")) for n, t in parsed(tmp_path)) == [
-        (1, ["update_actor"]), (2, ["update_actor"]), (3, ["update_actor"])]
+        (1, ["update_actor"]),
+        (2, ["update_actor"]),
+        (3, ["update_actor"]),
+    ]
     assert [r["status"] for r in traces(tmp_path)] == ["ok"] * 3
     assert [r["status"] for r in hooks(tmp_path)] == ["ok"]
 
@@ -362,8 +371,9 @@ class TestStartTwice:
     """Older trainers drive a fused worker once per role alias: ``start(S)`` twice for one step."""
 
     @pytest.mark.parametrize("discrete", [False, True])
-    def test_second_start_keeps_the_step(self, tmp_path: Path, discrete: bool,
-                                         caplog: pytest.LogCaptureFixture) -> None:
+    def test_second_start_keeps_the_step(
+        self, tmp_path: Path, discrete: bool, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """The second ``start(1)`` is a no-op (logged once): the step's trace holds its stage,
         and the hook runs after it."""
         cfg = config(tmp_path, discrete=discrete, finish_hook=FinishHook(cmd="true"))
@@ -399,6 +409,7 @@ class TestOnStep:
     def test_interrupt_in_on_step_leaves_the_step_stopped(self, tmp_path: Path) -> None:
         """A KeyboardInterrupt from ``on_step``, caught by the loop, finds the step fully
         stopped: the next step is traced and nothing false is recorded."""
+
         def on_step(step: int, metrics: dict[str, float]) -> None:
             if step == 1:
                 raise KeyboardInterrupt
@@ -417,8 +428,7 @@ class TestOnStep:
         assert check(tmp_path) == 0
 
 
-def test_blocked_ms_counts_the_last_steps_wait_for_its_export(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_blocked_ms_counts_the_last_steps_wait_for_its_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The last profiled step waits for its export before the (foreground) hook: that wait is
     the training thread's, and is in the trace's ``blocked_ms``."""
     import profdsl.collect.export as export_module

@@ -25,7 +25,11 @@ class TestDefaults:
         c = ProfilerConfig()
         assert (c.enable, c.tool, c.steps, c.ranks, c.all_ranks) == (False, "torch", (), (), False)
         assert (c.save_path, c.discrete, c.continuous_steps, c.nvtx) == (
-            str(Path.cwd() / "profiles"), False, False, False)
+            str(Path.cwd() / "profiles"),
+            False,
+            False,
+            False,
+        )
         assert c.relocate_results is True
         assert c.torch == TorchOptions(contents=frozenset(), schedule=None)
         assert c.finish_hook == FinishHook(cmd=None, ranks=(), all_ranks=False, timeout_s=1800.0)
@@ -93,7 +97,11 @@ BAD_VALUES: list[tuple[Any, dict[str, Any], str]] = [
     (FinishHook, {"timeout_s": -5.0}, "got -5.0"),
     (FinishHook, {"timeout_s": float("inf")}, "got inf"),
     (FinishHook, {"timeout_s": "60"}, "got '60'"),
-    (ProfilerConfig, {"save_path": "s3://bucket/run"}, "ProfilerConfig.save_path must be a local path, got the URL 's3://bucket/run'"),
+    (
+        ProfilerConfig,
+        {"save_path": "s3://bucket/run"},
+        "ProfilerConfig.save_path must be a local path, got the URL 's3://bucket/run'",
+    ),
     (ProfilerConfig, {"save_path": "gs://b"}, "got the URL 'gs://b'"),
     (ProfilerConfig, {"save_path": ""}, "ProfilerConfig.save_path must be a non-empty local path, got ''"),
     (ProfilerConfig, {"save_path": None}, "ProfilerConfig.save_path must be a non-empty local path, got None"),
@@ -151,8 +159,10 @@ class TestFromMapping:
         [
             ({"enabled": True}, "unknown key 'enabled' in ProfilerConfig; did you mean 'enable'?"),
             ({"torch": {"schedul": {}}}, "unknown key 'schedul' in ProfilerConfig.torch; did you mean 'schedule'?"),
-            ({"torch": {"schedule": {"actve": 2}}},
-             "unknown key 'actve' in TorchOptions.schedule; did you mean 'active'?"),
+            (
+                {"torch": {"schedule": {"actve": 2}}},
+                "unknown key 'actve' in TorchOptions.schedule; did you mean 'active'?",
+            ),
             ({"finish_hook": {"command": "x"}}, "unknown key 'command' in ProfilerConfig.finish_hook"),
             ({"zzz": 1}, "unknown key 'zzz' in ProfilerConfig (known keys: enable, tool"),
         ],

@@ -93,10 +93,15 @@ class TestUnion:
 
     def test_left_biased_fields(self) -> None:
         """save_path, and the hook command and schedule when both are set, come from the left."""
-        a = ProfilerConfig(enable=True, save_path="a", finish_hook=FinishHook(cmd="A"),
-                           torch=TorchOptions(schedule=Schedule(active=2)))
-        b = ProfilerConfig(enable=True, save_path="b", finish_hook=FinishHook(cmd="B", timeout_s=5),
-                           torch=TorchOptions(schedule=Schedule(active=3)))
+        a = ProfilerConfig(
+            enable=True, save_path="a", finish_hook=FinishHook(cmd="A"), torch=TorchOptions(schedule=Schedule(active=2))
+        )
+        b = ProfilerConfig(
+            enable=True,
+            save_path="b",
+            finish_hook=FinishHook(cmd="B", timeout_s=5),
+            torch=TorchOptions(schedule=Schedule(active=3)),
+        )
         u = a.union(b)
         assert (u.save_path, u.finish_hook.cmd, u.torch.schedule) == (a.save_path, "A", Schedule(active=2))
         assert u.finish_hook.timeout_s == 1800.0

@@ -50,9 +50,17 @@ def cli(*argv: str) -> Result:
 # --- the aggregation, against a hand-computed oracle -------------------------------------------
 
 durations = st.none() | st.floats(min_value=0, max_value=1e6) | st.integers(min_value=0, max_value=10**6)
-records = st.lists(st.tuples(st.sampled_from(["actor", "critic"]), st.sampled_from([0, 1, None]),
-                             st.sampled_from([0, 1, 2, None]), durations, durations, st.booleans()),
-                   max_size=12)
+records = st.lists(
+    st.tuples(
+        st.sampled_from(["actor", "critic"]),
+        st.sampled_from([0, 1, None]),
+        st.sampled_from([0, 1, 2, None]),
+        durations,
+        durations,
+        st.booleans(),
+    ),
+    max_size=12,
+)
 
 
 def _order(value: int | None) -> int:
@@ -96,7 +104,8 @@ def test_aggregation_matches_a_hand_count(items: list[tuple[str, int | None, int
             assert cost.max_blocked_ms == pytest.approx(most)
             assert per_rank[key][cost.max_rank] == pytest.approx(most)
             assert {r.rank: r.blocked_ms for r in cost.ranks if r.blocked_ms is not None} == pytest.approx(
-                per_rank[key])
+                per_rank[key]
+            )
         else:
             assert cost.max_rank is None and cost.max_blocked_ms is None
 
@@ -125,6 +134,7 @@ def test_a_good_duration_is_read(value: Any) -> None:
 
 # --- a folder: real traces, hand-written records ---------------------------------------------
 
+
 def write_traces(folder: Path) -> list[Path]:
     """Two discrete traces of one rank and step, written by the real runtime."""
     import torch
@@ -132,8 +142,9 @@ def write_traces(folder: Path) -> list[Path]:
     from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
     from profdsl.testing import reset as reset_for_tests
 
-    cfg = ProfilerConfig(enable=True, steps=[1], discrete=True, save_path=str(folder),
-                         torch=TorchOptions(contents=["cpu"]))
+    cfg = ProfilerConfig(
+        enable=True, steps=[1], discrete=True, save_path=str(folder), torch=TorchOptions(contents=["cpu"])
+    )
     try:
         with Profiler(cfg, role="actor", rank=0, world_size=1) as p, p.step(1):
             with profile_stage("update_actor"):
@@ -168,19 +179,45 @@ def hand_folder(sources: list[Path], into: Path, *, with_cost: bool = True) -> P
         name = f"t{i}.json.gz"
         shutil.copy(sources[i % len(sources)], folder / name)
         fields = {"blocked_ms": blocked, "export_ms": export} if with_cost else {}
-        record = make_record("trace", name, role=role, stage="update_actor", step=step, rank=rank,
-                             world_size=2, bytes=(folder / name).stat().st_size,
-                             **{k: v for k, v in fields.items() if v is not None})
+        record = make_record(
+            "trace",
+            name,
+            role=role,
+            stage="update_actor",
+            step=step,
+            rank=rank,
+            world_size=2,
+            bytes=(folder / name).stat().st_size,
+            **{k: v for k, v in fields.items() if v is not None},
+        )
         assert append_record(folder, record)
     return folder
 
 
 EXPECTED_JSON = [
-    {"role": "actor", "step": 1, "traces": 3, "blocked_ms": 8.5, "export_ms": 35.5, "max_rank": 0,
-     "max_blocked_ms": 4.5, "ranks": [{"rank": 0, "traces": 2, "blocked_ms": 4.5, "export_ms": 30.0},
-                                      {"rank": 1, "traces": 1, "blocked_ms": 4.0, "export_ms": 5.5}]},
-    {"role": "actor", "step": 2, "traces": 1, "blocked_ms": 0.5, "export_ms": None, "max_rank": 0,
-     "max_blocked_ms": 0.5, "ranks": [{"rank": 0, "traces": 1, "blocked_ms": 0.5, "export_ms": None}]},
+    {
+        "role": "actor",
+        "step": 1,
+        "traces": 3,
+        "blocked_ms": 8.5,
+        "export_ms": 35.5,
+        "max_rank": 0,
+        "max_blocked_ms": 4.5,
+        "ranks": [
+            {"rank": 0, "traces": 2, "blocked_ms": 4.5, "export_ms": 30.0},
+            {"rank": 1, "traces": 1, "blocked_ms": 4.0, "export_ms": 5.5},
+        ],
+    },
+    {
+        "role": "actor",
+        "step": 2,
+        "traces": 1,
+        "blocked_ms": 0.5,
+        "export_ms": None,
+        "max_rank": 0,
+        "max_blocked_ms": 0.5,
+        "ranks": [{"rank": 0, "traces": 1, "blocked_ms": 0.5, "export_ms": None}],
+    },
 ]
 #: The cost table's rows, as the text output shows them (columns split on two spaces or more).
 EXPECTED_ROWS = [
@@ -195,7 +232,7 @@ def cost_rows(text: str) -> list[list[str]]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("profiling's own cost"))
     table = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.strip():
             break
         table.append([cell.strip() for cell in line.strip().split("  ") if cell.strip()])
@@ -216,8 +253,11 @@ class TestSummary:
         assert (got.code, got.err) == (0, "")
         assert json.loads(got.out) == EXPECTED_JSON
         csv_lines = cli("summary", str(folder), "--cost", "--csv").out.splitlines()
-        assert csv_lines == ["role,step,traces,blocked_ms,export_ms,max_rank,max_blocked_ms",
-                             "actor,1,3,8.5,35.5,0,4.5", "actor,2,1,0.5,,0,0.5"]
+        assert csv_lines == [
+            "role,step,traces,blocked_ms,export_ms,max_rank,max_blocked_ms",
+            "actor,1,3,8.5,35.5,0,4.5",
+            "actor,2,1,0.5,,0,0.5",
+        ]
         alone = cli("summary", str(folder), "--cost")
         assert "self ms" not in alone.out and cost_rows(alone.out) == EXPECTED_ROWS
 
@@ -281,8 +321,9 @@ json_values = st.recursive(
 )
 
 
-@settings(deadline=None, max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(
+    deadline=None, max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(field=st.sampled_from(["blocked_ms", "export_ms"]), value=json_values)
 def test_any_json_in_a_cost_field_and_check_agrees(sources: list[Path], field: str, value: Any) -> None:
     """Any JSON value: nothing raises, and ``summary`` skips the record exactly when ``check`` fails."""
@@ -292,15 +333,20 @@ def test_any_json_in_a_cost_field_and_check_agrees(sources: list[Path], field: s
         record = {**read_manifest(folder)[0], "path": "copy.json.gz", field: value}
         with open(folder / MANIFEST_NAME, "a") as f:
             f.write(json.dumps(record) + "\n")
-        results = [cli("summary", str(folder)), cli("summary", str(folder), "--cost", "--json"),
-                   cli("check", str(folder))]
+        results = [
+            cli("summary", str(folder)),
+            cli("summary", str(folder), "--cost", "--json"),
+            cli("check", str(folder)),
+        ]
     assert all(r.code in (0, 1) and "Traceback" not in r.err for r in results), results
-    good = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                 and 0 <= value <= sys.float_info.max)  # finite, fits a float
+    good = value is None or (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= sys.float_info.max
+    )  # finite, fits a float
     assert {r.code for r in results} == {0 if good else 1}, results
 
 
 # --- the demo's closing report ----------------------------------------------------------------
+
 
 def test_demo_report_shows_the_same_table(sources: list[Path], tmp_path: Path) -> None:
     from profdsl.demo.report import cost_table

@@ -34,36 +34,58 @@ def test_demo(tmp_path: Path, mode: str) -> None:
     assert "step 5 of 0..7 (made slow)" in result.stdout
     records = read_manifest(out)
     stages = sorted({(r["role"], r["stage"], r["step"]) for r in records if r["kind"] == "trace"})
-    assert stages == sorted((role, stage, step) for step in (2, 3, 6) for role, stage in (
-        ("actor", "update_actor"), ("ref", "compute_ref_log_prob"), ("critic", "compute_values"),
-        ("critic", "update_critic")))
+    assert stages == sorted(
+        (role, stage, step)
+        for step in (2, 3, 6)
+        for role, stage in (
+            ("actor", "update_actor"),
+            ("ref", "compute_ref_log_prob"),
+            ("critic", "compute_values"),
+            ("critic", "update_critic"),
+        )
+    )
     # the plan's steps on rank 0; step 6, caught by itself, on the slow rank (and rank 0 on Ray)
     slow_rank, caught = (1, {0, 1}) if mode == "ray" else (0, {0})
     assert {(r["step"], r["rank"]) for r in records if r["kind"] == "trace"} == {
-        (2, 0), (3, 0), *((6, rank) for rank in caught)}
-    assert {r["step"] for r in records if r["kind"] == "trace"
-            and (r.get("capture") or {}).get("source") == "auto"} == {6}
+        (2, 0),
+        (3, 0),
+        *((6, rank) for rank in caught),
+    }
+    assert {
+        r["step"] for r in records if r["kind"] == "trace" and (r.get("capture") or {}).get("source") == "auto"
+    } == {6}
     assert {tuple(r["window"]) for r in records if r["stage"] == "update_actor"} == {(1, 2)}
     assert "profiling's own cost" in result.stdout, result.stdout  # every trace record carries blocked_ms
     cost = result.stdout.split("profiling's own cost", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
     assert sorted(line.split()[:2] for line in cost) == sorted(
-        [role, str(step)] for role in ("actor", "critic", "ref") for step in (2, 3, 6)), result.stdout
+        [role, str(step)] for role in ("actor", "critic", "ref") for step in (2, 3, 6)
+    ), result.stdout
     rollouts = [(2, 0), (3, 0)] + ([] if mode == "ray" else [(6, 0)])  # the driver's capture names the roles
     assert sorted((r["step"], r["replica"]) for r in records if r["kind"] == "rollout") == rollouts
     # The always-on table: every stage of all eight steps on every rank, beside the traces' figures.
     table = result.stdout.split("always-on metrics", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
     rows = {tuple(line.split()[:2]): line.split() for line in table}
     ranks, traced = ("2", 4) if mode == "ray" else ("1", 3)
-    for role, stage in (("actor", "update_actor"), ("ref", "compute_ref_log_prob"),
-                        ("critic", "compute_values"), ("critic", "update_critic")):
+    for role, stage in (
+        ("actor", "update_actor"),
+        ("ref", "compute_ref_log_prob"),
+        ("critic", "compute_values"),
+        ("critic", "update_critic"),
+    ):
         assert rows[(role, stage)][2:4] == ["8", ranks] and rows[(role, stage)][-2] == str(traced), result.stdout
     # the traces hold the recorded mini-batches under the scheduled stage: 2 windows' worth each
     assert rows[("actor", "update_actor/mini_batch")][-2] == str(2 * traced), result.stdout
     # the hook: once for the plan (rank 0), once per automatic request on each rank it traced
-    ran = {((r.get("capture") or {}).get("request"), r["rank"]) for r in records
-           if r["kind"] == "hook" and r["status"] == "ok"}
-    assert ran == ({(None, 0), ("auto-r1-s6", 1), ("auto-ranks-s6", 0), ("auto-ranks-s6", 1)} if mode == "ray"
-                   else {(None, 0), ("auto-r0-s6", 0)})
+    ran = {
+        ((r.get("capture") or {}).get("request"), r["rank"])
+        for r in records
+        if r["kind"] == "hook" and r["status"] == "ok"
+    }
+    assert ran == (
+        {(None, 0), ("auto-r1-s6", 1), ("auto-ranks-s6", 0), ("auto-ranks-s6", 1)}
+        if mode == "ray"
+        else {(None, 0), ("auto-r0-s6", 0)}
+    )
     assert sum(r["kind"] == "hook" and r["status"] == "ok" for r in records) == len(ran)
     # the story: the alert, the automatic capture and why, where the slow step's time went
     alerts = [line for line in result.stdout.splitlines() if line.startswith("  alert: ")]
@@ -71,16 +93,19 @@ def test_demo(tmp_path: Path, mode: str) -> None:
         assert any("straggler: rank 1 took" in line for line in alerts), result.stdout
         assert any("slow rank: actor update_actor on rank 1" in line for line in alerts), result.stdout
     else:
-        assert any("slow step: actor: update_actor took" in line and "tracing step 6" in line
-                   for line in alerts), result.stdout
+        assert any("slow step: actor: update_actor took" in line and "tracing step 6" in line for line in alerts), (
+            result.stdout
+        )
     captures = result.stdout.split("automatic captures", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
     assert sorted(line.split(":")[0].strip() for line in captures) == [
-        f"step 6 rank {rank} (actor, critic, ref)" for rank in sorted(caught)], result.stdout
+        f"step 6 rank {rank} (actor, critic, ref)" for rank in sorted(caught)
+    ], result.stdout
     went = result.stdout.split("where the slow step's time went", 1)[1].split("\n\n", 1)[0].splitlines()
     assert f"step 5 on rank {slow_rank}" in went[0]
     assert went[3].split()[:2] in (["actor", "update_actor"], ["actor", "update_actor/mini_batch"]), result.stdout
-    check = subprocess.run([sys.executable, "-m", "profdsl", "check", str(out)], capture_output=True,
-                           text=True, timeout=600)
+    check = subprocess.run(
+        [sys.executable, "-m", "profdsl", "check", str(out)], capture_output=True, text=True, timeout=600
+    )
     assert check.returncode == 0, check.stdout
     with tarfile.open(str(out) + ".tgz") as tar:
         packed = {Path(n).name for n in tar.getnames()}

@@ -20,12 +20,20 @@ def test_docs_build_strict(tmp_path: Path) -> None:
     pytest.importorskip("mkdocstrings_handlers.python")
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     api = (tmp_path / "site" / "api" / "index.html").read_text()
-    for symbol in ("profdsl.Profiler", "profdsl.profile_stage",
-                   "profdsl.schedule.recorded_windows", "profdsl.naming.TraceName", "profdsl.testing.reset"):
+    for symbol in (
+        "profdsl.Profiler",
+        "profdsl.profile_stage",
+        "profdsl.schedule.recorded_windows",
+        "profdsl.naming.TraceName",
+        "profdsl.testing.reset",
+    ):
         assert f'id="{symbol}"' in api, symbol
 
 
@@ -37,11 +45,16 @@ def test_a_broken_reference_fails_the_build(tmp_path: Path) -> None:
     docs.mkdir()
     (docs / "index.md").write_text("# x\n\n::: profdsl.schedule.no_such_function\n")
     config = (ROOT / "mkdocs.yml").read_text().split("\nnav:")[0]
-    config = config.replace("docs_dir: docs", f"docs_dir: {docs}") + "\nplugins:\n  - mkdocstrings:\n" \
+    config = (
+        config.replace("docs_dir: docs", f"docs_dir: {docs}") + "\nplugins:\n  - mkdocstrings:\n"
         "      handlers:\n        python:\n          paths: [" + str(ROOT) + "]\n"
+    )
     (tmp_path / "mkdocs.yml").write_text(config)
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert done.returncode != 0 and "no_such_function" in done.stdout + done.stderr

@@ -45,6 +45,7 @@ def only_trace(folder: Path) -> dict[str, Any]:
 @pytest.fixture
 def no_backend_calls(monkeypatch: pytest.MonkeyPatch):
     """Fail if any region reaches the torch annotator."""
+
     def refuse(self: object, *args: object) -> None:
         raise AssertionError("backend called while nothing is profiled")
 
@@ -294,8 +295,9 @@ class TestAsyncGenerators:
     def test_discrete_stage_spans_the_whole_generator(self, tmp_path: Path) -> None:
         """Discrete mode: the stage's own trace spans the generator's whole life, not just the
         creation of the generator object."""
-        cfg = ProfilerConfig(enable=True, steps=[1], discrete=True, save_path=str(tmp_path),
-                             torch=TorchOptions(contents=["cpu"]))
+        cfg = ProfilerConfig(
+            enable=True, steps=[1], discrete=True, save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"])
+        )
 
         async def consume() -> list[int]:
             return [i async for i in self.numbers(2)]
@@ -348,10 +350,18 @@ class TestMethodDecorators:
 
     def calls(self) -> list[object]:
         obj = Methods()
-        return [Methods.static_above(1), obj.static_above(1), Methods.static_below(1),
-                obj.static_below(1), Methods.class_above(2), obj.class_above(2),
-                Methods.class_below(2), obj.class_below(2), asyncio.run(Methods.static_async(4)),
-                list(obj.class_gen(1))]
+        return [
+            Methods.static_above(1),
+            obj.static_above(1),
+            Methods.static_below(1),
+            obj.static_below(1),
+            Methods.class_above(2),
+            obj.class_above(2),
+            Methods.class_below(2),
+            obj.class_below(2),
+            asyncio.run(Methods.static_async(4)),
+            list(obj.class_gen(1)),
+        ]
 
     EXPECTED = [2, 2, 3, 3, 6, 6, 7, 7, -4, [0, 1, 2]]
 
@@ -366,8 +376,7 @@ class TestMethodDecorators:
         assert self.calls() == self.EXPECTED
         close_profiling()
         trace = only_trace(profiling)
-        for name in ("static_above", "static_below", "class_above", "class_below",
-                     "static_async", "class_gen"):
+        for name in ("static_above", "static_below", "class_above", "class_below", "static_async", "class_gen"):
             assert names(trace, name), name
 
 
@@ -375,8 +384,13 @@ class TestMiniBatchWindow:
     """`mini_batch_window` as iterator, with-block and decorator."""
 
     def schedule_cfg(self, tmp_path: Path) -> ProfilerConfig:
-        return ProfilerConfig(enable=True, steps=[1], discrete=True, save_path=str(tmp_path),
-                              torch=TorchOptions(contents=["cpu"], schedule=Schedule(active=2)))
+        return ProfilerConfig(
+            enable=True,
+            steps=[1],
+            discrete=True,
+            save_path=str(tmp_path),
+            torch=TorchOptions(contents=["cpu"], schedule=Schedule(active=2)),
+        )
 
     @pytest.mark.parametrize("form", ["iterate", "with", "decorator"])
     def test_forms_advance_the_schedule(self, tmp_path: Path, form: str) -> None:
@@ -398,7 +412,9 @@ class TestMiniBatchWindow:
                 else:
                     assert [one(i) for i in range(3)] == [0, 1, 2]
         assert [(n.window, names(t, "mini_batch")) for n, t in parsed(tmp_path)] == [
-            ((0, 1), ["mini_batch0", "mini_batch1"]), ((2, 2), ["mini_batch2"])]
+            ((0, 1), ["mini_batch0", "mini_batch1"]),
+            ((2, 2), ["mini_batch2"]),
+        ]
 
     def test_custom_name(self, profiling: Path) -> None:
         """name= names the regions."""
@@ -427,8 +443,9 @@ class TestMiniBatchWindow:
             iter(mini_batch_window())
 
 
-def test_internal_fault_is_swallowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_internal_fault_is_swallowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A fault inside profdsl's region code is logged once; the stage's result is unchanged."""
     cfg = ProfilerConfig(enable=True, steps=[1], save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"]))
 
@@ -467,8 +484,13 @@ class TestUnboundStage:
     def test_which_role_took_it_is_said_once(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         from profdsl import Metrics
 
-        cfg = ProfilerConfig(enable=True, steps=[1], save_path=str(tmp_path), metrics=Metrics(enabled=True),
-                             torch=TorchOptions(contents=["cpu"]))
+        cfg = ProfilerConfig(
+            enable=True,
+            steps=[1],
+            save_path=str(tmp_path),
+            metrics=Metrics(enabled=True),
+            torch=TorchOptions(contents=["cpu"]),
+        )
         actor = Profiler(cfg, role="actor", rank=0, world_size=1)
         ref = Profiler(cfg, role="ref", rank=0, world_size=1)
         with caplog.at_level(logging.WARNING, logger="profdsl"), actor, ref:

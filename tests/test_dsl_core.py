@@ -49,8 +49,13 @@ def paths(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], int]:
 @pytest.fixture
 def driver(tmp_path: Path) -> Profiler:
     """A driver's step clock (captures nothing), timing its steps, on profiled step 1."""
-    clock = Profiler(config(tmp_path, relocate_results=False, metrics=Metrics(enabled=True)),
-                     role="trainer", rank=0, world_size=1, capture=False)
+    clock = Profiler(
+        config(tmp_path, relocate_results=False, metrics=Metrics(enabled=True)),
+        role="trainer",
+        rank=0,
+        world_size=1,
+        capture=False,
+    )
     yield clock
     clock.close()
 
@@ -94,9 +99,15 @@ class TestItem1DescriptorsEitherOrder:
 
         if profiled:
             driver.start(1)
-        got = [Sampler.static_above(1), Sampler().static_above(1), Sampler.class_above(2),
-               Sampler().class_above(2), Sampler.class_below(2), Sampler.mb_static(3),
-               Sampler().stage_class(4)]
+        got = [
+            Sampler.static_above(1),
+            Sampler().static_above(1),
+            Sampler.class_above(2),
+            Sampler().class_above(2),
+            Sampler.class_below(2),
+            Sampler.mb_static(3),
+            Sampler().stage_class(4),
+        ]
         if profiled:
             driver.stop()
         assert got == [2, 2, 20, 20, 21, -3, -6]
@@ -111,6 +122,7 @@ class TestItem2AsyncGeneratorWindow:
         log: list[str] = []
 
         with fake_clock(monkeypatch) as clock:
+
             @rollout_window([Engine(log)], name="gen")
             async def generate(n: int) -> Any:
                 for i in range(n):
@@ -137,8 +149,7 @@ class Worker(DistProfilerExtension):
     """A verl-style worker whose methods are annotated through the facade."""
 
     def __init__(self, cfg: Any) -> None:
-        DistProfilerExtension.__init__(self, DistProfiler(rank=0, config=cfg, save_file_prefix="actor",
-                                                          world_size=1))
+        DistProfilerExtension.__init__(self, DistProfiler(rank=0, config=cfg, save_file_prefix="actor", world_size=1))
 
     @DistProfiler.annotate(color="red", role="update_actor")
     def update(self, clock: FakeClock) -> int:
@@ -157,8 +168,7 @@ class TestItem3FacadeIsTimed:
     profiled."""
 
     @pytest.mark.parametrize("enable", [False, True])
-    def test_annotated_methods_are_timed(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         enable: bool) -> None:
+    def test_annotated_methods_are_timed(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, enable: bool) -> None:
         worker = Worker(config(tmp_path, enable=enable, metrics=Metrics(enabled=True)))
         with fake_clock(monkeypatch) as clock:
             worker.start_profile(profile_step=1)

@@ -30,8 +30,17 @@ from .profiling import config, work
 
 torch = pytest.importorskip("torch")
 
-KINDS = ("function", "method", "static_above", "static_below", "class_above", "class_below",
-         "coroutine", "generator", "async_generator")
+KINDS = (
+    "function",
+    "method",
+    "static_above",
+    "static_below",
+    "class_above",
+    "class_below",
+    "coroutine",
+    "generator",
+    "async_generator",
+)
 MODES = ("nothing", "traced", "metered", "both")
 
 
@@ -86,8 +95,13 @@ def bodies(inner: str, error: BodyError) -> dict[str, Callable[..., Any]]:
             raise error
         yield x * 2
 
-    return {"plain": plain, "bound": bound, "coroutine": coroutine, "generator": generator,
-            "async_generator": async_generator}
+    return {
+        "plain": plain,
+        "bound": bound,
+        "coroutine": coroutine,
+        "generator": generator,
+        "async_generator": async_generator,
+    }
 
 
 def build(kind: str, word: Any, body: dict[str, Callable[..., Any]]) -> tuple[Callable[..., Any], Any, Any]:
@@ -121,6 +135,7 @@ def build(kind: str, word: Any, body: dict[str, Callable[..., Any]]) -> tuple[Ca
         if kind == "generator":
             return list(decorated(x, fail=fail))
         if kind == "async_generator":
+
             async def collect() -> list[int]:
                 return [item async for item in decorated(x, fail=fail)]
 
@@ -162,6 +177,7 @@ def summary_paths(folder: Path) -> dict[tuple[str, ...], int]:
 @pytest.fixture
 def refuse_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any region reaching torch fails the test (nothing on: no torch call)."""
+
     def refuse(*_: object) -> None:
         raise AssertionError("a region reached torch while nothing is on")
 

@@ -25,12 +25,6 @@ torch = pytest.importorskip("torch")
 SHARED = profile_stage("shared")
 
 
-
-
-
-
-
-
 class TestSharedAcrossThreads:
     """Two threads inside one shared stage object at once, in discrete mode."""
 

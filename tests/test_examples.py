@@ -18,7 +18,10 @@ def test_plan_preview_runs(tmp_path: Path) -> None:
     """examples/plan_preview.py prints the sessions, ranks, windows and names of its config."""
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "plan_preview.py")],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
     assert "sessions (open step, close step): [(2, 2), (3, 3), (6, 6)]" in out.stdout
@@ -33,7 +36,9 @@ def test_plan_preview_reads_a_yaml_config(tmp_path: Path) -> None:
     good.write_text("enable: true\nsteps: [4, 5]\ncontinuous_steps: true\nall_ranks: true\n")
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "plan_preview.py"), str(good), "3"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "sessions (open step, close step): [(4, 5)]" in out.stdout
@@ -42,7 +47,9 @@ def test_plan_preview_reads_a_yaml_config(tmp_path: Path) -> None:
     bad.write_text("enable: true\nstepz: [4]\n")
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "plan_preview.py"), str(bad)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode != 0 and "unknown key 'stepz' in ProfilerConfig; did you mean 'steps'?" in out.stderr
 
@@ -51,7 +58,9 @@ def test_train_loop_runs(tmp_path: Path) -> None:
     """examples/train_loop.py profiles steps 2 and 4: 3 stage traces each, 2 of them windows."""
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "train_loop.py"), "--out", str(tmp_path / "p")],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     assert "8 traces in" in out.stdout
@@ -59,8 +68,13 @@ def test_train_loop_runs(tmp_path: Path) -> None:
 
     records = read_manifest(tmp_path / "p")
     assert sorted({(r["step"], r["stage"]) for r in records}) == [
-        (2, "compute_log_prob"), (2, "generate"), (2, "update_actor"),
-        (4, "compute_log_prob"), (4, "generate"), (4, "update_actor")]
+        (2, "compute_log_prob"),
+        (2, "generate"),
+        (2, "update_actor"),
+        (4, "compute_log_prob"),
+        (4, "generate"),
+        (4, "update_actor"),
+    ]
     assert [r["window"] for r in records if r["stage"] == "update_actor"] == [[2, 3], [6, 7]] * 2
 
 
@@ -69,12 +83,18 @@ def test_ray_ppo_runs(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "ray_ppo.py"), "--out", str(tmp_path / "p")],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     from profdsl.manifest import read_manifest
 
     records = read_manifest(tmp_path / "p")
     assert sorted({(r["kind"], r["step"], r["rank"]) for r in records if r["kind"] != "hook"}) == [
-        ("rollout", 1, 0), ("rollout", 2, 0), ("trace", 1, 0), ("trace", 2, 0)]
+        ("rollout", 1, 0),
+        ("rollout", 2, 0),
+        ("trace", 1, 0),
+        ("trace", 2, 0),
+    ]
     assert [r["status"] for r in records if r["kind"] == "hook"].count("ok") == 1

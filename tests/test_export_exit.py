@@ -51,8 +51,7 @@ profiler.stop()  # the last profiled step: waits 0.5 s for the export, which han
 
 def run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     code = PRELUDE + textwrap.dedent(body)
-    return subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                          text=True, timeout=240)
+    return subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=240)
 
 
 def events_left(folder: Path) -> list[Path]:
@@ -78,8 +77,9 @@ def test_interpreter_exit_records_the_pending_export_incomplete_before_the_hook(
     assert [h["exit_code"] for h in hooks] == [0]
     seen = [json.loads(line) for line in (tmp_path / "seen-by-hook.jsonl").read_text().splitlines()]
     assert [(r["kind"], r["status"]) for r in seen] == [("trace", "incomplete")]  # after the record
-    check = subprocess.run([sys.executable, "-m", "profdsl", "check", str(tmp_path)],
-                           capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [sys.executable, "-m", "profdsl", "check", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert check.returncode == 1
     assert f"{kept[0].name}: torch's events of the incomplete actor trace of step 1" in check.stdout
 
@@ -87,7 +87,9 @@ def test_interpreter_exit_records_the_pending_export_incomplete_before_the_hook(
 def test_hard_exit_leaves_the_events_and_check_names_them(tmp_path: Path) -> None:
     """A hard exit while a mid-run trace is being finished: nothing is recorded; torch's events
     are left, and ``check`` names them and the process that left them."""
-    result = run(tmp_path, """
+    result = run(
+        tmp_path,
+        """
         import glob
         config2 = ProfilerConfig(enable=True, steps=[2, 3], save_path=save,
                                  torch=TorchOptions(contents=["cpu"]))
@@ -99,7 +101,8 @@ def test_hard_exit_leaves_the_events_and_check_names_them(tmp_path: Path) -> Non
         while len(glob.glob(os.path.join(save, ".profdsl-tmp-*.json"))) < 2:
             time.sleep(0.05)  # both traces' events are on disk
         os._exit(0)  # no atexit, no record for the mid-run trace: only the files tell
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     # The prelude's last step gave its hung export up (recorded) for the hook; ref's is unrecorded.
     [given_up] = [r for r in read_manifest(tmp_path) if r["kind"] == "trace"]
@@ -107,31 +110,32 @@ def test_hard_exit_leaves_the_events_and_check_names_them(tmp_path: Path) -> Non
     kept = events_left(tmp_path)
     assert len(kept) == 2 and all(holds_the_stage(k) for k in kept)
     [unrecorded] = [k for k in kept if k.name != given_up["events"]]
-    check = subprocess.run([sys.executable, "-m", "profdsl", "check", str(tmp_path)],
-                           capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [sys.executable, "-m", "profdsl", "check", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert check.returncode == 1
     pid = unrecorded.name.split("-")[2]
-    assert f"{unrecorded.name}: torch's events of a trace still being exported when process {pid} ended" \
-        in check.stdout
+    assert f"{unrecorded.name}: torch's events of a trace still being exported when process {pid} ended" in check.stdout
 
 
 def test_check_reports_an_export_given_up_at_exit_once(tmp_path: Path) -> None:
     """Compression began (a half-written ``.gz`` next to torch's events), then the disk stopped
     answering: ``check`` prints one line for that one loss, naming the events file the record
     keeps, and neither file as "not in the manifest" or as a leftover of its own."""
-    partial = '''def hung(source, destination, *args, **kwargs):  # compression starts, then hangs
+    partial = """def hung(source, destination, *args, **kwargs):  # compression starts, then hangs
     with open(destination, "wb") as out:
         out.write(b"\\\\x1f\\\\x8b\\\\x08\\\\x00 half")
     time.sleep(600)
-'''
-    code = PRELUDE.replace(PRELUDE[PRELUDE.index("def hung"):PRELUDE.index("export_module.compress_trace")], partial)
+"""
+    code = PRELUDE.replace(PRELUDE[PRELUDE.index("def hung") : PRELUDE.index("export_module.compress_trace")], partial)
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".profdsl-tmp-"))
     (record,) = [r for r in read_manifest(tmp_path) if r["kind"] == "trace"]
     assert left == [record["events"], record["events"] + ".gz"]  # torch's events and the half .gz
-    check = subprocess.run([sys.executable, "-m", "profdsl", "check", str(tmp_path)],
-                           capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [sys.executable, "-m", "profdsl", "check", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert check.returncode == 1
     fails = [line for line in check.stdout.splitlines() if line.startswith("FAIL")]
     assert len(fails) == 1, check.stdout

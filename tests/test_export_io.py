@@ -45,8 +45,17 @@ print(json.dumps(read_manifest(sys.argv[1])))
 
 
 def _label(save_path: Path, **kwargs: Any) -> TraceLabel:
-    fields: dict[str, Any] = dict(role='r"ôle', stage="st\\age", step=1, rank=0, world_size=1,
-                                  save_path=str(save_path), host="vm", pid=os.getpid(), config_hash="c")
+    fields: dict[str, Any] = dict(
+        role='r"ôle',
+        stage="st\\age",
+        step=1,
+        rank=0,
+        world_size=1,
+        save_path=str(save_path),
+        host="vm",
+        pid=os.getpid(),
+        config_hash="c",
+    )
     fields.update(kwargs)
     return TraceLabel(**fields)
 
@@ -61,6 +70,7 @@ def _writer(content: bytes, header: dict[str, Any] | None = None) -> Any:
         with open(path, "wb") as f:
             f.write(content)
         return header
+
     return write
 
 
@@ -70,8 +80,10 @@ class TestExportTrace:
     def test_metadata_is_spliced_in_as_json(self, tmp_path: Path) -> None:
         """The metadata ``write`` returns becomes the first top-level keys, as proper JSON: any
         string survives, and header() reads it without reading the events."""
-        meta = {"profdsl": {"role": 'r"ôle', "stage": "st\\age", "odd": "tab\t nl\n 🙂 \x01"},
-                "distributedInfo": {"rank": 0}}
+        meta = {
+            "profdsl": {"role": 'r"ôle', "stage": "st\\age", "odd": "tab\t nl\n 🙂 \x01"},
+            "distributedInfo": {"rank": 0},
+        }
         events = b' {\n  "schemaVersion": 1,\n  "traceEvents": [{"ph": "X", "name": "a%22b"}]\n}\n'
         path = export_trace(_writer(events, meta), _label(tmp_path), window=None, time_ms=1)
         assert path is not None and path.endswith(".pt.trace.json.gz")
@@ -93,13 +105,16 @@ class TestExportTrace:
         with gzip.open(path, "rb") as f:
             assert f.read() == b'{"profdsl": {"k": 1},' + events[1:]
 
-    @pytest.mark.parametrize(("content", "reason"), [
-        (b"", "empty"),
-        (b"  \n ", "empty"),
-        (b'{"traceEvents": [{"ph": "X"},', "end"),
-        (b'[{"ph": "X"}]', "object"),
-        (b'{"schemaVersion": 1}', "traceEvents"),
-    ])
+    @pytest.mark.parametrize(
+        ("content", "reason"),
+        [
+            (b"", "empty"),
+            (b"  \n ", "empty"),
+            (b'{"traceEvents": [{"ph": "X"},', "end"),
+            (b'[{"ph": "X"}]', "object"),
+            (b'{"schemaVersion": 1}', "traceEvents"),
+        ],
+    )
     def test_a_bad_trace_is_recorded_failed(self, tmp_path: Path, content: bytes, reason: str) -> None:
         """An empty, cut-short or malformed export is recorded failed with the reason, and
         nothing of it is left in save_path."""
@@ -121,9 +136,11 @@ class TestExportTrace:
 
     def test_an_export_that_raises(self, tmp_path: Path) -> None:
         """A raising export is recorded failed with its message; nothing is left behind."""
+
         def write(path: str) -> None:
             Path(path).write_bytes(b"{")
             raise RuntimeError("kineto said no")
+
         assert export_trace(write, _label(tmp_path), window=None, time_ms=1) is None
         [record] = read_manifest(tmp_path)
         assert record["status"] == "failed" and "kineto said no" in record["error"]
@@ -156,8 +173,9 @@ def test_odd_save_paths_give_valid_traces(tmp_path: Path, folder: str) -> None:
     from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
 
     save = tmp_path / folder
-    cfg = ProfilerConfig(enable=True, steps=[1], discrete=True, save_path=str(save),
-                         torch=TorchOptions(contents=["cpu"]))
+    cfg = ProfilerConfig(
+        enable=True, steps=[1], discrete=True, save_path=str(save), torch=TorchOptions(contents=["cpu"])
+    )
     with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
         with profile_stage("update"):
             pass
@@ -208,8 +226,9 @@ def test_nothing_is_written_outside_save_path(tmp_path: Path) -> None:
         print("OUTSIDE", outside)
     """)
     env = {**os.environ, "TMPDIR": str(tmpdir)}
-    out = subprocess.run([sys.executable, "-c", code, str(save)], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(save)], capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path)
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "OUTSIDE []" in out.stdout, out.stdout
     assert os.listdir(tmpdir) == []
@@ -222,12 +241,14 @@ def _in_tiny_filesystem(script: str, *args: str) -> subprocess.CompletedProcess[
     (skipped where user namespaces or mounts are not allowed)."""
     if shutil.which("unshare") is None:
         pytest.skip("no unshare here")
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
-                           capture_output=True, timeout=60)
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True, timeout=60
+    )
     if probe.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs in a user namespace: {probe.stderr!r}")
-    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", *args], capture_output=True,
-                          text=True, timeout=600, cwd=str(ROOT))
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, "sh", *args], capture_output=True, text=True, timeout=600, cwd=str(ROOT)
+    )
 
 
 @pytest.mark.slow

@@ -25,9 +25,18 @@ class Member:
 
 
 def pending(save_path: Path, step: int, **policy: Any) -> PendingTrace:
-    label = TraceLabel(role="actor", stage=None, step=step, rank=0, world_size=1,
-                       save_path=str(save_path), host="h", pid=1, config_hash="c",
-                       export=ExportPolicy(**policy))
+    label = TraceLabel(
+        role="actor",
+        stage=None,
+        step=step,
+        rank=0,
+        world_size=1,
+        save_path=str(save_path),
+        host="h",
+        pid=1,
+        config_hash="c",
+        export=ExportPolicy(**policy),
+    )
     events = save_path / f".profdsl-tmp-1-{step}.json"
     events.write_text('{"traceEvents": []}')
     return PendingTrace(label=label, window=None, time_ms=step, extra=None, events=str(events), blocked_ms=1.0)
@@ -54,8 +63,7 @@ def submit(writer: Writer, trace: PendingTrace) -> object:
     return writer.submit(ExportJob(trace))
 
 
-def test_at_most_limit_in_flight_and_the_next_waits(tmp_path: Path,
-                                                   gated: tuple[threading.Event, list[int]]) -> None:
+def test_at_most_limit_in_flight_and_the_next_waits(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
     gate, done = gated
     writer = Writer()
     submit(writer, pending(tmp_path, 1))
@@ -81,8 +89,17 @@ def test_hook_runs_after_every_export(tmp_path: Path, gated: tuple[threading.Eve
     rounds.join(str(tmp_path), member)
     submit(writer, pending(tmp_path, 1))
     submit(writer, pending(tmp_path, 2))
-    plan = HookPlan(save_path=str(tmp_path), cmd='ls "$PROFDSL_SAVE_PATH" > "$PROFDSL_SAVE_PATH/../seen"',
-                    timeout_s=60, background=False, tool="torch", role="actor", rank=0, world_size=1, host="h")
+    plan = HookPlan(
+        save_path=str(tmp_path),
+        cmd='ls "$PROFDSL_SAVE_PATH" > "$PROFDSL_SAVE_PATH/../seen"',
+        timeout_s=60,
+        background=False,
+        tool="torch",
+        role="actor",
+        rank=0,
+        world_size=1,
+        host="h",
+    )
     due = rounds.arrive(str(tmp_path), member, plan, [1, 2])
     assert due is not None
     assert not (tmp_path.parent / "seen").exists()  # the exports are still running
@@ -93,8 +110,9 @@ def test_hook_runs_after_every_export(tmp_path: Path, gated: tuple[threading.Eve
     assert [r["kind"] for r in read_manifest(tmp_path)] == ["trace", "trace", "hook"]
 
 
-def test_exports_given_up_are_recorded_incomplete_once(tmp_path: Path,
-                                                       gated: tuple[threading.Event, list[int]]) -> None:
+def test_exports_given_up_are_recorded_incomplete_once(
+    tmp_path: Path, gated: tuple[threading.Event, list[int]]
+) -> None:
     """Given up (at exit), the running export and the queued ones are recorded incomplete,
     naming torch's events they leave; the thread that finishes late commits nothing."""
     gate, _ = gated
@@ -113,8 +131,7 @@ def test_exports_given_up_are_recorded_incomplete_once(tmp_path: Path,
     assert not list(tmp_path.glob("*.pt.trace.json.gz"))
 
 
-def test_in_flight_limit_is_the_traces_own_option(tmp_path: Path,
-                                                  gated: tuple[threading.Event, list[int]]) -> None:
+def test_in_flight_limit_is_the_traces_own_option(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
     """``TorchOptions.exports_in_flight=1``: a second trace waits for the first."""
     gate, done = gated
     writer = Writer()
@@ -130,8 +147,7 @@ def test_in_flight_limit_is_the_traces_own_option(tmp_path: Path,
     assert done == [1, 2]
 
 
-def test_waiting_for_an_export_counts_as_blocked(tmp_path: Path,
-                                                 gated: tuple[threading.Event, list[int]]) -> None:
+def test_waiting_for_an_export_counts_as_blocked(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
     """A caller waiting for a trace to be finished (the last step, before its hook) is blocked
     by profiling: the wait shows in that trace's ``blocked_ms`` (a lower bound the test
     measures itself, never an upper one)."""

@@ -20,8 +20,9 @@ from .traces import load, trace_files
 pytest.importorskip("torch")
 
 
-def test_full_disk_during_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_full_disk_during_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """ENOSPC while writing a trace: one log line, the stage's result is intact, the loss is
     recorded in the manifest, no temporary or empty file is left behind."""
     import profdsl.collect.export as export
@@ -34,8 +35,9 @@ def test_full_disk_during_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         real_replace(src, dst)
 
     monkeypatch.setattr(export.os, "replace", full_disk)
-    cfg = ProfilerConfig(enable=True, steps=[1, 2], discrete=True, save_path=str(tmp_path),
-                         torch=TorchOptions(contents=["cpu"]))
+    cfg = ProfilerConfig(
+        enable=True, steps=[1, 2], discrete=True, save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"])
+    )
     with caplog.at_level(logging.ERROR, logger="profdsl"):
         with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
             for step in (1, 2):
@@ -63,8 +65,12 @@ def test_concurrent_processes_share_a_save_path(tmp_path: Path) -> None:
                         with profile_stage("train_batch"):
                             pass
     """)
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(r)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path), str(r)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        for r in range(4)
+    ]
     try:
         codes = [p.wait(timeout=300) for p in procs]
     finally:

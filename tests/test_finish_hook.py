@@ -123,7 +123,7 @@ class TestWhenAndWhere:
         """A script that never calls close(): the hook runs at interpreter exit, exactly once."""
         script = textwrap.dedent(f"""
             from profdsl import FinishHook, Profiler, ProfilerConfig, TorchOptions
-            cfg = ProfilerConfig(enable=True, steps=[1, 9], save_path={str(tmp_path / 'p')!r},
+            cfg = ProfilerConfig(enable=True, steps=[1, 9], save_path={str(tmp_path / "p")!r},
                                  torch=TorchOptions(contents=["cpu"]),
                                  finish_hook=FinishHook(cmd='echo x >> "$PROFDSL_SAVE_PATH/../count.txt"'))
             profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
@@ -184,8 +184,9 @@ class TestBoundedAndSafe:
     def test_background_hook_waited_for_at_close(self, tmp_path: Path) -> None:
         """background=True: the step returns at once; close() waits for the hook."""
         cmd = 'sleep 1; echo done > "$PROFDSL_SAVE_PATH/../done.txt"'
-        profiler = Profiler(hook_config(tmp_path / "p", cmd, hook={"background": True}), role="actor", rank=0,
-                            world_size=1)
+        profiler = Profiler(
+            hook_config(tmp_path / "p", cmd, hook={"background": True}), role="actor", rank=0, world_size=1
+        )
         run_steps(profiler, [1], close=False)
         profiler.close()
         assert (tmp_path / "done.txt").read_text() == "done\n"

@@ -51,8 +51,11 @@ def one_step(profiler: Profiler, step: object, stage: str = "update") -> None:
 
 
 def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "profdsl" and r.levelno >= logging.WARNING and text in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "profdsl" and r.levelno >= logging.WARNING and text in r.getMessage()
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -70,8 +73,21 @@ INTEGRAL_STEPS = {
     "0-d int64 tensor": lambda v: torch.tensor(v),
     "0-d int32 tensor": lambda v: torch.tensor(v, dtype=torch.int32),
 }
-MISUSED_STEPS: list[Any] = [-1, True, False, 1.5, 1.0, "3", None, b"1", [1], MAX_WIDE_INDEX + 1,
-                            torch.tensor(True), torch.tensor(1.0), torch.tensor([1, 2])]
+MISUSED_STEPS: list[Any] = [
+    -1,
+    True,
+    False,
+    1.5,
+    1.0,
+    "3",
+    None,
+    b"1",
+    [1],
+    MAX_WIDE_INDEX + 1,
+    torch.tensor(True),
+    torch.tensor(1.0),
+    torch.tensor([1, 2]),
+]
 
 
 class TestStepNumbers:
@@ -102,8 +118,7 @@ class TestStepNumbers:
         profiler.close()
         assert records(tmp_path, "trace") == []
 
-    def test_misuse_is_logged_once_and_not_profiled(self, tmp_path: Path,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+    def test_misuse_is_logged_once_and_not_profiled(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         """True, "1", 1.0 and -1 around the profiled step 1 are not step 1 (nor any step); one
         warning names the problem; the real step 1 is still profiled, and stop() after a misused
         start() is no misuse of its own."""
@@ -146,9 +161,21 @@ class TestStepNumbers:
 # ----------------------------------------------------------------------------------------------
 
 
-def oracle_name(*, role: str, stage: str | None, step: int | None, rank: int | None,
-                world_size: int | None, replica: int | None, window: tuple[int, int] | None,
-                part: int | None, host: str, pid: int, stamp: str, ext: str) -> str:
+def oracle_name(
+    *,
+    role: str,
+    stage: str | None,
+    step: int | None,
+    rank: int | None,
+    world_size: int | None,
+    replica: int | None,
+    window: tuple[int, int] | None,
+    part: int | None,
+    host: str,
+    pid: int,
+    stamp: str,
+    ext: str,
+) -> str:
     """The name by the grammar of docs/trace-names.md, written independently of TraceName."""
     pieces = [role if stage is None else role + "." + stage]
     if step is not None:
@@ -177,11 +204,19 @@ def runtime_names(draw: st.DrawFn) -> dict[str, Any]:
     world = draw(st.none() | st.integers(1, MAX_WIDE_INDEX) | st.integers(MAX_INDEX, MAX_INDEX + 2))
     rank = draw(st.none() | (wide if world is None else st.integers(0, world - 1)))
     first, last = sorted((draw(wide), draw(wide)))
-    return dict(role=draw(plain_labels), stage=draw(st.none() | plain_labels), step=draw(st.none() | wide),
-                rank=rank, world_size=world, replica=draw(st.none() | wide),
-                window=draw(st.none() | st.just((first, last))), part=draw(st.none() | wide),
-                host=draw(plain_labels), pid=draw(st.integers(0, 2**32 - 1)),
-                ext=draw(st.sampled_from([".pt.trace.json.gz", ".nsys-rep", ".trace.json.gz"])))
+    return dict(
+        role=draw(plain_labels),
+        stage=draw(st.none() | plain_labels),
+        step=draw(st.none() | wide),
+        rank=rank,
+        world_size=world,
+        replica=draw(st.none() | wide),
+        window=draw(st.none() | st.just((first, last))),
+        part=draw(st.none() | wide),
+        host=draw(plain_labels),
+        pid=draw(st.integers(0, 2**32 - 1)),
+        ext=draw(st.sampled_from([".pt.trace.json.gz", ".nsys-rep", ".trace.json.gz"])),
+    )
 
 
 class TestWideNames:
@@ -204,8 +239,9 @@ class TestWideNames:
         text = TraceName(role="a", step=step, host="h", pid=1, time_ms=0).format()
         assert text.split("_")[1] == "step" + "0" * (6 - len(str(step))) + str(step)
 
-    @pytest.mark.parametrize(("step", "segment"), [(999_999, "step999999"), (1_000_000, "step1000000"),
-                                                   (MAX_WIDE_INDEX, "step999999999999")])
+    @pytest.mark.parametrize(
+        ("step", "segment"), [(999_999, "step999999"), (1_000_000, "step1000000"), (MAX_WIDE_INDEX, "step999999999999")]
+    )
     def test_wide_step_segment(self, step: int, segment: str) -> None:
         """More digits, no padding beyond six, and parse reads them back."""
         name = TraceName(role="a", step=step, rank=0, world_size=2_000_000, host="h", pid=1, time_ms=0)
@@ -219,10 +255,24 @@ class TestWideNames:
     def test_name_over_255_bytes_is_refused(self) -> None:
         """Every field wide at once would not fit a file name: refused at construction."""
         with pytest.raises(ConfigError, match="255"):
-            TraceName(role="r" * 30, stage="s" * 30, step=MAX_WIDE_INDEX, rank=0, world_size=MAX_WIDE_INDEX,
-                      tp=MAX_WIDE_INDEX, pp=MAX_WIDE_INDEX, dp=MAX_WIDE_INDEX, cp=MAX_WIDE_INDEX,
-                      ep=MAX_WIDE_INDEX, replica=MAX_WIDE_INDEX, window=(0, MAX_WIDE_INDEX),
-                      part=MAX_WIDE_INDEX, host="h" * 30, pid=1, time_ms=0)
+            TraceName(
+                role="r" * 30,
+                stage="s" * 30,
+                step=MAX_WIDE_INDEX,
+                rank=0,
+                world_size=MAX_WIDE_INDEX,
+                tp=MAX_WIDE_INDEX,
+                pp=MAX_WIDE_INDEX,
+                dp=MAX_WIDE_INDEX,
+                cp=MAX_WIDE_INDEX,
+                ep=MAX_WIDE_INDEX,
+                replica=MAX_WIDE_INDEX,
+                window=(0, MAX_WIDE_INDEX),
+                part=MAX_WIDE_INDEX,
+                host="h" * 30,
+                pid=1,
+                time_ms=0,
+            )
 
     @pytest.mark.parametrize("field", ["step", "part", "replica"])
     def test_beyond_wide_is_refused(self, field: str) -> None:
@@ -306,8 +356,9 @@ class TestRefusedAtConstruction:
         with pytest.raises(ConfigError, match="replica_world_size"):
             rollout_window(engines, replica_world_size=MAX_WIDE_INDEX // 2 + 1)
 
-    def test_plan_with_absurd_mini_batches_is_a_usage_error(self, tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    def test_plan_with_absurd_mini_batches_is_a_usage_error(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         path = tmp_path / "c.json"
         path.write_text(json.dumps({"enable": True, "steps": [1]}))
         assert cli_main(["plan", str(path), "--world-size", "2", "--mini-batches", str(10**10)]) == 2
@@ -318,8 +369,7 @@ class TestRefusedAtConstruction:
         """The largest timeout accepted works end to end: a background hook, then close()."""
         from profdsl.config.validate import MAX_SECONDS
 
-        hook = FinishHook(cmd='touch "$PROFDSL_SAVE_PATH/../hook-ran"', timeout_s=MAX_SECONDS,
-                          background=True)
+        hook = FinishHook(cmd='touch "$PROFDSL_SAVE_PATH/../hook-ran"', timeout_s=MAX_SECONDS, background=True)
         profiler = Profiler(config(tmp_path / "p", finish_hook=hook), role="actor", rank=0, world_size=1)
         one_step(profiler, 1)
         profiler.close()
@@ -333,13 +383,16 @@ class TestRefusedAtConstruction:
         with pytest.raises(ConfigError, match="TorchOptions.contents"):
             ProfilerConfig.from_mapping({"torch": {"contents": contents}})
 
-    @pytest.mark.parametrize(("build", "field"), [
-        (lambda: ProfilerConfig(save_path="a\x00b"), "ProfilerConfig.save_path"),
-        (lambda: ProfilerConfig(save_path=Path("a\x00b")), "ProfilerConfig.save_path"),
-        (lambda: ProfilerConfig(nsys_report_dir="a\x00b"), "ProfilerConfig.nsys_report_dir"),
-        (lambda: FinishHook(cmd="echo \x00"), "FinishHook.cmd"),
-        (lambda: ProfilerConfig.from_mapping({"finish_hook": {"cmd": "ls\x00"}}), "FinishHook.cmd"),
-    ])
+    @pytest.mark.parametrize(
+        ("build", "field"),
+        [
+            (lambda: ProfilerConfig(save_path="a\x00b"), "ProfilerConfig.save_path"),
+            (lambda: ProfilerConfig(save_path=Path("a\x00b")), "ProfilerConfig.save_path"),
+            (lambda: ProfilerConfig(nsys_report_dir="a\x00b"), "ProfilerConfig.nsys_report_dir"),
+            (lambda: FinishHook(cmd="echo \x00"), "FinishHook.cmd"),
+            (lambda: ProfilerConfig.from_mapping({"finish_hook": {"cmd": "ls\x00"}}), "FinishHook.cmd"),
+        ],
+    )
     def test_nul_in_config(self, build: Any, field: str) -> None:
         with pytest.raises(ConfigError, match=field):
             build()
@@ -357,8 +410,10 @@ class TestRefusedAtConstruction:
 # ----------------------------------------------------------------------------------------------
 
 RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-junk = st.one_of(st.text(max_size=8), st.sampled_from(["-1", "", "abc", " ", "1.5", "0x1", "\u0663",
-                                                       "99999999999999999999", "0", "3", "7"]))
+junk = st.one_of(
+    st.text(max_size=8),
+    st.sampled_from(["-1", "", "abc", " ", "1.5", "0x1", "\u0663", "99999999999999999999", "0", "3", "7"]),
+)
 
 
 def environment(**values: str | None) -> mock._patch[Any]:
@@ -373,8 +428,9 @@ class TestRankEnvironment:
 
     @pytest.mark.parametrize("local_rank", ["-1", "", "abc"])
     @pytest.mark.parametrize("enable", [False, True])
-    def test_malformed_local_rank(self, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                  local_rank: str, enable: bool) -> None:
+    def test_malformed_local_rank(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture, local_rank: str, enable: bool
+    ) -> None:
         """Explicit rank and world size: LOCAL_RANK is not even read, and profiling works."""
         caplog.set_level(logging.WARNING, logger="profdsl")
         with environment(LOCAL_RANK=local_rank, RANK="junk", WORLD_SIZE="-4"):
@@ -398,16 +454,24 @@ class TestRankEnvironment:
             explicit.close()
             assert (explicit.rank, explicit.world_size) == (2, 5)
 
-    @pytest.mark.parametrize(("env", "expected", "named"), [
-        ({"RANK": "abc", "WORLD_SIZE": "4"}, (0, 4), "RANK"),
-        ({"RANK": "3", "WORLD_SIZE": "many"}, (0, 1), "WORLD_SIZE"),
-        ({"RANK": "", "WORLD_SIZE": "2"}, (0, 2), "RANK"),
-        ({"RANK": "4", "WORLD_SIZE": "4"}, (0, 1), "RANK"),
-        ({"RANK": "1", "WORLD_SIZE": "2"}, (1, 2), None),
-    ])
-    def test_needed_and_malformed_is_logged_once(self, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                 env: dict[str, str], expected: tuple[int, int],
-                                                 named: str | None) -> None:
+    @pytest.mark.parametrize(
+        ("env", "expected", "named"),
+        [
+            ({"RANK": "abc", "WORLD_SIZE": "4"}, (0, 4), "RANK"),
+            ({"RANK": "3", "WORLD_SIZE": "many"}, (0, 1), "WORLD_SIZE"),
+            ({"RANK": "", "WORLD_SIZE": "2"}, (0, 2), "RANK"),
+            ({"RANK": "4", "WORLD_SIZE": "4"}, (0, 1), "RANK"),
+            ({"RANK": "1", "WORLD_SIZE": "2"}, (1, 2), None),
+        ],
+    )
+    def test_needed_and_malformed_is_logged_once(
+        self,
+        tmp_path: Path,
+        caplog: pytest.LogCaptureFixture,
+        env: dict[str, str],
+        expected: tuple[int, int],
+        named: str | None,
+    ) -> None:
         """A malformed variable is ignored (the other one still counts); a pair that does not fit
         (RANK >= WORLD_SIZE) gives way to rank 0 of 1. Each is logged once per process, naming the
         variable; LOCAL_RANK, which the profiler does not need, is not read."""

@@ -27,8 +27,7 @@ from .profiling import config, work
 from .traces import load, names, trace_files
 
 #: Every character class torch's export mangles, plus ``%`` (the escape character itself).
-ODD = ['a"b', "x\\y", "générer", "tab\there", "new\nline", "50%", "%22", "🙂 emoji", "ctl\x01z",
-       "quote'<&>{}[]"]
+ODD = ['a"b', "x\\y", "générer", "tab\there", "new\nline", "50%", "%22", "🙂 emoji", "ctl\x01z", "quote'<&>{}[]"]
 ROLE = 'r"ôle\\%\t🙂'
 #: Printable ASCII kept as it is: everything but the double quote, the backslash and ``%``.
 KEPT = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in '"\\%')
@@ -173,8 +172,13 @@ def test_any_mini_batch_label_is_found(base: str, other: str, index: int) -> Non
     from profdsl.analysis.regions import RegionNames
 
     name = encode(base) + str(index)
-    could = {(b, int(name[len(encode(b)):])) for b in (base, other) if name.startswith(encode(b))
-             and name[len(encode(b)):].isdigit() and str(int(name[len(encode(b)):])) == name[len(encode(b)):]}
+    could = {
+        (b, int(name[len(encode(b)) :]))
+        for b in (base, other)
+        if name.startswith(encode(b))
+        and name[len(encode(b)) :].isdigit()
+        and str(int(name[len(encode(b)) :])) == name[len(encode(b)) :]
+    }
     names = RegionNames.from_header({"profdsl": {"regions": {"stages": [], "mini_batches": [base, other]}}})
     found = names.label(name)
     assert found in could if len(could) > 1 else found == (base, index)
@@ -198,15 +202,21 @@ class TestAnalysis:
 
     def test_summary(self, folder: Path) -> None:
         """``profdsl summary --json`` (a real command) lists every label exactly."""
-        out = subprocess.run([sys.executable, "-m", "profdsl", "summary", str(folder), "--json"],
-                             capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-m", "profdsl", "summary", str(folder), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr
         rows = json.loads(out.stdout)
         assert {(r["role"], r["stage"]) for r in rows} == {
-            (ROLE, s) for s in ("générer", 'a"b', "50%", "x\\y", "train", "mb é")}
+            (ROLE, s) for s in ("générer", 'a"b', "50%", "x\\y", "train", "mb é")
+        }
         assert sum(r["count"] for r in rows if r["stage"] == "x\\y") == 3  # one under each stage
         assert {tuple(r["path"]) for r in rows if r["stage"] == "x\\y"} == {
-            (s, "x\\y") for s in ("générer", 'a"b', "50%")}
+            (s, "x\\y") for s in ("générer", 'a"b', "50%")
+        }
 
     def test_plot_bars(self, folder: Path) -> None:
         """plot's bars name their (outermost) stages exactly."""

@@ -38,8 +38,7 @@ def cfg(**kw):
 def run(tmp_path: Path, body: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """Run ``body`` (after PRELUDE) in a fresh interpreter, with ``save`` = ``tmp_path``."""
     code = PRELUDE + textwrap.dedent(body)
-    return subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=timeout)
 
 
 def traces_ok(folder: Path) -> list[dict[str, Any]]:
@@ -56,7 +55,9 @@ def traces_ok(folder: Path) -> list[dict[str, Any]]:
 # -- a session left running at exit -------------------------------------------------------
 @pytest.mark.slow
 def test_session_started_on_a_thread_that_ends_is_stopped_there(tmp_path: Path) -> None:
-    result = run(tmp_path, """
+    result = run(
+        tmp_path,
+        """
         p = Profiler(cfg(), role="actor", rank=0, world_size=1)
         def begin():
             p.start(1)
@@ -66,7 +67,8 @@ def test_session_started_on_a_thread_that_ends_is_stopped_there(tmp_path: Path) 
         p.stop()   # from another thread than the one that started the session
         p.close()
         print("closed")
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     found = traces_ok(tmp_path)
     assert [(r["role"], r["step"]) for r in found] == [("actor", 1)]
@@ -76,21 +78,26 @@ def test_session_started_on_a_thread_that_ends_is_stopped_there(tmp_path: Path) 
 def test_session_of_a_thread_that_ends_before_stop(tmp_path: Path) -> None:
     """The thread that started the step is gone before anyone stops it; close() is never
     called: the session is ended when its thread ends, and the trace is written."""
-    result = run(tmp_path, """
+    result = run(
+        tmp_path,
+        """
         p = Profiler(cfg(), role="actor", rank=0, world_size=1)
         def begin():
             p.start(1)
             with profile_stage("gen"):
                 work()
         t = threading.Thread(target=begin); t.start(); t.join()
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(traces_ok(tmp_path)) == 1
 
 
 @pytest.mark.slow
 def test_abandoned_generator_stage_is_stopped_at_exit(tmp_path: Path) -> None:
-    result = run(tmp_path, """
+    result = run(
+        tmp_path,
+        """
         p = Profiler(cfg(discrete=True), role="actor", rank=0, world_size=1)
         @profile_stage("generate")
         def gen():
@@ -100,7 +107,8 @@ def test_abandoned_generator_stage_is_stopped_at_exit(tmp_path: Path) -> None:
         p.start(1)
         g = gen(); next(g)   # started and left suspended, still referenced at exit
         keep = [g]
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     found = traces_ok(tmp_path)
     assert [r["stage"] for r in found] == ["generate"]
@@ -109,7 +117,9 @@ def test_abandoned_generator_stage_is_stopped_at_exit(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_close_ends_an_open_generator_stage(tmp_path: Path) -> None:
-    result = run(tmp_path, """
+    result = run(
+        tmp_path,
+        """
         from profdsl.runtime.process import PROCESS
         p = Profiler(cfg(discrete=True), role="actor", rank=0, world_size=1)
         @profile_stage("generate")
@@ -122,7 +132,8 @@ def test_close_ends_an_open_generator_stage(tmp_path: Path) -> None:
         import torch.autograd.profiler as ap
         print("running", bool(ap._is_profiler_enabled))
         keep = [g]
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "running False" in result.stdout
     assert [r["stage"] for r in traces_ok(tmp_path)] == ["generate"]
@@ -132,7 +143,9 @@ def test_close_ends_an_open_generator_stage(tmp_path: Path) -> None:
 def test_session_of_a_blocked_thread_is_recorded_lost_at_exit(tmp_path: Path) -> None:
     """An event loop's thread (it owns its session) blocks and never comes back: the session
     cannot be ended cleanly; the loss is recorded and the process still exits normally."""
-    result = run(tmp_path, """
+    result = run(
+        tmp_path,
+        """
         import asyncio
         p = Profiler(cfg(), role="actor", rank=0, world_size=1)
         started, never = threading.Event(), threading.Event()
@@ -145,7 +158,8 @@ def test_session_of_a_blocked_thread_is_recorded_lost_at_exit(tmp_path: Path) ->
         started.wait(60)
         p.stop()
         p.close()
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     lost = [r for r in records(tmp_path) if r["kind"] == "trace"]
     assert [(r["status"], r["step"]) for r in lost] == [("failed", 1)]
@@ -259,8 +273,8 @@ def test_hook_waits_for_a_session_stopped_from_another_thread(tmp_path: Path) ->
         with profile_stage("s"):
             work()
         begun.set()
-        stopped.wait(60)   # main stops the step meanwhile
-        with profile_stage("after"):   # this thread's next profdsl call ends its session
+        stopped.wait(60)  # main stops the step meanwhile
+        with profile_stage("after"):  # this thread's next profdsl call ends its session
             work()
         go_on.set()
 
@@ -297,7 +311,9 @@ def test_all_threads_session_sees_other_threads_and_records_nothing_odd(tmp_path
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_forked_child_that_exits_inside_a_step_writes_nothing_and_runs_no_hook(tmp_path: Path) -> None:
-    result = run(tmp_path, f"""
+    result = run(
+        tmp_path,
+        f"""
         cmd = "echo ran >> {tmp_path}/hook.out"
         p = Profiler(cfg(finish_hook=FinishHook(cmd=cmd)), role="actor", rank=0, world_size=1)
         def train():
@@ -315,7 +331,8 @@ def test_forked_child_that_exits_inside_a_step_writes_nothing_and_runs_no_hook(t
         except SystemExit:   # only in the child, once the with blocks are unwound
             os._exit(0)  # torch's own exit hangs in a fork of a profiling process
         p.close()
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "child 0" in result.stdout
     assert len(traces_ok(tmp_path)) == 1
@@ -333,7 +350,9 @@ def test_export_cut_short_on_the_writer_is_recorded_before_the_hook(tmp_path: Pa
     """torch's write of the events (on the writer's thread) stops half-way with an exception
     that is no ``Exception``: the trace is recorded incomplete, its temporaries are removed, and
     the hook still runs after that record and sees none of them; training is not interrupted."""
-    result = run(tmp_path, f"""
+    result = run(
+        tmp_path,
+        f"""
         import torch.autograd.profiler
         real = torch.autograd.profiler.profile.export_chrome_trace
         def interrupted(self, path, *args, **kwargs):
@@ -353,7 +372,8 @@ def test_export_cut_short_on_the_writer_is_recorded_before_the_hook(tmp_path: Pa
             print("interrupted")
         torch.autograd.profiler.profile.export_chrome_trace = real
         p.close()
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "interrupted" not in result.stdout
     found = sorted((r["step"], r["status"]) for r in records(tmp_path) if r["kind"] == "trace")
@@ -370,7 +390,9 @@ def test_export_cut_short_on_the_writer_is_recorded_before_the_hook(tmp_path: Pa
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_fork_from_the_thread_owning_the_session_writes_no_duplicate(tmp_path: Path) -> None:
-    result = run(tmp_path, """
+    result = run(
+        tmp_path,
+        """
         p = Profiler(cfg(), role="actor", rank=0, world_size=1)
         def train():
             with p.step(1), profile_stage("s"):
@@ -381,7 +403,8 @@ def test_fork_from_the_thread_owning_the_session_writes_no_duplicate(tmp_path: P
                 os.waitpid(pid, 0)
         t = threading.Thread(target=train); t.start(); t.join()
         p.close()
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(traces_ok(tmp_path)) == 1
     assert [r["kind"] for r in records(tmp_path)] == ["trace"]
@@ -406,7 +429,9 @@ def test_close_from_another_thread_ends_the_session_at_the_owners_next_call(tmp_
 def test_ctrl_c_while_close_waits_for_the_hook(tmp_path: Path) -> None:
     """Ctrl-C while ``close()`` waits for the hook: the hook's process group is killed and the
     run recorded ``interrupted``; the interrupt goes on; a second ``close()`` runs nothing more."""
-    result = run(tmp_path, f"""
+    result = run(
+        tmp_path,
+        f"""
         import signal
         cmd = "echo $$ > {tmp_path}/hook.pid; exec sleep 300"
         p = Profiler(cfg(finish_hook=FinishHook(cmd=cmd, background=True)), role="actor", rank=0,
@@ -419,7 +444,8 @@ def test_ctrl_c_while_close_waits_for_the_hook(tmp_path: Path) -> None:
         except KeyboardInterrupt:
             print("interrupted")
         p.close()
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "interrupted" in result.stdout
     assert [(r["kind"], r["status"]) for r in records(tmp_path)] == [("trace", "ok"), ("hook", "interrupted")]
@@ -427,8 +453,7 @@ def test_ctrl_c_while_close_waits_for_the_hook(tmp_path: Path) -> None:
         os.kill(int((tmp_path / "hook.pid").read_text()), 0)
 
 
-def test_interrupt_in_the_hook_event_leaves_the_hook_owed(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupt_in_the_hook_event_leaves_the_hook_owed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C at the last step's boundary, before the hook event: the hook stays owed, and
     ``close()`` runs it after the trace."""
     from profdsl.runtime.slot.slot import CaptureSlot
@@ -453,7 +478,9 @@ def test_interrupt_in_the_hook_event_leaves_the_hook_owed(tmp_path: Path,
 
 @pytest.mark.slow
 def test_background_hook_due_at_exit_runs_to_its_end(tmp_path: Path) -> None:
-    result = run(tmp_path, f"""
+    result = run(
+        tmp_path,
+        f"""
         cmd = "sleep 1; echo ran > {tmp_path}/hook.out"
         p = Profiler(cfg(finish_hook=FinishHook(cmd=cmd, background=True)), role="actor", rank=0,
                      world_size=1)
@@ -463,7 +490,8 @@ def test_background_hook_due_at_exit_runs_to_its_end(tmp_path: Path) -> None:
         threading.Thread(target=begin, daemon=True).start()
         started.wait(60)
         p.stop(); p.close()
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "hook.out").read_text().split() == ["ran"]
     assert [r["status"] for r in records(tmp_path) if r["kind"] == "hook"] == ["ok"]
@@ -482,12 +510,14 @@ def test_profiler_of_another_rank_or_disabled_replaces_nothing(tmp_path: Path) -
 
 def test_hook_after_a_recreated_profiler_names_every_profiled_step(tmp_path: Path) -> None:
     cmd = f"echo $PROFDSL_STEPS > {tmp_path}/steps.out"
-    first = Profiler(config(tmp_path, steps=[1, 2, 3], finish_hook=FinishHook(cmd=cmd)),
-                     role="actor", rank=0, world_size=1)
+    first = Profiler(
+        config(tmp_path, steps=[1, 2, 3], finish_hook=FinishHook(cmd=cmd)), role="actor", rank=0, world_size=1
+    )
     with first.step(1), profile_stage("s"):
         work()
-    second = Profiler(config(tmp_path, steps=[1, 2, 3], finish_hook=FinishHook(cmd=cmd)),
-                      role="actor", rank=0, world_size=1)
+    second = Profiler(
+        config(tmp_path, steps=[1, 2, 3], finish_hook=FinishHook(cmd=cmd)), role="actor", rank=0, world_size=1
+    )
     for step in (2, 3):
         with second.step(step), profile_stage("s"):
             work()
@@ -538,8 +568,7 @@ def test_step_whose_thread_ended_is_not_restarted_by_a_new_thread(tmp_path: Path
 
 def test_stage_while_another_roles_capture_holds_the_slot(tmp_path: Path) -> None:
     options = TorchOptions(contents=["cpu"])
-    actor = Profiler(config(tmp_path, discrete=True, torch=options), role="actor", rank=0,
-                     world_size=1)
+    actor = Profiler(config(tmp_path, discrete=True, torch=options), role="actor", rank=0, world_size=1)
     ref = Profiler(config(tmp_path, torch=options), role="ref", rank=0, world_size=1)
     inside, go = threading.Event(), threading.Event()
 
@@ -574,7 +603,9 @@ def test_scheduled_stage_region_never_spans_a_window_boundary(tmp_path: Path) ->
     """The stage's own region stays open across its mini-batches; torch's schedule steps
     between them. Without closing it around each step the process crashed (exit 139 or 134)
     in about half of these runs, anywhere later."""
-    result = run(tmp_path, """
+    result = run(
+        tmp_path,
+        """
         import torch
         from profdsl import Schedule
         options = TorchOptions(contents=["cpu"], schedule=Schedule(active=2))
@@ -591,7 +622,8 @@ def test_scheduled_stage_region_never_spans_a_window_boundary(tmp_path: Path) ->
                 update(torch.ones(64, 8))
         p.close()
         print("done")
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "done" in result.stdout
     found = traces_ok(tmp_path)

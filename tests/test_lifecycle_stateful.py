@@ -26,8 +26,14 @@ class Lifecycle(RuleBasedStateMachine):
         super().__init__()
         reset_for_tests()
         self.folder = tempfile.mkdtemp()
-        self.config = ProfilerConfig(enable=True, steps=[1, 2, 4], discrete=False, continuous_steps=True,
-                                     save_path=self.folder, torch=TorchOptions(contents=["cpu"]))
+        self.config = ProfilerConfig(
+            enable=True,
+            steps=[1, 2, 4],
+            discrete=False,
+            continuous_steps=True,
+            save_path=self.folder,
+            torch=TorchOptions(contents=["cpu"]),
+        )
         self.profiler = Profiler(self.config, role="actor", rank=0, world_size=1)
         self.stage_steps: list[int | None] = []
         self.current: int | None = None

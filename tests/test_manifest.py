@@ -60,7 +60,8 @@ class TestReadWrite:
     def test_corrupt_middle_line_skipped_with_warning(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         """A corrupt line in the middle is skipped with a warning naming it."""
         (tmp_path / MANIFEST_NAME).write_text(
-            '{"kind": "trace", "path": "a"}\nGARBAGE\n{"kind": "hook", "path": null}\n')
+            '{"kind": "trace", "path": "a"}\nGARBAGE\n{"kind": "hook", "path": null}\n'
+        )
         with caplog.at_level(logging.WARNING, logger="profdsl"):
             assert [r["kind"] for r in read_manifest(tmp_path)] == ["trace", "hook"]
         assert "skipping unreadable line 2" in caplog.text

@@ -58,13 +58,24 @@ class TestFlatMapping:
                 update()
                 clock.advance(0.125)  # between stages: only in the step's wall time
             flat = profiler.metrics
-        assert totals(flat) == {"gen": 2.0, "update_actor": 5.5, "update_actor/mini_batch": 5.0,
-                                "update_actor/mini_batch/forward_backward": 4.0}
-        assert totals(flat, NAMES.own) == {"gen": 2.0, "update_actor": 0.5,
-                                           "update_actor/mini_batch": 1.0,
-                                           "update_actor/mini_batch/forward_backward": 4.0}
-        assert totals(flat, NAMES.count) == {"gen": 1, "update_actor": 1, "update_actor/mini_batch": 4,
-                                             "update_actor/mini_batch/forward_backward": 4}
+        assert totals(flat) == {
+            "gen": 2.0,
+            "update_actor": 5.5,
+            "update_actor/mini_batch": 5.0,
+            "update_actor/mini_batch/forward_backward": 4.0,
+        }
+        assert totals(flat, NAMES.own) == {
+            "gen": 2.0,
+            "update_actor": 0.5,
+            "update_actor/mini_batch": 1.0,
+            "update_actor/mini_batch/forward_backward": 4.0,
+        }
+        assert totals(flat, NAMES.count) == {
+            "gen": 1,
+            "update_actor": 1,
+            "update_actor/mini_batch": 4,
+            "update_actor/mini_batch/forward_backward": 4,
+        }
         assert totals(flat, NAMES.mean)["update_actor/mini_batch"] == 1.25
         assert flat["timing_step_s"] == 7.625
         assert NAMES.overflow not in flat and not any(k.startswith(NAMES.device) for k in flat)
@@ -83,8 +94,9 @@ class TestFlatMapping:
         profiler.close()
         assert [s for s, _ in seen] == [1, 2, 5]
         assert [m["timing_s/gen"] for _, m in seen] == [1.0, 2.0, 5.0]
-        assert results[-1] == StepTimings(role="actor", rank=0, step=5, wall_s=5.0, stages={
-            "gen": StageTiming(total_s=5.0, self_s=5.0, count=1)})
+        assert results[-1] == StepTimings(
+            role="actor", rank=0, step=5, wall_s=5.0, stages={"gen": StageTiming(total_s=5.0, self_s=5.0, count=1)}
+        )
         assert profiler.metrics == seen[-1][1] == results[-1].flat()
 
     def test_step_context_gives_the_metrics(self, clock: FakeClock) -> None:
@@ -120,13 +132,17 @@ class TestFlatMapping:
 class TestEveryStepEveryRank:
     """Metrics do not depend on what is profiled."""
 
-    @pytest.mark.parametrize("extra", [
-        {},  # profiling disabled
-        {"enable": True, "steps": [7], "tool": "nsys"},  # enabled, but step 1 is not profiled
-        {"enable": True, "steps": [1], "ranks": [0], "tool": "nsys"},  # enabled, rank 3 not selected
-    ])
-    def test_unprofiled_steps_and_ranks_are_timed(self, clock: FakeClock, tmp_path: Path,
-                                                  extra: dict[str, Any]) -> None:
+    @pytest.mark.parametrize(
+        "extra",
+        [
+            {},  # profiling disabled
+            {"enable": True, "steps": [7], "tool": "nsys"},  # enabled, but step 1 is not profiled
+            {"enable": True, "steps": [1], "ranks": [0], "tool": "nsys"},  # enabled, rank 3 not selected
+        ],
+    )
+    def test_unprofiled_steps_and_ranks_are_timed(
+        self, clock: FakeClock, tmp_path: Path, extra: dict[str, Any]
+    ) -> None:
         with metered(rank=3, world_size=4, config={"save_path": str(tmp_path), **extra}) as profiler:
             with profiler.step(1), profile_stage("gen"):
                 clock.advance(1.0)
@@ -134,8 +150,7 @@ class TestEveryStepEveryRank:
         assert profiler.metrics["timing_s/gen"] == 1.0
         assert profiler.meter.timings is not None and profiler.meter.timings.rank == 3
 
-    def test_profiled_steps_give_the_same_timings(self, monkeypatch: pytest.MonkeyPatch,
-                                                   tmp_path: Path) -> None:
+    def test_profiled_steps_give_the_same_timings(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         """A profiled torch step and a step only timed record the same tree, every DSL form
         included."""
 
@@ -165,8 +180,10 @@ class TestEveryStepEveryRank:
             return profiler.stop()
 
         results = []
-        for cfg in (ProfilerConfig(metrics=Metrics(enabled=True)),
-                    config(tmp_path, discrete=False, metrics=Metrics(enabled=True))):
+        for cfg in (
+            ProfilerConfig(metrics=Metrics(enabled=True)),
+            config(tmp_path, discrete=False, metrics=Metrics(enabled=True)),
+        ):
             with fake_clock(monkeypatch) as clock, Profiler(cfg, role="actor", rank=0, world_size=1) as p:
                 results.append(run(p, clock))
                 assert PROCESS.registry.on is False
@@ -174,8 +191,14 @@ class TestEveryStepEveryRank:
         assert traced == [False, True]
         assert unprofiled is not None and profiled is not None
         assert unprofiled.stages == profiled.stages
-        assert list(profiled.stages) == ["gen", "gen/log_prob", "update_actor", "update_actor/mini_batch",
-                                         "update_actor/mini_batch/inner", "mini_batch"]
+        assert list(profiled.stages) == [
+            "gen",
+            "gen/log_prob",
+            "update_actor",
+            "update_actor/mini_batch",
+            "update_actor/mini_batch/inner",
+            "mini_batch",
+        ]
 
     def test_off_changes_nothing(self) -> None:
         """Metrics off (the default): the DSL stays on its one-check path and nothing is timed."""
@@ -222,7 +245,10 @@ class TestRoles:
         ref.close()
         assert a is not None and r is not None
         assert {p: t.total_s for p, t in a.stages.items()} == {
-            "update_actor": 1.75, "update_actor/forward": 0.5, "loose": 2.0}
+            "update_actor": 1.75,
+            "update_actor/forward": 0.5,
+            "loose": 2.0,
+        }
         assert a.stages["update_actor"].self_s == 1.25  # the other role's stage is not nested
         assert {p: t.total_s for p, t in r.stages.items()} == {"ref_pass": 0.25, "by_profiler": 4.0}
 
@@ -388,8 +414,11 @@ class TestConcurrency:
         with metered() as profiler, profiler.step(1):
             asyncio.run(main())
         paths = totals(profiler.metrics, NAMES.count)
-        assert paths == {"gen": 1, **{f"gen/req{i}": 1 for i in range(3)},
-                         **{f"gen/req{i}/decode": 1 for i in range(3)}}
+        assert paths == {
+            "gen": 1,
+            **{f"gen/req{i}": 1 for i in range(3)},
+            **{f"gen/req{i}/decode": 1 for i in range(3)},
+        }
         # The three requests overlap: their nested time exceeds gen's wall time; self stays >= 0.
         assert totals(profiler.metrics, NAMES.own)["gen"] == 0.0
 
@@ -543,8 +572,9 @@ class TestFaults:
             pass
         assert "timing_s/gen" in profiler.metrics
 
-    def test_internal_fault_never_reaches_the_caller(self, monkeypatch: pytest.MonkeyPatch,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+    def test_internal_fault_never_reaches_the_caller(
+        self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """A fault in the metrics' own code is logged once; the stage's result is unchanged."""
         from profdsl.runtime import meter
 
@@ -562,6 +592,7 @@ class TestFaults:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_forked_child_times_nothing() -> None:
     """A child forked mid-step inherits no step being timed."""
+
     def report() -> dict[str, Any]:
         with profile_stage("in_child"):
             pass
@@ -588,6 +619,7 @@ def test_threads_see_the_step() -> None:
     """A stage on another thread than start() is timed in the step (as under Ray)."""
     done = threading.Event()
     with metered() as profiler, profiler.step(1):
+
         def worker() -> None:
             with profile_stage("elsewhere"):
                 done.set()

@@ -17,13 +17,19 @@ PATHS = ["gen", "update_actor", "update_actor/mini_batch"]
 @st.composite
 def gathered(draw: st.DrawFn) -> list[StepTimings]:
     """Timings of distinct (role, rank) pairs; each rank entered a subset of the stages."""
-    pairs = draw(st.lists(st.tuples(st.sampled_from(["actor", "ref"]), st.integers(0, 7)),
-                          unique=True, max_size=10))
+    pairs = draw(st.lists(st.tuples(st.sampled_from(["actor", "ref"]), st.integers(0, 7)), unique=True, max_size=10))
     out = []
     for role, rank in pairs:
         stages = draw(st.dictionaries(st.sampled_from(PATHS), SECONDS))
-        out.append(StepTimings(role=role, rank=rank, step=4, wall_s=draw(SECONDS), stages={
-            path: StageTiming(total_s=s, self_s=s, count=1) for path, s in stages.items()}))
+        out.append(
+            StepTimings(
+                role=role,
+                rank=rank,
+                step=4,
+                wall_s=draw(SECONDS),
+                stages={path: StageTiming(total_s=s, self_s=s, count=1) for path, s in stages.items()},
+            )
+        )
     return out
 
 
@@ -75,12 +81,19 @@ def test_flat_names_every_spread(timings: list[StepTimings]) -> None:
 
 def test_a_straggler() -> None:
     def rank(r: int, seconds: float) -> StepTimings:
-        return StepTimings(role="actor", rank=r, step=1, wall_s=seconds + 1, stages={
-            "update_actor": StageTiming(total_s=seconds, self_s=seconds, count=1)})
+        return StepTimings(
+            role="actor",
+            rank=r,
+            step=1,
+            wall_s=seconds + 1,
+            stages={"update_actor": StageTiming(total_s=seconds, self_s=seconds, count=1)},
+        )
 
     summary = aggregate(1, [rank(0, 1.0), rank(1, 1.0), rank(2, 9.0), rank(3, 1.0)])
-    assert Spread(role="actor", stage="update_actor", ranks=4, min_s=1.0, mean_s=3.0, max_s=9.0,
-                  slowest_rank=2) in summary.spreads
+    assert (
+        Spread(role="actor", stage="update_actor", ranks=4, min_s=1.0, mean_s=3.0, max_s=9.0, slowest_rank=2)
+        in summary.spreads
+    )
 
 
 def test_nothing_gathered() -> None:
@@ -90,9 +103,15 @@ def test_nothing_gathered() -> None:
 def test_a_role_is_one_key_segment_escaped_like_a_stage() -> None:
     """Role ``a/b`` with stage ``c`` and role ``a`` with the nested stage path ``b/c`` are
     different stages, so they get different flat keys (the role is escaped as stage names are)."""
+
     def timing(role: str, path: str, seconds: float) -> StepTimings:
-        return StepTimings(role=role, rank=0, step=1, wall_s=seconds, stages={
-            path: StageTiming(total_s=seconds, self_s=seconds, count=1)})
+        return StepTimings(
+            role=role,
+            rank=0,
+            step=1,
+            wall_s=seconds,
+            stages={path: StageTiming(total_s=seconds, self_s=seconds, count=1)},
+        )
 
     flat = aggregate(1, [timing("a/b", "c", 1.0), timing("a", "b/c", 2.0)]).flat()
     assert flat["timing_s_max/a%2Fb/c"] == 1.0 and flat["timing_s_max/a/b/c"] == 2.0

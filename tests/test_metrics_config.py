@@ -40,33 +40,36 @@ def test_defaults() -> None:
 
 
 def test_from_a_nested_mapping() -> None:
-    config = ProfilerConfig.from_mapping({"metrics": {"enabled": True, "exporters": ["prometheus"],
-                                                      "stages": ["gen"], "port": 0}})
-    assert config.metrics == Metrics(enabled=True, exporters=("prometheus",), stages=frozenset({"gen"}),
-                                     port=0)
+    config = ProfilerConfig.from_mapping(
+        {"metrics": {"enabled": True, "exporters": ["prometheus"], "stages": ["gen"], "port": 0}}
+    )
+    assert config.metrics == Metrics(enabled=True, exporters=("prometheus",), stages=frozenset({"gen"}), port=0)
 
 
 def test_exporters_are_sorted_without_duplicates() -> None:
     assert Metrics(exporters=["prometheus", "otel", "prometheus"]).exporters == ("otel", "prometheus")
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"exporters": ["prometheus", "statsd"]}, "Metrics.exporters has unknown item 'statsd'"),
-    ({"exporters": ["promethus"]}, "did you mean 'prometheus'"),
-    ({"exporters": "prometheus"}, "Metrics.exporters must be a list"),
-    ({"enabled": "yes"}, "Metrics.enabled must be true or false, got 'yes'"),
-    ({"max_stages": 0}, "Metrics.max_stages must be an integer in 1..100000, got 0"),
-    ({"max_stages": True}, "Metrics.max_stages must be an integer"),
-    ({"port": 70000}, "Metrics.port must be an integer in 0..65535, got 70000"),
-    ({"port": "9464"}, "Metrics.port must be an integer"),
-    ({"address": ""}, "Metrics.address must be a non-empty string"),
-    ({"address": "127.0.0.1\x00"}, "Metrics.address must not contain NUL"),
-    ({"address": 127}, "Metrics.address must be a non-empty string, got 127"),
-    ({"stages": "gen"}, "Metrics.stages must be a list"),
-    ({"stages": ["gen", ""]}, "Metrics.stages must hold non-empty strings, got ''"),
-    ({"stages": [["gen"]]}, "Metrics.stages must hold non-empty strings"),
-    ({"device_time": 1}, "Metrics.device_time must be true or false"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"exporters": ["prometheus", "statsd"]}, "Metrics.exporters has unknown item 'statsd'"),
+        ({"exporters": ["promethus"]}, "did you mean 'prometheus'"),
+        ({"exporters": "prometheus"}, "Metrics.exporters must be a list"),
+        ({"enabled": "yes"}, "Metrics.enabled must be true or false, got 'yes'"),
+        ({"max_stages": 0}, "Metrics.max_stages must be an integer in 1..100000, got 0"),
+        ({"max_stages": True}, "Metrics.max_stages must be an integer"),
+        ({"port": 70000}, "Metrics.port must be an integer in 0..65535, got 70000"),
+        ({"port": "9464"}, "Metrics.port must be an integer"),
+        ({"address": ""}, "Metrics.address must be a non-empty string"),
+        ({"address": "127.0.0.1\x00"}, "Metrics.address must not contain NUL"),
+        ({"address": 127}, "Metrics.address must be a non-empty string, got 127"),
+        ({"stages": "gen"}, "Metrics.stages must be a list"),
+        ({"stages": ["gen", ""]}, "Metrics.stages must hold non-empty strings, got ''"),
+        ({"stages": [["gen"]]}, "Metrics.stages must hold non-empty strings"),
+        ({"device_time": 1}, "Metrics.device_time must be true or false"),
+    ],
+)
 def test_bad_values(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Metrics(**kwargs)

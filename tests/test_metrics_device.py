@@ -112,8 +112,10 @@ def test_decorated_and_generator_forms(gpu: FakeDevice) -> None:
         yield 1
         gpu.run(1.0)
 
-    with Profiler(ProfilerConfig(metrics=Metrics(enabled=True)), role="actor", rank=0,
-                  world_size=1) as profiler, profiler.step(1):
+    with (
+        Profiler(ProfilerConfig(metrics=Metrics(enabled=True)), role="actor", rank=0, world_size=1) as profiler,
+        profiler.step(1),
+    ):
         call()
         for _ in gen():
             gpu.run(8.0)  # the consumer's: not the generator's
@@ -138,14 +140,17 @@ def test_a_step_clock_times_no_device(gpu: FakeDevice) -> None:
     assert gpu.created == 0 and "timing_s/rollout" in profiler.metrics
 
 
-def test_a_failing_read_is_logged(gpu: FakeDevice, monkeypatch: pytest.MonkeyPatch,
-                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_read_is_logged(
+    gpu: FakeDevice, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def broken() -> None:
         raise RuntimeError("CUDA error: an illegal memory access")
 
     monkeypatch.setattr(gpu, "synchronize", broken)
-    with caplog.at_level(logging.ERROR, logger="profdsl"), Profiler(
-            ProfilerConfig(metrics=Metrics(enabled=True)), role="actor", rank=0, world_size=1) as profiler:
+    with (
+        caplog.at_level(logging.ERROR, logger="profdsl"),
+        Profiler(ProfilerConfig(metrics=Metrics(enabled=True)), role="actor", rank=0, world_size=1) as profiler,
+    ):
         for step in range(2):
             with profiler.step(step), profile_stage("s"):
                 pass
@@ -153,8 +158,7 @@ def test_a_failing_read_is_logged(gpu: FakeDevice, monkeypatch: pytest.MonkeyPat
     assert "timing_s/s" in profiler.metrics and "timing_device_s/s" not in profiler.metrics
 
 
-def test_bookkeeping_bounds(gpu: FakeDevice, monkeypatch: pytest.MonkeyPatch,
-                            caplog: pytest.LogCaptureFixture) -> None:
+def test_bookkeeping_bounds(gpu: FakeDevice, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """At most MAX_PAIRS pairs a step; the rest are counted and said once."""
     monkeypatch.setattr(device, "MAX_PAIRS", 3)
     times = DeviceTimes(CudaEvents(gpu.event_type, gpu.synchronize))

@@ -44,8 +44,11 @@ def scrape(port: int) -> dict[str, Any]:
 
 
 def samples(family: Any, suffix: str, **labels: str) -> list[Any]:
-    return [s for s in family.samples if s.name == family.name + suffix
-            and all(s.labels.get(k) == v for k, v in labels.items())]
+    return [
+        s
+        for s in family.samples
+        if s.name == family.name + suffix and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
 
 
 def value(family: Any, suffix: str, **labels: str) -> float:
@@ -99,14 +102,27 @@ def test_rank_label() -> None:
     assert value(families["profdsl_stage_seconds"], "_count", role="actor", stage="gen", rank="3") == 1
 
 
-HOSTILE = ['say "hi"', "back\\slash", "new\nline", "brace}{=,", "tab\there", "uni✓ 名前",
-           "lone \ud800 surrogate", "x" * 500, "a/b", "# HELP fake", " ", "nul\x00byte", "cr\rreturn"]
+HOSTILE = [
+    'say "hi"',
+    "back\\slash",
+    "new\nline",
+    "brace}{=,",
+    "tab\there",
+    "uni✓ 名前",
+    "lone \ud800 surrogate",
+    "x" * 500,
+    "a/b",
+    "# HELP fake",
+    " ",
+    "nul\x00byte",
+    "cr\rreturn",
+]
 
 
 def test_hostile_stage_names_cannot_break_the_exposition() -> None:
     """Quotes, backslashes, newlines, braces, non-ASCII, a lone surrogate, a 500-character name:
     the exposition still parses and each label value reads back as exported."""
-    with metered("ro\"le\n", exporters=["prometheus"], port=0) as profiler:
+    with metered('ro"le\n', exporters=["prometheus"], port=0) as profiler:
         with profiler.step(1):
             for name in HOSTILE:
                 with profile_stage(name):
@@ -185,9 +201,9 @@ def test_port_follows_the_local_rank(monkeypatch: pytest.MonkeyPatch) -> None:
         assert endpoint(profiler).server.port == base + 2
 
 
-def test_a_failing_exporter_is_logged_once(monkeypatch: pytest.MonkeyPatch,
-                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_exporter_is_logged_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     with metered("actor", exporters=["prometheus"], port=0) as profiler:
+
         def broken(timings: object) -> None:
             raise RuntimeError("collector broke")
 
@@ -223,8 +239,10 @@ def test_reset_closes_the_endpoint() -> None:
 def test_import_profdsl_imports_no_exporter_package() -> None:
     import subprocess
 
-    code = ("import profdsl, profdsl.metrics, profdsl.ray, sys; "
-            "print([m for m in ('prometheus_client', 'opentelemetry') if m in sys.modules])")
+    code = (
+        "import profdsl, profdsl.metrics, profdsl.ray, sys; "
+        "print([m for m in ('prometheus_client', 'opentelemetry') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
 

@@ -32,9 +32,15 @@ class Entry:
 
 def entries(depth: int) -> st.SearchStrategy[Entry]:
     children = st.lists(entries(depth - 1), max_size=3) if depth > 0 else st.just([])
-    return st.builds(Entry, name=st.sampled_from(["a", "b", "c/d", "e%"]),
-                     form=st.sampled_from(["with", "call", "iter", "gen"]),
-                     before=DURATIONS, after=DURATIONS, repeat=st.integers(1, 3), children=children)
+    return st.builds(
+        Entry,
+        name=st.sampled_from(["a", "b", "c/d", "e%"]),
+        form=st.sampled_from(["with", "call", "iter", "gen"]),
+        before=DURATIONS,
+        after=DURATIONS,
+        repeat=st.integers(1, 3),
+        children=children,
+    )
 
 
 programs = st.lists(entries(3), min_size=1, max_size=4)
@@ -63,6 +69,7 @@ def run_entry(entry: Entry, clock: FakeClock) -> None:
         elif entry.form == "call":
             profile_stage(entry.name)(body)(entry, clock)
         else:  # a generator: the consumer's time between items is not the stage's
+
             @profile_stage(entry.name)
             def produce() -> Iterator[None]:
                 clock.advance(entry.before)

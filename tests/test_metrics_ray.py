@@ -33,13 +33,20 @@ def test_every_step_every_rank(cluster: None, tmp_path: Path) -> None:
     """Profiling step 1 on rank 0 only; metrics on: all four steps of both ranks are gathered,
     rank 1 (0.25 s per mini-batch more) is the slowest in update_actor every step, and the
     driver's rollout is its own role."""
-    config = ProfilerConfig(enable=True, steps=[1], ranks=[0], save_path=str(tmp_path), discrete=True,
-                            torch=TorchOptions(contents=["cpu"]), metrics=Metrics(enabled=True))
-    workers = [ray.remote(num_cpus=0)(MeteredWorker).remote(config, rank, 2, 0.25 * rank)
-               for rank in range(2)]
+    config = ProfilerConfig(
+        enable=True,
+        steps=[1],
+        ranks=[0],
+        save_path=str(tmp_path),
+        discrete=True,
+        torch=TorchOptions(contents=["cpu"]),
+        metrics=Metrics(enabled=True),
+    )
+    workers = [ray.remote(num_cpus=0)(MeteredWorker).remote(config, rank, 2, 0.25 * rank) for rank in range(2)]
     seen: list[tuple[int, dict[str, float]]] = []
-    trainer = RayStepProfiler(config, workers=workers + [workers[1]],
-                              on_step=lambda step, metrics: seen.append((step, metrics)))
+    trainer = RayStepProfiler(
+        config, workers=workers + [workers[1]], on_step=lambda step, metrics: seen.append((step, metrics))
+    )
     summaries: list[StepSummary] = []
     for step in range(4):
         with trainer.step(step):

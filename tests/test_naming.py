@@ -219,9 +219,7 @@ class TestTraceName:
         assert (a == b) == (a.format() == b.format())
 
     @given(base=trace_names(), field=st.sampled_from(sorted(FIELD_VALUES)), data=st.data())
-    def test_changing_one_field_changes_the_name(
-        self, base: TraceName, field: str, data: st.DataObject
-    ) -> None:
+    def test_changing_one_field_changes_the_name(self, base: TraceName, field: str, data: st.DataObject) -> None:
         """Changing any single field to another value changes the formatted name."""
         try:
             other = attrs.evolve(base, **{field: data.draw(FIELD_VALUES[field])})

@@ -74,8 +74,9 @@ class TestNvtxRanges:
     def test_ranges_with_torch(self, tmp_path: Path, spy: SpyDomain) -> None:
         """Stages and mini-batches push balanced ranges in the profdsl domain, role as category,
         the role's colour, attributes registered once per name; torch regions still recorded."""
-        cfg = ProfilerConfig(enable=True, steps=[1], nvtx=True, save_path=str(tmp_path),
-                             torch=TorchOptions(contents=["cpu"]))
+        cfg = ProfilerConfig(
+            enable=True, steps=[1], nvtx=True, save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"])
+        )
         with Profiler(cfg, role="critic", rank=0, world_size=1) as profiler, profiler.step(1):
             for _ in range(2):
                 with profile_stage("update_critic"):
@@ -84,10 +85,23 @@ class TestNvtxRanges:
             with pytest.raises(RuntimeError), profile_stage("failing"):
                 raise RuntimeError("x")
         assert spy.requested == [DOMAIN]  # type: ignore[attr-defined]
-        assert balanced(spy.calls) == ["update_critic", "mini_batch0", "mini_batch1",
-                                       "update_critic", "mini_batch2", "mini_batch3", "failing"]
-        assert [a["message"] for a in spy.attributes] == ["update_critic", "mini_batch0", "mini_batch1",
-                                                          "mini_batch2", "mini_batch3", "failing"]
+        assert balanced(spy.calls) == [
+            "update_critic",
+            "mini_batch0",
+            "mini_batch1",
+            "update_critic",
+            "mini_batch2",
+            "mini_batch3",
+            "failing",
+        ]
+        assert [a["message"] for a in spy.attributes] == [
+            "update_critic",
+            "mini_batch0",
+            "mini_batch1",
+            "mini_batch2",
+            "mini_batch3",
+            "failing",
+        ]
         assert {a["category"] for a in spy.attributes} == {"critic"}
         assert {a["color"] for a in spy.attributes} == {role_color("critic")}
         assert names(parsed(tmp_path)[0][1], "update_critic") == ["update_critic"] * 2
@@ -109,8 +123,7 @@ class TestNvtxRanges:
             with profile_stage("plain"):
                 pass
         colours = {a["message"]: a["color"] for a in spy.attributes}
-        assert colours == {"named": 0xFF008000, "hex": 0xFF102030, "argb": 0x80FF0000,
-                           "plain": role_color("actor")}
+        assert colours == {"named": 0xFF008000, "hex": 0xFF102030, "argb": 0x80FF0000, "plain": role_color("actor")}
 
     def test_role_colours_are_stable(self) -> None:
         """A role's colour does not depend on the process (no salted hash)."""
@@ -121,8 +134,9 @@ class TestNvtxRanges:
 class TestNsys:
     """tool='nsys' on a machine without CUDA."""
 
-    def test_warns_once_and_still_emits_ranges(self, tmp_path: Path, spy: SpyDomain,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+    def test_warns_once_and_still_emits_ranges(
+        self, tmp_path: Path, spy: SpyDomain, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """No CUDA: one warning, NVTX ranges still pushed, no torch trace written."""
         cfg = ProfilerConfig(enable=True, tool="nsys", steps=[1, 2], save_path=str(tmp_path))
         with caplog.at_level(logging.WARNING, logger="profdsl"):

@@ -71,8 +71,9 @@ def injection_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("nvtx-injection")
     source, library = folder / "inject.c", folder / "libprofdsl_test_inject.so"
     source.write_text(INJECTION_SOURCE)
-    built = subprocess.run([compiler, "-shared", "-fPIC", "-o", str(library), str(source)],
-                           capture_output=True, text=True, timeout=120)
+    built = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-o", str(library), str(source)], capture_output=True, text=True, timeout=120
+    )
     assert built.returncode == 0, built.stderr
     return library
 
@@ -82,10 +83,18 @@ def injected(tmp_path: Path, **env: str) -> bool:
     whether NVTX called the injection library."""
     marker = tmp_path / "marker"
     marker.unlink(missing_ok=True)
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH", "LD_PRELOAD", "NVTX_DISABLE")}
-    result = subprocess.run([sys.executable, "-c", PUSH_RANGE], env={**base, MARKER_VAR: str(marker), **env},
-                            capture_output=True, text=True, timeout=120)
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH", "LD_PRELOAD", "NVTX_DISABLE")
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", PUSH_RANGE],
+        env={**base, MARKER_VAR: str(marker), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and "ran" in result.stdout, result.stderr
     return marker.exists()
 

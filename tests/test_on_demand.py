@@ -43,8 +43,9 @@ def captures(folder: Path) -> dict[tuple[str, int, int], dict[str, Any] | None]:
     return {(r["role"], r["step"], r["rank"]): r.get("capture") for r in records(folder, "trace")}
 
 
-def run(profiler: Profiler, steps: range, before: Callable[[int], object] | None = None,
-        stage: str = "update_actor") -> None:
+def run(
+    profiler: Profiler, steps: range, before: Callable[[int], object] | None = None, stage: str = "update_actor"
+) -> None:
     for step in steps:
         if before is not None:
             before(step)
@@ -79,8 +80,12 @@ class TestRequestFiles:
         assert traced(tmp_path) == {("actor", 1, 0), ("actor", 3, 1), ("actor", 4, 1)}
         notes = captures(tmp_path)
         assert notes[("actor", 1, 0)] is None
-        assert notes[("actor", 3, 1)] == {"source": "file", "request": "look-at-rank-1", "steps": [3, 4],
-                                          "reason": "loss spike"}
+        assert notes[("actor", 3, 1)] == {
+            "source": "file",
+            "request": "look-at-rank-1",
+            "steps": [3, 4],
+            "reason": "loss spike",
+        }
         assert main(["check", str(tmp_path)]) == 0
 
     def test_roles_asked_only(self, tmp_path: Path) -> None:
@@ -108,8 +113,9 @@ class TestRequestFiles:
         """Not JSON, a bad field, too many steps, a FIFO and a folder named like a request, an
         oversized file, and a request made before the job: each logged, none traced, every step
         run."""
-        profiler = Profiler(config(tmp_path, steps=[], on_demand=OnDemand(max_steps=3)), role="actor", rank=0,
-                            world_size=1)
+        profiler = Profiler(
+            config(tmp_path, steps=[], on_demand=OnDemand(max_steps=3)), role="actor", rank=0, world_size=1
+        )
         folder = tmp_path / REQUESTS_DIR
         folder.mkdir()
         old = time.time() - 10  # the mtime of files written "by hand" long enough ago to be whole
@@ -117,10 +123,13 @@ class TestRequestFiles:
         def hostile(step: int) -> None:
             if step != 1:
                 return
-            for name, text in (("a.json", "{not json"), ("b.json", '{"id": "b", "steps": "2"}'),
-                               ("c.json", json.dumps({"id": "c", "steps": 5, "created": time.time()})),
-                               ("d.json", json.dumps({"id": "d", "steps": 1, "created": 1.0})),
-                               ("e.json", " " * 70_000)):
+            for name, text in (
+                ("a.json", "{not json"),
+                ("b.json", '{"id": "b", "steps": "2"}'),
+                ("c.json", json.dumps({"id": "c", "steps": 5, "created": time.time()})),
+                ("d.json", json.dumps({"id": "d", "steps": 1, "created": 1.0})),
+                ("e.json", " " * 70_000),
+            ):
                 (folder / name).write_text(text)
                 os.utime(folder / name, (old, old))
             os.mkfifo(folder / "f.json")
@@ -131,10 +140,15 @@ class TestRequestFiles:
         profiler.close()
         assert traced(tmp_path) == set()
         said = caplog.text
-        for why in ("a.json is not a capture request (not JSON", "b.json is not a capture request (steps must be",
-                    "5 steps asked, at most 3 (OnDemand.max_steps)", "d.json was made before this process",
-                    "e.json is not a capture request (cannot read", "f.json is not a capture request (cannot read",
-                    "g.json is not a capture request (cannot read"):
+        for why in (
+            "a.json is not a capture request (not JSON",
+            "b.json is not a capture request (steps must be",
+            "5 steps asked, at most 3 (OnDemand.max_steps)",
+            "d.json was made before this process",
+            "e.json is not a capture request (cannot read",
+            "f.json is not a capture request (cannot read",
+            "g.json is not a capture request (cannot read",
+        ):
             assert why in said, why
         assert profiler.meter is not None  # and the loop ran every step (no exception reached it)
 
@@ -173,9 +187,14 @@ class TestRequestCalls:
         one: steps 2-3 and 5 are traced, and the hook runs three times (the plan's and one per
         request), each after its own traces, with its steps and request."""
         log = tmp_path.parent / f"{tmp_path.name}-hooks.txt"
-        cfg = config(tmp_path, steps=[1], finish_hook=FinishHook(
-            cmd=f'echo "$PROFDSL_STEPS|$PROFDSL_CAPTURE|$PROFDSL_REQUEST|$(ls "$PROFDSL_SAVE_PATH" | '
-                f'grep -c trace.json)" >> {log}'))
+        cfg = config(
+            tmp_path,
+            steps=[1],
+            finish_hook=FinishHook(
+                cmd=f'echo "$PROFDSL_STEPS|$PROFDSL_CAPTURE|$PROFDSL_REQUEST|$(ls "$PROFDSL_SAVE_PATH" | '
+                f'grep -c trace.json)" >> {log}'
+            ),
+        )
         profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
         ids: dict[int, str | None] = {}
 
@@ -253,8 +272,7 @@ class TestHttp:
     def post(profiler: Profiler, body: bytes, method: str = "POST") -> tuple[int, dict[str, Any]]:
         [exporter] = profiler.meter.exporters  # type: ignore[attr-defined]
         assert isinstance(exporter, PrometheusExporter)
-        request = urllib.request.Request(f"http://127.0.0.1:{exporter.server.port}/profile", data=body,
-                                         method=method)
+        request = urllib.request.Request(f"http://127.0.0.1:{exporter.server.port}/profile", data=body, method=method)
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.status, json.loads(response.read())
@@ -263,8 +281,15 @@ class TestHttp:
 
     def test_post_traces_the_steps_asked(self, profiler: Profiler, tmp_path: Path) -> None:
         answers = []
-        run(profiler, range(6), before=lambda s: answers.append(
-            self.post(profiler, json.dumps({"id": "h1", "steps": 2, "at_step": 3}).encode())) if s == 1 else None)
+        run(
+            profiler,
+            range(6),
+            before=lambda s: (
+                answers.append(self.post(profiler, json.dumps({"id": "h1", "steps": 2, "at_step": 3}).encode()))
+                if s == 1
+                else None
+            ),
+        )
         assert answers == [(202, {"request": "h1", "status": "accepted", "roles": ["actor"], "why": []})]
         assert self.post(profiler, b'{"id": "h1", "steps": 2}')[0] == 200  # taken once
         profiler.close()
@@ -286,12 +311,17 @@ class TestHttp:
 class TestAuto:
     """``ProfilerConfig.auto``: slow steps catch themselves."""
 
-    def test_an_injected_slowdown_is_captured_exactly_once(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+    def test_an_injected_slowdown_is_captured_exactly_once(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """update_actor takes 10 ms a step, 100 ms at steps 6 and 12: with max_captures=1, step 7
         alone is traced, its record saying why."""
-        cfg = config(tmp_path, steps=[], metrics=Metrics(enabled=True),
-                     auto=AutoCapture(stages=["update_actor"], baseline_steps=4, max_captures=1, cooldown_steps=0))
+        cfg = config(
+            tmp_path,
+            steps=[],
+            metrics=Metrics(enabled=True),
+            auto=AutoCapture(stages=["update_actor"], baseline_steps=4, max_captures=1, cooldown_steps=0),
+        )
         with fake_clock(monkeypatch) as clock, caplog.at_level(logging.WARNING, logger="profdsl"):
             profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
             self.loop(profiler, clock, slow={6, 12}, steps=16)
@@ -299,23 +329,29 @@ class TestAuto:
         assert traced(tmp_path) == {("actor", 7, 0)}
         note = captures(tmp_path)[("actor", 7, 0)]
         assert note is not None and note["source"] == "auto" and note["steps"] == [7, 7]
-        assert note["reason"] == ("actor: update_actor took 10.0x the median of steps 2-5 at step 6 "
-                                  "(100.0 ms against 10.0 ms)")
+        assert note["reason"] == (
+            "actor: update_actor took 10.0x the median of steps 2-5 at step 6 (100.0 ms against 10.0 ms)"
+        )
         assert "slow step: actor: update_actor took 10.0x" in caplog.text and "tracing step 7" in caplog.text
 
     def test_cooldown_and_max_captures(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Slow at 4, 6 and 12 with cooldown_steps=3 and max_captures=2: steps 5 and 13 traced
         (6 falls in the cooldown)."""
-        cfg = config(tmp_path, steps=[], metrics=Metrics(enabled=True),
-                     auto=AutoCapture(baseline_steps=3, max_captures=2, cooldown_steps=3))
+        cfg = config(
+            tmp_path,
+            steps=[],
+            metrics=Metrics(enabled=True),
+            auto=AutoCapture(baseline_steps=3, max_captures=2, cooldown_steps=3),
+        )
         with fake_clock(monkeypatch) as clock:
             profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
             self.loop(profiler, clock, slow={4, 6, 12, 15}, steps=18)
             profiler.close()
         assert traced(tmp_path) == {("actor", 5, 0), ("actor", 13, 0)}
 
-    def test_a_failing_exporter_stops_nothing(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+    def test_a_failing_exporter_stops_nothing(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """The metrics exporter raises at every step: logged once; the loop, the metrics log and
         the automatic capture go on."""
         pytest.importorskip("prometheus_client")
@@ -324,8 +360,12 @@ class TestAuto:
             raise RuntimeError("scrape store full")
 
         monkeypatch.setattr(PrometheusExporter, "export", broken)
-        cfg = config(tmp_path, steps=[], metrics=Metrics(enabled=True, exporters=["prometheus"], port=0, log=True),
-                     auto=AutoCapture(baseline_steps=3, max_captures=1))
+        cfg = config(
+            tmp_path,
+            steps=[],
+            metrics=Metrics(enabled=True, exporters=["prometheus"], port=0, log=True),
+            auto=AutoCapture(baseline_steps=3, max_captures=1),
+        )
         with fake_clock(monkeypatch) as clock, caplog.at_level(logging.ERROR, logger="profdsl"):
             profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
             self.loop(profiler, clock, slow={5}, steps=8)
@@ -335,8 +375,9 @@ class TestAuto:
         lines, problems = read_log(tmp_path)
         assert problems == [] and [line.step for line in lines] == list(range(8))
 
-    def test_a_failing_slow_step_check_stops_nothing(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+    def test_a_failing_slow_step_check_stops_nothing(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """The rolling-median check raises at every step: logged once; every step runs and is
         logged, nothing is traced."""
         from profdsl.metrics.slow import SlowSteps
@@ -345,8 +386,12 @@ class TestAuto:
             raise ZeroDivisionError("median of nothing")
 
         monkeypatch.setattr(SlowSteps, "observe", broken)
-        cfg = config(tmp_path, steps=[], metrics=Metrics(enabled=True, log=True),
-                     auto=AutoCapture(baseline_steps=3, max_captures=1))
+        cfg = config(
+            tmp_path,
+            steps=[],
+            metrics=Metrics(enabled=True, log=True),
+            auto=AutoCapture(baseline_steps=3, max_captures=1),
+        )
         with fake_clock(monkeypatch) as clock, caplog.at_level(logging.ERROR, logger="profdsl"):
             profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
             self.loop(profiler, clock, slow={5}, steps=8)
@@ -356,8 +401,9 @@ class TestAuto:
         lines, _ = read_log(tmp_path)
         assert [line.step for line in lines] == list(range(8))
 
-    def test_a_failing_straggler_gauge_stops_nothing(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+    def test_a_failing_straggler_gauge_stops_nothing(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """A worker's exporter fails to show the driver's straggler alerts (in-process, as the
         driver calls it): logged once; the steps run and their timings come back."""
         pytest.importorskip("prometheus_client")
@@ -371,8 +417,12 @@ class TestAuto:
 
         class Worker(ProfiledWorker):
             def __init__(self) -> None:
-                self.init_profiler(config(tmp_path, steps=[], metrics=Metrics(
-                    enabled=True, exporters=["prometheus"], port=0)), role="actor", rank=1, world_size=2)
+                self.init_profiler(
+                    config(tmp_path, steps=[], metrics=Metrics(enabled=True, exporters=["prometheus"], port=0)),
+                    role="actor",
+                    rank=1,
+                    world_size=2,
+                )
 
         worker = Worker()
         alert = StragglerAlert("actor", "update_actor", 1, 4.0, (3, 5), 3)
@@ -419,15 +469,17 @@ class TestMetricsLog:
         lines, problems = read_log(tmp_path)
         assert problems == []
         assert [(line.role, line.step, line.traced) for line in lines] == [
-            (role, step, step == 2) for step in range(4) for role in ("actor", "ref")]
+            (role, step, step == 2) for step in range(4) for role in ("actor", "ref")
+        ]
         assert all(line.stages["update_actor"].total_s == 0.25 for line in lines if line.role == "actor")
         assert main(["check", str(tmp_path)]) == 0  # the log is no artifact: nothing "not in the manifest"
 
     def test_a_save_path_not_made_yet(self, tmp_path: Path) -> None:
         """Untraced steps before the first trace: the log makes save_path (no step is lost)."""
         folder = tmp_path / "not" / "yet"
-        profiler = Profiler(config(folder, steps=[], metrics=Metrics(enabled=True, log=True)),
-                            role="actor", rank=0, world_size=1)
+        profiler = Profiler(
+            config(folder, steps=[], metrics=Metrics(enabled=True, log=True)), role="actor", rank=0, world_size=1
+        )
         run(profiler, range(3))
         profiler.close()
         lines, problems = read_log(folder)
@@ -455,12 +507,34 @@ class TestTriggerCommand:
     """``profdsl trigger``."""
 
     def test_writes_a_request(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-        assert main(["trigger", str(tmp_path), "--steps", "2", "--ranks", "0-2,8", "--roles", "actor,rollout",
-                     "--reason", "spike", "--id", "t1"]) == 0
+        assert (
+            main(
+                [
+                    "trigger",
+                    str(tmp_path),
+                    "--steps",
+                    "2",
+                    "--ranks",
+                    "0-2,8",
+                    "--roles",
+                    "actor,rollout",
+                    "--reason",
+                    "spike",
+                    "--id",
+                    "t1",
+                ]
+            )
+            == 0
+        )
         data = json.loads((tmp_path / REQUESTS_DIR / "t1.json").read_text())
         assert {k: data[k] for k in ("id", "steps", "ranks", "roles", "reason", "source")} == {
-            "id": "t1", "steps": 2, "ranks": [0, 1, 2, 8], "roles": ["actor", "rollout"], "reason": "spike",
-            "source": "file"}
+            "id": "t1",
+            "steps": 2,
+            "ranks": [0, 1, 2, 8],
+            "roles": ["actor", "rollout"],
+            "reason": "spike",
+            "source": "file",
+        }
         assert "trace 2 steps from the next step each process begins on ranks 0, 1, 2, 8" in capsys.readouterr().out
         assert main(["trigger", str(tmp_path), "--steps", "1", "--id", "t1"]) == 2  # that id exists
 

@@ -21,14 +21,20 @@ from profdsl.records.schema import SOURCES, RecordError, parse_request, to_json
 
 # -- request parsing ----------------------------------------------------------------------------
 
-ids = st.one_of(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,79}", fullmatch=True), st.text(max_size=90),
-                st.integers(), st.none())
-steps_values = st.one_of(st.integers(-3, 20_000), st.booleans(), st.floats(allow_nan=True), st.text(max_size=3),
-                         st.none())
-rank_values = st.one_of(st.none(), st.just("all"), st.lists(st.integers(-2, 50), max_size=4),
-                        st.lists(st.one_of(st.integers(0, 5), st.booleans(), st.text(max_size=2)), max_size=3),
-                        st.sampled_from(["rank in {0, 3}", "tp == 0", "tp = 0", "first_per_node", "", "bogus"]),
-                        st.integers(0, 3))
+ids = st.one_of(
+    st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,79}", fullmatch=True), st.text(max_size=90), st.integers(), st.none()
+)
+steps_values = st.one_of(
+    st.integers(-3, 20_000), st.booleans(), st.floats(allow_nan=True), st.text(max_size=3), st.none()
+)
+rank_values = st.one_of(
+    st.none(),
+    st.just("all"),
+    st.lists(st.integers(-2, 50), max_size=4),
+    st.lists(st.one_of(st.integers(0, 5), st.booleans(), st.text(max_size=2)), max_size=3),
+    st.sampled_from(["rank in {0, 3}", "tp == 0", "tp = 0", "first_per_node", "", "bogus"]),
+    st.integers(0, 3),
+)
 role_values = st.one_of(st.none(), st.lists(st.text(max_size=6), max_size=3), st.text(max_size=4), st.integers())
 at_values = st.one_of(st.none(), st.integers(-2, 10**13), st.floats(allow_nan=True), st.booleans())
 reasons = st.one_of(st.none(), st.text(max_size=1100), st.integers())
@@ -69,9 +75,20 @@ def oracle_valid(m: dict[str, Any]) -> bool:
     return m.get("source") in (None, *SOURCES)
 
 
-@given(st.fixed_dictionaries({}, optional={"id": ids, "steps": steps_values, "ranks": rank_values,
-                                           "roles": role_values, "at_step": at_values, "reason": reasons,
-                                           "source": sources}))
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "id": ids,
+            "steps": steps_values,
+            "ranks": rank_values,
+            "roles": role_values,
+            "at_step": at_values,
+            "reason": reasons,
+            "source": sources,
+        },
+    )
+)
 def test_request_parsing_matches_the_oracle(mapping: dict[str, Any]) -> None:
     """A request object parses exactly when the oracle calls it valid; a parsed one writes back
     to the same request, and a malformed one names a field."""
@@ -97,8 +114,10 @@ def test_request_defaults_and_source() -> None:
 
 # -- requested steps in the step tracker --------------------------------------------------------
 
-def oracle_run(planned: list[int], continuous: bool, requests: dict[int, list[tuple[int, int, str]]],
-               loop: list[int]) -> tuple[list[tuple[int, str | None]], list[list[int]], int]:
+
+def oracle_run(
+    planned: list[int], continuous: bool, requests: dict[int, list[tuple[int, int, str]]], loop: list[int]
+) -> tuple[list[tuple[int, str | None]], list[list[int]], int]:
     """(step, capture) of every profiled step, the sessions (consecutive steps of one capture in
     continuous mode), and how many plan hooks, for a loop over ``loop`` with ``requests[s]`` made
     just before step ``s`` begins."""
@@ -148,18 +167,25 @@ def oracle_run(planned: list[int], continuous: bool, requests: dict[int, list[tu
 @example(planned=[2], continuous=True, requests={0: [(1, 2)]}, skip={2})  # a planned step in a request, skipped
 @example(planned=[1], continuous=False, requests={3: [(0, 5)]}, skip=set())  # asked late: begun steps are not
 @example(planned=[0, 1], continuous=True, requests={}, skip={1})  # a continuous run's next step skipped
-@given(planned=st.lists(st.integers(0, 12), max_size=4, unique=True).map(sorted), continuous=st.booleans(),
-       requests=st.dictionaries(st.integers(0, 12), st.lists(st.tuples(st.integers(0, 14), st.integers(0, 3)),
-                                                             max_size=2), max_size=3),
-       skip=st.sets(st.integers(0, 12), max_size=3))
-def test_requested_steps_follow_the_oracle(planned: list[int], continuous: bool,
-                                           requests: dict[int, list[tuple[int, int]]], skip: set[int]) -> None:
+@given(
+    planned=st.lists(st.integers(0, 12), max_size=4, unique=True).map(sorted),
+    continuous=st.booleans(),
+    requests=st.dictionaries(
+        st.integers(0, 12), st.lists(st.tuples(st.integers(0, 14), st.integers(0, 3)), max_size=2), max_size=3
+    ),
+    skip=st.sets(st.integers(0, 12), max_size=3),
+)
+def test_requested_steps_follow_the_oracle(
+    planned: list[int], continuous: bool, requests: dict[int, list[tuple[int, int]]], skip: set[int]
+) -> None:
     """Over a loop (some steps skipped) with requests made before some steps: the profiled steps
     and their capture, the sessions (each closed at the end of its last step), and the plan's
     hooks are the oracle's."""
     loop = [s for s in range(13) if s not in skip]
-    made = {step: [(first, first + length, f"r{step}-{i}") for i, (first, length) in enumerate(items)]
-            for step, items in requests.items()}
+    made = {
+        step: [(first, first + length, f"r{step}-{i}") for i, (first, length) in enumerate(items)]
+        for step, items in requests.items()
+    }
     tracker = StepTracker(StepPlan(steps=planned, continuous_steps=continuous))
     profiled, sessions, hooks, run = [], [], 0, []
     for step in loop:
@@ -190,6 +216,7 @@ def test_requested_steps_follow_the_oracle(planned: list[int], continuous: bool,
 
 # -- the rolling-median trigger ----------------------------------------------------------------
 
+
 def oracle_slow_steps(auto: AutoCapture, run: list[tuple[dict[str, float], bool]]) -> list[tuple[int, str]]:
     """(step, stage) of each capture: the baseline of a stage is its last ``baseline_steps``
     untraced values before the step; the slowest ratio wins (then the larger name)."""
@@ -201,7 +228,7 @@ def oracle_slow_steps(auto: AutoCapture, run: list[tuple[dict[str, float], bool]
         best = None
         if len(found) < auto.max_captures and step >= quiet_until:
             for name, seconds in stages.items():
-                base = history.get(name, [])[-auto.baseline_steps:]
+                base = history.get(name, [])[-auto.baseline_steps :]
                 if len(base) < auto.baseline_steps or not watched(name, auto.stages):
                     continue
                 median = statistics.median(v for _, v in base)
@@ -218,28 +245,74 @@ def oracle_slow_steps(auto: AutoCapture, run: list[tuple[dict[str, float], bool]
 
 
 #: Mostly steady steps (10 ms), some spikes, some steps without a stage, a few traced.
-step_times = st.lists(st.tuples(st.dictionaries(st.sampled_from(["update_actor", "gen"]),
-                                                st.sampled_from([0.01] * 6 + [0.0, 0.011, 0.02, 0.05, 0.5])),
-                                st.sampled_from([False] * 5 + [True])), min_size=3, max_size=40)
+step_times = st.lists(
+    st.tuples(
+        st.dictionaries(
+            st.sampled_from(["update_actor", "gen"]), st.sampled_from([0.01] * 6 + [0.0, 0.011, 0.02, 0.05, 0.5])
+        ),
+        st.sampled_from([False] * 5 + [True]),
+    ),
+    min_size=3,
+    max_size=40,
+)
 
 
 @settings(deadline=None)
-@example(run=[({"update_actor": 0.01}, False), ({"update_actor": 0.02}, False), ({"update_actor": 0.05}, False)],
-         baseline=1, slower=1.5, max_captures=2, cooldown=0, stages=(), min_seconds=0.0)  # the cooldown's edge
-@example(run=[({"gen": 0.01, "update_actor": 0.01}, False), ({"gen": 0.05, "update_actor": 0.04}, False)],
-         baseline=1, slower=1.5, max_captures=1, cooldown=0, stages=(), min_seconds=0.0)  # the largest ratio wins
-@example(run=[({"update_actor": 0.01}, False), ({"update_actor": 0.5}, True), ({"update_actor": 0.05}, False)],
-         baseline=1, slower=1.5, max_captures=1, cooldown=0, stages=(), min_seconds=0.0)  # traced: no baseline
-@given(run=step_times, baseline=st.integers(1, 5), slower=st.sampled_from([1.5, 2.0, 3.0]),
-       max_captures=st.integers(0, 4), cooldown=st.integers(0, 3), stages=st.sampled_from([(), ("update_actor",)]),
-       min_seconds=st.sampled_from([0.0, 0.02]))
-def test_slow_steps_follow_the_oracle(run: list[tuple[dict[str, float], bool]], baseline: int, slower: float,
-                                      max_captures: int, cooldown: int, stages: tuple[str, ...],
-                                      min_seconds: float) -> None:
+@example(
+    run=[({"update_actor": 0.01}, False), ({"update_actor": 0.02}, False), ({"update_actor": 0.05}, False)],
+    baseline=1,
+    slower=1.5,
+    max_captures=2,
+    cooldown=0,
+    stages=(),
+    min_seconds=0.0,
+)  # the cooldown's edge
+@example(
+    run=[({"gen": 0.01, "update_actor": 0.01}, False), ({"gen": 0.05, "update_actor": 0.04}, False)],
+    baseline=1,
+    slower=1.5,
+    max_captures=1,
+    cooldown=0,
+    stages=(),
+    min_seconds=0.0,
+)  # the largest ratio wins
+@example(
+    run=[({"update_actor": 0.01}, False), ({"update_actor": 0.5}, True), ({"update_actor": 0.05}, False)],
+    baseline=1,
+    slower=1.5,
+    max_captures=1,
+    cooldown=0,
+    stages=(),
+    min_seconds=0.0,
+)  # traced: no baseline
+@given(
+    run=step_times,
+    baseline=st.integers(1, 5),
+    slower=st.sampled_from([1.5, 2.0, 3.0]),
+    max_captures=st.integers(0, 4),
+    cooldown=st.integers(0, 3),
+    stages=st.sampled_from([(), ("update_actor",)]),
+    min_seconds=st.sampled_from([0.0, 0.02]),
+)
+def test_slow_steps_follow_the_oracle(
+    run: list[tuple[dict[str, float], bool]],
+    baseline: int,
+    slower: float,
+    max_captures: int,
+    cooldown: int,
+    stages: tuple[str, ...],
+    min_seconds: float,
+) -> None:
     """Which steps trigger a capture, and for which stage, is the oracle's; never more than
     ``max_captures``, never two within ``cooldown_steps``."""
-    auto = AutoCapture(stages=stages, slower_than=slower, baseline_steps=baseline, max_captures=max_captures,
-                       cooldown_steps=cooldown, min_seconds=min_seconds)
+    auto = AutoCapture(
+        stages=stages,
+        slower_than=slower,
+        baseline_steps=baseline,
+        max_captures=max_captures,
+        cooldown_steps=cooldown,
+        min_seconds=min_seconds,
+    )
     slow = SlowSteps(auto)
     got = []
     for step, (times, traced) in enumerate(run):
@@ -267,6 +340,7 @@ def test_an_injected_slow_step_is_caught_once() -> None:
 
 
 # -- slow ranks and stragglers ------------------------------------------------------------------
+
 
 def test_slow_rank_and_a_typical_one() -> None:
     """The slow rank is compared with the median of the other ranks; the typical rank is the one
@@ -310,11 +384,19 @@ def oracle_stragglers(config: Stragglers, run: list[tuple[dict[int, float], bool
 
 
 @settings(deadline=None)
-@given(run=st.lists(st.tuples(st.dictionaries(st.integers(0, 3), st.sampled_from([0.01, 0.012, 0.03, 0.1]),
-                                              min_size=1), st.booleans()), max_size=30),
-       factor=st.sampled_from([1.5, 2.5]), consecutive=st.integers(1, 4))
-def test_straggler_episodes_follow_the_oracle(run: list[tuple[dict[int, float], bool]], factor: float,
-                                              consecutive: int) -> None:
+@given(
+    run=st.lists(
+        st.tuples(
+            st.dictionaries(st.integers(0, 3), st.sampled_from([0.01, 0.012, 0.03, 0.1]), min_size=1), st.booleans()
+        ),
+        max_size=30,
+    ),
+    factor=st.sampled_from([1.5, 2.5]),
+    consecutive=st.integers(1, 4),
+)
+def test_straggler_episodes_follow_the_oracle(
+    run: list[tuple[dict[int, float], bool]], factor: float, consecutive: int
+) -> None:
     """Each episode is reported once when it reaches ``consecutive`` slow steps (traced steps
     neither count nor break it) and once when it ends."""
     config = Stragglers(factor=factor, consecutive=consecutive, min_seconds=0.0)
@@ -338,10 +420,14 @@ def test_straggler_config_errors_name_the_field() -> None:
 
 # -- the diff's arithmetic ----------------------------------------------------------------------
 
-samples = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 3), st.floats(0, 10), st.integers(0, 4)),
-                   max_size=12).map(lambda items: [Sample(s, r, t, t / 2, c) for s, r, t, c in items])
-runs = st.dictionaries(st.tuples(st.sampled_from(["actor", "ref"]), st.sampled_from(["a", "b", "a/mini_batch"])),
-                       samples.filter(bool), max_size=4)
+samples = st.lists(
+    st.tuples(st.integers(0, 9), st.integers(0, 3), st.floats(0, 10), st.integers(0, 4)), max_size=12
+).map(lambda items: [Sample(s, r, t, t / 2, c) for s, r, t, c in items])
+runs = st.dictionaries(
+    st.tuples(st.sampled_from(["actor", "ref"]), st.sampled_from(["a", "b", "a/mini_batch"])),
+    samples.filter(bool),
+    max_size=4,
+)
 
 
 @settings(deadline=None)

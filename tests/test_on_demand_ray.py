@@ -41,8 +41,9 @@ def remote(cls: type, *args: Any) -> Any:
 
 
 def traces(save: Path) -> set[tuple[str, int, int]]:
-    return {(r["role"], r["step"], r["rank"]) for r in read_manifest(save) if r["kind"] == "trace"
-            and r["status"] == "ok"}
+    return {
+        (r["role"], r["step"], r["rank"]) for r in read_manifest(save) if r["kind"] == "trace" and r["status"] == "ok"
+    }
 
 
 def test_request_and_request_file_trace_exactly_what_was_asked(cluster: None, tmp_path: Path) -> None:
@@ -72,8 +73,12 @@ def test_request_and_request_file_trace_exactly_what_was_asked(cluster: None, tm
     records = read_manifest(tmp_path)
     assert sorted(r["step"] for r in records if r["kind"] == "rollout") == [5]
     trace = {(r["step"], r["rank"]): r for r in records if r["kind"] == "trace"}
-    assert trace[(2, 1)]["capture"] == {"source": "ray", "request": asked, "steps": [2, 3],
-                                        "reason": "rank 1 looks odd"}
+    assert trace[(2, 1)]["capture"] == {
+        "source": "ray",
+        "request": asked,
+        "steps": [2, 3],
+        "reason": "rank 1 looks odd",
+    }
     assert trace[(2, 1)].get("roles") in (None, ["actor"])  # ref was not asked
     for rank in (0, 1):
         assert trace[(5, rank)]["roles"] == ["actor", "ref"]
@@ -88,11 +93,24 @@ def test_slow_rank_and_straggler(cluster: None, tmp_path: Path, caplog: pytest.L
     (back to 0 when it ends)."""
     pytest.importorskip("prometheus_client")
     config = ProfilerConfig(
-        enable=True, save_path=str(tmp_path), torch=TorchOptions(contents=["cpu"]),
-        auto=AutoCapture(stages=["update_actor"], slower_than=5.0, baseline_steps=3, max_captures=1,
-                         cooldown_steps=0, min_seconds=0.2),
-        metrics=Metrics(enabled=True, exporters=["prometheus"], port=0,
-                        stragglers=Stragglers(factor=5.0, consecutive=3, min_seconds=0.2, stages=["update_actor"])))
+        enable=True,
+        save_path=str(tmp_path),
+        torch=TorchOptions(contents=["cpu"]),
+        auto=AutoCapture(
+            stages=["update_actor"],
+            slower_than=5.0,
+            baseline_steps=3,
+            max_captures=1,
+            cooldown_steps=0,
+            min_seconds=0.2,
+        ),
+        metrics=Metrics(
+            enabled=True,
+            exporters=["prometheus"],
+            port=0,
+            stragglers=Stragglers(factor=5.0, consecutive=3, min_seconds=0.2, stages=["update_actor"]),
+        ),
+    )
     slow = {6: 0.5, 10: 0.5, 12: 0.3, 13: 0.3, 14: 0.3}
     workers = [remote(PacedWorker, config, 0, 2, 0.02, {}), remote(PacedWorker, config, 1, 2, 0.02, slow)]
     trainer = RayStepProfiler(config, workers=workers)
@@ -121,7 +139,8 @@ def test_slow_rank_and_straggler(cluster: None, tmp_path: Path, caplog: pytest.L
     assert flats[14][f"timing_straggler_rank/{key}"] == 1 and flats[14][f"timing_straggler_steps/{key}"] == 3
     assert flats[14][f"timing_straggler_factor/{key}"] > 5
     assert not any(k.startswith("timing_straggler") for k in flats[13]) and not any(
-        k.startswith("timing_straggler") for k in flats[15])
+        k.startswith("timing_straggler") for k in flats[15]
+    )
     # the alert of step 14 reaches rank 1's endpoint with step 15's start, its end with step 16's
     assert gauges[14] == 0.0 and gauges[15] > 5 and gauges[16] == 0.0
 

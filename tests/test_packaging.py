@@ -11,9 +11,7 @@ HEAVY = ("torch", "ray", "nvtx", "vllm", "sglang", "numpy", "yaml")
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
 
 
 class TestImport:
@@ -48,13 +46,25 @@ class TestPublicSurface:
     """`profdsl.__all__` and the documented faces: one import path per public name."""
 
     #: The faces docs/api.md documents, and what each exports.
-    FACES = ("profdsl", "profdsl.config", "profdsl.schedule", "profdsl.naming", "profdsl.ranks",
-             "profdsl.manifest", "profdsl.metrics", "profdsl.rollout", "profdsl.ray",
-             "profdsl.integrations.verl", "profdsl.testing")
-    CONTRACT = {"profdsl.schedule": {"Action", "action_at", "recorded_windows"},
-                "profdsl.naming": {"TraceName"},
-                "profdsl.ranks": {"replicas_for_ranks", "local_rank_from_trace_name"},
-                "profdsl.manifest": {"read_manifest"}}
+    FACES = (
+        "profdsl",
+        "profdsl.config",
+        "profdsl.schedule",
+        "profdsl.naming",
+        "profdsl.ranks",
+        "profdsl.manifest",
+        "profdsl.metrics",
+        "profdsl.rollout",
+        "profdsl.ray",
+        "profdsl.integrations.verl",
+        "profdsl.testing",
+    )
+    CONTRACT = {
+        "profdsl.schedule": {"Action", "action_at", "recorded_windows"},
+        "profdsl.naming": {"TraceName"},
+        "profdsl.ranks": {"replicas_for_ranks", "local_rank_from_trace_name"},
+        "profdsl.manifest": {"read_manifest"},
+    }
 
     def test_contract_modules_export_the_contracts_names_only(self) -> None:
         """The four contract modules hold their contract's names and nothing else public
@@ -77,8 +87,9 @@ class TestPublicSurface:
             for name in importlib.import_module(face).__all__:
                 homes.setdefault(name, []).append(face)
         config = set(importlib.import_module("profdsl.config").__all__)
-        twice = {n: f for n, f in homes.items() if len(f) > 1
-                 and not (f == ["profdsl", "profdsl.config"] and n in config)}
+        twice = {
+            n: f for n, f in homes.items() if len(f) > 1 and not (f == ["profdsl", "profdsl.config"] and n in config)
+        }
         assert twice == {}
 
     def test_every_face_is_documented(self) -> None:
@@ -104,9 +115,7 @@ class TestCommandLine:
 
     def test_help(self) -> None:
         """--help exits 0 and shows an example."""
-        out = subprocess.run(
-            [sys.executable, "-m", "profdsl", "--help"], capture_output=True, text=True, timeout=120
-        )
+        out = subprocess.run([sys.executable, "-m", "profdsl", "--help"], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and "usage: profdsl" in out.stdout and "examples:" in out.stdout
 
     def test_no_command_is_usage_error(self) -> None:
@@ -138,7 +147,10 @@ def test_mypy_strict_clean() -> None:
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(root / "setup.cfg"), str(root / "profdsl")],
-        capture_output=True, text=True, timeout=600, cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -151,7 +163,10 @@ def test_ruff_clean() -> None:
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     out = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "profdsl", "tests", "benchmarks", "examples"],
-        capture_output=True, text=True, timeout=300, cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -164,7 +179,10 @@ def test_ruff_format_clean() -> None:
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     out = subprocess.run(
         [sys.executable, "-m", "ruff", "format", "--check", "profdsl", "tests", "benchmarks", "examples"],
-        capture_output=True, text=True, timeout=300, cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -172,8 +190,10 @@ def test_ruff_format_clean() -> None:
 def test_verl_integration_imports_nothing_heavy() -> None:
     """``profdsl.integrations.verl`` (and the parallel discovery) import neither verl, torch,
     megatron nor omegaconf."""
-    code = ("import sys, profdsl.integrations.verl, profdsl.core.parallel_discovery\n"
-            "print(' '.join(m for m in ('verl', 'torch', 'megatron', 'omegaconf', 'yaml') if m in sys.modules))")
+    code = (
+        "import sys, profdsl.integrations.verl, profdsl.core.parallel_discovery\n"
+        "print(' '.join(m for m in ('verl', 'torch', 'megatron', 'omegaconf', 'yaml') if m in sys.modules))"
+    )
     assert run_python(code).stdout.strip() == ""
 
 
@@ -185,7 +205,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     readme = (root / "README.md").read_text()
     start = readme.index("Run the tests")
     begin = readme.index("```bash\n", start) + len("```bash\n")
-    command = readme[begin:readme.index("\n```", begin)].strip()
+    command = readme[begin : readme.index("\n```", begin)].strip()
     assert "python -m pytest" in command
     assert command in (root / ".ci" / "run").read_text().splitlines()
 
@@ -197,9 +217,16 @@ def test_dsl_functions_are_short() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "profdsl"
-    files = [*(root / "dsl").glob("*.py"), root / "rollout" / "window.py", root / "runtime" / "context.py",
-             root / "integrations" / "verl" / "facade.py"]
-    long = [f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"  # type: ignore[operator]
-            for path in files for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 40]  # type: ignore[operator]
+    files = [
+        *(root / "dsl").glob("*.py"),
+        root / "rollout" / "window.py",
+        root / "runtime" / "context.py",
+        root / "integrations" / "verl" / "facade.py",
+    ]
+    long = [
+        f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"  # type: ignore[operator]
+        for path in files
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 40
+    ]  # type: ignore[operator]
     assert long == []

@@ -45,8 +45,9 @@ def traces(folder: Path) -> list[tuple[TraceName, dict[str, Any]]]:
 class TestExplicit:
     def test_coordinates_reach_name_metadata_manifest_and_catalog(self, tmp_path: Path) -> None:
         parallel = {"tp": 1, "pp": 0, "dp": 3, "sizes": {"tp": 2, "pp": 1, "dp": 4}}
-        with Profiler(config(tmp_path, all_ranks=True), role="actor", rank=7, world_size=8,
-                      parallel=parallel) as profiler:
+        with Profiler(
+            config(tmp_path, all_ranks=True), role="actor", rank=7, world_size=8, parallel=parallel
+        ) as profiler:
             with profiler.step(1), profile_stage("update_actor"):
                 work()
         [(name, trace)] = parsed(tmp_path)
@@ -61,8 +62,12 @@ class TestExplicit:
         assert artifact.parallel == (("tp", 1), ("pp", 0), ("dp", 3))
 
     def test_the_attrs_class_and_a_plain_run(self, tmp_path: Path) -> None:
-        with Profiler(config(tmp_path / "a"), role="actor", rank=0, world_size=1,
-                      parallel=Parallel(cp=2, ep=0)) as profiler, profiler.step(1):
+        with (
+            Profiler(
+                config(tmp_path / "a"), role="actor", rank=0, world_size=1, parallel=Parallel(cp=2, ep=0)
+            ) as profiler,
+            profiler.step(1),
+        ):
             work()
         [(name, trace)] = parsed(tmp_path / "a")
         assert "_rank0-of-1_cp2-ep0_" in name.format() and trace["profdsl"]["parallel_sizes"] == {}
@@ -77,36 +82,50 @@ class TestExplicit:
         the name leaves the coordinates out (they stay in the metadata and record) rather than
         the trace being lost; a name that fits keeps them."""
         coords = Parallel(**dict.fromkeys(("tp", "pp", "dp", "cp", "ep"), MAX_COORD))
-        label = TraceLabel(role="r" * 30, stage="s" * 40, step=MAX_WIDE_INDEX, rank=MAX_WIDE_INDEX - 1,
-                           world_size=MAX_WIDE_INDEX, save_path="/x", host="h" * 40, pid=2**32 - 1,
-                           config_hash="0", part=MAX_WIDE_INDEX, parallel=coords)
-        pending = PendingTrace(label=label, window=(MAX_WIDE_INDEX - 1, MAX_WIDE_INDEX), time_ms=0,
-                               extra=None, events="/x/e")
+        label = TraceLabel(
+            role="r" * 30,
+            stage="s" * 40,
+            step=MAX_WIDE_INDEX,
+            rank=MAX_WIDE_INDEX - 1,
+            world_size=MAX_WIDE_INDEX,
+            save_path="/x",
+            host="h" * 40,
+            pid=2**32 - 1,
+            config_hash="0",
+            part=MAX_WIDE_INDEX,
+            parallel=coords,
+        )
+        pending = PendingTrace(
+            label=label, window=(MAX_WIDE_INDEX - 1, MAX_WIDE_INDEX), time_ms=0, extra=None, events="/x/e"
+        )
         name = pending.name()
         assert name.tp is None and len(name.format()) <= 255
         assert pending.fields()["tp"] == MAX_COORD
         short = attrs.evolve(label, step=1, rank=1, world_size=2, part=None)
         assert attrs.evolve(pending, label=short, window=None).name().ep == MAX_COORD
 
-    @pytest.mark.parametrize(("value", "message"), [
-        ({"tp": -1}, "Parallel.tp must be an integer in 0..999999"),
-        ({"tp": True}, "Parallel.tp must be an integer"),
-        ({"tpp": 1}, "unknown key 'tpp' in Profiler parallel; did you mean 'tp'?"),
-        ({"tp": 2, "tp_size": 2}, "Parallel.tp must be < tp_size (2), got 2"),
-        ({"sizes": {"xp": 2}}, "unknown dimension 'xp'"),
-        ({"sizes": [2]}, "sizes must be a mapping"),
-        ("tp1", "Profiler parallel must be a dict"),
-        (3, "Profiler parallel must be a dict"),
-    ])
-    def test_bad_values_are_refused_when_the_profiler_is_built(self, tmp_path: Path, value: object,
-                                                              message: str) -> None:
+    @pytest.mark.parametrize(
+        ("value", "message"),
+        [
+            ({"tp": -1}, "Parallel.tp must be an integer in 0..999999"),
+            ({"tp": True}, "Parallel.tp must be an integer"),
+            ({"tpp": 1}, "unknown key 'tpp' in Profiler parallel; did you mean 'tp'?"),
+            ({"tp": 2, "tp_size": 2}, "Parallel.tp must be < tp_size (2), got 2"),
+            ({"sizes": {"xp": 2}}, "unknown dimension 'xp'"),
+            ({"sizes": [2]}, "sizes must be a mapping"),
+            ("tp1", "Profiler parallel must be a dict"),
+            (3, "Profiler parallel must be a dict"),
+        ],
+    )
+    def test_bad_values_are_refused_when_the_profiler_is_built(
+        self, tmp_path: Path, value: object, message: str
+    ) -> None:
         with pytest.raises(ConfigError, match=re.escape(message)):
             Profiler(config(tmp_path), role="actor", rank=0, world_size=1, parallel=value)
 
     def test_a_selector_the_process_cannot_answer_fails_at_construction(self, tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="needs the pp size"):
-            Profiler(config(tmp_path, select="pp == last"), role="actor", rank=0, world_size=2,
-                     parallel={"pp": 0})
+            Profiler(config(tmp_path, select="pp == last"), role="actor", rank=0, world_size=2, parallel={"pp": 0})
 
     def test_selected_from_explicit_coordinates(self, tmp_path: Path) -> None:
         layout = GridLayout(world_size=8, tp=2, pp=2)
@@ -126,12 +145,14 @@ class TestExplicit:
 
     @pytest.mark.slow
     def test_megatron_is_never_imported(self) -> None:
-        script = ("import sys, profdsl\n"
-                  "from profdsl import Profiler, ProfilerConfig\n"
-                  "import torch.distributed\n"
-                  "Profiler(ProfilerConfig(enable=True, steps=[1], select='every(1)'), role='a',"
-                  " rank=0, world_size=1)\n"
-                  "assert not [m for m in sys.modules if m.split('.')[0] == 'megatron'], 'megatron imported'\n")
+        script = (
+            "import sys, profdsl\n"
+            "from profdsl import Profiler, ProfilerConfig\n"
+            "import torch.distributed\n"
+            "Profiler(ProfilerConfig(enable=True, steps=[1], select='every(1)'), role='a',"
+            " rank=0, world_size=1)\n"
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'megatron'], 'megatron imported'\n"
+        )
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert done.returncode == 0, done.stderr
 
@@ -156,9 +177,16 @@ def run_group(mode: str, tmp_path: Path, world: int = 4) -> list[dict[str, Any]]
         env = dict(os.environ, LOCAL_RANK=str(rank % 2), PYTHONPATH=str(ROOT))  # two "nodes" of two
         env.pop("RANK", None)
         env.pop("WORLD_SIZE", None)
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), mode, str(rank), str(world), str(store),
-                                       str(out)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), mode, str(rank), str(world), str(store), str(out)],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     logs = []
     try:
         for proc in procs:
@@ -191,7 +219,8 @@ def check_group(tmp_path: Path, found: list[dict[str, Any]], roles: dict[str, st
             assert trace["distributedInfo"]["rank"] == name.rank
         records = [r for r in read_manifest(folder) if r["kind"] == "trace"]
         assert sorted((r["rank"], r["tp"], r["pp"], r["dp"]) for r in records) == [
-            (r, r % 2, r // 2, 0) for r in predicted]
+            (r, r % 2, r // 2, 0) for r in predicted
+        ]
 
 
 ROLES = {"actor": "tp == 0 and pp == last", "critic": "first_per_node", "ref": None}
@@ -209,8 +238,10 @@ def test_named_device_mesh_in_a_gloo_group(tmp_path: Path) -> None:
     assert not any(f["megatron_imported"] for f in found)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("megatron") is None,
-                    reason="megatron-core is installed by the test setup (.ci/run, README)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("megatron") is None,
+    reason="megatron-core is installed by the test setup (.ci/run, README)",
+)
 @pytest.mark.slow
 def test_megatron_parallel_state_in_a_gloo_group(tmp_path: Path) -> None:
     """Megatron's initialize_model_parallel(tp=2, pp=2) on 4 real gloo processes: its
@@ -224,9 +255,27 @@ def test_plan_cli_predicts_the_gloo_selection(tmp_path: Path) -> None:
     """The command line gives the same ranks the gloo groups above select."""
     for select, expected in (("tp == 0 and pp == last", [2]), ("first_per_node", [0, 2])):
         (tmp_path / "p.yaml").write_text(f'enable: true\nsteps: [1]\nselect: "{select}"\n')
-        out = subprocess.run([sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"), "--world-size",
-                              "4", "--tp", "2", "--pp", "2", "--nodes", "2", "--json"],
-                             capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "profdsl",
+                "plan",
+                str(tmp_path / "p.yaml"),
+                "--world-size",
+                "4",
+                "--tp",
+                "2",
+                "--pp",
+                "2",
+                "--nodes",
+                "2",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["ranks"] == expected
 
@@ -242,6 +291,20 @@ def test_check_with_a_selector_config_expects_no_rank_it_cannot_place(tmp_path: 
                 work()
     assert sorted(n.rank for n, _ in parsed(tmp_path / "out")) == [1, 3]
     (tmp_path / "c.yaml").write_text("enable: true\nsteps: [1]\nselect: tp == 1\n")
-    done = subprocess.run([sys.executable, "-m", "profdsl", "check", str(tmp_path / "out"), "--config",
-                           str(tmp_path / "c.yaml"), "--world-size", "4"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "profdsl",
+            "check",
+            str(tmp_path / "out"),
+            "--config",
+            str(tmp_path / "c.yaml"),
+            "--world-size",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -102,7 +102,11 @@ class TestStepTracker:
         """A loop that jumps from 3 to 5 (4 skipped) closes the session before opening a new one."""
         log = run(StepPlan(steps=(3, 4, 5), continuous_steps=True), [3, 5])
         assert [(s, e) for _, s, e in log] == [
-            (3, Event.OPEN), (5, Event.CLOSE), (5, Event.OPEN), (5, Event.CLOSE), (5, Event.HOOK)
+            (3, Event.OPEN),
+            (5, Event.CLOSE),
+            (5, Event.OPEN),
+            (5, Event.CLOSE),
+            (5, Event.HOOK),
         ]
 
     def test_forgotten_end_is_forgiven(self) -> None:

@@ -62,8 +62,10 @@ def predicted(config: ProfilerConfig, n: int) -> list[Any]:
     if 0 not in plan.ranks:
         return []
     if not plan.discrete:
-        return sorted((first, "", (), tuple((s, w) for s in range(first, last + 1) for w in plan.windows))
-                      for first, last in plan.sessions)
+        return sorted(
+            (first, "", (), tuple((s, w) for s in range(first, last + 1) for w in plan.windows))
+            for first, last in plan.sessions
+        )
     found = []
     for step in plan.steps:
         found.append((step, "prepare", (), ()))
@@ -74,8 +76,9 @@ def predicted(config: ProfilerConfig, n: int) -> list[Any]:
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(configs, st.integers(min_value=0, max_value=4))
-def test_preview_equals_what_a_run_writes(tmp_path_factory: pytest.TempPathFactory,
-                                          config: ProfilerConfig, n: int) -> None:
+def test_preview_equals_what_a_run_writes(
+    tmp_path_factory: pytest.TempPathFactory, config: ProfilerConfig, n: int
+) -> None:
     """Sessions, profiled steps and ranks, and mini-batch windows: as predicted, trace by trace."""
     import attrs
 
@@ -89,10 +92,10 @@ def test_plan_command_groups_as_the_runtime(tmp_path: Path) -> None:
     """The case that disagreed: continuous steps with a schedule. The command says one session
     (in text and JSON) and the runtime writes one trace holding both steps' windows."""
     config = tmp_path / "p.yaml"
-    config.write_text("enable: true\nsteps: [1, 2]\ncontinuous_steps: true\n"
-                      "torch: {contents: [cpu], schedule: {active: 1}}\n")
-    command = [sys.executable, "-m", "profdsl", "plan", str(config), "--world-size", "1",
-               "--mini-batches", "2"]
+    config.write_text(
+        "enable: true\nsteps: [1, 2]\ncontinuous_steps: true\ntorch: {contents: [cpu], schedule: {active: 1}}\n"
+    )
+    command = [sys.executable, "-m", "profdsl", "plan", str(config), "--world-size", "1", "--mini-batches", "2"]
     text = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert text.returncode == 0, text.stderr
     assert "sessions: [(1, 2)]" in text.stdout
@@ -100,7 +103,8 @@ def test_plan_command_groups_as_the_runtime(tmp_path: Path) -> None:
     cfg = ProfilerConfig.from_mapping({**cfg.to_mapping(), "save_path": str(tmp_path / "out")})
     run(cfg, 2)
     assert [(n.step, t["profdsl"]["windows"]) for n, t in parsed(tmp_path / "out")] == [
-        (1, [{"role": "actor", "step": s, "window": [i, i]} for s in (1, 2) for i in (0, 1)])]
+        (1, [{"role": "actor", "step": s, "window": [i, i]} for s in (1, 2) for i in (0, 1)])
+    ]
     as_json = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120)
     assert json.loads(as_json.stdout)["sessions"] == [[1, 2]]
 
@@ -109,5 +113,9 @@ def test_schedule_is_not_needed_for_the_preview() -> None:
     """A config without a schedule records all of a step's mini-batches as one window."""
     plan = preview(ProfilerConfig(enable=True, steps=[3]), world_size=1, mini_batches=3)
     assert plan.windows == ((0, 2),) and plan.sessions == ((3, 3),)
-    assert preview(ProfilerConfig(enable=True, torch=TorchOptions(schedule=Schedule(active=2))),
-                   world_size=1, mini_batches=0).windows == ()
+    assert (
+        preview(
+            ProfilerConfig(enable=True, torch=TorchOptions(schedule=Schedule(active=2))), world_size=1, mini_batches=0
+        ).windows
+        == ()
+    )

@@ -21,17 +21,14 @@ from .traces import parsed
 torch = pytest.importorskip("torch")
 
 
-
-
-
-
 class TestReset:
     """`profdsl.testing.reset()` returns profdsl to a fresh process's state."""
 
     def test_reset_forgets_everything(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         stage = profile_stage("left_open")
-        profiler = Profiler(config(tmp_path / "a", finish_hook=FinishHook(cmd="true")), role="actor",
-                            rank=0, world_size=1)
+        profiler = Profiler(
+            config(tmp_path / "a", finish_hook=FinishHook(cmd="true")), role="actor", rank=0, world_size=1
+        )
         profiler.start(1)
         stage.__enter__()  # a with-entry a failing test never left
         once("reset-probe", logging.WARNING, "probe")
@@ -100,10 +97,15 @@ class TestFork:
         profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
         profiler.start(1)
         assert PROCESS.registry.recorders and PROCESS.live
-        state = in_forked_child(lambda: {
-            "recorders": len(PROCESS.registry.recorders), "on": PROCESS.registry.on,
-            "live": len(PROCESS.live), "current": PROCESS.slot.current is not None,
-            "result": profile_stage("in_child")(lambda: 7)()})
+        state = in_forked_child(
+            lambda: {
+                "recorders": len(PROCESS.registry.recorders),
+                "on": PROCESS.registry.on,
+                "live": len(PROCESS.live),
+                "current": PROCESS.slot.current is not None,
+                "result": profile_stage("in_child")(lambda: 7)(),
+            }
+        )
         profiler.close()
         assert state == {"recorders": 0, "on": False, "live": 0, "current": False, "result": 7}
 
@@ -118,13 +120,17 @@ def test_process_state_lives_behind_one_object() -> None:
     offenders = []
     for path in root.rglob("*.py"):
         for node in ast.parse(path.read_text()).body:
-            targets = node.targets if isinstance(node, ast.Assign) else (
-                [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else ([node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
+            )
             for target in targets:
                 name = getattr(target, "id", "")
                 value = node.value  # type: ignore[union-attr]
                 call = getattr(getattr(value, "func", None), "attr", None) or getattr(
-                    getattr(value, "func", None), "id", None)
+                    getattr(value, "func", None), "id", None
+                )
                 container = isinstance(value, (ast.List, ast.Dict, ast.Set))
                 if name == "__all__":
                     continue
@@ -153,7 +159,7 @@ def test_runtime_imports_form_no_circle() -> None:
     def visit(module: str, trail: tuple[str, ...]) -> None:
         for target in sorted(graph.get(module, ())):
             if target in trail:
-                circles.append(trail[trail.index(target):] + (target,))
+                circles.append(trail[trail.index(target) :] + (target,))
             elif target in graph and target not in done:
                 visit(target, (*trail, target))
         done.add(module)

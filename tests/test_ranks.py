@@ -35,9 +35,7 @@ def gloo_group(tmp_path: Path) -> Iterator[None]:
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available():
         pytest.skip("torch.distributed is not available in this torch build")
-    dist.init_process_group(
-        backend="gloo", init_method=f"file://{tmp_path / 'pg_store'}", world_size=1, rank=0
-    )
+    dist.init_process_group(backend="gloo", init_method=f"file://{tmp_path / 'pg_store'}", world_size=1, rank=0)
     try:
         yield
     finally:
@@ -96,9 +94,7 @@ class TestDiscoverRankSources:
         data=st.data(),
         env_rank=st.integers(min_value=0, max_value=3),
     )
-    def test_explicit_pair_is_returned_unchanged(
-        self, world_size: int, data: st.DataObject, env_rank: int
-    ) -> None:
+    def test_explicit_pair_is_returned_unchanged(self, world_size: int, data: st.DataObject, env_rank: int) -> None:
         """Any valid explicit pair comes back as given, whatever the environment says."""
         rank = data.draw(st.integers(min_value=0, max_value=world_size - 1))
         env = {"RANK": str(env_rank), "WORLD_SIZE": "4"}
@@ -290,42 +286,26 @@ class TestIsRankSelected:
 class TestIsHookRank:
     def test_defaults_to_profiled_ranks(self) -> None:
         """Without hook ranks the hook runs exactly where profiling runs."""
-        assert is_hook_rank(
-            2, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(2,), profiled_all_ranks=False
-        )
-        assert not is_hook_rank(
-            0, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(2,), profiled_all_ranks=False
-        )
+        assert is_hook_rank(2, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(2,), profiled_all_ranks=False)
+        assert not is_hook_rank(0, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(2,), profiled_all_ranks=False)
 
     def test_default_follows_profiled_rank_zero_rule(self) -> None:
         """With nothing named anywhere the hook runs on rank 0 only."""
-        assert is_hook_rank(
-            0, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(), profiled_all_ranks=False
-        )
-        assert not is_hook_rank(
-            1, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(), profiled_all_ranks=False
-        )
+        assert is_hook_rank(0, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(), profiled_all_ranks=False)
+        assert not is_hook_rank(1, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(), profiled_all_ranks=False)
 
     def test_default_follows_profiled_all_ranks(self) -> None:
         """With no hook ranks and profiled_all_ranks, the hook runs on every rank."""
-        assert is_hook_rank(
-            5, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(), profiled_all_ranks=True
-        )
+        assert is_hook_rank(5, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(), profiled_all_ranks=True)
 
     def test_hook_ranks_override_profiled_ranks(self) -> None:
         """Named hook ranks replace the profiled ranks, even profiled_all_ranks."""
-        assert is_hook_rank(
-            4, hook_ranks=[4], hook_all_ranks=False, profiled_ranks=[0], profiled_all_ranks=True
-        )
-        assert not is_hook_rank(
-            0, hook_ranks=[4], hook_all_ranks=False, profiled_ranks=[0], profiled_all_ranks=True
-        )
+        assert is_hook_rank(4, hook_ranks=[4], hook_all_ranks=False, profiled_ranks=[0], profiled_all_ranks=True)
+        assert not is_hook_rank(0, hook_ranks=[4], hook_all_ranks=False, profiled_ranks=[0], profiled_all_ranks=True)
 
     def test_hook_all_ranks_runs_everywhere(self) -> None:
         """hook_all_ranks runs the hook on ranks that are neither hook nor profiled ranks."""
-        assert is_hook_rank(
-            9, hook_ranks=[1], hook_all_ranks=True, profiled_ranks=[2], profiled_all_ranks=False
-        )
+        assert is_hook_rank(9, hook_ranks=[1], hook_all_ranks=True, profiled_ranks=[2], profiled_all_ranks=False)
 
     def test_bad_hook_ranks_member_is_rejected(self) -> None:
         """A negative hook rank raises ConfigError naming hook_ranks."""
@@ -373,9 +353,7 @@ class TestIsHookRank:
 # ----------------------------------------------------------------------------------------------
 
 
-def replicas_oracle(
-    ranks: Collection[int], width: int, all_ranks: bool, num_replicas: int
-) -> frozenset[int]:
+def replicas_oracle(ranks: Collection[int], width: int, all_ranks: bool, num_replicas: int) -> frozenset[int]:
     """Brute force: scan each replica's global ranks and keep replicas owning a named one."""
     if all_ranks:
         return frozenset(range(num_replicas))
@@ -435,9 +413,7 @@ class TestReplicasForRanks:
         assert fragment in str(caught.value)
 
     @given(ranks=small_ranks, width=widths, all_ranks=st.booleans(), count=replica_counts)
-    def test_matches_oracle(
-        self, ranks: frozenset[int], width: int, all_ranks: bool, count: int
-    ) -> None:
+    def test_matches_oracle(self, ranks: frozenset[int], width: int, all_ranks: bool, count: int) -> None:
         """The result equals the brute-force scan of every replica's rank range."""
         got = replicas_for_ranks(ranks, width, all_ranks=all_ranks, num_replicas=count)
         assert got == replicas_oracle(ranks, width, all_ranks, count)
@@ -451,17 +427,13 @@ class TestReplicasForRanks:
         assert got <= frozenset(range(count))
 
     @given(ranks=small_ranks, width=widths, count=replica_counts)
-    def test_all_ranks_gives_everything(
-        self, ranks: frozenset[int], width: int, count: int
-    ) -> None:
+    def test_all_ranks_gives_everything(self, ranks: frozenset[int], width: int, count: int) -> None:
         """all_ranks selects every replica whatever ranks holds."""
         got = replicas_for_ranks(ranks, width, all_ranks=True, num_replicas=count)
         assert got == frozenset(range(count))
 
     @given(smaller=small_ranks, extra=small_ranks, width=widths, count=replica_counts)
-    def test_monotone_in_ranks(
-        self, smaller: frozenset[int], extra: frozenset[int], width: int, count: int
-    ) -> None:
+    def test_monotone_in_ranks(self, smaller: frozenset[int], extra: frozenset[int], width: int, count: int) -> None:
         """Naming more ranks never drops a replica (for non-empty rank sets)."""
         assume(smaller)
         small_result = replicas_for_ranks(smaller, width, num_replicas=count)
@@ -502,15 +474,11 @@ class TestReplicaRanks:
 
 TRACE_NAME_CASES = [
     # vLLM >= 0.13 workers
-    pytest.param(
-        f"verl_rollout_dp0_pp0_tp3_dcp0_ep0_rank3.{NS}.pt.trace.json.gz", 4, 3, id="vllm-prefix"
-    ),
+    pytest.param(f"verl_rollout_dp0_pp0_tp3_dcp0_ep0_rank3.{NS}.pt.trace.json.gz", 4, 3, id="vllm-prefix"),
     pytest.param(f"dp0_pp0_tp1_dcp0_ep0_rank1.{NS}.pt.trace.json.gz", 2, 1, id="vllm-no-prefix"),
     pytest.param(f"dp0_pp1_tp0_dcp0_ep0_rank2.{NS}.pt.trace.json.gz", 4, 2, id="vllm-pp"),
     pytest.param(f"run-7_dp1_pp0_tp0_dcp0_ep0_rank0.{NS}.pt.trace.json.gz", 4, None, id="vllm-dp1"),
-    pytest.param(
-        f"dp2_pp0_tp1_dcp0_ep0_rank1.{NS}.pt.trace.json.gz", 4, None, id="vllm-dp2-no-prefix"
-    ),
+    pytest.param(f"dp2_pp0_tp1_dcp0_ep0_rank1.{NS}.pt.trace.json.gz", 4, None, id="vllm-dp2-no-prefix"),
     pytest.param(f"myprefix_rank1.{NS}.pt.trace.json.gz", 2, 1, id="vllm-rank-only-prefix"),
     pytest.param(f"rank1.{NS}.pt.trace.json.gz", 2, 1, id="vllm-rank-only"),
     pytest.param(f"rank2.{NS}.pt.trace.json", 4, 2, id="vllm-uncompressed"),
@@ -575,9 +543,7 @@ class TestLocalRankFromTraceNameTable:
 
 
 SAFE = string.ascii_letters + string.digits + "-_."
-HOST_FRAGMENTS = [
-    "gpu", "node", "rank", "rank3", "-rank-", "-rank-2", "TP", "-TP-1", "dp1", "_", "-", ".", "7"
-]
+HOST_FRAGMENTS = ["gpu", "node", "rank", "rank3", "-rank-", "-rank-2", "TP", "-TP-1", "dp1", "_", "-", ".", "7"]
 
 safe_prefixes = st.text(alphabet=SAFE, max_size=20)
 host_names = st.one_of(
@@ -627,9 +593,7 @@ class TestLocalRankFromTraceNameProperties:
         data=st.data(),
         directory=st.sampled_from(["", "/tmp/t/", "out/rank9/"]),
     )
-    def test_generated_vllm_name_gives_k(
-        self, wk: tuple[int, int], data: st.DataObject, directory: str
-    ) -> None:
+    def test_generated_vllm_name_gives_k(self, wk: tuple[int, int], data: st.DataObject, directory: str) -> None:
         """A vLLM name built from local rank k reads back as exactly k, with any prefix."""
         width, k = wk
         name = directory + data.draw(vllm_names(k))
@@ -652,9 +616,7 @@ class TestLocalRankFromTraceNameProperties:
         assert local_rank_from_trace_name(f"{host}_{pid}.{ns}.pt.trace.json.gz", width) is None
 
     @given(wk=width_and_rank(), data=st.data())
-    def test_generated_vllm_dp_name_gives_none(
-        self, wk: tuple[int, int], data: st.DataObject
-    ) -> None:
+    def test_generated_vllm_dp_name_gives_none(self, wk: tuple[int, int], data: st.DataObject) -> None:
         """A vLLM name from a data-parallel engine other than 0 yields None."""
         width, k = wk
         dp = data.draw(st.integers(min_value=1, max_value=16))

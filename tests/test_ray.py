@@ -44,8 +44,9 @@ def test_workers_engines_and_hooks(cluster: None, tmp_path: Path) -> None:
     step's rollout traces landed; a stage that raises does not stop profiling."""
     save = tmp_path / "save"
     cmd = 'ls "$PROFDSL_SAVE_PATH" > "$PROFDSL_SAVE_PATH/../hook-$PROFDSL_RANK-$PROFDSL_PID.txt"'
-    config = make_config(save, steps=[1, 2], ranks=[0], finish_hook=FinishHook(cmd=cmd),
-                         rollout=RolloutOptions(flush_wait_s=30))
+    config = make_config(
+        save, steps=[1, 2], ranks=[0], finish_hook=FinishHook(cmd=cmd), rollout=RolloutOptions(flush_wait_s=30)
+    )
     workers = [remote(TrainWorker, config, rank, 2, ("actor", "ref")) for rank in range(2)]
     engines = [remote(SamplerActor, config, r) for r in range(2)]
     trainer = RayStepProfiler(config, workers=workers + [workers[0]], engines=engines)
@@ -64,8 +65,11 @@ def test_workers_engines_and_hooks(cluster: None, tmp_path: Path) -> None:
     records = read_manifest(save)
     traces = [(r["role"], r["stage"], r["step"], r["rank"]) for r in records if r["kind"] == "trace"]
     assert sorted(set(traces)) == [
-        ("actor", "update_actor", 1, 0), ("actor", "update_actor", 2, 0),
-        ("ref", "compute_ref_log_prob", 1, 0), ("ref", "compute_ref_log_prob", 2, 0)]
+        ("actor", "update_actor", 1, 0),
+        ("actor", "update_actor", 2, 0),
+        ("ref", "compute_ref_log_prob", 1, 0),
+        ("ref", "compute_ref_log_prob", 2, 0),
+    ]
     rollout = sorted((r["step"], r["replica"], r["rank"]) for r in records if r["kind"] == "rollout")
     assert rollout == [(1, 0, 0), (2, 0, 0)]
     for record in records:
@@ -74,8 +78,9 @@ def test_workers_engines_and_hooks(cluster: None, tmp_path: Path) -> None:
     hooks = [r for r in records if r["kind"] == "hook"]
     # Rank 0's process serves two roles: the hook ran once there (the other role's is skipped).
     assert sorted((h["status"], h["rank"], h["role"]) for h in hooks) == [
-        ("ok", 0, "actor"), ("skipped", 0, "ref")] or sorted(
-        (h["status"], h["rank"], h["role"]) for h in hooks) == [("ok", 0, "ref"), ("skipped", 0, "actor")]
+        ("ok", 0, "actor"),
+        ("skipped", 0, "ref"),
+    ] or sorted((h["status"], h["rank"], h["role"]) for h in hooks) == [("ok", 0, "ref"), ("skipped", 0, "actor")]
     [listing] = list(tmp_path.glob("hook-0-*.txt"))
     assert "rollout_step000002" in listing.read_text()  # the last step's rollout traces (B3)
     for handle in workers + engines:

@@ -38,14 +38,22 @@ def two_nodes():
 
 def test_relocation_and_hooks_per_node(two_nodes: object, tmp_path: Path) -> None:
     save = tmp_path / "save"
-    config = ProfilerConfig(enable=True, steps=[1], all_ranks=True, save_path=str(save), discrete=True,
-                            torch=TorchOptions(contents=["cpu"]), rollout=RolloutOptions(flush_wait_s=30),
-                            finish_hook=FinishHook(cmd="true", ranks=[0, 1], timeout_s=60))
+    config = ProfilerConfig(
+        enable=True,
+        steps=[1],
+        all_ranks=True,
+        save_path=str(save),
+        discrete=True,
+        torch=TorchOptions(contents=["cpu"]),
+        rollout=RolloutOptions(flush_wait_s=30),
+        finish_hook=FinishHook(cmd="true", ranks=[0, 1], timeout_s=60),
+    )
     on = {"a": {"node_a": 0.01}, "b": {"node_b": 0.01}}
-    workers = [ray.remote(num_cpus=0, resources=on[n])(TrainWorker).remote(config, rank, 2, ("actor",))
-               for rank, n in enumerate("ab")]
-    engines = [ray.remote(num_cpus=0, resources=on[n])(SamplerActor).remote(config, r)
-               for r, n in enumerate("ab")]
+    workers = [
+        ray.remote(num_cpus=0, resources=on[n])(TrainWorker).remote(config, rank, 2, ("actor",))
+        for rank, n in enumerate("ab")
+    ]
+    engines = [ray.remote(num_cpus=0, resources=on[n])(SamplerActor).remote(config, r) for r, n in enumerate("ab")]
     node_of_engine = ray.get([e.node.remote() for e in engines])
     assert node_of_engine[0] != node_of_engine[1]
     trainer = RayStepProfiler(config, workers=workers, engines=engines)

@@ -53,50 +53,111 @@ ROOT = Path(__file__).resolve().parents[1]
 texts = st.none() | st.text(max_size=10)
 counts = st.none() | st.integers(0, 2**40)
 file_names = st.text(string.ascii_letters + string.digits + "-_", min_size=1, max_size=12).map(
-    lambda s: f"{s}.pt.trace.json.gz")
+    lambda s: f"{s}.pt.trace.json.gz"
+)
 durations = st.none() | st.floats(0, 1e300, allow_nan=False)
 windows = st.none() | st.tuples(st.integers(0, 99), st.integers(0, 99))
 coords = st.none() | st.dictionaries(st.sampled_from(DIMS), st.integers(0, 999))
 sizes = st.none() | st.dictionaries(st.sampled_from(DIMS), st.integers(1, 999))
 window_notes = st.builds(WindowNote, role=texts, step=counts, window=windows)
-capture_notes = st.none() | st.builds(CaptureNote, source=st.none() | st.sampled_from(SOURCES),
-                                      request=st.none() | st.from_regex(r"[a-z0-9][a-z0-9._:-]{0,20}", fullmatch=True),
-                                      steps=windows, reason=st.none() | st.text(max_size=20))
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-                           lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner,
-                                                                                       max_size=2),
-                           max_leaves=4)
+capture_notes = st.none() | st.builds(
+    CaptureNote,
+    source=st.none() | st.sampled_from(SOURCES),
+    request=st.none() | st.from_regex(r"[a-z0-9][a-z0-9._:-]{0,20}", fullmatch=True),
+    steps=windows,
+    reason=st.none() | st.text(max_size=20),
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+    max_leaves=4,
+)
 
 FIELDS: dict[str, st.SearchStrategy[Any]] = {
-    "path": st.none() | file_names, "intended": st.none() | file_names, "events": st.none() | file_names,
-    "role": texts, "stage": texts, "host": texts, "error": texts, "reason": texts, "config_hash": texts,
-    "note": texts, "source": texts, "node": texts, "call": texts,
-    "step": counts, "rank": counts, "replica": counts, "pid": counts, "bytes": counts, "part": counts,
-    "time_ms": counts, "source_bytes": counts, "world_size": st.none() | st.integers(1, 2**40),
-    "tp": counts, "pp": counts, "dp": counts, "cp": counts, "ep": counts,
-    "window": windows, "status": st.sampled_from(STATUSES), "schema": st.integers(0, 3),
+    "path": st.none() | file_names,
+    "intended": st.none() | file_names,
+    "events": st.none() | file_names,
+    "role": texts,
+    "stage": texts,
+    "host": texts,
+    "error": texts,
+    "reason": texts,
+    "config_hash": texts,
+    "note": texts,
+    "source": texts,
+    "node": texts,
+    "call": texts,
+    "step": counts,
+    "rank": counts,
+    "replica": counts,
+    "pid": counts,
+    "bytes": counts,
+    "part": counts,
+    "time_ms": counts,
+    "source_bytes": counts,
+    "world_size": st.none() | st.integers(1, 2**40),
+    "tp": counts,
+    "pp": counts,
+    "dp": counts,
+    "cp": counts,
+    "ep": counts,
+    "window": windows,
+    "status": st.sampled_from(STATUSES),
+    "schema": st.integers(0, 3),
     "roles": st.none() | st.lists(st.text(max_size=5), max_size=3).map(tuple),
-    "parallel_sizes": sizes, "windows": st.none() | st.lists(window_notes, max_size=2).map(tuple),
-    "blocked_ms": durations, "export_ms": durations, "duration_s": durations,
-    "source_mtime_ns": st.none() | st.integers(-2**62, 2**62), "exit_code": st.none() | st.integers(-255, 255),
+    "parallel_sizes": sizes,
+    "windows": st.none() | st.lists(window_notes, max_size=2).map(tuple),
+    "blocked_ms": durations,
+    "export_ms": durations,
+    "duration_s": durations,
+    "source_mtime_ns": st.none() | st.integers(-(2**62), 2**62),
+    "exit_code": st.none() | st.integers(-255, 255),
     "steps": st.none() | st.lists(st.integers(0, 99), max_size=3).map(tuple),
     "capture": capture_notes,
 }
 META_FIELDS: dict[str, st.SearchStrategy[Any]] = {
-    **{k: FIELDS[k] for k in ("role", "roles", "stage", "step", "rank", "world_size", "window", "windows",
-                              "config_hash", "host", "pid", "schema", "capture")},
-    "regions": st.none() | st.builds(
-        Regions, stages=st.none() | st.lists(st.text(max_size=5), max_size=3).map(tuple),
+    **{
+        k: FIELDS[k]
+        for k in (
+            "role",
+            "roles",
+            "stage",
+            "step",
+            "rank",
+            "world_size",
+            "window",
+            "windows",
+            "config_hash",
+            "host",
+            "pid",
+            "schema",
+            "capture",
+        )
+    },
+    "regions": st.none()
+    | st.builds(
+        Regions,
+        stages=st.none() | st.lists(st.text(max_size=5), max_size=3).map(tuple),
         mini_batches=st.none() | st.lists(st.text(max_size=5), max_size=2).map(tuple),
-        continued=st.none() | st.dictionaries(st.text(max_size=5), st.integers(0, 9), max_size=2)),
-    "parallel": coords, "parallel_sizes": sizes,
-    "export": st.none() | st.builds(ExportMeta, format=texts, role=texts, stage=texts, step=counts, rank=counts,
-                                    iterations=texts, traces=st.none() | st.lists(texts.filter(bool), max_size=2)
-                                    .map(lambda v: tuple(x for x in v if x is not None))),
+        continued=st.none() | st.dictionaries(st.text(max_size=5), st.integers(0, 9), max_size=2),
+    ),
+    "parallel": coords,
+    "parallel_sizes": sizes,
+    "export": st.none()
+    | st.builds(
+        ExportMeta,
+        format=texts,
+        role=texts,
+        stage=texts,
+        step=counts,
+        rank=counts,
+        iterations=texts,
+        traces=st.none() | st.lists(texts.filter(bool), max_size=2).map(lambda v: tuple(x for x in v if x is not None)),
+    ),
     "merged_traces": counts,
     "alignment": st.none() | st.dictionaries(st.text(max_size=4), json_values, max_size=2),
-    "stages": st.none() | st.lists(st.dictionaries(st.text(max_size=4), json_values, max_size=2),
-                                   max_size=2).map(tuple),
+    "stages": st.none()
+    | st.lists(st.dictionaries(st.text(max_size=4), json_values, max_size=2), max_size=2).map(tuple),
 }
 
 
@@ -106,8 +167,9 @@ def _names(cls: type[Any]) -> set[str]:
 
 def unknown_fields(cls: type[Any]) -> st.SearchStrategy[dict[str, Any]]:
     """Fields a newer schema might add: any key the class does not have."""
-    return st.dictionaries(st.text(max_size=8).filter(lambda k: k not in _names(cls) | {"kind"}), json_values,
-                           max_size=3)
+    return st.dictionaries(
+        st.text(max_size=8).filter(lambda k: k not in _names(cls) | {"kind"}), json_values, max_size=3
+    )
 
 
 def record_strategy(cls: type[Record]) -> st.SearchStrategy[Record]:
@@ -123,8 +185,9 @@ def test_every_field_has_a_strategy() -> None:
 
 @settings(deadline=None, max_examples=60)
 @given(st.sampled_from(sorted(RECORD_CLASSES)).flatmap(lambda kind: record_strategy(RECORD_CLASSES[kind])))
-def test_every_record_kind_round_trips_through_the_manifest(tmp_path_factory: pytest.TempPathFactory,
-                                                             record: Record) -> None:
+def test_every_record_kind_round_trips_through_the_manifest(
+    tmp_path_factory: pytest.TempPathFactory, record: Record
+) -> None:
     folder = tmp_path_factory.mktemp("manifest")
     assert append_record(folder, record)
     (back,) = read_records(folder)
@@ -136,12 +199,18 @@ def test_every_record_kind_round_trips_through_the_manifest(tmp_path_factory: py
 
 @settings(deadline=None, max_examples=60)
 @given(st.builds(TraceMeta, **META_FIELDS, unknown=unknown_fields(TraceMeta)))
-def test_trace_metadata_round_trips_through_a_trace_file(tmp_path_factory: pytest.TempPathFactory,
-                                                         meta: TraceMeta) -> None:
+def test_trace_metadata_round_trips_through_a_trace_file(
+    tmp_path_factory: pytest.TempPathFactory, meta: TraceMeta
+) -> None:
     path = tmp_path_factory.mktemp("trace") / "t.pt.trace.json.gz"
     header = trace_header(to_json(meta), distributed=True)
-    path.write_bytes(gzip.compress(json.dumps({**header, "traceEvents": [{"ph": "X", "name": "x", "ts": 1,
-                                                                           "dur": 1, "pid": 1, "tid": 1}]}).encode()))
+    path.write_bytes(
+        gzip.compress(
+            json.dumps(
+                {**header, "traceEvents": [{"ph": "X", "name": "x", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}
+            ).encode()
+        )
+    )
     read = reader.header(path)
     back = parse_meta(read[schema.META_KEY])
     assert back == meta and back.unknown == meta.unknown
@@ -150,11 +219,13 @@ def test_trace_metadata_round_trips_through_a_trace_file(tmp_path_factory: pytes
 
 def test_a_wrong_field_is_named() -> None:
     good = to_json(TraceRecord(path="a.json.gz", step=1))
-    for key, value, words in (("step", "3", "step must be an integer"),
-                              ("windows", [{"window": 5}], "windows[0].window"),
-                              ("parallel_sizes", {"xp": 1}, "parallel_sizes names a parallel dimension"),
-                              ("blocked_ms", float("inf"), "blocked_ms must be a finite number"),
-                              ("kind", "blob", "kind must be one of")):
+    for key, value, words in (
+        ("step", "3", "step must be an integer"),
+        ("windows", [{"window": 5}], "windows[0].window"),
+        ("parallel_sizes", {"xp": 1}, "parallel_sizes names a parallel dimension"),
+        ("blocked_ms", float("inf"), "blocked_ms must be a finite number"),
+        ("kind", "blob", "kind must be one of"),
+    ):
         with pytest.raises(RecordError, match=words.replace("[", r"\[").replace("]", r"\]")):
             parse_record({**good, key: value})
     with pytest.raises(RecordError, match="written by schema 9"):
@@ -170,8 +241,11 @@ def test_writers_cannot_add_a_key_the_schema_lacks() -> None:
 
 def test_fields_of_a_newer_version_are_kept_and_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a.pt.trace.json.gz").write_bytes(b"x")
-    newer = {**to_json(TraceRecord(path="a.pt.trace.json.gz", role="actor", step=1, rank=0, bytes=1)),
-             "schema": 2, "gpu_model": "H200"}
+    newer = {
+        **to_json(TraceRecord(path="a.pt.trace.json.gz", role="actor", step=1, rank=0, bytes=1)),
+        "schema": 2,
+        "gpu_model": "H200",
+    }
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(newer) + "\n")
     (artifact,) = catalog(tmp_path).artifacts
     assert artifact.record is not None and artifact.record.unknown == {"gpu_model": "H200"}
@@ -190,9 +264,24 @@ def test_failed_records_name_no_file_and_old_ones_are_read_alike(tmp_path: Path)
     """Schema 1 writes a failed trace's name as ``intended`` (``path`` null); a schema-0 record,
     which put it in ``path``, reads the same, and ``check`` does not look for that file."""
     new = parse_record(to_json(TraceRecord(status="failed", intended="x.pt.trace.json.gz", error="disk full")))
-    old = parse_record({"kind": "trace", "path": "x.pt.trace.json.gz", "status": "failed", "error": "disk full",
-                        "role": None, "stage": None, "step": None, "rank": None, "world_size": None,
-                        "replica": None, "window": None, "host": None, "pid": None, "bytes": None})
+    old = parse_record(
+        {
+            "kind": "trace",
+            "path": "x.pt.trace.json.gz",
+            "status": "failed",
+            "error": "disk full",
+            "role": None,
+            "stage": None,
+            "step": None,
+            "rank": None,
+            "world_size": None,
+            "replica": None,
+            "window": None,
+            "host": None,
+            "pid": None,
+            "bytes": None,
+        }
+    )
     assert (new.path, new.intended) == (old.path, old.intended) == (None, "x.pt.trace.json.gz")
     assert old.schema == 0 and new.schema == schema.SCHEMA_VERSION
 
@@ -213,17 +302,24 @@ def test_the_docs_page_is_the_schema() -> None:
 
 #: Modules whose string keys are another format that happens to share a word with the schema.
 OTHER_FORMATS = {
-    "analysis/cost.py": "summary --cost rows", "analysis/model.py": "summary --json rows",
-    "cli/summary.py": "summary rows", "cli/__init__.py": "the command table", "cli/plan.py": "plan --json",
-    "core/": "trace-name grammar, engine names, layouts", "integrations/verl/": "verl's own keys",
+    "analysis/cost.py": "summary --cost rows",
+    "analysis/model.py": "summary --json rows",
+    "cli/summary.py": "summary rows",
+    "cli/__init__.py": "the command table",
+    "cli/plan.py": "plan --json",
+    "core/": "trace-name grammar, engine names, layouts",
+    "integrations/verl/": "verl's own keys",
     "metrics/otel.py": "OpenTelemetry attributes",
 }
 #: (module, key) pairs that are not record or metadata keys.
 NOT_RECORD_KEYS = {
-    ("cli/merge.py", "pid"): "a Chrome event's pid", ("analysis/hta.py", "pid"): "a Chrome event's pid",
-    ("cli/merge.py", "host"): "merge's alignment object", ("cli/merge.py", "traces"): "merge's alignment object",
+    ("cli/merge.py", "pid"): "a Chrome event's pid",
+    ("analysis/hta.py", "pid"): "a Chrome event's pid",
+    ("cli/merge.py", "host"): "merge's alignment object",
+    ("cli/merge.py", "traces"): "merge's alignment object",
     ("collect/relocate.py", "pid"): "a regular expression's group",
-    ("analysis/chrome.py", "id"): "a Chrome flow event's id", ("config/combine.py", "ranks"): "a ProfilerConfig field",
+    ("analysis/chrome.py", "id"): "a Chrome flow event's id",
+    ("config/combine.py", "ranks"): "a ProfilerConfig field",
 }
 
 
@@ -250,11 +346,18 @@ def spelled_keys(source: str, keys: set[str]) -> list[tuple[int, str]]:
                     key(k)
         elif isinstance(node, ast.Subscript):
             key(node.slice)
-        elif isinstance(node, ast.Call) and node.args and (
-                isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop", "setdefault")):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and (isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop", "setdefault"))
+        ):
             key(node.args[0])
-        elif isinstance(node, ast.Call) and len(node.args) > 1 and isinstance(node.func, ast.Name) \
-                and node.func.id in ("getattr", "hasattr"):
+        elif (
+            isinstance(node, ast.Call)
+            and len(node.args) > 1
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+        ):
             key(node.args[1])
         elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
             key(node.left)
@@ -263,7 +366,11 @@ def spelled_keys(source: str, keys: set[str]) -> list[tuple[int, str]]:
 
 def test_the_scan_finds_a_spelled_key() -> None:
     assert spelled_keys('r.get("events"); r["stage"]; {"profdsl": 1}; "regions" in m', schema_keys()) == [
-        (1, "events"), (1, "stage"), (1, "profdsl"), (1, "regions")]
+        (1, "events"),
+        (1, "stage"),
+        (1, "profdsl"),
+        (1, "regions"),
+    ]
 
 
 def test_only_the_schema_spells_record_and_metadata_keys() -> None:

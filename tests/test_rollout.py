@@ -79,11 +79,18 @@ class TestSelectionAndRelocation:
         assert engines[1].llm.calls[0] == ("start", "step5-replica1")
         records = rollout_records(cfg)
         assert sorted((r["replica"], r["rank"], r["step"], r["status"]) for r in records) == [
-            (1, 3, 5, "ok"), (3, 6, 5, "ok")]
+            (1, 3, 5, "ok"),
+            (3, 6, 5, "ok"),
+        ]
         for record in records:
             name = TraceName.parse(record["path"])
             assert (name.role, name.step, name.replica, name.rank, name.world_size) == (
-                "rollout", 5, record["replica"], record["rank"], 8)
+                "rollout",
+                5,
+                record["replica"],
+                record["rank"],
+                8,
+            )
             assert load(Path(cfg.save_path) / record["path"])["traceEvents"]
         left = sorted(os.listdir(rollout_trace_dir(cfg.save_path, 1)))
         assert len(left) == 1 and "rank0." in left[0]
@@ -239,8 +246,10 @@ class TestVllmLaunch:
         assert launch.engine_args == {}
         assert launch.env == {
             "VLLM_TORCH_PROFILER_DIR": rollout_trace_dir(cfg.save_path, 0),
-            "VLLM_TORCH_PROFILER_WITH_STACK": "1", "VLLM_TORCH_PROFILER_RECORD_SHAPES": "0",
-            "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": "0"}
+            "VLLM_TORCH_PROFILER_WITH_STACK": "1",
+            "VLLM_TORCH_PROFILER_RECORD_SHAPES": "0",
+            "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": "0",
+        }
 
     def test_unprofiled_replica_gets_nothing(self, tmp_path: Path) -> None:
         """A replica that owns no selected rank, or a disabled config, gets no configuration."""
@@ -318,8 +327,7 @@ class TestTorchSampler:
     def test_sampler_follows_the_compress_level(self, tmp_path: Path) -> None:
         """``TorchOptions.compress_level=0``: the sampler's trace is plain JSON too, moved and
         recorded like a gzipped one."""
-        cfg = config(tmp_path / "p", discrete=True, steps=[2],
-                     torch=TorchOptions(contents=["cpu"], compress_level=0))
+        cfg = config(tmp_path / "p", discrete=True, steps=[2], torch=TorchOptions(contents=["cpu"], compress_level=0))
         sampler = TorchSamplerEngine(cfg, replica=0)
         with driver(cfg) as profiler, profiler.step(2), rollout_window([sampler]):
             torch.nn.Linear(8, 8)(torch.randn(4, 8))
@@ -364,8 +372,9 @@ class TestPlanRollout:
         files=st.lists(st.tuples(st.integers(min_value=0, max_value=5), st.booleans()), max_size=8),
         keep=st.none() | st.frozensets(st.integers(min_value=0, max_value=20)),
     )
-    def test_moves_selected_and_unknown_ranks(self, width: int, replica: int,
-                                              files: list[tuple[int, bool]], keep: frozenset[int] | None) -> None:
+    def test_moves_selected_and_unknown_ranks(
+        self, width: int, replica: int, files: list[tuple[int, bool]], keep: frozenset[int] | None
+    ) -> None:
         """A file moves iff its rank is unknown or its global rank is kept; moved names are
         distinct per file and carry the global rank."""
         from profdsl.collect.relocate import Move
@@ -373,10 +382,23 @@ class TestPlanRollout:
 
         names = []
         for i, (tp, known) in enumerate(files):
-            names.append(f"p_dp0_pp0_tp{tp}_dcp0_ep0_rank{tp}.{1000 + i}.pt.trace.json.gz" if known
-                         else f"host_{i}.{1000 + i}.pt.trace.json.gz")
-        plan = plan_rollout(names, source_dir="/src", replica=replica, replica_world_size=width,
-                            keep=keep, step=4, world_size=16, host="h", pid=1, time_ms=1_795_000_000_000)
+            names.append(
+                f"p_dp0_pp0_tp{tp}_dcp0_ep0_rank{tp}.{1000 + i}.pt.trace.json.gz"
+                if known
+                else f"host_{i}.{1000 + i}.pt.trace.json.gz"
+            )
+        plan = plan_rollout(
+            names,
+            source_dir="/src",
+            replica=replica,
+            replica_world_size=width,
+            keep=keep,
+            step=4,
+            world_size=16,
+            host="h",
+            pid=1,
+            time_ms=1_795_000_000_000,
+        )
         moved = {m.source.rsplit("/", 1)[1]: m for m in plan if isinstance(m, Move)}
         for (tp, known), name in zip(files, names):
             if known:

@@ -50,8 +50,7 @@ HANDLES = [pytest.param(in_process, id="engine"), pytest.param(over_http, id="ht
 
 def rollouts(cfg: ProfilerConfig, handle: Handle, engine_steps: list[int]) -> FakeSGLangEngine:
     """Profiled steps 1, 2, ... of a trainer, each rolling out ``engine_steps[i]`` engine steps."""
-    with handle(cfg) as (engine, fake), \
-            Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as profiler:
+    with handle(cfg) as (engine, fake), Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as profiler:
         for step, count in enumerate(engine_steps, start=1):
             with profiler.step(step), rollout_window([engine], replica_world_size=TP):
                 fake.generate(count)
@@ -75,8 +74,11 @@ def problems(cfg: ProfilerConfig) -> list[dict[str, Any]]:
 
 def forward_events(cfg: ProfilerConfig, step: int) -> list[int]:
     """How many engine steps each trace recorded ok for ``step`` holds (one per TP rank)."""
-    return [sum(e["name"] == "forward" for e in load(Path(cfg.save_path) / r["path"])["traceEvents"])
-            for r in records(cfg.save_path, "rollout") if r["status"] == "ok" and r["step"] == step]
+    return [
+        sum(e["name"] == "forward" for e in load(Path(cfg.save_path) / r["path"])["traceEvents"])
+        for r in records(cfg.save_path, "rollout")
+        if r["status"] == "ok" and r["step"] == step
+    ]
 
 
 def strays(cfg: ProfilerConfig) -> list[tuple[int, int]]:
@@ -89,12 +91,15 @@ def strays(cfg: ProfilerConfig) -> list[tuple[int, int]]:
     return sorted(found)
 
 
-def steps_with_traffic(cfg: ProfilerConfig, handle: Handle, engine_steps: dict[int, int],
-                       before: Callable[[int, FakeSGLangEngine], None] | None = None) -> FakeSGLangEngine:
+def steps_with_traffic(
+    cfg: ProfilerConfig,
+    handle: Handle,
+    engine_steps: dict[int, int],
+    before: Callable[[int, FakeSGLangEngine], None] | None = None,
+) -> FakeSGLangEngine:
     """Trainer steps 1, 2, ... each rolling out ``engine_steps[step]`` engine steps in its
     window; steps the config does not profile generate too (traffic the engine sees)."""
-    with handle(cfg) as (engine, fake), \
-            Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as profiler:
+    with handle(cfg) as (engine, fake), Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as profiler:
         for step, count in sorted(engine_steps.items()):
             if before is not None:
                 before(step, fake)
@@ -141,8 +146,10 @@ class TestUnexpectedStopRefusal:
 
     def test_refused_stop_without_num_steps_is_recorded(self, tmp_path: Path, handle: Handle) -> None:
         cfg = rollout_config(tmp_path, max_iterations=0)
-        with handle(cfg) as (engine, fake), \
-                Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as profiler:
+        with (
+            handle(cfg) as (engine, fake),
+            Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as profiler,
+        ):
             with profiler.step(1), rollout_window([engine], replica_world_size=TP):
                 fake.stop_profile()  # someone else stopped it meanwhile
         [record] = problems(cfg)
@@ -174,7 +181,8 @@ class TestNoStartWhileRunning:
         assert [(r["step"], r["call"]) for r in problems(cfg) if r.get("call")] == [(1, "stop_profile")]
         assert not fake.in_progress and not fake.armed
         assert [key for key in stage_counts(cfg.save_path) if key[1] == "rollout"] == [
-            (3, "rollout", "generate (engine)")]
+            (3, "rollout", "generate (engine)")
+        ]
 
     def test_start_refused_when_the_old_profile_cannot_be_ended(self, tmp_path: Path, handle: Handle) -> None:
         """When the earlier profile cannot be ended either, the handle refuses to start (no

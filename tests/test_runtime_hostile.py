@@ -69,13 +69,15 @@ def sys_exit(signum: int, frame: object) -> None:
 
 
 def test_a_sigterm_handler_raising_inside_torchs_stop_keeps_both_traces(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handler: Any) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handler: Any
+) -> None:
     """A trainer's SIGTERM handler that raises (torchelastic's) lands inside ``prof.stop()``: the
     exit reaches the loop once, after the step ended; no trace is lost and torch is stopped."""
     fired = raise_once(monkeypatch, "stop", signal.SIGTERM, after=False)
     handler(signal.SIGTERM, sys_exit)
-    profiler = Profiler(config(tmp_path, steps=[1, 2], finish_hook=FinishHook(cmd="true")),
-                        role="actor", rank=0, world_size=1)
+    profiler = Profiler(
+        config(tmp_path, steps=[1, 2], finish_hook=FinishHook(cmd="true")), role="actor", rank=0, world_size=1
+    )
     caught = []
     for step in (1, 2):
         profiler.start(step)
@@ -92,7 +94,8 @@ def test_a_sigterm_handler_raising_inside_torchs_stop_keeps_both_traces(
 
 
 def test_ctrl_c_at_the_end_of_torchs_start_comes_after_the_step_began(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handler: Any) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handler: Any
+) -> None:
     """Ctrl-C lands just after torch's ``prof.start()``: ``start()`` raises it once the step has
     begun, so the loop that goes on stops that step as usual and both traces are kept."""
     fired = raise_once(monkeypatch, "start", signal.SIGINT, after=True)
@@ -160,8 +163,9 @@ def test_a_profiler_re_created_mid_step_closes_the_earlier_one(tmp_path: Path) -
 def test_two_threads_calling_one_profiler_at_once(tmp_path: Path) -> None:
     """A fused worker driven from two pool threads at once (a threaded actor, max_concurrency=2):
     start, a stage and stop race on one profiler; each profiled step is traced once."""
-    profiler = Profiler(config(tmp_path, steps=[1, 2, 3, 4], finish_hook=FinishHook(cmd="true")),
-                        role="actor", rank=0, world_size=1)
+    profiler = Profiler(
+        config(tmp_path, steps=[1, 2, 3, 4], finish_hook=FinishHook(cmd="true")), role="actor", rank=0, world_size=1
+    )
     barrier = threading.Barrier(2)
     errors: list[BaseException] = []
 
@@ -222,10 +226,16 @@ def test_a_background_hook_does_not_hold_up_another_roles_steps(tmp_path: Path) 
     actor's steps 2..4 are over, which they can be only if nothing of theirs waits for it."""
     go = tmp_path / "go"
     said = tmp_path / "said"
-    wait_for_go = (f'for i in $(seq 600); do [ -f "{go}" ] && echo go > "{said}" && exit 0; '
-                   f'sleep 0.1; done; echo timeout > "{said}"')
-    ref = Profiler(config(tmp_path / "ref", finish_hook=FinishHook(cmd=wait_for_go, background=True)),
-                   role="ref", rank=0, world_size=1)
+    wait_for_go = (
+        f'for i in $(seq 600); do [ -f "{go}" ] && echo go > "{said}" && exit 0; '
+        f'sleep 0.1; done; echo timeout > "{said}"'
+    )
+    ref = Profiler(
+        config(tmp_path / "ref", finish_hook=FinishHook(cmd=wait_for_go, background=True)),
+        role="ref",
+        rank=0,
+        world_size=1,
+    )
     actor = Profiler(config(tmp_path / "actor", steps=[1, 2, 3, 4]), role="actor", rank=0, world_size=1)
     for step in range(1, 5):
         ref.start(step)
@@ -261,7 +271,8 @@ def test_fused_roles_with_two_save_paths_say_where_their_shared_capture_went(tmp
 
 
 def test_close_from_inside_profdsl_on_the_same_thread_does_not_deadlock(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A signal handler that closes the profiler runs while profdsl holds its own locks (here:
     the registry's, inside ``start()``): the re-entrant close completes and the trace is kept."""
     from profdsl.runtime.registry import Registry

@@ -80,14 +80,18 @@ def traces(draw: st.DrawFn) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     bases = draw(st.lists(st.sampled_from(["mini_batch", "mb", "mb1", "é"]), max_size=2, unique=True))
     names = [encode(s) for s in stages] + [f"{encode(b)}{i}" for b in bases for i in (0, 3, 12)]
     names += ["aten::mm", "update_actor_extra", "cudaLaunchKernel"]
-    event = st.fixed_dictionaries({
-        "ph": st.sampled_from(["X", "X", "X", "i", "M"]),
-        "cat": st.sampled_from(["cpu_op", "user_annotation", "gpu_user_annotation", "kernel"]),
-        "name": st.sampled_from(names),
-        "pid": st.integers(0, 3), "tid": st.sampled_from([1, 2, "stream 7"]),
-        "ts": _ts, "dur": _dur,
-        "args": st.fixed_dictionaries({"name": st.sampled_from(names), "External id": st.integers(0, 99)}),
-    })
+    event = st.fixed_dictionaries(
+        {
+            "ph": st.sampled_from(["X", "X", "X", "i", "M"]),
+            "cat": st.sampled_from(["cpu_op", "user_annotation", "gpu_user_annotation", "kernel"]),
+            "name": st.sampled_from(names),
+            "pid": st.integers(0, 3),
+            "tid": st.sampled_from([1, 2, "stream 7"]),
+            "ts": _ts,
+            "dur": _dur,
+            "args": st.fixed_dictionaries({"name": st.sampled_from(names), "External id": st.integers(0, 99)}),
+        }
+    )
     items = draw(st.lists(event, min_size=1, max_size=40))
     for item in items:
         if item["ph"] != "X":
@@ -98,9 +102,14 @@ def traces(draw: st.DrawFn) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(trace=traces(), chunk=st.sampled_from([64, 300, 4096, 1 << 20]), gz=st.booleans(), span=st.booleans())
-def test_fast_reader_equals_the_streaming_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             trace: tuple[dict[str, Any], list[dict[str, Any]]],
-                                             chunk: int, gz: bool, span: bool) -> None:
+def test_fast_reader_equals_the_streaming_one(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    trace: tuple[dict[str, Any], list[dict[str, Any]]],
+    chunk: int,
+    gz: bool,
+    span: bool,
+) -> None:
     """Any mix of events, region names that others only start like, ``name`` keys in args, any
     block size: the fast reader takes the file (no fallback) and finds exactly what the
     streaming reader finds."""
@@ -120,8 +129,9 @@ def test_fast_reader_equals_the_streaming_one(tmp_path: Path, monkeypatch: pytes
 def test_real_traces_read_alike(tmp_path: Path) -> None:
     """Traces the runtime writes (discrete scheduled windows, nested stages, odd labels, a
     torch sampler's engine trace): fast and streaming readers agree, with and without spans."""
-    cfg = config(tmp_path, discrete=True, torch=TorchOptions(contents=["cpu", "shapes"],
-                                                             schedule=Schedule(wait=1, active=2)))
+    cfg = config(
+        tmp_path, discrete=True, torch=TorchOptions(contents=["cpu", "shapes"], schedule=Schedule(wait=1, active=2))
+    )
     import torch
 
     with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
@@ -179,8 +189,10 @@ def test_damaged_traces_get_the_streaming_readers_error(tmp_path: Path, damage: 
 
 def test_a_cut_gzip_file_gets_the_streaming_readers_error(tmp_path: Path) -> None:
     meta = {"regions": {"stages": ["s"], "mini_batches": []}}
-    items = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": f"{i}.0", "dur": "1.0"}
-             for i in range(2000)]
+    items = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": f"{i}.0", "dur": "1.0"}
+        for i in range(2000)
+    ]
     path = write(tmp_path / "t.json.gz", kineto_text(meta, items))
     path.write_bytes(path.read_bytes()[:-200])
     meta_read = header(path)
@@ -200,8 +212,18 @@ def test_memory_is_bounded_by_the_block_not_the_trace(tmp_path: Path, monkeypatc
     items = []
     for i in range(60_000):
         name = "update_actor" if i % 1000 == 0 else f"mini_batch{i}" if i % 100 == 0 else "aten::mm"
-        items.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": f"{i}.125",
-                      "dur": "0.5", "args": {"External id": i, "Input Dims": [[64, 64], [64, 64]]}})
+        items.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": f"{i}.125",
+                "dur": "0.5",
+                "args": {"External id": i, "Input Dims": [[64, 64], [64, 64]]},
+            }
+        )
     path = write(tmp_path / "big.json.gz", kineto_text(meta, items))
     plain = len(gzip.open(path).read())
     assert plain > 6 * 8 * (256 << 10)
@@ -314,8 +336,13 @@ def test_progress_only_on_a_terminal_and_after_a_while(monkeypatch: pytest.Monke
 
 
 def test_no_progress_when_stderr_is_piped(folder: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "profdsl", "summary", str(folder)], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [sys.executable, "-m", "profdsl", "summary", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert done.returncode == 0 and done.stderr == ""
 
 

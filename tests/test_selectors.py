@@ -49,8 +49,9 @@ def enumerate_layout(tp: int, pp: int, cp: int, dp: int, nodes: int) -> list[Pla
         for d in range(dp):
             for c in range(cp):
                 for t in range(tp):
-                    places.append(Place(counter, {"tp": t, "pp": p, "dp": d, "cp": c}, sizes,
-                                        counter // per_node, False))
+                    places.append(
+                        Place(counter, {"tp": t, "pp": p, "dp": d, "cp": c}, sizes, counter // per_node, False)
+                    )
                     counter += 1
     firsts = {min(p.rank for p in places if p.node == n) for n in range(nodes)}
     return [Place(p.rank, p.coords, p.sizes, p.node, p.rank in firsts) for p in places]
@@ -59,8 +60,7 @@ def enumerate_layout(tp: int, pp: int, cp: int, dp: int, nodes: int) -> list[Pla
 def oracle(terms: list[tuple], places: list[Place]) -> list[int]:
     """The ranks matching every term, decided from the enumeration alone."""
     chosen = []
-    replica_firsts = {d: min(p.rank for p in places if p.coords["dp"] == d)
-                      for d in {p.coords["dp"] for p in places}}
+    replica_firsts = {d: min(p.rank for p in places if p.coords["dp"] == d) for d in {p.coords["dp"] for p in places}}
     world = len(places)
     for place in places:
         ok = True
@@ -116,14 +116,14 @@ def layouts(draw: st.DrawFn) -> tuple[int, int, int, int, int]:
 
 def resolved(text: str, layout: GridLayout) -> list[int]:
     select = parse_selector(text)
-    return [r for r in range(layout.world_size)
-            if is_rank_selected(r, (), select=select, topology=layout.topology(r))]
+    return [r for r in range(layout.world_size) if is_rank_selected(r, (), select=select, topology=layout.topology(r))]
 
 
 class TestResolverAgainstEnumeration:
     @given(layouts(), selector_terms, spaces)
-    def test_resolver_picks_what_the_enumeration_picks(self, shape: tuple[int, ...],
-                                                       chosen: list[tuple], space: str) -> None:
+    def test_resolver_picks_what_the_enumeration_picks(
+        self, shape: tuple[int, ...], chosen: list[tuple], space: str
+    ) -> None:
         tp, pp, cp, dp, nodes = shape
         text = " and ".join(render(t, space) for t in chosen)
         layout = GridLayout(world_size=tp * pp * cp * dp, tp=tp, pp=pp, cp=cp, nodes=nodes)
@@ -166,21 +166,24 @@ class TestGrammar:
         assert parse_selector("tp in { 3 }").format() == "tp == 3"
         assert parse_selector("every(8)and first_per_node").format() == "every(8) and first_per_node"
 
-    @pytest.mark.parametrize(("text", "column", "token", "problem"), [
-        ("tp = 0", 4, "=", "expected '==' or 'in' after 'tp'"),
-        ("tp == 0 and pp in {0, lats}", 23, "lats", "expected an integer or 'last'"),
-        ("tpp == 0", 1, "tpp", "unknown term; did you mean 'tp'?"),
-        ("tp == 0 pp == 1", 9, "pp", "expected 'and' or the end"),
-        ("every(0)", 7, "0", "expected an integer in 1..999999999999"),
-        ("every 8", 7, "8", "expected '(' after 'every'"),
-        ("pp in {0, 1", 12, "", "expected ',' or '}' in the set"),
-        ("tp == 0 and", 12, "", "expected a term"),
-        ("", 1, "", "empty selector"),
-        ("tp == 0 @ pp == 1", 9, "@", "expected 'and' or the end"),
-        ("rank == -1", 9, "-", "expected an integer or 'last'"),
-        ("tp == 1.5", 8, ".", "expected 'and' or the end"),
-        ("tp == é", 7, "é", "expected an integer or 'last'"),
-    ])
+    @pytest.mark.parametrize(
+        ("text", "column", "token", "problem"),
+        [
+            ("tp = 0", 4, "=", "expected '==' or 'in' after 'tp'"),
+            ("tp == 0 and pp in {0, lats}", 23, "lats", "expected an integer or 'last'"),
+            ("tpp == 0", 1, "tpp", "unknown term; did you mean 'tp'?"),
+            ("tp == 0 pp == 1", 9, "pp", "expected 'and' or the end"),
+            ("every(0)", 7, "0", "expected an integer in 1..999999999999"),
+            ("every 8", 7, "8", "expected '(' after 'every'"),
+            ("pp in {0, 1", 12, "", "expected ',' or '}' in the set"),
+            ("tp == 0 and", 12, "", "expected a term"),
+            ("", 1, "", "empty selector"),
+            ("tp == 0 @ pp == 1", 9, "@", "expected 'and' or the end"),
+            ("rank == -1", 9, "-", "expected an integer or 'last'"),
+            ("tp == 1.5", 8, ".", "expected 'and' or the end"),
+            ("tp == é", 7, "é", "expected an integer or 'last'"),
+        ],
+    )
     def test_errors_point_at_the_bad_token(self, text: str, column: int, token: str, problem: str) -> None:
         with pytest.raises(ConfigError) as caught:
             parse_selector(text, where="ProfilerConfig.select")
@@ -240,9 +243,19 @@ class TestWhatTermsNeed:
 
     def test_hook_ranks_follow_the_selector(self) -> None:
         layout = GridLayout(world_size=8, tp=2)
-        hook = [r for r in range(8) if is_hook_rank(r, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(),
-                                                    profiled_all_ranks=False, profiled_select="tp == 1",
-                                                    topology=layout.topology(r))]
+        hook = [
+            r
+            for r in range(8)
+            if is_hook_rank(
+                r,
+                hook_ranks=(),
+                hook_all_ranks=False,
+                profiled_ranks=(),
+                profiled_all_ranks=False,
+                profiled_select="tp == 1",
+                topology=layout.topology(r),
+            )
+        ]
         assert hook == [1, 3, 5, 7]
 
 
@@ -267,8 +280,7 @@ class TestConfig:
         assert ProfilerConfig(ranks=[3, 1]).ranks == (1, 3)
 
     @given(layouts(), selector_terms, selector_terms)
-    def test_intersect_of_selectors_selects_both(self, shape: tuple[int, ...], a: list[tuple],
-                                                 b: list[tuple]) -> None:
+    def test_intersect_of_selectors_selects_both(self, shape: tuple[int, ...], a: list[tuple], b: list[tuple]) -> None:
         tp, pp, cp, dp, nodes = shape
         layout = GridLayout(world_size=tp * pp * cp * dp, tp=tp, pp=pp, cp=cp, nodes=nodes)
         first = ProfilerConfig(enable=True, steps=[1], select=" and ".join(render(t, " ") for t in a))
@@ -276,12 +288,14 @@ class TestConfig:
         both = first.intersect(second)
         assert both.select is not None
         assert set(resolved(both.select, layout)) == set(resolved(first.select or "", layout)) & set(
-            resolved(second.select or "", layout))
+            resolved(second.select or "", layout)
+        )
 
     def test_intersect_of_a_selector_and_a_rank_list(self) -> None:
         layout = GridLayout(world_size=8, tp=2)
         mixed = ProfilerConfig(enable=True, steps=[1], select="tp == 0").intersect(
-            ProfilerConfig(enable=True, steps=[1], ranks=[2, 3, 6]))
+            ProfilerConfig(enable=True, steps=[1], ranks=[2, 3, 6])
+        )
         assert mixed.select is not None and resolved(mixed.select, layout) == [2, 6]
 
     def test_union_of_different_selectors_is_refused(self) -> None:
@@ -297,9 +311,27 @@ class TestPlanCommand:
     @pytest.mark.slow
     def test_plan_prints_the_selected_ranks(self, tmp_path: Path) -> None:
         (tmp_path / "p.yaml").write_text('enable: true\nsteps: [1]\nselect: "tp == 0 and pp in {0, last}"\n')
-        out = subprocess.run([sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"), "--world-size",
-                              "64", "--tp", "4", "--pp", "2", "--nodes", "8", "--json"],
-                             capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "profdsl",
+                "plan",
+                str(tmp_path / "p.yaml"),
+                "--world-size",
+                "64",
+                "--tp",
+                "4",
+                "--pp",
+                "2",
+                "--nodes",
+                "8",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr
         import json
 
@@ -308,41 +340,83 @@ class TestPlanCommand:
         assert found["ranks"] == expected == list(range(0, 64, 4))
         assert found["layout"] == {"tp": 4, "pp": 2, "cp": 1, "dp": 8, "nodes": 8}
         assert found["coords"][9] == {"tp": 0, "pp": 1, "dp": 1, "cp": 0, "node": 4}
-        text = subprocess.run([sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"), "--world-size",
-                               "64", "--tp", "4", "--pp", "2", "--nodes", "8"],
-                              capture_output=True, text=True, timeout=300).stdout
+        text = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "profdsl",
+                "plan",
+                str(tmp_path / "p.yaml"),
+                "--world-size",
+                "64",
+                "--tp",
+                "4",
+                "--pp",
+                "2",
+                "--nodes",
+                "8",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).stdout
         assert "profiled ranks (16 of 64): 0, 4, 8" in text and "rank 36: tp=0 pp=1 dp=1 cp=0 node=4" in text
 
-    @pytest.mark.parametrize(("args", "message"), [
-        (["--tp", "3"], "world size 8 is not a multiple of tp*pp*cp = 3*1*1 = 3"),
-        (["--nodes", "3"], "not a multiple of nodes = 3"),
-        (["--tp", "0"], "GridLayout.tp must be an integer in 1..1000000, got 0"),
-    ])
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (["--tp", "3"], "world size 8 is not a multiple of tp*pp*cp = 3*1*1 = 3"),
+            (["--nodes", "3"], "not a multiple of nodes = 3"),
+            (["--tp", "0"], "GridLayout.tp must be an integer in 1..1000000, got 0"),
+        ],
+    )
     @pytest.mark.slow
     def test_bad_layouts_exit_2(self, tmp_path: Path, args: list[str], message: str) -> None:
         (tmp_path / "p.yaml").write_text("enable: true\nsteps: [1]\nselect: every(2)\n")
-        out = subprocess.run([sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"),
-                              "--world-size", "8", *args], capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"), "--world-size", "8", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 2 and message in out.stderr
 
     @pytest.mark.slow
     def test_a_bad_selector_points_at_its_token(self, tmp_path: Path) -> None:
         (tmp_path / "p.yaml").write_text('enable: true\nselect: "tp == 0 and pp in {0, lats}"\n')
-        out = subprocess.run([sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"),
-                              "--world-size", "8"], capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"), "--world-size", "8"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 2
         assert out.stderr.splitlines()[1:] == ["  tp == 0 and pp in {0, lats}", " " * 24 + "^^^^"]
 
     @pytest.mark.slow
     def test_a_term_the_layout_cannot_answer(self, tmp_path: Path) -> None:
         (tmp_path / "p.yaml").write_text('enable: true\nsteps: [1]\nselect: "ep == 0"\n')
-        out = subprocess.run([sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"),
-                              "--world-size", "8"], capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-m", "profdsl", "plan", str(tmp_path / "p.yaml"), "--world-size", "8"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 2 and "needs the ep coordinate" in out.stderr
 
 
 def test_every_term_in_the_docs_grammar_parses() -> None:
     """The terms docs/configuration.md lists all parse (and nothing else is claimed)."""
-    for text in ("tp == 0", "pp in {0, last}", "dp == 0", "first_per_node", "one_per_dp_group", "every(8)",
-                 "rank in {0, 8}", "cp == last", "ep == 0", "tp == 0 and pp in {0, last} and every(8)"):
+    for text in (
+        "tp == 0",
+        "pp in {0, last}",
+        "dp == 0",
+        "first_per_node",
+        "one_per_dp_group",
+        "every(8)",
+        "rank in {0, 8}",
+        "cp == last",
+        "ep == 0",
+        "tp == 0 and pp in {0, last} and every(8)",
+    ):
         assert parse_selector(parse_selector(text).format()) == parse_selector(text)

@@ -24,10 +24,6 @@ from .traces import load, names, parsed, trace_files
 torch = pytest.importorskip("torch")
 
 
-
-
-
-
 def run_update(n: int) -> None:
     with profile_stage("update_actor", scheduled=True):
         for _ in mini_batch_window(range(n)):
@@ -40,8 +36,9 @@ class TestDiscreteScheduled:
 
     @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(schedules, st.integers(min_value=0, max_value=12))
-    def test_files_match_recorded_windows(self, tmp_path_factory: pytest.TempPathFactory,
-                                          schedule: Schedule, n: int) -> None:
+    def test_files_match_recorded_windows(
+        self, tmp_path_factory: pytest.TempPathFactory, schedule: Schedule, n: int
+    ) -> None:
         """For any schedule and mini-batch count, the files are exactly recorded_windows, each
         holding precisely the mini-batch regions its name claims."""
         out = tmp_path_factory.mktemp("sched")
@@ -49,8 +46,7 @@ class TestDiscreteScheduled:
         with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
             run_update(n)
         found = sorted((name.window, names(trace, "mini_batch")) for name, trace in parsed(out))
-        expected = [(w, [f"mini_batch{i}" for i in range(w[0], w[1] + 1)])
-                    for w in recorded_windows(schedule, n)]
+        expected = [(w, [f"mini_batch{i}" for i in range(w[0], w[1] + 1)]) for w in recorded_windows(schedule, n)]
         assert found == expected
 
     @pytest.mark.parametrize(
@@ -148,8 +144,12 @@ class TestContinuous:
     def test_schedule_restarts_every_step(self, tmp_path: Path) -> None:
         """With a schedule, every profiled step of a continuous run records its own windows (verl
         R6 recorded only the first step's): the mini-batch count restarts each step."""
-        cfg = config(tmp_path, steps=[1, 2], continuous_steps=True,
-                     torch=TorchOptions(contents=["cpu"], schedule=Schedule(wait=1, active=1, repeat=1)))
+        cfg = config(
+            tmp_path,
+            steps=[1, 2],
+            continuous_steps=True,
+            torch=TorchOptions(contents=["cpu"], schedule=Schedule(wait=1, active=1, repeat=1)),
+        )
         with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
             for step in (1, 2):
                 with profiler.step(step):
@@ -158,8 +158,10 @@ class TestContinuous:
         [(name, trace)] = parsed(tmp_path)  # steps 1-2 run together: one session
         assert (name.step, name.window) == (1, None)
         assert names(trace, "mini_batch") == ["mini_batch1", "mini_batch1"]
-        assert trace["profdsl"]["windows"] == [{"role": "actor", "step": 1, "window": [1, 1]},
-                                               {"role": "actor", "step": 2, "window": [1, 1]}]
+        assert trace["profdsl"]["windows"] == [
+            {"role": "actor", "step": 1, "window": [1, 1]},
+            {"role": "actor", "step": 2, "window": [1, 1]},
+        ]
 
     def test_default_session_records_only_its_own_thread(self, tmp_path: Path) -> None:
         """all_threads is off by default (it crashed the process): a region on another thread is
@@ -212,7 +214,8 @@ class TestRegistry:
     """Stages find their profiler across threads, and by role."""
 
     def test_inline_session_stopped_from_another_thread_is_not_crashed(
-            self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """Without all_threads, a continuous session started on one thread and stopped from
         another is left running with one clear error (torch crashes otherwise), never a crash."""
         profiler = Profiler(config(tmp_path), role="actor", rank=0, world_size=1)
@@ -249,7 +252,9 @@ class TestRegistry:
         actor.close()
         ref.close()
         assert sorted((n.role, n.stage) for n, _ in parsed(tmp_path)) == [
-            ("actor", "update-actor"), ("ref", "compute-ref-log-prob")]
+            ("actor", "update-actor"),
+            ("ref", "compute-ref-log-prob"),
+        ]
 
     def test_fused_roles_continuous_share_one_session(self, tmp_path: Path) -> None:
         """Two continuous roles in one process share one torch session (a second would crash)."""
@@ -308,20 +313,24 @@ class TestLifecycle:
 
     def test_manifest_records(self, tmp_path: Path) -> None:
         """Every trace is one manifest record with the contract's keys."""
-        cfg = config(tmp_path, discrete=True, ranks=[1],
-                     torch=TorchOptions(contents=["cpu"], schedule=Schedule(active=2)))
+        cfg = config(
+            tmp_path, discrete=True, ranks=[1], torch=TorchOptions(contents=["cpu"], schedule=Schedule(active=2))
+        )
         with Profiler(cfg, role="actor", rank=1, world_size=2) as profiler, profiler.step(1):
             run_update(3)
         records = read_manifest(tmp_path)
         assert [(r["kind"], r["stage"], r["window"], r["status"]) for r in records] == [
-            ("trace", "update_actor", [0, 1], "ok"), ("trace", "update_actor", [2, 2], "ok")]
+            ("trace", "update_actor", [0, 1], "ok"),
+            ("trace", "update_actor", [2, 2], "ok"),
+        ]
         for record in records:
             assert (tmp_path / record["path"]).stat().st_size == record["bytes"] > 0
             assert (record["rank"], record["world_size"], record["step"]) == (1, 2, 1)
             assert load(tmp_path / record["path"])["profdsl"]["config_hash"] == record["config_hash"]
 
-    def test_unwritable_save_path_does_not_break_training(self, tmp_path: Path,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+    def test_unwritable_save_path_does_not_break_training(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """A save_path that cannot be created is logged once; the step goes on."""
         blocker = tmp_path / "file"
         blocker.write_text("not a folder")

@@ -23,12 +23,8 @@ from .traces import events, names, parsed
 torch = pytest.importorskip("torch")
 
 
-
-
 def scheduled(schedule: Schedule) -> TorchOptions:
     return TorchOptions(contents=["cpu"], schedule=schedule)
-
-
 
 
 def stage_names(trace: dict[str, Any]) -> list[str]:
@@ -40,7 +36,7 @@ def stage_names(trace: dict[str, Any]) -> list[str]:
 
 
 def mini_batches(trace: dict[str, Any], base: str = "mini_batch") -> list[str]:
-    return [n for n in names(trace, base) if n[len(base):].isdigit()]
+    return [n for n in names(trace, base) if n[len(base) :].isdigit()]
 
 
 class TestContinuousSchedule:
@@ -60,15 +56,17 @@ class TestContinuousSchedule:
                 work()
         [(name, trace)] = parsed(tmp_path)
         assert (name.step, name.stage, name.window) == (1, None, None)
-        assert stage_names(trace) == ["compute_log_prob", "update_actor", "mini_batch1",
-                                      "mini_batch2", "after_update"]
-        assert trace["profdsl"]["windows"] == [{"role": "actor", "step": 1, "window": [1, 1]},
-                                               {"role": "actor", "step": 1, "window": [2, 2]}]
+        assert stage_names(trace) == ["compute_log_prob", "update_actor", "mini_batch1", "mini_batch2", "after_update"]
+        assert trace["profdsl"]["windows"] == [
+            {"role": "actor", "step": 1, "window": [1, 1]},
+            {"role": "actor", "step": 1, "window": [2, 2]},
+        ]
 
     @settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(schedules, st.integers(min_value=0, max_value=8))
     def test_any_schedule_records_its_windows_and_every_other_stage(
-            self, tmp_path_factory: pytest.TempPathFactory, schedule: Schedule, n: int) -> None:
+        self, tmp_path_factory: pytest.TempPathFactory, schedule: Schedule, n: int
+    ) -> None:
         """For any schedule and mini-batch count: the stages around the mini-batches are in the
         trace, and the mini-batches in it are exactly those of recorded_windows, which the
         metadata lists."""
@@ -111,8 +109,10 @@ class TestFusedContinuousRoles:
         [(name, trace)] = parsed(tmp_path)
         assert name.role == "actor" and trace["profdsl"]["roles"] == ["actor", "critic"]
         assert stage_names(trace) == ["update_actor", "mini_batch1", "update_critic", "mini_batch1"]
-        assert trace["profdsl"]["windows"] == [{"role": "actor", "step": 1, "window": [1, 1]},
-                                               {"role": "critic", "step": 1, "window": [1, 1]}]
+        assert trace["profdsl"]["windows"] == [
+            {"role": "actor", "step": 1, "window": [1, 1]},
+            {"role": "critic", "step": 1, "window": [1, 1]},
+        ]
         actor_update, critic_update = (events(trace, s)[0] for s in ("update_actor", "update_critic"))
         first, second = sorted(events(trace, "mini_batch1"), key=lambda e: e["ts"])
         assert actor_update["ts"] <= first["ts"] <= actor_update["ts"] + actor_update["dur"]
@@ -169,9 +169,17 @@ class TestMixedModes:
                 work()
             with profile_stage("ref_after", role="ref"):
                 work()
-        found = sorted((n.role, n.stage or "", -1 if n.part is None else n.part,
-                        t["profdsl"]["role"], t["profdsl"]["stage"] or "", tuple(stage_names(t)))
-                       for n, t in parsed(tmp_path))
+        found = sorted(
+            (
+                n.role,
+                n.stage or "",
+                -1 if n.part is None else n.part,
+                t["profdsl"]["role"],
+                t["profdsl"]["stage"] or "",
+                tuple(stage_names(t)),
+            )
+            for n, t in parsed(tmp_path)
+        )
         assert found == [
             ("actor", "update-actor", -1, "actor", "update_actor", ("update_actor",)),
             ("ref", "", 0, "ref", "", ("compute_ref_log_prob",)),

@@ -43,8 +43,9 @@ def _multi_rank(folder: Path) -> None:
     update whose 6 mini-batches are recorded in two windows (two traces per rank and step),
     each mini-batch holding a nested stage. Rank 2 does three times the work."""
     schedule = Schedule(wait=1, active=2)
-    cfg = config(folder, steps=[1, 2], all_ranks=True, discrete=True,
-                 torch=TorchOptions(contents=["cpu"], schedule=schedule))
+    cfg = config(
+        folder, steps=[1, 2], all_ranks=True, discrete=True, torch=TorchOptions(contents=["cpu"], schedule=schedule)
+    )
     for rank in (0, 1, 2):
         scale = 3 if rank == 2 else 1
         with Profiler(cfg, role="actor", rank=rank, world_size=3) as profiler:
@@ -108,8 +109,9 @@ def continuous(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("demo") / "profiles"
-    done = subprocess.run([sys.executable, "-m", "profdsl", "demo", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "profdsl", "demo", "--out", str(out)], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -127,12 +129,19 @@ def _label(name: str, stages: set[str], bases: set[str]) -> str | None:
     return None
 
 
-def _path_of(event: dict[str, Any], label: str, found: list[tuple[dict[str, Any], str]],
-             root: tuple[str, ...]) -> tuple[str, ...]:
+def _path_of(
+    event: dict[str, Any], label: str, found: list[tuple[dict[str, Any], str]], root: tuple[str, ...]
+) -> tuple[str, ...]:
     """Brute force: the parent is the shortest other region of the thread that contains it."""
-    holders = [(o, lab) for o, lab in found if o is not event and o["tid"] == event["tid"]
-               and o["ts"] <= event["ts"] and o["ts"] + o["dur"] >= event["ts"] + event["dur"]
-               and (o["dur"], -o["ts"]) > (event["dur"], -event["ts"])]
+    holders = [
+        (o, lab)
+        for o, lab in found
+        if o is not event
+        and o["tid"] == event["tid"]
+        and o["ts"] <= event["ts"]
+        and o["ts"] + o["dur"] >= event["ts"] + event["dur"]
+        and (o["dur"], -o["ts"]) > (event["dur"], -event["ts"])
+    ]
     if not holders:
         return (*root, label)
     parent, parent_label = min(holders, key=lambda h: (h[0]["dur"], -h[0]["ts"]))
@@ -157,8 +166,13 @@ def recount(folder: Path) -> dict[Key, tuple[int, float, float]]:
         stages = set(regions.get("stages") or ()) | ({meta["stage"]} if meta.get("stage") else set())
         bases = set(regions.get("mini_batches") or ())
         xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-        found = [(e, label) for e in xs if e.get("cat") != "gpu_user_annotation"
-                 for label in [_label(e["name"], stages, bases)] if label is not None]
+        found = [
+            (e, label)
+            for e in xs
+            if e.get("cat") != "gpu_user_annotation"
+            for label in [_label(e["name"], stages, bases)]
+            if label is not None
+        ]
         root: tuple[str, ...] = ()
         key = (record["role"], record["step"], record["rank"])
         if record["kind"] == "rollout":
@@ -183,8 +197,9 @@ def recount(folder: Path) -> dict[Key, tuple[int, float, float]]:
 
 
 def summary_rows(folder: Path) -> list[dict[str, Any]]:
-    done = subprocess.run([sys.executable, "-m", "profdsl", "summary", str(folder), "--json"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "profdsl", "summary", str(folder), "--json"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     rows: list[dict[str, Any]] = json.loads(done.stdout)
     return rows
@@ -198,8 +213,7 @@ def _close(a: float, b: float) -> bool:
 def test_the_model_equals_an_independent_recount(which: str, request: pytest.FixtureRequest) -> None:
     folder: Path = request.getfixturevalue(which)
     rows = summary_rows(folder)
-    got = {(r["role"], r["step"], r["rank"], tuple(r["path"])): (r["count"], r["total_ms"], r["self_ms"])
-           for r in rows}
+    got = {(r["role"], r["step"], r["rank"], tuple(r["path"])): (r["count"], r["total_ms"], r["self_ms"]) for r in rows}
     expected = recount(folder)
     assert set(got) == set(expected)
     for key, (count, total_ms, self_ms) in expected.items():
@@ -219,8 +233,12 @@ def test_summary_plot_demo_and_merge_agree(which: str, request: pytest.FixtureRe
     rows = summary_rows(folder)
     assert stage_model(str(folder)).rows() == rows
     merged = tmp_path / "merged.json.gz"
-    done = subprocess.run([sys.executable, "-m", "profdsl", "merge", str(folder), "-o", str(merged)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "profdsl", "merge", str(folder), "-o", str(merged)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     with gzip.open(merged, "rt") as f:
         assert json.load(f)["profdsl"]["stages"] == rows
@@ -231,14 +249,18 @@ def test_summary_plot_demo_and_merge_agree(which: str, request: pytest.FixtureRe
         assert _close(bars[key][stage], total_ms)
 
 
-def test_a_scheduled_stage_over_several_windows_is_one_entry_with_its_mini_batches_under_it(
-        multi_rank: Path) -> None:
+def test_a_scheduled_stage_over_several_windows_is_one_entry_with_its_mini_batches_under_it(multi_rank: Path) -> None:
     rows = summary_rows(multi_rank)
     by_path: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_path[tuple(row["path"])].append(row)
-    assert set(by_path) == {("compute_log_prob",), ("compute_log_prob", "forward"), ("update_actor",),
-                            ("update_actor", "mini_batch"), ("update_actor", "mini_batch", "forward_backward")}
+    assert set(by_path) == {
+        ("compute_log_prob",),
+        ("compute_log_prob", "forward"),
+        ("update_actor",),
+        ("update_actor", "mini_batch"),
+        ("update_actor", "mini_batch", "forward_backward"),
+    }
     assert {r["count"] for r in by_path[("update_actor",)]} == {1}  # 2 windows, several pieces each
     assert {r["count"] for r in by_path[("update_actor", "mini_batch")]} == {4}  # recorded: 1, 2, 4, 5
     traces = [r for r in read_manifest(multi_rank) if r["kind"] == "trace" and r["stage"] == "update_actor"]
@@ -276,38 +298,97 @@ def _hand_trace(folder: Path, rank: int, spans: dict[str, float]) -> None:
     from profdsl.collect.manifest import append_record, make_record
     from profdsl.naming import TraceName
 
-    name = TraceName(role="actor", stage="update_actor", step=1, rank=rank, world_size=3, host="h",
-                     pid=10 + rank, time_ms=1_800_000_000_000).format()
-    meta = {"role": "actor", "stage": "update_actor", "step": 1, "rank": rank, "world_size": 3,
-            "regions": {"stages": ["update_actor"], "mini_batches": ["mini_batch"]}}
-    events = [{"ph": "X", "cat": "user_annotation", "name": "update_actor", "pid": 1, "tid": 1,
-               "ts": 100.0, "dur": spans["update_actor"]},
-              {"ph": "X", "cat": "user_annotation", "name": "mini_batch0", "pid": 1, "tid": 1,
-               "ts": 101.0, "dur": spans["mini_batch"]}]
+    name = TraceName(
+        role="actor",
+        stage="update_actor",
+        step=1,
+        rank=rank,
+        world_size=3,
+        host="h",
+        pid=10 + rank,
+        time_ms=1_800_000_000_000,
+    ).format()
+    meta = {
+        "role": "actor",
+        "stage": "update_actor",
+        "step": 1,
+        "rank": rank,
+        "world_size": 3,
+        "regions": {"stages": ["update_actor"], "mini_batches": ["mini_batch"]},
+    }
+    events = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "update_actor",
+            "pid": 1,
+            "tid": 1,
+            "ts": 100.0,
+            "dur": spans["update_actor"],
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "mini_batch0",
+            "pid": 1,
+            "tid": 1,
+            "ts": 101.0,
+            "dur": spans["mini_batch"],
+        },
+    ]
     with gzip.open(folder / name, "wt") as f:
-        json.dump({"profdsl": meta, "distributedInfo": {"rank": rank, "world_size": 3},
-                   "baseTimeNanoseconds": 1_790_000_000_000_000_000, "traceEvents": events}, f)
-    append_record(str(folder), make_record("trace", name, role="actor", stage="update_actor", step=1,
-                                           rank=rank, world_size=3, bytes=(folder / name).stat().st_size))
+        json.dump(
+            {
+                "profdsl": meta,
+                "distributedInfo": {"rank": rank, "world_size": 3},
+                "baseTimeNanoseconds": 1_790_000_000_000_000_000,
+                "traceEvents": events,
+            },
+            f,
+        )
+    append_record(
+        str(folder),
+        make_record(
+            "trace",
+            name,
+            role="actor",
+            stage="update_actor",
+            step=1,
+            rank=rank,
+            world_size=3,
+            bytes=(folder / name).stat().st_size,
+        ),
+    )
 
 
 def test_a_straggler_rank_stands_out_in_the_step_view(tmp_path: Path) -> None:
     for rank, (outer, inner) in enumerate([(1000.0, 900.0), (1200.0, 1100.0), (9000.0, 8800.0)]):
         _hand_trace(tmp_path, rank, {"update_actor": outer, "mini_batch": inner})
-    text = subprocess.run([sys.executable, "-m", "profdsl", "summary", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "profdsl", "summary", str(tmp_path)], capture_output=True, text=True, timeout=300
+    ).stdout
     lines = {line.split()[1]: line.split() for line in text.splitlines()[3:] if line.strip()}
-    assert lines["update_actor"] == ["actor", "update_actor", "3", "3", "1.200", "1.000", "9.000",
-                                     "rank", "2", "0.100"]  # median self: 100, 100, 200 µs
-    assert lines["mini_batch"] == ["actor", "mini_batch", "3", "3", "1.100", "0.900", "8.800", "rank", "2",
-                                   "1.100"]
+    assert lines["update_actor"] == [
+        "actor",
+        "update_actor",
+        "3",
+        "3",
+        "1.200",
+        "1.000",
+        "9.000",
+        "rank",
+        "2",
+        "0.100",
+    ]  # median self: 100, 100, 200 µs
+    assert lines["mini_batch"] == ["actor", "mini_batch", "3", "3", "1.100", "0.900", "8.800", "rank", "2", "1.100"]
     assert re.search(r"^actor  update_actor .*\n^actor    mini_batch ", text, re.M)  # indented under it
 
 
 @pytest.mark.slow
 def test_engine_time_is_in_the_step_view(demo: Path) -> None:
-    text = subprocess.run([sys.executable, "-m", "profdsl", "summary", str(demo)],
-                          capture_output=True, text=True, timeout=300).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "profdsl", "summary", str(demo)], capture_output=True, text=True, timeout=300
+    ).stdout
     for step in ("step 2", "step 3"):
         block = text.split(step, 1)[1].split("\n\n", 1)[0]
         assert "generate (engine)" in block and "update_actor" in block and "  mini_batch" in block
@@ -318,14 +399,22 @@ def test_a_model_of_nothing_is_empty() -> None:
     assert (model.nodes, model.spread(), model.rows(), model.keys()) == ([], [], [], [])
 
 
-def _model(pieces: list[tuple[str, str, float, float]], continued: dict[str, int] | None = None,
-           continued_at: dict[tuple[str, ...], int] | None = None) -> StageModel:
+def _model(
+    pieces: list[tuple[str, str, float, float]],
+    continued: dict[str, int] | None = None,
+    continued_at: dict[tuple[str, ...], int] | None = None,
+) -> StageModel:
     """A model of one trace whose region events are ``(label, tid, ts, dur)``."""
     from profdsl.analysis.catalog import Artifact
     from profdsl.analysis.scan import Piece, TraceScan
 
-    scan = TraceScan(tuple(Piece(label, None, tid, ts, dur) for label, tid, ts, dur in pieces), None, 0,
-                     continued or {}, continued_at or {})
+    scan = TraceScan(
+        tuple(Piece(label, None, tid, ts, dur) for label, tid, ts, dur in pieces),
+        None,
+        0,
+        continued or {},
+        continued_at or {},
+    )
     return StageModel([(Artifact("trace", "t.pt.trace.json.gz", role="actor", step=1, rank=0), scan)])
 
 
@@ -336,18 +425,27 @@ class TestInterleaved:
     def test_crossing_regions_sit_side_by_side(self) -> None:
         # three tasks' regions, each beginning inside the one before and ending after it; an
         # inner region inside the last; another thread's region is not affected
-        model = _model([("shared", "1", 0, 10), ("shared", "1", 5, 10), ("shared", "1", 8, 10),
-                        ("inner", "1", 16, 1), ("other", "2", 0, 30)])
+        model = _model(
+            [
+                ("shared", "1", 0, 10),
+                ("shared", "1", 5, 10),
+                ("shared", "1", 8, 10),
+                ("inner", "1", 16, 1),
+                ("other", "2", 0, 30),
+            ]
+        )
         found = {n.path: (n.count, n.total_us, n.self_us, n.interleaved) for n in model.nodes}
-        assert found == {("shared",): (3, 30.0, 29.0, True), ("shared", "inner"): (1, 1.0, 1.0, False),
-                         ("other",): (1, 30.0, 30.0, False)}
+        assert found == {
+            ("shared",): (3, 30.0, 29.0, True),
+            ("shared", "inner"): (1, 1.0, 1.0, False),
+            ("other",): (1, 30.0, 30.0, False),
+        }
         assert model.interleaved() == {"shared"}
         assert [r["interleaved"] for r in model.rows()] == [False, True, False]
 
     def test_nested_regions_are_not_interleaved(self) -> None:
         model = _model([("a", "1", 0, 10), ("a", "1", 2, 3), ("b", "1", 6, 4)])
-        assert {n.path: n.interleaved for n in model.nodes} == {("a",): False, ("a", "a"): False,
-                                                               ("a", "b"): False}
+        assert {n.path: n.interleaved for n in model.nodes} == {("a",): False, ("a", "a"): False, ("a", "b"): False}
 
     def test_the_plot_legend_says_so(self) -> None:
         from profdsl.cli.plot import _legend
@@ -376,6 +474,20 @@ class TestContinuedByPath:
         """`regions.continued_at` keeps `[[label, ...], count > 0]` items and leaves the rest out."""
         from profdsl.analysis.regions import RegionNames
 
-        meta = {"profdsl": {"regions": {"stages": ["a"], "continued_at": [
-            [["a"], 2], [["a", "b"], 1], [["a", 3], 1], [["b"], 0], [["b"], True], "x", [[], 1]]}}}
+        meta = {
+            "profdsl": {
+                "regions": {
+                    "stages": ["a"],
+                    "continued_at": [
+                        [["a"], 2],
+                        [["a", "b"], 1],
+                        [["a", 3], 1],
+                        [["b"], 0],
+                        [["b"], True],
+                        "x",
+                        [[], 1],
+                    ],
+                }
+            }
+        }
         assert RegionNames.from_header(meta).continued_at == {("a",): 2, ("a", "b"): 1}

@@ -35,9 +35,14 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def profdsl_cli(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """The command in a fresh interpreter, killed after ``timeout`` (a blocked read fails the test)."""
-    return subprocess.run([sys.executable, "-W", "error::ResourceWarning", "-m", "profdsl", *argv],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-W", "error::ResourceWarning", "-m", "profdsl", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def run_all(folder: Path, scratch: Path) -> dict[str, subprocess.CompletedProcess[str]]:
@@ -45,8 +50,9 @@ def run_all(folder: Path, scratch: Path) -> dict[str, subprocess.CompletedProces
         "check": profdsl_cli("check", str(folder)),
         "summary": profdsl_cli("summary", str(folder), "--json"),
         "merge": profdsl_cli("merge", str(folder), "-o", str(scratch / "merged.json")),
-        "export": profdsl_cli("export", "--hta", str(folder), "--step", "1", "--stage", "update_actor",
-                              "-o", str(scratch / "hta")),
+        "export": profdsl_cli(
+            "export", "--hta", str(folder), "--step", "1", "--stage", "update_actor", "-o", str(scratch / "hta")
+        ),
     }
 
 
@@ -62,15 +68,20 @@ SPECIAL = {
 @pytest.mark.slow
 @pytest.mark.parametrize("manifest", [True, False], ids=["listed in a manifest", "no manifest"])
 @pytest.mark.parametrize("special", sorted(SPECIAL))
-def test_a_file_that_is_not_regular_is_skipped_not_opened(pristine: Path, tmp_path: Path, special: str,
-                                                          manifest: bool) -> None:
+def test_a_file_that_is_not_regular_is_skipped_not_opened(
+    pristine: Path, tmp_path: Path, special: str, manifest: bool
+) -> None:
     folder = Path(shutil.copytree(pristine, tmp_path / "profiles"))
     if not manifest:
         (folder / MANIFEST_NAME).unlink()
     SPECIAL[special](folder / FIFO_NAME)
     if manifest:
-        append_record(folder, make_record("trace", FIFO_NAME, role="actor", stage="update_actor", step=1, rank=1,
-                                          world_size=2, bytes=100))
+        append_record(
+            folder,
+            make_record(
+                "trace", FIFO_NAME, role="actor", stage="update_actor", step=1, rank=1, world_size=2, bytes=100
+            ),
+        )
     results = run_all(folder, tmp_path)
     for name, done in results.items():
         assert done.returncode == 1, (name, done.stdout, done.stderr)
@@ -84,6 +95,7 @@ def test_a_file_that_is_not_regular_is_skipped_not_opened(pristine: Path, tmp_pa
 
 
 # -- names that are not profdsl's ----------------------------------------------------------------
+
 
 def torch_trace(path: Path) -> None:
     """A plain ``torch.profiler`` trace, named as torch names it (``{host}_{pid}.{ns}.pt.trace.json``)."""
@@ -107,8 +119,10 @@ def test_traces_not_named_by_profdsl_are_listed_and_read(pristine: Path, tmp_pat
     old = next(p for p in sorted(folder.iterdir()) if "rank1" in p.name and "update-actor" in p.name)
     old = old.rename(folder / "actor_update_actor_step1_rank1.pt.trace.json.gz")
     (folder / "report.nsys-rep").write_bytes(b"nsys")
-    results = run_all(folder, tmp_path) | {"ls": profdsl_cli("ls", str(folder)),
-                                           "plot": profdsl_cli("plot", str(folder), "-o", str(tmp_path / "p.png"))}
+    results = run_all(folder, tmp_path) | {
+        "ls": profdsl_cli("ls", str(folder)),
+        "plot": profdsl_cli("plot", str(folder), "-o", str(tmp_path / "p.png")),
+    }
     for name, done in results.items():
         if name == "plot" and "matplotlib" in done.stderr:
             continue
@@ -127,14 +141,20 @@ def test_traces_not_named_by_profdsl_are_listed_and_read(pristine: Path, tmp_pat
 
 # -- files closed ----------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_reading_gzipped_traces_leaves_no_file_open(pristine: Path) -> None:
     """``check`` and ``summary`` read every ``.gz`` trace through ``open_trace``; with
     ``-W error::ResourceWarning`` an unclosed file would print a warning (or fail) at collection."""
     assert list(pristine.glob("*.gz"))
     for argv in (("check", str(pristine)), ("summary", str(pristine)), ("ls", str(pristine))):
-        done = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-m", "profdsl", *argv],
-                              capture_output=True, text=True, timeout=120, cwd=REPO)
+        done = subprocess.run(
+            [sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-m", "profdsl", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
         assert done.returncode == 0, done.stderr
         assert "ResourceWarning" not in done.stderr and "unclosed" not in done.stderr, done.stderr
 
@@ -148,8 +168,11 @@ def test_reading_a_trace_closes_every_file_it_opened(tmp_path: Path) -> None:
     from profdsl.analysis.reader import events, header
 
     path = tmp_path / "t.json.gz"
-    path.write_bytes(gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1,
-                                                                "pid": 1, "tid": 1}]}).encode()))
+    path.write_bytes(
+        gzip.compress(
+            json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}).encode()
+        )
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         header(path)

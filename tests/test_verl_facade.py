@@ -28,12 +28,17 @@ def compute(data: Any) -> int:
 
 # --- a worker written as verl writes its workers (verl/workers/engine_workers.py) ----------------
 
+
 class TrainingWorker(DistProfilerExtension):
     """verl's inner engine worker: its own DistProfiler, never started by the trainer."""
 
     def __init__(self, config: Any, rank: int, world_size: int) -> None:
-        DistProfilerExtension.__init__(self, DistProfiler(rank=rank, config=config, tool_config=None,
-                                                          save_file_prefix="language_model", world_size=world_size))
+        DistProfilerExtension.__init__(
+            self,
+            DistProfiler(
+                rank=rank, config=config, tool_config=None, save_file_prefix="language_model", world_size=world_size
+            ),
+        )
 
     def train_mini_batch(self, data: list[Any]) -> list[int]:
         outputs = []
@@ -51,8 +56,10 @@ class TrainingWorker(DistProfilerExtension):
 class ActorRolloutRefWorker(DistProfilerExtension):
     def __init__(self, config: Any, rank: int, world_size: int, inner_config: Any = None) -> None:
         self.actor = TrainingWorker(inner_config, rank, world_size)
-        DistProfilerExtension.__init__(self, DistProfiler(rank=rank, config=config, tool_config=None,
-                                                          save_file_prefix="actor", world_size=world_size))
+        DistProfilerExtension.__init__(
+            self,
+            DistProfiler(rank=rank, config=config, tool_config=None, save_file_prefix="actor", world_size=world_size),
+        )
 
     @DistProfiler.annotate(color="olive", role="ref_compute_log_prob")
     def compute_ref_log_prob(self, data: Any) -> int:
@@ -68,6 +75,7 @@ class ActorRolloutRefWorker(DistProfilerExtension):
 
 
 # --- the same worker in profdsl's own DSL ---------------------------------------------------------
+
 
 class DslWorker:
     def __init__(self, config: ProfilerConfig, rank: int, world_size: int) -> None:
@@ -111,9 +119,14 @@ def written(folder: Path) -> list[dict[str, Any]]:
         meta = dict(trace["profdsl"])
         meta.pop("blocked_ms", None)
         meta.pop("export_ms", None)
-        out.append({"name": attrs.evolve(name, time_ms=0), "meta": meta,
-                    "mini_batches": sorted(set(names(trace, "mini_batch"))),
-                    "stages": sorted({n for n in names(trace) if n in STAGES})})
+        out.append(
+            {
+                "name": attrs.evolve(name, time_ms=0),
+                "meta": meta,
+                "mini_batches": sorted(set(names(trace, "mini_batch"))),
+                "stages": sorted({n for n in names(trace) if n in STAGES}),
+            }
+        )
     return sorted(out, key=lambda w: (w["name"].step, w["name"].stage or "", w["name"].window or (0, 0)))
 
 
@@ -123,16 +136,22 @@ DROP = {"path", "time_ms", "bytes", "export_ms", "blocked_ms"}
 
 def comparable_records(folder: Path) -> list[dict[str, Any]]:
     """The manifest records without what differs between two runs (paths, times, sizes), in order."""
-    return sorted(({k: v for k, v in r.items() if k not in DROP} for r in read_manifest(folder)),
-                  key=lambda r: (r.get("step") or 0, r.get("stage") or "", r.get("window") or [0, 0]))
+    return sorted(
+        ({k: v for k, v in r.items() if k not in DROP} for r in read_manifest(folder)),
+        key=lambda r: (r.get("step") or 0, r.get("stage") or "", r.get("window") or [0, 0]),
+    )
 
 
 def verl_actor_config(save_path: Path, *overrides: str) -> ProfilerConfig:
     """The actor's config mapped from verl's keys (tests/test_verl_config.py maps the same keys in
     the YAML verl ships)."""
-    flat = {"global_profiler.tool": "torch", "global_profiler.steps": [1, 2],
-            "global_profiler.save_path": str(save_path), "actor_rollout_ref.actor.profiler.enable": True,
-            "actor_rollout_ref.actor.profiler.tool_config.torch.contents": ["cpu"]}
+    flat = {
+        "global_profiler.tool": "torch",
+        "global_profiler.steps": [1, 2],
+        "global_profiler.save_path": str(save_path),
+        "actor_rollout_ref.actor.profiler.enable": True,
+        "actor_rollout_ref.actor.profiler.tool_config.torch.contents": ["cpu"],
+    }
     for item in overrides:
         key, value = item.split("=")
         flat[key] = {"true": True, "false": False}.get(value, int(value) if value.isdigit() else value)
@@ -150,7 +169,9 @@ T = "actor_rollout_ref.actor.profiler.tool_config.torch"
 MODES = {
     "discrete, 4 mini-batches, active=2 (verl's B1)": ((f"{T}.discrete=true", f"{T}.schedule.active=2"), 4),
     "discrete, 2 mini-batches, wait=1 active=2 (verl's B2)": (
-        (f"{T}.discrete=true", f"{T}.schedule.wait=1", f"{T}.schedule.active=2"), 2),
+        (f"{T}.discrete=true", f"{T}.schedule.wait=1", f"{T}.schedule.active=2"),
+        2,
+    ),
     "continuous, 4 mini-batches, active=2": ((f"{T}.schedule.active=2",), 4),
     "continuous, no schedule": ((), 3),
 }
@@ -194,21 +215,37 @@ def test_the_facade_writes_what_the_dsl_writes(tmp_path: Path, mode: str) -> Non
     if "B2" in mode:
         assert [w["name"].window for w in ours if w["name"].stage == "actor-update"] == [(1, 1), (1, 1)]
     if mode.startswith("continuous, 4"):
-        assert [w["meta"]["windows"] for w in ours] == [[{"role": "actor", "step": s, "window": [0, 1]}]
-                                                       for s in (1, 2)]
+        assert [w["meta"]["windows"] for w in ours] == [
+            [{"role": "actor", "step": s, "window": [0, 1]}] for s in (1, 2)
+        ]
         assert [w["mini_batches"] for w in ours] == [["mini_batch0", "mini_batch1"]] * 2
 
 
 def test_a_verl_role_block_with_its_steps(tmp_path: Path) -> None:
     """verl's own role block (a mapping, as omega_conf_to_dataclass gives a Mapping) and its
     tool_config passed apart, with the steps the trainer knows."""
-    block = {"_target_": "verl.utils.profiler.ProfilerConfig", "tool": "torch", "enable": True,
-             "all_ranks": False, "ranks": [1], "save_path": str(tmp_path), "relocate_results": False,
-             "finish_hook_cmd": None, "finish_hook_all_ranks": False, "finish_hook_ranks": [], "tool_config": {}}
-    tool_config = {"_target_": "verl.utils.profiler.config.TorchProfilerToolConfig", "contents": ["cpu"],
-                   "discrete": True, "schedule": {"active": 0}}
-    profiler = DistProfiler(rank=1, config=block, tool_config=tool_config, save_file_prefix="ref", steps=[3],
-                            world_size=2)
+    block = {
+        "_target_": "verl.utils.profiler.ProfilerConfig",
+        "tool": "torch",
+        "enable": True,
+        "all_ranks": False,
+        "ranks": [1],
+        "save_path": str(tmp_path),
+        "relocate_results": False,
+        "finish_hook_cmd": None,
+        "finish_hook_all_ranks": False,
+        "finish_hook_ranks": [],
+        "tool_config": {},
+    }
+    tool_config = {
+        "_target_": "verl.utils.profiler.config.TorchProfilerToolConfig",
+        "contents": ["cpu"],
+        "discrete": True,
+        "schedule": {"active": 0},
+    }
+    profiler = DistProfiler(
+        rank=1, config=block, tool_config=tool_config, save_file_prefix="ref", steps=[3], world_size=2
+    )
     assert profiler.check_enable() and profiler.check_this_rank() and profiler.is_discrete_mode()
     assert not profiler.check_this_step()
     profiler.start(profile_step=3)
@@ -236,9 +273,10 @@ def test_a_failing_save_path_never_breaks_a_stage(tmp_path: Path, caplog: pytest
     """verl's B6: a discrete stage whose trace cannot be written still runs, once, and returns."""
     blocker = tmp_path / "file"
     blocker.write_text("")
-    config = attrs.evolve(verl_actor_config(tmp_path / "unused",
-                                            "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=true"),
-                          save_path=str(blocker / "sub"))
+    config = attrs.evolve(
+        verl_actor_config(tmp_path / "unused", "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=true"),
+        save_path=str(blocker / "sub"),
+    )
     worker = ActorRolloutRefWorker(config, rank=0, world_size=1)
     with caplog.at_level(logging.ERROR, logger="profdsl"):
         assert drive(worker, [1, 2], 3) == [2, 2, [1, 1, 1]] * 2
@@ -306,8 +344,11 @@ def test_step_outside_a_scheduled_stage_counts_mini_batches(tmp_path: Path) -> N
 def test_stages_on_threads_keep_their_own_mini_batches(tmp_path: Path) -> None:
     """Scheduled stages on two threads at once: each step() ends its own thread's mini-batch
     (scopes live on each context's stack); a stage refused the capture drives nobody's windows."""
-    config = verl_actor_config(tmp_path, "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=true",
-                               "actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=8")
+    config = verl_actor_config(
+        tmp_path,
+        "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=true",
+        "actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=8",
+    )
     worker = ActorRolloutRefWorker(config, rank=0, world_size=1)
     worker.start_profile(profile_step=1)
     errors: list[BaseException] = []
@@ -366,6 +407,7 @@ def test_critic_discrete_mini_batches_never_collide(tmp_path: Path) -> None:
 
 # --- verl's own dataclasses, as verl's workers build them -----------------------------------------
 
+
 def verl_profiler_dataclasses() -> Any:
     """verl's ``verl/utils/profiler/config.py`` (``ProfilerConfig``, ``TorchProfilerToolConfig``,
     ...), loaded from the installed verl without importing ``verl`` itself (whose ``__init__``
@@ -385,8 +427,10 @@ def verl_profiler_dataclasses() -> Any:
     sys.modules["verl"] = package
     try:
         modules = {}
-        for name, where in (("verl.base_config", "base_config.py"),
-                            ("verl_profiler_config", "utils/profiler/config.py")):
+        for name, where in (
+            ("verl.base_config", "base_config.py"),
+            ("verl_profiler_config", "utils/profiler/config.py"),
+        ):
             found = importlib.util.spec_from_file_location(name, root / where)
             assert found is not None and found.loader is not None
             modules[name] = importlib.util.module_from_spec(found)
@@ -411,18 +455,31 @@ def test_verls_own_dataclasses_as_its_workers_build_them(tmp_path: Path) -> None
     assert verl.ProfilerConfig().tool_config == "???"
     off = DistProfiler(rank=0, config=verl.ProfilerConfig(), tool_config=None, save_file_prefix="actor")
     assert not off.check_enable() and not off.check_this_rank()
-    torch_tool = verl.TorchProfilerToolConfig(contents=["cpu"], discrete=True,
-                                              schedule=verl.TorchProfilerScheduleConfig(active=2, repeat=1))
-    on = DistProfiler(rank=0, config=verl.ProfilerConfig(tool="torch", enable=True, save_path=str(tmp_path)),
-                      tool_config=torch_tool, save_file_prefix="actor", steps=[1], world_size=1)
+    torch_tool = verl.TorchProfilerToolConfig(
+        contents=["cpu"], discrete=True, schedule=verl.TorchProfilerScheduleConfig(active=2, repeat=1)
+    )
+    on = DistProfiler(
+        rank=0,
+        config=verl.ProfilerConfig(tool="torch", enable=True, save_path=str(tmp_path)),
+        tool_config=torch_tool,
+        save_file_prefix="actor",
+        steps=[1],
+        world_size=1,
+    )
     assert on.config.discrete and on.config.torch.contents == {"cpu"}
     assert (on.config.torch.schedule.active, on.config.torch.schedule.repeat) == (2, 1)
-    nsys = DistProfiler(rank=0, config=verl.ProfilerConfig(tool="nsys", enable=True, save_path=str(tmp_path)),
-                        tool_config=verl.NsightToolConfig(discrete=True), steps=[1], world_size=1)
+    nsys = DistProfiler(
+        rank=0,
+        config=verl.ProfilerConfig(tool="nsys", enable=True, save_path=str(tmp_path)),
+        tool_config=verl.NsightToolConfig(discrete=True),
+        steps=[1],
+        world_size=1,
+    )
     assert nsys.config.tool == "nsys" and nsys.config.discrete
     # the disabled default with a tool config passed anyway (tool '???': nothing to put it under)
     assert not DistProfiler(rank=0, config=verl.ProfilerConfig(), tool_config=torch_tool).check_enable()
     # save_path left at '???' inherits as verl's YAML does (global_profiler.save_path's default)
-    unset = DistProfiler(rank=0, config=verl.ProfilerConfig(tool="torch", enable=True), tool_config=torch_tool,
-                         steps=[1], world_size=1)
+    unset = DistProfiler(
+        rank=0, config=verl.ProfilerConfig(tool="torch", enable=True), tool_config=torch_tool, steps=[1], world_size=1
+    )
     assert unset.config.save_path.endswith("outputs/profile")

@@ -81,7 +81,8 @@ class TestNoFrontendProfiler:
         assert generate == list(PROFILED)
         skipped = [r for r in records(tmp_path, "rollout") if r["status"] == "skipped"]
         assert sorted((r["step"], Path(r["source"]).name.split(".")[-1]) for r in skipped) == [
-            (step, ext) for step in PROFILED for ext in ("gz", "txt")]
+            (step, ext) for step in PROFILED for ext in ("gz", "txt")
+        ]
         assert all(".async_llm." in Path(r["source"]).name and r["path"] is None for r in skipped)
         assert len(list(Path(rollout_trace_dir(str(tmp_path), 0)).iterdir())) == 2 * len(PROFILED)
         assert check_output(tmp_path)[0] == 0
@@ -94,16 +95,20 @@ class TestOpTables:
         """A replica of 2 workers of which rank 1 is selected: rank 1's trace and op table move
         (``.profiler-out.txt``, rank 1), rank 0's both stay; check is all well."""
         cfg = config(tmp_path, ranks=[1])
-        llm = FakeVllmLLM(vllm_launch(cfg, 0, replica_world_size=2, version="0.32.0")
-                          .engine_args["profiler_config"], tp=2)
+        llm = FakeVllmLLM(
+            vllm_launch(cfg, 0, replica_world_size=2, version="0.32.0").engine_args["profiler_config"], tp=2
+        )
         with Profiler(cfg, role="trainer", rank=0, world_size=1, capture=False) as profiler:
             with profiler.step(1), rollout_window([VllmEngine(llm)], replica_world_size=2):
                 pass
-        moved = sorted((r["rank"], r["path"].split("_pid")[1].split(".", 1)[1])
-                       for r in records(tmp_path, "rollout") if r["path"])
+        moved = sorted(
+            (r["rank"], r["path"].split("_pid")[1].split(".", 1)[1]) for r in records(tmp_path, "rollout") if r["path"]
+        )
         assert moved == [(1, "profiler-out.txt"), (1, "pt.trace.json.gz")]
         assert sorted(p.name.split(".")[0] for p in Path(rollout_trace_dir(str(tmp_path), 0)).iterdir()) == [
-            "step1-replica0_rank0", "step1-replica0_rank0"]
+            "step1-replica0_rank0",
+            "step1-replica0_rank0",
+        ]
         assert check_output(tmp_path)[0] == 0
 
 
@@ -118,11 +123,18 @@ class TestFakeFollowsVllm:
             llm = _launched(FakeVllmLLM, cfg, **kwargs)
             llm.start_profile("step2-replica0")
             llm.stop_profile()
-        names = sorted(p.name.split(".", 1)[0] + "." + p.name.rsplit(".", 1)[-1]
-                       for p in Path(rollout_trace_dir(str(tmp_path), 0)).iterdir())
+        names = sorted(
+            p.name.split(".", 1)[0] + "." + p.name.rsplit(".", 1)[-1]
+            for p in Path(rollout_trace_dir(str(tmp_path), 0)).iterdir()
+        )
         moe = "step2-replica0_dp0_pp0_tp0_dcp0_ep0_rank0"
-        assert names == [f"{moe}.gz", f"{moe}.txt", "step2-replica0_rank0.gz", "step2-replica0_rank0.gz",
-                         "step2-replica0_rank0.txt"]
+        assert names == [
+            f"{moe}.gz",
+            f"{moe}.txt",
+            "step2-replica0_rank0.gz",
+            "step2-replica0_rank0.gz",
+            "step2-replica0_rank0.txt",
+        ]
 
     def test_second_start_refused_until_stop(self, tmp_path: Path) -> None:
         llm = _launched(FakeVllmLLM, scenario_config(str(tmp_path), max_iterations=2))
@@ -140,6 +152,7 @@ def fake_scenario(save_path: Path, *, engine: str, max_iterations: int) -> dict[
     if engine == "llm":
         run_sync(cfg, VllmEngine(_launched(FakeVllmLLM, cfg)), lambda: None)
     else:
+
         async def generate() -> None:
             pass
 

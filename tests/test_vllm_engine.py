@@ -32,9 +32,11 @@ from .vllm_scenario import BOUNDED, PROFILED, STAGE, STEPS
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vLLM is not installed here: the real-engine tests run in .ci/run's "
-                              "engine environment (.ci-engines-venv; see docs/rollout.md)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed here: the real-engine tests run in .ci/run's "
+        "engine environment (.ci-engines-venv; see docs/rollout.md)",
+    ),
     pytest.mark.timeout(1800),  # an engine starts in 20-90 s on a shared CI machine; never flaky
     pytest.mark.slow,  # each driver starts an engine in a subprocess
 ]
@@ -58,8 +60,18 @@ def drive(tmp: Path, model: Path, *extra: str) -> Driven:
     """Run tests/vllm_driver.py (AsyncLLM) in a new process group, bounded; the group (the
     engine core, its worker and the resource tracker) is killed and reaped before this returns."""
     out, report, log = tmp / "profiles", tmp / "report.json", tmp / "driver.log"
-    command = [sys.executable, "-m", "tests.vllm_driver", "--model", str(model), "--out", str(out),
-               "--report", str(report), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.vllm_driver",
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--report",
+        str(report),
+        *extra,
+    ]
     code = run_in_group(command, log=log, timeout=DRIVER_TIMEOUT_S, cwd=ROOT)
     data = json.loads(report.read_text()) if report.exists() else {}
     return Driven(code, log.read_text(errors="replace"), data, out)
@@ -68,8 +80,7 @@ def drive(tmp: Path, model: Path, *extra: str) -> Driven:
 def run_example(tmp: Path, model: Path) -> Driven:
     """Run examples/vllm_rollout.py (``vllm.LLM``) as a user would, on the prebuilt model."""
     out, log = tmp / "profiles", tmp / "example.log"
-    command = [sys.executable, str(ROOT / "examples" / "vllm_rollout.py"), "--out", str(out),
-               "--model", str(model)]
+    command = [sys.executable, str(ROOT / "examples" / "vllm_rollout.py"), "--out", str(out), "--model", str(model)]
     code = run_in_group(command, log=log, timeout=DRIVER_TIMEOUT_S, cwd=tmp)
     text = log.read_text(errors="replace")
     tokens = [int(m) for m in re.findall(r"^step [0-9]+: ([0-9]+) tokens generated$", text, re.M)]
@@ -85,8 +96,12 @@ def _ok(driven: Driven) -> Driven:
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Llama of examples/tiny_llama.py, built offline."""
     path = tmp_path_factory.mktemp("model") / "tiny-llama"
-    subprocess.run([sys.executable, str(ROOT / "examples" / "tiny_llama.py"), str(path)],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "tiny_llama.py"), str(path)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return path
 
 
@@ -122,10 +137,22 @@ def assert_collected(driven: Driven) -> None:
     left in the replica's folder; the summary shows one generate entry per profiled step
     beside the trainer's stage, nothing for unprofiled steps; check all well."""
     rollout = records(driven.out, "rollout")
-    got = sorted((r["step"], r["status"], r["rank"], r["replica"], Path(r["path"]).name.split(".", 1)[1],
-                  Path(r["source"]).name.split(".", 1)[0]) for r in rollout)
-    assert got == sorted((step, "ok", 0, 0, ext, f"step{step}-replica0_rank0")
-                         for step in PROFILED for ext in ("profiler-out.txt", "pt.trace.json.gz"))
+    got = sorted(
+        (
+            r["step"],
+            r["status"],
+            r["rank"],
+            r["replica"],
+            Path(r["path"]).name.split(".", 1)[1],
+            Path(r["source"]).name.split(".", 1)[0],
+        )
+        for r in rollout
+    )
+    assert got == sorted(
+        (step, "ok", 0, 0, ext, f"step{step}-replica0_rank0")
+        for step in PROFILED
+        for ext in ("profiler-out.txt", "pt.trace.json.gz")
+    )
     for record in rollout:
         assert (driven.out / record["path"]).stat().st_size == record["bytes"] > 0
     assert list(Path(rollout_trace_dir(str(driven.out), 0)).iterdir()) == []
@@ -138,8 +165,7 @@ def assert_collected(driven: Driven) -> None:
 
 
 def engine_trace(driven: Driven, step: int) -> Path:
-    [record] = [r for r in records(driven.out, "rollout")
-                if r["step"] == step and r["path"].endswith(".json.gz")]
+    [record] = [r for r in records(driven.out, "rollout") if r["step"] == step and r["path"].endswith(".json.gz")]
     return driven.out / record["path"]
 
 

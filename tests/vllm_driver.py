@@ -23,8 +23,13 @@ PROMPTS = ["the policy samples a batch", "a reward model scores"]
 #: Tokens per prompt: 16 decode iterations, more than the bounded window records.
 TOKENS = 16
 #: What the tiny model needs of the engine (the CPU backend, no compilation, small batches).
-ENGINE_ARGS: dict[str, Any] = {"dtype": "bfloat16", "enforce_eager": True, "max_model_len": 256,
-                               "max_num_seqs": 4, "seed": 0}
+ENGINE_ARGS: dict[str, Any] = {
+    "dtype": "bfloat16",
+    "enforce_eager": True,
+    "max_model_len": 256,
+    "max_num_seqs": 4,
+    "seed": 0,
+}
 
 
 def _profiler_config(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -60,8 +65,9 @@ async def run_async_llm(args: argparse.Namespace, report: dict[str, Any]) -> Non
     from tests.vllm_scenario import run_async
 
     config, fields = _profiler_config(args)
-    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(
-        model=args.model, profiler_config=ProfilerConfig(**fields), **ENGINE_ARGS))
+    llm = AsyncLLM.from_engine_args(
+        AsyncEngineArgs(model=args.model, profiler_config=ProfilerConfig(**fields), **ENGINE_ARGS)
+    )
     params = vllm.SamplingParams(max_tokens=TOKENS, ignore_eos=True, temperature=0.0)
     counter = iter(range(1_000_000))
 

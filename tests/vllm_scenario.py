@@ -23,10 +23,15 @@ STAGE = "update_actor"
 def scenario_config(save_path: str, *, max_iterations: int) -> ProfilerConfig:
     """Profile steps ``PROFILED`` on rank 0 (replica 0), CPU activity; the engine records at most
     ``max_iterations`` iterations per window (0: until the window's stop)."""
-    return ProfilerConfig(enable=True, steps=PROFILED, save_path=save_path,
-                          torch=TorchOptions(contents=["cpu"]),
-                          rollout=RolloutOptions(max_iterations=max_iterations, start_timeout_s=300,
-                                                 stop_timeout_s=300, flush_wait_s=120))
+    return ProfilerConfig(
+        enable=True,
+        steps=PROFILED,
+        save_path=save_path,
+        torch=TorchOptions(contents=["cpu"]),
+        rollout=RolloutOptions(
+            max_iterations=max_iterations, start_timeout_s=300, stop_timeout_s=300, flush_wait_s=120
+        ),
+    )
 
 
 def _train() -> float:
@@ -34,8 +39,7 @@ def _train() -> float:
         return sum(i * 0.5 for i in range(50_000))
 
 
-def run_sync(config: ProfilerConfig, engine: Any, generate: Callable[[], object], *,
-             capture: bool = True) -> None:
+def run_sync(config: ProfilerConfig, engine: Any, generate: Callable[[], object], *, capture: bool = True) -> None:
     """The trainer with a plain engine (``vllm.LLM``): ``generate()`` inside each window."""
     with Profiler(config, role="trainer", rank=0, world_size=1, capture=capture) as profiler:
         for step in STEPS:
@@ -45,8 +49,9 @@ def run_sync(config: ProfilerConfig, engine: Any, generate: Callable[[], object]
                     generate()
 
 
-async def run_async(config: ProfilerConfig, engine: Any, generate: Callable[[], Awaitable[object]], *,
-                    capture: bool = True) -> None:
+async def run_async(
+    config: ProfilerConfig, engine: Any, generate: Callable[[], Awaitable[object]], *, capture: bool = True
+) -> None:
     """The trainer with an async engine (``AsyncLLM``): ``await generate()`` inside each
     ``async with`` window, on the running event loop (the one the engine lives on)."""
     with Profiler(config, role="trainer", rank=0, world_size=1, capture=capture) as profiler:

@@ -32,8 +32,17 @@ from profdsl.records.schema import (
     to_json,
 )
 
-__all__ = ["Artifact", "Catalog", "FolderError", "RecordError", "artifacts", "catalog", "from_record",
-           "json_traces", "trace_header"]
+__all__ = [
+    "Artifact",
+    "Catalog",
+    "FolderError",
+    "RecordError",
+    "artifacts",
+    "catalog",
+    "from_record",
+    "json_traces",
+    "trace_header",
+]
 
 
 class FolderError(Exception):
@@ -107,10 +116,24 @@ def from_record(record: object) -> Artifact:
     parsed = parse_record(to_json(record) if isinstance(record, Record) else record)
     trace = parsed if isinstance(parsed, TraceRecord) else None
     blocked, export = (None, None) if trace is None else (trace.blocked_ms, trace.export_ms)
-    return Artifact(kind=parsed.kind, path=parsed.path, role=parsed.role, stage=parsed.stage, step=parsed.step,
-                    rank=parsed.rank, world_size=parsed.world_size, replica=parsed.replica,
-                    window=parsed.window, bytes=parsed.bytes, status=parsed.status, blocked_ms=blocked,
-                    export_ms=export, host=parsed.host, record=parsed, parallel=parsed.parallel())
+    return Artifact(
+        kind=parsed.kind,
+        path=parsed.path,
+        role=parsed.role,
+        stage=parsed.stage,
+        step=parsed.step,
+        rank=parsed.rank,
+        world_size=parsed.world_size,
+        replica=parsed.replica,
+        window=parsed.window,
+        bytes=parsed.bytes,
+        status=parsed.status,
+        blocked_ms=blocked,
+        export_ms=export,
+        host=parsed.host,
+        record=parsed,
+        parallel=parsed.parallel(),
+    )
 
 
 def _from_name(folder: Path, name: str) -> tuple[Artifact | None, str | None]:
@@ -127,13 +150,26 @@ def _from_name(folder: Path, name: str) -> tuple[Artifact | None, str | None]:
     if parsed is None:
         if not is_json_trace(name):
             return None, f"{where}: not a profdsl trace name: not read"
-        return (Artifact(kind="trace", path=name, bytes=info.st_size),
-                f"{where}: not a profdsl trace name: read by its events only (role, step and rank unknown)")
+        return (
+            Artifact(kind="trace", path=name, bytes=info.st_size),
+            f"{where}: not a profdsl trace name: read by its events only (role, step and rank unknown)",
+        )
     kind = "nsys" if parsed.ext == NSYS_EXT else "rollout" if parsed.role == "rollout" else "trace"
     coords = tuple((d, v) for d in DIMS if (v := getattr(parsed, d)) is not None)
-    return Artifact(parallel=coords, kind=kind, path=name, role=parsed.role, stage=parsed.stage, step=parsed.step,
-                    rank=parsed.rank, world_size=parsed.world_size, replica=parsed.replica,
-                    window=parsed.window, bytes=info.st_size, host=parsed.host), None
+    return Artifact(
+        parallel=coords,
+        kind=kind,
+        path=name,
+        role=parsed.role,
+        stage=parsed.stage,
+        step=parsed.step,
+        rank=parsed.rank,
+        world_size=parsed.world_size,
+        replica=parsed.replica,
+        window=parsed.window,
+        bytes=info.st_size,
+        host=parsed.host,
+    ), None
 
 
 def catalog(folder: str | os.PathLike[str]) -> Catalog:

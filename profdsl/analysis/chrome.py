@@ -53,8 +53,12 @@ def move(event: Event, *, shift_us: float, flow_base: int) -> Event:
     if shift_us and isinstance(ts, (int, float)) and not isinstance(ts, bool):
         event["ts"] = ts + shift_us
     flow_id = event.get("id")
-    if (event.get("ph") in _FLOW_PHASES and isinstance(flow_id, int) and not isinstance(flow_id, bool)
-            and 0 <= flow_id < 1 << FLOW_SHIFT):
+    if (
+        event.get("ph") in _FLOW_PHASES
+        and isinstance(flow_id, int)
+        and not isinstance(flow_id, bool)
+        and 0 <= flow_id < 1 << FLOW_SHIFT
+    ):
         event["id"] = flow_base + flow_id
     return event
 

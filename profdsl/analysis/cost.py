@@ -19,8 +19,7 @@ from profdsl.analysis.catalog import Artifact
 __all__ = ["HEADERS", "TITLE", "RankCost", "StepCost", "cells", "rank_costs", "step_costs"]
 
 #: The cost table's title, and its columns (:func:`cells` gives one row).
-TITLE = ("profiling's own cost (blocked ms: the training thread waited on the profiler; "
-         "export ms: background export)")
+TITLE = "profiling's own cost (blocked ms: the training thread waited on the profiler; export ms: background export)"
 HEADERS = ("role", "step", "traces", "blocked ms", "max rank", "export ms")
 
 
@@ -49,8 +48,12 @@ class RankCost:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (one of :meth:`StepCost.as_dict`'s ``ranks``)."""
-        return {"rank": self.rank, "traces": self.traces, "blocked_ms": _round(self.blocked_ms),
-                "export_ms": _round(self.export_ms)}
+        return {
+            "rank": self.rank,
+            "traces": self.traces,
+            "blocked_ms": _round(self.blocked_ms),
+            "export_ms": _round(self.export_ms),
+        }
 
 
 @attrs.frozen
@@ -70,10 +73,16 @@ class StepCost:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (``profdsl summary --cost --json``)."""
-        return {"role": self.role, "step": self.step, "traces": self.traces,
-                "blocked_ms": _round(self.blocked_ms), "export_ms": _round(self.export_ms),
-                "max_rank": self.max_rank, "max_blocked_ms": _round(self.max_blocked_ms),
-                "ranks": [r.as_dict() for r in self.ranks]}
+        return {
+            "role": self.role,
+            "step": self.step,
+            "traces": self.traces,
+            "blocked_ms": _round(self.blocked_ms),
+            "export_ms": _round(self.export_ms),
+            "max_rank": self.max_rank,
+            "max_blocked_ms": _round(self.max_blocked_ms),
+            "ranks": [r.as_dict() for r in self.ranks],
+        }
 
 
 def _order(value: int | None) -> int:
@@ -121,9 +130,18 @@ def step_costs(rows: Iterable[Artifact]) -> list[StepCost]:
             blocked, export = _add(blocked, r.blocked_ms), _add(export, r.export_ms)
         timed = [r for r in ranks if r.blocked_ms is not None]
         most = max(timed, key=lambda r: r.blocked_ms or 0.0, default=None)  # first (lowest rank) of ties
-        result.append(StepCost(role, step, sum(r.traces for r in ranks), blocked, export,
-                               None if most is None else most.rank, None if most is None else most.blocked_ms,
-                               tuple(ranks)))
+        result.append(
+            StepCost(
+                role,
+                step,
+                sum(r.traces for r in ranks),
+                blocked,
+                export,
+                None if most is None else most.rank,
+                None if most is None else most.blocked_ms,
+                tuple(ranks),
+            )
+        )
     return result
 
 

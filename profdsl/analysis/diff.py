@@ -27,14 +27,19 @@ import attrs
 
 from profdsl.collect.metrics_log import log_files, read_log
 
-__all__ = ["METHOD", "Comparison", "Row", "Sample", "Side", "compare", "describe_noise", "load_samples", "side",
-           "top"]
+__all__ = ["METHOD", "Comparison", "Row", "Sample", "Side", "compare", "describe_noise", "load_samples", "side", "top"]
 
 #: How the noise is measured (printed with every diff).
 METHOD = "2 x the standard error of the difference of the means (Welch), from the per-step samples"
 #: The verdicts of a row.
 SLOWER, FASTER, UNCHANGED, UNKNOWN, ONLY_A, ONLY_B = (
-    "slower", "faster", "unchanged", "noise unknown", "only in A", "only in B")
+    "slower",
+    "faster",
+    "unchanged",
+    "noise unknown",
+    "only in A",
+    "only in B",
+)
 
 
 @attrs.frozen
@@ -96,11 +101,16 @@ def side(samples: Sequence[Sample]) -> Side:
         per_rank[s.rank].append(s.total_s)
     means = {rank: statistics.fmean(values) for rank, values in per_rank.items()}
     slowest = max(means, key=lambda r: (means[r], -(r if r is not None else -1)))
-    return Side(n=len(samples), mean_s=statistics.fmean(totals), total_s=math.fsum(totals),
-                self_s=statistics.fmean(s.self_s for s in samples),
-                count=statistics.fmean(s.count for s in samples),
-                sd_s=statistics.stdev(totals) if len(totals) > 1 else None,
-                spread_s=max(means.values()) - min(means.values()), slowest_rank=slowest)
+    return Side(
+        n=len(samples),
+        mean_s=statistics.fmean(totals),
+        total_s=math.fsum(totals),
+        self_s=statistics.fmean(s.self_s for s in samples),
+        count=statistics.fmean(s.count for s in samples),
+        sd_s=statistics.stdev(totals) if len(totals) > 1 else None,
+        spread_s=max(means.values()) - min(means.values()),
+        slowest_rank=slowest,
+    )
 
 
 def _row(role: str, stage: str, a: Sequence[Sample], b: Sequence[Sample]) -> Row:
@@ -114,17 +124,22 @@ def _row(role: str, stage: str, a: Sequence[Sample], b: Sequence[Sample]) -> Row
     ratio = second.mean_s / first.mean_s if first.mean_s > 0 else None
     if first.sd_s is None or second.sd_s is None:
         return Row(role, stage, first, second, change, ratio, None, UNKNOWN)
-    noise = 2 * math.sqrt(first.sd_s ** 2 / first.n + second.sd_s ** 2 / second.n)
+    noise = 2 * math.sqrt(first.sd_s**2 / first.n + second.sd_s**2 / second.n)
     verdict = UNCHANGED if abs(change) <= noise else (SLOWER if change > 0 else FASTER)
     return Row(role, stage, first, second, change, ratio, noise, verdict)
 
 
-def compare(a: Mapping[tuple[str, str], Sequence[Sample]], b: Mapping[tuple[str, str], Sequence[Sample]], *,
-            source: str = "samples", run_a: str = "A", run_b: str = "B") -> Comparison:
+def compare(
+    a: Mapping[tuple[str, str], Sequence[Sample]],
+    b: Mapping[tuple[str, str], Sequence[Sample]],
+    *,
+    source: str = "samples",
+    run_a: str = "A",
+    run_b: str = "B",
+) -> Comparison:
     """The diff of two runs' samples per (role, stage), sorted by the absolute change (then role
     and stage)."""
-    rows = [_row(role, stage, a.get((role, stage), ()), b.get((role, stage), ()))
-            for role, stage in set(a) | set(b)]
+    rows = [_row(role, stage, a.get((role, stage), ()), b.get((role, stage), ())) for role, stage in set(a) | set(b)]
     rows.sort(key=lambda r: (-abs(r.change_s), r.role, r.stage))
     return Comparison(source=source, method=METHOD, run_a=run_a, run_b=run_b, rows=tuple(rows))
 
@@ -140,8 +155,9 @@ def _from_log(folder: str) -> tuple[Samples, list[str]]:
     samples: Samples = defaultdict(list)
     for line in untraced or lines:
         for path, stage in (line.stages or {}).items():
-            samples[(str(line.role), path)].append(Sample(
-                line.step, line.rank, stage.total_s or 0.0, stage.self_s or 0.0, stage.count or 0))
+            samples[(str(line.role), path)].append(
+                Sample(line.step, line.rank, stage.total_s or 0.0, stage.self_s or 0.0, stage.count or 0)
+            )
     return samples, problems
 
 
@@ -156,13 +172,13 @@ def _from_traces(folder: str) -> tuple[Samples, list[str]]:
     samples: Samples = defaultdict(list)
     for node in model.nodes:
         path = "/".join(segment(name) for name in node.path)
-        samples[(node.role, path)].append(Sample(node.step, node.rank, node.total_us / 1e6, node.self_us / 1e6,
-                                                 node.count))
+        samples[(node.role, path)].append(
+            Sample(node.step, node.rank, node.total_us / 1e6, node.self_us / 1e6, node.count)
+        )
     return samples, skipped
 
 
-def load_samples(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], *,
-                 source: str = "auto") -> Comparison:
+def load_samples(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], *, source: str = "auto") -> Comparison:
     """Read both runs and compare them: from the metrics logs (``source="log"``, or ``"auto"``
     when both runs have one), else from the traces (``"traces"``).
 

@@ -126,8 +126,15 @@ def output_name(rank: int) -> str:
     return f"rank{rank}.pt.trace.json.gz"
 
 
-def export_hta(folder: str | os.PathLike[str], output: str | os.PathLike[str], *,
-               step: int, stage: str, role: str | None = None, force: bool = False) -> HtaReport:
+def export_hta(
+    folder: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    step: int,
+    stage: str,
+    role: str | None = None,
+    force: bool = False,
+) -> HtaReport:
     """Export stage ``stage`` of step ``step`` of ``folder`` into the folder ``output`` (see the
     module docstring).
 
@@ -187,12 +194,13 @@ def _earlier_export(out: Path, force: bool) -> list[Path]:
         raise HtaError(f"{out}: not a folder")
     entries = sorted(out.iterdir())
     if entries and not force:
-        raise HtaError(f"{out}: not empty ({len(entries)} entries): export into a new or empty folder, "
-                       "or pass --force to replace an earlier export there")
+        raise HtaError(
+            f"{out}: not empty ({len(entries)} entries): export into a new or empty folder, "
+            "or pass --force to replace an earlier export there"
+        )
     for entry in entries:
         if not _ours(entry):
-            raise HtaError(f"{out}: {entry.name} was not written by profdsl export --hta; "
-                           "nothing was replaced")
+            raise HtaError(f"{out}: {entry.name} was not written by profdsl export --hta; nothing was replaced")
     return entries
 
 
@@ -217,8 +225,14 @@ def _listing(values: Iterable[int | str]) -> str:
     return ", ".join(repr(v) if isinstance(v, str) else str(v) for v in shown) or "none"
 
 
-def _plan(folder: str | os.PathLike[str], artifacts: Sequence[Artifact], step: int, stage: str,
-          role: str | None, errors: list[str]) -> list[_Rank]:
+def _plan(
+    folder: str | os.PathLike[str],
+    artifacts: Sequence[Artifact],
+    step: int,
+    stage: str,
+    role: str | None,
+    errors: list[str],
+) -> list[_Rank]:
     """One plan per rank that has the stage at the step, in rank order."""
     traces = [a for a in json_traces(artifacts) if a.kind == "trace"]
     steps = {a.step for a in traces if a.step is not None}
@@ -227,8 +241,10 @@ def _plan(folder: str | os.PathLike[str], artifacts: Sequence[Artifact], step: i
     at_step = [a for a in traces if a.step == step]
     chosen = [a for a in at_step if role is None or a.role == role]
     if not chosen:
-        raise HtaError(f"{folder}: no trace of role {role!r} at step {step} "
-                       f"(roles: {_listing(a.role or 'unknown' for a in at_step)})")
+        raise HtaError(
+            f"{folder}: no trace of role {role!r} at step {step} "
+            f"(roles: {_listing(a.role or 'unknown' for a in at_step)})"
+        )
     scanned = scan_artifacts(folder, chosen, errors)
     model = StageModel(scanned)
     scans = {id(artifact): scan for artifact, scan in scanned}
@@ -254,13 +270,17 @@ def _plan(folder: str | os.PathLike[str], artifacts: Sequence[Artifact], step: i
     for rank in sorted(by_rank):
         inputs = [(a, scans[id(a)]) for a in by_rank[rank]]
         inputs.sort(key=lambda item: (item[1].base_ns, min((p.ts for p in item[1].pieces), default=0.0)))
-        plans.append(_marks(model, rank, stage, tuple(inputs),
-                            [item for item in placed if item[0].rank == rank]))
+        plans.append(_marks(model, rank, stage, tuple(inputs), [item for item in placed if item[0].rank == rank]))
     return plans
 
 
-def _marks(model: StageModel, rank: int, stage: str, inputs: tuple[tuple[Artifact, TraceScan], ...],
-           placed: list[tuple[Artifact, tuple[str, ...], Piece]]) -> _Rank:
+def _marks(
+    model: StageModel,
+    rank: int,
+    stage: str,
+    inputs: tuple[tuple[Artifact, TraceScan], ...],
+    placed: list[tuple[Artifact, tuple[str, ...], Piece]],
+) -> _Rank:
     """The rank's plan: which pieces each marker spans."""
     base_of = {id(a): scan.base_ns for a, scan in inputs}
     placed = [item for item in placed if id(item[0]) in base_of]
@@ -273,12 +293,15 @@ def _marks(model: StageModel, rank: int, stage: str, inputs: tuple[tuple[Artifac
             if _below(path, stage) == depth:
                 marks[int(piece.index or 0)].append((artifact, piece))
         return _Rank(rank, world, inputs, dict(marks), "mini_batch")
-    own = sorted(((a, p) for a, path, p in placed if p.index is None and path[-1] == stage),
-                 key=lambda item: base_of[id(item[0])] / 1000 + item[1].ts)
+    own = sorted(
+        ((a, p) for a, path, p in placed if p.index is None and path[-1] == stage),
+        key=lambda item: base_of[id(item[0])] / 1000 + item[1].ts,
+    )
     role = own[0][0].role or "unknown"
     step = own[0][0].step
-    entries = sum(n.count for n in model.nodes
-                  if (n.role, n.step, n.rank) == (role, step, rank) and n.path[-1] == stage)
+    entries = sum(
+        n.count for n in model.nodes if (n.role, n.step, n.rank) == (role, step, rank) and n.path[-1] == stage
+    )
     if entries == len(own):
         for index, item in enumerate(own):
             marks[index].append(item)
@@ -296,8 +319,7 @@ class _RankWriter:
     """Streams one rank's inputs into its file (through a spool, so that an input that fails
     part way adds nothing), then writes the markers."""
 
-    def __init__(self, folder: str | os.PathLike[str], plan: _Rank, base_ns: int, stage: str,
-                 step: int) -> None:
+    def __init__(self, folder: str | os.PathLike[str], plan: _Rank, base_ns: int, stage: str, step: int) -> None:
         self.folder, self.plan, self.base_ns, self.stage, self.step = folder, plan, base_ns, stage, step
         self.wanted = {(id(a), p): k for k, items in plan.marks.items() for a, p in items}
         self.found: dict[int, list[tuple[float, float, Any, Any]]] = defaultdict(list)  # ts, dur, pid, tid
@@ -330,11 +352,12 @@ class _RankWriter:
             except BaseException:
                 partial.unlink(missing_ok=True)
                 raise
-        iterations = tuple(int(m["name"][len(MARKER):]) for m in markers)
+        iterations = tuple(int(m["name"][len(MARKER) :]) for m in markers)
         return partial, RankExport(self.plan.rank, final, len(kept), events, iterations, self.plan.unit)
 
-    def _copy(self, artifact: Artifact, scan: TraceScan, body: ArrayWriter, flow_base: int,
-              errors: list[str]) -> tuple[dict[str, Any], int] | None:
+    def _copy(
+        self, artifact: Artifact, scan: TraceScan, body: ArrayWriter, flow_base: int, errors: list[str]
+    ) -> tuple[dict[str, Any], int] | None:
         """Copy one input's events; (its header, events written), or None (its reason in
         ``errors``, nothing of it kept)."""
         mark, seen = body.mark(), set(self.seen)
@@ -353,12 +376,16 @@ class _RankWriter:
                     if label is not None:
                         mark_of = self._marker_of(artifact, label, event)
                         if mark_of is not None:
-                            found.append((mark_of, (event["ts"] + shift, event.get("dur", 0),
-                                                    event.get("pid"), event.get("tid"))))
+                            found.append(
+                                (
+                                    mark_of,
+                                    (event["ts"] + shift, event.get("dur", 0), event.get("pid"), event.get("tid")),
+                                )
+                            )
                         event["name"] = region_title(label)
                 name = event.get("name")
                 if isinstance(name, str) and name.startswith("ProfilerStep"):
-                    event["name"] = RENAMED + name[len("ProfilerStep"):]
+                    event["name"] = RENAMED + name[len("ProfilerStep") :]
                 written += body.write_all([move(event, shift_us=shift, flow_base=flow_base)])
         except reader.TraceError as exc:
             body.undo(mark)
@@ -373,19 +400,18 @@ class _RankWriter:
         """A metadata event already written (each window of a process repeats its names)."""
         if event.get("ph") != "M":
             return False
-        key = json.dumps([event.get("name"), event.get("pid"), event.get("tid"), event.get("args")],
-                         sort_keys=True, default=str)
+        key = json.dumps(
+            [event.get("name"), event.get("pid"), event.get("tid"), event.get("args")], sort_keys=True, default=str
+        )
         if key in self.seen:
             return True
         self.seen.add(key)
         return False
 
-    def _marker_of(self, artifact: Artifact, label: tuple[str, int | None],
-                   event: dict[str, Any]) -> int | None:
+    def _marker_of(self, artifact: Artifact, label: tuple[str, int | None], event: dict[str, Any]) -> int | None:
         if event.get("cat") == "gpu_user_annotation":
             return None
-        piece = Piece(label[0], label[1], str(event.get("tid")), float(event.get("ts", 0)),
-                      float(event.get("dur", 0)))
+        piece = Piece(label[0], label[1], str(event.get("tid")), float(event.get("ts", 0)), float(event.get("dur", 0)))
         return self.wanted.get((id(artifact), piece))
 
     def _markers(self) -> list[dict[str, Any]]:
@@ -396,9 +422,18 @@ class _RankWriter:
             start = spans[0][0]
             # one region: its own duration exactly; several: from the first start to the last end
             dur = spans[0][1] if len(spans) == 1 else max(s[0] + s[1] for s in spans) - start
-            markers.append({"ph": "X", "cat": "user_annotation", "name": f"{MARKER}{k}",
-                            "pid": spans[0][2], "tid": spans[0][3], "ts": start, "dur": dur,
-                            "args": {META_KEY: f"{what} {k} of {self.stage}"}})
+            markers.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"{MARKER}{k}",
+                    "pid": spans[0][2],
+                    "tid": spans[0][3],
+                    "ts": start,
+                    "dur": dur,
+                    "args": {META_KEY: f"{what} {k} of {self.stage}"},
+                }
+            )
         return markers
 
     def _head(self, kept: list[tuple[Artifact, dict[str, Any]]], world: int) -> str:
@@ -406,14 +441,24 @@ class _RankWriter:
         line (HTA finds the rank by the first ``"rank": N`` of the file)."""
         plan = self.plan
         info = distributed_info(plan.rank, plan.world_size or world)
-        own = to_json(TraceMeta(export=ExportMeta(
-            format="hta", role=kept[0][0].role, stage=self.stage, step=self.step, rank=plan.rank,
-            iterations=plan.unit, traces=tuple(str(a.path) for a, _ in kept))))
-        lines = [f'{{{json.dumps(DISTRIBUTED_KEY)}: {json.dumps(info)},', f'{json.dumps(META_KEY)}: {json.dumps(own)},']
+        own = to_json(
+            TraceMeta(
+                export=ExportMeta(
+                    format="hta",
+                    role=kept[0][0].role,
+                    stage=self.stage,
+                    step=self.step,
+                    rank=plan.rank,
+                    iterations=plan.unit,
+                    traces=tuple(str(a.path) for a, _ in kept),
+                )
+            )
+        )
+        lines = [f"{{{json.dumps(DISTRIBUTED_KEY)}: {json.dumps(info)},", f"{json.dumps(META_KEY)}: {json.dumps(own)},"]
         for key, value in kept[0][1].items():
             if key not in _OWN_KEYS:
                 lines.append(f"{json.dumps(key)}: {json.dumps(value, default=json_value)},")
-        lines.append(f'{json.dumps(BASE_TIME_KEY)}: {self.base_ns},')
+        lines.append(f"{json.dumps(BASE_TIME_KEY)}: {self.base_ns},")
         lines.append('"traceEvents": [\n')
         return "\n".join(lines)
 

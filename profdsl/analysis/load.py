@@ -68,8 +68,9 @@ class Progress:
         if not self.on or time.monotonic() - self.began < PROGRESS_AFTER_S:
             return
         self.shown = True
-        self.stream.write(f"\rprofdsl: reading traces {done}/{self.total} "
-                          f"({_human(done_bytes)} of {_human(self.total_bytes)})")
+        self.stream.write(
+            f"\rprofdsl: reading traces {done}/{self.total} ({_human(done_bytes)} of {_human(self.total_bytes)})"
+        )
         self.stream.flush()
 
     def close(self) -> None:
@@ -94,8 +95,9 @@ def _workers(count: int) -> int:
     return max(1, min(cores, count))
 
 
-def _results(folder: str, traces: Sequence[Artifact], sizes: Sequence[int],
-             progress: Progress) -> list[TraceScan | str]:
+def _results(
+    folder: str, traces: Sequence[Artifact], sizes: Sequence[int], progress: Progress
+) -> list[TraceScan | str]:
     """Each trace's scan (or the reason it cannot be read), in order: on worker processes when
     it pays, and here for whatever they did not finish."""
     results: list[TraceScan | str | None] = [None] * len(traces)
@@ -116,8 +118,9 @@ def _results(folder: str, traces: Sequence[Artifact], sizes: Sequence[int],
     return [r if r is not None else "" for r in results]
 
 
-def scan_artifacts(folder: str | os.PathLike[str], items: Iterable[Artifact],
-                   skipped: list[str] | None = None) -> list[tuple[Artifact, TraceScan]]:
+def scan_artifacts(
+    folder: str | os.PathLike[str], items: Iterable[Artifact], skipped: list[str] | None = None
+) -> list[tuple[Artifact, TraceScan]]:
     """The scan of every ok JSON trace of ``items`` (:func:`json_traces`), in their order.
 
     ``skipped``: when given, a trace that cannot be read is left out and its reason appended;
@@ -142,7 +145,8 @@ def scan_artifacts(folder: str | os.PathLike[str], items: Iterable[Artifact],
     return found
 
 
-def load_model(folder: str | os.PathLike[str], items: Iterable[Artifact],
-               skipped: list[str] | None = None) -> StageModel:
+def load_model(
+    folder: str | os.PathLike[str], items: Iterable[Artifact], skipped: list[str] | None = None
+) -> StageModel:
     """The stage-time model of ``items``' traces (see :func:`scan_artifacts`)."""
     return StageModel(scan_artifacts(folder, items, skipped))

@@ -179,8 +179,7 @@ class StageModel:
         self._spans.append((artifact, outer))
 
     @staticmethod
-    def _discount(tree: dict[tuple[str, ...], _Acc], used: dict[tuple[str, ...], int],
-                  scan: TraceScan) -> None:
+    def _discount(tree: dict[tuple[str, ...], _Acc], used: dict[tuple[str, ...], int], scan: TraceScan) -> None:
         """Take the trace's continued pieces off its paths' entries: at the paths the trace
         names, else label by label (a label at several paths gives them up busiest first)."""
         if scan.continued_at:
@@ -202,8 +201,19 @@ class StageModel:
             overlapped = {path[:-1] for path, acc in tree.items() if acc.crossed}
             for path, acc in tree.items():
                 self_us = max(acc.self_us, 0.0) if acc.crossed or path in overlapped else acc.self_us
-                nodes.append(Node(role, step, rank, path, max(acc.pieces - acc.continued, 1 if acc.pieces else 0),
-                                  acc.total_us, self_us, acc.first, acc.crossed))
+                nodes.append(
+                    Node(
+                        role,
+                        step,
+                        rank,
+                        path,
+                        max(acc.pieces - acc.continued, 1 if acc.pieces else 0),
+                        acc.total_us,
+                        self_us,
+                        acc.first,
+                        acc.crossed,
+                    )
+                )
         return sorted(nodes, key=_node_order)
 
     # -- reading ----------------------------------------------------------------------------
@@ -232,10 +242,22 @@ class StageModel:
         for (role, step, path), nodes in groups.items():
             totals = [n.total_us for n in nodes]
             slowest = max(nodes, key=lambda n: (n.total_us, -_number(n.rank)))
-            result.append(Spread(role, step, path, len(nodes), sum(n.count for n in nodes),
-                                 min(totals), statistics.median(totals), max(totals), slowest.rank,
-                                 statistics.median(n.self_us for n in nodes),
-                                 min(n.first_us for n in nodes), any(n.interleaved for n in nodes)))
+            result.append(
+                Spread(
+                    role,
+                    step,
+                    path,
+                    len(nodes),
+                    sum(n.count for n in nodes),
+                    min(totals),
+                    statistics.median(totals),
+                    max(totals),
+                    slowest.rank,
+                    statistics.median(n.self_us for n in nodes),
+                    min(n.first_us for n in nodes),
+                    any(n.interleaved for n in nodes),
+                )
+            )
         return _tree_order(result)
 
     def spans(self) -> list[tuple[Artifact, list[Span]]]:
@@ -272,22 +294,32 @@ class StageModel:
         for node in self.nodes:
             spread = spreads[(node.role, node.step, node.path)]
             share = self.share(node)
-            result.append({
-                "role": node.role, "stage": node.stage, "step": node.step, "rank": node.rank,
-                "count": node.count, "total_ms": _ms(node.total_us),
-                "mean_ms": _ms(node.total_us / node.count) if node.count else 0.0,
-                "share": None if share is None else round(share, 6),
-                "path": list(node.path), "depth": node.depth, "self_ms": _ms(node.self_us),
-                "ranks": spread.ranks, "min_ms": _ms(spread.min_us), "median_ms": _ms(spread.median_us),
-                "max_ms": _ms(spread.max_us), "slowest_rank": spread.slowest_rank,
-                "parallel": self.parallel(node.role, node.step, node.rank),
-                "interleaved": node.interleaved,
-            })
+            result.append(
+                {
+                    "role": node.role,
+                    "stage": node.stage,
+                    "step": node.step,
+                    "rank": node.rank,
+                    "count": node.count,
+                    "total_ms": _ms(node.total_us),
+                    "mean_ms": _ms(node.total_us / node.count) if node.count else 0.0,
+                    "share": None if share is None else round(share, 6),
+                    "path": list(node.path),
+                    "depth": node.depth,
+                    "self_ms": _ms(node.self_us),
+                    "ranks": spread.ranks,
+                    "min_ms": _ms(spread.min_us),
+                    "median_ms": _ms(spread.median_us),
+                    "max_ms": _ms(spread.max_us),
+                    "slowest_rank": spread.slowest_rank,
+                    "parallel": self.parallel(node.role, node.step, node.rank),
+                    "interleaved": node.interleaved,
+                }
+            )
         return result
 
 
-def _uncross(stack: list[tuple[float, tuple[str, ...], float]], end: float,
-             tree: dict[tuple[str, ...], _Acc]) -> bool:
+def _uncross(stack: list[tuple[float, tuple[str, ...], float]], end: float, tree: dict[tuple[str, ...], _Acc]) -> bool:
     """Take off ``stack`` the open regions that a region ending at ``end`` crosses (it began
     inside them and ends after them), marking their paths; whether there were any."""
     crossed = False

@@ -19,8 +19,7 @@ class OutputError(ValueError):
     """An output that is, or resolves to, an input (the message names both)."""
 
 
-def check_output(output: str | os.PathLike[str], folder: str | os.PathLike[str], *,
-                 is_folder: bool = False) -> None:
+def check_output(output: str | os.PathLike[str], folder: str | os.PathLike[str], *, is_folder: bool = False) -> None:
     """Refuse to write ``output`` when it is the input ``folder``, lies inside it, or is one of its
     files under another name (a hard link); an output folder (``is_folder``) must not hold the
     input folder either.
@@ -33,14 +32,15 @@ def check_output(output: str | os.PathLike[str], folder: str | os.PathLike[str],
     if out == into:
         raise OutputError(f"{where} is the input folder {os.fspath(folder)}: write the output elsewhere")
     if into in out.parents:
-        raise OutputError(f"{where} is inside the input folder {os.fspath(folder)} (it would overwrite "
-                          "an input, or be read as one): write the output elsewhere")
+        raise OutputError(
+            f"{where} is inside the input folder {os.fspath(folder)} (it would overwrite "
+            "an input, or be read as one): write the output elsewhere"
+        )
     if is_folder and out in into.parents:
         raise OutputError(f"{where} holds the input folder {os.fspath(folder)}: write the output elsewhere")
     twin = _same_file(output, into)
     if twin is not None:
-        raise OutputError(f"{where} is the input {twin} under another name (a hard link): "
-                          "write the output elsewhere")
+        raise OutputError(f"{where} is the input {twin} under another name (a hard link): write the output elsewhere")
 
 
 def _same_file(output: str | os.PathLike[str], folder: Path) -> Path | None:

@@ -25,8 +25,17 @@ from typing import IO, Any
 
 from profdsl.records.schema import DISTRIBUTED_KEY, RecordError, base_time_ns, brief, header_meta
 
-__all__ = ["MAX_TIME_US", "TraceError", "brief", "event_problem", "events", "file_kind", "header", "metadata_problem",
-           "open_trace"]
+__all__ = [
+    "MAX_TIME_US",
+    "TraceError",
+    "brief",
+    "event_problem",
+    "events",
+    "file_kind",
+    "header",
+    "metadata_problem",
+    "open_trace",
+]
 
 #: Read buffer for streaming events; the header is read with a small one (it is near the start,
 #: and ijson's C backend builds a whole buffer's parse events at once).
@@ -97,8 +106,13 @@ class _Gzip(gzip.GzipFile):
 
 def file_kind(mode: int) -> str:
     """What kind of file a ``st_mode`` says it is, in words (``a FIFO``, ``a folder``, ...)."""
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a plain file"
@@ -141,8 +155,16 @@ def header(path: str | os.PathLike[str]) -> dict[str, Any]:
                         raise TraceError(f"{os.fspath(path)}: not a JSON object")
                     continue
                 builder.event(event, value)
-                if prefix == key and event in ("end_map", "end_array", "string", "number",
-                                               "boolean", "null", "integer", "double"):
+                if prefix == key and event in (
+                    "end_map",
+                    "end_array",
+                    "string",
+                    "number",
+                    "boolean",
+                    "null",
+                    "integer",
+                    "double",
+                ):
                     meta[key] = builder.value
                     builder = None
     except (ijson.JSONError, EOFError, OSError, ValueError, zlib.error, io.UnsupportedOperation) as exc:
@@ -174,9 +196,17 @@ def event_problem(event: object) -> str | None:
         return f"is {brief(event)}, not an object"
     get = event.get  # every event passes here: one straight test first, the reason only when it fails
     ts, dur, pid, tid = get("ts", 0), get("dur", 0), get("pid", 0), get("tid", 0)
-    if (type(ts) in _NUMBERS and type(dur) in _NUMBERS and -MAX_TIME_US <= ts <= MAX_TIME_US
-            and 0 <= dur <= MAX_TIME_US and type(get("name", "")) is str and type(get("ph", "")) is str
-            and type(get("cat", "")) is str and type(pid) in _IDS and type(tid) in _IDS):
+    if (
+        type(ts) in _NUMBERS
+        and type(dur) in _NUMBERS
+        and -MAX_TIME_US <= ts <= MAX_TIME_US
+        and 0 <= dur <= MAX_TIME_US
+        and type(get("name", "")) is str
+        and type(get("ph", "")) is str
+        and type(get("cat", "")) is str
+        and type(pid) in _IDS
+        and type(tid) in _IDS
+    ):
         return None
     for key, low in (("ts", -MAX_TIME_US), ("dur", 0.0)):
         value = get(key, 0)

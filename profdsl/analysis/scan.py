@@ -86,12 +86,10 @@ def _piece(names: RegionNames, event: Mapping[str, Any]) -> Piece | None:
     found = names.label(str(event.get("name", "")))
     if found is None:
         return None
-    return Piece(found[0], found[1], str(event.get("tid")), float(event.get("ts", 0)),
-                 float(event.get("dur", 0)))
+    return Piece(found[0], found[1], str(event.get("tid")), float(event.get("ts", 0)), float(event.get("dur", 0)))
 
 
-def scan_events(meta: Mapping[str, Any], stream: Iterable[Mapping[str, Any]], *,
-                span: bool) -> TraceScan:
+def scan_events(meta: Mapping[str, Any], stream: Iterable[Mapping[str, Any]], *, span: bool) -> TraceScan:
     """The scan of a trace whose header is ``meta`` from its (well-formed) events ``stream``;
     with ``span``, also the span of its complete events."""
     names = RegionNames.from_header(meta)
@@ -105,8 +103,9 @@ def scan_events(meta: Mapping[str, Any], stream: Iterable[Mapping[str, Any]], *,
             piece = _piece(names, event)
             if piece is not None:
                 pieces.append(piece)
-    return TraceScan(tuple(pieces), (first, last) if first <= last else None, _base_ns(meta),
-                     names.continued, names.continued_at)
+    return TraceScan(
+        tuple(pieces), (first, last) if first <= last else None, _base_ns(meta), names.continued, names.continued_at
+    )
 
 
 def scan_file(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bool) -> TraceScan:
@@ -131,12 +130,16 @@ class _LayoutError(Exception):
     """The file does not follow the layout the fast reader relies on."""
 
 
-def _fast(path: str | os.PathLike[str], names: RegionNames, *, span: bool
-          ) -> tuple[tuple[Piece, ...], tuple[float, float] | None] | None:
+def _fast(
+    path: str | os.PathLike[str], names: RegionNames, *, span: bool
+) -> tuple[tuple[Piece, ...], tuple[float, float] | None] | None:
     """Pieces and span by the fast reader; None when the file does not follow the layout."""
     prefixes = names.prefixes()
-    wanted = re.compile(rb'\n    "name": "((?:' + b"|".join(re.escape(p.encode()) for p in prefixes)
-                        + rb')[0-9]*)"') if prefixes else None
+    wanted = (
+        re.compile(rb'\n    "name": "((?:' + b"|".join(re.escape(p.encode()) for p in prefixes) + rb')[0-9]*)"')
+        if prefixes
+        else None
+    )
     state = _State(names, wanted, span)
     try:
         with open_trace(path) as stream:
@@ -147,7 +150,7 @@ def _fast(path: str | os.PathLike[str], names: RegionNames, *, span: bool
                 cut = data.rfind(_END)
                 if cut >= 0:  # the complete event blocks so far; the rest waits for more
                     state.body(data, cut + len(_END))
-                    data = data[cut + len(_END):]
+                    data = data[cut + len(_END) :]
                 elif len(data) > HEAD_LIMIT:
                     return None  # no event boundary for this long: not kineto's layout
                 if not block:
@@ -166,7 +169,7 @@ def _skip_header(stream: IO[bytes]) -> bytes:
         head += block
         match = _EVENTS.search(head)
         if match is not None:
-            return head[match.end():]
+            return head[match.end() :]
         if not block:
             break
     raise _LayoutError
@@ -209,7 +212,7 @@ class _State:
         end = data.find(_END, match.end())
         if start < 0 or end < 0:
             raise _LayoutError
-        event = json.loads(data[start + 1:end + len(_END)])
+        event = json.loads(data[start + 1 : end + len(_END)])
         if event_problem(event) is not None:
             raise _LayoutError  # the streaming reader names it
         piece = _piece(self.names, event)

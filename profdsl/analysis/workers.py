@@ -60,8 +60,9 @@ def _read(stream: IO[bytes], out: queue.SimpleQueue[tuple[int, Any] | None]) -> 
         out.put(None)
 
 
-def run_workers(folder: str, tasks: Sequence[Any], sizes: Sequence[int], workers: int,
-                on_result: Callable[[int, Any], None]) -> set[int]:
+def run_workers(
+    folder: str, tasks: Sequence[Any], sizes: Sequence[int], workers: int, on_result: Callable[[int, Any], None]
+) -> set[int]:
     """Run :func:`profdsl.analysis.load.scan_one` (``folder``, task) for each task on
     ``workers`` processes, calling ``on_result(index, result)`` as each arrives (on this
     thread). Returns the indices no worker finished (a worker failed to start or died)."""
@@ -71,14 +72,17 @@ def run_workers(folder: str, tasks: Sequence[Any], sizes: Sequence[int], workers
     readers = []
     for share in shares(sizes, workers):
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "profdsl.analysis.workers"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, env=_environment())
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "profdsl.analysis.workers"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=_environment(),
+            )
         except OSError:
             continue
         procs.append(proc)
-        reader = threading.Thread(target=_read, args=(proc.stdout, results), daemon=True,
-                                  name="profdsl-scan-reader")
+        reader = threading.Thread(target=_read, args=(proc.stdout, results), daemon=True, name="profdsl-scan-reader")
         reader.start()
         readers.append(reader)
         try:

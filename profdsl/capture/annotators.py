@@ -18,8 +18,7 @@ from typing import Any, Protocol
 from profdsl.core.labels import encode
 from profdsl.core.log import once
 
-__all__ = ["DOMAIN", "Annotator", "MultiAnnotator", "NvtxAnnotator", "TorchAnnotator",
-           "nvtx_or_none", "role_color"]
+__all__ = ["DOMAIN", "Annotator", "MultiAnnotator", "NvtxAnnotator", "TorchAnnotator", "nvtx_or_none", "role_color"]
 
 #: The NVTX domain every profdsl range lives in.
 DOMAIN = "profdsl"
@@ -90,7 +89,8 @@ class NvtxAnnotator:
             attributes = self._attributes[key]
         except KeyError:  # registered once per name (None from nvtx when no tool is attached)
             attributes = self._attributes[key] = self._domain.get_event_attributes(
-                message=name, color=self._color if color is None else color, category=self._role)
+                message=name, color=self._color if color is None else color, category=self._role
+            )
         self._domain.push_range(attributes)
         return None
 
@@ -122,6 +122,9 @@ def nvtx_or_none(role: str) -> NvtxAnnotator | None:
     try:
         return NvtxAnnotator(role)
     except ImportError:
-        once("nvtx-missing", logging.WARNING,
-             "profdsl: nvtx=True but the nvtx package is not installed (pip install profdsl[nvtx])")
+        once(
+            "nvtx-missing",
+            logging.WARNING,
+            "profdsl: nvtx=True but the nvtx package is not installed (pip install profdsl[nvtx])",
+        )
         return None

@@ -77,8 +77,16 @@ class Backend(Protocol):
     def every_thread_possible(self) -> bool:
         """Whether captures of every thread can be had."""
 
-    def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
-             runner: Runner, every_thread: bool = False) -> Capture:
+    def open(
+        self,
+        *,
+        rank: int,
+        schedule: Schedule | None,
+        describe: Describe,
+        sink: Sink,
+        runner: Runner,
+        every_thread: bool = False,
+    ) -> Capture:
         """Start a capture on ``runner`` (recording every thread with ``every_thread``).
 
         Raises:

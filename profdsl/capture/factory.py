@@ -21,8 +21,9 @@ def make_backend(config: ProfilerConfig) -> Backend | None:
     try:
         import torch  # noqa: F401  (fail here, once, rather than at every stage)
     except ImportError:
-        once("torch-missing", logging.ERROR,
-             "profdsl: tool='torch' but torch is not installed; nothing will be captured")
+        once(
+            "torch-missing", logging.ERROR, "profdsl: tool='torch' but torch is not installed; nothing will be captured"
+        )
         return None
     from profdsl.capture.torch_session import TorchBackend
 

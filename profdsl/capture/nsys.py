@@ -21,14 +21,17 @@ def _cuda_profiler(action: str, rank: int) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            once("nsys-no-cuda", logging.WARNING,
-                 "[profdsl rank %s] tool='nsys' but CUDA is not available: no capture range is "
-                 "started; NVTX ranges are still emitted", rank)
+            once(
+                "nsys-no-cuda",
+                logging.WARNING,
+                "[profdsl rank %s] tool='nsys' but CUDA is not available: no capture range is "
+                "started; NVTX ranges are still emitted",
+                rank,
+            )
             return
         getattr(torch.cuda.profiler, action)()
     except Exception as exc:
-        once(f"nsys-{action}", logging.ERROR,
-             "[profdsl rank %s] cuda profiler %s failed: %s", rank, action, exc)
+        once(f"nsys-{action}", logging.ERROR, "[profdsl rank %s] cuda profiler %s failed: %s", rank, action, exc)
 
 
 class NsysSession:
@@ -68,11 +71,21 @@ class NsysBackend:
         """A range covers every thread already: none is asked for."""
         return False
 
-    def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
-             runner: Runner, every_thread: bool = False) -> NsysSession:
+    def open(
+        self,
+        *,
+        rank: int,
+        schedule: Schedule | None,
+        describe: Describe,
+        sink: Sink,
+        runner: Runner,
+        every_thread: bool = False,
+    ) -> NsysSession:
         """Start a capture range (schedules apply to the torch tool only)."""
         if schedule is not None:
-            once("nsys-schedule", logging.INFO,
-                 "profdsl: mini-batch schedules apply to tool='torch' only; nsys captures whole "
-                 "stages or steps")
+            once(
+                "nsys-schedule",
+                logging.INFO,
+                "profdsl: mini-batch schedules apply to tool='torch' only; nsys captures whole stages or steps",
+            )
         return NsysSession(rank)

@@ -66,20 +66,40 @@ class TorchBackend:
         """Whether this torch can record every thread (``profile_all_threads``, torch >= 2.7)."""
         return _all_threads_config() is not None
 
-    def open(self, *, rank: int, schedule: Schedule | None, describe: Describe, sink: Sink,
-             runner: Runner, every_thread: bool = False) -> TorchSession:
+    def open(
+        self,
+        *,
+        rank: int,
+        schedule: Schedule | None,
+        describe: Describe,
+        sink: Sink,
+        runner: Runner,
+        every_thread: bool = False,
+    ) -> TorchSession:
         """Start a capture on ``runner``.
 
         Raises:
             CaptureRefusedError: torch refused (logged once).
         """
-        session = TorchSession(self.options, rank=rank, schedule=schedule, describe=describe,
-                               sink=sink, runner=runner, every_thread=every_thread)
+        session = TorchSession(
+            self.options,
+            rank=rank,
+            schedule=schedule,
+            describe=describe,
+            sink=sink,
+            runner=runner,
+            every_thread=every_thread,
+        )
         try:
             session.start()
         except Exception as exc:
-            once(f"torch-start:{type(exc).__name__}", logging.ERROR,
-                 "[profdsl rank %s] could not start the torch profiler: %r", rank, exc)
+            once(
+                f"torch-start:{type(exc).__name__}",
+                logging.ERROR,
+                "[profdsl rank %s] could not start the torch profiler: %r",
+                rank,
+                exc,
+            )
             raise CaptureRefusedError(f"the torch profiler could not start: {exc}") from exc
         return session
 
@@ -87,8 +107,17 @@ class TorchBackend:
 class TorchSession:
     """One torch.profiler capture; every torch call runs on its runner's thread."""
 
-    def __init__(self, options: TorchOptions, *, rank: int, schedule: Schedule | None,
-                 describe: Describe, sink: Sink, runner: Runner, every_thread: bool = False) -> None:
+    def __init__(
+        self,
+        options: TorchOptions,
+        *,
+        rank: int,
+        schedule: Schedule | None,
+        describe: Describe,
+        sink: Sink,
+        runner: Runner,
+        every_thread: bool = False,
+    ) -> None:
         self.rank, self.schedule = rank, schedule
         self.every_thread = every_thread
         self.pausable = not every_thread
@@ -136,8 +165,10 @@ class TorchSession:
 
         # Checked here, where the session runs, after any earlier session of ours has stopped.
         if _profiler_running():
-            raise RuntimeError("another torch profiler is already running in this process; "
-                               "profdsl will not start a second one (torch allows one at a time)")
+            raise RuntimeError(
+                "another torch profiler is already running in this process; "
+                "profdsl will not start a second one (torch allows one at a time)"
+            )
         options = self._options
         activities = [ProfilerActivity.CPU]
         if options.cuda and torch.cuda.is_available():
@@ -158,8 +189,8 @@ class TorchSession:
             with warnings.catch_warnings():  # "won't be using warmup": warmup=0 is a choice
                 warnings.simplefilter("ignore", UserWarning)
                 kwargs["schedule"] = torch.profiler.schedule(
-                    skip_first=s.skip_first, wait=s.wait, warmup=s.warmup, active=s.active,
-                    repeat=s.repeat)
+                    skip_first=s.skip_first, wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat
+                )
         prof = profile(**kwargs)
         prof.record_steps = False  # no ProfilerStep#n rows: profdsl names its own regions
         self._prof = prof  # before start: an interrupt inside it still leaves it reachable to stop
@@ -197,8 +228,7 @@ class TorchSession:
             return
         self._collecting = on
         # All device kinds, CPU included: torch warns about a partial toggle with GPU activity on.
-        self._prof.toggle_collection_dynamic(on, [ProfilerActivity.CPU, ProfilerActivity.CUDA,
-                                                  ProfilerActivity.XPU])
+        self._prof.toggle_collection_dynamic(on, [ProfilerActivity.CPU, ProfilerActivity.CUDA, ProfilerActivity.XPU])
 
     def _on_trace_ready(self, prof: Any) -> None:
         pending, self._pending = self._pending, []
@@ -242,8 +272,12 @@ class TorchSession:
         try:
             prof.stop()
         except Exception as exc:
-            once("torch-stop-anyway", logging.ERROR,
-                 "profdsl: torch's profiler could not be stopped after an interrupt: %r", exc)
+            once(
+                "torch-stop-anyway",
+                logging.ERROR,
+                "profdsl: torch's profiler could not be stopped after an interrupt: %r",
+                exc,
+            )
 
     def _on_runner(self, fn: Any, timeout: float, what: str, *args: Any) -> None:
         """Run a session call where the session lives (its time counts as the caller's, held up
@@ -252,8 +286,14 @@ class TorchSession:
         try:
             self._runner.call(fn, *args, timeout=timeout)
         except Exception as exc:
-            once(f"torch-{what}:{type(exc).__name__}", logging.ERROR,
-                 "[profdsl rank %s] torch profiler %s failed: %r", self.rank, what, exc)
+            once(
+                f"torch-{what}:{type(exc).__name__}",
+                logging.ERROR,
+                "[profdsl rank %s] torch profiler %s failed: %r",
+                self.rank,
+                what,
+                exc,
+            )
         finally:
             self._blocked_s += time.perf_counter() - self._call_began
 
@@ -299,9 +339,12 @@ def _all_threads_config() -> Any:
 
         return _ExperimentalConfig(profile_all_threads=True)
     except (ImportError, TypeError):  # torch < 2.7: only the starting thread is captured
-        once("torch-all-threads", logging.WARNING,
-             "profdsl: this torch cannot profile all threads; regions on threads other than the "
-             "profiler's are not captured (upgrade to torch >= 2.7)")
+        once(
+            "torch-all-threads",
+            logging.WARNING,
+            "profdsl: this torch cannot profile all threads; regions on threads other than the "
+            "profiler's are not captured (upgrade to torch >= 2.7)",
+        )
         return None
 
 

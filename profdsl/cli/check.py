@@ -29,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR`` and, to know what was expected, ``--config`` and ``--world-size``."""
     parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
-    parser.add_argument("--config", help="the run's profiler config (YAML or JSON), to list profiled ranks "
-                                          "that wrote nothing")
+    parser.add_argument(
+        "--config", help="the run's profiler config (YAML or JSON), to list profiled ranks that wrote nothing"
+    )
     parser.add_argument("--world-size", type=int, help="the training world size (with --config)")
 
 
@@ -62,8 +63,7 @@ def check_file(folder: str, artifact: Artifact) -> str | None:
     return f"{path}: empty" if info.st_size == 0 else None
 
 
-def problems(folder: str, found: Catalog, config: ProfilerConfig | None,
-             world_size: int | None) -> list[str]:
+def problems(folder: str, found: Catalog, config: ProfilerConfig | None, world_size: int | None) -> list[str]:
     """Every problem of ``folder``, one line each: the manifest lines and traces the other commands
     skip, each loss the manifest records (with the files it left, if any), other leftovers, files
     the manifest does not list, and profiled ranks that wrote nothing."""
@@ -93,8 +93,10 @@ def superseded(loss: Artifact, rows: list[Artifact]) -> bool:
     record = loss.record
     if record is None or record.status != "incomplete" or record.origin is None:
         return False
-    return any(a.kind == loss.kind and a.record is not None and a.record.status == "ok"
-               and a.record.origin == record.origin for a in rows[rows.index(loss) + 1:])
+    return any(
+        a.kind == loss.kind and a.record is not None and a.record.status == "ok" and a.record.origin == record.origin
+        for a in rows[rows.index(loss) + 1 :]
+    )
 
 
 def _loss(artifact: Artifact, record: Record, leftovers: list[str]) -> tuple[str, list[str]]:
@@ -106,8 +108,11 @@ def _loss(artifact: Artifact, record: Record, leftovers: list[str]) -> tuple[str
     left = [n for n in leftovers if kept is not None and n.startswith(kept)]
     if kept is not None and kept in left:
         step = f" of step {artifact.step}" if artifact.step is not None else ""
-        return (f"{kept}: torch's events of the {record.status} {artifact.role} trace{step} (plain JSON, kept: "
-                f"its export was cut short at exit):{detail}", left)
+        return (
+            f"{kept}: torch's events of the {record.status} {artifact.role} trace{step} (plain JSON, kept: "
+            f"its export was cut short at exit):{detail}",
+            left,
+        )
     where = artifact.path or record.intended or record.origin or f"{artifact.kind} of {artifact.label}"
     return f"{where}: {artifact.kind} {record.status}{detail}", left
 
@@ -144,14 +149,19 @@ def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_siz
     for capture in sorted({c for c, _ in wrote}, key=lambda c: (c is not None, c or "")):
         steps = {step: ranks for (c, step), ranks in wrote.items() if c == capture}
         if capture is None and config is not None and world_size and config.select is None:  # a selector
-            expected = {r for r in range(world_size)                          # needs each rank's coordinates
-                        if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
+            expected = {
+                r
+                for r in range(world_size)  # needs each rank's coordinates
+                if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)
+            }
         else:
             expected = {r for ranks in steps.values() for r in ranks if r is not None}
         asked = "" if capture is None else f" (capture request {capture})"
-        problems += [f"step {step}{asked}: profiled rank {rank} wrote no trace"
-                     for step in sorted(s for s in steps if s is not None)
-                     for rank in sorted(expected - steps[step] - lost[(capture, step)])]
+        problems += [
+            f"step {step}{asked}: profiled rank {rank} wrote no trace"
+            for step in sorted(s for s in steps if s is not None)
+            for rank in sorted(expected - steps[step] - lost[(capture, step)])
+        ]
     return problems
 
 
@@ -169,6 +179,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"FAIL {printable(issue)}")
     rows = found.artifacts
     files = sum(1 for a in rows if a.path)
-    print(f"{len(rows)} artifacts ({files} files) checked: "
-          f"{'all well' if not issues else f'{len(issues)} problem(s)'}")
+    print(f"{len(rows)} artifacts ({files} files) checked: {'all well' if not issues else f'{len(issues)} problem(s)'}")
     return 1 if issues else 0

@@ -25,8 +25,19 @@ runs have one (Metrics(log=True): every step), else from the traces (profiled st
 noise is measured from the runs themselves; the method and the sample counts are printed.
 """
 
-HEADERS = ("role", "stage", "A ms", "B ms", "change ms", "ratio", "self A/B ms", "entries A/B",
-           "spread A/B ms", "noise ms (n A/B)", "verdict")
+HEADERS = (
+    "role",
+    "stage",
+    "A ms",
+    "B ms",
+    "change ms",
+    "ratio",
+    "self A/B ms",
+    "entries A/B",
+    "spread A/B ms",
+    "noise ms (n A/B)",
+    "verdict",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,8 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("run_a", metavar="RUN_A", help="the first run's save_path (the baseline)")
     parser.add_argument("run_b", metavar="RUN_B", help="the second run's save_path")
-    parser.add_argument("--source", choices=("auto", "log", "traces"), default="auto",
-                        help="where the samples come from (auto: the metrics logs when both runs have one)")
+    parser.add_argument(
+        "--source",
+        choices=("auto", "log", "traces"),
+        default="auto",
+        help="where the samples come from (auto: the metrics logs when both runs have one)",
+    )
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="also draw the largest changes, with their noise")
     parser.add_argument("--top", type=int, default=20, help="how many rows the plot shows (default 20)")
@@ -48,23 +63,34 @@ def _ms(value: float | None, digits: int = 3) -> str:
 def _pair(a: float | None, b: float | None, scale: float = 1e3, digits: int = 3) -> str:
     def one(v: float | None) -> str:
         return "-" if v is None else f"{v * scale:.{digits}f}"
+
     return f"{one(a)}/{one(b)}"
 
 
 def _cells(row: Row) -> list[object]:
     a, b = row.a, row.b
-    return [row.role, row.stage, _ms(a.mean_s if a else None), _ms(b.mean_s if b else None),
-            f"{row.change_s * 1e3:+.3f}", "-" if row.ratio is None else f"{row.ratio:.2f}x",
-            _pair(a.self_s if a else None, b.self_s if b else None),
-            _pair(a.count if a else None, b.count if b else None, 1, 1),
-            _pair(a.spread_s if a else None, b.spread_s if b else None), describe_noise(row), row.verdict]
+    return [
+        row.role,
+        row.stage,
+        _ms(a.mean_s if a else None),
+        _ms(b.mean_s if b else None),
+        f"{row.change_s * 1e3:+.3f}",
+        "-" if row.ratio is None else f"{row.ratio:.2f}x",
+        _pair(a.self_s if a else None, b.self_s if b else None),
+        _pair(a.count if a else None, b.count if b else None, 1, 1),
+        _pair(a.spread_s if a else None, b.spread_s if b else None),
+        describe_noise(row),
+        row.verdict,
+    ]
 
 
 def _summary(comparison: Comparison) -> str:
     changed = [r for r in comparison.rows if r.verdict in ("slower", "faster")]
-    return (f"A = {comparison.run_a}, B = {comparison.run_b}; samples from {comparison.source}, per step and "
-            f"rank (A ms, B ms: the mean per step and rank).\nnoise: {comparison.method}; a change within it is "
-            f"'unchanged'. {len(changed)} of {len(comparison.rows)} stage(s) changed beyond it.")
+    return (
+        f"A = {comparison.run_a}, B = {comparison.run_b}; samples from {comparison.source}, per step and "
+        f"rank (A ms, B ms: the mean per step and rank).\nnoise: {comparison.method}; a change within it is "
+        f"'unchanged'. {len(changed)} of {len(comparison.rows)} stage(s) changed beyond it."
+    )
 
 
 def plot(comparison: Comparison, output: str, limit: int) -> None:
@@ -79,8 +105,7 @@ def plot(comparison: Comparison, output: str, limit: int) -> None:
     labels = [f"{r.role}: {r.stage}" for r in rows]
     changes = [r.change_s * 1e3 for r in rows]
     noise = [(r.noise_s or 0.0) * 1e3 for r in rows]
-    colors = ["#c0392b" if r.verdict == "slower" else "#27ae60" if r.verdict == "faster" else "#95a5a6"
-              for r in rows]
+    colors = ["#c0392b" if r.verdict == "slower" else "#27ae60" if r.verdict == "faster" else "#95a5a6" for r in rows]
     figure, axes = plt.subplots(figsize=(9, 1.2 + 0.38 * len(rows)))
     positions = list(range(len(rows)))[::-1]
     axes.barh(positions, changes, xerr=noise, color=colors, ecolor="#333333", capsize=3)

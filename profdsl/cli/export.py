@@ -36,17 +36,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``--hta DIR``, ``--step``, ``--stage``, ``--role``, ``-o/--output`` and ``--force``."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXAMPLES
-    parser.add_argument("--hta", metavar="DIR", required=True, dest="folder",
-                        help="the profile folder (a profdsl save_path) to export for HTA")
+    parser.add_argument(
+        "--hta",
+        metavar="DIR",
+        required=True,
+        dest="folder",
+        help="the profile folder (a profdsl save_path) to export for HTA",
+    )
     parser.add_argument("--step", type=int, required=True, metavar="N", help="the step to export")
-    parser.add_argument("--stage", required=True, metavar="NAME",
-                        help="the stage whose mini-batches become HTA's iterations")
-    parser.add_argument("--role", metavar="ROLE", default=None,
-                        help="the role, when the stage ran in several roles at that step")
-    parser.add_argument("-o", "--output", metavar="OUT", required=True,
-                        help="the folder to write (new or empty; one trace per rank)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace an earlier export in OUT (nothing else is ever replaced)")
+    parser.add_argument(
+        "--stage", required=True, metavar="NAME", help="the stage whose mini-batches become HTA's iterations"
+    )
+    parser.add_argument(
+        "--role", metavar="ROLE", default=None, help="the role, when the stage ran in several roles at that step"
+    )
+    parser.add_argument(
+        "-o", "--output", metavar="OUT", required=True, help="the folder to write (new or empty; one trace per rank)"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace an earlier export in OUT (nothing else is ever replaced)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
         one that cannot be written.
     """
     try:
-        report = export_hta(args.folder, args.output, step=args.step, stage=args.stage,
-                            role=args.role, force=args.force)
+        report = export_hta(
+            args.folder, args.output, step=args.step, stage=args.stage, role=args.role, force=args.force
+        )
     except (FolderError, HtaError, OutputError) as exc:
         print(printable(f"profdsl export: {exc}"), file=sys.stderr)
         return 2
@@ -70,18 +80,26 @@ def run(args: argparse.Namespace) -> int:
         return 2
     failed = skipped("export", report.errors)
     if not report.ranks:
-        print(printable(f"profdsl export: {args.folder}: no readable trace of stage {args.stage!r} "
-                        f"at step {args.step}: nothing written"), file=sys.stderr)
+        print(
+            printable(
+                f"profdsl export: {args.folder}: no readable trace of stage {args.stage!r} "
+                f"at step {args.step}: nothing written"
+            ),
+            file=sys.stderr,
+        )
         return 1
     for rank in report.ranks:
         print(printable(_line(rank, args.stage)))
-    print(printable(f"wrote {report.output} ({len(report.ranks)} ranks): "
-                    f"TraceAnalysis(trace_dir={str(report.output)!r})"))
+    print(
+        printable(f"wrote {report.output} ({len(report.ranks)} ranks): TraceAnalysis(trace_dir={str(report.output)!r})")
+    )
     return failed
 
 
 def _line(rank: RankExport, stage: str) -> str:
     what = "mini-batches" if rank.unit == "mini_batch" else "entries"
     marks = " ".join(map(str, rank.iterations)) or "none"
-    return (f"rank {rank.rank}: {rank.traces} trace(s), {rank.events} events, iterations {marks} "
-            f"({what} of {stage}) -> {rank.path}")
+    return (
+        f"rank {rank.rank}: {rank.traces} trace(s), {rank.events} events, iterations {marks} "
+        f"({what} of {stage}) -> {rank.path}"
+    )

@@ -52,14 +52,35 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([_row(a) for a in rows], indent=1))
         return code
     headers = ("kind", "role", "stage", "step", "rank", "replica", "window", "size", "status", "path")
-    print(table(headers, [(a.kind, a.role, a.stage, a.step, a.rank, a.replica,
-                           f"{a.window[0]}-{a.window[1]}" if a.window else None, _size(a.bytes),
-                           a.status, _where(a))
-                          for a in rows]))
+    print(
+        table(
+            headers,
+            [
+                (
+                    a.kind,
+                    a.role,
+                    a.stage,
+                    a.step,
+                    a.rank,
+                    a.replica,
+                    f"{a.window[0]}-{a.window[1]}" if a.window else None,
+                    _size(a.bytes),
+                    a.status,
+                    _where(a),
+                )
+                for a in rows
+            ],
+        )
+    )
     unknown = unknown_fields(rows)
     if unknown:
-        print(printable(f"profdsl ls: note: records carry fields this profdsl (schema {SCHEMA_VERSION}) does "
-                        f"not know, kept as written (ls --json shows them): {unknown}"), file=sys.stderr)
+        print(
+            printable(
+                f"profdsl ls: note: records carry fields this profdsl (schema {SCHEMA_VERSION}) does "
+                f"not know, kept as written (ls --json shows them): {unknown}"
+            ),
+            file=sys.stderr,
+        )
     return code
 
 
@@ -76,9 +97,19 @@ def _row(artifact: Artifact) -> dict[str, Any]:
         return to_json(artifact.record)
     coords: dict[str, Any] = dict(artifact.parallel)
     named = RECORD_CLASSES[artifact.kind](
-        path=artifact.path, role=artifact.role, stage=artifact.stage, step=artifact.step, rank=artifact.rank,
-        world_size=artifact.world_size, replica=artifact.replica, window=artifact.window, host=artifact.host,
-        bytes=artifact.bytes, status=artifact.status, **coords)
+        path=artifact.path,
+        role=artifact.role,
+        stage=artifact.stage,
+        step=artifact.step,
+        rank=artifact.rank,
+        world_size=artifact.world_size,
+        replica=artifact.replica,
+        window=artifact.window,
+        host=artifact.host,
+        bytes=artifact.bytes,
+        status=artifact.status,
+        **coords,
+    )
     return {key: value for key, value in to_json(named).items() if key != VERSION_KEY}
 
 

@@ -120,10 +120,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _EPILOG
     parser.add_argument("folder", metavar="DIR", help="a profdsl save_path (with or without manifest)")
-    parser.add_argument("-o", "--output", metavar="FILE", required=True,
-                        help="the merged trace; gzipped when it ends with .gz")
-    parser.add_argument("--steps", metavar="STEP", type=int, nargs="+", default=None,
-                        help="merge only the traces of these steps")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", required=True, help="the merged trace; gzipped when it ends with .gz"
+    )
+    parser.add_argument(
+        "--steps", metavar="STEP", type=int, nargs="+", default=None, help="merge only the traces of these steps"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,8 +157,9 @@ def run(args: argparse.Namespace) -> int:
     return failed
 
 
-def merge_folder(folder: str | os.PathLike[str], output: str | os.PathLike[str],
-                 steps: Sequence[int] | None = None) -> MergeReport:
+def merge_folder(
+    folder: str | os.PathLike[str], output: str | os.PathLike[str], steps: Sequence[int] | None = None
+) -> MergeReport:
     """Merge every ok ``.json``/``.json.gz`` trace of ``folder`` into ``output``.
 
     A bad input (a manifest line that is not a valid record, an unreadable or malformed trace)
@@ -217,7 +220,6 @@ def _base_ns(meta: dict[str, Any]) -> int:
         return 0
 
 
-
 def _row_metadata(label: str, pid: int) -> list[Event]:
     return [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}},
@@ -275,13 +277,20 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[st
                 counts[item.label] = counts.get(item.label, 0) + written
                 traces[item.label] = traces.get(item.label, 0) + 1
             spool.seek(0)
-            own = to_json(TraceMeta(merged_traces=sum(traces.values()), alignment=alignment(scans, base, pids),
-                                    stages=tuple(StageModel((item.artifact, scan) for item, scan in scans).rows())))
+            own = to_json(
+                TraceMeta(
+                    merged_traces=sum(traces.values()),
+                    alignment=alignment(scans, base, pids),
+                    stages=tuple(StageModel((item.artifact, scan) for item, scan in scans).rows()),
+                )
+            )
             with _open_output(partial, gzipped=output.name.endswith(".gz")) as stream:
                 # The header goes before traceEvents, where reader.header looks for it.
-                stream.write(f'{{"displayTimeUnit": "ms", {json.dumps(BASE_TIME_KEY)}: {base}, '
-                             f'{json.dumps(META_KEY)}: {json.dumps(own)}, '
-                             '"traceEvents": [\n'.encode())
+                stream.write(
+                    f'{{"displayTimeUnit": "ms", {json.dumps(BASE_TIME_KEY)}: {base}, '
+                    f"{json.dumps(META_KEY)}: {json.dumps(own)}, "
+                    '"traceEvents": [\n'.encode()
+                )
                 writer = chrome.ArrayWriter(stream)
                 for label, pid in pids.items():
                     counts[label] += writer.write_all(_row_metadata(label, pid))
@@ -294,8 +303,9 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[Row, ...], list[st
     return rows, errors
 
 
-def _copy(item: _Input, writer: chrome.ArrayWriter, pid: int, shift_us: float,
-          flow_base: int) -> tuple[int, TraceScan | None, str | None]:
+def _copy(
+    item: _Input, writer: chrome.ArrayWriter, pid: int, shift_us: float, flow_base: int
+) -> tuple[int, TraceScan | None, str | None]:
     """Copy one input's events, scanning them for the stage-time model as they pass; returns
     (events written, its scan, the reason it was left out or None).
 
@@ -322,8 +332,7 @@ def _copy(item: _Input, writer: chrome.ArrayWriter, pid: int, shift_us: float,
     return written, scan, None
 
 
-def alignment(scans: Sequence[tuple[_Input, TraceScan]], base_ns: int,
-              pids: dict[str, int]) -> dict[str, Any]:
+def alignment(scans: Sequence[tuple[_Input, TraceScan]], base_ns: int, pids: dict[str, int]) -> dict[str, Any]:
     """How the merged file's rows share one clock (its ``profdsl.alignment``): per host, its
     rows and how far its traces' clock origins lie from the merged one."""
     hosts: dict[str, dict[str, Any]] = {}
@@ -341,12 +350,15 @@ def alignment(scans: Sequence[tuple[_Input, TraceScan]], base_ns: int,
     return {
         "clock": "wall",
         "method": "each event at baseTimeNanoseconds + ts: the wall clock (CLOCK_REALTIME, Unix time) "
-                  "of the host that recorded it, shifted onto the smallest baseTimeNanoseconds",
+        "of the host that recorded it, shifted onto the smallest baseTimeNanoseconds",
         "hosts": sorted(hosts.values(), key=lambda h: str(h["host"])),
         "within_host": "exact: the processes of one host read one clock",
-        "across_hosts": ("not measured: rows of different hosts are off by those hosts' clock offset "
-                         "(NTP keeps it within about 1 ms on a LAN, PTP within microseconds)")
-        if several else "one host: no offset between rows",
+        "across_hosts": (
+            "not measured: rows of different hosts are off by those hosts' clock offset "
+            "(NTP keeps it within about 1 ms on a LAN, PTP within microseconds)"
+        )
+        if several
+        else "one host: no offset between rows",
     }
 
 

@@ -32,8 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mini-batches", type=int, default=8, help="update mini-batches per step")
     parser.add_argument("--json", action="store_true", help="print the prediction as JSON")
     layout = parser.add_argument_group(
-        "layout", "the parallel layout ranks are resolved on (tp varies fastest, then cp, dp, pp; "
-        "dp is what the world size leaves; nodes hold consecutive ranks)")
+        "layout",
+        "the parallel layout ranks are resolved on (tp varies fastest, then cp, dp, pp; "
+        "dp is what the world size leaves; nodes hold consecutive ranks)",
+    )
     layout.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     layout.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
     layout.add_argument("--cp", type=int, default=1, help="context-parallel degree")
@@ -63,8 +65,10 @@ def warnings_for(config: ProfilerConfig, profiled: int) -> list[str]:
     if "shapes" in contents:
         found.append("shapes: input shapes on every op add roughly a third to trace size")
     if profiled > 8:
-        found.append(f"{profiled} profiled ranks: that many traces per stage and step; one or two per "
-                     "parallel group usually suffice")
+        found.append(
+            f"{profiled} profiled ranks: that many traces per stage and step; one or two per "
+            "parallel group usually suffice"
+        )
     if config.rollout.max_iterations == 0:
         found.append("rollout.max_iterations=0: engine traces record until stop (minutes-long flushes)")
     if config.discrete and config.torch.schedule is None:
@@ -78,10 +82,14 @@ def run(args: argparse.Namespace) -> int:
         config = ProfilerConfig.from_file(args.config, section=args.section)
         layout = None
         if (args.tp, args.pp, args.cp, args.nodes) != (1, 1, 1, 1) or config.select is not None:
-            layout = GridLayout(world_size=args.world_size, tp=args.tp, pp=args.pp, cp=args.cp,
-                                nodes=args.nodes)
-        found = preview(config, world_size=args.world_size, mini_batches=args.mini_batches,
-                        replica_world_size=args.replica_world_size, layout=layout)
+            layout = GridLayout(world_size=args.world_size, tp=args.tp, pp=args.pp, cp=args.cp, nodes=args.nodes)
+        found = preview(
+            config,
+            world_size=args.world_size,
+            mini_batches=args.mini_batches,
+            replica_world_size=args.replica_world_size,
+            layout=layout,
+        )
     except ConfigError as exc:
         first, *more = str(exc).split("\n")  # a selector error points at its token below
         code = fail(first)
@@ -102,8 +110,10 @@ def _print(config: ProfilerConfig, found: Preview, world_size: int, width: int |
     print(f"profiled steps: {spans(found.steps)}   sessions: {list(found.sessions) or 'none'}")
     if found.layout is not None:
         shape = found.layout
-        print(f"layout: tp={shape['tp']} cp={shape['cp']} dp={shape['dp']} pp={shape['pp']} "
-              f"on {shape['nodes']} node(s) of {world_size // shape['nodes']} ranks")
+        print(
+            f"layout: tp={shape['tp']} cp={shape['cp']} dp={shape['dp']} pp={shape['pp']} "
+            f"on {shape['nodes']} node(s) of {world_size // shape['nodes']} ranks"
+        )
     if config.select is not None:
         print(f"selector: {config.select}")
     print(f"profiled ranks ({len(found.ranks)} of {world_size}): {spans(found.ranks)}")
@@ -112,13 +122,19 @@ def _print(config: ProfilerConfig, found: Preview, world_size: int, width: int |
             place = " ".join(f"{k}={v}" for k, v in coords.items())
             print(f"  rank {rank}: {place}")
     hook = config.finish_hook
-    print(f"finish hook: {hook.cmd!r} on ranks {spans(found.hook_ranks)}, after step {found.hook_step}"
-          if hook.cmd else "finish hook: none")
+    print(
+        f"finish hook: {hook.cmd!r} on ranks {spans(found.hook_ranks)}, after step {found.hook_step}"
+        if hook.cmd
+        else "finish hook: none"
+    )
     if found.replicas is not None and width:
         print(f"rollout replicas of {width} GPUs: {spans(found.replicas)} of {max(world_size // width, 1)}")
     if config.torch.schedule is not None:
-        where = ("scheduled stages write one trace per window" if found.discrete
-                 else "each step's trace records these mini-batches")
+        where = (
+            "scheduled stages write one trace per window"
+            if found.discrete
+            else "each step's trace records these mini-batches"
+        )
         print(f"over {found.mini_batches} mini-batches, {where}: windows: {list(found.windows)}")
     print(f"example file: {found.example}")
     for warning in warnings_for(config, len(found.ranks)):

@@ -50,14 +50,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXAMPLES
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("folder", metavar="DIR", help="a profile folder (a profdsl save_path)")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE.png",
-                        help="the image to write (the format follows the extension)")
-    parser.add_argument("--timeline", action="store_true",
-                        help="draw when each stage ran (one row per process) instead of stacked bars")
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE.png",
+        help="the image to write (the format follows the extension)",
+    )
+    parser.add_argument(
+        "--timeline", action="store_true", help="draw when each stage ran (one row per process) instead of stacked bars"
+    )
     parser.add_argument("--dpi", type=_positive_int, default=150, help="image resolution (default 150)")
-    parser.add_argument("--by", type=_coordinates, default=(), metavar="tp,pp,...",
-                        help="bars: group and label the ranks by these parallel coordinates (from "
-                             f"{','.join(DIMS)}), e.g. --by pp,tp")
+    parser.add_argument(
+        "--by",
+        type=_coordinates,
+        default=(),
+        metavar="tp,pp,...",
+        help=f"bars: group and label the ranks by these parallel coordinates (from {','.join(DIMS)}), e.g. --by pp,tp",
+    )
 
 
 def _coordinates(text: str) -> tuple[str, ...]:
@@ -101,8 +111,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args.folder, found.artifacts, failures)
     failed = skipped("plot", failures)
     if not model.nodes:
-        print(f"profdsl plot: {args.folder}: no stage time found in any readable trace",
-              file=sys.stderr)
+        print(f"profdsl plot: {args.folder}: no stage time found in any readable trace", file=sys.stderr)
         return 1
     title = _plain(Path(args.folder).resolve().name)
     figure = _timeline_figure(model, title) if args.timeline else _bars_figure(model, title, args.by)
@@ -168,9 +177,12 @@ def _bar_label(key: BarKey, with_role: bool, group: tuple[tuple[str, int], ...] 
 def bar_totals(model: StageModel) -> dict[BarKey, dict[str, float]]:
     """Milliseconds per outermost stage for each bar (a role's step on a rank): the model's
     totals, so each bar is that role's step time and each segment a stage ``summary`` lists."""
-    return {(role, _known(rank), _known(step)): {stage: us / 1000 for stage, us in
-                                                 model.stage_totals((role, step, rank)).items()}
-            for role, step, rank in model.keys()}
+    return {
+        (role, _known(rank), _known(step)): {
+            stage: us / 1000 for stage, us in model.stage_totals((role, step, rank)).items()
+        }
+        for role, step, rank in model.keys()
+    }
 
 
 def timeline_rows(model: StageModel) -> dict[str, list[Span]]:
@@ -229,17 +241,38 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = ()) -> Figur
     bottoms = [0.0] * len(keys)
     for stage in order:
         heights = [bars[key].get(stage, 0.0) for key in keys]
-        axes.bar(xs, heights, bottom=bottoms, width=0.8, color=colours[stage], label=_legend(stage, tangled),
-                 edgecolor="white", linewidth=0.5)
+        axes.bar(
+            xs,
+            heights,
+            bottom=bottoms,
+            width=0.8,
+            color=colours[stage],
+            label=_legend(stage, tangled),
+            edgecolor="white",
+            linewidth=0.5,
+        )
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     if len(keys) <= 40:
         for x, total in zip(xs, bottoms):
-            axes.annotate(f"{total:.3g}", (x, total), xytext=(0, 2), textcoords="offset points",
-                          ha="center", va="bottom", fontsize=7, color="0.3")
+            axes.annotate(
+                f"{total:.3g}",
+                (x, total),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="0.3",
+            )
     with_role = len({key[0] for key in keys}) > 1
     tilt = len(keys) > 8 or with_role or bool(by)
-    axes.set_xticks(xs, [_bar_label(key, with_role, group[key]) for key in keys],
-                    rotation=45 if tilt else 0, ha="right" if tilt else "center", fontsize=8)
+    axes.set_xticks(
+        xs,
+        [_bar_label(key, with_role, group[key]) for key in keys],
+        rotation=45 if tilt else 0,
+        ha="right" if tilt else "center",
+        fontsize=8,
+    )
     axes.set_xlim(-0.7, xs[-1] + 0.7)
     axes.set_ylim(0, max(bottoms) * 1.1)
     axes.set_ylabel("time in stage (ms)")
@@ -249,8 +282,15 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = ()) -> Figur
     axes.set_axisbelow(True)
     _despine(axes)
     handles, labels = axes.get_legend_handles_labels()
-    axes.legend(handles[::-1], labels[::-1], title="stage", loc="upper left",
-                bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+    axes.legend(
+        handles[::-1],
+        labels[::-1],
+        title="stage",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+        fontsize=8,
+    )
     return figure
 
 
@@ -272,8 +312,9 @@ def _timeline_figure(model: StageModel, title: str) -> Figure:
             per_stage[span.stage].append(((span.start_us - origin) / 1000, (span.end_us - span.start_us) / 1000))
         for stage, spans in per_stage.items():
             # a thin edge in the bar's own colour keeps very short regions visible
-            axes.broken_barh(spans, (y - 0.35, 0.7), facecolors=colours[stage],
-                             edgecolors=colours[stage], linewidth=0.6)
+            axes.broken_barh(
+                spans, (y - 0.35, 0.7), facecolors=colours[stage], edgecolors=colours[stage], linewidth=0.6
+            )
     axes.set_yticks(range(len(labels)), [_plain(label) for label in labels], fontsize=8)
     axes.set_ylim(len(labels) - 0.5, -0.5)
     axes.set_xlim(left=0)
@@ -284,8 +325,7 @@ def _timeline_figure(model: StageModel, title: str) -> Figure:
     _despine(axes)
     tangled = model.interleaved()
     handles = [Patch(color=colour, label=_legend(stage, tangled)) for stage, colour in colours.items()]
-    axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                frameon=False, fontsize=8)
+    axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
     return figure
 
 

@@ -18,9 +18,11 @@ from profdsl.analysis.model import StageModel
 from profdsl.cli.common import fail, skipped, table
 from profdsl.config.parallel import DIMS
 
-HELP = ("where each profiled step went: every role's stages and mini-batches (the rollout engines' "
-        "generation too), with the spread across ranks and the slowest rank; flat totals with --by; "
-        "what profiling itself cost per role and step")
+HELP = (
+    "where each profiled step went: every role's stages and mini-batches (the rollout engines' "
+    "generation too), with the spread across ranks and the slowest rank; flat totals with --by; "
+    "what profiling itself cost per role and step"
+)
 EXAMPLES = """examples:
   profdsl summary profiles                            # per step: roles, stages, spread across ranks
   profdsl summary profiles --by role,stage            # flat totals over steps and ranks
@@ -29,17 +31,35 @@ EXAMPLES = """examples:
   profdsl summary profiles --cost --json              # [{role, step, traces, blocked_ms, export_ms, ...}]
 """
 KEYS = ("role", "stage", "step", "rank", *DIMS)
-ROW_FIELDS = ("role", "stage", "path", "depth", "step", "rank", "count", "total_ms", "self_ms",
-              "mean_ms", "share", "ranks", "min_ms", "median_ms", "max_ms", "slowest_rank", *DIMS,
-              "interleaved")
+ROW_FIELDS = (
+    "role",
+    "stage",
+    "path",
+    "depth",
+    "step",
+    "rank",
+    "count",
+    "total_ms",
+    "self_ms",
+    "mean_ms",
+    "share",
+    "ranks",
+    "min_ms",
+    "median_ms",
+    "max_ms",
+    "slowest_rank",
+    *DIMS,
+    "interleaved",
+)
 COST_FIELDS = ("role", "step", "traces", "blocked_ms", "export_ms", "max_rank", "max_blocked_ms")
-STEP_HEADERS = ("role", "stage", "ranks", "count", "median ms", "min ms", "max ms", "slowest rank",
-                "self ms")
+STEP_HEADERS = ("role", "stage", "ranks", "count", "median ms", "min ms", "max ms", "slowest rank", "self ms")
 #: What the step view says under a stage whose entries crossed on one thread.
-INTERLEAVED = ("(interleaved): entries of concurrent tasks overlapped on one thread (a `with` block "
-               "that awaits), so their regions cannot nest: the count is their entries, the times add "
-               "the overlap. The always-on metrics time them exactly; a decorated `async def` stage "
-               "keeps its regions apart.")
+INTERLEAVED = (
+    "(interleaved): entries of concurrent tasks overlapped on one thread (a `with` block "
+    "that awaits), so their regions cannot nest: the count is their entries, the times add "
+    "the overlap. The always-on metrics time them exactly; a decorated `async def` stage "
+    "keeps its regions apart."
+)
 #: The step view of a folder where every stage ran on one rank: no spread to show.
 ONE_RANK_HEADERS = ("role", "stage", "count", "total ms", "self ms")
 
@@ -48,13 +68,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR``, ``--by``, ``--cost``, ``--json`` / ``--csv``."""
     parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
-    parser.add_argument("--by", default=None,
-                        help="flat totals grouped by these comma-separated keys, from role,stage,step,rank and "
-                             "the parallel coordinates tp,pp,dp,cp,ep (a stage is its whole path, e.g. "
-                             "update_actor/mini_batch; a coordinate the traces do not carry groups as -)")
-    parser.add_argument("--cost", action="store_true",
-                        help="only profiling's own cost per role and step (blocked_ms, export_ms from the "
-                             "manifest); the text output shows it after the stage table anyway")
+    parser.add_argument(
+        "--by",
+        default=None,
+        help="flat totals grouped by these comma-separated keys, from role,stage,step,rank and "
+        "the parallel coordinates tp,pp,dp,cp,ep (a stage is its whole path, e.g. "
+        "update_actor/mini_batch; a coordinate the traces do not carry groups as -)",
+    )
+    parser.add_argument(
+        "--cost",
+        action="store_true",
+        help="only profiling's own cost per role and step (blocked_ms, export_ms from the "
+        "manifest); the text output shows it after the stage table anyway",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print a JSON list of objects")
     output.add_argument("--csv", action="store_true", help="print CSV")
@@ -66,10 +92,18 @@ def group(model: StageModel, keys: tuple[str, ...]) -> list[dict[str, Any]]:
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     with_share = {"step", "rank"} <= set(keys)
     for node in model.nodes:
-        record = {"role": node.role, "stage": node.path, "step": node.step, "rank": node.rank,
-                  **dict.fromkeys(DIMS), **model.parallel(node.role, node.step, node.rank)}
-        into = merged.setdefault(tuple(record[k] for k in keys), {
-            **{k: record[k] for k in keys}, "count": 0, "total_us": 0.0, "share": 0.0 if with_share else None})
+        record = {
+            "role": node.role,
+            "stage": node.path,
+            "step": node.step,
+            "rank": node.rank,
+            **dict.fromkeys(DIMS),
+            **model.parallel(node.role, node.step, node.rank),
+        }
+        into = merged.setdefault(
+            tuple(record[k] for k in keys),
+            {**{k: record[k] for k in keys}, "count": 0, "total_us": 0.0, "share": 0.0 if with_share else None},
+        )
         into["count"] += node.count
         into["total_us"] += node.total_us
         if with_share:
@@ -136,13 +170,24 @@ def step_view(model: StageModel) -> str:
     for spread in spreads:
         stage = "  " * (len(spread.path) - 1) + spread.stage + (" (interleaved)" if spread.interleaved else "")
         if one_rank:
-            by_step[spread.step].append([spread.role, stage, spread.count, _ms(spread.median_us),
-                                         _ms(spread.self_median_us)])
+            by_step[spread.step].append(
+                [spread.role, stage, spread.count, _ms(spread.median_us), _ms(spread.self_median_us)]
+            )
             continue
         slowest = "" if spread.ranks < 2 or spread.min_us == spread.max_us else f"rank {spread.slowest_rank}"
-        by_step[spread.step].append([
-            spread.role, stage, spread.ranks, spread.count, _ms(spread.median_us),
-            _ms(spread.min_us), _ms(spread.max_us), slowest, _ms(spread.self_median_us)])
+        by_step[spread.step].append(
+            [
+                spread.role,
+                stage,
+                spread.ranks,
+                spread.count,
+                _ms(spread.median_us),
+                _ms(spread.min_us),
+                _ms(spread.max_us),
+                slowest,
+                _ms(spread.self_median_us),
+            ]
+        )
     headers = ONE_RANK_HEADERS if one_rank else STEP_HEADERS
     blocks = []
     for step, lines in by_step.items():
@@ -158,14 +203,18 @@ def _ms(us: float) -> str:
 
 
 def _print_csv(rows: list[dict[str, Any]], keys: tuple[str, ...] | None) -> None:
-    fields = ROW_FIELDS if keys is None else (*keys, *(("path",) if "stage" in keys else ()),
-                                               "count", "total_ms", "mean_ms", "share")
+    fields = (
+        ROW_FIELDS
+        if keys is None
+        else (*keys, *(("path",) if "stage" in keys else ()), "count", "total_ms", "mean_ms", "share")
+    )
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({**row, **row.get("parallel", {}),
-                         **({"path": "/".join(row["path"])} if "path" in row else {})})
+        writer.writerow(
+            {**row, **row.get("parallel", {}), **({"path": "/".join(row["path"])} if "path" in row else {})}
+        )
     print(out.getvalue(), end="")
 
 

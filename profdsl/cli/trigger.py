@@ -34,16 +34,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("save_path", help="the running job's save_path")
     parser.add_argument("--steps", type=int, required=True, help="how many steps to trace")
-    parser.add_argument("--ranks", help="'all', ranks ('0,3', '0-7,16') or a rank selector ('tp == 0'); "
-                                        "default: the ranks the job's config traces")
+    parser.add_argument(
+        "--ranks",
+        help="'all', ranks ('0,3', '0-7,16') or a rank selector ('tp == 0'); "
+        "default: the ranks the job's config traces",
+    )
     parser.add_argument("--roles", help="comma-separated roles (rollout: the engines); default: every role")
-    parser.add_argument("--at-step", type=int, help="the first step to trace (default: the next step "
-                                                    "each process begins)")
+    parser.add_argument(
+        "--at-step", type=int, help="the first step to trace (default: the next step each process begins)"
+    )
     parser.add_argument("--reason", help="why: written into the capture's records")
-    parser.add_argument("--id", help="the request's id (default: trigger-TIME-RANDOM); a request id is "
-                                     "taken once")
-    parser.add_argument("--create", action="store_true", help="make SAVE_PATH if it does not exist (a job "
-                                                              "that has written nothing yet)")
+    parser.add_argument("--id", help="the request's id (default: trigger-TIME-RANDOM); a request id is taken once")
+    parser.add_argument(
+        "--create", action="store_true", help="make SAVE_PATH if it does not exist (a job that has written nothing yet)"
+    )
 
 
 def parse_ranks(text: str | None) -> tuple[int, ...] | str | None:
@@ -73,30 +77,52 @@ def run(args: argparse.Namespace) -> int:
     try:
         ranks = parse_ranks(args.ranks)
         roles = tuple(r.strip() for r in args.roles.split(",")) if args.roles is not None else None
-        asked = CaptureRequest(id=args.id or new_id("trigger"), steps=args.steps, ranks=ranks, roles=roles,
-                               at_step=args.at_step, reason=args.reason, source="file", created=time.time())
+        asked = CaptureRequest(
+            id=args.id or new_id("trigger"),
+            steps=args.steps,
+            ranks=ranks,
+            roles=roles,
+            at_step=args.at_step,
+            reason=args.reason,
+            source="file",
+            created=time.time(),
+        )
         request = parse_request(to_json(asked))
     except (ValueError, RecordError) as exc:
         return fail(f"trigger: {exc}")
     if not os.path.isdir(args.save_path):
         if not args.create or os.path.exists(args.save_path):
-            return fail(f"trigger: {args.save_path}: no such folder (the job's save_path; --create makes it "
-                        "when the job has not written into it yet)")
+            return fail(
+                f"trigger: {args.save_path}: no such folder (the job's save_path; --create makes it "
+                "when the job has not written into it yet)"
+            )
     try:
         path = write_request(args.save_path, request)
     except OSError as exc:
-        return fail(f"trigger: cannot write into {os.path.join(args.save_path, REQUESTS_DIR)}: "
-                    f"{exc.strerror or exc}")
-    where = "every rank" if request.ranks == "all" else (
-        "the ranks the job's config traces" if request.ranks is None else
-        f"ranks {', '.join(map(str, request.ranks))}" if isinstance(request.ranks, tuple) else
-        f"the ranks where {request.ranks}")
+        return fail(f"trigger: cannot write into {os.path.join(args.save_path, REQUESTS_DIR)}: {exc.strerror or exc}")
+    where = (
+        "every rank"
+        if request.ranks == "all"
+        else (
+            "the ranks the job's config traces"
+            if request.ranks is None
+            else f"ranks {', '.join(map(str, request.ranks))}"
+            if isinstance(request.ranks, tuple)
+            else f"the ranks where {request.ranks}"
+        )
+    )
     start = f"step {request.at_step}" if request.at_step is not None else "the next step each process begins"
     who = f"roles {', '.join(request.roles)}" if request.roles else "every role"
     steps = "step" if request.steps == 1 else "steps"
-    print(printable(f"profdsl trigger: request {request.id} written to {path}: trace {request.steps} {steps} "
-                    f"from {start} on {where}, {who}"))
+    print(
+        printable(
+            f"profdsl trigger: request {request.id} written to {path}: trace {request.steps} {steps} "
+            f"from {start} on {where}, {who}"
+        )
+    )
     if request.steps and request.steps > 10:
-        print(f"profdsl trigger: note: the job takes at most OnDemand.max_steps steps per request (10 by default; "
-              f"{MAX_REQUEST_STEPS} at most)")
+        print(
+            f"profdsl trigger: note: the job takes at most OnDemand.max_steps steps per request (10 by default; "
+            f"{MAX_REQUEST_STEPS} at most)"
+        )
     return 0

@@ -36,8 +36,17 @@ from profdsl.records.schema import CaptureNote, TraceRecord
 if TYPE_CHECKING:
     from profdsl.config import TorchOptions
 
-__all__ = ["Commit", "ExportPolicy", "PendingTrace", "TraceLabel", "direct", "events_owner", "finish", "pending_trace",
-           "write_events"]
+__all__ = [
+    "Commit",
+    "ExportPolicy",
+    "PendingTrace",
+    "TraceLabel",
+    "direct",
+    "events_owner",
+    "finish",
+    "pending_trace",
+    "write_events",
+]
 
 T = TypeVar("T")
 
@@ -55,8 +64,9 @@ class ExportPolicy:
     @classmethod
     def of(cls, options: TorchOptions) -> ExportPolicy:
         """The policy ``options`` ask for (validated there)."""
-        return cls(level=options.compress_level, in_flight=options.exports_in_flight,
-                   timeout_s=float(options.export_timeout_s))
+        return cls(
+            level=options.compress_level, in_flight=options.exports_in_flight, timeout_s=float(options.export_timeout_s)
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -89,10 +99,18 @@ class TraceLabel:
         added or overriding): the known parallel coordinates as ``tp`` ... ``ep``, their sizes as
         ``parallel_sizes``, and why it was captured (``capture``) when a request asked."""
         fields: dict[str, Any] = dict(
-            role=self.role, stage=self.stage, step=self.step, rank=self.rank,
-            world_size=self.world_size, part=self.part, host=self.host, pid=self.pid,
-            roles=list(self.roles or (self.role,)), config_hash=self.config_hash,
-            **self.parallel.coords())
+            role=self.role,
+            stage=self.stage,
+            step=self.step,
+            rank=self.rank,
+            world_size=self.world_size,
+            part=self.part,
+            host=self.host,
+            pid=self.pid,
+            roles=list(self.roles or (self.role,)),
+            config_hash=self.config_hash,
+            **self.parallel.coords(),
+        )
         if self.parallel.sizes():
             fields.update(parallel_sizes=self.parallel.sizes())
         if self.capture is not None:
@@ -104,8 +122,9 @@ class TraceLabel:
         """The record of a trace of this label that does not exist: ``failed`` (``why`` as its
         error) or ``incomplete`` / ``skipped`` (``why`` as its reason)."""
         failed = status == "failed"
-        return TraceRecord(status=status, **self.fields(error=why if failed else None,
-                                                         reason=None if failed else why, **more))
+        return TraceRecord(
+            status=status, **self.fields(error=why if failed else None, reason=None if failed else why, **more)
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -128,8 +147,7 @@ class PendingTrace:
         training thread waited for it since the hand-over, added to its ``blocked_ms``."""
         if self.blocked_ms is not None:
             blocked = round(self.blocked_ms + waited_s * 1000, 3)
-            return self.label.fields(window=self.window, time_ms=self.time_ms, blocked_ms=blocked,
-                                     **(self.extra or {}))
+            return self.label.fields(window=self.window, time_ms=self.time_ms, blocked_ms=blocked, **(self.extra or {}))
         return self.label.fields(window=self.window, time_ms=self.time_ms, **(self.extra or {}))
 
     def name(self) -> TraceName:
@@ -137,9 +155,16 @@ class PendingTrace:
         unless they would make it too long (then they are in its metadata and record only)."""
         label = self.label
         fields: dict[str, Any] = dict(
-            role=label.role, stage=label.stage, step=label.step, rank=label.rank,
-            world_size=label.world_size, window=self.window, part=label.part, host=label.host,
-            pid=label.pid, time_ms=self.time_ms,
+            role=label.role,
+            stage=label.stage,
+            step=label.step,
+            rank=label.rank,
+            world_size=label.world_size,
+            window=self.window,
+            part=label.part,
+            host=label.host,
+            pid=label.pid,
+            time_ms=self.time_ms,
             ext=PLAIN_TRACE_EXT if label.export.level == 0 else TRACE_EXT,
         )
         coords: dict[str, Any] = dict(label.parallel.coords())
@@ -161,14 +186,21 @@ def direct(action: Callable[[], T]) -> T:
     return action()
 
 
-def pending_trace(write: Callable[[str], object], label: TraceLabel, *, window: tuple[int, int] | None,
-                  time_ms: int, extra: Mapping[str, object] | None = None,
-                  blocked_ms: float | None = None) -> PendingTrace:
+def pending_trace(
+    write: Callable[[str], object],
+    label: TraceLabel,
+    *,
+    window: tuple[int, int] | None,
+    time_ms: int,
+    extra: Mapping[str, object] | None = None,
+    blocked_ms: float | None = None,
+) -> PendingTrace:
     """A trace whose events ``write(path)`` will write: named, its events file chosen in
     ``save_path``, nothing written yet."""
     events = os.path.join(label.save_path, f"{TEMP_PREFIX}{label.pid}-{uuid.uuid4().hex}.json")
-    return PendingTrace(label=label, window=window, time_ms=time_ms, extra=extra, events=events, write=write,
-                        blocked_ms=blocked_ms)
+    return PendingTrace(
+        label=label, window=window, time_ms=time_ms, extra=extra, events=events, write=write, blocked_ms=blocked_ms
+    )
 
 
 def write_events(pending: PendingTrace) -> PendingTrace:
@@ -194,12 +226,13 @@ def events_owner(name: str) -> int | None:
     JSON, written by :func:`write_events`), or None when ``name`` is no such file."""
     if not (name.startswith(TEMP_PREFIX) and name.endswith(".json")):
         return None
-    pid, _, rest = name[len(TEMP_PREFIX):].partition("-")
+    pid, _, rest = name[len(TEMP_PREFIX) :].partition("-")
     return int(pid) if pid.isdigit() and rest else None
 
 
-def finish(pending: PendingTrace, *, commit: Commit[Any] = direct,
-           waited: Callable[[], float] = lambda: 0.0) -> str | None:
+def finish(
+    pending: PendingTrace, *, commit: Commit[Any] = direct, waited: Callable[[], float] = lambda: 0.0
+) -> str | None:
     """The second step: write the events if not yet written, splice, compress and check the
     trace, move it under its final name and record it; the trace's path, or None when it failed
     (recorded ``failed``) or ``commit`` refused it (nothing recorded: whoever refused records
@@ -232,8 +265,9 @@ def finish(pending: PendingTrace, *, commit: Commit[Any] = direct,
             raise
         if label.manifest:
             export_ms = round((time.perf_counter() - began) * 1000, 3)
-            append_record(label.save_path, TraceRecord(path=final, bytes=size, export_ms=export_ms,
-                                                       **pending.fields(waited())))
+            append_record(
+                label.save_path, TraceRecord(path=final, bytes=size, export_ms=export_ms, **pending.fields(waited()))
+            )
         return path
 
     try:
@@ -253,9 +287,15 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
     """Log once, remove the events file, record the loss (``incomplete``: interrupted, then
     re-raised)."""
     label = pending.label
-    once(f"export:{label.save_path}", logging.ERROR,
-         "[profdsl rank %s] could not write a %s trace into %s: %s",
-         label.rank, label.role, label.save_path, exc)
+    once(
+        f"export:{label.save_path}",
+        logging.ERROR,
+        "[profdsl rank %s] could not write a %s trace into %s: %s",
+        label.rank,
+        label.role,
+        label.save_path,
+        exc,
+    )
     interrupted = not isinstance(exc, Exception)
 
     def record() -> None:
@@ -267,11 +307,21 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
             final: str | None = pending.name().format()
         except Exception:  # a label the name refuses: recorded without a path
             final = None
-        error = f"interrupted ({type(exc).__name__}) while the trace was written" if interrupted \
+        error = (
+            f"interrupted ({type(exc).__name__}) while the trace was written"
+            if interrupted
             else f"{type(exc).__name__}: {exc}"
-        append_record(label.save_path, TraceRecord(
-            intended=final, status="incomplete" if interrupted else "failed",
-            error=None if interrupted else error, reason=error if interrupted else None, **pending.fields()))
+        )
+        append_record(
+            label.save_path,
+            TraceRecord(
+                intended=final,
+                status="incomplete" if interrupted else "failed",
+                error=None if interrupted else error,
+                reason=error if interrupted else None,
+                **pending.fields(),
+            ),
+        )
 
     commit(record)
     if interrupted:

@@ -54,8 +54,18 @@ class HookResult:
     error: str | None = None
 
 
-def hook_environment(base: Mapping[str, str], *, save_path: str, tool: str, role: str, rank: int,
-                     world_size: int, steps: Iterable[int], host: str, pid: int) -> dict[str, str]:
+def hook_environment(
+    base: Mapping[str, str],
+    *,
+    save_path: str,
+    tool: str,
+    role: str,
+    rank: int,
+    world_size: int,
+    steps: Iterable[int],
+    host: str,
+    pid: int,
+) -> dict[str, str]:
     """The command's environment: ``base`` plus the ``PROFDSL_*`` variables of the contract."""
     absolute = os.path.abspath(save_path)
     env = dict(base)
@@ -130,31 +140,40 @@ def _wait(proc: subprocess.Popen[bytes], deadline: float, abort: Abort | None) -
             continue
 
 
-def _watch(proc: subprocess.Popen[bytes], started: float, timeout_s: float, rank: int,
-           abort: Abort | None) -> HookResult:
+def _watch(
+    proc: subprocess.Popen[bytes], started: float, timeout_s: float, rank: int, abort: Abort | None
+) -> HookResult:
     # A daemon reader: a background child holding the pipe open must not hold the caller.
-    reader = threading.Thread(target=_stream, args=(proc.stdout, rank), daemon=True,
-                              name=f"profdsl-hook-output-{rank}")
+    reader = threading.Thread(target=_stream, args=(proc.stdout, rank), daemon=True, name=f"profdsl-hook-output-{rank}")
     reader.start()
     try:
         code = _wait(proc, started + timeout_s, abort)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        return HookResult("timeout", proc.returncode, time.monotonic() - started,
-                          f"timed out after {timeout_s:g}s; process group killed")
+        return HookResult(
+            "timeout",
+            proc.returncode,
+            time.monotonic() - started,
+            f"timed out after {timeout_s:g}s; process group killed",
+        )
     except _AbortedError as stop:
         _kill_group(proc)
-        return HookResult("interrupted", proc.returncode, time.monotonic() - started,
-                          f"{stop}; process group killed")
+        return HookResult("interrupted", proc.returncode, time.monotonic() - started, f"{stop}; process group killed")
     reader.join(DRAIN_GRACE_S)
     status = "ok" if code == 0 else "failed"
     error = None if code == 0 else f"exit code {code}"
     return HookResult(status, code, time.monotonic() - started, error)
 
 
-def run_command(cmd: str, env: Mapping[str, str], *, timeout_s: float, rank: int,
-                abort: Abort | None = None,
-                on_interrupt: Callable[[HookResult], object] | None = None) -> HookResult:
+def run_command(
+    cmd: str,
+    env: Mapping[str, str],
+    *,
+    timeout_s: float,
+    rank: int,
+    abort: Abort | None = None,
+    on_interrupt: Callable[[HookResult], object] | None = None,
+) -> HookResult:
     """Run ``cmd`` with ``SHELL -c`` in a new session, bounded by ``timeout_s``.
 
     Never raises an ``Exception``. An interrupt while it runs (``KeyboardInterrupt``,
@@ -165,8 +184,12 @@ def run_command(cmd: str, env: Mapping[str, str], *, timeout_s: float, rank: int
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
-            [SHELL, "-c", cmd], env=dict(env), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            [SHELL, "-c", cmd],
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     except Exception as exc:  # a missing shell, a bad environment, out of processes
         return HookResult("failed", None, time.monotonic() - started, f"{type(exc).__name__}: {exc}")
@@ -174,22 +197,39 @@ def run_command(cmd: str, env: Mapping[str, str], *, timeout_s: float, rank: int
         return _watch(proc, started, timeout_s, rank, abort)
     except Exception as exc:  # it cannot be watched (no thread for its output): it must not run on
         _kill_group(proc)
-        return HookResult("failed", proc.returncode, time.monotonic() - started,
-                          f"{type(exc).__name__}: {exc}; process group killed")
+        return HookResult(
+            "failed", proc.returncode, time.monotonic() - started, f"{type(exc).__name__}: {exc}; process group killed"
+        )
     except BaseException as exc:  # Ctrl-C, sys.exit from a signal handler: the group goes first
         _kill_group(proc)
         if on_interrupt is not None:
-            on_interrupt(HookResult("interrupted", proc.returncode, time.monotonic() - started,
-                                    f"{type(exc).__name__} while the hook ran; process group killed"))
+            on_interrupt(
+                HookResult(
+                    "interrupted",
+                    proc.returncode,
+                    time.monotonic() - started,
+                    f"{type(exc).__name__} while the hook ran; process group killed",
+                )
+            )
         raise
 
 
 def hook_record(save_path: str, result: HookResult, **fields: object) -> HookRecord:
     """The record of a hook run (``fields``: more of its fields); a failed run is logged once."""
     more: dict[str, Any] = dict(fields)
-    entry = attrs.evolve(HookRecord(status=result.status, exit_code=result.exit_code,
-                                    duration_s=round(result.duration_s, 3), error=result.error), **more)
+    entry = attrs.evolve(
+        HookRecord(
+            status=result.status, exit_code=result.exit_code, duration_s=round(result.duration_s, 3), error=result.error
+        ),
+        **more,
+    )
     if entry.lost:
-        once(f"hook:{os.path.realpath(save_path)}", logging.ERROR,
-             "[profdsl rank %s] finish hook %s: %s", entry.rank, result.status, result.error)
+        once(
+            f"hook:{os.path.realpath(save_path)}",
+            logging.ERROR,
+            "[profdsl rank %s] finish hook %s: %s",
+            entry.rank,
+            result.status,
+            result.error,
+        )
     return entry

@@ -32,8 +32,16 @@ from profdsl.records.schema import (
 )
 
 __all__ = [
-    "KINDS", "MANIFEST_NAME", "RECORD_KEYS", "ManifestLine", "append_record", "is_relative", "make_record",
-    "read_lines", "read_manifest", "read_records",
+    "KINDS",
+    "MANIFEST_NAME",
+    "RECORD_KEYS",
+    "ManifestLine",
+    "append_record",
+    "is_relative",
+    "make_record",
+    "read_lines",
+    "read_manifest",
+    "read_records",
 ]
 
 MANIFEST_NAME = "profdsl-manifest.jsonl"
@@ -82,8 +90,7 @@ def append_record(save_path: str | os.PathLike[str], record: Record | Mapping[st
         finally:
             os.close(fd)  # closing releases the lock
     except OSError as exc:
-        once(f"manifest:{target}", logging.ERROR,
-             "profdsl: cannot append to the manifest %s: %s", target, exc)
+        once(f"manifest:{target}", logging.ERROR, "profdsl: cannot append to the manifest %s: %s", target, exc)
         return False
     return True
 

@@ -29,8 +29,17 @@ from profdsl.collect.manifest import append_record, make_record, read_records
 from profdsl.core.naming import MAX_INDEX, NSYS_EXT, TEMP_PREFIX, TraceName
 from profdsl.records.schema import MovedRecord, NsysRecord
 
-__all__ = ["Move", "Skip", "apply", "default_nsys_dir", "gzip_complete", "plan_nsys", "reserve",
-           "wait_complete", "wait_converted"]
+__all__ = [
+    "Move",
+    "Skip",
+    "apply",
+    "default_nsys_dir",
+    "gzip_complete",
+    "plan_nsys",
+    "reserve",
+    "wait_complete",
+    "wait_converted",
+]
 
 #: Poll interval while waiting for files to stop growing.
 POLL_S = 0.2
@@ -101,8 +110,7 @@ def wait_complete(paths: Sequence[str], timeout_s: float, poll_s: float = POLL_S
         time.sleep(poll_s)
         for path, before in list(pending.items()):
             now = _signature(path)
-            if now is not None and now == before and now[0] > 0 and (
-                    not path.endswith(".gz") or gzip_complete(path)):
+            if now is not None and now == before and now[0] > 0 and (not path.endswith(".gz") or gzip_complete(path)):
                 del pending[path]
             else:
                 pending[path] = now
@@ -157,8 +165,9 @@ def wait_converted(source_dir: str, pid: int, timeout_s: float, poll_s: float = 
         time.sleep(poll_s)
 
 
-def plan_nsys(names: Iterable[str], *, source_dir: str, pid: int, label: dict[str, Any],
-              time_ms: int) -> list[Move | Skip]:
+def plan_nsys(
+    names: Iterable[str], *, source_dir: str, pid: int, label: dict[str, Any], time_ms: int
+) -> list[Move | Skip]:
     """Which of ``names`` (a listing of ``source_dir``) to move: this process's ``.nsys-rep``
     reports whose ``.qdstrm`` conversion is over. A report still converting (its ``.qdstrm``
     there, its ``.nsys-rep`` being written or not yet begun) is a :class:`Skip` of the report it
@@ -170,23 +179,43 @@ def plan_nsys(names: Iterable[str], *, source_dir: str, pid: int, label: dict[st
     for name, match in sorted(ours.items()):
         if match["ext"] == "qdstrm":
             report = f"worker_process_{pid}{match['index'] or ''}.nsys-rep"
-            plan.append(Skip(os.path.join(source_dir, report), "nsys is still converting its .qdstrm",
-                             status="incomplete", fields=dict(label)))
+            plan.append(
+                Skip(
+                    os.path.join(source_dir, report),
+                    "nsys is still converting its .qdstrm",
+                    status="incomplete",
+                    fields=dict(label),
+                )
+            )
             continue
         source = os.path.join(source_dir, name)
         if match["index"] in converting:
             continue  # its Skip comes with its .qdstrm
         part = int(match["index"][1:]) if match["index"] else None
         coords: dict[str, Any] = dict(known.parallel())
-        trace = TraceName(role=str(known.role), rank=known.rank, world_size=known.world_size,
-                          host=str(known.host), pid=pid, time_ms=time_ms, part=part, ext=NSYS_EXT,
-                          **coords)
+        trace = TraceName(
+            role=str(known.role),
+            rank=known.rank,
+            world_size=known.world_size,
+            host=str(known.host),
+            pid=pid,
+            time_ms=time_ms,
+            part=part,
+            ext=NSYS_EXT,
+            **coords,
+        )
         plan.append(Move(source, trace, "nsys", dict(label), "this process's finished nsys report"))
     return plan
 
 
-def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float, record_incomplete: bool,
-          commit: Callable[[Callable[[], Any]], Any] = _direct) -> list[dict[str, Any]]:
+def apply(
+    plan: Sequence[Move | Skip],
+    save_path: str,
+    *,
+    wait_s: float,
+    record_incomplete: bool,
+    commit: Callable[[Callable[[], Any]], Any] = _direct,
+) -> list[dict[str, Any]]:
     """Carry out ``plan``; returns (and appends to the manifest) one record per file handled.
 
     Sources still incomplete after ``wait_s`` (one deadline for them all) stay where they are;
@@ -207,8 +236,16 @@ def apply(plan: Sequence[Move | Skip], save_path: str, *, wait_s: float, record_
             else:
                 continue
         elif item not in moves:
-            record = make_record(item.kind, None, **_with(item.fields, status="skipped", source=item.source,
-                                                           reason="not a regular file (symlinks are not followed)"))
+            record = make_record(
+                item.kind,
+                None,
+                **_with(
+                    item.fields,
+                    status="skipped",
+                    source=item.source,
+                    reason="not a regular file (symlinks are not followed)",
+                ),
+            )
         elif item.source in incomplete:
             if not record_incomplete:
                 continue
@@ -258,8 +295,13 @@ def _recorded_incomplete(save_path: str) -> dict[str, tuple[int, int]]:
         return {}
     dead = {}
     for record in records:
-        if (isinstance(record, MovedRecord) and record.status == "incomplete" and record.source is not None
-                and record.source_bytes is not None and record.source_mtime_ns is not None):
+        if (
+            isinstance(record, MovedRecord)
+            and record.status == "incomplete"
+            and record.source is not None
+            and record.source_bytes is not None
+            and record.source_mtime_ns is not None
+        ):
             dead[record.source] = (record.source_bytes, record.source_mtime_ns)
     return dead
 
@@ -287,8 +329,17 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
     except Exception as exc:
         if reserved is not None and os.path.exists(reserved) and os.path.getsize(reserved) == 0:
             os.remove(reserved)
-        return make_record(move.kind, None, **_with(move.fields, status="failed", source=move.source,
-                                                    intended=move.name.format(), error=f"{type(exc).__name__}: {exc}"))
+        return make_record(
+            move.kind,
+            None,
+            **_with(
+                move.fields,
+                status="failed",
+                source=move.source,
+                intended=move.name.format(),
+                error=f"{type(exc).__name__}: {exc}",
+            ),
+        )
     return make_record(move.kind, name, **_with(move.fields, bytes=size, source=move.source))
 
 

@@ -24,8 +24,7 @@ import attrs
 
 from profdsl.records.schema import CaptureRequest, RecordError, parse_request, to_json
 
-__all__ = ["MAX_REQUEST_BYTES", "REQUESTS_DIR", "RequestFolder", "Scanned", "new_id", "read_request",
-           "write_request"]
+__all__ = ["MAX_REQUEST_BYTES", "REQUESTS_DIR", "RequestFolder", "Scanned", "new_id", "read_request", "write_request"]
 
 #: The folder of request files, inside save_path.
 REQUESTS_DIR = "profdsl-requests"
@@ -142,7 +141,11 @@ class RequestFolder:
             except (OSError, RecordError) as exc:
                 if isinstance(exc, RecordError) and time.time() - mtime < SETTLE_NS / 1e9:
                     self._seen.discard(name)  # written by hand, maybe not whole yet: read again
-                    self._settled = False     # at the next check
+                    self._settled = False  # at the next check
                     continue
-                yield Scanned(name, None, str(exc) if isinstance(exc, RecordError) else
-                              f"cannot read: {exc.strerror or exc}", mtime)
+                yield Scanned(
+                    name,
+                    None,
+                    str(exc) if isinstance(exc, RecordError) else f"cannot read: {exc.strerror or exc}",
+                    mtime,
+                )

@@ -36,8 +36,9 @@ class InvalidTraceError(Exception):
     """A trace that failed its check; the message says why."""
 
 
-def compress_trace(source: str, destination: str, header: Mapping[str, object] | None = None, *,
-                   level: int = COMPRESS_LEVEL) -> int:
+def compress_trace(
+    source: str, destination: str, header: Mapping[str, object] | None = None, *, level: int = COMPRESS_LEVEL
+) -> int:
     """Write ``destination`` (created exclusively): the JSON object of ``source`` with the keys
     of ``header`` first, gzip-compressed at ``level`` (1..9), or plain JSON at level 0. Returns
     its size in bytes.
@@ -56,7 +57,7 @@ def compress_trace(source: str, destination: str, header: Mapping[str, object] |
     last, previous = b"", b""
     with open(source, "rb") as src, open(destination, "xb") as dst:
         while block := src.read(BLOCK):
-            found = found or _EVENTS_KEY in previous[-len(_EVENTS_KEY):] + block
+            found = found or _EVENTS_KEY in previous[-len(_EVENTS_KEY) :] + block
             previous = block
             tail = block.rstrip()
             if tail:

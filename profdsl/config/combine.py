@@ -62,7 +62,8 @@ def _select_union(a: ProfilerConfig, b: ProfilerConfig) -> None:
         raise ConfigError(
             f"cannot merge the rank choices select={a.select!r} (ranks={list(a.ranks)}, all_ranks="
             f"{a.all_ranks}) and select={b.select!r} (ranks={list(b.ranks)}, all_ranks={b.all_ranks}) "
-            "by union: a selector has no 'or'; give both roles the same selector")
+            "by union: a selector has no 'or'; give both roles the same selector"
+        )
 
 
 def _first(a: T | None, b: T | None) -> T | None:
@@ -73,7 +74,9 @@ def _torch_union(a: TorchOptions, b: TorchOptions) -> TorchOptions:
     # No schedule records every mini-batch, which contains any schedule's windows.
     schedule = None if a.schedule is None or b.schedule is None else a.schedule
     return attrs.evolve(
-        a, contents=_contents(a.contents, b.contents, frozenset.union), schedule=schedule,
+        a,
+        contents=_contents(a.contents, b.contents, frozenset.union),
+        schedule=schedule,
         all_threads=a.all_threads or b.all_threads,
     )
 
@@ -140,9 +143,13 @@ def intersect(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
     """Profile only the (step, rank) pairs that both ``a`` and ``b`` profile."""
     _same_tool(a, b)
     if a.select is not None or b.select is not None:
-        return attrs.evolve(_intersect_lists(attrs.evolve(a, select=None, ranks=(), all_ranks=True),
-                                             attrs.evolve(b, select=None, ranks=(), all_ranks=True)),
-                            **_select_intersect(a, b))
+        return attrs.evolve(
+            _intersect_lists(
+                attrs.evolve(a, select=None, ranks=(), all_ranks=True),
+                attrs.evolve(b, select=None, ranks=(), all_ranks=True),
+            ),
+            **_select_intersect(a, b),
+        )
     return _intersect_lists(a, b)
 
 

@@ -31,8 +31,18 @@ from profdsl.config.validate import (
 from profdsl.errors import ConfigError
 
 __all__ = [
-    "CONTENTS", "EXPORTERS", "TOOLS", "AutoCapture", "FinishHook", "Metrics", "OnDemand", "ProfilerConfig",
-    "RolloutOptions", "Schedule", "Stragglers", "TorchOptions",
+    "CONTENTS",
+    "EXPORTERS",
+    "TOOLS",
+    "AutoCapture",
+    "FinishHook",
+    "Metrics",
+    "OnDemand",
+    "ProfilerConfig",
+    "RolloutOptions",
+    "Schedule",
+    "Stragglers",
+    "TorchOptions",
 ]
 
 #: The torch profiler contents a user may ask for.
@@ -410,12 +420,16 @@ class ProfilerConfig(_Mappable):
 
     def __attrs_post_init__(self) -> None:
         if self.auto is not None and not self.metrics.enabled:
-            raise ConfigError("ProfilerConfig.auto needs the always-on metrics, which it compares step "
-                              "by step: set metrics=Metrics(enabled=True) (got metrics.enabled=False)")
+            raise ConfigError(
+                "ProfilerConfig.auto needs the always-on metrics, which it compares step "
+                "by step: set metrics=Metrics(enabled=True) (got metrics.enabled=False)"
+            )
         if self.select is not None and (self.ranks or self.all_ranks):
             given = f"ranks={list(self.ranks)}" if self.ranks else "all_ranks=True"
-            raise ConfigError(f"ProfilerConfig.select ({self.select!r}) and {given} both choose the "
-                              "profiled ranks: give one (a selector can name ranks: 'rank in {0, 8}')")
+            raise ConfigError(
+                f"ProfilerConfig.select ({self.select!r}) and {given} both choose the "
+                "profiled ranks: give one (a selector can name ranks: 'rank in {0, 8}')"
+            )
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, section: str | None = None) -> ProfilerConfig:

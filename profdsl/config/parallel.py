@@ -81,14 +81,17 @@ class Parallel:
                     raise ConfigError(f"{where}.sizes must be a mapping such as {{'tp': 4}}, got {value!r}")
                 for dim, size in value.items():
                     if dim not in DIMS:
-                        raise ConfigError(f"unknown dimension {dim!r} in {where}.sizes{suggest(dim, DIMS)} "
-                                          f"(known: {', '.join(DIMS)})")
+                        raise ConfigError(
+                            f"unknown dimension {dim!r} in {where}.sizes{suggest(dim, DIMS)} (known: {', '.join(DIMS)})"
+                        )
                     fields[f"{dim}_size"] = size
             elif key in known:
                 fields[key] = value
             else:
-                raise ConfigError(f"unknown key {key!r} in {where}{suggest(key, [*known, 'sizes'])} "
-                                  f"(known: {', '.join(DIMS)}, their '<dim>_size', sizes)")
+                raise ConfigError(
+                    f"unknown key {key!r} in {where}{suggest(key, [*known, 'sizes'])} "
+                    f"(known: {', '.join(DIMS)}, their '<dim>_size', sizes)"
+                )
         return cls(**fields)
 
     def coords(self) -> dict[str, int]:

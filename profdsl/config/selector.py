@@ -36,8 +36,7 @@ import attrs
 from profdsl.config.validate import MAX_WIDE_INDEX, suggest
 from profdsl.errors import ConfigError
 
-__all__ = ["DIMS", "LAST", "Every", "FirstPerNode", "Match", "OnePerDpGroup", "Selector",
-           "Term", "parse_selector"]
+__all__ = ["DIMS", "LAST", "Every", "FirstPerNode", "Match", "OnePerDpGroup", "Selector", "Term", "parse_selector"]
 
 #: What a comparison may name: the parallel coordinates and the global rank.
 DIMS: Final = ("tp", "pp", "dp", "cp", "ep", "rank")
@@ -192,8 +191,10 @@ class _Parser:
     def term(self) -> Term:
         token = self.token
         if token.kind != "word":
-            self.fail("expected a term (tp, pp, dp, cp, ep or rank with == or in; first_per_node, "
-                      "one_per_dp_group or every(N))")
+            self.fail(
+                "expected a term (tp, pp, dp, cp, ep or rank with == or in; first_per_node, "
+                "one_per_dp_group or every(N))"
+            )
         self.at += 1
         if token.text == "first_per_node":
             return FirstPerNode()
@@ -205,8 +206,10 @@ class _Parser:
             self.take(")", "expected ')' after the number of every(N)")
             return Every(n)
         if token.text not in DIMS:
-            self.fail(f"unknown term{suggest(token.text, (*DIMS, *_WORDS))} (known: "
-                      f"{', '.join(DIMS)}, {', '.join(_WORDS)})", token)
+            self.fail(
+                f"unknown term{suggest(token.text, (*DIMS, *_WORDS))} (known: {', '.join(DIMS)}, {', '.join(_WORDS)})",
+                token,
+            )
         op = self.token
         if op.text == "==" and op.kind == "op":
             self.at += 1

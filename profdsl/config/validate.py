@@ -42,8 +42,9 @@ def _int_in_range(value: object, minimum: int, maximum: int | None) -> bool:
     return is_int(value) and minimum <= value and (maximum is None or value <= maximum)  # type: ignore[operator]
 
 
-def require_int(label: str, value: object, minimum: int = 0, maximum: int | None = None, *,
-                optional: bool = False) -> int:
+def require_int(
+    label: str, value: object, minimum: int = 0, maximum: int | None = None, *, optional: bool = False
+) -> int:
     """Return ``value`` if it is an integer in ``minimum..maximum`` (no upper bound when None).
 
     Args:
@@ -69,8 +70,8 @@ def require_int(label: str, value: object, minimum: int = 0, maximum: int | None
         return value  # type: ignore[return-value]
     if not _int_in_range(value, minimum, maximum):
         raise ConfigError(
-            f"{label} must be an integer {_bound(minimum, maximum)}{' or None' if optional else ''}, "
-            f"got {value!r}")
+            f"{label} must be an integer {_bound(minimum, maximum)}{' or None' if optional else ''}, got {value!r}"
+        )
     return value  # type: ignore[return-value]
 
 
@@ -78,8 +79,9 @@ def _bound(minimum: int, maximum: int | None) -> str:
     return f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
 
 
-def int_in(minimum: int, maximum: int | None = None, *, optional: bool = False
-           ) -> Callable[[object, attrs.Attribute[Any], object], None]:
+def int_in(
+    minimum: int, maximum: int | None = None, *, optional: bool = False
+) -> Callable[[object, attrs.Attribute[Any], object], None]:
     """An attrs validator: :func:`require_int` on the field."""
 
     def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -112,8 +114,9 @@ def positive_finite(inst: object, attribute: attrs.Attribute[Any], value: object
         )
 
 
-def number_in(minimum: float, maximum: float, *, above: bool = False
-              ) -> Callable[[object, attrs.Attribute[Any], object], None]:
+def number_in(
+    minimum: float, maximum: float, *, above: bool = False
+) -> Callable[[object, attrs.Attribute[Any], object], None]:
     """An attrs validator: a finite number (not a bool) in ``minimum..maximum`` (``above``:
     strictly greater than ``minimum``)."""
 
@@ -121,8 +124,7 @@ def number_in(minimum: float, maximum: float, *, above: bool = False
         low_ok = isinstance(value, (int, float)) and (value > minimum if above else value >= minimum)
         if isinstance(value, bool) or not low_ok or not value <= maximum:  # type: ignore[operator]
             low = f"> {minimum:g}" if above else f">= {minimum:g}"
-            raise ConfigError(f"{_where(inst, attribute)} must be a number {low} and <= {maximum:g}, "
-                              f"got {value!r}")
+            raise ConfigError(f"{_where(inst, attribute)} must be a number {low} and <= {maximum:g}, got {value!r}")
 
     return check
 
@@ -197,9 +199,16 @@ def suggest(value: object, choices: Iterable[str]) -> str:
 
 #: Colour names NVTX knows without matplotlib, as RGB.
 COLOR_NAMES = {
-    "blue": 0x0000FF, "cyan": 0x00FFFF, "darkgreen": 0x006400, "green": 0x008000,
-    "orange": 0xFFA500, "purple": 0x800080, "rapids": 0x7400FF, "red": 0xFF0000,
-    "white": 0xFFFFFF, "yellow": 0xFFFF00,
+    "blue": 0x0000FF,
+    "cyan": 0x00FFFF,
+    "darkgreen": 0x006400,
+    "green": 0x008000,
+    "orange": 0xFFA500,
+    "purple": 0x800080,
+    "rapids": 0x7400FF,
+    "red": 0xFF0000,
+    "white": 0xFFFFFF,
+    "yellow": 0xFFFF00,
 }
 _HEX_COLOR = re.compile(r"#(?:[0-9a-fA-F]{6}|[0-9a-fA-F]{8})")
 
@@ -224,11 +233,11 @@ def to_color(where: str, value: object) -> int | None:
             return argb if len(value) == 9 else 0xFF000000 | argb
     raise ConfigError(
         f"{where} must be an ARGB integer, '#RRGGBB', '#AARRGGBB' or one of "
-        f"{', '.join(sorted(COLOR_NAMES))}, got {value!r}{suggest(value, COLOR_NAMES)}")
+        f"{', '.join(sorted(COLOR_NAMES))}, got {value!r}{suggest(value, COLOR_NAMES)}"
+    )
 
 
-def to_int_set(where: str, value: object, *, minimum: int = 0,
-               maximum: int | None = None) -> tuple[int, ...]:
+def to_int_set(where: str, value: object, *, minimum: int = 0, maximum: int | None = None) -> tuple[int, ...]:
     """Convert any iterable of integers in ``minimum..maximum`` to a sorted tuple without
     duplicates.
 
@@ -241,9 +250,7 @@ def to_int_set(where: str, value: object, *, minimum: int = 0,
     items = list(value)
     for item in items:
         if not _int_in_range(item, minimum, None):
-            raise ConfigError(
-                f"{where} must contain integers >= {minimum}, got {item!r} in {value!r}"
-            )
+            raise ConfigError(f"{where} must contain integers >= {minimum}, got {item!r} in {value!r}")
         if maximum is not None and item > maximum:
             raise ConfigError(f"{where} must contain integers <= {maximum}, got {item!r} in {value!r}")
     return tuple(sorted(set(items)))
@@ -258,14 +265,12 @@ def to_name_set(where: str, value: object, allowed: frozenset[str]) -> frozenset
     listed = list(value)
     for item in listed:
         if not isinstance(item, str):  # a nested list or mapping is not even hashable
-            raise ConfigError(f"{where} must be a list of names from {sorted(allowed)}, "
-                              f"got {item!r} in {value!r}")
+            raise ConfigError(f"{where} must be a list of names from {sorted(allowed)}, got {item!r} in {value!r}")
     items = frozenset(listed)
     for item in sorted(items, key=repr):
         if item not in allowed:
             raise ConfigError(
-                f"{where} has unknown item {item!r}; allowed: {', '.join(sorted(allowed))}"
-                f"{suggest(item, allowed)}"
+                f"{where} has unknown item {item!r}; allowed: {', '.join(sorted(allowed))}{suggest(item, allowed)}"
             )
     return items
 
@@ -286,7 +291,4 @@ def check_keys(path: str, mapping: Mapping[str, Any], cls: type) -> None:
     names = [a.name for a in attrs.fields(cls)]
     for key in mapping:
         if key not in names:
-            raise ConfigError(
-                f"unknown key {key!r} in {path}{suggest(key, names)} "
-                f"(known keys: {', '.join(names)})"
-            )
+            raise ConfigError(f"unknown key {key!r} in {path}{suggest(key, names)} (known keys: {', '.join(names)})")

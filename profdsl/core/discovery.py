@@ -92,9 +92,15 @@ def _parse_env_int(environ: Mapping[str, str], name: str, minimum: int, maximum:
     if raw is None:
         return None
     if _ENV_INT.fullmatch(raw) is None or not minimum <= int(raw) <= maximum:
-        once(f"env:{name}={raw!r}", logging.WARNING,
-             "profdsl: environment variable %s must be an integer in %s..%s, got %r: ignored",
-             name, minimum, maximum, raw)
+        once(
+            f"env:{name}={raw!r}",
+            logging.WARNING,
+            "profdsl: environment variable %s must be an integer in %s..%s, got %r: ignored",
+            name,
+            minimum,
+            maximum,
+            raw,
+        )
         return None
     return int(raw)
 
@@ -125,9 +131,7 @@ def _from_env(environ: Mapping[str, str], *, rank_needed: bool, world_size_neede
     None when neither is set and usable. A ``RANK`` that does not fit ``WORLD_SIZE`` is logged
     once, and both are ignored."""
     rank = _parse_env_int(environ, _ENV_RANK, 0, MAX_WIDE_INDEX - 1) if rank_needed else None
-    world_size = (
-        _parse_env_int(environ, _ENV_WORLD_SIZE, 1, MAX_WIDE_INDEX) if world_size_needed else None
-    )
+    world_size = _parse_env_int(environ, _ENV_WORLD_SIZE, 1, MAX_WIDE_INDEX) if world_size_needed else None
     if rank is None and world_size is None:
         return None
     found = _Found(
@@ -135,24 +139,28 @@ def _from_env(environ: Mapping[str, str], *, rank_needed: bool, world_size_neede
         world_size=1 if world_size is None else world_size,
         source=_SOURCE_ENV,
         rank_label=f"environment variable {_ENV_RANK}" if rank is not None else "default rank",
-        world_size_label=(
-            f"environment variable {_ENV_WORLD_SIZE}" if world_size is not None else "the default"
-        ),
+        world_size_label=(f"environment variable {_ENV_WORLD_SIZE}" if world_size is not None else "the default"),
     )
     if rank_needed and world_size_needed and found.rank >= found.world_size:
-        once(f"env-fit:{found.rank}/{found.world_size}", logging.WARNING,
-             "profdsl: environment variable %s=%s does not fit world size %s (from %s): the "
-             "environment is ignored, rank 0 of 1", _ENV_RANK, found.rank, found.world_size,
-             found.world_size_label)
+        once(
+            f"env-fit:{found.rank}/{found.world_size}",
+            logging.WARNING,
+            "profdsl: environment variable %s=%s does not fit world size %s (from %s): the "
+            "environment is ignored, rank 0 of 1",
+            _ENV_RANK,
+            found.rank,
+            found.world_size,
+            found.world_size_label,
+        )
         return None
     return found
 
 
-def _fallback(environ: Mapping[str, str], *, rank_needed: bool = True,
-              world_size_needed: bool = True) -> _Found:
+def _fallback(environ: Mapping[str, str], *, rank_needed: bool = True, world_size_needed: bool = True) -> _Found:
     """Return the first usable implicit source: torch.distributed, environment, default."""
     found = _from_torch_distributed() or _from_env(
-        environ, rank_needed=rank_needed, world_size_needed=world_size_needed)
+        environ, rank_needed=rank_needed, world_size_needed=world_size_needed
+    )
     if found is not None:
         return found
     return _Found(0, 1, _SOURCE_DEFAULT, "default rank", "the default")

@@ -20,9 +20,7 @@ _PT_TAIL: Final = r"\.[0-9]+\.pt\.trace\.json(?:\.gz)?"
 # whole "_"-separated token right before the timestamp, so host names cannot pose as it.
 _VLLM = re.compile(rf"(?:(?P<head>.*)_)?rank(?P<rank>[0-9]+){_PT_TAIL}", re.ASCII | re.DOTALL)
 # vLLM's parallel-state block, when it ends the part before "_rank<r>".
-_VLLM_PARALLEL = re.compile(
-    r"(?:^|_)dp(?P<dp>[0-9]+)_pp[0-9]+_tp[0-9]+_dcp[0-9]+_ep[0-9]+\Z", re.ASCII | re.DOTALL
-)
+_VLLM_PARALLEL = re.compile(r"(?:^|_)dp(?P<dp>[0-9]+)_pp[0-9]+_tp[0-9]+_dcp[0-9]+_ep[0-9]+\Z", re.ASCII | re.DOTALL)
 
 # vLLM's per-worker op table, written beside its trace when a profile stops (on CPU always):
 # "<worker name>.profiler_out.txt", the worker name being the trace's "[prefix_][...]rank<r>".
@@ -138,5 +136,3 @@ def read_engine_rank(name: str) -> int | Ambiguous | None:
         if value is not None:
             return value
     return None
-
-

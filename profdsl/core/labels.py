@@ -27,8 +27,7 @@ _ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
 
 def _plain(label: str) -> bool:
     """Whether ``label`` needs no escape (the common case, checked without a Python loop)."""
-    return (label.isascii() and label.isprintable() and '"' not in label and "\\" not in label
-            and "%" not in label)
+    return label.isascii() and label.isprintable() and '"' not in label and "\\" not in label and "%" not in label
 
 
 def _escape(char: str) -> str:

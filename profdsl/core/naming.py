@@ -221,9 +221,7 @@ class TraceName:
     stage: str | None = attrs.field(default=None, converter=_stage)
     step: int | None = attrs.field(default=None, validator=_INDEX)
     rank: int | None = attrs.field(default=None, validator=_INDEX)
-    world_size: int | None = attrs.field(
-        default=None, validator=int_in(1, MAX_WIDE_INDEX, optional=True)
-    )
+    world_size: int | None = attrs.field(default=None, validator=int_in(1, MAX_WIDE_INDEX, optional=True))
     tp: int | None = attrs.field(default=None, validator=_INDEX)
     pp: int | None = attrs.field(default=None, validator=_INDEX)
     dp: int | None = attrs.field(default=None, validator=_INDEX)
@@ -239,14 +237,11 @@ class TraceName:
 
     def __attrs_post_init__(self) -> None:
         if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
-            raise ConfigError(
-                f"TraceName.rank must be < world_size ({self.world_size}), got {self.rank!r}"
-            )
+            raise ConfigError(f"TraceName.rank must be < world_size ({self.world_size}), got {self.rank!r}")
         length = len(self.format())
         if length > MAX_NAME_BYTES:  # only with several indices past MAX_INDEX at once
             raise ConfigError(
-                f"TraceName would be {length} bytes long, over the {MAX_NAME_BYTES}-byte limit of a "
-                f"file name: {self!r}"
+                f"TraceName would be {length} bytes long, over the {MAX_NAME_BYTES}-byte limit of a file name: {self!r}"
             )
 
     def format(self) -> str:
@@ -299,8 +294,7 @@ class TraceName:
         # Only the canonical spelling is accepted, so that parse and format are exact inverses.
         if parsed.format() != name:
             raise ConfigError(
-                f"{_quote(name)} is not a profdsl trace name: not in canonical form "
-                f"(expected {parsed.format()!r})"
+                f"{_quote(name)} is not a profdsl trace name: not in canonical form (expected {parsed.format()!r})"
             )
         return parsed
 

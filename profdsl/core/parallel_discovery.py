@@ -43,8 +43,13 @@ _MEGATRON_DIMS: Final = {
 
 
 def _fits(coord: object, size: object) -> bool:
-    return (isinstance(coord, int) and isinstance(size, int) and not isinstance(coord, bool)
-            and not isinstance(size, bool) and 0 <= coord < size <= MAX_COORD + 1)
+    return (
+        isinstance(coord, int)
+        and isinstance(size, int)
+        and not isinstance(coord, bool)
+        and not isinstance(size, bool)
+        and 0 <= coord < size <= MAX_COORD + 1
+    )
 
 
 def _build(found: Mapping[str, tuple[int, int]]) -> Parallel:
@@ -76,8 +81,10 @@ def from_device_mesh(mesh: Any) -> Parallel:
     """
     names = getattr(mesh, "mesh_dim_names", None)
     if not names:
-        raise ConfigError("parallel: a DeviceMesh without mesh_dim_names gives no coordinates; "
-                          "create it with mesh_dim_names=('dp', 'tp', ...)")
+        raise ConfigError(
+            "parallel: a DeviceMesh without mesh_dim_names gives no coordinates; "
+            "create it with mesh_dim_names=('dp', 'tp', ...)"
+        )
     coordinate = mesh.get_coordinate()
     if coordinate is None:
         raise ConfigError(f"parallel: this process is not part of the DeviceMesh {names}")
@@ -102,8 +109,12 @@ def from_megatron() -> Parallel | None:
                 if _fits(*pair) and not (dim in ("cp", "ep") and pair[1] == 1):  # unused: no noise
                     found[dim] = pair
     except Exception as exc:
-        once("parallel-megatron", logging.WARNING,
-             "profdsl: reading Megatron's parallel_state failed (%r): no coordinates from it", exc)
+        once(
+            "parallel-megatron",
+            logging.WARNING,
+            "profdsl: reading Megatron's parallel_state failed (%r): no coordinates from it",
+            exc,
+        )
         return None
     return _build(found) if found else None
 
@@ -128,7 +139,7 @@ def _mesh_groups() -> dict[str, tuple[int, int]]:
         desc = getattr(group, "group_desc", "")
         if not isinstance(desc, str) or not desc.startswith("mesh_") or desc == "mesh_default":
             continue
-        name = desc[len("mesh_"):]
+        name = desc[len("mesh_") :]
         pair = (group.rank(), group.size())
         if found.setdefault(name, pair) != pair:
             clash.add(name)
@@ -145,8 +156,9 @@ def _from_mesh() -> Parallel | None:
             return from_device_mesh(mesh)
         found = _named(_mesh_groups())
     except Exception as exc:
-        once("parallel-mesh", logging.WARNING,
-             "profdsl: reading the DeviceMesh failed (%r): no coordinates from it", exc)
+        once(
+            "parallel-mesh", logging.WARNING, "profdsl: reading the DeviceMesh failed (%r): no coordinates from it", exc
+        )
         return None
     return _build(found) if found else None
 
@@ -171,17 +183,20 @@ def resolve_parallel(value: object) -> Parallel:
         return Parallel.from_mapping(value, where="Profiler parallel")
     if hasattr(value, "mesh_dim_names") and hasattr(value, "get_coordinate"):
         return from_device_mesh(value)
-    raise ConfigError("Profiler parallel must be a dict such as {'tp': 1, 'pp': 0, 'dp': 3}, a "
-                      f"profdsl.Parallel or a DeviceMesh with named dimensions, got {value!r}")
+    raise ConfigError(
+        "Profiler parallel must be a dict such as {'tp': 1, 'pp': 0, 'dp': 3}, a "
+        f"profdsl.Parallel or a DeviceMesh with named dimensions, got {value!r}"
+    )
 
 
-def process_topology(rank: int, world_size: int, parallel: object = None, *,
-                     select: str | None = None) -> Topology:
+def process_topology(rank: int, world_size: int, parallel: object = None, *, select: str | None = None) -> Topology:
     """This process's :class:`Topology`: its rank, world size, coordinates and, when the
     selector ``select`` needs it (``first_per_node``), ``LOCAL_RANK`` (read only then: an
     environment variable is read only when its value is needed)."""
-    needs_node = select is not None and any(
-        isinstance(term, FirstPerNode) for term in parse_selector(select).terms)
-    return Topology(rank=rank, world_size=world_size,
-                    local_rank=discover_local_rank() if needs_node else None,
-                    parallel=resolve_parallel(parallel))
+    needs_node = select is not None and any(isinstance(term, FirstPerNode) for term in parse_selector(select).terms)
+    return Topology(
+        rank=rank,
+        world_size=world_size,
+        local_rank=discover_local_rank() if needs_node else None,
+        parallel=resolve_parallel(parallel),
+    )

@@ -39,6 +39,7 @@ MAX_MINI_BATCHES = 1_000_000
 #: The largest world a rank selector is previewed over (each rank is resolved once).
 MAX_SELECTOR_WORLD = 1 << 20
 
+
 def mini_batch_windows(config: ProfilerConfig, mini_batches: int) -> tuple[tuple[int, int], ...]:
     """The windows ``mini_batches`` update mini-batches record: those of the schedule (in a
     scheduled discrete stage, one trace each; in a continuous step, listed in its trace), or all
@@ -108,8 +109,14 @@ class Preview:
         return attrs.asdict(self, value_serializer=lambda _i, _f, v: list(v) if isinstance(v, tuple) else v)
 
 
-def preview(config: ProfilerConfig, *, world_size: int, mini_batches: int = 8,
-            replica_world_size: int | None = None, layout: GridLayout | None = None) -> Preview:
+def preview(
+    config: ProfilerConfig,
+    *,
+    world_size: int,
+    mini_batches: int = 8,
+    replica_world_size: int | None = None,
+    layout: GridLayout | None = None,
+) -> Preview:
     """Predict what ``config`` captures on ``world_size`` ranks (laid out as ``layout``; a rank
     selector without one sees the plain layout: tp = pp = cp = 1, one node).
 
@@ -126,38 +133,80 @@ def preview(config: ProfilerConfig, *, world_size: int, mini_batches: int = 8,
     if select is not None and layout is None:
         layout = GridLayout(world_size=world_size)
     if select is not None and world_size > MAX_SELECTOR_WORLD:
-        raise ConfigError(f"a rank selector is previewed over at most {MAX_SELECTOR_WORLD} ranks, "
-                          f"got world size {world_size}")
+        raise ConfigError(
+            f"a rank selector is previewed over at most {MAX_SELECTOR_WORLD} ranks, got world size {world_size}"
+        )
     plan = StepPlan.from_config(config)
     candidates = _candidate_ranks(config, world_size) if config.enable else ()
     topology = (lambda r: None) if layout is None else layout.topology
-    ranks = tuple(r for r in candidates if is_rank_selected(
-        r, config.ranks, all_ranks=config.all_ranks, select=select, topology=topology(r)))
+    ranks = tuple(
+        r
+        for r in candidates
+        if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks, select=select, topology=topology(r))
+    )
     hook = config.finish_hook
-    hook_ranks = tuple(r for r in candidates if hook.cmd and is_hook_rank(
-        r, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks, profiled_ranks=config.ranks,
-        profiled_all_ranks=config.all_ranks, profiled_select=select, topology=topology(r)))
+    hook_ranks = tuple(
+        r
+        for r in candidates
+        if hook.cmd
+        and is_hook_rank(
+            r,
+            hook_ranks=hook.ranks,
+            hook_all_ranks=hook.all_ranks,
+            profiled_ranks=config.ranks,
+            profiled_all_ranks=config.all_ranks,
+            profiled_select=select,
+            topology=topology(r),
+        )
+    )
     replicas = None
     if replica_world_size is not None:
         width = require_int("replica_world_size", replica_world_size, 1)
-        replicas = tuple(sorted(replicas_for_ranks(
-            config.ranks, width, all_ranks=config.all_ranks,
-            num_replicas=max(world_size // width, 1)))) if config.enable else ()
+        replicas = (
+            tuple(
+                sorted(
+                    replicas_for_ranks(
+                        config.ranks, width, all_ranks=config.all_ranks, num_replicas=max(world_size // width, 1)
+                    )
+                )
+            )
+            if config.enable
+            else ()
+        )
     windows = mini_batch_windows(config, mini_batches)
     scheduled = config.discrete and config.torch.schedule is not None
     first = ranks[0] if ranks else 0
     coords: dict[str, Any] = {} if layout is None else dict(layout.topology(first).parallel.coords())
-    example = TraceName(role="actor", stage="update_actor" if config.discrete else None,
-                        step=plan.steps[0] if plan.steps else 0, rank=first,
-                        world_size=world_size, window=windows[0] if windows and scheduled else None,
-                        host="HOST", pid=1234, time_ms=EXAMPLE_TIME_MS, **coords)
+    example = TraceName(
+        role="actor",
+        stage="update_actor" if config.discrete else None,
+        step=plan.steps[0] if plan.steps else 0,
+        rank=first,
+        world_size=world_size,
+        window=windows[0] if windows and scheduled else None,
+        host="HOST",
+        pid=1234,
+        time_ms=EXAMPLE_TIME_MS,
+        **coords,
+    )
     return Preview(
-        enabled=config.enable, tool=config.tool, discrete=config.discrete, steps=plan.steps,
-        sessions=plan.sessions, ranks=ranks, hook_ranks=hook_ranks,
-        hook_step=plan.hook_step if hook_ranks else None, replicas=replicas,
-        mini_batches=mini_batches, windows=windows,
-        traces_per_rank=None if config.discrete else len(plan.sessions), example=example.format(),
-        layout=None if layout is None else {"tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
-                                             "dp": layout.dp, "nodes": layout.nodes},
-        coords=() if layout is None else tuple(
-            {**layout.topology(r).parallel.coords(), "node": layout.node_of(r)} for r in ranks))
+        enabled=config.enable,
+        tool=config.tool,
+        discrete=config.discrete,
+        steps=plan.steps,
+        sessions=plan.sessions,
+        ranks=ranks,
+        hook_ranks=hook_ranks,
+        hook_step=plan.hook_step if hook_ranks else None,
+        replicas=replicas,
+        mini_batches=mini_batches,
+        windows=windows,
+        traces_per_rank=None if config.discrete else len(plan.sessions),
+        example=example.format(),
+        layout=None
+        if layout is None
+        else {"tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "dp": layout.dp, "nodes": layout.nodes},
+        coords=()
+        if layout is None
+        else tuple({**layout.topology(r).parallel.coords(), "node": layout.node_of(r)} for r in ranks),
+    )

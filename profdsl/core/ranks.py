@@ -23,8 +23,14 @@ __all__ = [
 ]
 
 
-def is_rank_selected(rank: int, ranks: Collection[int], *, all_ranks: bool = False,
-                     select: Selector | str | None = None, topology: Topology | None = None) -> bool:
+def is_rank_selected(
+    rank: int,
+    ranks: Collection[int],
+    *,
+    all_ranks: bool = False,
+    select: Selector | str | None = None,
+    topology: Topology | None = None,
+) -> bool:
     """Apply the profiled-rank rule.
 
     Args:
@@ -57,8 +63,10 @@ def is_rank_selected(rank: int, ranks: Collection[int], *, all_ranks: bool = Fal
     if select is not None:
         selector = parse_selector(select) if isinstance(select, str) else select
         if topology is None or topology.rank != rank:
-            raise ConfigError(f"the rank selector {selector.format()!r} needs rank {rank}'s topology "
-                              "(its parallel coordinates and local rank)")
+            raise ConfigError(
+                f"the rank selector {selector.format()!r} needs rank {rank}'s topology "
+                "(its parallel coordinates and local rank)"
+            )
         return all(_matches(term, topology) for term in selector.terms)
     if all_ranks:
         return True
@@ -71,7 +79,8 @@ def _missing(term: Term, topology: Topology, what: str) -> ConfigError:
     return ConfigError(
         f"the selector term {term.format()!r} needs {what}, which rank {topology.rank} does not "
         "have: pass Profiler(parallel=...) (a dict, profdsl.Parallel or a DeviceMesh with named "
-        "dimensions), or initialise Megatron's parallel_state or a named DeviceMesh first")
+        "dimensions), or initialise Megatron's parallel_state or a named DeviceMesh first"
+    )
 
 
 def _matches(term: Term, topology: Topology) -> bool:
@@ -146,8 +155,9 @@ def is_hook_rank(
         return rank in hook_ranks
     if profiled is not None:
         return profiled
-    return is_rank_selected(rank, profiled_ranks, all_ranks=profiled_all_ranks,
-                            select=profiled_select, topology=topology)
+    return is_rank_selected(
+        rank, profiled_ranks, all_ranks=profiled_all_ranks, select=profiled_select, topology=topology
+    )
 
 
 def replicas_for_ranks(

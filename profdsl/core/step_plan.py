@@ -67,9 +67,11 @@ class StepPlan:
             ...                                     continuous_steps=True)).sessions
             ((1, 1), (2, 2))
         """
-        return cls(steps=config.steps if config.enable else (),
-                   continuous_steps=config.continuous_steps and not config.discrete,
-                   last_step=last_step)
+        return cls(
+            steps=config.steps if config.enable else (),
+            continuous_steps=config.continuous_steps and not config.discrete,
+            last_step=last_step,
+        )
 
     @property
     def reachable(self) -> tuple[int, ...]:
@@ -166,8 +168,11 @@ class StepTracker:
         # plan's last artifact (requested steps have hooks of their own).
         profiled, tag = self._profiled(step)
         continues = (
-            step is not None and profiled and self.plan.continuous_steps
-            and self._last_begun == step - 1 and tag == self._tag
+            step is not None
+            and profiled
+            and self.plan.continuous_steps
+            and self._last_begun == step - 1
+            and tag == self._tag
         )
         if self._open and not continues:
             events += self._close()

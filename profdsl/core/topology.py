@@ -69,11 +69,13 @@ class GridLayout:
     def __attrs_post_init__(self) -> None:
         model = self.tp * self.pp * self.cp
         if self.world_size % model:
-            raise ConfigError(f"world size {self.world_size} is not a multiple of tp*pp*cp = "
-                              f"{self.tp}*{self.pp}*{self.cp} = {model}")
+            raise ConfigError(
+                f"world size {self.world_size} is not a multiple of tp*pp*cp = {self.tp}*{self.pp}*{self.cp} = {model}"
+            )
         if self.world_size // model > MAX_COORD + 1:
-            raise ConfigError(f"dp = world size / (tp*pp*cp) must be at most {MAX_COORD + 1}, "
-                              f"got {self.world_size // model}")
+            raise ConfigError(
+                f"dp = world size / (tp*pp*cp) must be at most {MAX_COORD + 1}, got {self.world_size // model}"
+            )
         if self.world_size % self.nodes:
             raise ConfigError(f"world size {self.world_size} is not a multiple of nodes = {self.nodes}")
 
@@ -100,8 +102,12 @@ class GridLayout:
             size = self.size(dim)
             coords[dim], rest = rest % size, rest // size
         sizes = {f"{dim}_size": self.size(dim) for dim in GRID_ORDER}
-        return Topology(rank=rank, world_size=self.world_size, local_rank=rank % self.ranks_per_node,
-                        parallel=Parallel(**coords, **sizes))
+        return Topology(
+            rank=rank,
+            world_size=self.world_size,
+            local_rank=rank % self.ranks_per_node,
+            parallel=Parallel(**coords, **sizes),
+        )
 
     def node_of(self, rank: int) -> int:
         """The node index of ``rank``."""

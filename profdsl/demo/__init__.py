@@ -52,9 +52,11 @@ SLOWER_THAN, MIN_SECONDS = 3.0, 0.3
 #: The demo's finish hook: pack the folder beside it. Each run packs into a file of its own and
 #: renames it into place (hooks of several ranks and requests may run at once), and tar's status 1
 #: ("file changed as we read it": another rank appending to the manifest meanwhile) is no failure.
-PACK = ('tar czf "$PROFDSL_SAVE_PATH.tgz.$$" -C "$PROFDSL_SAVE_PATH" . ; [ $? -le 1 ] '
-        '&& mv -f "$PROFDSL_SAVE_PATH.tgz.$$" "$PROFDSL_SAVE_PATH.tgz" '
-        '&& echo "packed $PROFDSL_SAVE_PATH.tgz"')
+PACK = (
+    'tar czf "$PROFDSL_SAVE_PATH.tgz.$$" -C "$PROFDSL_SAVE_PATH" . ; [ $? -le 1 ] '
+    '&& mv -f "$PROFDSL_SAVE_PATH.tgz.$$" "$PROFDSL_SAVE_PATH.tgz" '
+    '&& echo "packed $PROFDSL_SAVE_PATH.tgz"'
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,23 +69,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-steps", type=int, default=8, help="RL steps to run")
     parser.add_argument("--ranks", type=int, nargs="+", default=[0], help="global ranks to profile")
     parser.add_argument("--mini-batches", type=int, default=4, help="update mini-batches per step")
-    parser.add_argument("--slow-step", type=int, default=5,
-                        help="the step made slow on the last rank (-1: none); its next step is traced")
+    parser.add_argument(
+        "--slow-step",
+        type=int,
+        default=5,
+        help="the step made slow on the last rank (-1: none); its next step is traced",
+    )
     parser.add_argument("--slow-seconds", type=float, default=1.5, help="how long the slow step is held up")
 
 
 def demo_config(args: argparse.Namespace) -> ProfilerConfig:
     """The profiler config the demo runs with."""
     return ProfilerConfig(
-        enable=True, steps=args.steps, ranks=args.ranks, save_path=os.path.abspath(args.out),
+        enable=True,
+        steps=args.steps,
+        ranks=args.ranks,
+        save_path=os.path.abspath(args.out),
         discrete=True,
         torch=TorchOptions(contents=["cpu"], schedule=Schedule(wait=1, active=2)),
         rollout=RolloutOptions(flush_wait_s=60, stop_timeout_s=120),
         finish_hook=FinishHook(cmd=PACK, timeout_s=120),
-        metrics=Metrics(enabled=True, log=True, stragglers=Stragglers(
-            factor=SLOWER_THAN, consecutive=1, min_seconds=MIN_SECONDS, stages=[SLOW_STAGE])),
-        auto=AutoCapture(stages=[SLOW_STAGE], slower_than=SLOWER_THAN, baseline_steps=3, max_captures=1,
-                         cooldown_steps=0, min_seconds=MIN_SECONDS),
+        metrics=Metrics(
+            enabled=True,
+            log=True,
+            stragglers=Stragglers(factor=SLOWER_THAN, consecutive=1, min_seconds=MIN_SECONDS, stages=[SLOW_STAGE]),
+        ),
+        auto=AutoCapture(
+            stages=[SLOW_STAGE],
+            slower_than=SLOWER_THAN,
+            baseline_steps=3,
+            max_captures=1,
+            cooldown_steps=0,
+            min_seconds=MIN_SECONDS,
+        ),
     )
 
 
@@ -126,12 +144,12 @@ def _ray(config: ProfilerConfig, args: argparse.Namespace, log: MetricsLog) -> N
     from profdsl.demo.workers import Sampler, Trainer
     from profdsl.ray import RayStepProfiler, runtime_env
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env=runtime_env(config))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env(config))
     try:
         actor = ray.remote(num_cpus=0)
-        workers: list[Any] = [actor(Trainer).remote(config, rank, 2, args.mini_batches, _slow(args, rank, 2))
-                              for rank in range(2)]
+        workers: list[Any] = [
+            actor(Trainer).remote(config, rank, 2, args.mini_batches, _slow(args, rank, 2)) for rank in range(2)
+        ]
         engines: list[Any] = [actor(Sampler).remote(config, r) for r in range(2)]
         trainer = RayStepProfiler(config, workers=workers, engines=engines)
         for step in range(args.num_steps):
@@ -190,8 +208,10 @@ def _slow_story(save_path: str, args: argparse.Namespace) -> None:
         print("  " + line)
     rank = 1 if args.ray else 0
     table = slow_step_table(save_path, args.slow_step, rank)
-    print(f"\nwhere the slow step's time went (step {args.slow_step} on rank {rank} against the median of "
-          "its other untraced steps, from the metrics log):")
+    print(
+        f"\nwhere the slow step's time went (step {args.slow_step} on rank {rank} against the median of "
+        "its other untraced steps, from the metrics log):"
+    )
     for line in table or ["(no metrics log)"]:
         print("  " + line)
 
@@ -203,8 +223,11 @@ def run(args: argparse.Namespace) -> int:
 
     config = demo_config(args)
     started = time.monotonic()
-    print(f"profdsl demo: {'Ray actors' if args.ray else 'one process'}, profiling steps "
-          f"{list(config.steps)} on ranks {list(config.ranks)} into {config.save_path}", flush=True)
+    print(
+        f"profdsl demo: {'Ray actors' if args.ray else 'one process'}, profiling steps "
+        f"{list(config.steps)} on ranks {list(config.ranks)} into {config.save_path}",
+        flush=True,
+    )
     log = MetricsLog()
     logger, alerts = logging.getLogger("profdsl"), _Alerts()
     level = logger.level

@@ -9,10 +9,8 @@ from profdsl.metrics import StepTimings
 
 __all__ = ["HEADERS", "TITLE", "MetricsLog"]
 
-TITLE = ("time per stage: always-on metrics (every step, every rank) beside the traces (profiled "
-         "steps and ranks only)")
-HEADERS = ("role", "stage", "steps", "ranks", "total ms", "mean ms", "slowest", "|", "traces",
-           "traced ms")
+TITLE = "time per stage: always-on metrics (every step, every rank) beside the traces (profiled steps and ranks only)"
+HEADERS = ("role", "stage", "steps", "ranks", "total ms", "mean ms", "slowest", "|", "traces", "traced ms")
 
 
 class MetricsLog:
@@ -45,9 +43,20 @@ class MetricsLog:
             by_rank, total = seconds[key], sum(seconds[key].values())
             slowest = min(by_rank, key=lambda rank: (-by_rank[rank], rank))
             count, traced_ms = from_traces.get(key, (0, 0.0))
-            rows.append([key[0], key[1], str(len(steps[key])), str(len(by_rank)), f"{total * 1e3:.2f}",
-                         f"{total * 1e3 / samples[key]:.2f}", f"rank {slowest}", "|",
-                         str(count) if count else "-", f"{traced_ms:.2f}" if count else "-"])
+            rows.append(
+                [
+                    key[0],
+                    key[1],
+                    str(len(steps[key])),
+                    str(len(by_rank)),
+                    f"{total * 1e3:.2f}",
+                    f"{total * 1e3 / samples[key]:.2f}",
+                    f"rank {slowest}",
+                    "|",
+                    str(count) if count else "-",
+                    f"{traced_ms:.2f}" if count else "-",
+                ]
+            )
         return rows
 
     def lines(self, traced: Iterable[tuple[str, str, int, float]]) -> list[str]:

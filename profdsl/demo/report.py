@@ -15,8 +15,15 @@ from profdsl.collect.metrics_log import read_log
 from profdsl.metrics.tree import segment
 from profdsl.records.schema import HookRecord, TraceRecord
 
-__all__ = ["artifacts_table", "auto_captures", "cost_table", "slow_step_table", "stage_model", "stage_table",
-           "traced_totals"]
+__all__ = [
+    "artifacts_table",
+    "auto_captures",
+    "cost_table",
+    "slow_step_table",
+    "stage_model",
+    "stage_table",
+    "traced_totals",
+]
 
 
 def stage_model(save_path: str) -> StageModel:
@@ -77,8 +84,10 @@ def cost_table(save_path: str) -> list[str]:
         return []
     rows = [["-" if c is None else str(c) for c in cost.cells(item)] for item in costs]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(cost.HEADERS)]
-    return ["  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
-            for values in [list(cost.HEADERS), ["-" * w for w in widths], *rows]]
+    return [
+        "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
+        for values in [list(cost.HEADERS), ["-" * w for w in widths], *rows]
+    ]
 
 
 def auto_captures(save_path: str) -> list[str]:
@@ -88,8 +97,10 @@ def auto_captures(save_path: str) -> list[str]:
         if isinstance(r, TraceRecord) and r.capture is not None and r.capture.source == "auto":
             roles = found.setdefault((r.step or 0, r.rank or 0, r.capture.reason or ""), set())
             roles.update(r.roles or [r.role or "?"])
-    return [f"step {step} rank {rank} ({', '.join(sorted(roles))}): {reason}"
-            for (step, rank, reason), roles in sorted(found.items())]
+    return [
+        f"step {step} rank {rank} ({', '.join(sorted(roles))}): {reason}"
+        for (step, rank, reason), roles in sorted(found.items())
+    ]
 
 
 def slow_step_table(save_path: str, step: int, rank: int) -> list[str]:
@@ -97,23 +108,44 @@ def slow_step_table(save_path: str, step: int, rank: int) -> list[str]:
     untraced steps (from the metrics log), sorted by the absolute change; [] without a log."""
     lines, _ = read_log(save_path)
     mine = [line for line in lines if line.rank == rank and line.stages]
-    at = {(line.role, path): stage.total_s or 0.0 for line in mine if line.step == step
-          for path, stage in (line.stages or {}).items()}
+    at = {
+        (line.role, path): stage.total_s or 0.0
+        for line in mine
+        if line.step == step
+        for path, stage in (line.stages or {}).items()
+    }
     rows = []
     for (role, path), seconds in at.items():
-        others = [(line.stages or {})[path].total_s or 0.0 for line in mine if line.role == role
-                  and line.step != step and not line.traced and path in (line.stages or {})]
+        others = [
+            (line.stages or {})[path].total_s or 0.0
+            for line in mine
+            if line.role == role and line.step != step and not line.traced and path in (line.stages or {})
+        ]
         if not others:
             continue
         median = statistics.median(others)
         ratio = f"{seconds / median:.1f}x" if median > 0 else "-"
-        rows.append((abs(seconds - median), [str(role), path, f"{seconds * 1000:.1f}", f"{median * 1000:.1f}",
-                                             f"{(seconds - median) * 1000:+.1f}", ratio, str(len(others))]))
+        rows.append(
+            (
+                abs(seconds - median),
+                [
+                    str(role),
+                    path,
+                    f"{seconds * 1000:.1f}",
+                    f"{median * 1000:.1f}",
+                    f"{(seconds - median) * 1000:+.1f}",
+                    ratio,
+                    str(len(others)),
+                ],
+            )
+        )
     if not rows:
         return []
     rows.sort(key=lambda row: (-row[0], row[1][0], row[1][1]))
     headers = ["role", "stage", f"step {step} ms", "median ms", "change ms", "ratio", "n"]
     cells = [headers] + [row for _, row in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(headers))]
-    return ["  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip() for c in
-            [headers, ["-" * w for w in widths], *(row for _, row in rows)]]
+    return [
+        "  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip()
+        for c in [headers, ["-" * w for w in widths], *(row for _, row in rows)]
+    ]

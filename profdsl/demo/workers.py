@@ -17,8 +17,7 @@ def _policy(seed: int) -> Any:
     import torch
 
     torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
-                               torch.nn.Linear(HIDDEN, ACTIONS))
+    return torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, ACTIONS))
 
 
 class Sampler:
@@ -51,15 +50,20 @@ class Trainer(ProfiledWorker):
     """One rank of the fused actor + ref + critic worker. ``slow``: seconds the first actor
     mini-batch of those steps is held up (the demo's injected slow step)."""
 
-    def __init__(self, config: ProfilerConfig, rank: int, world_size: int, mini_batches: int,
-                 slow: Mapping[int, float] | None = None) -> None:
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        rank: int,
+        world_size: int,
+        mini_batches: int,
+        slow: Mapping[int, float] | None = None,
+    ) -> None:
         import torch
 
         for role in ("actor", "ref", "critic"):
             self.init_profiler(config, role=role, rank=rank, world_size=world_size)
         self.actor, self.ref = _policy(0), _policy(0)
-        self.critic = torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
-                                          torch.nn.Linear(HIDDEN, 1))
+        self.critic = torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, 1))
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-3)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1e-3)
         self.mini_batches = mini_batches

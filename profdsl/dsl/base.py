@@ -124,8 +124,11 @@ class Annotation:
         open at ``stop()``, exited when nothing was on) are dropped from under it."""
         below = _STACK.get()
         if handle is ASK:
-            handle = self._handle(profiler, below) if profiler is not None or (
-                REGISTRY.recorders if self._recorded else REGISTRY.stepping) else None
+            handle = (
+                self._handle(profiler, below)
+                if profiler is not None or (REGISTRY.recorders if self._recorded else REGISTRY.stepping)
+                else None
+            )
         node = node_for(self.name, self.role, profiler, below) if REGISTRY.meters else None
         while below is not None and below.handle is None and below.node is not None and below.node.closed:
             below = below.below

@@ -51,8 +51,14 @@ class mini_batch_window(Annotation):
 
     __slots__ = ("iterable", "name")
 
-    def __init__(self, iterable: Iterable[T] | None = None, *, name: str = "mini_batch",
-                 role: str | None = None, profiler: Profiler | None = None) -> None:
+    def __init__(
+        self,
+        iterable: Iterable[T] | None = None,
+        *,
+        name: str = "mini_batch",
+        role: str | None = None,
+        profiler: Profiler | None = None,
+    ) -> None:
         self.iterable, self.name = iterable, check_name("mini_batch_window", name)
         self.role, self.profiler = role, profiler
 
@@ -61,8 +67,10 @@ class mini_batch_window(Annotation):
 
     def __iter__(self) -> Iterator[Any]:
         if self.iterable is None:
-            raise TypeError("mini_batch_window() needs an iterable to be iterated; without one, "
-                            "use it as a `with` block or a decorator")
+            raise TypeError(
+                "mini_batch_window() needs an iterable to be iterated; without one, "
+                "use it as a `with` block or a decorator"
+            )
         if not REGISTRY.on:
             return iter(self.iterable)  # decided once: a plain loop costs nothing per item
         return self._iterate(self.iterable)

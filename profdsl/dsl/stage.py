@@ -56,8 +56,15 @@ class profile_stage(Annotation):
 
     __slots__ = ("color", "name", "scheduled")
 
-    def __init__(self, name: str, *, scheduled: bool = False, role: str | None = None,
-                 profiler: Profiler | None = None, color: int | str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        scheduled: bool = False,
+        role: str | None = None,
+        profiler: Profiler | None = None,
+        color: int | str | None = None,
+    ) -> None:
         # Kept flat (no helper call on the common path): this runs for every `with` block.
         if name.__class__ is not str or not name:
             check_name("profile_stage", name)

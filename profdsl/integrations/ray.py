@@ -30,8 +30,16 @@ from profdsl.rollout.window import rollout_window
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.profiler import Profiler
 
-__all__ = ["DEFAULT_NSIGHT_OPTIONS", "ProfiledWorker", "RayStepProfiler", "WorkerCallError",
-           "current_node", "node_of", "run_on_node", "runtime_env"]
+__all__ = [
+    "DEFAULT_NSIGHT_OPTIONS",
+    "ProfiledWorker",
+    "RayStepProfiler",
+    "WorkerCallError",
+    "current_node",
+    "node_of",
+    "run_on_node",
+    "runtime_env",
+]
 
 #: Nsight options for Ray's ``nsight`` runtime env: profdsl opens and closes capture ranges.
 DEFAULT_NSIGHT_OPTIONS: dict[str, str] = {
@@ -48,8 +56,9 @@ DEFAULT_NSIGHT_OPTIONS: dict[str, str] = {
 NO_NVTX_INJECTION = "/dev/null/profdsl-no-nvtx-injection"
 
 
-def runtime_env(config: ProfilerConfig, *, nsight_options: dict[str, str] | None = None,
-                guard_cupti: bool = True) -> dict[str, Any]:
+def runtime_env(
+    config: ProfilerConfig, *, nsight_options: dict[str, str] | None = None, guard_cupti: bool = True
+) -> dict[str, Any]:
     """The pieces of a Ray ``runtime_env`` a profiled worker needs.
 
     ``tool="nsys"``: Ray's ``nsight`` plugin, with capture ranges driven by profdsl (one per
@@ -87,16 +96,24 @@ class ProfiledWorker:
         >>> worker.finish_profile()
     """
 
-    def init_profiler(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
-                      world_size: int | None = None, parallel: object = None,
-                      on_step: OnStep | None = None) -> Profiler:
+    def init_profiler(
+        self,
+        config: ProfilerConfig,
+        *,
+        role: str,
+        rank: int | None = None,
+        world_size: int | None = None,
+        parallel: object = None,
+        on_step: OnStep | None = None,
+    ) -> Profiler:
         """Create the profiler of ``role`` (rank and world size default to what the process can
         discover: explicit values, then ``RANK`` / ``WORLD_SIZE``; ``parallel`` as for
         :class:`Profiler`: call it after Megatron's parallel_state or the DeviceMesh is set up;
         ``on_step`` as ``Profiler``'s)."""
         profilers: dict[str, Profiler] = self.__dict__.setdefault("_profdsl_profilers", {})
-        profilers[role] = Profiler(config, role=role, rank=rank, world_size=world_size, parallel=parallel,
-                                   on_step=on_step)
+        profilers[role] = Profiler(
+            config, role=role, rank=rank, world_size=world_size, parallel=parallel, on_step=on_step
+        )
         return profilers[role]
 
     def profiler(self, role: str) -> Profiler:
@@ -106,8 +123,9 @@ class ProfiledWorker:
     def _each(self) -> list[Profiler]:
         return list(self.__dict__.get("_profdsl_profilers", {}).values())
 
-    def start_profile(self, step: SupportsIndex, *, requests: Sequence[CaptureRequest] = (),
-                      alerts: Sequence[StragglerAlert] = ()) -> None:
+    def start_profile(
+        self, step: SupportsIndex, *, requests: Sequence[CaptureRequest] = (), alerts: Sequence[StragglerAlert] = ()
+    ) -> None:
         """Begin step ``step`` for every role (called remotely by the trainer). ``requests``:
         capture requests the driver passes on (each taken once, by the roles it names, before
         the step begins); ``alerts``: straggler episodes of the driver's, shown by this rank's
@@ -182,9 +200,16 @@ class RayStepProfiler:
         >>> trainer.close()
     """
 
-    def __init__(self, config: ProfilerConfig, *, workers: Sequence[Any], engines: Sequence[Any] = (),
-                 replica_world_size: int = 1, call_timeout_s: float = 300.0,
-                 on_step: OnStep | None = None) -> None:
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        *,
+        workers: Sequence[Any],
+        engines: Sequence[Any] = (),
+        replica_world_size: int = 1,
+        call_timeout_s: float = 300.0,
+        on_step: OnStep | None = None,
+    ) -> None:
         self.config = config
         distinct: dict[Any, Any] = {}
         for handle in workers:
@@ -198,8 +223,9 @@ class RayStepProfiler:
         self._on_step = on_step
         # The driver's step clock: it follows the profiled steps but captures nothing itself (and
         # exports nothing: a worker of this host may listen on the metrics port).
-        clock_config = attrs.evolve(config, finish_hook=FinishHook(),
-                                    metrics=attrs.evolve(config.metrics, exporters=()))
+        clock_config = attrs.evolve(
+            config, finish_hook=FinishHook(), metrics=attrs.evolve(config.metrics, exporters=())
+        )
         self.clock = Profiler(clock_config, role="driver", rank=0, world_size=1, capture=False)
         self._heard: list[CaptureRequest] = []  # requests delivered here, to pass on at the next step
         self._requested: set[int] = set()  # steps requests passed on asked for
@@ -216,15 +242,20 @@ class RayStepProfiler:
         capture): pass it on at the next step (never waits: on any thread)."""
         self._heard.append(request)
 
-    def request(self, steps: int, *, ranks: Sequence[int] | str | None = None,
-                roles: Sequence[str] | None = None, reason: str | None = None) -> str | None:
+    def request(
+        self,
+        steps: int,
+        *,
+        ranks: Sequence[int] | str | None = None,
+        roles: Sequence[str] | None = None,
+        reason: str | None = None,
+    ) -> str | None:
         """Trace the next ``steps`` steps on the workers' ``ranks`` (a list, ``"all"`` or a rank
         selector; default: the config's) and ``roles`` (default: every role; ``"rollout"``: the
         engines). Every worker begins at the same step: the next one this driver begins. Returns
         the request's id, or None when it is malformed (logged). Never raises."""
         try:
-            request = ask(steps, ranks=ranks, roles=roles, reason=reason, source="ray",
-                          request_id=new_id("ray"))
+            request = ask(steps, ranks=ranks, roles=roles, reason=reason, source="ray", request_id=new_id("ray"))
         except RecordError as exc:
             logger.warning("profdsl: RayStepProfiler.request(...) is no capture request (%s): ignored", exc)
             return None
@@ -263,8 +294,15 @@ class RayStepProfiler:
                 except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
             self.errors.append(WorkerCallError(index, method, error))
-            once(f"ray-{method}-{index}", logging.ERROR,
-                 "profdsl: worker %s (%r) %s failed: %s", index, self.workers[index], method, error)
+            once(
+                f"ray-{method}-{index}",
+                logging.ERROR,
+                "profdsl: worker %s (%r) %s failed: %s",
+                index,
+                self.workers[index],
+                method,
+                error,
+            )
         return answers
 
     def _stop_timeout(self) -> float:
@@ -298,8 +336,9 @@ class RayStepProfiler:
                 self._gathered(number, own, answers)
 
     def _gathered(self, step: int, own: StepTimings, answers: list[Any]) -> None:
-        timings = [own] + [t for answer in answers if isinstance(answer, list)
-                           for t in answer if isinstance(t, StepTimings)]
+        timings = [own] + [
+            t for answer in answers if isinstance(answer, list) for t in answer if isinstance(t, StepTimings)
+        ]
         summary = aggregate(step, timings)
         try:
             summary = self._compare_ranks(step, summary)
@@ -321,18 +360,30 @@ class RayStepProfiler:
             found = self._slow.observe(step, times, traced=self._traced)
             if found is not None:
                 roles = sorted({t.role for t in summary.timings if t.role != "driver"})
-                logger.warning("profdsl: slow rank: %s; tracing step %s on ranks %s (automatic capture %s of %s)",
-                               found.reason(), step + 1, ", ".join(map(str, found.ranks())),
-                               self._slow.captures, self._slow.auto.max_captures)
-                PROCESS.inbox.deliver(CaptureRequest(
-                    id=f"auto-ranks-s{step + 1}", steps=1, ranks=found.ranks(), roles=tuple(roles) or None,
-                    at_step=step + 1, reason=found.reason(), source="auto"))
+                logger.warning(
+                    "profdsl: slow rank: %s; tracing step %s on ranks %s (automatic capture %s of %s)",
+                    found.reason(),
+                    step + 1,
+                    ", ".join(map(str, found.ranks())),
+                    self._slow.captures,
+                    self._slow.auto.max_captures,
+                )
+                PROCESS.inbox.deliver(
+                    CaptureRequest(
+                        id=f"auto-ranks-s{step + 1}",
+                        steps=1,
+                        ranks=found.ranks(),
+                        roles=tuple(roles) or None,
+                        at_step=step + 1,
+                        reason=found.reason(),
+                        source="auto",
+                    )
+                )
         return summary
 
     def rollout(self, name: str = "rollout") -> rollout_window:
         """``rollout_window`` over the engines, for the current step (timed as stage ``name``)."""
-        return rollout_window(self.engines, replica_world_size=self.replica_world_size,
-                              profiler=self.clock, name=name)
+        return rollout_window(self.engines, replica_world_size=self.replica_world_size, profiler=self.clock, name=name)
 
     def close(self) -> None:
         """Training is over: every worker closes, running a finish hook still owed."""

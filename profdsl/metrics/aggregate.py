@@ -84,8 +84,15 @@ def _spread(role: str, stage: str | None, samples: list[tuple[int, float]]) -> S
     values = [seconds for _, seconds in samples]
     most = max(values)
     slowest = min(rank for rank, seconds in samples if seconds == most)
-    return Spread(role=role, stage=stage, ranks=len(samples), min_s=min(values),
-                  mean_s=sum(values) / len(values), max_s=most, slowest_rank=slowest)
+    return Spread(
+        role=role,
+        stage=stage,
+        ranks=len(samples),
+        min_s=min(values),
+        mean_s=sum(values) / len(values),
+        max_s=most,
+        slowest_rank=slowest,
+    )
 
 
 def aggregate(step: int, timings: Iterable[StepTimings]) -> StepSummary:

@@ -79,9 +79,13 @@ class DeviceTimes:
         """Device seconds per node for the step, read with one synchronize."""
         pairs, self.pairs = self.pairs, []
         if self.dropped:
-            once("device-time-dropped", logging.WARNING,
-                 "profdsl: a step had more than %d timed stage entries; the device time of %d "
-                 "of them is missing", MAX_PAIRS, self.dropped)
+            once(
+                "device-time-dropped",
+                logging.WARNING,
+                "profdsl: a step had more than %d timed stage entries; the device time of %d of them is missing",
+                MAX_PAIRS,
+                self.dropped,
+            )
             self.dropped = 0
         if not pairs:
             return {}

@@ -54,13 +54,28 @@ def make_exporters(config: Metrics, *, role: str, local_rank: int, servers: Serv
                 made.append(OtelExporter(config.rank_label))
         except ImportError as exc:
             package, extra = _EXTRAS[name]
-            once(f"metrics-exporter:{name}", logging.ERROR,
-                 "profdsl: %s: the %s metrics exporter needs %s (pip install 'profdsl[%s]'): %s; "
-                 "its metrics are not exported", role, name, package, extra, exc)
+            once(
+                f"metrics-exporter:{name}",
+                logging.ERROR,
+                "profdsl: %s: the %s metrics exporter needs %s (pip install 'profdsl[%s]'): %s; "
+                "its metrics are not exported",
+                role,
+                name,
+                package,
+                extra,
+                exc,
+            )
         except Exception as exc:  # OSError: the address cannot be bound
-            once(f"metrics-exporter:{name}:{config.address}:{config.port}", logging.ERROR,
-                 "profdsl: %s: the %s metrics exporter cannot start on %s port %s: %s; its metrics "
-                 "are not exported", role, name, config.address, config.port, exc)
+            once(
+                f"metrics-exporter:{name}:{config.address}:{config.port}",
+                logging.ERROR,
+                "profdsl: %s: the %s metrics exporter cannot start on %s port %s: %s; its metrics are not exported",
+                role,
+                name,
+                config.address,
+                config.port,
+                exc,
+            )
     return made
 
 
@@ -72,9 +87,15 @@ def publish(timings: StepTimings, exporters: list[Exporter], on_step: OnStep | N
         try:
             exporter.export(timings)
         except Exception as exc:
-            once(f"metrics-export:{exporter.name}:{id(exporter)}:{type(exc).__name__}", logging.ERROR,
-                 "profdsl: %s: exporting step %s to %s failed (training goes on): %r",
-                 timings.role, timings.step, exporter.name, exc)
+            once(
+                f"metrics-export:{exporter.name}:{id(exporter)}:{type(exc).__name__}",
+                logging.ERROR,
+                "profdsl: %s: exporting step %s to %s failed (training goes on): %r",
+                timings.role,
+                timings.step,
+                exporter.name,
+                exc,
+            )
     call_on_step(on_step, timings.step, flat, timings.role)
     return flat
 
@@ -89,8 +110,13 @@ def export_alert(exporters: list[Exporter], alert: StragglerAlert) -> None:
         try:
             show(alert)
         except Exception as exc:
-            once(f"metrics-alert:{exporter.name}:{id(exporter)}:{type(exc).__name__}", logging.ERROR,
-                 "profdsl: exporting a straggler alert to %s failed (training goes on): %r", exporter.name, exc)
+            once(
+                f"metrics-alert:{exporter.name}:{id(exporter)}:{type(exc).__name__}",
+                logging.ERROR,
+                "profdsl: exporting a straggler alert to %s failed (training goes on): %r",
+                exporter.name,
+                exc,
+            )
 
 
 def call_on_step(on_step: OnStep | None, step: int, flat: dict[str, float], who: str) -> None:
@@ -101,6 +127,11 @@ def call_on_step(on_step: OnStep | None, step: int, flat: dict[str, float], who:
     try:
         on_step(step, dict(flat))
     except Exception as exc:
-        once(f"metrics-on-step:{id(on_step)}:{type(exc).__name__}", logging.ERROR,
-             "profdsl: %s: the on_step callback failed at step %s (training goes on): %r",
-             who, step, exc)
+        once(
+            f"metrics-on-step:{id(on_step)}:{type(exc).__name__}",
+            logging.ERROR,
+            "profdsl: %s: the on_step callback failed at step %s (training goes on): %r",
+            who,
+            step,
+            exc,
+        )

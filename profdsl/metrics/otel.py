@@ -29,10 +29,13 @@ class OtelExporter:
         meter = (provider or metrics.get_meter_provider()).get_meter("profdsl")
         self.rank_label = rank_label
         self.stage = meter.create_histogram(
-            "profdsl.stage.duration", unit="s",
-            description="Seconds inside a stage in one training step (all its entries)")
+            "profdsl.stage.duration",
+            unit="s",
+            description="Seconds inside a stage in one training step (all its entries)",
+        )
         self.step = meter.create_histogram(
-            "profdsl.step.duration", unit="s", description="Wall time of a training step")
+            "profdsl.step.duration", unit="s", description="Wall time of a training step"
+        )
 
     def export(self, timings: StepTimings) -> None:
         base: dict[str, str | int] = {"role": label_value(timings.role)}

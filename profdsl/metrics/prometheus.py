@@ -33,8 +33,18 @@ from profdsl.core.log import logger, once
 from profdsl.metrics.slow import StragglerAlert
 from profdsl.metrics.timings import StepTimings
 
-__all__ = ["BUCKETS", "CLIENT_TIMEOUT_S", "MAX_BODY", "MAX_LABEL", "OnProfile", "PrometheusExporter", "Server",
-           "Servers", "host_port", "label_value"]
+__all__ = [
+    "BUCKETS",
+    "CLIENT_TIMEOUT_S",
+    "MAX_BODY",
+    "MAX_LABEL",
+    "OnProfile",
+    "PrometheusExporter",
+    "Server",
+    "Servers",
+    "host_port",
+    "label_value",
+]
 
 #: ``POST /profile``: the body (bytes) in, the HTTP status and JSON answer out.
 OnProfile = Callable[[bytes], tuple[int, dict[str, Any]]]
@@ -44,8 +54,29 @@ MAX_BODY = 64 * 1024
 CLIENT_TIMEOUT_S = 10.0
 
 #: Histogram buckets, in seconds: training stages last from milliseconds to many minutes.
-BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
-           50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, float("inf"))
+BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    25.0,
+    50.0,
+    100.0,
+    250.0,
+    500.0,
+    1000.0,
+    2500.0,
+    float("inf"),
+)
 #: The longest label value exported, in characters.
 MAX_LABEL = 200
 
@@ -57,7 +88,7 @@ def label_value(text: str) -> str:
     if len(clean) <= MAX_LABEL:
         return clean
     digest = hashlib.sha256(clean.encode()).hexdigest()[:12]
-    return f"{clean[:MAX_LABEL - 13]}~{digest}"
+    return f"{clean[: MAX_LABEL - 13]}~{digest}"
 
 
 def host_port(address: str, port: int) -> str:
@@ -103,24 +134,40 @@ class Server:
         self.registry = client.CollectorRegistry(auto_describe=True)
         extra = ("rank",) if rank_label else ()
         self.stage_seconds = client.Histogram(
-            "profdsl_stage_seconds", "Seconds inside a stage in one training step (all its "
-            "entries), one observation per stage and step", ("role", "stage", *extra),
-            registry=self.registry, buckets=BUCKETS)
+            "profdsl_stage_seconds",
+            "Seconds inside a stage in one training step (all its entries), one observation per stage and step",
+            ("role", "stage", *extra),
+            registry=self.registry,
+            buckets=BUCKETS,
+        )
         self.stage_entries = client.Counter(
-            "profdsl_stage_entries", "Entries of a stage", ("role", "stage", *extra),
-            registry=self.registry)
+            "profdsl_stage_entries", "Entries of a stage", ("role", "stage", *extra), registry=self.registry
+        )
         self.step_seconds = client.Histogram(
-            "profdsl_step_seconds", "Wall time of a training step, start() to stop()",
-            ("role", *extra), registry=self.registry, buckets=BUCKETS)
+            "profdsl_step_seconds",
+            "Wall time of a training step, start() to stop()",
+            ("role", *extra),
+            registry=self.registry,
+            buckets=BUCKETS,
+        )
         self.overflow = client.Counter(
-            "profdsl_stage_overflow", "Entries of stage paths beyond Metrics.max_stages",
-            ("role", *extra), registry=self.registry)
+            "profdsl_stage_overflow",
+            "Entries of stage paths beyond Metrics.max_stages",
+            ("role", *extra),
+            registry=self.registry,
+        )
         self.straggler_factor = client.Gauge(
-            "profdsl_straggler_factor", "A straggling rank's stage time over the other ranks' median, while "
-            "its straggler episode lasts (0 after)", ("role", "stage", "rank"), registry=self.registry)
+            "profdsl_straggler_factor",
+            "A straggling rank's stage time over the other ranks' median, while its straggler episode lasts (0 after)",
+            ("role", "stage", "rank"),
+            registry=self.registry,
+        )
         self.straggler_steps = client.Gauge(
-            "profdsl_straggler_steps", "Consecutive slow steps of a straggling rank's stage (0 after its "
-            "episode)", ("role", "stage", "rank"), registry=self.registry)
+            "profdsl_straggler_steps",
+            "Consecutive slow steps of a straggling rank's stage (0 after its episode)",
+            ("role", "stage", "rank"),
+            registry=self.registry,
+        )
         self.on_profile = on_profile
         self._metrics_app = client.make_wsgi_app(self.registry)
         self.http, self.thread = _serve(address, port, self._app)
@@ -131,8 +178,16 @@ class Server:
             return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
         status, answer = self._profile(environ)
         body = (json.dumps(answer, sort_keys=True) + "\n").encode()
-        reasons = {200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found",
-                   405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 500: "Error"}
+        reasons = {
+            200: "OK",
+            202: "Accepted",
+            400: "Bad Request",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            409: "Conflict",
+            413: "Content Too Large",
+            500: "Error",
+        }
         headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
         if status == 405:
             headers.append(("Allow", "POST"))
@@ -155,8 +210,9 @@ class Server:
             body = environ["wsgi.input"].read(length) if length else b""
             return self.on_profile(body)
         except Exception as exc:
-            once(f"post-profile:{type(exc).__name__}", logging.ERROR,
-                 "profdsl: answering POST /profile failed: %r", exc)
+            once(
+                f"post-profile:{type(exc).__name__}", logging.ERROR, "profdsl: answering POST /profile failed: %r", exc
+            )
             return 500, {"why": [type(exc).__name__]}
 
     def observe(self, timings: StepTimings) -> None:
@@ -210,9 +266,12 @@ class Servers:
                 server = self._servers[(address, port)] = Server(address, port, rank_label, self._on_profile)
                 logger.info("profdsl: Prometheus metrics on http://%s/metrics", host_port(address, server.port))
             elif server.rank_label != rank_label:
-                logger.warning("profdsl: the Prometheus endpoint %s was started %s a rank label; "
-                               "a role asking otherwise shares it as it is", host_port(address, server.port),
-                               "with" if server.rank_label else "without")
+                logger.warning(
+                    "profdsl: the Prometheus endpoint %s was started %s a rank label; "
+                    "a role asking otherwise shares it as it is",
+                    host_port(address, server.port),
+                    "with" if server.rank_label else "without",
+                )
             return server
 
     def all(self) -> list[Server]:
@@ -253,5 +312,3 @@ class PrometheusExporter:
 
     def __repr__(self) -> str:
         return f"PrometheusExporter({host_port(self.server.address, self.server.port)})"
-
-

@@ -28,8 +28,17 @@ from profdsl.config import AutoCapture, Stragglers
 from profdsl.metrics.timings import StepTimings
 from profdsl.metrics.tree import segment
 
-__all__ = ["RankTimes", "SlowRank", "SlowRanks", "SlowStage", "SlowSteps", "StragglerAlert", "StragglerWatch",
-           "rank_times", "watched"]
+__all__ = [
+    "RankTimes",
+    "SlowRank",
+    "SlowRanks",
+    "SlowStage",
+    "SlowSteps",
+    "StragglerAlert",
+    "StragglerWatch",
+    "rank_times",
+    "watched",
+]
 
 #: Per (role, stage path): each rank's seconds in one step.
 RankTimes = Mapping[tuple[str, str], Mapping[int, float]]
@@ -67,8 +76,10 @@ class SlowStage:
     def reason(self) -> str:
         """One line for logs and records: ``update_actor took 2.3x the median of steps 80-99``."""
         first, last = self.baseline
-        return (f"{self.stage} took {self.ratio:.1f}x the median of steps {first}-{last} at step {self.step} "
-                f"({self.seconds * 1e3:.1f} ms against {self.median_s * 1e3:.1f} ms)")
+        return (
+            f"{self.stage} took {self.ratio:.1f}x the median of steps {first}-{last} at step {self.step} "
+            f"({self.seconds * 1e3:.1f} ms against {self.median_s * 1e3:.1f} ms)"
+        )
 
 
 class SlowSteps:
@@ -141,8 +152,10 @@ class SlowRank:
     def reason(self) -> str:
         """One line for logs and records."""
         typical = f"; rank {self.typical} is typical" if self.typical is not None else ""
-        return (f"{self.role} {self.stage} on rank {self.rank} took {self.ratio:.1f}x the other ranks' median "
-                f"at step {self.step} ({self.seconds * 1e3:.1f} ms against {self.median_s * 1e3:.1f} ms){typical}")
+        return (
+            f"{self.role} {self.stage} on rank {self.rank} took {self.ratio:.1f}x the other ranks' median "
+            f"at step {self.step} ({self.seconds * 1e3:.1f} ms against {self.median_s * 1e3:.1f} ms){typical}"
+        )
 
 
 def _others_median(times: Mapping[int, float], rank: int) -> float:
@@ -218,10 +231,14 @@ class StragglerAlert:
         """One line for the log."""
         first, last = self.steps
         if not self.active:
-            return (f"straggler episode over: rank {self.rank} in {self.role} {self.stage} (slow in steps "
-                    f"{first}-{last}) is back within the other ranks' median")
-        return (f"straggler: rank {self.rank} took {self.factor:.1f}x the other ranks' median in {self.role} "
-                f"{self.stage} for {self.count} consecutive steps (steps {first}-{last})")
+            return (
+                f"straggler episode over: rank {self.rank} in {self.role} {self.stage} (slow in steps "
+                f"{first}-{last}) is back within the other ranks' median"
+            )
+        return (
+            f"straggler: rank {self.rank} took {self.factor:.1f}x the other ranks' median in {self.role} "
+            f"{self.stage} for {self.count} consecutive steps (steps {first}-{last})"
+        )
 
 
 class StragglerWatch:
@@ -254,8 +271,7 @@ class StragglerWatch:
                 del self._streaks[key]
                 if key in self._alerted:
                     self._alerted.discard(key)
-                    alerts.append(StragglerAlert(*key, factor=factor, steps=(first, last), count=count,
-                                                 active=False))
+                    alerts.append(StragglerAlert(*key, factor=factor, steps=(first, last), count=count, active=False))
         for key, ratio in slow.items():
             first, _, count, _ = self._streaks.get(key, (step, step, 0, ratio))
             self._streaks[key] = (first, step, count + 1, ratio)
@@ -266,8 +282,11 @@ class StragglerWatch:
 
     def active(self) -> list[StragglerAlert]:
         """The episodes going on, as of the last step observed."""
-        return [StragglerAlert(*key, factor=factor, steps=(first, last), count=count)
-                for key, (first, last, count, factor) in sorted(self._streaks.items()) if key in self._alerted]
+        return [
+            StragglerAlert(*key, factor=factor, steps=(first, last), count=count)
+            for key, (first, last, count, factor) in sorted(self._streaks.items())
+            if key in self._alerted
+        ]
 
 
 def rank_times(timings: Iterable[StepTimings]) -> dict[tuple[str, str], dict[int, float]]:

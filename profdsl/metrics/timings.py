@@ -20,16 +20,16 @@ __all__ = ["NAMES", "StageTiming", "StepTimings", "from_tree"]
 class _Names:
     """The prefixes of the flat mapping's keys (``f"{prefix}/{path}"``)."""
 
-    total: str = "timing_s"          #: seconds inside the stage this step, all entries
-    own: str = "timing_self_s"       #: of which not inside a nested stage of the same role
-    count: str = "timing_count"      #: entries this step
-    mean: str = "timing_mean_s"      #: seconds per entry
+    total: str = "timing_s"  #: seconds inside the stage this step, all entries
+    own: str = "timing_self_s"  #: of which not inside a nested stage of the same role
+    count: str = "timing_count"  #: entries this step
+    mean: str = "timing_mean_s"  #: seconds per entry
     device: str = "timing_device_s"  #: CUDA time between entry and exit (CUDA only)
-    step: str = "timing_step_s"      #: the step's wall time, start() to stop() (no path)
+    step: str = "timing_step_s"  #: the step's wall time, start() to stop() (no path)
     overflow: str = "timing_overflow_count"  #: entries of paths beyond Metrics.max_stages (no path)
     straggler_factor: str = "timing_straggler_factor"  #: a straggler's time over the other ranks' median
-    straggler_rank: str = "timing_straggler_rank"      #: which rank straggles
-    straggler_steps: str = "timing_straggler_steps"    #: for how many consecutive steps
+    straggler_rank: str = "timing_straggler_rank"  #: which rank straggles
+    straggler_steps: str = "timing_straggler_steps"  #: for how many consecutive steps
 
 
 #: The flat mapping's key prefixes.
@@ -96,8 +96,9 @@ class StepTimings:
         return out
 
 
-def from_tree(root: Root, nodes: list[Node], *, rank: int, wall_s: float,
-              device: Mapping[Node, float] | None = None) -> StepTimings:
+def from_tree(
+    root: Root, nodes: list[Node], *, rank: int, wall_s: float, device: Mapping[Node, float] | None = None
+) -> StepTimings:
     """The timings of a closed step tree (``nodes``: its nodes, depth first)."""
     stages: dict[str, StageTiming] = {}
     for node in nodes:
@@ -105,7 +106,9 @@ def from_tree(root: Root, nodes: list[Node], *, rank: int, wall_s: float,
             continue
         nested = sum(c.total for c in node.children.values())
         device_s = None if device is None else device.get(node, 0.0)
-        stages[node.path] = StageTiming(total_s=node.total, self_s=max(0.0, node.total - nested),
-                                        count=node.count, device_s=device_s)
-    return StepTimings(role=root.role, rank=rank, step=root.step, wall_s=wall_s, stages=stages,
-                       overflow=root.overflow.count)
+        stages[node.path] = StageTiming(
+            total_s=node.total, self_s=max(0.0, node.total - nested), count=node.count, device_s=device_s
+        )
+    return StepTimings(
+        role=root.role, rank=rank, step=root.step, wall_s=wall_s, stages=stages, overflow=root.overflow.count
+    )

@@ -40,12 +40,44 @@ from profdsl.config.validate import MAX_WIDE_INDEX, is_int, require_int
 from profdsl.errors import ConfigError
 
 __all__ = [
-    "BASE_TIME_KEY", "DISTRIBUTED_KEY", "KINDS", "MAX_REQUEST_STEPS", "META_KEY", "RECORD_CLASSES",
-    "RECORD_KEYS", "SCHEMA_VERSION", "SOURCES", "STATUSES", "VERSION_KEY", "CaptureNote", "CaptureRequest",
-    "ExportMeta", "HookRecord", "MetricsLine", "MovedRecord", "NsysRecord", "Record", "RecordError", "Regions",
-    "RolloutRecord", "StageLine", "TraceMeta", "TraceRecord", "WindowNote", "base_time_ns", "brief",
-    "ask", "distributed_info", "header_meta", "is_relative", "parse_meta", "parse_metrics_line", "parse_record",
-    "parse_request", "to_json", "trace_header",
+    "BASE_TIME_KEY",
+    "DISTRIBUTED_KEY",
+    "KINDS",
+    "MAX_REQUEST_STEPS",
+    "META_KEY",
+    "RECORD_CLASSES",
+    "RECORD_KEYS",
+    "SCHEMA_VERSION",
+    "SOURCES",
+    "STATUSES",
+    "VERSION_KEY",
+    "CaptureNote",
+    "CaptureRequest",
+    "ExportMeta",
+    "HookRecord",
+    "MetricsLine",
+    "MovedRecord",
+    "NsysRecord",
+    "Record",
+    "RecordError",
+    "Regions",
+    "RolloutRecord",
+    "StageLine",
+    "TraceMeta",
+    "TraceRecord",
+    "WindowNote",
+    "base_time_ns",
+    "brief",
+    "ask",
+    "distributed_info",
+    "header_meta",
+    "is_relative",
+    "parse_meta",
+    "parse_metrics_line",
+    "parse_record",
+    "parse_request",
+    "to_json",
+    "trace_header",
 ]
 
 #: The version of this schema, written into every record and trace. Readers take any version:
@@ -97,6 +129,7 @@ def is_relative(path: str) -> bool:
 
 # -- the checks a reader applies to each field (value in, typed value out) ----------------------
 
+
 def _text(key: str, value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -109,6 +142,7 @@ def _count(low: int, high: int | None = None) -> Check:
             return require_int(key, value, low, high, optional=True)
         except ConfigError as exc:
             raise RecordError(str(exc)) from None
+
     return check
 
 
@@ -162,6 +196,7 @@ def _integers(key: str, value: Any) -> tuple[int, ...] | None:
 
 def _counts_of(key_check: Check, low: int) -> Check:
     """A mapping of names (``key_check``) to integers >= ``low``."""
+
     def check(key: str, value: Any) -> dict[str, int] | None:
         if value is None:
             return None
@@ -171,6 +206,7 @@ def _counts_of(key_check: Check, low: int) -> Check:
             key_check(key, name)
             _count(low)(f"{key}.{name}", count)
         return dict(value)
+
     return check
 
 
@@ -184,8 +220,15 @@ def _path_counts(key: str, value: Any) -> tuple[tuple[tuple[str, ...], int], ...
         raise RecordError(f"{key} must be a list of [labels, count] or null, got {brief(value)}")
     found: dict[tuple[str, ...], int] = {}
     for item in value:
-        if isinstance(item, (list, tuple)) and len(item) == 2 and type(item[1]) is int and item[1] > 0 \
-                and isinstance(item[0], (list, tuple)) and item[0] and all(isinstance(v, str) for v in item[0]):
+        if (
+            isinstance(item, (list, tuple))
+            and len(item) == 2
+            and type(item[1]) is int
+            and item[1] > 0
+            and isinstance(item[0], (list, tuple))
+            and item[0]
+            and all(isinstance(v, str) for v in item[0])
+        ):
             path = tuple(item[0])
             found[path] = found.get(path, 0) + item[1]
     return tuple(sorted(found.items()))
@@ -275,6 +318,7 @@ def _when(key: str, value: Any) -> float | None:
 
 def _nested_map(cls: type[T]) -> Check:
     """A mapping of names to objects of ``cls``."""
+
     def check(key: str, value: Any) -> dict[str, T] | None:
         if value is None:
             return None
@@ -285,12 +329,14 @@ def _nested_map(cls: type[T]) -> Check:
             _any_name(key, name)
             out[name] = _decode(cls, item, f"{key}.{name}.")
         return out
+
     return check
 
 
 def _nested(cls: type[T]) -> Check:
     def check(key: str, value: Any) -> T | None:
         return None if value is None else _decode(cls, value, f"{key}.")
+
     return check
 
 
@@ -301,6 +347,7 @@ def _nested_list(cls: type[T]) -> Check:
         if not isinstance(value, (list, tuple)):
             raise RecordError(f"{key} must be a list or null, got {brief(value)}")
         return tuple(_decode(cls, item, f"{key}[{i}].") for i, item in enumerate(value))
+
     return check
 
 
@@ -315,6 +362,7 @@ def _unknown() -> Any:
 
 
 # -- shared pieces ------------------------------------------------------------------------------
+
 
 @attrs.frozen(kw_only=True)
 class WindowNote:
@@ -331,13 +379,17 @@ class Regions:
     """The profdsl regions a trace holds (``profdsl.regions``, read by :mod:`profdsl.analysis.regions`)."""
 
     stages: tuple[str, ...] | None = _field(_texts, "stage labels opened while it recorded", always=True)
-    mini_batches: tuple[str, ...] | None = _field(_texts, "mini-batch base labels (a region is the base "
-                                                  "and its index)", always=True)
-    continued: Mapping[str, int] | None = _field(_counts_of(_any_name, 0), "per region name, its events "
-                                                 "that continue an entry begun earlier", always=True)
+    mini_batches: tuple[str, ...] | None = _field(
+        _texts, "mini-batch base labels (a region is the base and its index)", always=True
+    )
+    continued: Mapping[str, int] | None = _field(
+        _counts_of(_any_name, 0), "per region name, its events that continue an entry begun earlier", always=True
+    )
     continued_at: tuple[tuple[tuple[str, ...], int], ...] | None = _field(
-        _path_counts, "`[[labels, count], ...]`: the same per path of labels (the regions open around "
-        "it on its thread, then its own), so that a label at several paths is counted where it sits")
+        _path_counts,
+        "`[[labels, count], ...]`: the same per path of labels (the regions open around "
+        "it on its thread, then its own), so that a label at several paths is counted where it sits",
+    )
     unknown: Mapping[str, Any] = _unknown()
 
 
@@ -346,14 +398,18 @@ class CaptureNote:
     """Why a trace was captured (or a hook ran) when the plan did not name its step: a capture
     request or a slow step (a trace record's, hook record's and metadata's ``capture``)."""
 
-    source: str | None = _field(_source, "what asked: `file` (`profdsl trigger`), `ray` (the driver's "
-                                "`request()`), `http` (`POST /profile`), `api` (`Profiler.request`) or "
-                                "`auto` (a slow step)", always=True)
+    source: str | None = _field(
+        _source,
+        "what asked: `file` (`profdsl trigger`), `ray` (the driver's "
+        "`request()`), `http` (`POST /profile`), `api` (`Profiler.request`) or "
+        "`auto` (a slow step)",
+        always=True,
+    )
     request: str | None = _field(_request_id, "the request's id (one hook run per request)", always=True)
-    steps: tuple[int, int] | None = _field(_window, "`[first, last]`: the steps it traces on this rank",
-                                           always=True)
-    reason: str | None = _field(_short_text, "what the asker said, or why a step was slow "
-                                "(`update_actor took 2.3x the median of steps 80-99`)")
+    steps: tuple[int, int] | None = _field(_window, "`[first, last]`: the steps it traces on this rank", always=True)
+    reason: str | None = _field(
+        _short_text, "what the asker said, or why a step was slow (`update_actor took 2.3x the median of steps 80-99`)"
+    )
     unknown: Mapping[str, Any] = _unknown()
 
 
@@ -362,13 +418,18 @@ _COORDS_DOC = "the writer's coordinate in that parallel dimension, when known"
 
 # -- manifest records ---------------------------------------------------------------------------
 
+
 @attrs.frozen(kw_only=True)
 class Record:
     """The fields of every manifest record; :data:`RECORD_KEYS` are written even when None."""
 
     kind: ClassVar[str] = ""
-    path: str | None = _field(_path, "the file, relative to save_path; null for a file that does not "
-                              "exist (lost, skipped, not moved in) and for hook records", always=True)
+    path: str | None = _field(
+        _path,
+        "the file, relative to save_path; null for a file that does not "
+        "exist (lost, skipped, not moved in) and for hook records",
+        always=True,
+    )
     role: str | None = _field(_text, "the role (the exact label; names hold its sanitized form)", always=True)
     stage: str | None = _field(_text, "the stage of a discrete trace", always=True)
     step: int | None = _field(_count(0), "the profiled step", always=True)
@@ -376,24 +437,33 @@ class Record:
     world_size: int | None = _field(_count(1), "the job's world size", always=True)
     replica: int | None = _field(_count(0), "the rollout replica", always=True)
     window: tuple[int, int] | None = _field(_window, "`[first, last]` mini-batches recorded", always=True)
-    host: str | None = _field(_text, "the host that wrote it (whose clock its timestamps follow)",
-                              always=True)
+    host: str | None = _field(_text, "the host that wrote it (whose clock its timestamps follow)", always=True)
     pid: int | None = _field(_count(0), "the writing process", always=True)
     bytes: int | None = _field(_count(0, _MAX_BYTES), "the file's size", always=True)
-    status: str = _field(_text, "`ok`, `failed`, `incomplete`, `skipped`, `timeout`, `interrupted` or "
-                         "`stray` (a rollout file written after its window: moved in, no step's "
-                         "generation; an empty value reads as `ok`)", default="ok", always=True)
+    status: str = _field(
+        _text,
+        "`ok`, `failed`, `incomplete`, `skipped`, `timeout`, `interrupted` or "
+        "`stray` (a rollout file written after its window: moved in, no step's "
+        "generation; an empty value reads as `ok`)",
+        default="ok",
+        always=True,
+    )
     error: str | None = _field(_text, "why a `failed` (`timeout`, `interrupted`) one failed")
     reason: str | None = _field(_text, "why an `incomplete`, `skipped` or `stray` one is so")
-    intended: str | None = _field(_text, "the file name a `failed` one would have had (schema 1; "
-                                  "schema 0 wrote it as `path`)")
+    intended: str | None = _field(
+        _text, "the file name a `failed` one would have had (schema 1; schema 0 wrote it as `path`)"
+    )
     tp: int | None = _field(_count(0), _COORDS_DOC)
     pp: int | None = _field(_count(0), _COORDS_DOC)
     dp: int | None = _field(_count(0), _COORDS_DOC)
     cp: int | None = _field(_count(0), _COORDS_DOC)
     ep: int | None = _field(_count(0), _COORDS_DOC)
-    schema: int = _field(_count(0), "the schema version that wrote it (0: before versions were written)",
-                         default=SCHEMA_VERSION, always=True)
+    schema: int = _field(
+        _count(0),
+        "the schema version that wrote it (0: before versions were written)",
+        default=SCHEMA_VERSION,
+        always=True,
+    )
     unknown: Mapping[str, Any] = _unknown()
 
     @property
@@ -426,17 +496,20 @@ class TraceRecord(Record):
     roles: tuple[str, ...] | None = _field(_texts, "every role the trace records (fused roles)")
     config_hash: str | None = _field(_text, "a hash of the profiler config")
     time_ms: int | None = _field(_count(0), "when it was written, milliseconds since 1970 (its name's time)")
-    parallel_sizes: Mapping[str, int] | None = _field(_counts_of(_dim, 1), "the size of each known "
-                                                      "parallel dimension")
-    windows: tuple[WindowNote, ...] | None = _field(_nested_list(WindowNote), "a continuous step's "
-                                                    "recorded mini-batch windows, per role and step")
+    parallel_sizes: Mapping[str, int] | None = _field(_counts_of(_dim, 1), "the size of each known parallel dimension")
+    windows: tuple[WindowNote, ...] | None = _field(
+        _nested_list(WindowNote), "a continuous step's recorded mini-batch windows, per role and step"
+    )
     note: str | None = _field(_text, "why the session was stopped early, if it was")
-    blocked_ms: float | None = _field(_duration, "milliseconds the training thread was blocked by the "
-                                      "session for this trace")
+    blocked_ms: float | None = _field(
+        _duration, "milliseconds the training thread was blocked by the session for this trace"
+    )
     export_ms: float | None = _field(_duration, "milliseconds the background export took")
     events: str | None = _field(_path, "an `incomplete` trace's events, kept in save_path as plain JSON")
-    capture: CaptureNote | None = _field(_nested(CaptureNote), "why it was captured, when the plan did not "
-                                         "name its step (a request, a slow step; schema 2)")
+    capture: CaptureNote | None = _field(
+        _nested(CaptureNote),
+        "why it was captured, when the plan did not name its step (a request, a slow step; schema 2)",
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -474,19 +547,21 @@ class HookRecord(Record):
     """One finish-hook run (no file)."""
 
     kind: ClassVar[str] = "hook"
-    exit_code: int | None = _field(_integer, "the command's exit code (null when it did not exit)",
-                                   always=True)
+    exit_code: int | None = _field(_integer, "the command's exit code (null when it did not exit)", always=True)
     duration_s: float | None = _field(_duration, "how long it ran, seconds")
     steps: tuple[int, ...] | None = _field(_integers, "the profiled steps of the round it ran for")
-    blocked_ms: float | None = _field(_duration, "milliseconds a training thread waited for it (the "
-                                      "last profiled step's stop, or close())")
-    capture: CaptureNote | None = _field(_nested(CaptureNote), "the request it ran for (a hook runs once "
-                                         "per completed request; schema 2)")
+    blocked_ms: float | None = _field(
+        _duration, "milliseconds a training thread waited for it (the last profiled step's stop, or close())"
+    )
+    capture: CaptureNote | None = _field(
+        _nested(CaptureNote), "the request it ran for (a hook runs once per completed request; schema 2)"
+    )
 
 
 #: The record class of each kind.
 RECORD_CLASSES: Final[dict[str, type[Record]]] = {
-    cls.kind: cls for cls in (TraceRecord, RolloutRecord, NsysRecord, HookRecord)}
+    cls.kind: cls for cls in (TraceRecord, RolloutRecord, NsysRecord, HookRecord)
+}
 KINDS: Final = tuple(RECORD_CLASSES)
 #: The keys every record carries (None when not applicable); hook records add ``exit_code``.
 _KIND: Final = frozenset({"kind"})
@@ -494,6 +569,7 @@ RECORD_KEYS: Final = ("kind", *(f.name for f in attrs.fields(Record) if f.metada
 
 
 # -- trace metadata -----------------------------------------------------------------------------
+
 
 @attrs.frozen(kw_only=True)
 class ExportMeta:
@@ -522,8 +598,7 @@ class TraceMeta:
     rank: int | None = _field(_count(0), "the global rank", always=True)
     world_size: int | None = _field(_count(1), "the world size", always=True)
     window: tuple[int, int] | None = _field(_window, "a scheduled trace's mini-batch window", always=True)
-    windows: tuple[WindowNote, ...] | None = _field(_nested_list(WindowNote), "a continuous step's "
-                                                    "recorded windows")
+    windows: tuple[WindowNote, ...] | None = _field(_nested_list(WindowNote), "a continuous step's recorded windows")
     config_hash: str | None = _field(_text, "a hash of the profiler config")
     host: str | None = _field(_text, "the writing host")
     pid: int | None = _field(_count(0), "the writing process")
@@ -532,17 +607,17 @@ class TraceMeta:
     parallel_sizes: Mapping[str, int] | None = _field(_counts_of(_dim, 1), "the size of each dimension")
     export: ExportMeta | None = _field(_nested(ExportMeta), "an `export --hta` file: what it exports")
     merged_traces: int | None = _field(_count(0), "a `merge` output: how many traces it holds")
-    alignment: Mapping[str, Any] | None = _field(_json_object, "a `merge` output: how its rows share "
-                                                 "one clock")
-    stages: tuple[dict[str, Any], ...] | None = _field(_objects, "a `merge` output: the stage-time "
-                                                       "model's rows")
-    capture: CaptureNote | None = _field(_nested(CaptureNote), "why it was captured, when the plan did not "
-                                         "name its step")
+    alignment: Mapping[str, Any] | None = _field(_json_object, "a `merge` output: how its rows share one clock")
+    stages: tuple[dict[str, Any], ...] | None = _field(_objects, "a `merge` output: the stage-time model's rows")
+    capture: CaptureNote | None = _field(
+        _nested(CaptureNote), "why it was captured, when the plan did not name its step"
+    )
     schema: int = _field(_count(0), "the schema version that wrote it", default=SCHEMA_VERSION, always=True)
     unknown: Mapping[str, Any] = _unknown()
 
 
 # -- capture requests ---------------------------------------------------------------------------
+
 
 @attrs.frozen(kw_only=True)
 class CaptureRequest:
@@ -553,16 +628,21 @@ class CaptureRequest:
 
     id: str | None = _field(_request_id, "the request's id: a request seen twice is taken once", always=True)
     steps: int | None = _field(_count(1, MAX_REQUEST_STEPS), "how many steps to trace", always=True)
-    ranks: tuple[int, ...] | str | None = _field(_rank_choice, "which ranks: a list, `all`, or a rank "
-                                                 "selector (`tp == 0`); null: the config's ranks")
-    roles: tuple[str, ...] | None = _field(_role_names, "which roles (`rollout`: the engines, through the "
-                                           "driver); null: every role")
-    at_step: int | None = _field(_count(0, MAX_WIDE_INDEX), "the first step to trace, when it is not yet "
-                                 "reached; null: the next step each process begins")
+    ranks: tuple[int, ...] | str | None = _field(
+        _rank_choice, "which ranks: a list, `all`, or a rank selector (`tp == 0`); null: the config's ranks"
+    )
+    roles: tuple[str, ...] | None = _field(
+        _role_names, "which roles (`rollout`: the engines, through the driver); null: every role"
+    )
+    at_step: int | None = _field(
+        _count(0, MAX_WIDE_INDEX),
+        "the first step to trace, when it is not yet reached; null: the next step each process begins",
+    )
     reason: str | None = _field(_short_text, "why it was asked (written into the capture's records)")
     source: str | None = _field(_source, "what asked (set by the receiver)")
-    created: float | None = _field(_when, "when it was made, seconds since 1970: a request file older "
-                                   "than the process that finds it is not taken")
+    created: float | None = _field(
+        _when, "when it was made, seconds since 1970: a request file older than the process that finds it is not taken"
+    )
     schema: int = _field(_count(0), "the schema version that wrote it", default=SCHEMA_VERSION, always=True)
     unknown: Mapping[str, Any] = _unknown()
 
@@ -598,14 +678,23 @@ def parse_request(value: object, *, default_id: str | None = None, source: str |
     return request
 
 
-def ask(steps: object, *, ranks: object = None, roles: object = None, at_step: object = None,
-        reason: object = None, source: str, request_id: str) -> CaptureRequest:
+def ask(
+    steps: object,
+    *,
+    ranks: object = None,
+    roles: object = None,
+    at_step: object = None,
+    reason: object = None,
+    source: str,
+    request_id: str,
+) -> CaptureRequest:
     """A capture request from Python arguments (``Profiler.request``, ``RayStepProfiler.request``),
     checked as a request file is.
 
     Raises:
         RecordError: an argument has the wrong type or value (the message names it).
     """
+
     def plain(value: object) -> object:
         return list(value) if isinstance(value, (list, tuple)) else value
 
@@ -614,6 +703,7 @@ def ask(steps: object, *, ranks: object = None, roles: object = None, at_step: o
 
 
 # -- the metrics log ----------------------------------------------------------------------------
+
 
 @attrs.frozen(kw_only=True)
 class StageLine:
@@ -636,11 +726,11 @@ class MetricsLine:
     world_size: int | None = _field(_count(1), "the job's world size", always=True)
     step: int | None = _field(_count(0), "the step", always=True)
     wall_s: float | None = _field(_duration, "the step's wall time, start() to stop()", always=True)
-    stages: Mapping[str, StageLine] | None = _field(_nested_map(StageLine), "per stage path (`/` between "
-                                                    "nested stages), its timing", always=True)
+    stages: Mapping[str, StageLine] | None = _field(
+        _nested_map(StageLine), "per stage path (`/` between nested stages), its timing", always=True
+    )
     overflow: int | None = _field(_count(0), "entries of stage paths beyond `Metrics.max_stages`")
-    traced: bool | None = _field(_flag, "whether the step was traced on this rank (its times include "
-                                 "profiling's cost)")
+    traced: bool | None = _field(_flag, "whether the step was traced on this rank (its times include profiling's cost)")
     host: str | None = _field(_text, "the host")
     pid: int | None = _field(_count(0), "the process")
     time_ms: int | None = _field(_count(0), "when the step ended, milliseconds since 1970")
@@ -678,6 +768,7 @@ def trace_header(meta: Mapping[str, Any], *, distributed: bool) -> dict[str, Any
 
 
 # -- JSON ---------------------------------------------------------------------------------------
+
 
 def _decode(cls: type[T], value: Any, prefix: str = "", *, skip: frozenset[str] = frozenset()) -> T:
     """``value`` as ``cls``: each known field checked, the rest (but ``skip``) kept in ``unknown``."""
@@ -736,8 +827,11 @@ def parse_record(value: object) -> Record:
     kind = value.get("kind", "trace")
     if not isinstance(kind, str) or kind not in RECORD_CLASSES:
         newer = value.get(VERSION_KEY)
-        later = f" (written by schema {newer}, newer than {SCHEMA_VERSION})" \
-            if isinstance(newer, int) and newer > SCHEMA_VERSION else ""
+        later = (
+            f" (written by schema {newer}, newer than {SCHEMA_VERSION})"
+            if isinstance(newer, int) and newer > SCHEMA_VERSION
+            else ""
+        )
         raise RecordError(f"kind must be one of {', '.join(KINDS)}, got {brief(kind)}{later}")
     record = _decode(RECORD_CLASSES[kind], value, skip=_KIND)
     if record.status == "":
@@ -777,8 +871,12 @@ def base_time_ns(header: Mapping[str, Any]) -> int:
         RecordError: it is not a whole number of nanoseconds >= 0.
     """
     value = header.get(BASE_TIME_KEY, 0)
-    if isinstance(value, bool) or not isinstance(value, int) and not _whole_decimal(value) \
-            or not 0 <= value <= _MAX_BASE_NS:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        and not _whole_decimal(value)
+        or not 0 <= value <= _MAX_BASE_NS
+    ):
         raise RecordError(f"{BASE_TIME_KEY} is {brief(value)}, not a number of nanoseconds >= 0")
     return int(value)
 

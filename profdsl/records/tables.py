@@ -44,8 +44,11 @@ def field_tables() -> str:
     """Every record kind's, the trace metadata's, the capture requests' and the metrics log's
     fields, as Markdown."""
     kinds = ", ".join(f"`{k}`" for k in RECORD_CLASSES)
-    parts = [_table("Every record", Record).replace(
-        "| --- | --- | --- |", f"| --- | --- | --- |\n| `kind` | always | {kinds} |", 1)]
+    parts = [
+        _table("Every record", Record).replace(
+            "| --- | --- | --- |", f"| --- | --- | --- |\n| `kind` | always | {kinds} |", 1
+        )
+    ]
     for kind, cls in RECORD_CLASSES.items():
         parts.append(_table(f"`{kind}` records add", cls, Record))
     parts += [

@@ -66,6 +66,7 @@ def _resolve(value: Any, timeout: float) -> Any:
     if _object_ref(value):
         return sys.modules["ray"].get(value, timeout=timeout)
     if inspect.isawaitable(value):
+
         async def wait() -> Any:
             return await value
 
@@ -100,8 +101,9 @@ def _invoke_here(engine: Any, method: str, kwargs: Mapping[str, Any]) -> tuple[A
         return None, exc
 
 
-def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mapping[str, Any]],
-             timeout: float) -> list[Outcome]:
+def call_all(
+    engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mapping[str, Any]], timeout: float
+) -> list[Outcome]:
     """Call ``method`` on every engine concurrently, each on its own daemon thread (a hung engine
     must not keep the interpreter alive), waiting at most ``timeout`` seconds in all."""
     results: dict[int, Outcome] = {}
@@ -119,8 +121,9 @@ def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mappi
                 close = getattr(value, "close", None)
                 if callable(close):
                     close()
-                raise RuntimeError("an async engine method inside a running event loop: "
-                                   "use `async with rollout_window(...)`")
+                raise RuntimeError(
+                    "an async engine method inside a running event loop: use `async with rollout_window(...)`"
+                )
             _resolve(value, timeout)
             outcome = Outcome(replica, "ok")
         except BaseException as exc:
@@ -130,8 +133,11 @@ def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mappi
         with lock:
             results[replica] = outcome
 
-    threads = [threading.Thread(target=run, args=(r, e), daemon=True, name=f"profdsl-{method}-{r}")
-               for r, e in engines.items() if not _thread_affine(e)]
+    threads = [
+        threading.Thread(target=run, args=(r, e), daemon=True, name=f"profdsl-{method}-{r}")
+        for r, e in engines.items()
+        if not _thread_affine(e)
+    ]
     for replica, engine in engines.items():
         if _thread_affine(engine):  # it profiles this thread: start and stop it here
             run(replica, engine, own_thread=True)
@@ -141,8 +147,7 @@ def call_all(engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mappi
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
     with lock:
-        return [results.get(r, Outcome(r, "timeout", f"{method} took over {timeout:g}s"))
-                for r in engines]
+        return [results.get(r, Outcome(r, "timeout", f"{method} took over {timeout:g}s")) for r in engines]
 
 
 def in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future[Any]:
@@ -174,8 +179,9 @@ def in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future[Any]:
     return future
 
 
-async def call_all_async(engines: Mapping[int, Any], method: str,
-                         kwargs: Mapping[int, Mapping[str, Any]], timeout: float) -> list[Outcome]:
+async def call_all_async(
+    engines: Mapping[int, Any], method: str, kwargs: Mapping[int, Mapping[str, Any]], timeout: float
+) -> list[Outcome]:
     """``call_all`` for an event loop: plain methods run in threads, coroutines and ObjectRefs
     are awaited here."""
 

@@ -38,5 +38,6 @@ def run_on_node(node: str, fn: Any, *args: Any, timeout: float) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     task = ray.remote(num_cpus=0)(fn).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False))
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+    )
     return ray.get(task.remote(*args), timeout=timeout)

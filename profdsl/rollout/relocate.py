@@ -24,8 +24,16 @@ __all__ = ["OP_TABLE_EXT", "engine_extension", "plan_rollout"]
 
 #: What a vLLM op table (``.profiler_out.txt``) is named with in save_path.
 OP_TABLE_EXT = ".profiler-out.txt"
-_KNOWN_EXTENSIONS = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json",
-                     ".json.gz", ".json", ".pickle", ".txt")
+_KNOWN_EXTENSIONS = (
+    ".pt.trace.json.gz",
+    ".pt.trace.json",
+    ".trace.json.gz",
+    ".trace.json",
+    ".json.gz",
+    ".json",
+    ".pickle",
+    ".txt",
+)
 _PIECE = re.compile(r"\.[A-Za-z0-9][A-Za-z0-9-]{0,15}")
 _PREFIX = re.compile(r"step(\d+)-replica(\d+)(?![0-9])")
 
@@ -58,9 +66,20 @@ def _local_rank(name: str, replica_world_size: int) -> int | None:
     return local_rank_from_trace_name(name, replica_world_size)
 
 
-def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica_world_size: int,
-                 keep: Collection[int] | None, step: int | None, world_size: int | None,
-                 host: str, pid: int, time_ms: int, node: str | None = None) -> list[Move | Skip]:
+def plan_rollout(
+    names: Iterable[str],
+    *,
+    source_dir: str,
+    replica: int,
+    replica_world_size: int,
+    keep: Collection[int] | None,
+    step: int | None,
+    world_size: int | None,
+    host: str,
+    pid: int,
+    time_ms: int,
+    node: str | None = None,
+) -> list[Move | Skip]:
     """Plan the moves of one replica's files (a listing of ``source_dir``).
 
     A file whose rank can be told moves as global rank ``replica * W + local`` unless ``keep``
@@ -73,7 +92,7 @@ def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica
             continue
         source = f"{source_dir.rstrip('/')}/{name}"
         stray = name.startswith(STRAY_MARK)
-        base = name[len(STRAY_MARK):] if stray else name
+        base = name[len(STRAY_MARK) :] if stray else name
         prefixed = _PREFIX.match(base)  # a file left over from an earlier step keeps its step
         file_step = int(prefixed[1]) if prefixed and int(prefixed[2]) == replica else step
         fields: dict[str, Any] = dict(role="rollout", step=file_step, replica=replica, host=host, pid=pid)
@@ -82,9 +101,15 @@ def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica
         if is_vllm_frontend(base):
             # Recorded when it is new: this step's (by its prefix), or of no known step.
             new = prefixed is None or file_step == step
-            plan.append(Skip(source, "vLLM's front-end (AsyncLLM) profile, not an engine trace: left "
-                             "where vLLM wrote it", kind="rollout", status="skipped" if new else None,
-                             fields=fields))
+            plan.append(
+                Skip(
+                    source,
+                    "vLLM's front-end (AsyncLLM) profile, not an engine trace: left where vLLM wrote it",
+                    kind="rollout",
+                    status="skipped" if new else None,
+                    fields=fields,
+                )
+            )
             continue
         local = _local_rank(base, replica_world_size)
         rank = None if local is None else replica * replica_world_size + local
@@ -93,11 +118,21 @@ def plan_rollout(names: Iterable[str], *, source_dir: str, replica: int, replica
             continue
         fields.update(rank=rank, world_size=world_size)
         if stray:
-            fields.update(status="stray", reason="written by an engine profile that outlived its "
-                          "rollout window: not this step's generation")
-        trace = TraceName(role="rollout", step=file_step, rank=rank,
-                          world_size=world_size if rank is not None else None, replica=replica,
-                          host=host, pid=pid, time_ms=time_ms, ext=engine_extension(base))
+            fields.update(
+                status="stray",
+                reason="written by an engine profile that outlived its rollout window: not this step's generation",
+            )
+        trace = TraceName(
+            role="rollout",
+            step=file_step,
+            rank=rank,
+            world_size=world_size if rank is not None else None,
+            replica=replica,
+            host=host,
+            pid=pid,
+            time_ms=time_ms,
+            ext=engine_extension(base),
+        )
         reason = "rank unknown: kept" if rank is None else f"global rank {rank}"
         plan.append(Move(source, trace, "rollout", fields, reason))
     return plan

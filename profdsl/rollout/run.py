@@ -44,8 +44,9 @@ REMOTE_GRACE_S = 120.0
 class RolloutRun:
     """One profiled rollout: the selected replicas of one step."""
 
-    def __init__(self, profiler: Profiler, engines: Sequence[Any], replicas: list[int],
-                 replica_world_size: int) -> None:
+    def __init__(
+        self, profiler: Profiler, engines: Sequence[Any], replicas: list[int], replica_world_size: int
+    ) -> None:
         self.config = profiler.config
         self.writer = profiler.process.writer  # every record and move goes through it
         self.step = profiler.current_step
@@ -55,9 +56,11 @@ class RolloutRun:
         self.started: dict[int, Any] = {}
 
     def start_kwargs(self) -> dict[int, dict[str, Any]]:
-        return {r: {"profile_prefix": trace_prefix(self.step, r)}
-                for r, engine in self.selected.items()
-                if accepts(engine, "start_profile", "profile_prefix")}
+        return {
+            r: {"profile_prefix": trace_prefix(self.step, r)}
+            for r, engine in self.selected.items()
+            if accepts(engine, "start_profile", "profile_prefix")
+        }
 
     def started_from(self, outcomes: list[Outcome]) -> None:
         self.record(outcomes, "start_profile")
@@ -68,13 +71,31 @@ class RolloutRun:
         for outcome in outcomes:
             if outcome.status == "ok":
                 continue
-            once(f"rollout:{call}:{outcome.replica}:{outcome.status}", logging.WARNING,
-                 "profdsl: rollout replica %s %s %s at step %s: %s", outcome.replica, call,
-                 outcome.status, self.step, outcome.error)
-            self.writer.submit(RecordJob(self.config.save_path, RolloutRecord(
-                status=outcome.status, role="rollout", step=self.step,
-                replica=outcome.replica, call=call, error=outcome.error, host=socket.gethostname(),
-                pid=os.getpid())))
+            once(
+                f"rollout:{call}:{outcome.replica}:{outcome.status}",
+                logging.WARNING,
+                "profdsl: rollout replica %s %s %s at step %s: %s",
+                outcome.replica,
+                call,
+                outcome.status,
+                self.step,
+                outcome.error,
+            )
+            self.writer.submit(
+                RecordJob(
+                    self.config.save_path,
+                    RolloutRecord(
+                        status=outcome.status,
+                        role="rollout",
+                        step=self.step,
+                        replica=outcome.replica,
+                        call=call,
+                        error=outcome.error,
+                        host=socket.gethostname(),
+                        pid=os.getpid(),
+                    ),
+                )
+            )
 
     def relocate(self) -> None:
         """Move the selected ranks' engine files into save_path, on the node that wrote them:
@@ -84,24 +105,53 @@ class RolloutRun:
         wait_s = self.config.rollout.flush_wait_s
         deadline = time.monotonic() + wait_s + REMOTE_GRACE_S
         here, remote = _nodes(self.selected)
-        threads = [threading.Thread(target=self._relocate_remote, args=(node, replicas, wait_s),
-                                    daemon=True, name=f"profdsl-relocate-{node}")
-                   for node, replicas in remote.items()]
+        threads = [
+            threading.Thread(
+                target=self._relocate_remote,
+                args=(node, replicas, wait_s),
+                daemon=True,
+                name=f"profdsl-relocate-{node}",
+            )
+            for node, replicas in remote.items()
+        ]
         for thread in threads:
             thread.start()
-        relocate_replicas(self.config, self.step, here, self.width, self.world_size,
-                          current_node() if remote else None, wait_s, writer=self.writer)
+        relocate_replicas(
+            self.config,
+            self.step,
+            here,
+            self.width,
+            self.world_size,
+            current_node() if remote else None,
+            wait_s,
+            writer=self.writer,
+        )
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def _relocate_remote(self, node: str, replicas: list[int], wait_s: float) -> None:
         try:
             absolute = attrs.evolve(self.config, save_path=os.path.abspath(self.config.save_path))
-            run_on_node(node, relocate_replicas, absolute, self.step, replicas, self.width,
-                        self.world_size, node, wait_s, timeout=wait_s + REMOTE_GRACE_S)
+            run_on_node(
+                node,
+                relocate_replicas,
+                absolute,
+                self.step,
+                replicas,
+                self.width,
+                self.world_size,
+                node,
+                wait_s,
+                timeout=wait_s + REMOTE_GRACE_S,
+            )
         except Exception as exc:
-            once(f"rollout-remote:{node}", logging.ERROR,
-                 "profdsl: moving rollout traces on node %s failed: %s", node, exc)
+            once(
+                f"rollout-remote:{node}",
+                logging.ERROR,
+                "profdsl: moving rollout traces on node %s failed: %s",
+                node,
+                exc,
+            )
 
 
 def _nodes(engines: dict[int, Any]) -> tuple[list[int], dict[str, list[int]]]:
@@ -120,9 +170,17 @@ def _nodes(engines: dict[int, Any]) -> tuple[list[int], dict[str, list[int]]]:
     return here, remote
 
 
-def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequence[int],
-                      width: int, world_size: int, node: str | None = None,
-                      wait_s: float | None = None, *, writer: Writer | None = None) -> None:
+def relocate_replicas(
+    config: ProfilerConfig,
+    step: int | None,
+    replicas: Sequence[int],
+    width: int,
+    world_size: int,
+    node: str | None = None,
+    wait_s: float | None = None,
+    *,
+    writer: Writer | None = None,
+) -> None:
     """Move replicas' engine files into save_path on this node (runs as a pinned Ray task for
     replicas on other nodes), through this process's writer, and wait for them (at most
     ``wait_s``, default ``rollout.flush_wait_s``, for them all, plus the bookkeeping); never
@@ -130,8 +188,7 @@ def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequen
     writer = PROCESS.writer if writer is None else writer
     wait_s = config.rollout.flush_wait_s if wait_s is None else wait_s
     # The selected global ranks, by the same rule as on the training side (empty: rank 0).
-    keep = {r for r in range(world_size)
-            if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
+    keep = {r for r in range(world_size) if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
 
     def plan() -> list[relocate.Move | relocate.Skip]:
         found: list[relocate.Move | relocate.Skip] = []
@@ -142,12 +199,26 @@ def relocate_replicas(config: ProfilerConfig, step: int | None, replicas: Sequen
             except OSError:
                 continue
             found += plan_rollout(
-                names, source_dir=source, replica=replica, replica_world_size=width, keep=keep,
-                step=step, world_size=world_size, host=socket.gethostname(), pid=os.getpid(),
-                time_ms=time.time_ns() // 1_000_000, node=node)
+                names,
+                source_dir=source,
+                replica=replica,
+                replica_world_size=width,
+                keep=keep,
+                step=step,
+                world_size=world_size,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                time_ms=time.time_ns() // 1_000_000,
+                node=node,
+            )
         return found
 
     job = MoveJob(config.save_path, plan, wait_s=wait_s, record_incomplete=True, what="rollout traces")
     if not writer.wait(writer.submit(job), timeout=writer.budget()):
-        once("rollout-relocate", logging.ERROR, "profdsl: moving rollout traces into %s is taking "
-             "longer than %gs; it goes on in the background", config.save_path, wait_s)
+        once(
+            "rollout-relocate",
+            logging.ERROR,
+            "profdsl: moving rollout traces into %s is taking longer than %gs; it goes on in the background",
+            config.save_path,
+            wait_s,
+        )

@@ -32,8 +32,9 @@ _NOT_IN_PROGRESS = "not in progress"
 _IN_PROGRESS = "already in progress"
 
 
-def sglang_profile_request(config: ProfilerConfig, replica: int, *, replica_world_size: int = 1,
-                           num_replicas: int = 1) -> dict[str, Any] | None:
+def sglang_profile_request(
+    config: ProfilerConfig, replica: int, *, replica_world_size: int = 1, num_replicas: int = 1
+) -> dict[str, Any] | None:
     """The ``ProfileReq`` fields for replica ``replica``, or None when it is not profiled.
 
     Examples:
@@ -43,13 +44,15 @@ def sglang_profile_request(config: ProfilerConfig, replica: int, *, replica_worl
         >>> request["output_dir"], request["activities"], request["num_steps"]
         ('/p/rollout_replica_0', ['CPU'], 64)
     """
-    if not replica_selected(config, replica, replica_world_size=replica_world_size,
-                            num_replicas=num_replicas):
+    if not replica_selected(config, replica, replica_world_size=replica_world_size, num_replicas=num_replicas):
         return None
     options = config.torch
     if "memory" in options.contents:
-        once("sglang-memory", logging.WARNING,
-             "profdsl: SGLang does not support memory profiling; 'memory' is ignored for it")
+        once(
+            "sglang-memory",
+            logging.WARNING,
+            "profdsl: SGLang does not support memory profiling; 'memory' is ignored for it",
+        )
     rollout = config.rollout
     return {
         "output_dir": rollout_trace_dir(config.save_path, replica),
@@ -94,8 +97,9 @@ class SGLangHttpEngine(SGLangHandle):
 
     def _post(self, path: str, body: dict[str, Any] | None) -> str:
         data = json.dumps(body).encode() if body is not None else b""
-        req = urllib.request.Request(f"{self.base_url}{path}", data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{self.base_url}{path}", data=data, method="POST", headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
             return str(response.read().decode(errors="replace"))
 
@@ -116,7 +120,12 @@ class SGLangHttpEngine(SGLangHandle):
             return True
         if exc.code != 500:
             return False
-        once(f"sglang-http-refused-{call}", logging.INFO, "profdsl: an SGLang server answered "
-             "HTTP 500 to /%s_profile; taken as SGLang refusing it (a profile %s in progress)",
-             call, "not" if call == "stop" else "already")
+        once(
+            f"sglang-http-refused-{call}",
+            logging.INFO,
+            "profdsl: an SGLang server answered "
+            "HTTP 500 to /%s_profile; taken as SGLang refusing it (a profile %s in progress)",
+            call,
+            "not" if call == "stop" else "already",
+        )
         return True

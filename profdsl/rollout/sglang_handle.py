@@ -126,16 +126,23 @@ class SGLangHandle:
                     raise
                 self._after_refused_stop()
         except Exception as exc:
-            raise UnsettledProfileError(f"not starting: a profile of an earlier window may still run "
-                                   f"and could not be ended ({type(exc).__name__}: {exc})") from exc
+            raise UnsettledProfileError(
+                f"not starting: a profile of an earlier window may still run "
+                f"and could not be ended ({type(exc).__name__}: {exc})"
+            ) from exc
         finally:
             self._mark_stray()
 
     def _disarm(self) -> None:
         """Clear a pending start (see the module docstring); ends a profile it already began."""
         scratch = os.path.join(str(self.request.get("output_dir") or "."), SCRATCH_DIR)
-        fields = {"output_dir": scratch, "activities": ["CPU"], "with_stack": False,
-                  "record_shapes": False, "profile_prefix": "profdsl-disarm"}
+        fields = {
+            "output_dir": scratch,
+            "activities": ["CPU"],
+            "with_stack": False,
+            "record_shapes": False,
+            "profile_prefix": "profdsl-disarm",
+        }
         try:
             self._send_start({**fields, "start_step": NEVER_STEP})
         except Exception as exc:
@@ -162,5 +169,10 @@ class SGLangHandle:
             except OSError:
                 continue
         if names:
-            once(f"sglang-stray:{folder}", logging.WARNING, "profdsl: SGLang wrote %d trace file(s) "
-                 "after their rollout window (a profile outlived it); recorded as stray", len(names))
+            once(
+                f"sglang-stray:{folder}",
+                logging.WARNING,
+                "profdsl: SGLang wrote %d trace file(s) "
+                "after their rollout window (a profile outlived it); recorded as stray",
+                len(names),
+            )

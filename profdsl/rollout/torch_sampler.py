@@ -38,8 +38,9 @@ class TorchSamplerEngine:
     #: rollout_window calls it on its own thread: its session records the thread that starts it.
     profdsl_thread_affine = True
 
-    def __init__(self, config: ProfilerConfig, replica: int, *, local_rank: int = 0,
-                 replica_world_size: int = 1) -> None:
+    def __init__(
+        self, config: ProfilerConfig, replica: int, *, local_rank: int = 0, replica_world_size: int = 1
+    ) -> None:
         self.config, self.replica = config, replica
         self.local_rank, self.replica_world_size = local_rank, replica_world_size
         self._session: Session | None = None
@@ -51,17 +52,27 @@ class TorchSamplerEngine:
         if self._session is not None:
             return
         label = TraceLabel(
-            role="rollout", stage=profile_prefix, step=None, rank=self.local_rank,
+            role="rollout",
+            stage=profile_prefix,
+            step=None,
+            rank=self.local_rank,
             world_size=self.replica_world_size,
             save_path=rollout_trace_dir(self.config.save_path, self.replica),
-            host=socket.gethostname(), pid=os.getpid(), config_hash="", manifest=False,
-            export=ExportPolicy.of(self.config.torch))
-        session = PROCESS.slot.begin_stage(label, TorchBackend(self.config.torch), None,
-                                                  cut=False)
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            config_hash="",
+            manifest=False,
+            export=ExportPolicy.of(self.config.torch),
+        )
+        session = PROCESS.slot.begin_stage(label, TorchBackend(self.config.torch), None, cut=False)
         if isinstance(session, Busy):
-            once("sampler-shared", logging.INFO,
-                 "profdsl: the torch sampler shares its process with an open profdsl capture (%s); "
-                 "its work is recorded there", session.holder)
+            once(
+                "sampler-shared",
+                logging.INFO,
+                "profdsl: the torch sampler shares its process with an open profdsl capture (%s); "
+                "its work is recorded there",
+                session.holder,
+            )
         elif session is not None:
             self._session = session
 
@@ -74,8 +85,11 @@ class TorchSamplerEngine:
             PROCESS.writer.wait(timeout=PROCESS.writer.budget())
 
     def __reduce__(self) -> tuple[Any, ...]:  # shipped to a Ray actor without its session
-        return (TorchSamplerEngine, (self.config, self.replica),
-                {"local_rank": self.local_rank, "replica_world_size": self.replica_world_size})
+        return (
+            TorchSamplerEngine,
+            (self.config, self.replica),
+            {"local_rank": self.local_rank, "replica_world_size": self.replica_world_size},
+        )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.local_rank = state["local_rank"]

@@ -61,8 +61,10 @@ def _frontend_profiler(llm: Any) -> bool:
     """Whether ``llm`` (an in-process ``AsyncLLM``) holds vLLM's front-end profiler: it does when
     its profiler config asks for one (``should_profile_frontend``) and it created it."""
     profiler_config = getattr(getattr(llm, "vllm_config", None), "profiler_config", None)
-    return (getattr(profiler_config, "should_profile_frontend", False) is True
-            and getattr(llm, "profiler", None) is not None)
+    return (
+        getattr(profiler_config, "should_profile_frontend", False) is True
+        and getattr(llm, "profiler", None) is not None
+    )
 
 
 def _release(version: str) -> tuple[int, int]:
@@ -70,8 +72,14 @@ def _release(version: str) -> tuple[int, int]:
     return (int(match[1]), int(match[2])) if match else (0, 0)
 
 
-def vllm_launch(config: ProfilerConfig, replica: int, *, replica_world_size: int = 1,
-                num_replicas: int = 1, version: str | None = None) -> VllmLaunch:
+def vllm_launch(
+    config: ProfilerConfig,
+    replica: int,
+    *,
+    replica_world_size: int = 1,
+    num_replicas: int = 1,
+    version: str | None = None,
+) -> VllmLaunch:
     """What replica ``replica`` must be launched with; empty when it will not be profiled.
 
     Args:
@@ -90,35 +98,40 @@ def vllm_launch(config: ProfilerConfig, replica: int, *, replica_world_size: int
         >>> vllm_launch(ProfilerConfig(enable=True, save_path="/p"), 0, version="0.11.0").env["VLLM_TORCH_PROFILER_DIR"]
         '/p/rollout_replica_0'
     """
-    if not replica_selected(config, replica, replica_world_size=replica_world_size,
-                            num_replicas=num_replicas):
+    if not replica_selected(config, replica, replica_world_size=replica_world_size, num_replicas=num_replicas):
         return VllmLaunch()
     contents = config.torch.contents
     directory = rollout_trace_dir(config.save_path, replica)
     stack, shapes, memory = "stack" in contents, "shapes" in contents, "memory" in contents
     version = version or installed_version()
     if version is not None and _release(version) < PROFILER_CONFIG_SINCE:
-        return VllmLaunch(env={
-            "VLLM_TORCH_PROFILER_DIR": directory,
-            "VLLM_TORCH_PROFILER_WITH_STACK": str(int(stack)),
-            "VLLM_TORCH_PROFILER_RECORD_SHAPES": str(int(shapes)),
-            "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": str(int(memory)),
-        })
+        return VllmLaunch(
+            env={
+                "VLLM_TORCH_PROFILER_DIR": directory,
+                "VLLM_TORCH_PROFILER_WITH_STACK": str(int(stack)),
+                "VLLM_TORCH_PROFILER_RECORD_SHAPES": str(int(shapes)),
+                "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": str(int(memory)),
+            }
+        )
     rollout = config.rollout
-    return VllmLaunch(engine_args={"profiler_config": {
-        "profiler": "torch",
-        "torch_profiler_dir": directory,
-        "torch_profiler_with_stack": stack,
-        "torch_profiler_record_shapes": shapes,
-        "torch_profiler_with_memory": memory,
-        "torch_profiler_use_gzip": True,
-        "torch_profiler_dump_cuda_time_total": False,
-        # Never the front-end profiler: in a profiled process it is a second torch profiler (fatal),
-        # it does not follow the iteration window, and its trace is no engine trace.
-        "ignore_frontend": True,
-        "delay_iterations": rollout.delay_iterations,
-        "max_iterations": rollout.max_iterations,
-    }})
+    return VllmLaunch(
+        engine_args={
+            "profiler_config": {
+                "profiler": "torch",
+                "torch_profiler_dir": directory,
+                "torch_profiler_with_stack": stack,
+                "torch_profiler_record_shapes": shapes,
+                "torch_profiler_with_memory": memory,
+                "torch_profiler_use_gzip": True,
+                "torch_profiler_dump_cuda_time_total": False,
+                # Never the front-end profiler: in a profiled process it is a second torch profiler (fatal),
+                # it does not follow the iteration window, and its trace is no engine trace.
+                "ignore_frontend": True,
+                "delay_iterations": rollout.delay_iterations,
+                "max_iterations": rollout.max_iterations,
+            }
+        }
+    )
 
 
 class VllmEngine:
@@ -139,7 +152,8 @@ class VllmEngine:
                 "VllmEngine: this AsyncLLM runs vLLM's front-end torch profiler in this process "
                 "(profiler_config ignore_frontend=False); a second torch profiler beside profdsl's "
                 "crashes the process. Launch it with vllm_launch(...).engine_args, which set "
-                "ignore_frontend=True")
+                "ignore_frontend=True"
+            )
         self.llm = llm
         self._prefix = accepts(llm, "start_profile", "profile_prefix")
 

@@ -39,15 +39,15 @@ class _Engines:
     def close(self) -> None:
         """Stop the started replicas and move their traces into save_path."""
         run = self.run
-        run.record(call_all(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s),
-                   "stop_profile")
+        run.record(call_all(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s), "stop_profile")
         run.relocate()
 
     async def aclose(self) -> None:
         """:meth:`close` for an event loop."""
         run = self.run
-        run.record(await call_all_async(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s),
-                   "stop_profile")
+        run.record(
+            await call_all_async(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s), "stop_profile"
+        )
         await in_daemon_thread(run.relocate)
 
 
@@ -91,14 +91,21 @@ class rollout_window(Annotation):
     __slots__ = ("engines", "name", "replica_world_size")
     _recorded = False
 
-    def __init__(self, engines: Sequence[Any], *, replica_world_size: int = 1,
-                 profiler: Profiler | None = None, role: str | None = None,
-                 name: str = "rollout") -> None:
+    def __init__(
+        self,
+        engines: Sequence[Any],
+        *,
+        replica_world_size: int = 1,
+        profiler: Profiler | None = None,
+        role: str | None = None,
+        name: str = "rollout",
+    ) -> None:
         self.name = check_name("rollout_window", name)
         self.engines = list(engines)
         # a replica's ranks must fit trace names: no more than MAX_WIDE_INDEX ranks in all
-        require_int("rollout_window replica_world_size", replica_world_size, 1,
-                    MAX_WIDE_INDEX // max(1, len(self.engines)))
+        require_int(
+            "rollout_window replica_world_size", replica_world_size, 1, MAX_WIDE_INDEX // max(1, len(self.engines))
+        )
         self.replica_world_size = replica_world_size
         self.profiler, self.role = profiler, role
 
@@ -116,8 +123,11 @@ class rollout_window(Annotation):
             if profiler is None or not profiler.config.enable or not self.engines:
                 return None
             config = profiler.config
-            replicas = sorted(replicas_for_ranks(config.ranks, self.replica_world_size,
-                                                 all_ranks=config.all_ranks, num_replicas=len(self.engines)))
+            replicas = sorted(
+                replicas_for_ranks(
+                    config.ranks, self.replica_world_size, all_ranks=config.all_ranks, num_replicas=len(self.engines)
+                )
+            )
             return RolloutRun(profiler, self.engines, replicas, self.replica_world_size) if replicas else None
         except Exception as exc:
             fault("rollout_window entry", exc)
@@ -127,16 +137,18 @@ class rollout_window(Annotation):
         run = self._run(profiler, top)
         if run is None:
             return None
-        run.started_from(call_all(run.selected, "start_profile", run.start_kwargs(),
-                                  run.config.rollout.start_timeout_s))
+        run.started_from(
+            call_all(run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s)
+        )
         return _Engines(run)
 
     async def _ahandle(self, profiler: Profiler | None, top: Entry | None) -> _Engines | None:
         run = self._run(profiler, top)
         if run is None:
             return None
-        run.started_from(await call_all_async(run.selected, "start_profile", run.start_kwargs(),
-                                              run.config.rollout.start_timeout_s))
+        run.started_from(
+            await call_all_async(run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s)
+        )
         return _Engines(run)
 
     async def _aend(self, entry: Entry) -> None:

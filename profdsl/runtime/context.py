@@ -26,8 +26,7 @@ from profdsl.runtime.handles import fault
 if TYPE_CHECKING:
     from profdsl.metrics.tree import Node
 
-__all__ = ["STACK", "Entry", "clear", "find", "lay", "lift", "push", "remove", "segment", "top",
-           "walk"]
+__all__ = ["STACK", "Entry", "clear", "find", "lay", "lift", "push", "remove", "segment", "top", "walk"]
 
 
 class Entry:

@@ -59,8 +59,16 @@ class _Taken:
 class Demand:
     """One role's requested and automatic captures (see the module docstring)."""
 
-    def __init__(self, plan: RolePlan, capture: RoleCapture, tracker: StepTracker, *, rounds: HookRounds,
-                 member: object, inbox: Inbox) -> None:
+    def __init__(
+        self,
+        plan: RolePlan,
+        capture: RoleCapture,
+        tracker: StepTracker,
+        *,
+        rounds: HookRounds,
+        member: object,
+        inbox: Inbox,
+    ) -> None:
         self.role, self.save_path = plan.role, plan.save_path
         self._plan, self._capture, self._tracker = plan, capture, tracker
         self._rounds, self._member, self._inbox = rounds, member, inbox
@@ -97,8 +105,10 @@ class Demand:
             return f"{who}: this rank was not asked"
         with self._lock:
             if not auto and self._taken >= config.on_demand.max_requests:
-                return f"{who}: {self._taken} requests taken already, at most {config.on_demand.max_requests} " \
-                       "(OnDemand.max_requests)"
+                return (
+                    f"{who}: {self._taken} requests taken already, at most {config.on_demand.max_requests} "
+                    "(OnDemand.max_requests)"
+                )
             self._taken += not auto
         if self._plan.member:
             self._rounds.join(self.save_path, self._member, tag=request.id)
@@ -125,8 +135,11 @@ class Demand:
         while self._pending:
             self._resolve(self._pending.popleft(), step)
         for taken in self._active.values():
-            if taken.note is not None and taken.note.steps is not None and \
-                    taken.note.steps[0] <= step <= taken.note.steps[1]:
+            if (
+                taken.note is not None
+                and taken.note.steps is not None
+                and taken.note.steps[0] <= step <= taken.note.steps[1]
+            ):
                 taken.began.append(step)
 
     def _resolve(self, taken: _Taken, step: int) -> None:
@@ -135,10 +148,18 @@ class Demand:
         first, last = max(start, step), start + (request.steps or 1) - 1
         taken.last = last
         if first > last:
-            once(f"request-passed:{request.id}:{id(self)}", logging.WARNING,
-                 "[profdsl rank %s] %s: capture request %s asked for steps %s-%s, which this process "
-                 "has passed (it is at step %s): nothing traced", self._plan.rank, self.role, request.id,
-                 start, last, step)
+            once(
+                f"request-passed:{request.id}:{id(self)}",
+                logging.WARNING,
+                "[profdsl rank %s] %s: capture request %s asked for steps %s-%s, which this process "
+                "has passed (it is at step %s): nothing traced",
+                self._plan.rank,
+                self.role,
+                request.id,
+                start,
+                last,
+                step,
+            )
             self._arrive(taken)
             return
         if taken.traced and not self._clock and not self._capture.enable():
@@ -148,9 +169,16 @@ class Demand:
         if taken.traced:
             self._tracker.request(range(first, last + 1), str(request.id))
         if not self._clock:
-            logger.info("[profdsl rank %s] %s: capture request %s: %s steps %s-%s%s", self._plan.rank,
-                        self.role, request.id, "tracing" if taken.traced else "runs the hook after",
-                        first, last, f" ({request.reason})" if request.reason else "")
+            logger.info(
+                "[profdsl rank %s] %s: capture request %s: %s steps %s-%s%s",
+                self._plan.rank,
+                self.role,
+                request.id,
+                "tracing" if taken.traced else "runs the hook after",
+                first,
+                last,
+                f" ({request.reason})" if request.reason else "",
+            )
 
     def note(self, tag: str | None) -> CaptureNote | None:
         """Why the steps of request ``tag`` are captured (None: the plan's steps)."""
@@ -175,8 +203,14 @@ class Demand:
     def _arrive(self, taken: _Taken) -> None:
         self._active.pop(str(taken.request.id), None)
         if self._plan.member:
-            self._rounds.arrive(self.save_path, self._member, taken.hook if taken.began else None,
-                                taken.began if taken.traced else (), tag=taken.request.id, note=taken.note)
+            self._rounds.arrive(
+                self.save_path,
+                self._member,
+                taken.hook if taken.began else None,
+                taken.began if taken.traced else (),
+                tag=taken.request.id,
+                note=taken.note,
+            )
 
     def _unsubscribe(self) -> None:
         if self._subscribed:
@@ -194,7 +228,16 @@ class Demand:
             return
         plan, step = self._plan, timings.step + 1
         reason = f"{self.role}: {found.reason()}"
-        logger.warning("[profdsl rank %s] slow step: %s; tracing step %s (automatic capture %s of %s)",
-                       plan.rank, reason, step, self.slow.captures, self.slow.auto.max_captures)
-        self._inbox.deliver(CaptureRequest(id=f"auto-r{plan.rank}-s{step}", steps=1, ranks=(plan.rank,),
-                                           at_step=step, reason=reason, source="auto"))
+        logger.warning(
+            "[profdsl rank %s] slow step: %s; tracing step %s (automatic capture %s of %s)",
+            plan.rank,
+            reason,
+            step,
+            self.slow.captures,
+            self.slow.auto.max_captures,
+        )
+        self._inbox.deliver(
+            CaptureRequest(
+                id=f"auto-r{plan.rank}-s{step}", steps=1, ranks=(plan.rank,), at_step=step, reason=reason, source="auto"
+            )
+        )

@@ -27,8 +27,13 @@ __all__ = ["Batches", "Handle", "OwningHandle", "fault", "opaque"]
 
 def fault(where: str, exc: BaseException) -> None:
     """A fault inside profdsl: logged once, never raised into the caller's code."""
-    once(f"dsl:{where}:{type(exc).__name__}", logging.ERROR,
-         "profdsl: internal error in %s (profiling continues without it): %r", where, exc)
+    once(
+        f"dsl:{where}:{type(exc).__name__}",
+        logging.ERROR,
+        "profdsl: internal error in %s (profiling continues without it): %r",
+        where,
+        exc,
+    )
 
 
 class Batches:
@@ -44,8 +49,13 @@ class Batches:
 
     __slots__ = ("counter", "find", "schedule", "session")
 
-    def __init__(self, schedule: Schedule | None, *, session: Session | None = None,
-                 find: Callable[[], Session | None] | None = None) -> None:
+    def __init__(
+        self,
+        schedule: Schedule | None,
+        *,
+        session: Session | None = None,
+        find: Callable[[], Session | None] | None = None,
+    ) -> None:
         self.schedule, self.session, self.find = schedule, session, find
         self.counter = itertools.count()
 
@@ -57,8 +67,12 @@ class Batches:
         """The next mini-batch: its index, and whether it is recorded (in ``session``, the
         capture it drives, when there is one)."""
         index = next(self.counter)
-        if self.schedule is None or (session is not None and session.kind == "step"
-                                     and session.capture is not None and not session.capture.pausable):
+        if self.schedule is None or (
+            session is not None
+            and session.kind == "step"
+            and session.capture is not None
+            and not session.capture.pausable
+        ):
             return index, True
         return index, action_at(self.schedule, index).records
 
@@ -74,8 +88,9 @@ class Handle:
     finish: Callable[[], None] | None = None
     opaque = False
 
-    def __init__(self, annotator: Annotator | None, name: str, color: int | None = None,
-                 owner: Recorder | None = None) -> None:
+    def __init__(
+        self, annotator: Annotator | None, name: str, color: int | None = None, owner: Recorder | None = None
+    ) -> None:
         self.annotator, self.name, self.color, self.owner = annotator, name, color, owner
         self.closed = False
         self.token: object = None
@@ -100,8 +115,7 @@ class Handle:
     def resume(self) -> None:
         """Reopen the region (the body continues)."""
         owner = self.owner
-        if (not self.pushed and not self.closed and self.annotator is not None
-                and (owner is None or owner.active)):
+        if not self.pushed and not self.closed and self.annotator is not None and (owner is None or owner.active):
             try:
                 self.token = self.annotator.push(self.name, self.color)
                 self.pushed = True
@@ -135,10 +149,18 @@ class OwningHandle(Handle):
 
     __slots__ = ("batches", "finish", "opaque", "unfinish")
 
-    def __init__(self, annotator: Annotator | None, name: str, color: int | None = None,
-                 owner: Recorder | None = None, *, batches: Batches | None = None,
-                 finish: Callable[[], None] | None = None, opaque: bool = False,
-                 unfinish: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        annotator: Annotator | None,
+        name: str,
+        color: int | None = None,
+        owner: Recorder | None = None,
+        *,
+        batches: Batches | None = None,
+        finish: Callable[[], None] | None = None,
+        opaque: bool = False,
+        unfinish: Callable[[], None] | None = None,
+    ) -> None:
         self.batches, self.finish, self.opaque, self.unfinish = batches, finish, opaque, unfinish
         super().__init__(annotator, name, color, owner)
 

@@ -119,19 +119,32 @@ class Inbox:
             for found in folder.scan():
                 path = f"{folder.path}/{found.name}"
                 if found.request is None:
-                    once(f"request-file:{path}", logging.WARNING,
-                         "profdsl: %s is not a capture request (%s): ignored", path, found.error)
+                    once(
+                        f"request-file:{path}",
+                        logging.WARNING,
+                        "profdsl: %s is not a capture request (%s): ignored",
+                        path,
+                        found.error,
+                    )
                     continue
                 made = found.request.created if found.request.created is not None else found.mtime
                 if made < folder.began:
-                    once(f"request-old:{path}", logging.INFO,
-                         "profdsl: %s was made before this process watched its folder (an earlier "
-                         "run's): not taken", path)
+                    once(
+                        f"request-old:{path}",
+                        logging.INFO,
+                        "profdsl: %s was made before this process watched its folder (an earlier run's): not taken",
+                        path,
+                    )
                     continue
                 self.deliver(attrs.evolve(found.request, source="file"))
         except Exception as exc:  # a request must never reach the training loop as an error
-            once(f"request-folder:{save_path}", logging.ERROR,
-                 "profdsl: reading capture requests in %s failed: %r", save_path, exc)
+            once(
+                f"request-folder:{save_path}",
+                logging.ERROR,
+                "profdsl: reading capture requests in %s failed: %r",
+                save_path,
+                exc,
+            )
         finally:
             lock.release()
 
@@ -142,8 +155,12 @@ class Inbox:
             request = parse_request(json.loads(body or b"{}"), default_id=new_id("http"), source="http")
         except (ValueError, RecursionError) as exc:
             why = str(exc) if isinstance(exc, RecordError) else f"not JSON ({exc})"
-            once(f"request-http:{why}", logging.WARNING, "profdsl: a POST /profile body is not a capture "
-                 "request (%s): ignored", why)
+            once(
+                f"request-http:{why}",
+                logging.WARNING,
+                "profdsl: a POST /profile body is not a capture request (%s): ignored",
+                why,
+            )
             answer = Answer(None, "malformed", why=(why,))
         else:
             answer = self.deliver(request)
@@ -176,14 +193,25 @@ class Inbox:
         with self._lock:
             self._answers[request_id] = answer
         passed = " (passed on)" if listeners and not taken else ""
-        logger.log(logging.INFO if taken or listeners else logging.WARNING, "profdsl: %s%s (%s%s)",
-                   answer.describe(), passed, request.source, f": {request.reason}" if request.reason else "")
+        logger.log(
+            logging.INFO if taken or listeners else logging.WARNING,
+            "profdsl: %s%s (%s%s)",
+            answer.describe(),
+            passed,
+            request.source,
+            f": {request.reason}" if request.reason else "",
+        )
         for listener in listeners:
             try:
                 listener(request)
             except Exception as exc:
-                once(f"request-listener:{id(listener)}", logging.ERROR,
-                     "profdsl: passing on capture request %s failed: %r", request_id, exc)
+                once(
+                    f"request-listener:{id(listener)}",
+                    logging.ERROR,
+                    "profdsl: passing on capture request %s failed: %r",
+                    request_id,
+                    exc,
+                )
         return answer
 
     def clear(self) -> None:

@@ -35,14 +35,24 @@ class StepMeter:
 
     ``timings`` and ``metrics`` are the last finished step's, structured and flat."""
 
-    def __init__(self, config: Metrics, *, role: str, rank: int, world_size: int,
-                 on_step: OnStep | None = None, device: bool = True, process: Process = PROCESS) -> None:
+    def __init__(
+        self,
+        config: Metrics,
+        *,
+        role: str,
+        rank: int,
+        world_size: int,
+        on_step: OnStep | None = None,
+        device: bool = True,
+        process: Process = PROCESS,
+    ) -> None:
         self.config, self.role, self.rank, self.on_step = config, role, rank, on_step
         self._registry = process.registry
         self._paths = Paths(config.max_stages, config.stages)
         local_rank = discover_rank(rank, world_size).local_rank
-        self.exporters: list[Exporter] = make_exporters(config, role=role, local_rank=local_rank,
-                                                        servers=process.servers)
+        self.exporters: list[Exporter] = make_exporters(
+            config, role=role, local_rank=local_rank, servers=process.servers
+        )
         self._device: device_time.DeviceTimes | None | bool = device and config.device_time
         self.root: Root | None = None
         self._began = 0.0
@@ -130,14 +140,22 @@ class NullMeter:
 NULL_METER = NullMeter()
 
 
-def make_meter(config: Metrics, role: str, rank: int, world_size: int,
-               on_step: OnStep | None = None, *, device: bool = True,
-               process: Process = PROCESS) -> StepMeter | NullMeter:
+def make_meter(
+    config: Metrics,
+    role: str,
+    rank: int,
+    world_size: int,
+    on_step: OnStep | None = None,
+    *,
+    device: bool = True,
+    process: Process = PROCESS,
+) -> StepMeter | NullMeter:
     """A :class:`StepMeter` when ``config.enabled``, else :data:`NULL_METER`."""
     if not config.enabled:
         return NULL_METER
-    return StepMeter(config, role=role, rank=rank, world_size=world_size, on_step=on_step,
-                     device=device, process=process)
+    return StepMeter(
+        config, role=role, rank=rank, world_size=world_size, on_step=on_step, device=device, process=process
+    )
 
 
 def node_for(name: str, role: str | None, profiler: Profiler | None, top: Entry | None) -> Node | None:

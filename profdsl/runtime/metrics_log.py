@@ -43,30 +43,54 @@ class MetricsLogs:
             pid = os.getpid()
             path = os.path.join(plan.save_path, log_name(plan.rank, plan.label.host, pid))
             line = MetricsLine(
-                role=timings.role, rank=timings.rank, world_size=plan.world_size, step=timings.step,
-                wall_s=timings.wall_s, overflow=timings.overflow or None, traced=traced, host=plan.label.host,
-                pid=pid, time_ms=time.time_ns() // 1_000_000,
-                stages={stage: StageLine(total_s=t.total_s, self_s=t.self_s, count=t.count, device_s=t.device_s)
-                        for stage, t in timings.stages.items()})
+                role=timings.role,
+                rank=timings.rank,
+                world_size=plan.world_size,
+                step=timings.step,
+                wall_s=timings.wall_s,
+                overflow=timings.overflow or None,
+                traced=traced,
+                host=plan.label.host,
+                pid=pid,
+                time_ms=time.time_ns() // 1_000_000,
+                stages={
+                    stage: StageLine(total_s=t.total_s, self_s=t.self_s, count=t.count, device_s=t.device_s)
+                    for stage, t in timings.stages.items()
+                },
+            )
             data = (json.dumps(to_json(line), sort_keys=True) + "\n").encode()
             limit = int(plan.config.metrics.log_max_mb * 1e6)
             with self._lock:
                 written = self._bytes.get(path, 0)
                 if written + len(data) > limit:
-                    once(f"metrics-log-full:{path}", logging.WARNING,
-                         "profdsl: the metrics log %s reached Metrics.log_max_mb (%g MB): later steps "
-                         "are not logged", path, plan.config.metrics.log_max_mb)
+                    once(
+                        f"metrics-log-full:{path}",
+                        logging.WARNING,
+                        "profdsl: the metrics log %s reached Metrics.log_max_mb (%g MB): later steps are not logged",
+                        path,
+                        plan.config.metrics.log_max_mb,
+                    )
                     return
                 if self._writer.in_flight("log") >= MAX_QUEUED:
-                    once(f"metrics-log-queue:{path}", logging.WARNING,
-                         "profdsl: %s metrics log lines wait for the writer already; steps are dropped "
-                         "from %s until it catches up", MAX_QUEUED, path)
+                    once(
+                        f"metrics-log-queue:{path}",
+                        logging.WARNING,
+                        "profdsl: %s metrics log lines wait for the writer already; steps are dropped "
+                        "from %s until it catches up",
+                        MAX_QUEUED,
+                        path,
+                    )
                     return
                 self._bytes[path] = written + len(data)
             self._writer.submit(LineJob(path, data))
         except Exception as exc:  # the training loop never sees the log's faults
-            once("metrics-log", logging.ERROR, "profdsl: logging step %s to the metrics log failed: %r",
-                 timings.step, exc)
+            once(
+                "metrics-log",
+                logging.ERROR,
+                "profdsl: logging step %s to the metrics log failed: %r",
+                timings.step,
+                exc,
+            )
 
     def clear(self) -> None:
         """Forget every file (tests; a forked child writes logs of its own)."""

@@ -72,15 +72,31 @@ class RolePlan:
         request traces this rank): on ``finish_hook.ranks`` (or every rank with ``all_ranks``),
         else on the ranks the request traces; None for a step clock or without a command."""
         hook = self.config.finish_hook
-        if not self.member or hook.cmd is None or not is_hook_rank(
-                self.rank, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks, profiled_ranks=(),
-                profiled_all_ranks=False, profiled=traced):
+        if (
+            not self.member
+            or hook.cmd is None
+            or not is_hook_rank(
+                self.rank,
+                hook_ranks=hook.ranks,
+                hook_all_ranks=hook.all_ranks,
+                profiled_ranks=(),
+                profiled_all_ranks=False,
+                profiled=traced,
+            )
+        ):
             return None
         return _hook_plan(self.config, self.role, self.topology, self.label.host)
 
 
-def resolve(config: ProfilerConfig, *, role: str, rank: int | None, world_size: int | None,
-            capture: bool = True, parallel: object = None) -> RolePlan:
+def resolve(
+    config: ProfilerConfig,
+    *,
+    role: str,
+    rank: int | None,
+    world_size: int | None,
+    capture: bool = True,
+    parallel: object = None,
+) -> RolePlan:
     """The plan of ``role`` on this process (``capture`` False: a step clock that captures
     nothing and runs no hook, such as a driver's).
 
@@ -92,25 +108,60 @@ def resolve(config: ProfilerConfig, *, role: str, rank: int | None, world_size: 
     rank, world_size = discover_world(rank, world_size)
     topology = process_topology(rank, world_size, parallel, select=config.select)
     member = capture and config.enable
-    selected = member and is_rank_selected(rank, config.ranks, all_ranks=config.all_ranks,
-                                           select=config.select, topology=topology)
+    selected = member and is_rank_selected(
+        rank, config.ranks, all_ranks=config.all_ranks, select=config.select, topology=topology
+    )
     host = socket.gethostname()
     hook = config.finish_hook
-    runs_hook = member and hook.cmd is not None and is_hook_rank(
-        rank, hook_ranks=hook.ranks, hook_all_ranks=hook.all_ranks, profiled_ranks=config.ranks,
-        profiled_all_ranks=config.all_ranks, profiled=selected)
+    runs_hook = (
+        member
+        and hook.cmd is not None
+        and is_hook_rank(
+            rank,
+            hook_ranks=hook.ranks,
+            hook_all_ranks=hook.all_ranks,
+            profiled_ranks=config.ranks,
+            profiled_all_ranks=config.all_ranks,
+            profiled=selected,
+        )
+    )
     config_hash = hashlib.sha256(json.dumps(config.to_mapping(), sort_keys=True).encode()).hexdigest()[:12]
-    label = TraceLabel(role=role, stage=None, step=None, rank=rank, world_size=world_size,
-                       save_path=config.save_path, host=host, pid=os.getpid(), config_hash=config_hash,
-                       export=ExportPolicy.of(config.torch), parallel=topology.parallel)
+    label = TraceLabel(
+        role=role,
+        stage=None,
+        step=None,
+        rank=rank,
+        world_size=world_size,
+        save_path=config.save_path,
+        host=host,
+        pid=os.getpid(),
+        config_hash=config_hash,
+        export=ExportPolicy.of(config.torch),
+        parallel=topology.parallel,
+    )
     return RolePlan(
-        config=config, role=role, topology=topology, traced=selected, member=member,
+        config=config,
+        role=role,
+        topology=topology,
+        traced=selected,
+        member=member,
         hook=_hook_plan(config, role, topology, host) if runs_hook else None,
-        steps=StepPlan.from_config(config), label=label)
+        steps=StepPlan.from_config(config),
+        label=label,
+    )
 
 
 def _hook_plan(config: ProfilerConfig, role: str, topology: Topology, host: str) -> HookPlan:
     hook = config.finish_hook
-    return HookPlan(save_path=config.save_path, cmd=hook.cmd or "", timeout_s=hook.timeout_s,
-                    background=hook.background, tool=config.tool, role=role, rank=topology.rank,
-                    world_size=topology.world_size, host=host, coords=dict(topology.parallel.coords()))
+    return HookPlan(
+        save_path=config.save_path,
+        cmd=hook.cmd or "",
+        timeout_s=hook.timeout_s,
+        background=hook.background,
+        tool=config.tool,
+        role=role,
+        rank=topology.rank,
+        world_size=topology.world_size,
+        host=host,
+        coords=dict(topology.parallel.coords()),
+    )

@@ -79,12 +79,15 @@ class Process:
                 return
             if not writer.wait_kind("export", timeout=writer.budget_of("export")):
                 if due is None or not hook:
-                    logger.warning("profdsl: the last profiled step's traces are still being "
-                                   "written; they go on in the background")
+                    logger.warning(
+                        "profdsl: the last profiled step's traces are still being written; they go on in the background"
+                    )
                     return
                 writer.give_up()
-                logger.error("profdsl: traces still being written when the finish hook was due "
-                             "were given up (recorded incomplete); the hook runs now")
+                logger.error(
+                    "profdsl: traces still being written when the finish hook was due "
+                    "were given up (recorded incomplete); the hook runs now"
+                )
             if due is not None and hook:
                 due.job.wait(timeout=writer.budget(due.ticket))  # type: ignore[arg-type]
             else:

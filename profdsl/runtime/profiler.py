@@ -83,26 +83,38 @@ class Profiler:
         >>> profiler.close()
     """
 
-    def __init__(self, config: ProfilerConfig, *, role: str, rank: int | None = None,
-                 world_size: int | None = None, capture: bool = True, parallel: object = None,
-                 on_step: OnStep | None = None, process: Process | None = None) -> None:
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        *,
+        role: str,
+        rank: int | None = None,
+        world_size: int | None = None,
+        capture: bool = True,
+        parallel: object = None,
+        on_step: OnStep | None = None,
+        process: Process | None = None,
+    ) -> None:
         self.process = process = PROCESS if process is None else process
-        self.plan = plan = resolve(config, role=role, rank=rank, world_size=world_size, capture=capture,
-                                   parallel=parallel)
+        self.plan = plan = resolve(
+            config, role=role, rank=rank, world_size=world_size, capture=capture, parallel=parallel
+        )
         self.config, self.role, self.rank, self.world_size = config, role, plan.rank, plan.world_size
         self.topology = plan.topology
         self._capture = RoleCapture(plan, process.slot, process.registry)
         self._state = State.IDLE
         self._step: int | None = None
         self._unnumbered = False  # in a step whose number was no step number (not profiled)
-        self._steps = StepSessions(plan, self._capture, slot=process.slot, writer=process.writer,
-                                   rounds=process.rounds, inbox=process.inbox)
+        self._steps = StepSessions(
+            plan, self._capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
+        )
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
         # start/stop/close of one profiler from several threads at once take turns (re-entrant:
         # a signal handler on the main thread may call close() inside one of them)
         self._lock = threading.RLock()
-        self.meter = make_meter(config.metrics, role, self.rank, self.world_size, on_step, device=capture,
-                                process=process)
+        self.meter = make_meter(
+            config.metrics, role, self.rank, self.world_size, on_step, device=capture, process=process
+        )
         if plan.member:
             _supersede(self)
         process.live.add(self)
@@ -157,18 +169,35 @@ class Profiler:
     def _start(self, step: SupportsIndex) -> None:
         if self._state is State.CLOSED:
             self.process.slot.flush()  # a close() from another thread left this thread's session
-            once(f"closed-start:{id(self)}", logging.WARNING,
-                 "[profdsl rank %s] %s: start(%s) after close() ignored", self.rank, self.role, step)
+            once(
+                f"closed-start:{id(self)}",
+                logging.WARNING,
+                "[profdsl rank %s] %s: start(%s) after close() ignored",
+                self.rank,
+                self.role,
+                step,
+            )
             return
         number = _step_number(self, step)
         if number is not None and number == self._step:
-            once(f"start-again:{id(self)}", logging.INFO,
-                 "[profdsl rank %s] %s: start(%s) while step %s is already open: ignored (the step "
-                 "goes on)", self.rank, self.role, number, number)
+            once(
+                f"start-again:{id(self)}",
+                logging.INFO,
+                "[profdsl rank %s] %s: start(%s) while step %s is already open: ignored (the step goes on)",
+                self.rank,
+                self.role,
+                number,
+                number,
+            )
             return
         if self._step is not None:
-            logger.warning("[profdsl rank %s] %s: start(%s) while step %s is open; stopping it",
-                           self.rank, self.role, step, self._step)
+            logger.warning(
+                "[profdsl rank %s] %s: start(%s) while step %s is open; stopping it",
+                self.rank,
+                self.role,
+                step,
+                self._step,
+            )
             self._stop()
         self._unnumbered = number is None
         with self.process.signals.deferred():  # a signal while the capture starts: delivered once the step has begun
@@ -202,8 +231,7 @@ class Profiler:
         if self._step is None:
             self.process.slot.flush()
             if self._state is not State.CLOSED and not self._unnumbered:
-                logger.warning("[profdsl rank %s] %s: stop() without start() ignored",
-                               self.rank, self.role)
+                logger.warning("[profdsl rank %s] %s: stop() without start() ignored", self.rank, self.role)
             self._unnumbered = False
             return None
         with self.process.signals.deferred():  # a signal while the capture stops: delivered once the step has ended
@@ -223,24 +251,39 @@ class Profiler:
             try:
                 self._steps.demand.after_step(timings, traced=traced)
             except Exception as exc:  # a slow-step check never reaches the training loop
-                once(f"auto-capture:{self.role}", logging.ERROR, "[profdsl rank %s] %s: checking step %s "
-                     "for slow stages failed: %r", self.rank, self.role, timings.step, exc)
+                once(
+                    f"auto-capture:{self.role}",
+                    logging.ERROR,
+                    "[profdsl rank %s] %s: checking step %s for slow stages failed: %r",
+                    self.rank,
+                    self.role,
+                    timings.step,
+                    exc,
+                )
         return timings
 
-    def request(self, steps: int, *, ranks: Sequence[int] | str | None = None,
-                roles: Sequence[str] | None = None, at_step: int | None = None,
-                reason: str | None = None) -> str | None:
+    def request(
+        self,
+        steps: int,
+        *,
+        ranks: Sequence[int] | str | None = None,
+        roles: Sequence[str] | None = None,
+        at_step: int | None = None,
+        reason: str | None = None,
+    ) -> str | None:
         """Ask this process to trace ``steps`` steps (from the next step it begins, or from
         ``at_step``) on the roles ``roles`` (default: every role of the process) if ``ranks``
         names this process's rank (a list, ``"all"`` or a rank selector; default: the ranks the
         config traces). What the roles said is logged; never raises. Returns the request's id,
         or None when the request is malformed (logged). See ``docs/on-demand.md``."""
         try:
-            request = ask(steps, ranks=ranks, roles=roles, at_step=at_step, reason=reason, source="api",
-                          request_id=new_id("api"))
+            request = ask(
+                steps, ranks=ranks, roles=roles, at_step=at_step, reason=reason, source="api", request_id=new_id("api")
+            )
         except RecordError as exc:
-            logger.warning("[profdsl rank %s] %s: request(...) is no capture request (%s): ignored",
-                           self.rank, self.role, exc)
+            logger.warning(
+                "[profdsl rank %s] %s: request(...) is no capture request (%s): ignored", self.rank, self.role, exc
+            )
             return None
         self.process.inbox.deliver(request)
         return request.id
@@ -285,8 +328,9 @@ class Profiler:
         ``close()`` waits for it)."""
         if flush is not None:
             due = flush.due
-            self.process.settle(flush.until, due, hook=due is not None and (closing or not due.job.background),
-                                closing=closing)
+            self.process.settle(
+                flush.until, due, hook=due is not None and (closing or not due.job.background), closing=closing
+            )
 
     def __enter__(self) -> Profiler:
         return self
@@ -295,8 +339,10 @@ class Profiler:
         self.close()
 
     def __reduce__(self) -> Any:
-        raise TypeError("a Profiler holds this process's profiling state and cannot be shipped to "
-                        "another process: create it inside the Ray actor (ProfiledWorker.init_profiler)")
+        raise TypeError(
+            "a Profiler holds this process's profiling state and cannot be shipped to "
+            "another process: create it inside the Ray actor (ProfiledWorker.init_profiler)"
+        )
 
 
 def _supersede(profiler: Profiler) -> None:
@@ -307,15 +353,24 @@ def _supersede(profiler: Profiler) -> None:
     rounds = profiler.process.rounds
     key = rounds.key(profiler.config.save_path)
     for other in list(profiler.process.live):
-        if other is not profiler and other.role == profiler.role and other.rank == profiler.rank \
-                and other.plan.member and rounds.key(other.config.save_path) == key:
-            logger.info("[profdsl rank %s] %s: a new Profiler for this role and save_path "
-                        "closes an earlier one", profiler.rank, profiler.role)
+        if (
+            other is not profiler
+            and other.role == profiler.role
+            and other.rank == profiler.rank
+            and other.plan.member
+            and rounds.key(other.config.save_path) == key
+        ):
+            logger.info(
+                "[profdsl rank %s] %s: a new Profiler for this role and save_path closes an earlier one",
+                profiler.rank,
+                profiler.role,
+            )
             try:
                 other.close()
             except Exception as exc:  # never raised into the new profiler's construction
-                logger.error("[profdsl rank %s] %s: closing the earlier Profiler failed: %r",
-                             profiler.rank, profiler.role, exc)
+                logger.error(
+                    "[profdsl rank %s] %s: closing the earlier Profiler failed: %r", profiler.rank, profiler.role, exc
+                )
 
 
 #: How long a call waits for another thread's call on the same profiler before going on anyway
@@ -328,9 +383,15 @@ def _turn(profiler: Profiler) -> Iterator[None]:
     """The profiler's calls, one at a time (bounded: ``TURN_WAIT_S``)."""
     mine = profiler._lock.acquire(timeout=TURN_WAIT_S)
     if not mine:
-        once(f"turn:{id(profiler)}", logging.ERROR, "[profdsl rank %s] %s: another thread's call on this "
-             "Profiler has not returned for %gs; going on without waiting for it", profiler.rank,
-             profiler.role, TURN_WAIT_S)
+        once(
+            f"turn:{id(profiler)}",
+            logging.ERROR,
+            "[profdsl rank %s] %s: another thread's call on this "
+            "Profiler has not returned for %gs; going on without waiting for it",
+            profiler.rank,
+            profiler.role,
+            TURN_WAIT_S,
+        )
     try:
         yield
     finally:
@@ -343,7 +404,12 @@ def _step_number(profiler: Profiler, step: SupportsIndex) -> int | None:
     try:
         return to_index("step", step)
     except ConfigError as exc:
-        once(f"step-number:{id(profiler)}", logging.WARNING,
-             "[profdsl rank %s] %s: not a step number (%s): such a step is not profiled",
-             profiler.rank, profiler.role, exc)
+        once(
+            f"step-number:{id(profiler)}",
+            logging.WARNING,
+            "[profdsl rank %s] %s: not a step number (%s): such a step is not profiled",
+            profiler.rank,
+            profiler.role,
+            exc,
+        )
         return None

@@ -40,8 +40,12 @@ def _owner(entry: Entry | None) -> Handle | None:
     capture) or refuses them."""
     while entry is not None:
         handle = entry.handle
-        if entry.live and isinstance(handle, Handle) and not handle.closed and (
-                handle.batches is not None or handle.opaque):
+        if (
+            entry.live
+            and isinstance(handle, Handle)
+            and not handle.closed
+            and (handle.batches is not None or handle.opaque)
+        ):
             return handle
         entry = entry.below
     return None
@@ -62,24 +66,27 @@ def _path(handle: Handle) -> tuple[str, ...] | None:
 
 
 def _unseen_thread(switched: bool) -> str:
-    then = ("this role's next sessions capture every thread" if switched else
-            "this torch cannot capture every thread (torch >= 2.7 can)")
-    return (f"ran on thread {threading.current_thread().name!r}, which the step's session does "
-            f"not capture (it records only the thread that started it); {then}")
+    then = (
+        "this role's next sessions capture every thread"
+        if switched
+        else "this torch cannot capture every thread (torch >= 2.7 can)"
+    )
+    return (
+        f"ran on thread {threading.current_thread().name!r}, which the step's session does "
+        f"not capture (it records only the thread that started it); {then}"
+    )
 
 
 def _elsewhere(current: Session | None, ended: bool) -> str | None:
     """Why a region of a continuous step is not in its session, or None: the thread is unseen."""
     if current is not None:
-        return (f"ran while the capture was held by {holder(current)}; one capture runs per "
-                "process at a time")
+        return f"ran while the capture was held by {holder(current)}; one capture runs per process at a time"
     if ended:
         return "ran after the thread that began its step ended (its session stopped with it)"
     return None
 
 
-def _advance_outside(session: Session, index: int, context: Entry | None,
-                     owner: Handle | None) -> None:
+def _advance_outside(session: Session, index: int, context: Entry | None, owner: Handle | None) -> None:
     """Step a scheduled stage's schedule with the regions around the mini-batch closed, up to
     the stage's own: a torch region entered under one window's profiler and exited under the
     next corrupts torch's heap (the process crashes later, anywhere). They reopen right after."""
@@ -102,12 +109,35 @@ class Recorder:
     """One role's profiled step: opens stage and mini-batch regions and, in discrete mode,
     stage captures. ``active`` until the step ends."""
 
-    __slots__ = ("_annotator", "_backend", "_batches", "_claim", "_slot", "_discrete",
-                 "_label", "_on_unseen", "_said", "_schedule", "_sessions", "active", "role", "step")
+    __slots__ = (
+        "_annotator",
+        "_backend",
+        "_batches",
+        "_claim",
+        "_slot",
+        "_discrete",
+        "_label",
+        "_on_unseen",
+        "_said",
+        "_schedule",
+        "_sessions",
+        "active",
+        "role",
+        "step",
+    )
 
-    def __init__(self, label: TraceLabel, *, annotator: Annotator | None, backend: Backend,
-                 slot: CaptureSlot, discrete: bool, schedule: Schedule | None,
-                 claim: Claim | None, on_unseen: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        label: TraceLabel,
+        *,
+        annotator: Annotator | None,
+        backend: Backend,
+        slot: CaptureSlot,
+        discrete: bool,
+        schedule: Schedule | None,
+        claim: Claim | None,
+        on_unseen: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.role, self.step, self._label = label.role, label.step, label
         self._annotator, self._backend, self._slot = annotator, backend, slot
         self._discrete, self._schedule, self._claim = discrete, schedule, claim
@@ -150,8 +180,15 @@ class Recorder:
         if next(self._said):
             return
         reason = f"{name!r} {why or _unseen_thread(self._on_unseen())}"
-        once(f"missed:{self.role}", logging.ERROR, "[profdsl rank %s] %s step %s: %s",
-             self._label.rank, self.role, self.step, reason)
+        once(
+            f"missed:{self.role}",
+            logging.ERROR,
+            "[profdsl rank %s] %s step %s: %s",
+            self._label.rank,
+            self.role,
+            self.step,
+            reason,
+        )
         self._record(self._label.loss("incomplete", reason, stage=name))
 
     def _record(self, record: TraceRecord) -> None:
@@ -174,12 +211,20 @@ class Recorder:
         return Handle(self._annotator, name, color, self)
 
     def _refused(self, name: str, scheduled: bool, busy: Busy) -> None:
-        reason = (f"began while the capture was held by {busy.holder} in another thread or task; "
-                  "one capture runs per process at a time")
-        once(f"stage-busy:{self.role}:{name}", logging.ERROR if scheduled else logging.WARNING,
-             "[profdsl rank %s] %s stage %r %s: it gets no trace of its own%s",
-             self._label.rank, self.role, name, reason,
-             " and records no mini-batches" if scheduled else "")
+        reason = (
+            f"began while the capture was held by {busy.holder} in another thread or task; "
+            "one capture runs per process at a time"
+        )
+        once(
+            f"stage-busy:{self.role}:{name}",
+            logging.ERROR if scheduled else logging.WARNING,
+            "[profdsl rank %s] %s stage %r %s: it gets no trace of its own%s",
+            self._label.rank,
+            self.role,
+            name,
+            reason,
+            " and records no mini-batches" if scheduled else "",
+        )
         self._record(self._label.loss("skipped", reason, stage=name))
 
     def mini_batch(self, base: str, context: Entry | None, *, region: bool = True) -> Handle | None:
@@ -206,24 +251,37 @@ class Recorder:
             session.note(base, mini_batch=True)
             if batches.schedule is None:
                 return Handle(annotator, name, None, self)
-            return OwningHandle(annotator, name, None, self, finish=functools.partial(
-                _advance_outside, session, index, context, owner))
+            return OwningHandle(
+                annotator, name, None, self, finish=functools.partial(_advance_outside, session, index, context, owner)
+            )
         session.mini_batch_began(recorded)
         if recorded:
             session.note(base, mini_batch=True)
         schedule = batches.schedule if session.capture is not None and session.capture.pausable else None
         finish = functools.partial(session.mini_batch_ended, self.role, self.step, schedule, index, recorded)
         # A left-out mini-batch opens no region: the trace holds exactly the windows it lists.
-        return OwningHandle(annotator if recorded else None, name, None, self, finish=finish,
-                            unfinish=functools.partial(session.mini_batch_withdrawn, recorded))
+        return OwningHandle(
+            annotator if recorded else None,
+            name,
+            None,
+            self,
+            finish=finish,
+            unfinish=functools.partial(session.mini_batch_withdrawn, recorded),
+        )
 
     def _foreign(self, base: str) -> None:
-        once(f"mini-batch-thread:{self.role}", logging.ERROR,
-             "[profdsl rank %s] %s: a %r mini-batch ran on thread %r, but its capture runs on "
-             "another thread, from which it cannot be driven; it is not recorded. Run "
-             "mini-batches on the thread of their stage (or of start), or set "
-             "TorchOptions(all_threads=True)", self._label.rank, self.role, base,
-             threading.current_thread().name)
+        once(
+            f"mini-batch-thread:{self.role}",
+            logging.ERROR,
+            "[profdsl rank %s] %s: a %r mini-batch ran on thread %r, but its capture runs on "
+            "another thread, from which it cannot be driven; it is not recorded. Run "
+            "mini-batches on the thread of their stage (or of start), or set "
+            "TorchOptions(all_threads=True)",
+            self._label.rank,
+            self.role,
+            base,
+            threading.current_thread().name,
+        )
 
     def continued(self, handle: Handle) -> None:
         """A region of this step was reopened (``handle``'s): the capture recording it counts a
@@ -242,10 +300,8 @@ class Recorder:
         self.active = False
         sessions, self._sessions = self._sessions, []
         for session in sessions:
-            if self._slot.current is session and session.owned_here() \
-                    and session.cut_short is None:
-                session.cut_short = (f"step {self.step} ended while stage {session.label.stage!r} "
-                                     "was still open")
+            if self._slot.current is session and session.owned_here() and session.cut_short is None:
+                session.cut_short = f"step {self.step} ended while stage {session.label.stage!r} was still open"
             self._slot.end_stage(session)
 
 

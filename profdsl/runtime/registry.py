@@ -29,9 +29,17 @@ def unbound(name: str, traced: bool, roles: list[str], chosen: str | None) -> No
     """Say once per stage name which role took an entry bound to no role while several roles
     were profiling (``traced``) or timing a step."""
     doing, what = ("profiling", "its region") if traced else ("timing", "its time")
-    once(f"unbound:{doing}:{name}", logging.WARNING,
-         "profdsl: stage %r is bound to no role while roles %s are %s a step: %s goes to %r "
-         "(pass role= or profiler= to choose)", name, ", ".join(map(repr, roles)), doing, what, chosen)
+    once(
+        f"unbound:{doing}:{name}",
+        logging.WARNING,
+        "profdsl: stage %r is bound to no role while roles %s are %s a step: %s goes to %r "
+        "(pass role= or profiler= to choose)",
+        name,
+        ", ".join(map(repr, roles)),
+        doing,
+        what,
+        chosen,
+    )
 
 
 class Registry:

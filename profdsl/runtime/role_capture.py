@@ -63,10 +63,15 @@ class RoleCapture:
         assert backend is not None
         wanted = backend.tool == "torch" and (backend.all_threads or self.every_thread or not comes_back())
         if wanted and not backend.every_thread_possible:
-            once("every-thread-impossible", logging.WARNING,
-                 "[profdsl rank %s] %s: the step's work may run on other threads, but this torch "
-                 "cannot capture every thread (torch >= 2.7 can): its sessions record the thread "
-                 "that starts them", self.plan.rank, self.plan.role)
+            once(
+                "every-thread-impossible",
+                logging.WARNING,
+                "[profdsl rank %s] %s: the step's work may run on other threads, but this torch "
+                "cannot capture every thread (torch >= 2.7 can): its sessions record the thread "
+                "that starts them",
+                self.plan.rank,
+                self.plan.role,
+            )
             wanted = False
         return Claim(self.label(step, note), backend, every_thread=wanted)
 
@@ -82,10 +87,16 @@ class RoleCapture:
         """A profiled step begins: its recorder, registered where the DSL finds it."""
         assert self.backend is not None
         config = self.plan.config
-        self.recorder = Recorder(self.label(step, note), annotator=self.annotator, backend=self.backend,
-                                 slot=self._slot, discrete=config.discrete,
-                                 schedule=config.torch.schedule, claim=claim,
-                                 on_unseen=self.switch_to_every_thread)
+        self.recorder = Recorder(
+            self.label(step, note),
+            annotator=self.annotator,
+            backend=self.backend,
+            slot=self._slot,
+            discrete=config.discrete,
+            schedule=config.torch.schedule,
+            claim=claim,
+            on_unseen=self.switch_to_every_thread,
+        )
         self._registry.activate(self.recorder)
 
     def end(self) -> None:

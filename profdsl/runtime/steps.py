@@ -50,8 +50,16 @@ class Flush:
 class StepSessions:
     """One profiler's step events, carried out."""
 
-    def __init__(self, plan: RolePlan, capture: RoleCapture, *, slot: CaptureSlot, writer: Writer,
-                 rounds: HookRounds, inbox: Inbox) -> None:
+    def __init__(
+        self,
+        plan: RolePlan,
+        capture: RoleCapture,
+        *,
+        slot: CaptureSlot,
+        writer: Writer,
+        rounds: HookRounds,
+        inbox: Inbox,
+    ) -> None:
         self.tracker = StepTracker(plan.steps)
         self.profiled_steps: list[int] = []
         self.claim: Claim | None = None  # continuous mode: this role's hold on the capture
@@ -85,9 +93,13 @@ class StepSessions:
         self._step = step
         profiled = self.tracker.profiling
         if self.tracker.hook_done and not profiled and self.tracker.plan.is_profiled(step):
-            once(f"after-hook:{id(self)}", logging.WARNING,
-                 "profdsl: step %s is a profiled step, but it comes after the finish hook was "
-                 "owed (a retried step?): it is not profiled again", step)
+            once(
+                f"after-hook:{id(self)}",
+                logging.WARNING,
+                "profdsl: step %s is a profiled step, but it comes after the finish hook was "
+                "owed (a retried step?): it is not profiled again",
+                step,
+            )
         if profiled and step is not None and self.tracker.capture is None:
             self.profiled_steps.append(step)  # the plan's (a request's steps are its round's)
         return profiled, self._apply(events, step)
@@ -146,8 +158,7 @@ class StepSessions:
         if self._arrived:
             return None
         self._arrived = True
-        return self._rounds.arrive(self._plan.save_path, self, self._plan.hook if hook else None,
-                                   self.profiled_steps)
+        return self._rounds.arrive(self._plan.save_path, self, self._plan.hook if hook else None, self.profiled_steps)
 
     def _move_nsys(self, *, final: bool) -> None:
         """After a capture: have the writer move this process's finished nsys reports in. A
@@ -161,8 +172,13 @@ class StepSessions:
         wait_s = NSYS_FINAL_WAIT_S if final and not self._waited else 0.0  # once: at the first final pass
         self._waited |= final
         source = config.nsys_report_dir or relocate.default_nsys_dir()
-        label = dict(role=plan.role, rank=plan.rank, world_size=plan.world_size, host=plan.label.host,
-                     **plan.topology.parallel.coords())
+        label = dict(
+            role=plan.role,
+            rank=plan.rank,
+            world_size=plan.world_size,
+            host=plan.label.host,
+            **plan.topology.parallel.coords(),
+        )
         pid = os.getpid()
 
         def reports() -> list[relocate.Move | relocate.Skip]:
@@ -172,8 +188,16 @@ class StepSessions:
                 names = os.listdir(source)
             except OSError:
                 return []  # nothing written there (yet): late reports are picked up later
-            return relocate.plan_nsys(names, source_dir=source, pid=pid, label=label,
-                                      time_ms=time.time_ns() // 1_000_000)
+            return relocate.plan_nsys(
+                names, source_dir=source, pid=pid, label=label, time_ms=time.time_ns() // 1_000_000
+            )
 
-        self._writer.submit(MoveJob(plan.save_path, reports, wait_s=NSYS_STOP_WAIT_S,
-                                    record_incomplete=record_incomplete, what="nsys reports"))
+        self._writer.submit(
+            MoveJob(
+                plan.save_path,
+                reports,
+                wait_s=NSYS_STOP_WAIT_S,
+                record_incomplete=record_incomplete,
+                what="nsys reports",
+            )
+        )

@@ -14,5 +14,14 @@ from profdsl.integrations.verl.config import ROLES, map_block, nsight_options, p
 from profdsl.integrations.verl.facade import DistProfiler, DistProfilerExtension, annotate
 from profdsl.integrations.verl.keys import KEYS, key_table
 
-__all__ = ["KEYS", "ROLES", "DistProfiler", "DistProfilerExtension", "annotate", "key_table", "map_block",
-           "nsight_options", "profiler_configs"]
+__all__ = [
+    "KEYS",
+    "ROLES",
+    "DistProfiler",
+    "DistProfilerExtension",
+    "annotate",
+    "key_table",
+    "map_block",
+    "nsight_options",
+    "profiler_configs",
+]

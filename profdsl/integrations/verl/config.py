@@ -83,8 +83,9 @@ def _block(mapping: Any, where: str) -> dict[str, Any]:
 def _check(block: Mapping[Any, Any], known: frozenset[str], where: str) -> None:
     for key in block:
         if key not in known and key not in IGNORED:
-            raise ConfigError(f"unknown verl key {where}.{key}{suggest(key, known)} (known: "
-                              f"{', '.join(sorted(known))})")
+            raise ConfigError(
+                f"unknown verl key {where}.{key}{suggest(key, known)} (known: {', '.join(sorted(known))})"
+            )
 
 
 def _text(where: str, value: Any) -> str | None:
@@ -139,8 +140,10 @@ def _global(cfg: Mapping[str, Any]) -> _Global:
     _check(block, GLOBAL_KEYS, where)
     for key, unset in (("enable", False), ("all_ranks", False), ("ranks", []), ("tool_config", None)):
         if block.get(key, unset) not in (unset, None, {}, [], False, MISSING):
-            raise ConfigError(f"verl {where}.{key} is never read by verl's trainer, got "
-                              f"{block[key]!r}: set it in each role's profiler block")
+            raise ConfigError(
+                f"verl {where}.{key} is never read by verl's trainer, got "
+                f"{block[key]!r}: set it in each role's profiler block"
+            )
     # checked here, although a role that sets its own never reads them: no value goes unseen
     for key in ("tool", "save_path", "finish_hook_cmd"):
         _text(f"{where}.{key}", block.get(key))
@@ -152,8 +155,9 @@ def _global(cfg: Mapping[str, Any]) -> _Global:
     _check(tools, frozenset(TOOL_KEYS), f"{where}.global_tool_config")
     for tool, sub in tools.items():
         if tool in TOOL_KEYS:
-            _check(_block(sub, f"{where}.global_tool_config.{tool}"), TOOL_KEYS[tool],
-                   f"{where}.global_tool_config.{tool}")
+            _check(
+                _block(sub, f"{where}.global_tool_config.{tool}"), TOOL_KEYS[tool], f"{where}.global_tool_config.{tool}"
+            )
     nsys = _block(tools.get("nsys"), f"{where}.global_tool_config.nsys")
     _bool(f"{where}.global_tool_config.nsys.discrete", nsys.get("discrete"))
     return _Global(block, nsys)
@@ -183,22 +187,43 @@ class _Role:
 
 
 #: Role keys a rollout block takes from the actor's when it lacks them (the rest: global).
-_FROM_ACTOR: Final = ("enable", "all_ranks", "ranks", "relocate_results", "finish_hook_cmd",
-                      "finish_hook_all_ranks", "finish_hook_ranks")
-_FROM_GLOBAL: Final = ("tool", "save_path", "relocate_results", "finish_hook_cmd",
-                       "finish_hook_all_ranks", "finish_hook_ranks")
+_FROM_ACTOR: Final = (
+    "enable",
+    "all_ranks",
+    "ranks",
+    "relocate_results",
+    "finish_hook_cmd",
+    "finish_hook_all_ranks",
+    "finish_hook_ranks",
+)
+_FROM_GLOBAL: Final = (
+    "tool",
+    "save_path",
+    "relocate_results",
+    "finish_hook_cmd",
+    "finish_hook_all_ranks",
+    "finish_hook_ranks",
+)
 _LOCAL: Final = {"enable": False, "all_ranks": False, "ranks": []}
 #: What ``global_profiler`` holds when a mapping lacks a key: verl's shipped YAML defaults.
-_GLOBAL_DEFAULTS: Final[dict[str, Any]] = {"tool": None, "save_path": "outputs/profile", "relocate_results": False,
-                           "finish_hook_cmd": None, "finish_hook_all_ranks": False, "finish_hook_ranks": []}
+_GLOBAL_DEFAULTS: Final[dict[str, Any]] = {
+    "tool": None,
+    "save_path": "outputs/profile",
+    "relocate_results": False,
+    "finish_hook_cmd": None,
+    "finish_hook_all_ranks": False,
+    "finish_hook_ranks": [],
+}
 
 
 def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role | None) -> _Role:
     block = dict(block or {})
     _check(block, ROLE_KEYS, where)
     if not _unset(block.get("global_tool_config")) and block.get("global_tool_config") != {}:
-        raise ConfigError(f"verl {where}.global_tool_config is read from global_profiler only: move "
-                          "it to global_profiler.global_tool_config")
+        raise ConfigError(
+            f"verl {where}.global_tool_config is read from global_profiler only: move "
+            "it to global_profiler.global_tool_config"
+        )
     tools = _block(block.get("tool_config"), f"{where}.tool_config")
     _check(tools, frozenset(TOOL_KEYS), f"{where}.tool_config")
     for tool, sub in tools.items():
@@ -249,8 +274,10 @@ def _hook_cmd(where: str, cmd: Any) -> Any:
     if not isinstance(cmd, str) or "VERL_PROFILE_" not in cmd:
         return cmd
     if "VERL_PROFILE_RAY_NSIGHT_DIR" in cmd:
-        raise ConfigError(f"verl {where} uses $VERL_PROFILE_RAY_NSIGHT_DIR: profdsl moves nsys reports "
-                          "into save_path, so read them from $PROFDSL_SAVE_PATH")
+        raise ConfigError(
+            f"verl {where} uses $VERL_PROFILE_RAY_NSIGHT_DIR: profdsl moves nsys reports "
+            "into save_path, so read them from $PROFDSL_SAVE_PATH"
+        )
     names = [f"VERL_PROFILE_{v}" for v in _HOOK_VARS]
     prelude = " ".join(f'VERL_PROFILE_{v}="$PROFDSL_{p}"' for v, p in _HOOK_VARS.items())
     return f"{prelude}; export {' '.join(names)}; {cmd}"
@@ -262,17 +289,20 @@ def _rollout_options(role: _Role, is_rollout: bool) -> RolloutOptions:
     end = _count(f"{where}.profile_token_end", role.torch.get("profile_token_end"))
     if not is_rollout:
         if start is not None or end is not None:
-            raise ConfigError(f"verl {where}.profile_token_start/_end apply to the rollout engines only "
-                              f"(got {start!r}, {end!r}): set them in "
-                              "actor_rollout_ref.rollout.profiler.tool_config.torch")
+            raise ConfigError(
+                f"verl {where}.profile_token_start/_end apply to the rollout engines only "
+                f"(got {start!r}, {end!r}): set them in "
+                "actor_rollout_ref.rollout.profiler.tool_config.torch"
+            )
         return RolloutOptions()
     fields: dict[str, Any] = {}
     if start is not None:
         fields["delay_iterations"] = start
     if end is not None:
         if end <= (start or 0):
-            raise ConfigError(f"verl {where}.profile_token_end must be an integer > profile_token_start "
-                              f"({start!r}), got {end!r}")
+            raise ConfigError(
+                f"verl {where}.profile_token_end must be an integer > profile_token_start ({start!r}), got {end!r}"
+            )
         fields["max_iterations"] = end - (start or 0)
     return _convert(f"{where}.profile_token_start/_end", lambda: RolloutOptions(**fields))
 
@@ -284,14 +314,18 @@ def _config(role: _Role, g: _Global, name: str) -> ProfilerConfig:
     if enable and given in REFUSED_TOOLS:
         raise ConfigError(f"verl {where}.tool is {given!r}: {REFUSED_TOOLS[given]}")
     if enable and given is None:
-        raise ConfigError(f"verl {where}.enable is true but no tool is set: set global_profiler.tool "
-                          "to 'torch' or 'nsys'")
+        raise ConfigError(
+            f"verl {where}.enable is true but no tool is set: set global_profiler.tool to 'torch' or 'nsys'"
+        )
     if enable and given not in ("torch", "nsys"):
-        raise ConfigError(f"verl {where}.tool must be 'torch' or 'nsys', got {given!r} (verl gives an "
-                          "unknown tool a backend that does nothing)")
+        raise ConfigError(
+            f"verl {where}.tool must be 'torch' or 'nsys', got {given!r} (verl gives an "
+            "unknown tool a backend that does nothing)"
+        )
     tool: Literal["torch", "nsys"] = "nsys" if given == "nsys" else "torch"
-    discrete = _bool(f"{where}.tool_config.{tool}.discrete",
-                     role.nsys_discrete if tool == "nsys" else role.torch.get("discrete"))
+    discrete = _bool(
+        f"{where}.tool_config.{tool}.discrete", role.nsys_discrete if tool == "nsys" else role.torch.get("discrete")
+    )
     save_path = role.get("save_path")
     if save_path is None and enable:
         raise ConfigError(f"verl {where}.save_path is null: set global_profiler.save_path")
@@ -300,25 +334,36 @@ def _config(role: _Role, g: _Global, name: str) -> ProfilerConfig:
         fields["save_path"] = save_path
     contents = role.torch.get("contents")
     cmd_where = f"{where}.finish_hook_cmd"
-    hook = _convert(f"{where}.finish_hook_*", lambda: FinishHook(
-        cmd=_hook_cmd(cmd_where, role.get("finish_hook_cmd")),
-        all_ranks=_bool(f"{where}.finish_hook_all_ranks", role.get("finish_hook_all_ranks")),
-        ranks=[] if role.get("finish_hook_ranks") is None else role.get("finish_hook_ranks")))
-    torch = _convert(f"{where}.tool_config.torch", lambda: TorchOptions(
-        contents=[] if contents is None else contents, schedule=_schedule(role, discrete)))
+    hook = _convert(
+        f"{where}.finish_hook_*",
+        lambda: FinishHook(
+            cmd=_hook_cmd(cmd_where, role.get("finish_hook_cmd")),
+            all_ranks=_bool(f"{where}.finish_hook_all_ranks", role.get("finish_hook_all_ranks")),
+            ranks=[] if role.get("finish_hook_ranks") is None else role.get("finish_hook_ranks"),
+        ),
+    )
+    torch = _convert(
+        f"{where}.tool_config.torch",
+        lambda: TorchOptions(contents=[] if contents is None else contents, schedule=_schedule(role, discrete)),
+    )
     steps = g.get("steps")
-    return _convert(where, lambda: ProfilerConfig(
-        enable=enable, tool=tool, steps=[] if steps is None else steps,
-        ranks=[] if role.get("ranks") is None else role.get("ranks"),
-        all_ranks=_bool(f"{where}.all_ranks", role.get("all_ranks")),
-        discrete=discrete,
-        continuous_steps=_bool("global_profiler.profile_continuous_steps",
-                               g.get("profile_continuous_steps")),
-        torch=torch,
-        relocate_results=_bool(f"{where}.relocate_results", role.get("relocate_results")),
-        finish_hook=hook,
-        rollout=_rollout_options(role, name == "rollout"),
-        **fields))
+    return _convert(
+        where,
+        lambda: ProfilerConfig(
+            enable=enable,
+            tool=tool,
+            steps=[] if steps is None else steps,
+            ranks=[] if role.get("ranks") is None else role.get("ranks"),
+            all_ranks=_bool(f"{where}.all_ranks", role.get("all_ranks")),
+            discrete=discrete,
+            continuous_steps=_bool("global_profiler.profile_continuous_steps", g.get("profile_continuous_steps")),
+            torch=torch,
+            relocate_results=_bool(f"{where}.relocate_results", role.get("relocate_results")),
+            finish_hook=hook,
+            rollout=_rollout_options(role, name == "rollout"),
+            **fields,
+        ),
+    )
 
 
 def profiler_configs(cfg: Any) -> dict[str, ProfilerConfig]:
@@ -341,14 +386,16 @@ def profiler_configs(cfg: Any) -> dict[str, ProfilerConfig]:
     actor = _role(_at(cfg, ROLE_PATHS["actor"]), g, ".".join(ROLE_PATHS["actor"]), None)
     found = {}
     for name, path in ROLE_PATHS.items():
-        role = actor if name == "actor" else _role(
-            _at(cfg, path), g, ".".join(path), actor if name == "rollout" else None)
+        role = (
+            actor if name == "actor" else _role(_at(cfg, path), g, ".".join(path), actor if name == "rollout" else None)
+        )
         found[name] = _config(role, g, name)
     return found
 
 
-def map_block(block: Any, *, global_profiler: Any = None, rollout: bool = False,
-              where: str = "profiler") -> ProfilerConfig:
+def map_block(
+    block: Any, *, global_profiler: Any = None, rollout: bool = False, where: str = "profiler"
+) -> ProfilerConfig:
     """One role's ``profiler`` block (a mapping or a verl ``ProfilerConfig``), with the trainer's
     ``global_profiler`` for what it inherits (``steps`` above all: a role block has none).
 
@@ -356,8 +403,7 @@ def map_block(block: Any, *, global_profiler: Any = None, rollout: bool = False,
         ConfigError: as :func:`profiler_configs`.
     """
     g = _global({"global_profiler": plain(global_profiler)})
-    return _config(_role(_block(plain(block), where), g, where, None), g,
-                   "rollout" if rollout else "role")
+    return _config(_role(_block(plain(block), where), g, where, None), g, "rollout" if rollout else "role")
 
 
 def nsight_options(cfg: Any) -> dict[str, str]:

@@ -42,8 +42,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: The mini-batch base name of verl's update loops (``mini_batch{i}``).
 MINI_BATCH = "mini_batch"
 #: Colour names verl's workers use that NVTX's short list lacks.
-_MORE_COLORS = {"olive": "#808000", "black": "#000000", "gray": "#808080", "grey": "#808080",
-                "magenta": "#FF00FF", "brown": "#A52A2A", "pink": "#FFC0CB"}
+_MORE_COLORS = {
+    "olive": "#808000",
+    "black": "#000000",
+    "gray": "#808080",
+    "grey": "#808080",
+    "magenta": "#FF00FF",
+    "brown": "#A52A2A",
+    "pink": "#FFC0CB",
+}
 
 
 class _Scope:
@@ -166,17 +173,30 @@ class DistProfiler:
         >>> worker.stop_profile(run_command=True)
     """
 
-    def __init__(self, rank: int, config: ProfilerConfig | Mapping[str, Any] | None = None,
-                 tool_config: Mapping[str, Any] | None = None, save_file_prefix: str | None = None,
-                 *, steps: Any = None, continuous_steps: bool = False, world_size: int | None = None,
-                 parallel: object = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        rank: int,
+        config: ProfilerConfig | Mapping[str, Any] | None = None,
+        tool_config: Mapping[str, Any] | None = None,
+        save_file_prefix: str | None = None,
+        *,
+        steps: Any = None,
+        continuous_steps: bool = False,
+        world_size: int | None = None,
+        parallel: object = None,
+        **kwargs: Any,
+    ) -> None:
         self.save_file_prefix = save_file_prefix
         self.config = _config_of(config, tool_config, steps, continuous_steps)
         self.rank, self.world_size = discover_world(rank, world_size)
         self.topology = process_topology(self.rank, self.world_size, parallel, select=self.config.select)
         self._selected = self.config.enable and is_rank_selected(
-            self.rank, self.config.ranks, all_ranks=self.config.all_ranks, select=self.config.select,
-            topology=self.topology)
+            self.rank,
+            self.config.ranks,
+            all_ranks=self.config.all_ranks,
+            select=self.config.select,
+            topology=self.topology,
+        )
         # Made at the first start(): verl builds profilers the trainer never starts (the inner
         # TrainingWorker's), which must not hold the finish hook of this save_path back.
         self.profiler: Profiler | None = None
@@ -213,14 +233,19 @@ class DistProfiler:
         ``"train"``) is not needed: trace names carry role, stage and step."""
         step = kwargs.get("profile_step", kwargs.get("global_step"))
         if step is None:
-            once(f"verl-start-without-step:{id(self)}", logging.WARNING,
-                 "[profdsl rank %s] %s: start() without profile_step: profdsl profiles the "
-                 "configured steps and needs the step number; nothing is profiled",
-                 self.rank, self.role)
+            once(
+                f"verl-start-without-step:{id(self)}",
+                logging.WARNING,
+                "[profdsl rank %s] %s: start() without profile_step: profdsl profiles the "
+                "configured steps and needs the step number; nothing is profiled",
+                self.rank,
+                self.role,
+            )
             return
         if self.profiler is None:
-            self.profiler = Profiler(self.config, role=self.role, rank=self.rank,
-                                     world_size=self.world_size, parallel=self.topology.parallel)
+            self.profiler = Profiler(
+                self.config, role=self.role, rank=self.rank, world_size=self.world_size, parallel=self.topology.parallel
+            )
         self.profiler.start(step)
 
     def stop(self, run_command: bool = True) -> None:
@@ -252,9 +277,14 @@ class DistProfiler:
 
     # -- stages --------------------------------------------------------------------------------
     @classmethod
-    def annotate(cls, message: str | None = None, color: str | int | None = None,
-                 domain: str | None = None, category: str | None = None,
-                 **kwargs_outer: Any) -> Callable[[F], F]:
+    def annotate(
+        cls,
+        message: str | None = None,
+        color: str | int | None = None,
+        domain: str | None = None,
+        category: str | None = None,
+        **kwargs_outer: Any,
+    ) -> Callable[[F], F]:
         """Decorate a worker method as a stage: ``@DistProfiler.annotate(role="actor_update",
         color="red", scheduled=True)``. The stage is named ``message or role or`` the method's
         name, and uses the instance's ``self.profiler``; ``domain`` and ``category`` are NVTX
@@ -273,15 +303,18 @@ class DistProfiler:
         return decorate
 
 
-def _config_of(config: object, tool_config: Mapping[str, Any] | None, steps: Any,
-               continuous_steps: bool) -> ProfilerConfig:
+def _config_of(
+    config: object, tool_config: Mapping[str, Any] | None, steps: Any, continuous_steps: bool
+) -> ProfilerConfig:
     if config is None:
         return ProfilerConfig()
     if isinstance(config, ProfilerConfig):
         return config
     if not isinstance(config, Mapping):
-        raise ConfigError("DistProfiler config must be a profdsl ProfilerConfig, a verl profiler block "
-                          f"(a mapping or verl's ProfilerConfig) or None, got {config!r}")
+        raise ConfigError(
+            "DistProfiler config must be a profdsl ProfilerConfig, a verl profiler block "
+            f"(a mapping or verl's ProfilerConfig) or None, got {config!r}"
+        )
     block = dict(plain(config))
     tool = block.get("tool")
     if tool_config is not None and isinstance(tool, str) and tool != MISSING:
@@ -290,13 +323,18 @@ def _config_of(config: object, tool_config: Mapping[str, Any] | None, steps: Any
         given = block.get("tool_config")
         tools = dict(given) if isinstance(given, Mapping) else {}
         block["tool_config"] = {**tools, tool: plain(tool_config)}
-    mapped = map_block(block, global_profiler={"steps": steps, "profile_continuous_steps": continuous_steps},
-                       where="DistProfiler config")
+    mapped = map_block(
+        block,
+        global_profiler={"steps": steps, "profile_continuous_steps": continuous_steps},
+        where="DistProfiler config",
+    )
     if mapped.enable and not mapped.steps:
-        raise ConfigError("DistProfiler config: a verl role block holds no steps (they are "
-                          "global_profiler.steps, which workers do not see): pass steps=[...], or "
-                          "build the role's config on the trainer with profdsl.integrations.verl."
-                          "profiler_configs(cfg) and hand the worker that")
+        raise ConfigError(
+            "DistProfiler config: a verl role block holds no steps (they are "
+            "global_profiler.steps, which workers do not see): pass steps=[...], or "
+            "build the role's config on the trainer with profdsl.integrations.verl."
+            "profiler_configs(cfg) and hand the worker that"
+        )
     return mapped
 
 

@@ -87,8 +87,7 @@ class StepClaims:
         if self.name is None:
             self.name = live[0].label
         name = attrs.evolve(self.name, part=self.pieces or None)  # numbered only once cut
-        session = Session("step", name, live[0].backend, self.writer, thread=live[0].thread,
-                          signals=self.signals)
+        session = Session("step", name, live[0].backend, self.writer, thread=live[0].thread, signals=self.signals)
         for claim in self.claims:
             session.join(claim.label)
         return session

@@ -21,8 +21,11 @@ from typing import Any
 __all__ = ["HELD", "Signals"]
 
 #: The signals held when their handler is Python code (never one left to the OS: SIG_DFL, SIG_IGN).
-HELD = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
-             if hasattr(signal, name))
+HELD = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+)
 
 Signal = tuple[Any, int, "FrameType | None"]
 

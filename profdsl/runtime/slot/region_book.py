@@ -57,5 +57,9 @@ class RegionBook:
         cycle = cycle_of(self.schedule, window[0]) if self.schedule is not None and window else None
         continued = self._continued.pop(cycle, {})
         at = self._continued_at.pop(cycle, {})
-        return Regions(stages=tuple(sorted(self.stages)), mini_batches=tuple(sorted(self.bases)),
-                       continued=dict(sorted(continued.items())), continued_at=tuple(sorted(at.items())) or None)
+        return Regions(
+            stages=tuple(sorted(self.stages)),
+            mini_batches=tuple(sorted(self.bases)),
+            continued=dict(sorted(continued.items())),
+            continued_at=tuple(sorted(at.items())) or None,
+        )

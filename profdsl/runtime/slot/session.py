@@ -36,8 +36,17 @@ __all__ = ["Session"]
 class Session:
     """One capture session of this process; ``kind`` is ``"step"`` or ``"stage"``."""
 
-    def __init__(self, kind: str, label: TraceLabel, backend: Backend, writer: Writer,
-                 schedule: Schedule | None = None, *, signals: Signals, thread: int | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        label: TraceLabel,
+        backend: Backend,
+        writer: Writer,
+        schedule: Schedule | None = None,
+        *,
+        signals: Signals,
+        thread: int | None = None,
+    ) -> None:
         self.kind, self.label, self.backend, self.schedule = kind, label, backend, schedule
         self.writer, self.signals = writer, signals
         self.roles: list[str] = [label.role]
@@ -63,9 +72,14 @@ class Session:
         self.returns = every_thread or comes_back()
         try:
             with self.signals.held():
-                self.capture = self.backend.open(rank=self.label.rank, schedule=self.schedule,
-                                                 describe=self.describe, sink=self.sink, runner=runner,
-                                                 every_thread=every_thread)
+                self.capture = self.backend.open(
+                    rank=self.label.rank,
+                    schedule=self.schedule,
+                    describe=self.describe,
+                    sink=self.sink,
+                    runner=runner,
+                    every_thread=every_thread,
+                )
         except CaptureRefusedError as exc:
             self.dropped = True
             self._record_loss("failed", str(exc))
@@ -97,8 +111,10 @@ class Session:
                 capture.stop()
         except BaseException as exc:
             if len(self._ready) == ready:  # torch stopped without handing its last trace over
-                self._record_loss("incomplete", f"interrupted ({type(exc).__name__}) while torch stopped "
-                                  "the capture: its last events are lost")
+                self._record_loss(
+                    "incomplete",
+                    f"interrupted ({type(exc).__name__}) while torch stopped the capture: its last events are lost",
+                )
             raise
         finally:
             self.hand_over()
@@ -113,8 +129,10 @@ class Session:
         if label.save_path in self.save_paths:
             return False
         self.save_paths.append(label.save_path)
-        where = (f"recorded in the capture it shares with role {self.label.role!r} (one capture per "
-                 f"process), written into {self.label.save_path}")
+        where = (
+            f"recorded in the capture it shares with role {self.label.role!r} (one capture per "
+            f"process), written into {self.label.save_path}"
+        )
         self.writer.submit(RecordJob(label.save_path, label.loss("skipped", where)))
         return True
 
@@ -133,8 +151,9 @@ class Session:
             self._muted += 1
         self._apply_collecting()
 
-    def mini_batch_ended(self, role: str, step: int | None, schedule: Schedule | None,
-                         index: int, recorded: bool) -> None:
+    def mini_batch_ended(
+        self, role: str, step: int | None, schedule: Schedule | None, index: int, recorded: bool
+    ) -> None:
         """A mini-batch of a continuous role ended."""
         if recorded:
             self._open_recorded -= 1
@@ -190,16 +209,29 @@ class Session:
     def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
         """The trace's ``profdsl`` metadata."""
         label = self.label
-        return to_json(TraceMeta(
-            role=label.role, roles=tuple(self.roles), stage=label.stage, step=label.step,
-            rank=label.rank, world_size=label.world_size, window=window, windows=self.book.windows(),
-            config_hash=label.config_hash, host=label.host, pid=label.pid,
-            regions=self.book.regions(window),
-            parallel=label.parallel.coords(), parallel_sizes=label.parallel.sizes(), capture=label.capture,
-        ))
+        return to_json(
+            TraceMeta(
+                role=label.role,
+                roles=tuple(self.roles),
+                stage=label.stage,
+                step=label.step,
+                rank=label.rank,
+                world_size=label.world_size,
+                window=window,
+                windows=self.book.windows(),
+                config_hash=label.config_hash,
+                host=label.host,
+                pid=label.pid,
+                regions=self.book.regions(window),
+                parallel=label.parallel.coords(),
+                parallel_sizes=label.parallel.sizes(),
+                capture=label.capture,
+            )
+        )
 
-    def sink(self, write: Callable[[str], object], window: tuple[int, int] | None,
-             time_ms: int, blocked_s: float = 0.0) -> None:
+    def sink(
+        self, write: Callable[[str], object], window: tuple[int, int] | None, time_ms: int, blocked_s: float = 0.0
+    ) -> None:
         """A trace is ready (called inside the capture's stop or schedule step): noted, to be
         handed to the writer once torch is done (:meth:`hand_over`). ``write(path)`` has torch
         write its events; ``blocked_s``: how long the capture held up its thread for it."""
@@ -217,8 +249,12 @@ class Session:
             if interrupt is None:
                 try:
                     if not self.writer.wait_below("export", label.export.in_flight, label.export.timeout_s):
-                        once("export-slots", logging.WARNING, "profdsl: every export slot stayed busy "
-                             "for %gs; the next trace is handed over anyway", label.export.timeout_s)
+                        once(
+                            "export-slots",
+                            logging.WARNING,
+                            "profdsl: every export slot stayed busy for %gs; the next trace is handed over anyway",
+                            label.export.timeout_s,
+                        )
                 except BaseException as exc:
                     interrupt = exc
             extra: dict[str, object] = dict(windows=self.book.windows()) if self.kind == "step" else {}
@@ -238,7 +274,13 @@ class Session:
 
     def _record_loss(self, status: str, reason: str) -> None:
         label = attrs.evolve(self.label, roles=tuple(self.roles))
-        once(f"session-lost:{label.save_path}", logging.ERROR,
-             "[profdsl rank %s] the %s trace of step %s is lost: %s", label.rank, label.role,
-             label.step, reason)
+        once(
+            f"session-lost:{label.save_path}",
+            logging.ERROR,
+            "[profdsl rank %s] the %s trace of step %s is lost: %s",
+            label.rank,
+            label.role,
+            label.step,
+            reason,
+        )
         self.writer.submit(RecordJob(label.save_path, label.loss(status, reason)))

@@ -103,14 +103,14 @@ class CaptureSlot:
                 if self.current is None:
                     self._resume()
                 current = self.current
-        if current is not None and current.kind == "step" and not current.stop_wanted \
-                and self.claims.live(claim):
+        if current is not None and current.kind == "step" and not current.stop_wanted and self.claims.live(claim):
             return current
         return None
 
     # -- discrete stages --------------------------------------------------------------------
-    def begin_stage(self, label: TraceLabel, backend: Backend, schedule: Schedule | None, *,
-                    cut: bool = True) -> Session | Busy | None:
+    def begin_stage(
+        self, label: TraceLabel, backend: Backend, schedule: Schedule | None, *, cut: bool = True
+    ) -> Session | Busy | None:
         """Open a stage session, cutting a step session this thread owns (unless ``cut`` is
         False). :class:`Busy` when the slot is held elsewhere; None when the capture could not
         start."""
@@ -224,8 +224,7 @@ class CaptureSlot:
                     current.cut_short = current.cut_short or "its thread ended before it was stopped"
                     self._stop(current)
         except Exception as exc:  # a thread's last breath: say it, never raise
-            once("thread-ended", logging.ERROR,
-                 "profdsl: stopping the session of an ending thread failed: %r", exc)
+            once("thread-ended", logging.ERROR, "profdsl: stopping the session of an ending thread failed: %r", exc)
 
     def flush(self) -> None:
         """Stop a session whose stop was asked from another thread, if this thread owns it
@@ -242,8 +241,9 @@ class CaptureSlot:
         loss is recorded (``why``), and what the owner ends later is not written."""
         with self._lock:
             current = self.current
-            if current is None or (role is not None and (
-                    role not in current.roles or (current.kind == "step" and self.claims.claims))):
+            if current is None or (
+                role is not None and (role not in current.roles or (current.kind == "step" and self.claims.claims))
+            ):
                 return
             if current.owned_here():
                 self._stop(current)
@@ -253,8 +253,10 @@ class CaptureSlot:
                 return
             self.current = None
             self.dropped.append(current)
-            current.lost(f"its thread never returned to profdsl before {why} (run start/stop and "
-                         "stages on one thread, or set TorchOptions(all_threads=True))")
+            current.lost(
+                f"its thread never returned to profdsl before {why} (run start/stop and "
+                "stages on one thread, or set TorchOptions(all_threads=True))"
+            )
             self._release(current)
 
     # -- tests and fork ---------------------------------------------------------------------
@@ -280,7 +282,11 @@ class CaptureSlot:
 
 
 def _say_left_to_owner(session: Session) -> None:
-    once(f"torch-thread:stop:{session.label.rank}", logging.ERROR,
-         "[profdsl rank %s] the profiler session was started on another thread; it cannot be "
-         "stopped from this one (torch crashes otherwise): it stops at the next call from its "
-         "own thread, or when that thread ends", session.label.rank)
+    once(
+        f"torch-thread:stop:{session.label.rank}",
+        logging.ERROR,
+        "[profdsl rank %s] the profiler session was started on another thread; it cannot be "
+        "stopped from this one (torch crashes otherwise): it stops at the next call from its "
+        "own thread, or when that thread ends",
+        session.label.rank,
+    )

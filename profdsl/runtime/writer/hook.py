@@ -49,18 +49,36 @@ class HookPlan:
 
     def fields(self, steps: list[int], note: CaptureNote | None = None) -> dict[str, object]:
         """The fields of this role's hook record (``note``: the request it runs for)."""
-        return dict(role=self.role, rank=self.rank, world_size=self.world_size, host=self.host,
-                    **self.coords, pid=os.getpid(), steps=steps, capture=note)
+        return dict(
+            role=self.role,
+            rank=self.rank,
+            world_size=self.world_size,
+            host=self.host,
+            **self.coords,
+            pid=os.getpid(),
+            steps=steps,
+            capture=note,
+        )
 
     def environment(self, steps: list[int], note: CaptureNote | None = None) -> dict[str, str]:
         """What the command sees: the contract's ``PROFDSL_*`` variables, and for a request's
         hook ``PROFDSL_CAPTURE`` (what asked: ``file``, ``ray``, ``http``, ``api``, ``auto``) and
         ``PROFDSL_REQUEST`` (its id); both empty for the plan's hook."""
         env = finish_hook.hook_environment(
-            os.environ, save_path=self.save_path, tool=self.tool, role=self.role, rank=self.rank,
-            world_size=self.world_size, steps=steps, host=self.host, pid=os.getpid())
-        env.update(PROFDSL_CAPTURE=note.source or "" if note is not None else "",
-                   PROFDSL_REQUEST=note.request or "" if note is not None else "")
+            os.environ,
+            save_path=self.save_path,
+            tool=self.tool,
+            role=self.role,
+            rank=self.rank,
+            world_size=self.world_size,
+            steps=steps,
+            host=self.host,
+            pid=os.getpid(),
+        )
+        env.update(
+            PROFDSL_CAPTURE=note.source or "" if note is not None else "",
+            PROFDSL_REQUEST=note.request or "" if note is not None else "",
+        )
         return env
 
 
@@ -70,8 +88,9 @@ class HookJob:
     kind = "hook"
     budget_s = RECORD_BUDGET_S  # on the writer it only starts: the command runs on its own thread
 
-    def __init__(self, plans: list[HookPlan], steps: list[int], writer: Writer, *,
-                 note: CaptureNote | None = None) -> None:
+    def __init__(
+        self, plans: list[HookPlan], steps: list[int], writer: Writer, *, note: CaptureNote | None = None
+    ) -> None:
         self.plans, self.steps, self._writer, self.note = plans, steps, writer, note
         self.abort = finish_hook.Abort()
         self.background = plans[0].background
@@ -89,8 +108,13 @@ class HookJob:
     def _main(self) -> None:
         first = self.plans[0]
         try:
-            result = finish_hook.run_command(first.cmd, first.environment(self.steps, self.note),
-                                             timeout_s=first.timeout_s, rank=first.rank, abort=self.abort)
+            result = finish_hook.run_command(
+                first.cmd,
+                first.environment(self.steps, self.note),
+                timeout_s=first.timeout_s,
+                rank=first.rank,
+                abort=self.abort,
+            )
         except BaseException as exc:  # run_command never raises an Exception; this is the last guard
             result = finish_hook.HookResult("failed", error=f"{type(exc).__name__}: {exc}")
         self._record(result)
@@ -101,8 +125,11 @@ class HookJob:
         first = self.plans[0]
         since = self._waiting_since
         blocked_ms = 0.0 if since is None else round((time.perf_counter() - since) * 1000, 3)
-        records = [finish_hook.hook_record(first.save_path, result, blocked_ms=blocked_ms,
-                                           **first.fields(self.steps, self.note))] + self._skips()
+        records = [
+            finish_hook.hook_record(
+                first.save_path, result, blocked_ms=blocked_ms, **first.fields(self.steps, self.note)
+            )
+        ] + self._skips()
         try:
             tickets = [self._writer.submit(RecordJob(first.save_path, record)) for record in records]
             self._writer.wait(tickets[-1], timeout=RECORD_BUDGET_S)
@@ -111,8 +138,10 @@ class HookJob:
 
     def _skips(self) -> list[HookRecord]:
         skipped = finish_hook.HookResult("skipped", error="already ran in this process for this save_path")
-        return [finish_hook.hook_record(plan.save_path, skipped, **plan.fields(self.steps, self.note))
-                for plan in self.plans[1:]]
+        return [
+            finish_hook.hook_record(plan.save_path, skipped, **plan.fields(self.steps, self.note))
+            for plan in self.plans[1:]
+        ]
 
     def stop(self, reason: str) -> None:
         """Kill the command's process group (within ``ABORT_POLL_S``); the run is recorded
@@ -124,8 +153,10 @@ class HookJob:
         self.stop(self.abort.reason or "given up when the process exited")
         result = finish_hook.HookResult("interrupted", error=f"{self.abort.reason}; it never ran")
         first = self.plans[0]
-        for record in [finish_hook.hook_record(first.save_path, result, **first.fields(self.steps, self.note)),
-                       *self._skips()]:
+        for record in [
+            finish_hook.hook_record(first.save_path, result, **first.fields(self.steps, self.note)),
+            *self._skips(),
+        ]:
             pen.commit(functools.partial(append_record, first.save_path, record))
         self.finished.set()
 

@@ -50,18 +50,30 @@ class ExportJob:
             try:
                 pending = write_events(pending)
             except Exception as exc:
-                once(f"export-events:{label.save_path}", logging.ERROR,
-                     "[profdsl rank %s] could not write torch's events of a given-up trace: %s",
-                     label.rank, exc)
-        once(f"export-given-up:{label.save_path}", logging.ERROR,
-             "[profdsl rank %s] the %s trace of step %s was still being written after %gs, when the "
-             "finish hook or the exit could wait no longer; its events are kept as plain JSON",
-             label.rank, label.role, label.step, label.export.timeout_s)
+                once(
+                    f"export-events:{label.save_path}",
+                    logging.ERROR,
+                    "[profdsl rank %s] could not write torch's events of a given-up trace: %s",
+                    label.rank,
+                    exc,
+                )
+        once(
+            f"export-given-up:{label.save_path}",
+            logging.ERROR,
+            "[profdsl rank %s] the %s trace of step %s was still being written after %gs, when the "
+            "finish hook or the exit could wait no longer; its events are kept as plain JSON",
+            label.rank,
+            label.role,
+            label.step,
+            label.export.timeout_s,
+        )
         if not label.manifest:
             return
         kept = dict(events=os.path.basename(pending.events)) if os.path.exists(pending.events) else {}
-        why = (f"still being written in the background after export_timeout_s ({label.export.timeout_s:g}s), "
-               "when the finish hook or the process exit could wait no longer")
+        why = (
+            f"still being written in the background after export_timeout_s ({label.export.timeout_s:g}s), "
+            "when the finish hook or the process exit could wait no longer"
+        )
         record = label.loss("incomplete", why, **kept, **pending.fields())
         pen.commit(lambda: append_record(label.save_path, record))
 
@@ -80,8 +92,12 @@ class RecordJob:
 
     def revoke(self, pen: Pen) -> None:
         """A record whose write hung (a disk that stops answering) cannot be written either."""
-        once("record-given-up", logging.ERROR, "profdsl: a manifest record of %s could not be written "
-             "before the process exited", self.save_path)
+        once(
+            "record-given-up",
+            logging.ERROR,
+            "profdsl: a manifest record of %s could not be written before the process exited",
+            self.save_path,
+        )
 
 
 class LineJob:
@@ -98,8 +114,12 @@ class LineJob:
 
     def revoke(self, pen: Pen) -> None:
         """A line whose write hung (a disk that stops answering) is not written."""
-        once("log-given-up", logging.ERROR, "profdsl: a metrics log line of %s could not be written "
-             "before the process exited", self.path)
+        once(
+            "log-given-up",
+            logging.ERROR,
+            "profdsl: a metrics log line of %s could not be written before the process exited",
+            self.path,
+        )
 
 
 #: ``plan()``: what to move, decided when the job runs (after the files' writers are done).
@@ -112,8 +132,7 @@ class MoveJob:
 
     kind = "move"
 
-    def __init__(self, save_path: str, plan: Plan, *, wait_s: float, record_incomplete: bool,
-                 what: str) -> None:
+    def __init__(self, save_path: str, plan: Plan, *, wait_s: float, record_incomplete: bool, what: str) -> None:
         self.save_path, self._plan, self.wait_s = save_path, plan, wait_s
         self.record_incomplete, self.what = record_incomplete, what
         self.budget_s = wait_s + RECORD_BUDGET_S
@@ -121,14 +140,26 @@ class MoveJob:
     def run(self, pen: Pen) -> None:
         try:
             plan = self._plan()
-            relocate.apply(plan, self.save_path, wait_s=self.wait_s,
-                           record_incomplete=self.record_incomplete, commit=pen.commit)
+            relocate.apply(
+                plan, self.save_path, wait_s=self.wait_s, record_incomplete=self.record_incomplete, commit=pen.commit
+            )
         except Exception as exc:
-            once(f"move:{self.what}", logging.ERROR, "profdsl: moving %s into %s failed: %s",
-                 self.what, self.save_path, exc)
+            once(
+                f"move:{self.what}",
+                logging.ERROR,
+                "profdsl: moving %s into %s failed: %s",
+                self.what,
+                self.save_path,
+                exc,
+            )
 
     def revoke(self, pen: Pen) -> None:
         """Given up at exit: the files not moved yet stay where their tool wrote them."""
-        once(f"move-given-up:{self.what}", logging.ERROR, "profdsl: moving %s into %s was given up "
-             "when the process exited; what was not moved stays where it was written", self.what,
-             self.save_path)
+        once(
+            f"move-given-up:{self.what}",
+            logging.ERROR,
+            "profdsl: moving %s into %s was given up "
+            "when the process exited; what was not moved stays where it was written",
+            self.what,
+            self.save_path,
+        )

@@ -86,9 +86,16 @@ class HookRounds:
         with self._lock:
             self._round(save_path, tag, joining=True).members.add(member)
 
-    def arrive(self, save_path: str, member: object, plan: HookPlan | None,
-               steps: Iterable[int] = (), *, tag: str | None = None,
-               note: CaptureNote | None = None) -> Due | None:
+    def arrive(
+        self,
+        save_path: str,
+        member: object,
+        plan: HookPlan | None,
+        steps: Iterable[int] = (),
+        *,
+        tag: str | None = None,
+        note: CaptureNote | None = None,
+    ) -> Due | None:
         """``member`` is done with ``save_path`` after profiling ``steps``; ``plan`` is its hook,
         if this rank runs one (``note``: the request of a request's round). Returns the hook when
         this arrival made it due."""

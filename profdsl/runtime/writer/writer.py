@@ -102,8 +102,9 @@ class _Revoked:
         try:
             self._entry.job.revoke(pen)
         except Exception as exc:
-            once("writer-revoke", logging.ERROR, "profdsl: recording a given-up %s failed: %r",
-                 self._entry.job.kind, exc)
+            once(
+                "writer-revoke", logging.ERROR, "profdsl: recording a given-up %s failed: %r", self._entry.job.kind, exc
+            )
         finally:
             self._entry.done.set()
 
@@ -162,7 +163,7 @@ class Writer:
         with self._cond:
             entries = self._entries()
             if ticket is not None and ticket in entries:
-                entries = entries[:entries.index(ticket) + 1]
+                entries = entries[: entries.index(ticket) + 1]
             longest: dict[str, float] = {}
             for entry in entries:
                 longest[entry.job.kind] = max(longest.get(entry.job.kind, 0.0), entry.job.budget_s)
@@ -237,8 +238,7 @@ class Writer:
         try:
             with self._cond:
                 running = self._running
-                take_running = pen and running is not None and running.job.kind in kinds \
-                    and not running.committed
+                take_running = pen and running is not None and running.job.kind in kinds and not running.committed
                 revoked = [e for e in self._queue if e.job.kind in kinds]
                 if take_running:
                     assert running is not None
@@ -246,7 +246,8 @@ class Writer:
                 for entry in revoked:
                     entry.revoked = True
                 self._queue = collections.deque(
-                    [_Entry(_Revoked(e)) for e in revoked] + [e for e in self._queue if not e.revoked])
+                    [_Entry(_Revoked(e)) for e in revoked] + [e for e in self._queue if not e.revoked]
+                )
                 if take_running:  # the stuck thread ends after its job; a fresh one goes on
                     self._running = None
                     self._start_thread()
@@ -259,8 +260,9 @@ class Writer:
     # -- the thread ---------------------------------------------------------------------------
     def _start_thread(self) -> None:
         self.generation += 1
-        self._thread = threading.Thread(target=self._loop, args=(self.generation,),
-                                        name=f"profdsl-writer-{self.generation}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, args=(self.generation,), name=f"profdsl-writer-{self.generation}", daemon=True
+        )
         self._thread.start()
 
     def _loop(self, generation: int) -> None:
