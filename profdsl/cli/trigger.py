@@ -56,7 +56,7 @@ def parse_ranks(text: str | None) -> tuple[int, ...] | str | None:
 
     Examples:
         >>> parse_ranks("0-2, 8"), parse_ranks("all"), parse_ranks("tp == 0")
-        ([0, 1, 2, 8], 'all', 'tp == 0')
+        ((0, 1, 2, 8), 'all', 'tp == 0')
     """
     if text is None or text.strip() == "all":
         return None if text is None else "all"
