@@ -54,12 +54,13 @@ ENGINE_ARGS: dict[str, Any] = {
 }
 
 
-class FaultyEngine(SGLangEngine):
-    """``SGLangEngine`` whose next ``call`` (``"start"`` or ``"stop"``, after ``skip`` others of
-    that kind) fails as a transport would, without reaching SGLang (as a timed-out request)."""
+class FaultyTransport:
+    """The engine as a handle reaches it, whose next ``call`` (``"start"`` or ``"stop"``, after
+    ``skip`` others of that kind) fails as a transport would, without reaching SGLang (a request
+    that timed out). Wrapping the engine, not the handle, works for any handle version."""
 
-    def __init__(self, engine: Any, request: dict[str, Any]) -> None:
-        super().__init__(engine, request)
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
         self.faults: dict[str, int] = {}
 
     def fail_next(self, call: str, skip: int = 0) -> None:
@@ -72,13 +73,13 @@ class FaultyEngine(SGLangEngine):
                 raise ConnectionError(f"engine busy ({call})")
             self.faults[call] -= 1
 
-    def _send_start(self, fields: dict[str, Any]) -> Any:
+    def start_profile(self, **fields: Any) -> Any:
         self._fault("start")
-        return super()._send_start(fields)
+        return self.engine.start_profile(**fields)
 
-    def _send_stop(self) -> Any:
+    def stop_profile(self) -> Any:
         self._fault("stop")
-        return super()._send_stop()
+        return self.engine.stop_profile()
 
 
 def config(
@@ -181,11 +182,12 @@ class Driver:
 
     def left_running(self, report: dict[str, Any]) -> None:
         cfg = config(self.out / "left_running", (1, 3), max_iterations=0)
-        handle = FaultyEngine(self.engine, sglang_profile_request(cfg, 0) or {})
+        transport = FaultyTransport(self.engine)
+        handle = SGLangEngine(transport, sglang_profile_request(cfg, 0) or {})
 
         def before(step: int) -> None:
             if step == 1:
-                handle.fail_next("stop")
+                transport.fail_next("stop")
 
         self.steps(cfg, handle, {1: True, 2: True, 3: True}, before)
 
@@ -204,13 +206,14 @@ class Driver:
 
     def armed_stray(self, report: dict[str, Any]) -> None:
         cfg = config(self.out / "armed_stray", (1, 3), max_iterations=BOUNDED, delay_iterations=1)
-        handle = FaultyEngine(self.engine, sglang_profile_request(cfg, 0) or {})
+        transport = FaultyTransport(self.engine)
+        handle = SGLangEngine(transport, sglang_profile_request(cfg, 0) or {})
         seen: dict[int, list[str]] = {}
 
         def before(step: int) -> None:
             seen[step] = trace_names(Path(cfg.save_path) / "rollout_replica_0")
             if step == 1:  # the window's own start goes through, the disarming one after it not
-                handle.fail_next("start", skip=1)
+                transport.fail_next("start", skip=1)
 
         self.steps(cfg, handle, {1: False, 2: True, 3: True}, before)
         report["replica_folder_before_step"] = seen
