@@ -174,7 +174,9 @@ class TestSGLangBehaviour:
 
 
 class TestHandleCopes:
-    """The handle against (a) and (b) on the real engine."""
+    """The handle against (a) and (b) on the real engine (with 09faa7e's SGLangEngine, before the
+    handle settled and disarmed, all three fail: step 3's generation filed as step 1's, and the
+    armed start writing a step 1 trace in unprofiled traffic)."""
 
     def test_never_starts_while_its_profile_may_run(self, driven: Driven) -> None:
         """Step 1's stop fails (a transport fault): its profile runs on through step 2. Step 3's
