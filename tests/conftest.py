@@ -22,6 +22,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 import pytest  # noqa: E402
 
+# Stand-in modules for the optional SGLang environment only (sgl_kernel, torchvision): never
+# imported here, not even as doctest modules.
+collect_ignore = ["sglang_stubs"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """The quick pass (``-m "not slow"``) checks every property with the ``quick`` profile's
