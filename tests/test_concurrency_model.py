@@ -28,19 +28,11 @@ from profdsl import FinishHook, Metrics, Profiler, profile_stage
 from profdsl.collect import manifest
 from profdsl.manifest import read_manifest
 
-from .profiling import config, torch_profiler_running, work
+from .profiling import config, hooks, records, torch_profiler_running, work
 from .traces import names, parsed
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def traces(folder: Path) -> list[dict[str, Any]]:
-    return [r for r in read_manifest(folder) if r["kind"] == "trace"]
-
-
-def hooks(folder: Path) -> list[dict[str, Any]]:
-    return [r for r in read_manifest(folder) if r["kind"] == "hook"]
 
 
 def script(tmp_path: Path, body: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -120,7 +112,7 @@ class TestPoolThreads:
         t1.run(step2)
         profiler.close()
         assert sorted((n.step, names(t, "stage")) for n, t in parsed(tmp_path)) == [(1, ["stage1"]), (2, ["stage2"])]
-        assert [r["status"] for r in traces(tmp_path)] == ["ok", "ok"]
+        assert [r["status"] for r in records(tmp_path, "trace")] == ["ok", "ok"]
         assert [r["status"] for r in hooks(tmp_path)] == ["ok"]
         assert not torch_profiler_running()
 
@@ -140,7 +132,7 @@ class TestPoolThreads:
         profiler.close()
         seen = {n.step: names(t, "stage") for n, t in parsed(tmp_path)}
         assert seen == {1: [], 2: ["stage2"]}
-        losses = [r for r in traces(tmp_path) if r["status"] != "ok"]
+        losses = [r for r in records(tmp_path, "trace") if r["status"] != "ok"]
         assert [(r["status"], r["step"]) for r in losses] == [("incomplete", 1)]
         assert "every thread" in losses[0]["reason"]
 
@@ -194,7 +186,7 @@ def test_threaded_ray_actor_traces_every_step(tmp_path: Path, mode: str) -> None
         (2, ["update_actor"]),
         (3, ["update_actor"]),
     ]
-    assert [r["status"] for r in traces(tmp_path)] == ["ok"] * 3
+    assert [r["status"] for r in records(tmp_path, "trace")] == ["ok"] * 3
     assert [r["status"] for r in hooks(tmp_path)] == ["ok"]
 
 
@@ -271,12 +263,12 @@ def test_exit_with_an_export_slower_than_its_timeout(tmp_path: Path) -> None:
     save = tmp_path / "save"
     done = script(save, SLOW_EXPORT)
     assert done.returncode == 0, done.stderr[-4000:]
-    records = traces(save)
-    assert sorted(r["step"] for r in records) == [1, 2], records
+    found = records(save, "trace")
+    assert sorted(r["step"] for r in found) == [1, 2], found
     [hook] = hooks(save)
     assert hook["status"] == "ok"
     seen = set((tmp_path / "seen-by-hook.txt").read_text().split())
-    for record in records:
+    for record in found:
         wanted = record["path"] if record["status"] == "ok" else record["events"]
         assert wanted in seen, (record, seen)
     kinds = [r["kind"] for r in read_manifest(save)]
@@ -358,9 +350,9 @@ def test_ctrl_c_inside_torch_stop(tmp_path: Path, where: str) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"caught": 1, "running": False}
-    records = traces(tmp_path)
-    assert sorted(r["step"] for r in records) == [1, 2]
-    ok = {r["step"] for r in records if r["status"] == "ok"}
+    found = records(tmp_path, "trace")
+    assert sorted(r["step"] for r in found) == [1, 2]
+    ok = {r["step"] for r in found if r["status"] == "ok"}
     assert 2 in ok
     assert (check(tmp_path) == 0) == (ok == {1, 2})
     kinds = [r["kind"] for r in read_manifest(tmp_path)]
@@ -386,7 +378,7 @@ class TestStartTwice:
             profiler.stop()
             profiler.close()
         assert [names(t, "update_actor") for _, t in parsed(tmp_path)] == [["update_actor"]]
-        assert [r["status"] for r in traces(tmp_path)] == ["ok"]
+        assert [r["status"] for r in records(tmp_path, "trace")] == ["ok"]
         assert [r["status"] for r in hooks(tmp_path)] == ["ok"]
         assert caplog.text.count("already open") == 1
         assert "retried step" not in caplog.text
@@ -423,7 +415,7 @@ class TestOnStep:
             except KeyboardInterrupt:
                 assert step == 1
         profiler.close()
-        assert [r["status"] for r in traces(tmp_path)] == ["ok", "ok"]
+        assert [r["status"] for r in records(tmp_path, "trace")] == ["ok", "ok"]
         assert sorted(n.step for n, _ in parsed(tmp_path)) == [1, 2]
         assert check(tmp_path) == 0
 
@@ -448,7 +440,7 @@ def test_blocked_ms_counts_the_last_steps_wait_for_its_export(tmp_path: Path, mo
     profiler.stop()
     spent_ms = (time.perf_counter() - began) * 1000
     profiler.close()
-    [trace] = traces(tmp_path)
+    [trace] = records(tmp_path, "trace")
     [hook] = hooks(tmp_path)
     assert trace["blocked_ms"] <= spent_ms
     assert trace["blocked_ms"] + hook["duration_s"] * 1000 >= 0.8 * spent_ms
