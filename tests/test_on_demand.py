@@ -541,6 +541,14 @@ class TestTriggerCommand:
     def test_usage_errors(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert main(["trigger", str(tmp_path), "--steps", "0"]) == 2
         assert main(["trigger", str(tmp_path), "--steps", "1", "--ranks", "tp = 0"]) == 2
+        capsys.readouterr()
+        assert main(["trigger", str(tmp_path), "--steps", "1", "--ranks", "tp == "]) == 2
+        # the selector's error: its first line names the problem, the next two point at it
+        assert capsys.readouterr().err.splitlines() == [
+            "profdsl: trigger: ranks: expected an integer or 'last', got the end at column 7",
+            "  tp == ",
+            "        ^",
+        ]
         assert main(["trigger", str(tmp_path / "nope"), "--steps", "1"]) == 2
         assert "--create makes it" in capsys.readouterr().err
         assert main(["trigger", str(tmp_path / "new"), "--steps", "1", "--create"]) == 0

@@ -27,6 +27,16 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
+def fail_pointing(message: str, code: int = 2) -> int:
+    """:func:`fail` for a message whose later lines point at a token of the first (a rank
+    selector's error: the selector, then a caret under its bad token), printed below it."""
+    first, *more = message.split("\n")
+    fail(first, code)
+    for line in more:
+        print(printable(line), file=sys.stderr)
+    return code
+
+
 def skipped(command: str, reasons: Iterable[str]) -> int:
     """Print ``profdsl COMMAND: skipped REASON`` to stderr for each bad input left out; returns
     1 when there was any (the exit code it calls for), else 0."""

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Iterable
 
-from profdsl.cli.common import fail, printable
+from profdsl.cli.common import fail_pointing
 from profdsl.config import ProfilerConfig
 from profdsl.core.preview import Preview, preview
 from profdsl.core.topology import GridLayout
@@ -91,11 +90,7 @@ def run(args: argparse.Namespace) -> int:
             layout=layout,
         )
     except ConfigError as exc:
-        first, *more = str(exc).split("\n")  # a selector error points at its token below
-        code = fail(first)
-        for line in more:
-            print(printable(line), file=sys.stderr)
-        return code
+        return fail_pointing(str(exc))
     if args.json:
         print(json.dumps(found.to_mapping(), indent=1))
         return 0

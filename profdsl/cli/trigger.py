@@ -7,7 +7,7 @@ import os
 import re
 import time
 
-from profdsl.cli.common import fail, printable
+from profdsl.cli.common import fail, fail_pointing, printable
 from profdsl.collect.requests import REQUESTS_DIR, new_id, write_request
 from profdsl.records.schema import MAX_REQUEST_STEPS, CaptureRequest, RecordError, parse_request, to_json
 
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         )
         request = parse_request(to_json(asked))
     except (ValueError, RecordError) as exc:
-        return fail(f"trigger: {exc}")
+        return fail_pointing(f"trigger: {exc}")
     if not os.path.isdir(args.save_path):
         if not args.create or os.path.exists(args.save_path):
             return fail(
