@@ -411,6 +411,22 @@ def test_straggler_episodes_follow_the_oracle(
     assert sorted(got, key=lambda e: (e[0], e[2], e[1])) == expected
 
 
+@pytest.mark.parametrize(
+    ("traced_6", "said"),
+    [(False, "(slow in steps 5-6)"), (True, "(slow in 1 of steps 5-6, the others traced)")],
+)
+def test_an_episodes_end_says_which_steps_were_slow(traced_6: bool, said: str) -> None:
+    """Rank 1 is slow at step 5 and at step 6, or step 6 is traced (carried over, not slow)."""
+    watch = StragglerWatch(Stragglers(factor=2.0, consecutive=1, min_seconds=0.0))
+    slow, even = {0: 1.0, 1: 1.0, 2: 5.0}, {0: 1.0, 1: 1.0, 2: 1.0}
+    stage = ("actor", "update_actor")
+    assert [a.active for a in watch.observe(5, {stage: slow})] == [True]
+    watch.observe(6, {stage: slow}, traced=traced_6)
+    [ended] = watch.observe(7, {stage: even})
+    assert not ended.active and ended.steps == (5, 6)
+    assert said in ended.message()
+
+
 def test_straggler_config_errors_name_the_field() -> None:
     with pytest.raises(ConfigError, match=r"Stragglers.factor must be a number > 1"):
         Stragglers(factor=1.0)

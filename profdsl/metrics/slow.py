@@ -231,9 +231,11 @@ class StragglerAlert:
         """One line for the log."""
         first, last = self.steps
         if not self.active:
+            span = f"steps {first}-{last}" if last > first else f"step {first}"
+            slow = span if self.count == last - first + 1 else f"{self.count} of {span}, the others traced"
             return (
-                f"straggler episode over: rank {self.rank} in {self.role} {self.stage} (slow in steps "
-                f"{first}-{last}) is back within the other ranks' median"
+                f"straggler episode over: rank {self.rank} in {self.role} {self.stage} (slow in {slow}) "
+                "is back within the other ranks' median"
             )
         return (
             f"straggler: rank {self.rank} took {self.factor:.1f}x the other ranks' median in {self.role} "
