@@ -15,8 +15,30 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from profdsl.cli import main
 from profdsl.manifest import read_manifest
+
+#: The stage name an engine trace's generation gets in the stage model.
+GENERATE = "generate (engine)"
+
+
+@attrs.frozen
+class Driven:
+    """What an engine driver's run left: its exit code, output, report and ``--out`` folder."""
+
+    returncode: int
+    log: str
+    report: dict[str, Any]
+    out: Path
+
+    def scenario(self, name: str) -> dict[str, Any]:
+        """The report of scenario ``name``; fails with the driver's output if it did not run."""
+        assert self.returncode == 0, f"driver exited {self.returncode}:\n{self.log[-6000:]}"
+        entry: dict[str, Any] = self.report["scenarios"][name]
+        assert "error" not in entry, entry["error"]
+        return entry
 
 
 def run_cli(*args: str) -> tuple[int, str]:

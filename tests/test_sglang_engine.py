@@ -17,15 +17,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-import attrs
 import pytest
 
 from profdsl.rollout import rollout_trace_dir
 from profdsl.rollout.sglang_handle import SCRATCH_DIR
 
-from .engine_checks import check_output, run_in_group, stage_counts
+from .engine_checks import GENERATE, Driven, check_output, run_in_group, stage_counts
 from .profiling import records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,25 +40,7 @@ pytestmark = [
 
 #: How long the driver may run (start-up, every scenario, shut-down) before its group is killed.
 DRIVER_TIMEOUT_S = 900.0
-GENERATE = "generate (engine)"
 STAGE = "update_actor"
-
-
-@attrs.frozen
-class Driven:
-    """What the driver run left: its exit code, output, report and ``--out`` folder."""
-
-    returncode: int
-    log: str
-    report: dict[str, Any]
-    out: Path
-
-    def scenario(self, name: str) -> dict[str, Any]:
-        """The report of scenario ``name``; fails with the driver's output if it did not run."""
-        assert self.returncode == 0, f"driver exited {self.returncode}:\n{self.log[-6000:]}"
-        entry: dict[str, Any] = self.report["scenarios"][name]
-        assert "error" not in entry, entry["error"]
-        return entry
 
 
 @pytest.fixture(scope="module")

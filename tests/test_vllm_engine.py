@@ -20,12 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 
 from profdsl.rollout import rollout_trace_dir
 
-from .engine_checks import check_output, landed, run_in_group, stage_counts
+from .engine_checks import GENERATE, Driven, check_output, landed, run_in_group, stage_counts
 from .profiling import records
 from .vllm_scenario import BOUNDED, PROFILED, STAGE, STEPS
 
@@ -43,17 +42,6 @@ pytestmark = [
 
 #: How long one driver may run (start-up, four steps, shut-down) before its group is killed.
 DRIVER_TIMEOUT_S = 900.0
-GENERATE = "generate (engine)"
-
-
-@attrs.frozen
-class Driven:
-    """What one driver run left: its exit code, output, report and save_path."""
-
-    returncode: int
-    log: str
-    report: dict[str, Any]
-    out: Path
 
 
 def drive(tmp: Path, model: Path, *extra: str) -> Driven:

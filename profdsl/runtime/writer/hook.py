@@ -122,25 +122,32 @@ class HookJob:
     def _record(self, result: finish_hook.HookResult) -> None:
         """Hand the records to the writer and wait (bounded) until they are written. The run's
         ``blocked_ms``: how long a caller waited for it (the last step's stop, or close())."""
-        first = self.plans[0]
         since = self._waiting_since
         blocked_ms = 0.0 if since is None else round((time.perf_counter() - since) * 1000, 3)
-        records = [
-            finish_hook.hook_record(
-                first.save_path, result, blocked_ms=blocked_ms, **first.fields(self.steps, self.note)
-            )
-        ] + self._skips()
         try:
-            tickets = [self._writer.submit(RecordJob(first.save_path, record)) for record in records]
+            tickets = [
+                self._writer.submit(RecordJob(path, record)) for path, record in self._records(result, blocked_ms)
+            ]
             self._writer.wait(tickets[-1], timeout=RECORD_BUDGET_S)
         finally:
             self.finished.set()
 
-    def _skips(self) -> list[HookRecord]:
+    def _records(self, result: finish_hook.HookResult, blocked_ms: float | None = None) -> list[tuple[str, HookRecord]]:
+        """Where each record goes, and what it says: the run's (the first plan's), then a skip for
+        each other plan of the round."""
+        first = self.plans[0]
         skipped = finish_hook.HookResult("skipped", error="already ran in this process for this save_path")
         return [
-            finish_hook.hook_record(plan.save_path, skipped, **plan.fields(self.steps, self.note))
-            for plan in self.plans[1:]
+            (
+                first.save_path,
+                finish_hook.hook_record(
+                    first.save_path, result, blocked_ms=blocked_ms, **first.fields(self.steps, self.note)
+                ),
+            ),
+            *(
+                (plan.save_path, finish_hook.hook_record(plan.save_path, skipped, **plan.fields(self.steps, self.note)))
+                for plan in self.plans[1:]
+            ),
         ]
 
     def stop(self, reason: str) -> None:
@@ -152,12 +159,8 @@ class HookJob:
         """Given up before it started (at exit): recorded ``interrupted``; it never runs."""
         self.stop(self.abort.reason or "given up when the process exited")
         result = finish_hook.HookResult("interrupted", error=f"{self.abort.reason}; it never ran")
-        first = self.plans[0]
-        for record in [
-            finish_hook.hook_record(first.save_path, result, **first.fields(self.steps, self.note)),
-            *self._skips(),
-        ]:
-            pen.commit(functools.partial(append_record, first.save_path, record))
+        for path, record in self._records(result):
+            pen.commit(functools.partial(append_record, path, record))
         self.finished.set()
 
     def wait(self, timeout: float) -> bool:
