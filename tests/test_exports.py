@@ -14,7 +14,7 @@ from profdsl import ConfigError, ProfilerConfig, TorchOptions
 from profdsl.collect import export as export_module
 from profdsl.collect.export import ExportPolicy, PendingTrace, TraceLabel
 from profdsl.collect.manifest import read_manifest
-from profdsl.runtime.writer.hook import HookPlan
+from profdsl.runtime.writer.hook import HookJob, HookPlan
 from profdsl.runtime.writer.jobs import ExportJob
 from profdsl.runtime.writer.rounds import HookRounds
 from profdsl.runtime.writer.writer import Writer
@@ -108,6 +108,41 @@ def test_hook_runs_after_every_export(tmp_path: Path, gated: tuple[threading.Eve
     seen = (tmp_path.parent / "seen").read_text().split()
     assert [r["path"] in seen for r in read_manifest(tmp_path) if r["kind"] == "trace"] == [True, True]
     assert [r["kind"] for r in read_manifest(tmp_path)] == ["trace", "trace", "hook"]
+
+
+def test_a_hook_given_up_before_it_ran_is_recorded_in_each_plans_folder(
+    tmp_path: Path, gated: tuple[threading.Event, list[int]]
+) -> None:
+    """A hook due behind an export that does not end, given up (at exit): it never runs; its
+    round's first plan records it ``interrupted`` and the other plan (the same folder by another
+    path) a skip."""
+    gate, _ = gated
+    writer = Writer()
+    submit(writer, pending(tmp_path, 1))
+    ran = tmp_path.parent / f"{tmp_path.name}-ran"
+    plans = [
+        HookPlan(
+            save_path=str(folder),
+            cmd=f'touch "{ran}"',
+            timeout_s=60,
+            background=False,
+            tool="torch",
+            role=role,
+            rank=0,
+            world_size=1,
+            host="h",
+        )
+        for folder, role in ((tmp_path, "actor"), (tmp_path / ".", "ref"))
+    ]
+    job = HookJob(plans, [1], writer)
+    job.ticket = writer.submit(job)
+    assert writer.give_up(frozenset({"export", "hook"})) == 2
+    assert writer.wait(timeout=60)
+    gate.set()
+    hooks = [(r["role"], r["status"]) for r in read_manifest(tmp_path) if r["kind"] == "hook"]
+    assert hooks == [("actor", "interrupted"), ("ref", "skipped")]
+    assert "it never ran" in [r for r in read_manifest(tmp_path) if r["kind"] == "hook"][0]["error"]
+    assert not ran.exists() and job.finished.is_set()
 
 
 def test_exports_given_up_are_recorded_incomplete_once(
