@@ -22,7 +22,7 @@ from profdsl.runtime.context import Entry
 from profdsl.runtime.handles import fault
 from profdsl.runtime.meter import node_for
 from profdsl.runtime.process import PROCESS
-from profdsl.runtime.registry import unbound
+from profdsl.runtime.registry import stray, unbound
 
 if TYPE_CHECKING:
     from profdsl.runtime.handles import Handle
@@ -100,7 +100,10 @@ class Annotation:
                 return self._open(profiler.recorder, top)
             if self.role is not None:
                 recorder = REGISTRY.find(self.role)
-                return None if recorder is None else self._open(recorder, top)
+                if recorder is None:
+                    stray(self.name, self.role, [r.role for r in recorders], PROCESS.live)
+                    return None
+                return self._open(recorder, top)
             recorder = _nesting(top)
             if recorder is None:
                 if not recorders:  # the step ended since `on` was read
@@ -181,5 +184,6 @@ class Annotation:
 
     def __call__(self, func: F) -> F:
         """Decorate a function, method, ``staticmethod`` or ``classmethod`` (either order),
-        ``async def``, generator or async generator function."""
+        ``async def``, generator or async generator function, or the getter of a ``property``
+        or ``functools.cached_property`` below it."""
         return cast(F, decorate(self, func))

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from profdsl.dsl.slices import Driven, Slices, drive
+from profdsl.errors import ConfigError
 from profdsl.runtime.process import PROCESS
 
 if TYPE_CHECKING:
@@ -34,9 +35,23 @@ Func = Callable[..., Any]
 def decorate(annotation: Annotation, func: Any) -> Any:
     """``func`` as entries of ``annotation``: a plain function or method, a ``staticmethod`` or
     ``classmethod`` (above or below it), an ``async def``, a generator or an async generator
-    function."""
+    function; above a ``property`` or ``functools.cached_property``, its getter (the attribute
+    stays one). Anything else that cannot be called is a ConfigError, raised here."""
     if isinstance(func, (staticmethod, classmethod)):
         return type(func)(decorate(annotation, func.__func__))
+    if isinstance(func, property):
+        if func.fget is None:
+            raise ConfigError(f"{annotation.name!r} decorates a property with no getter: nothing to time")
+        return func.getter(decorate(annotation, func.fget))
+    if isinstance(func, functools.cached_property):
+        cached = functools.cached_property(decorate(annotation, func.func))
+        cached.attrname, cached.__doc__ = func.attrname, func.__doc__
+        return cached
+    if not callable(func):
+        raise ConfigError(
+            f"{annotation.name!r} cannot decorate a {type(func).__name__} object: "
+            "decorate a function, a method or a property"
+        )
     if inspect.iscoroutinefunction(func):
         return _coroutine(annotation, func)
     if inspect.isasyncgenfunction(func):

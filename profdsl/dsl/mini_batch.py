@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from profdsl.dsl.base import REGISTRY, Annotation
-from profdsl.dsl.stage import check_name
+from profdsl.dsl.stage import check_binding, check_name
 
 if TYPE_CHECKING:
     from profdsl.runtime.context import Entry
@@ -35,7 +35,8 @@ class mini_batch_window(Annotation):
         profiler: an explicit profiler (otherwise the one started for ``role``).
 
     Raises:
-        ConfigError: an empty or non-string name.
+        ConfigError: an empty or non-string name or ``role``, or a ``profiler`` that is not a
+            :class:`~profdsl.runtime.profiler.Profiler`.
 
     Examples:
         >>> [mb for mb in mini_batch_window([10, 20])]
@@ -60,6 +61,8 @@ class mini_batch_window(Annotation):
         profiler: Profiler | None = None,
     ) -> None:
         self.iterable, self.name = iterable, check_name("mini_batch_window", name)
+        if role is not None or profiler is not None:
+            check_binding("mini_batch_window", role, profiler)
         self.role, self.profiler = role, profiler
 
     def _open(self, recorder: Recorder | NullRecorder, top: Entry | None) -> Handle | None:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from profdsl.runtime.profiler import Profiler
     from profdsl.runtime.recorder import NullRecorder, Recorder
 
-__all__ = ["check_name", "profile_stage"]
+__all__ = ["check_binding", "check_name", "profile_stage"]
 
 
 def check_name(kind: str, name: object) -> str:
@@ -22,6 +22,22 @@ def check_name(kind: str, name: object) -> str:
     if name.__class__ is not str or not name:
         raise ConfigError(f"{kind} name must be a non-empty string, got {name!r}")
     return name
+
+
+def check_binding(kind: str, role: object, profiler: object) -> None:
+    """A DSL word's ``role`` (None or a non-empty string) and ``profiler`` (None or a
+    :class:`~profdsl.runtime.profiler.Profiler`): a ConfigError naming ``kind`` otherwise. A
+    stage bound to what no profiler can match would record nothing, without a word."""
+    if role is not None and (not isinstance(role, str) or not role):
+        raise ConfigError(f"{kind} role must be a non-empty string, got {role!r}")
+    if profiler is not None:
+        from profdsl.runtime.profiler import Profiler  # loaded already: the caller made one
+
+        if not isinstance(profiler, Profiler):
+            raise ConfigError(
+                f"{kind} profiler must be a Profiler, got {type(profiler).__name__} {profiler!r}"
+                + (" (to pick a profiler by its role, pass role=)" if isinstance(profiler, str) else "")
+            )
 
 
 class profile_stage(Annotation):
@@ -42,7 +58,8 @@ class profile_stage(Annotation):
             NVTX colour name such as ``"green"`` (default: the role's colour).
 
     Raises:
-        ConfigError: an empty or non-string name, or a colour that is none of the above.
+        ConfigError: an empty or non-string name or ``role``, a ``profiler`` that is not a
+            :class:`~profdsl.runtime.profiler.Profiler`, or a colour that is none of the above.
 
     Examples:
         >>> with profile_stage("compute_values"):
@@ -68,6 +85,8 @@ class profile_stage(Annotation):
         # Kept flat (no helper call on the common path): this runs for every `with` block.
         if name.__class__ is not str or not name:
             check_name("profile_stage", name)
+        if role is not None or profiler is not None:
+            check_binding("profile_stage", role, profiler)
         self.name = name
         self.scheduled = scheduled
         self.role = role

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from profdsl.config.validate import MAX_WIDE_INDEX, require_int
 from profdsl.core.ranks import replicas_for_ranks
 from profdsl.dsl.base import REGISTRY, Annotation, stop
-from profdsl.dsl.stage import check_name
+from profdsl.dsl.stage import check_binding, check_name
 from profdsl.rollout.calls import call_all, call_all_async, in_daemon_thread
 from profdsl.rollout.run import RolloutRun
 from profdsl.runtime import context
@@ -74,8 +74,8 @@ class rollout_window(Annotation):
 
     Raises:
         ConfigError: ``replica_world_size`` is not an integer >= 1, the replicas' ranks would
-            not fit in trace names (``MAX_WIDE_INDEX`` ranks in all), or ``name`` is not a
-            non-empty string.
+            not fit in trace names (``MAX_WIDE_INDEX`` ranks in all), ``name`` or ``role`` is
+            not a non-empty string, or ``profiler`` is not a Profiler.
 
     Examples:
         >>> engines = []                       # e.g. [VllmEngine(llm) for llm in replicas]
@@ -107,6 +107,7 @@ class rollout_window(Annotation):
             "rollout_window replica_world_size", replica_world_size, 1, MAX_WIDE_INDEX // max(1, len(self.engines))
         )
         self.replica_world_size = replica_world_size
+        check_binding("rollout_window", role, profiler)
         self.profiler, self.role = profiler, role
 
     def _run(self, profiler: Profiler | None, top: Entry | None) -> RolloutRun | None:

@@ -21,7 +21,7 @@ from profdsl.metrics.timings import StepTimings, from_tree
 from profdsl.metrics.tree import Node, Paths, Root, child, close
 from profdsl.runtime.handles import fault
 from profdsl.runtime.process import PROCESS, Process
-from profdsl.runtime.registry import unbound
+from profdsl.runtime.registry import stray, unbound
 
 if TYPE_CHECKING:
     from profdsl.runtime.context import Entry
@@ -169,6 +169,8 @@ def node_for(name: str, role: str | None, profiler: Profiler | None, top: Entry 
         if profiler is not None or role is not None:
             root = profiler.meter.root if profiler is not None else PROCESS.registry.find_meter(role)
             if root is None:
+                if profiler is None and role is not None:
+                    stray(name, role, [m.role for m in PROCESS.registry.meters], PROCESS.live)
                 return None
         entry = top
         while entry is not None:  # the innermost open entry of that tree (of any, unbound)

@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 from profdsl.core.log import once
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from profdsl.metrics.tree import Root
     from profdsl.runtime.context import Entry
     from profdsl.runtime.profiler import Profiler
     from profdsl.runtime.recorder import Recorder
 
-__all__ = ["Registry", "unbound"]
+__all__ = ["Registry", "stray", "unbound"]
 
 
 def unbound(name: str, traced: bool, roles: list[str], chosen: str | None) -> None:
@@ -39,6 +41,24 @@ def unbound(name: str, traced: bool, roles: list[str], chosen: str | None) -> No
         doing,
         what,
         chosen,
+    )
+
+
+def stray(name: str, role: str, on: Iterable[str], live: Iterable[Profiler]) -> None:
+    """Say once per role and stage name that an entry bound to ``role`` records nothing because
+    no profiler of the process (``live``) has that role, while roles ``on`` are on (a typo such
+    as ``role="actr"``). A role whose profiler exists but is not in a profiled step is silent:
+    that is the config's choice."""
+    if any(profiler.role == role for profiler in live):
+        return
+    once(
+        f"stray:{role}:{name}",
+        logging.WARNING,
+        "profdsl: stage %r names role %r, which no profiler of this process has, while roles %s "
+        "are on: it records nothing (a typo in role=?)",
+        name,
+        role,
+        ", ".join(sorted(map(repr, set(on)))),
     )
 
 
