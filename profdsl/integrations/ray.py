@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, SupportsIndex
 
 import attrs
@@ -244,10 +244,10 @@ class RayStepProfiler:
 
     def request(
         self,
-        steps: int,
+        steps: SupportsIndex,
         *,
-        ranks: Sequence[int] | str | None = None,
-        roles: Sequence[str] | None = None,
+        ranks: Iterable[SupportsIndex] | str | None = None,
+        roles: Iterable[str] | None = None,
         reason: str | None = None,
     ) -> str | None:
         """Trace the next ``steps`` steps on the workers' ``ranks`` (a list, ``"all"`` or a rank

@@ -25,10 +25,12 @@ Examples:
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar
 
@@ -692,14 +694,47 @@ def ask(
     checked as a request file is.
 
     Raises:
-        RecordError: an argument has the wrong type or value (the message names it).
+        RecordError: an argument has the wrong type or value (the message names it), or reading
+            it raised (the callers promise never to raise).
     """
+    try:
+        asked = {
+            "steps": _as_plain(steps),
+            "ranks": _as_plain(ranks, many=True),
+            "roles": _as_plain(roles, many=True),
+            "at_step": _as_plain(at_step),
+            "reason": reason,
+        }
+        return parse_request(asked, default_id=request_id, source=source)
+    except RecordError:
+        raise
+    except Exception as exc:  # the caller's own object raised (an array's truth value, ...)
+        raise RecordError(f"an argument cannot be read: {type(exc).__name__}: {exc}") from exc
 
-    def plain(value: object) -> object:
-        return list(value) if isinstance(value, (list, tuple)) else value
 
-    asked = {"steps": steps, "ranks": plain(ranks), "roles": plain(roles), "at_step": at_step, "reason": reason}
-    return parse_request(asked, default_id=request_id, source=source)
+#: The most items taken from a sequence argument before the schema judges it (it refuses far
+#: fewer): an endless iterator cannot hang the caller.
+_MOST_ITEMS = 100_001
+
+
+def _as_plain(value: object, many: bool = False) -> object:
+    """A Python argument as a request file would carry it: an integer of any type that
+    ``start()`` takes (``np.int64``: it has ``__index__``, and is not a bool) becomes an ``int``;
+    with ``many``, a sequence that is not text (a tuple, a range, a NumPy array) becomes a list
+    of such. Anything else is left for the schema to refuse by name."""
+    if value is None or isinstance(value, (str, bytes, bool, float)):
+        return value
+    if many and isinstance(value, Iterable) and not isinstance(value, Mapping):
+        if getattr(value, "ndim", 1) != 1:
+            tolist = getattr(value, "tolist", None)
+            return tolist() if callable(tolist) else value  # nested lists: refused by name
+        return [_as_plain(item) for item in itertools.islice(value, _MOST_ITEMS)]
+    if hasattr(type(value), "__index__"):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:  # np.bool_ and arrays of one item claim it and refuse
+            return value
+    return value
 
 
 # -- the metrics log ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import enum
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from profdsl.collect.requests import new_id
@@ -264,11 +264,11 @@ class Profiler:
 
     def request(
         self,
-        steps: int,
+        steps: SupportsIndex,
         *,
-        ranks: Sequence[int] | str | None = None,
-        roles: Sequence[str] | None = None,
-        at_step: int | None = None,
+        ranks: Iterable[SupportsIndex] | str | None = None,
+        roles: Iterable[str] | None = None,
+        at_step: SupportsIndex | None = None,
         reason: str | None = None,
     ) -> str | None:
         """Ask this process to trace ``steps`` steps (from the next step it begins, or from
