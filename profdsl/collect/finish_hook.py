@@ -14,13 +14,15 @@ the reason.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -29,7 +31,17 @@ from profdsl.collect.manifest import MANIFEST_NAME
 from profdsl.core.log import logger, once
 from profdsl.records.schema import HookRecord
 
-__all__ = ["SHELL", "Abort", "HookResult", "hook_environment", "hook_record", "run_command"]
+__all__ = [
+    "SHELL",
+    "STEPS_MAX_CHARS",
+    "Abort",
+    "HookResult",
+    "hook_environment",
+    "hook_record",
+    "run_command",
+    "steps_file",
+    "steps_text",
+]
 
 #: The shell that runs hook commands (a module attribute so tests can point it elsewhere).
 SHELL = "/bin/sh"
@@ -41,6 +53,75 @@ DRAIN_GRACE_S = 1.0
 ABORT_POLL_S = 0.1
 #: Beyond its timeout, how long a hook may take to be killed, drained and recorded.
 STOP_BOUND_S = 2 * KILL_GRACE_S + DRAIN_GRACE_S + ABORT_POLL_S + 5
+
+
+#: The most characters of ``PROFDSL_STEPS``: far under Linux's limit on one environment string
+#: (128 KiB, past which the command cannot start: E2BIG), with room for the user's own variables.
+STEPS_MAX_CHARS = 16_384
+_CUT = ",..."
+
+
+def steps_text(steps: Iterable[int], most: int = STEPS_MAX_CHARS) -> str:
+    """``PROFDSL_STEPS``: the steps in order, comma-separated. A list longer than ``most``
+    characters is written with each run of consecutive steps as ``first-last`` (``1-25000``);
+    one still longer is cut after the last whole item that fits and ends with ``,...`` (every
+    step is in ``PROFDSL_STEPS_FILE``).
+
+    Examples:
+        >>> steps_text([3, 1, 2])
+        '1,2,3'
+        >>> steps_text(range(1, 25001))
+        '1-25000'
+    """
+    ordered = sorted(set(steps))
+    plain = ",".join(map(str, ordered))
+    if len(plain) <= most:
+        return plain
+    items: list[str] = []
+    start = 0
+    for index in range(1, len(ordered) + 1):
+        if index == len(ordered) or ordered[index] != ordered[index - 1] + 1:
+            first, last = ordered[start], ordered[index - 1]
+            items.append(str(first) if first == last else f"{first}-{last}")
+            start = index
+    text = ",".join(items)
+    if len(text) <= most:
+        return text
+    kept: list[str] = []
+    used = len(_CUT)
+    for item in items:
+        used += len(item) + (1 if kept else 0)
+        if used > most:
+            break
+        kept.append(item)
+    return ",".join(kept) + _CUT
+
+
+@contextlib.contextmanager
+def steps_file(steps: Iterable[int]) -> Iterator[str | None]:
+    """A file listing ``steps``, one per line, for one hook run (``PROFDSL_STEPS_FILE``), in the
+    system's temporary folder (never in save_path: the upload need not carry it), removed after
+    the block. None when it cannot be written (logged once; the hook still runs)."""
+    path: str | None = None
+    try:
+        handle, path = tempfile.mkstemp(prefix="profdsl-steps-", suffix=".txt")
+        with os.fdopen(handle, "w") as out:
+            out.write("".join(f"{step}\n" for step in sorted(set(steps))))
+    except OSError as exc:
+        once("hook-steps-file", logging.WARNING, "profdsl: no PROFDSL_STEPS_FILE for the finish hook: %s", exc)
+        if path is not None:
+            _unlink(path)
+        path = None
+    try:
+        yield path
+    finally:
+        if path is not None:
+            _unlink(path)
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 @attrs.frozen
@@ -65,8 +146,10 @@ def hook_environment(
     steps: Iterable[int],
     host: str,
     pid: int,
+    steps_file: str | None = None,
 ) -> dict[str, str]:
-    """The command's environment: ``base`` plus the ``PROFDSL_*`` variables of the contract."""
+    """The command's environment: ``base`` plus the ``PROFDSL_*`` variables of the contract
+    (``PROFDSL_STEPS``: :func:`steps_text`; ``PROFDSL_STEPS_FILE``: ``steps_file``, or empty)."""
     absolute = os.path.abspath(save_path)
     env = dict(base)
     env.update(
@@ -76,7 +159,8 @@ def hook_environment(
         PROFDSL_ROLE=role,
         PROFDSL_RANK=str(rank),
         PROFDSL_WORLD_SIZE=str(world_size),
-        PROFDSL_STEPS=",".join(str(s) for s in sorted(steps)),
+        PROFDSL_STEPS=steps_text(steps),
+        PROFDSL_STEPS_FILE=steps_file or "",
         PROFDSL_HOST=host,
         PROFDSL_PID=str(pid),
     )

@@ -60,7 +60,9 @@ class HookPlan:
             capture=note,
         )
 
-    def environment(self, steps: list[int], note: CaptureNote | None = None) -> dict[str, str]:
+    def environment(
+        self, steps: list[int], note: CaptureNote | None = None, steps_file: str | None = None
+    ) -> dict[str, str]:
         """What the command sees: the contract's ``PROFDSL_*`` variables, and for a request's
         hook ``PROFDSL_CAPTURE`` (what asked: ``file``, ``ray``, ``http``, ``api``, ``auto``) and
         ``PROFDSL_REQUEST`` (its id); both empty for the plan's hook."""
@@ -74,6 +76,7 @@ class HookPlan:
             steps=steps,
             host=self.host,
             pid=os.getpid(),
+            steps_file=steps_file,
         )
         env.update(
             PROFDSL_CAPTURE=note.source or "" if note is not None else "",
@@ -108,13 +111,14 @@ class HookJob:
     def _main(self) -> None:
         first = self.plans[0]
         try:
-            result = finish_hook.run_command(
-                first.cmd,
-                first.environment(self.steps, self.note),
-                timeout_s=first.timeout_s,
-                rank=first.rank,
-                abort=self.abort,
-            )
+            with finish_hook.steps_file(self.steps) as listed:
+                result = finish_hook.run_command(
+                    first.cmd,
+                    first.environment(self.steps, self.note, listed),
+                    timeout_s=first.timeout_s,
+                    rank=first.rank,
+                    abort=self.abort,
+                )
         except BaseException as exc:  # run_command never raises an Exception; this is the last guard
             result = finish_hook.HookResult("failed", error=f"{type(exc).__name__}: {exc}")
         self._record(result)
