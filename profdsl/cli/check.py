@@ -16,7 +16,7 @@ from profdsl.config.validate import require_int
 from profdsl.core.naming import ARTIFACT_SUFFIXES, TEMP_PREFIX, is_json_trace
 from profdsl.core.ranks import is_rank_selected
 from profdsl.errors import ConfigError
-from profdsl.records.schema import Record, TraceRecord
+from profdsl.records.schema import HookRecord, Record, TraceRecord
 
 HELP = "check that every trace exists, is non-empty, parses and carries its metadata; list what is missing"
 EXAMPLES = """examples:
@@ -84,6 +84,43 @@ def problems(folder: str, found: Catalog, config: ProfilerConfig | None, world_s
             if name.endswith(ARTIFACT_SUFFIXES) and name not in listed and not name.startswith(TEMP_PREFIX):
                 result.append(f"{name}: not in the manifest")
     result += missing_ranks(rows, config, world_size)
+    result += early_hooks(rows)
+    return result
+
+
+def early_hooks(rows: list[Artifact]) -> list[str]:
+    """Traces recorded after the finish hook that ran for their step on their host, with no hook
+    of that host after them (manifest order is recording order): that upload may have missed
+    them. A hook waits only for its own process, so this is what "one uploader per node" does
+    when another rank of the node finishes later."""
+    hooks = [(i, a) for i, a in enumerate(rows) if a.kind == "hook" and a.status == "ok"]
+    if not hooks:
+        return []
+    last: dict[str | None, int] = {}  # each host's last hook (None: a hook that names no host)
+    for index, hook in hooks:
+        last[hook.host] = index
+    result = []
+    for index, trace in enumerate(rows):
+        if trace.kind != "trace" or trace.status != "ok" or trace.record is None or trace.step is None:
+            continue
+        host = trace.host
+        if index < max(last.get(host, -1), last.get(None, -1)) or (host is None and index < max(last.values())):
+            continue  # a later upload of its host took it
+        ran = [
+            hook
+            for at, hook in hooks
+            if at < index
+            and (host is None or hook.host in (None, host))
+            and isinstance(hook.record, HookRecord)
+            and trace.step in (hook.record.steps or ())
+        ]
+        if ran:
+            where = f" on {host}" if host else ""
+            result.append(
+                f"{trace.path}: rank {trace.rank}'s trace of step {trace.step} was recorded after rank "
+                f"{ran[-1].rank}'s finish hook ran{where}, and no hook ran after it: that upload may have "
+                "missed it (a hook waits only for its own process; docs/collecting.md)"
+            )
     return result
 
 
