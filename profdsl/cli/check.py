@@ -16,7 +16,7 @@ from profdsl.config.validate import require_int
 from profdsl.core.naming import ARTIFACT_SUFFIXES, TEMP_PREFIX, is_json_trace
 from profdsl.core.ranks import is_rank_selected
 from profdsl.errors import ConfigError
-from profdsl.records.schema import HookRecord, Record, TraceRecord
+from profdsl.records.schema import MAX_REQUEST_STEPS, HookRecord, Record, TraceRecord
 
 HELP = "check that every trace exists, is non-empty, parses and carries its metadata; list what is missing"
 EXAMPLES = """examples:
@@ -172,9 +172,10 @@ def _capture(artifact: Artifact) -> str | None:
 
 def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_size: int | None) -> list[str]:
     """Profiled ranks that wrote no trace in a step that other ranks did write (a rank whose trace
-    of that step is a recorded loss is not listed again: its loss has its own line). The traces
-    of a capture request are compared among themselves (it chose its own ranks), the plan's
-    among the plan's."""
+    of that step is a recorded loss is not listed again: its loss has its own line). The plan's
+    traces are compared among the plan's; a capture request's, rank by rank, with the steps its
+    records say it was asked for on that rank (``capture.steps``: ranks that began a step apart
+    trace different steps of one request)."""
     wrote: dict[tuple[str | None, int | None], set[int | None]] = defaultdict(set)
     lost: dict[tuple[str | None, int | None], set[int | None]] = defaultdict(set)
     for a in rows:
@@ -194,12 +195,40 @@ def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_siz
         else:
             expected = {r for ranks in steps.values() for r in ranks if r is not None}
         asked = "" if capture is None else f" (capture request {capture})"
+        if capture is not None:
+            problems += [
+                f"step {step}{asked}: profiled rank {rank} wrote no trace"
+                for step, rank in _unwritten(rows, capture, wrote, lost)
+            ]
+            continue
         problems += [
             f"step {step}{asked}: profiled rank {rank} wrote no trace"
             for step in sorted(s for s in steps if s is not None)
             for rank in sorted(expected - steps[step] - lost[(capture, step)])
         ]
     return problems
+
+
+def _unwritten(
+    rows: list[Artifact],
+    capture: str,
+    wrote: dict[tuple[str | None, int | None], set[int | None]],
+    lost: dict[tuple[str | None, int | None], set[int | None]],
+) -> list[tuple[int, int]]:
+    """(step, rank) that capture request ``capture`` asked of a rank, by its own records'
+    ``capture.steps``, and that rank neither wrote nor recorded lost."""
+    asked: set[tuple[int, int]] = set()
+    for a in rows:
+        record = a.record
+        note = record.capture if isinstance(record, TraceRecord) else None
+        if a.kind == "trace" and a.rank is not None and note is not None and note.request == capture and note.steps:
+            first, last = note.steps  # a request traces at most MAX_REQUEST_STEPS (a record may lie)
+            asked.update((step, a.rank) for step in range(first, min(last, first + MAX_REQUEST_STEPS - 1) + 1))
+    return sorted(
+        (step, rank)
+        for step, rank in asked
+        if rank not in wrote.get((capture, step), set()) and rank not in lost.get((capture, step), set())
+    )
 
 
 def run(args: argparse.Namespace) -> int:
