@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from profdsl import ProfilerConfig, mini_batch_window, profile_stage
 from profdsl.ray import ProfiledWorker
@@ -49,3 +50,24 @@ class PacedWorker(ProfiledWorker):
     def metrics_port(self) -> int:
         """The port of this process's Prometheus endpoint."""
         return int(self.profiler("actor").meter.exporters[0].server.port)  # type: ignore[attr-defined]
+
+
+class SilentWorker(PacedWorker):
+    """A :class:`PacedWorker` whose report fails from step ``silent_from`` on (its
+    ``stop_profile`` raises: the driver gets no timings of it)."""
+
+    def __init__(
+        self, config: ProfilerConfig, rank: int, world_size: int, base: float, slow: dict[int, float], silent_from: int
+    ) -> None:
+        super().__init__(config, rank, world_size, base, slow)
+        self.silent_from, self.step = silent_from, -1
+
+    def start_profile(self, step: Any, **kwargs: Any) -> bool:
+        self.step = int(step)
+        return super().start_profile(step, **kwargs)
+
+    def stop_profile(self) -> list[Any]:
+        timings = super().stop_profile()
+        if self.step >= self.silent_from:
+            raise RuntimeError("this rank's report is lost")
+        return timings

@@ -357,12 +357,23 @@ def test_slow_rank_and_a_typical_one() -> None:
     assert two.observe(0, {("actor", "u"): {0: 0.1, 1: 0.5}}).ranks() == (0, 1)  # type: ignore[union-attr]
 
 
-def oracle_stragglers(config: Stragglers, run: list[tuple[dict[int, float], bool]]) -> list[tuple[int, int, bool]]:
-    """(step, rank, began) of every episode start and end."""
-    events, count, alerted = [], {}, set()
+def oracle_stragglers(
+    config: Stragglers, run: list[tuple[dict[int, float], bool]]
+) -> list[tuple[int, int, bool | str]]:
+    """(step, rank, began) of every episode start and end, and (step, rank, "silent") when a rank
+    in an episode stops reporting: a rank absent from a step's times ends no episode (its streak
+    is carried over, as over a traced step)."""
+    events: list[tuple[int, int, bool | str]] = []
+    count: dict[int, int] = {}
+    alerted: set[int] = set()
+    silent: set[int] = set()
     for step, (by_rank, traced) in enumerate(run):
         if traced:
             continue
+        for rank in sorted(alerted - set(by_rank) - silent):
+            silent.add(rank)
+            events.append((step, rank, "silent"))
+        silent &= alerted - set(by_rank)
         slow = set()
         for rank, seconds in by_rank.items():
             others = [s for r, s in by_rank.items() if r != rank]
@@ -370,7 +381,7 @@ def oracle_stragglers(config: Stragglers, run: list[tuple[dict[int, float], bool
                 median = statistics.median(others)
                 if median > 0 and seconds >= config.min_seconds and seconds > config.factor * median:
                     slow.add(rank)
-        for rank in sorted(set(count) - slow):
+        for rank in sorted(set(count) - slow - (set(count) - set(by_rank))):
             del count[rank]
             if rank in alerted:
                 alerted.discard(rank)
@@ -398,17 +409,18 @@ def test_straggler_episodes_follow_the_oracle(
     run: list[tuple[dict[int, float], bool]], factor: float, consecutive: int
 ) -> None:
     """Each episode is reported once when it reaches ``consecutive`` slow steps (traced steps
-    neither count nor break it) and once when it ends."""
+    neither count nor break it, nor do steps its rank did not report) and once when it ends;
+    a rank that stops reporting is said once."""
     config = Stragglers(factor=factor, consecutive=consecutive, min_seconds=0.0)
     watch = StragglerWatch(config)
     got = []
     for step, (by_rank, traced) in enumerate(run):
         for alert in watch.observe(step, {("actor", "update_actor"): by_rank}, traced=traced):
-            got.append((step, alert.rank, alert.active))
-            if alert.active:
+            got.append((step, alert.rank, "silent" if alert.silent else alert.active))
+            if alert.active and not alert.silent:
                 assert alert.count >= consecutive and alert.factor > factor
-    expected = sorted(oracle_stragglers(config, run), key=lambda e: (e[0], e[2], e[1]))
-    assert sorted(got, key=lambda e: (e[0], e[2], e[1])) == expected
+    expected = sorted(oracle_stragglers(config, run), key=lambda e: (e[0], str(e[2]), e[1]))
+    assert sorted(got, key=lambda e: (e[0], str(e[2]), e[1])) == expected
 
 
 @pytest.mark.parametrize(
@@ -425,6 +437,23 @@ def test_an_episodes_end_says_which_steps_were_slow(traced_6: bool, said: str) -
     [ended] = watch.observe(7, {stage: even})
     assert not ended.active and ended.steps == (5, 6)
     assert said in ended.message()
+
+
+def test_a_rank_that_stops_reporting_has_not_recovered() -> None:
+    """Rank 2, in an episode, reports nothing at steps 3-4: said once, the episode goes on (no
+    "back within the median"); slow again at step 5, it is the same episode."""
+    watch = StragglerWatch(Stragglers(factor=2.0, consecutive=1, min_seconds=0.0))
+    slow, gone = {0: 1.0, 1: 1.0, 2: 5.0}, {0: 1.0, 1: 1.0}
+    stage = ("actor", "update_actor")
+    assert [a.active for a in watch.observe(2, {stage: slow})] == [True]
+    [silent] = watch.observe(3, {stage: gone})
+    assert silent.silent and silent.active and silent.rank == 2
+    assert "rank 2 in actor update_actor stopped reporting at step 3" in silent.message()
+    assert watch.observe(4, {stage: gone}) == []
+    assert [a.rank for a in watch.active()] == [2]
+    assert watch.observe(5, {stage: slow}) == []
+    [ended] = watch.observe(6, {stage: {0: 1.0, 1: 1.0, 2: 1.0}})
+    assert not ended.active and ended.steps == (2, 5) and ended.count == 2
 
 
 def test_straggler_config_errors_name_the_field() -> None:

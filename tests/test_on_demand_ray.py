@@ -157,3 +157,59 @@ def _gauge(port: int) -> float:
                 if sample.labels == {"role": "actor", "stage": "update_actor", "rank": "1"}:
                     return float(sample.value)
     return 0.0
+
+
+def test_a_request_every_worker_refused_blinds_nothing(
+    cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``request(50)`` (over ``OnDemand.max_steps``: every worker refuses it) before step 0 traces
+    nothing; the driver still counts steps 0-49 as untraced, so rank 1's straggler episode at steps
+    2-4 is found (it is blind to traced steps, whose times profiling skews)."""
+    config = ProfilerConfig(
+        enable=True,
+        save_path=str(tmp_path),
+        torch=TorchOptions(contents=["cpu"]),
+        metrics=Metrics(enabled=True, stragglers=Stragglers(factor=5.0, consecutive=3, min_seconds=0.2)),
+    )
+    slow = {2: 0.3, 3: 0.3, 4: 0.3}
+    workers = [remote(PacedWorker, config, 0, 2, 0.02, {}), remote(PacedWorker, config, 1, 2, 0.02, slow)]
+    trainer = RayStepProfiler(config, workers=workers)
+    with caplog.at_level(logging.INFO, logger="profdsl"):
+        assert trainer.request(50, ranks="all") is not None
+        for step in range(6):
+            with trainer.step(step):
+                ray.get([w.update.remote(step) for w in workers])
+    trainer.close()
+    assert trainer.errors == []
+    assert traces(tmp_path) == set()
+    assert caplog.text.count("straggler: rank 1 took") == 1, caplog.text
+
+
+def test_a_straggler_that_stops_reporting_has_not_recovered(
+    cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rank 1 is slow at steps 2-4 (an episode), then its reports are lost from step 5: the
+    driver says once that it stopped reporting, and never that it is back within the median."""
+    from .metrics_actors import SilentWorker
+
+    config = ProfilerConfig(
+        enable=True,
+        save_path=str(tmp_path),
+        torch=TorchOptions(contents=["cpu"]),
+        metrics=Metrics(enabled=True, stragglers=Stragglers(factor=5.0, consecutive=3, min_seconds=0.2)),
+    )
+    slow = {2: 0.3, 3: 0.3, 4: 0.3}
+    workers = [
+        remote(PacedWorker, config, 0, 2, 0.02, {}),
+        remote(SilentWorker, config, 1, 2, 0.02, slow, 5),
+    ]
+    trainer = RayStepProfiler(config, workers=workers, call_timeout_s=120)
+    with caplog.at_level(logging.INFO, logger="profdsl"):
+        for step in range(8):
+            with trainer.step(step):
+                ray.get([w.update.remote(step) for w in workers])
+    trainer.close()
+    assert [e.worker for e in trainer.errors] == [1, 1, 1]  # steps 5-7
+    assert caplog.text.count("straggler: rank 1 took") == 1
+    assert caplog.text.count("rank 1 in actor update_actor stopped reporting at step 5") == 1
+    assert "straggler episode over" not in caplog.text

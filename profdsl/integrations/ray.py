@@ -91,6 +91,7 @@ class ProfiledWorker:
         >>> worker = ActorWorker(profdsl.ProfilerConfig(), rank=0, world_size=1)
         >>> with contextlib.ExitStack():
         ...     worker.start_profile(1); worker.update(3); worker.stop_profile()
+        False
         3
         []
         >>> worker.finish_profile()
@@ -125,11 +126,12 @@ class ProfiledWorker:
 
     def start_profile(
         self, step: SupportsIndex, *, requests: Sequence[CaptureRequest] = (), alerts: Sequence[StragglerAlert] = ()
-    ) -> None:
+    ) -> bool:
         """Begin step ``step`` for every role (called remotely by the trainer). ``requests``:
         capture requests the driver passes on (each taken once, by the roles it names, before
         the step begins); ``alerts``: straggler episodes of the driver's, shown by this rank's
-        metrics exporters (docs/on-demand.md)."""
+        metrics exporters (docs/on-demand.md). Returns whether a role of this worker profiles
+        the step (the driver counts a requested step traced only when a worker said so)."""
         for request in requests:
             PROCESS.inbox.deliver(request)
         for alert in alerts:
@@ -138,6 +140,7 @@ class ProfiledWorker:
                     export_alert(getattr(profiler.meter, "exporters", []), alert)
         for profiler in self._each():
             profiler.start(step)
+        return any(profiler.is_profiling for profiler in self._each())
 
     def stop_profile(self) -> list[StepTimings]:
         """End the step for every role: flush and collect, and the hook after the last step.
@@ -315,8 +318,9 @@ class RayStepProfiler:
         self.clock.start(step)
         number = self.clock.current_step
         passed = self._pass_on(number) if number is not None else []
-        self._traced = number is not None and (self.clock in _stepping() or number in self._requested)
-        driven = number is not None and (self._traced or self.config.metrics.enabled)
+        planned = number is not None and self.clock in _stepping()
+        driven = number is not None and (planned or number in self._requested or self.config.metrics.enabled)
+        self._traced = planned
         if driven:  # the workers get the step as a plain int
             extra: dict[str, Any] = {}
             if passed:
@@ -324,7 +328,10 @@ class RayStepProfiler:
             if self._alerts:
                 extra.update(alerts=self._alerts)
                 self._alerts = []
-            self._call("start_profile", number, timeout=self.call_timeout_s, **extra)
+            started = self._call("start_profile", number, timeout=self.call_timeout_s, **extra)
+            # a requested step is traced where a worker took the request: one every worker
+            # refused (too many steps, a rank or role no worker has) leaves the times untouched
+            self._traced = planned or any(answer is True for answer in started)
         elif passed:
             self._heard = passed + self._heard  # not driven (no step number): the next step passes them on
         try:

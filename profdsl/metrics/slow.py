@@ -217,7 +217,8 @@ class StragglerAlert:
     """A straggler episode of ``rank`` in ``role``'s ``stage``: ``factor`` (its time over the
     other ranks' median, at the last slow step), ``steps`` (the first and last step of the
     episode so far), ``count`` (its slow steps: traced steps in between do not count, nor end
-    it), and whether it is going on (``active``; False: it just ended)."""
+    it), and whether it is going on (``active``; False: it just ended). ``silent``: its rank
+    stopped reporting at ``steps[1]`` (the episode goes on: that is no recovery)."""
 
     role: str
     stage: str
@@ -226,10 +227,16 @@ class StragglerAlert:
     steps: tuple[int, int]
     count: int
     active: bool = True
+    silent: bool = False
 
     def message(self) -> str:
         """One line for the log."""
         first, last = self.steps
+        if self.silent:
+            return (
+                f"straggler: rank {self.rank} in {self.role} {self.stage} stopped reporting at step {last} "
+                f"(slow since step {first}, last {self.factor:.1f}x the other ranks' median): not recovered"
+            )
         if not self.active:
             span = f"steps {first}-{last}" if last > first else f"step {first}"
             slow = span if self.count == last - first + 1 else f"{self.count} of {span}, the others traced"
@@ -252,11 +259,13 @@ class StragglerWatch:
         # per (role, stage, rank): first and last step of the streak, its slow steps, the last factor
         self._streaks: dict[tuple[str, str, int], tuple[int, int, int, float]] = {}
         self._alerted: set[tuple[str, str, int]] = set()
+        self._silent: set[tuple[str, str, int]] = set()  # alerted, and not reporting since
 
     def observe(self, step: int, times: RankTimes, *, traced: bool = False) -> list[StragglerAlert]:
         """Step ``step``'s times: the episodes that began (reached ``consecutive`` slow steps)
-        and those that ended (``active`` False) with it. A traced step (slowed down by
-        profiling) carries the streaks over without counting."""
+        and those that ended (``active`` False) with it, and those whose rank stopped reporting
+        (``silent``, once). A traced step (slowed down by profiling), and for one rank a step it
+        did not report, carry its streak over without counting."""
         if traced:
             for key, (first, _, count, factor) in self._streaks.items():
                 self._streaks[key] = (first, step, count, factor)
@@ -269,6 +278,14 @@ class StragglerWatch:
                     slow[(role, stage, rank)] = ratio
         alerts = []
         for key, (first, last, count, factor) in list(self._streaks.items()):
+            role, stage, rank = key
+            if step == last + 1 and rank not in times.get((role, stage), {}):  # it did not report
+                self._streaks[key] = (first, step, count, factor)  # carried over, as a traced step
+                if key in self._alerted and key not in self._silent:
+                    self._silent.add(key)
+                    alerts.append(StragglerAlert(*key, factor=factor, steps=(first, step), count=count, silent=True))
+                continue
+            self._silent.discard(key)
             if key not in slow or step != last + 1:
                 del self._streaks[key]
                 if key in self._alerted:
