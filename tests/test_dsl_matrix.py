@@ -150,7 +150,10 @@ def words(engine: Engine) -> dict[str, tuple[Callable[[str], Any], bool]]:
     return {
         "profile_stage": (lambda label: profile_stage(label), True),
         "mini_batch_window": (lambda label: mini_batch_window(name=label), True),
-        "rollout_window": (lambda label: rollout_window([engine], name=label), False),
+        "rollout_window": (
+            lambda label: rollout_window([engine], name=label),
+            True,
+        ),  # a region where generation ran (issue 29)
         "annotate": (lambda label: DistProfiler.annotate(role=label), True),
     }
 

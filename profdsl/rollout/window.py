@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -12,43 +13,59 @@ from profdsl.dsl.stage import check_binding, check_name
 from profdsl.rollout.calls import call_all, call_all_async, in_daemon_thread
 from profdsl.rollout.run import RolloutRun
 from profdsl.runtime import context
-from profdsl.runtime.handles import fault
+from profdsl.runtime.handles import Handle, fault
 
 if TYPE_CHECKING:
+    from profdsl.capture.annotators import Annotator
     from profdsl.runtime.context import Entry
     from profdsl.runtime.profiler import Profiler
+    from profdsl.runtime.recorder import Recorder
 
 __all__ = ["rollout_window"]
 
 
-class _Engines:
-    """A rollout entry's handle: the replicas its run started, profiled for the whole entry
-    (a suspended decorated body does not stop them)."""
+class _Engines(Handle):
+    """A rollout entry's handle: its region in the trainer's trace, when the trainer's step
+    records one (none: no annotator), which follows a suspended body as every region does; and
+    the replicas its run started (``run``), profiled for the whole entry (a suspended decorated
+    body does not stop them)."""
 
     __slots__ = ("run",)
 
-    def __init__(self, run: RolloutRun) -> None:
+    def __init__(
+        self,
+        run: RolloutRun | None,
+        annotator: Annotator | None,
+        name: str,
+        color: int | None = None,
+        owner: Recorder | None = None,
+    ) -> None:
         self.run = run
-
-    def suspend(self) -> None:
-        """Nothing: the engines go on recording."""
-
-    def resume(self) -> None:
-        """Nothing: the engines went on recording."""
+        super().__init__(annotator, name, color, owner)
 
     def close(self) -> None:
-        """Stop the started replicas and move their traces into save_path."""
-        run = self.run
-        run.record(call_all(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s), "stop_profile")
-        run.relocate()
+        """Close the region (what stopping the engines costs is not generation), then stop the
+        started replicas and move their traces into save_path; once."""
+        if self.closed:
+            return
+        super().close()
+        run, self.run = self.run, None
+        if run is not None:
+            run.record(call_all(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s), "stop_profile")
+            run.relocate()
 
     async def aclose(self) -> None:
         """:meth:`close` for an event loop."""
-        run = self.run
-        run.record(
-            await call_all_async(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s), "stop_profile"
-        )
-        await in_daemon_thread(run.relocate)
+        if self.closed:
+            return
+        super().close()
+        run, self.run = self.run, None
+        if run is not None:
+            run.record(
+                await call_all_async(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s),
+                "stop_profile",
+            )
+            await in_daemon_thread(run.relocate)
 
 
 class rollout_window(Annotation):
@@ -134,23 +151,37 @@ class rollout_window(Annotation):
             fault("rollout_window entry", exc)
             return None
 
+    def _opened(self, run: RolloutRun | None, profiler: Profiler | None, top: Entry | None) -> _Engines | None:
+        """This entry's handle: ``run``'s engines and, when the trainer's step records one (in
+        discrete mode, only inside a stage), its region there. None when it has neither.
+        Opened once the engines run (starting them is no generation). Never raises."""
+        try:
+            recorder = profiler.recorder if profiler is not None else REGISTRY.find(self.role)
+            if recorder is not None and recorder.active:
+                handle = recorder.region(self.name, top, functools.partial(_Engines, run))
+                if handle is not None:
+                    return handle
+        except Exception as exc:
+            fault("rollout_window region", exc)
+        return None if run is None else _Engines(run, None, self.name)
+
     def _handle(self, profiler: Profiler | None, top: Entry | None) -> _Engines | None:
         run = self._run(profiler, top)
-        if run is None:
-            return None
-        run.started_from(
-            call_all(run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s)
-        )
-        return _Engines(run)
+        if run is not None:
+            run.started_from(
+                call_all(run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s)
+            )
+        return self._opened(run, profiler, top)
 
     async def _ahandle(self, profiler: Profiler | None, top: Entry | None) -> _Engines | None:
         run = self._run(profiler, top)
-        if run is None:
-            return None
-        run.started_from(
-            await call_all_async(run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s)
-        )
-        return _Engines(run)
+        if run is not None:
+            run.started_from(
+                await call_all_async(
+                    run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s
+                )
+            )
+        return self._opened(run, profiler, top)
 
     async def _aend(self, entry: Entry) -> None:
         handle = stop(entry)

@@ -13,7 +13,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
@@ -31,6 +31,8 @@ from profdsl.runtime.writer.jobs import RecordJob
 
 if TYPE_CHECKING:
     from profdsl.runtime.slot.session import Session
+
+H = TypeVar("H", bound=Handle)
 
 __all__ = ["NULL_RECORDER", "NullRecorder", "Recorder"]
 
@@ -157,12 +159,18 @@ class Recorder:
             return opaque()
         if self._discrete and owner is None:
             return self._stage_capture(name, scheduled, color)
+        self._seen(name)
+        return Handle(self._annotator, name, color, self)
+
+    def _seen(self, name: str) -> None:
+        """A region ``name`` opens in this step's session (listed among its stages), or is said
+        missed when the session cannot record it."""
         current = self._slot.current
         claim = self._claim
         if claim is None:  # a stage nested in a discrete stage's own capture
             if current is not None:
                 current.stages.add(name)
-            return Handle(self._annotator, name, color, self)
+            return
         if current is None:
             current = self._slot.step_session(claim)  # a step that waited for its thread
         if current is not None and current.kind == "step" and self.role in current.roles:
@@ -171,7 +179,18 @@ class Recorder:
                 self._missed(name, None)
         elif claim not in self._slot.claims.refused:  # a refused capture is recorded already
             self._missed(name, _elsewhere(current, claim in self._slot.claims.ended))
-        return Handle(self._annotator, name, color, self)
+
+    def region(self, name: str, context: Entry | None, make: Callable[..., H]) -> H | None:
+        """Open a region ``name`` in what this step records, never a capture of its own: the
+        handle ``make(annotator, name, color, recorder)`` (a :class:`Handle` subclass); in
+        discrete mode outside every stage, or inside a stage refused its capture, nothing
+        (``rollout_window``: generation shows in the trainer's trace where it ran; its engines
+        record themselves)."""
+        owner = None if context is None else _owner(context)
+        if (self._discrete and owner is None) or (owner is not None and owner.opaque):
+            return None
+        self._seen(name)
+        return make(self._annotator, name, None, self)
 
     def _missed(self, name: str, why: str | None) -> None:
         """A region of this continuous step that its session cannot record (``why`` None: it
@@ -317,6 +336,10 @@ class NullRecorder:
         return None
 
     def mini_batch(self, base: str, context: Entry | None, *, region: bool = True) -> None:
+        """Open nothing."""
+        return None
+
+    def region(self, name: str, context: Entry | None, make: Callable[..., object]) -> None:
         """Open nothing."""
         return None
 
