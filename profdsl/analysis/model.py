@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -34,8 +34,10 @@ from profdsl.analysis.catalog import Artifact
 from profdsl.analysis.regions import ENGINE_STAGE
 from profdsl.analysis.scan import Piece, TraceScan
 
-__all__ = ["Node", "Span", "StageModel", "Spread", "WHOLE_TRACE"]
+__all__ = ["Node", "STEP_ROW", "Span", "StageModel", "Spread", "WHOLE_TRACE"]
 
+#: The label of a role's whole step in the step view (:meth:`StageModel.step_spreads`).
+STEP_ROW = "(step)"
 #: The stage a trace without profdsl metadata (a trace copied by hand) stands for.
 WHOLE_TRACE = "whole trace"
 
@@ -125,7 +127,8 @@ def _rooted(artifact: Artifact, scan: TraceScan) -> tuple[list[Piece], str | Non
 class StageModel:
     """Stage times of a folder's traces (see the module docstring)."""
 
-    def __init__(self, scans: Iterable[tuple[Artifact, TraceScan]]) -> None:
+    def __init__(self, scans: Iterable[tuple[Artifact, TraceScan]], walls: Mapping[Key, float] | None = None) -> None:
+        self._walls: dict[Key, float] = dict(walls or {})
         self._acc: dict[Key, dict[tuple[str, ...], _Acc]] = defaultdict(dict)
         self._spans: list[tuple[Artifact, list[Span]]] = []
         self._parallel: dict[Key, dict[str, int]] = {}
@@ -227,10 +230,50 @@ class StageModel:
         tree = self._acc.get((role, step, rank), {})
         return sum(acc.total_us for path, acc in tree.items() if len(path) == 1)
 
+    def wall_us(self, role: str, step: int | None, rank: int | None) -> float | None:
+        """A role's step wall time on a rank (µs, from the metrics log); None when not logged."""
+        return self._walls.get((role, step, rank))
+
+    def step_time_us(self, role: str, step: int | None, rank: int | None) -> float:
+        """What a share is a part of: the role's step wall time on the rank where the metrics
+        log has it, else the sum of its outermost stages."""
+        wall = self.wall_us(role, step, rank)
+        return self.step_total_us(role, step, rank) if wall is None else wall
+
     def share(self, node: Node) -> float | None:
-        """``node``'s part of its role's step time on its rank (None when that is 0)."""
+        """``node``'s part of its role's stage time at the step on its rank (the sum of its
+        outermost stages; None when that is 0). ``summary --by`` measures against the step's
+        wall time instead (:meth:`step_time_us`)."""
         total = self.step_total_us(node.role, node.step, node.rank)
         return node.total_us / total if total else None
+
+    def step_spreads(self) -> dict[tuple[int | None, str], Spread]:
+        """Each role's whole step, across the ranks whose metrics log has its wall time:
+        ``(step)``, its wall time as its total and the time outside any of its stages as its
+        self time (never below 0)."""
+        groups: dict[tuple[int | None, str], list[tuple[int | None, float, float]]] = defaultdict(list)
+        for role, step, rank in self.keys():
+            wall = self.wall_us(role, step, rank)
+            if wall is not None:
+                groups[(step, role)].append((rank, wall, max(wall - self.step_total_us(role, step, rank), 0.0)))
+        result = {}
+        for (step, role), items in groups.items():
+            walls = [w for _, w, _ in items]
+            slowest = max(items, key=lambda i: (i[1], -_number(i[0])))
+            result[(step, role)] = Spread(
+                role,
+                step,
+                (STEP_ROW,),
+                len(items),
+                len(items),
+                min(walls),
+                statistics.median(walls),
+                max(walls),
+                slowest[0],
+                statistics.median(o for _, _, o in items),
+                0.0,
+            )
+        return result
 
     def spread(self) -> list[Spread]:
         """Each (step, role, path) across its ranks, steps in order, then roles and stages in
