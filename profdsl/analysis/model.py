@@ -94,11 +94,13 @@ class Spread:
 
 @attrs.frozen
 class Span:
-    """An outermost region of one trace, in wall-clock microseconds (the timeline's bars)."""
+    """A region of one trace, in wall-clock microseconds (the timeline's bars): its stage (the
+    path joined by ``/`` below the outermost) and how deep it sits (0: outermost)."""
 
     stage: str
     start_us: float
     end_us: float
+    depth: int = 0
 
 
 class _Acc:
@@ -131,6 +133,7 @@ class StageModel:
         self._walls: dict[Key, float] = dict(walls or {})
         self._acc: dict[Key, dict[tuple[str, ...], _Acc]] = defaultdict(dict)
         self._spans: list[tuple[Artifact, list[Span]]] = []
+        self._regions: list[tuple[Artifact, list[Span]]] = []
         self._parallel: dict[Key, dict[str, int]] = {}
         self._placed: list[tuple[Artifact, tuple[str, ...], Piece]] = []
         for artifact, scan in scans:
@@ -146,6 +149,7 @@ class StageModel:
         base_us = scan.base_ns / 1000
         pieces, root = _rooted(artifact, scan)
         outer: list[Span] = []
+        every: list[Span] = []
         root_path: tuple[str, ...] = ()
         if root is not None and scan.span is not None:
             start, end = scan.span
@@ -156,6 +160,7 @@ class StageModel:
             acc.self_us += end - start
             acc.first = min(acc.first, base_us + start)
             outer.append(Span(root, base_us + start, base_us + end))
+            every.append(outer[-1])
         used: dict[tuple[str, ...], int] = defaultdict(int)
         stacks: dict[str, list[tuple[float, tuple[str, ...], float]]] = defaultdict(list)
         for piece in sorted(pieces, key=lambda p: (p.tid, p.ts, -p.dur)):
@@ -175,11 +180,13 @@ class StageModel:
             self._placed.append((artifact, path, piece))
             if parent:
                 tree[parent].self_us -= piece.dur
+            every.append(Span("/".join(path), base_us + piece.ts, base_us + piece.ts + piece.dur, len(path) - 1))
             if not stack and root is None:
                 outer.append(Span(piece.label, base_us + piece.ts, base_us + piece.ts + piece.dur))
             stack.append((piece.ts + piece.dur, path, piece.dur))
         self._discount(tree, used, scan)
         self._spans.append((artifact, outer))
+        self._regions.append((artifact, every))
 
     @staticmethod
     def _discount(tree: dict[tuple[str, ...], _Acc], used: dict[tuple[str, ...], int], scan: TraceScan) -> None:
@@ -306,6 +313,15 @@ class StageModel:
     def spans(self) -> list[tuple[Artifact, list[Span]]]:
         """The outermost regions of every trace, per artifact (the timeline)."""
         return list(self._spans)
+
+    def regions(self, depth: int) -> list[tuple[Artifact, list[Span]]]:
+        """Every region of every trace less than ``depth`` deep (1: the outermost, as
+        :meth:`spans`), per artifact, in the order they were nested."""
+        return [(artifact, [span for span in spans if span.depth < depth]) for artifact, spans in self._regions]
+
+    def paths(self, key: Key) -> dict[tuple[str, ...], tuple[float, float]]:
+        """Every stage path of one (role, step, rank) → (total µs, self µs)."""
+        return {path: (acc.total_us, acc.self_us) for path, acc in self._acc.get(key, {}).items()}
 
     def placed(self) -> list[tuple[Artifact, tuple[str, ...], Piece]]:
         """Every region event with the path it sits at, per artifact, in the order they were
