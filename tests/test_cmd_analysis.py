@@ -183,6 +183,45 @@ class TestSummary:
         flat = profdsl("summary", str(demo_dir), "--by", "role,stage,step,rank", "--csv").stdout.splitlines()
         assert flat[0] == "role,stage,step,rank,path,count,total_ms,mean_ms,share" and len(flat) == len(csv_out)
 
+    def test_by_step_and_rank_sums_outermost_stages_against_the_step_wall(self, demo_dir: Path) -> None:
+        """Without stage in --by only outermost stages are summed (a mini-batch is inside its
+        stage already); each row has its roles' step wall time (the metrics log's wall_s), the
+        time outside any stage, and a share of at most 100%. The step time of several roles is the
+        longest of theirs: the demo's roles share one step loop."""
+        walls: dict[tuple[str, int, int], float] = {}
+        for path in demo_dir.glob("profdsl-metrics-*.jsonl"):
+            for line in path.read_text().splitlines():
+                item = json.loads(line)
+                walls[(item["role"], item["step"], item["rank"])] = item["wall_s"] * 1000
+        expected: dict[tuple[int, int], float] = defaultdict(float)
+        wall: dict[tuple[int, int], float] = defaultdict(float)
+        for (_role, stage, step, rank), value in recount(demo_dir).items():
+            if stage != "mini_batch":
+                expected[(step, rank)] += value
+        for role, step, rank in {(k[0], k[2], k[3]) for k in recount(demo_dir)}:
+            role_total = sum(v for k, v in recount(demo_dir).items() if k[0] == role and k[2:] == (step, rank))
+            wall[(step, rank)] = max(wall[(step, rank)], walls.get((role, step, rank), role_total))
+        result = profdsl("summary", str(demo_dir), "--by", "step,rank", "--json")
+        assert result.returncode == 0, result.stderr
+        rows = json.loads(result.stdout)
+        assert {(r["step"], r["rank"]) for r in rows} == set(expected)
+        for row in rows:
+            key = (row["step"], row["rank"])
+            assert row["total_ms"] == pytest.approx(expected[key], rel=1e-6), key
+            assert row["step_ms"] == pytest.approx(wall[key], rel=1e-3), key
+            assert row["outside_ms"] == pytest.approx(row["step_ms"] - row["total_ms"], abs=1e-3)
+            assert 0 < row["share"] <= 1 and row["share"] == pytest.approx(row["total_ms"] / row["step_ms"], rel=1e-3)
+        text = profdsl("summary", str(demo_dir), "--by", "step,rank").stdout
+        assert "outermost stages" in text and "step ms" in text.splitlines()[0]
+
+    def test_step_view_has_a_step_row_per_role(self, demo_dir: Path) -> None:
+        """The step view gives each role a (step) row: its wall time, and the time outside any
+        of its stages as self time."""
+        lines = profdsl("summary", str(demo_dir)).stdout.splitlines()
+        rows = [line.split() for line in lines if line.split()[1:2] == ["(step)"]]
+        assert {r[0] for r in rows} >= {"actor", "critic", "ref"}
+        assert all(float(r[3]) >= float(r[4]) >= 0 for r in rows)
+
     def test_bad_group_key(self, demo_dir: Path) -> None:
         """An unknown --by key is a usage error."""
         result = profdsl("summary", str(demo_dir), "--by", "role,colour")

@@ -314,3 +314,97 @@ def test_importing_profdsl_does_not_import_matplotlib() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# --- nesting and steps ------------------------------------------------------------------------
+
+
+def _profile_nested(folder: Path) -> None:
+    """A trainer-like role: one continuous trace per step holding one outermost stage, with two
+    stages nested in it (generation and the update of a TRL step)."""
+    from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
+
+    cfg = ProfilerConfig(
+        enable=True, steps=[1, 2, 3], ranks=[0], save_path=str(folder), torch=TorchOptions(contents=["cpu"])
+    )
+    with Profiler(cfg, role="trainer", rank=0, world_size=1) as p:
+        for step in (1, 2, 3):
+            with p.step(step):
+                with profile_stage("train_step"):
+                    with profile_stage("generate"):
+                        torch.ones(96, 96).mm(torch.ones(96, 96))
+                    with profile_stage("update"):
+                        torch.ones(64, 64).mm(torch.ones(64, 64))
+
+
+@pytest.fixture(scope="module")
+def nested(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from profdsl.testing import reset as reset_for_tests
+
+    folder = tmp_path_factory.mktemp("nested")
+    reset_for_tests()
+    try:
+        _profile_nested(folder)
+    finally:
+        reset_for_tests()
+    return folder
+
+
+def _legend_texts(figure: Any) -> list[str]:
+    return [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+
+
+def _figure_of(argv: list[str]) -> Any:
+    """The figure ``profdsl plot ARGV`` draws (the command's own parser and defaults)."""
+    args = profdsl.cli.build_parser().parse_args(["plot", *argv])
+    return plot.build_figure(_model(Path(args.folder)), args)
+
+
+def test_one_stage_per_step_is_opened_a_level_by_default(nested: Path, tmp_path: Path) -> None:
+    """Each step of the role has one outermost stage: by default the bars show what ran inside
+    it (its nested stages and its own self time), and the segments still add up to the stage."""
+    out = tmp_path / "stages.png"
+    assert profdsl.cli.main(["plot", str(nested), "-o", str(out)]) == 0
+    _assert_picture(out)
+    figure = _figure_of([str(nested), "-o", str(out)])
+    assert set(_legend_texts(figure)) == {"train_step/generate", "train_step/update", "train_step (self)"}
+    rows = {(r.step, r.path): r for r in _model(nested).nodes}
+    bars = plot.bar_totals(_model(nested), None)
+    for (_role, _rank, step), segments in bars.items():
+        assert sum(segments.values()) == pytest.approx(rows[(step, ("train_step",))].total_us / 1000, rel=1e-9)
+        assert segments["train_step/generate"] == pytest.approx(
+            rows[(step, ("train_step", "generate"))].total_us / 1000
+        )
+    one = _figure_of([str(nested), "-o", str(out), "--depth", "1"])
+    assert _legend_texts(one) == ["train_step"]
+
+
+def test_depth_on_the_timeline_draws_nested_regions(nested: Path, tmp_path: Path) -> None:
+    """--depth 2 --timeline draws the nested regions inside their parent (one bar per region up
+    to that depth); --depth 1 only the outermost."""
+    out = tmp_path / "timeline.png"
+    assert profdsl.cli.main(["plot", str(nested), "-o", str(out), "--timeline", "--depth", "2"]) == 0
+    _assert_picture(out)
+    deep = _figure_of([str(nested), "-o", str(out), "--timeline", "--depth", "2"])
+    shallow = _figure_of([str(nested), "-o", str(out), "--timeline", "--depth", "1"])
+
+    def bars(figure: Any) -> int:
+        return sum(len(c.get_paths()) for c in figure.axes[0].collections)
+
+    assert bars(shallow) == 3 and bars(deep) == 9
+    assert set(_legend_texts(deep)) == {"train_step", "train_step/generate", "train_step/update"}
+
+
+def test_the_timeline_labels_each_step(nested: Path, tmp_path: Path) -> None:
+    """The timeline names each profiled step above the region it spans."""
+    out = tmp_path / "timeline.png"
+    figure = _figure_of([str(nested), "-o", str(out), "--timeline"])
+    texts = {t.get_text() for axes in figure.axes for t in axes.texts}
+    ticks = {t.get_text() for axes in figure.axes for t in axes.get_xticklabels()}
+    assert {"step 1", "step 2", "step 3"} <= texts | ticks
+
+
+def test_depth_must_be_positive(nested: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        profdsl.cli.main(["plot", str(nested), "-o", str(tmp_path / "x.png"), "--depth", "0"])
+    assert exit_info.value.code == 2

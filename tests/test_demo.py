@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import configparser
+import os
 import subprocess
 import sys
 import tarfile
@@ -113,3 +115,38 @@ def test_demo(tmp_path: Path, mode: str) -> None:
     # another rank's hook packed the folder (each rank's request hook runs after its own traces).
     assert {r["path"] for r in records if r["path"] and r["kind"] == "trace" and r["step"] in (2, 3)} <= packed
     assert "profdsl-manifest.jsonl" in packed
+
+
+def _demo(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "profdsl", "demo", "--out", str(out), "--steps", "1", "--num-steps", "3"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_the_demo_warns_about_nothing_of_its_own(tmp_path: Path) -> None:
+    """The demo's output is its own report only: no warning about the demo's code (a stage bound
+    to no role), and none of kineto's per-session USDT lines (the command line quiets kineto,
+    KINETO_LOG_LEVEL, when the user has not set it)."""
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    result = _demo(tmp_path / "profiles", env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    for noise in ("USDT:", "bound to no role", "NumPy", "WARNING", "Warning"):
+        assert noise not in output, (noise, output[-3000:])
+
+
+def test_a_kineto_log_level_the_user_set_is_kept(tmp_path: Path) -> None:
+    """KINETO_LOG_LEVEL set by the user wins: at 5 kineto prints its USDT lines again."""
+    result = _demo(tmp_path / "profiles", {**os.environ, "KINETO_LOG_LEVEL": "5"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "USDT:" in result.stdout + result.stderr
+
+
+def test_the_torch_extra_brings_numpy() -> None:
+    """torch without NumPy warns at import ("Failed to initialize NumPy"): the torch extra,
+    which the README's set-up line installs, brings it."""
+    parser = configparser.ConfigParser()
+    parser.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    extras = parser["options.extras_require"]
+    for extra in ("torch", "all"):
+        names = {line.split(">")[0].split("=")[0].strip() for line in extras[extra].splitlines() if line.strip()}
+        assert "numpy" in names, extra

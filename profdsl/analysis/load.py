@@ -21,6 +21,7 @@ from profdsl.analysis.catalog import Artifact, json_traces, trace_header
 from profdsl.analysis.model import StageModel
 from profdsl.analysis.reader import TraceError
 from profdsl.analysis.scan import TraceScan, scan_file
+from profdsl.analysis.walls import step_walls
 from profdsl.analysis.workers import run_workers
 from profdsl.records.schema import META_KEY
 
@@ -148,5 +149,6 @@ def scan_artifacts(
 def load_model(
     folder: str | os.PathLike[str], items: Iterable[Artifact], skipped: list[str] | None = None
 ) -> StageModel:
-    """The stage-time model of ``items``' traces (see :func:`scan_artifacts`)."""
-    return StageModel(scan_artifacts(folder, items, skipped))
+    """The stage-time model of ``items``' traces (see :func:`scan_artifacts`), with the step
+    wall times of the folder's metrics logs (:func:`~profdsl.analysis.walls.step_walls`)."""
+    return StageModel(scan_artifacts(folder, items, skipped), step_walls(folder))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -34,8 +34,10 @@ from profdsl.analysis.catalog import Artifact
 from profdsl.analysis.regions import ENGINE_STAGE
 from profdsl.analysis.scan import Piece, TraceScan
 
-__all__ = ["Node", "Span", "StageModel", "Spread", "WHOLE_TRACE"]
+__all__ = ["Node", "STEP_ROW", "Span", "StageModel", "Spread", "WHOLE_TRACE"]
 
+#: The label of a role's whole step in the step view (:meth:`StageModel.step_spreads`).
+STEP_ROW = "(step)"
 #: The stage a trace without profdsl metadata (a trace copied by hand) stands for.
 WHOLE_TRACE = "whole trace"
 
@@ -92,11 +94,13 @@ class Spread:
 
 @attrs.frozen
 class Span:
-    """An outermost region of one trace, in wall-clock microseconds (the timeline's bars)."""
+    """A region of one trace, in wall-clock microseconds (the timeline's bars): its stage (the
+    path joined by ``/`` below the outermost) and how deep it sits (0: outermost)."""
 
     stage: str
     start_us: float
     end_us: float
+    depth: int = 0
 
 
 class _Acc:
@@ -125,9 +129,11 @@ def _rooted(artifact: Artifact, scan: TraceScan) -> tuple[list[Piece], str | Non
 class StageModel:
     """Stage times of a folder's traces (see the module docstring)."""
 
-    def __init__(self, scans: Iterable[tuple[Artifact, TraceScan]]) -> None:
+    def __init__(self, scans: Iterable[tuple[Artifact, TraceScan]], walls: Mapping[Key, float] | None = None) -> None:
+        self._walls: dict[Key, float] = dict(walls or {})
         self._acc: dict[Key, dict[tuple[str, ...], _Acc]] = defaultdict(dict)
         self._spans: list[tuple[Artifact, list[Span]]] = []
+        self._regions: list[tuple[Artifact, list[Span]]] = []
         self._parallel: dict[Key, dict[str, int]] = {}
         self._placed: list[tuple[Artifact, tuple[str, ...], Piece]] = []
         for artifact, scan in scans:
@@ -143,6 +149,7 @@ class StageModel:
         base_us = scan.base_ns / 1000
         pieces, root = _rooted(artifact, scan)
         outer: list[Span] = []
+        every: list[Span] = []
         root_path: tuple[str, ...] = ()
         if root is not None and scan.span is not None:
             start, end = scan.span
@@ -153,6 +160,7 @@ class StageModel:
             acc.self_us += end - start
             acc.first = min(acc.first, base_us + start)
             outer.append(Span(root, base_us + start, base_us + end))
+            every.append(outer[-1])
         used: dict[tuple[str, ...], int] = defaultdict(int)
         stacks: dict[str, list[tuple[float, tuple[str, ...], float]]] = defaultdict(list)
         for piece in sorted(pieces, key=lambda p: (p.tid, p.ts, -p.dur)):
@@ -172,11 +180,13 @@ class StageModel:
             self._placed.append((artifact, path, piece))
             if parent:
                 tree[parent].self_us -= piece.dur
+            every.append(Span("/".join(path), base_us + piece.ts, base_us + piece.ts + piece.dur, len(path) - 1))
             if not stack and root is None:
                 outer.append(Span(piece.label, base_us + piece.ts, base_us + piece.ts + piece.dur))
             stack.append((piece.ts + piece.dur, path, piece.dur))
         self._discount(tree, used, scan)
         self._spans.append((artifact, outer))
+        self._regions.append((artifact, every))
 
     @staticmethod
     def _discount(tree: dict[tuple[str, ...], _Acc], used: dict[tuple[str, ...], int], scan: TraceScan) -> None:
@@ -227,10 +237,50 @@ class StageModel:
         tree = self._acc.get((role, step, rank), {})
         return sum(acc.total_us for path, acc in tree.items() if len(path) == 1)
 
+    def wall_us(self, role: str, step: int | None, rank: int | None) -> float | None:
+        """A role's step wall time on a rank (µs, from the metrics log); None when not logged."""
+        return self._walls.get((role, step, rank))
+
+    def step_time_us(self, role: str, step: int | None, rank: int | None) -> float:
+        """What a share is a part of: the role's step wall time on the rank where the metrics
+        log has it, else the sum of its outermost stages."""
+        wall = self.wall_us(role, step, rank)
+        return self.step_total_us(role, step, rank) if wall is None else wall
+
     def share(self, node: Node) -> float | None:
-        """``node``'s part of its role's step time on its rank (None when that is 0)."""
+        """``node``'s part of its role's stage time at the step on its rank (the sum of its
+        outermost stages; None when that is 0). ``summary --by`` measures against the step's
+        wall time instead (:meth:`step_time_us`)."""
         total = self.step_total_us(node.role, node.step, node.rank)
         return node.total_us / total if total else None
+
+    def step_spreads(self) -> dict[tuple[int | None, str], Spread]:
+        """Each role's whole step, across the ranks whose metrics log has its wall time:
+        ``(step)``, its wall time as its total and the time outside any of its stages as its
+        self time (never below 0)."""
+        groups: dict[tuple[int | None, str], list[tuple[int | None, float, float]]] = defaultdict(list)
+        for role, step, rank in self.keys():
+            wall = self.wall_us(role, step, rank)
+            if wall is not None:
+                groups[(step, role)].append((rank, wall, max(wall - self.step_total_us(role, step, rank), 0.0)))
+        result = {}
+        for (step, role), items in groups.items():
+            walls = [w for _, w, _ in items]
+            slowest = max(items, key=lambda i: (i[1], -_number(i[0])))
+            result[(step, role)] = Spread(
+                role,
+                step,
+                (STEP_ROW,),
+                len(items),
+                len(items),
+                min(walls),
+                statistics.median(walls),
+                max(walls),
+                slowest[0],
+                statistics.median(o for _, _, o in items),
+                0.0,
+            )
+        return result
 
     def spread(self) -> list[Spread]:
         """Each (step, role, path) across its ranks, steps in order, then roles and stages in
@@ -263,6 +313,15 @@ class StageModel:
     def spans(self) -> list[tuple[Artifact, list[Span]]]:
         """The outermost regions of every trace, per artifact (the timeline)."""
         return list(self._spans)
+
+    def regions(self, depth: int) -> list[tuple[Artifact, list[Span]]]:
+        """Every region of every trace less than ``depth`` deep (1: the outermost, as
+        :meth:`spans`), per artifact, in the order they were nested."""
+        return [(artifact, [span for span in spans if span.depth < depth]) for artifact, spans in self._regions]
+
+    def paths(self, key: Key) -> dict[tuple[str, ...], tuple[float, float]]:
+        """Every stage path of one (role, step, rank) → (total µs, self µs)."""
+        return {path: (acc.total_us, acc.self_us) for path, acc in self._acc.get(key, {}).items()}
 
     def placed(self) -> list[tuple[Artifact, tuple[str, ...], Piece]]:
         """Every region event with the path it sits at, per artifact, in the order they were

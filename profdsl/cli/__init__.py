@@ -56,7 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code (2 for usage errors)."""
+    """Run the command line; returns the process exit code (2 for usage errors). Run as the
+    program (``argv`` None), it quiets kineto's log lines unless the user set their level
+    (:mod:`profdsl.core.kineto`)."""
+    if argv is None:
+        from profdsl.core.kineto import quiet_kineto
+
+        quiet_kineto()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -1,9 +1,11 @@
 """``profdsl plot``: a PNG of what a profile folder holds, for people to look at.
 
-Two views: stacked bars of time per outermost stage for each (role, rank, step) (the default),
-and with ``--timeline`` a Gantt chart with one row per process and a bar per outermost stage
-region. The numbers are the stage-time model's (:mod:`profdsl.analysis.model`), the same as
-``profdsl summary``'s; matplotlib is imported only when the command runs.
+Two views: stacked bars of time per stage for each (role, rank, step) (the default), and with
+``--timeline`` a Gantt chart with one row per process, a bar per stage region and each step
+named. Both draw stages down to ``--depth`` levels of nesting (by default the outermost, or two
+levels for a role whose every step is one stage with stages inside). The numbers are the
+stage-time model's (:mod:`profdsl.analysis.model`), the same as ``profdsl summary``'s;
+matplotlib is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ EXAMPLES = """examples:
   profdsl plot profiles -o stages.png             time per stage, one bar per rank and step
   profdsl plot profiles -o timeline.png --timeline   when each stage ran, one row per process
   profdsl plot profiles -o stages.png --dpi 200
+  profdsl plot profiles -o stages.png --depth 3     stages nested three deep, each parent's self time
   profdsl plot profiles -o stages.png --by pp,tp    ranks grouped by pipeline, then tensor coordinate
 
 for numbers rather than pictures, use: profdsl summary profiles --json
@@ -61,6 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeline", action="store_true", help="draw when each stage ran (one row per process) instead of stacked bars"
     )
     parser.add_argument("--dpi", type=_positive_int, default=150, help="image resolution (default 150)")
+    parser.add_argument(
+        "--depth",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="draw stages down to N levels of nesting (1: outermost only; a stage with nested "
+        "ones drawn as them and its own self time). Default: 2 for a role whose every step has "
+        "one outermost stage with stages inside it, else 1",
+    )
     parser.add_argument(
         "--by",
         type=_coordinates,
@@ -113,8 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if not model.nodes:
         print(f"profdsl plot: {args.folder}: no stage time found in any readable trace", file=sys.stderr)
         return 1
-    title = _plain(Path(args.folder).resolve().name)
-    figure = _timeline_figure(model, title) if args.timeline else _bars_figure(model, title, args.by)
+    figure = build_figure(model, args)
     try:
         figure.savefig(args.output, dpi=args.dpi, bbox_inches="tight")
     except (OSError, ValueError) as exc:
@@ -123,6 +134,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(args.output)
     return failed
+
+
+def build_figure(model: StageModel, args: argparse.Namespace) -> Figure:
+    """The figure ``args`` (the command's parsed arguments) asks for."""
+    title = _plain(Path(args.folder).resolve().name)
+    if args.timeline:
+        return _timeline_figure(model, title, args.depth)
+    return _bars_figure(model, title, args.by, args.depth)
 
 
 def _matplotlib() -> Any:
@@ -174,24 +193,78 @@ def _bar_label(key: BarKey, with_role: bool, group: tuple[tuple[str, int], ...] 
     return " ".join(parts)
 
 
-def bar_totals(model: StageModel) -> dict[BarKey, dict[str, float]]:
-    """Milliseconds per outermost stage for each bar (a role's step on a rank): the model's
-    totals, so each bar is that role's step time and each segment a stage ``summary`` lists."""
+#: The segment of a stage's own time (outside its nested stages) when the bars go deeper.
+SELF = "{} (self)"
+
+
+def role_depths(model: StageModel, depth: int | None = 1) -> dict[str, int]:
+    """How deep each role is drawn: ``depth``, or when None, 2 for a role whose every step on
+    every rank has one outermost stage and some of them have stages inside (a trainer's single
+    step stage shows what ran in it), else 1."""
+    roles = {role for role, _, _ in model.keys()}
+    if depth is not None:
+        return dict.fromkeys(roles, depth)
+    result = dict.fromkeys(roles, 1)
+    single: dict[str, bool] = dict.fromkeys(roles, True)
+    inner: dict[str, bool] = dict.fromkeys(roles, False)
+    for key in model.keys():
+        paths = model.paths(key)
+        single[key[0]] = single[key[0]] and sum(len(p) == 1 for p in paths) == 1
+        inner[key[0]] = inner[key[0]] or any(len(p) > 1 for p in paths)
+    for role in roles:
+        if single[role] and inner[role]:
+            result[role] = 2
+    return result
+
+
+def _segments(paths: dict[tuple[str, ...], tuple[float, float]], depth: int) -> dict[str, float]:
+    """Milliseconds per segment of one bar drawn ``depth`` deep: each stage at that depth, and
+    above it each stage's self time where it has nested stages (its total where it has none),
+    so the segments add up to the outermost stages."""
+    parents = {path[:-1] for path in paths}
+    totals: dict[str, float] = defaultdict(float)
+    for path, (total_us, self_us) in paths.items():
+        name = "/".join(path)
+        if len(path) == depth or (len(path) < depth and path not in parents):
+            totals[name] += total_us / 1000
+        elif len(path) < depth:
+            totals[SELF.format(name)] += max(self_us, 0.0) / 1000
+    return dict(totals)
+
+
+def bar_totals(model: StageModel, depth: int | None = 1) -> dict[BarKey, dict[str, float]]:
+    """Milliseconds per segment for each bar (a role's step on a rank): with ``depth`` 1 one per
+    outermost stage, the model's totals, so each bar is that role's step time and each segment a
+    stage ``summary`` lists; deeper (None: :func:`role_depths`' choice), see :func:`_segments`."""
+    depths = role_depths(model, depth)
     return {
-        (role, _known(rank), _known(step)): {
-            stage: us / 1000 for stage, us in model.stage_totals((role, step, rank)).items()
-        }
+        (role, _known(rank), _known(step)): _segments(model.paths((role, step, rank)), depths[role])
         for role, step, rank in model.keys()
     }
 
 
-def timeline_rows(model: StageModel) -> dict[str, list[Span]]:
-    """The outermost regions of every trace, one row per process label (role, replica, rank),
-    in wall-clock microseconds."""
+def timeline_rows(model: StageModel, depth: int | None = 1) -> dict[str, list[Span]]:
+    """The regions of every trace down to ``depth`` (1: the outermost; None: :func:`role_depths`'
+    choice), one row per process label (role, replica, rank), in wall-clock microseconds."""
+    depths = role_depths(model, depth)
+    deepest = max(depths.values(), default=1)
     rows: dict[str, list[Span]] = defaultdict(list)
-    for artifact, spans in model.spans():
-        rows[artifact.label].extend(spans)
+    for artifact, spans in model.regions(deepest):
+        limit = depths.get(artifact.role or "unknown", 1)
+        rows[artifact.label].extend(span for span in spans if span.depth < limit)
     return rows
+
+
+def step_extents(model: StageModel) -> dict[int, tuple[float, float]]:
+    """Each profiled step's first start and last end (wall-clock µs) over every outermost region."""
+    extents: dict[int, tuple[float, float]] = {}
+    for artifact, spans in model.spans():
+        if artifact.step is None or not spans:
+            continue
+        start, end = min(s.start_us for s in spans), max(s.end_us for s in spans)
+        known = extents.get(artifact.step, (start, end))
+        extents[artifact.step] = (min(known[0], start), max(known[1], end))
+    return extents
 
 
 def _bar_positions(keys: Sequence[BarKey], groups: Sequence[object] | None = None) -> list[float]:
@@ -220,12 +293,13 @@ def bar_groups(model: StageModel, by: Sequence[str]) -> dict[BarKey, tuple[tuple
     return groups
 
 
-def _bars_figure(model: StageModel, title: str, by: Sequence[str] = ()) -> Figure:
-    """Stacked bars: one per (role, rank, step), a segment per outermost stage, the biggest
-    stage lowest; with ``by``, the ranks grouped by those parallel coordinates."""
+def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: int | None = 1) -> Figure:
+    """Stacked bars: one per (role, rank, step), a segment per stage down to ``depth``
+    (:func:`bar_totals`), the biggest stage lowest; with ``by``, the ranks grouped by those
+    parallel coordinates."""
     from matplotlib.figure import Figure
 
-    bars = bar_totals(model)
+    bars = bar_totals(model, depth)
     group = bar_groups(model, by)
     tangled = model.interleaved()
     keys = sorted(bars, key=lambda k: (k[0], group[k], k[2], k[1]))
@@ -294,12 +368,14 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = ()) -> Figur
     return figure
 
 
-def _timeline_figure(model: StageModel, title: str) -> Figure:
-    """A Gantt chart: a row per process label, a bar per outermost stage region, in ms."""
+def _timeline_figure(model: StageModel, title: str, depth: int | None = 1) -> Figure:
+    """A Gantt chart: a row per process label, a bar per stage region down to ``depth`` (a
+    nested region thinner, drawn over its parent), in ms; each profiled step named above the
+    time it spans."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    rows = timeline_rows(model)
+    rows = timeline_rows(model, depth)
     order_of = {a.label: (a.role or "unknown", _known(a.replica), _known(a.rank)) for a, _ in model.spans()}
     labels = sorted((label for label in rows if rows[label]), key=lambda label: order_of[label])
     origin = min(span.start_us for label in labels for span in rows[label])
@@ -307,19 +383,24 @@ def _timeline_figure(model: StageModel, title: str) -> Figure:
     figure = Figure(figsize=(12, min(max(1.5 + 0.45 * len(labels), 3.0), 30)))
     axes = figure.add_subplot()
     for y, label in enumerate(labels):
-        per_stage: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        per_stage: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
         for span in rows[label]:
-            per_stage[span.stage].append(((span.start_us - origin) / 1000, (span.end_us - span.start_us) / 1000))
-        for stage, spans in per_stage.items():
-            # a thin edge in the bar's own colour keeps very short regions visible
+            per_stage[(span.depth, span.stage)].append(
+                ((span.start_us - origin) / 1000, (span.end_us - span.start_us) / 1000)
+            )
+        for (level, stage), spans in sorted(per_stage.items()):
+            # a thin edge in the bar's own colour keeps very short regions visible; a nested
+            # region is thinner, so its parent shows around it
+            height = 0.7 * 0.6**level
             axes.broken_barh(
-                spans, (y - 0.35, 0.7), facecolors=colours[stage], edgecolors=colours[stage], linewidth=0.6
+                spans, (y - height / 2, height), facecolors=colours[stage], edgecolors=colours[stage], linewidth=0.6
             )
     axes.set_yticks(range(len(labels)), [_plain(label) for label in labels], fontsize=8)
     axes.set_ylim(len(labels) - 0.5, -0.5)
     axes.set_xlim(left=0)
     axes.set_xlabel(_time_axis_label(origin))
-    axes.set_title(f"{title}: when each stage ran", loc="left")
+    _mark_steps(axes, step_extents(model), origin)
+    axes.set_title(f"{title}: when each stage ran", loc="left", pad=16)
     axes.grid(axis="x", alpha=0.3)
     axes.set_axisbelow(True)
     _despine(axes)
@@ -327,6 +408,26 @@ def _timeline_figure(model: StageModel, title: str) -> Figure:
     handles = [Patch(color=colour, label=_legend(stage, tangled)) for stage, colour in colours.items()]
     axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
     return figure
+
+
+def _mark_steps(axes: Axes, extents: dict[int, tuple[float, float]], origin_us: float) -> None:
+    """Each step's time shaded (every other one) and named above the plot, a dotted line where
+    it begins."""
+    for i, (step, (start, end)) in enumerate(sorted(extents.items(), key=lambda item: item[1])):
+        left, right = (start - origin_us) / 1000, (end - origin_us) / 1000
+        if i % 2 == 0:
+            axes.axvspan(left, right, color="0.5", alpha=0.08, linewidth=0)
+        axes.axvline(left, color="0.4", linestyle=":", linewidth=0.8)
+        axes.text(
+            (left + right) / 2,
+            1.0,
+            f"step {step}",
+            transform=axes.get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color="0.25",
+        )
 
 
 def _time_axis_label(origin_us: float) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from profdsl.analysis import cost
 from profdsl.analysis.catalog import Artifact, FolderError, catalog
 from profdsl.analysis.load import load_model
-from profdsl.analysis.model import StageModel
+from profdsl.analysis.model import Spread, StageModel
 from profdsl.cli.common import fail, skipped, table
 from profdsl.config.parallel import DIMS
 
@@ -60,6 +60,14 @@ INTERLEAVED = (
     "the overlap. The always-on metrics time them exactly; a decorated `async def` stage "
     "keeps its regions apart."
 )
+#: Under a flat table without ``stage``: what its totals add.
+FLAT_NOTE = "total: the outermost stages only (a nested stage or mini-batch is inside its parent's time)"
+#: ... and with step and rank: what the step time is.
+STEP_NOTE = (
+    "; step ms: each role's step wall time (the metrics log's wall_s; its stages' time where no "
+    "metrics log has it), the longest of the group's roles at each step and rank; "
+    "outside ms: step ms less total; share: total of step ms"
+)
 #: The step view of a folder where every stage ran on one rank: no spread to show.
 ONE_RANK_HEADERS = ("role", "stage", "count", "total ms", "self ms")
 
@@ -88,10 +96,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def group(model: StageModel, keys: tuple[str, ...]) -> list[dict[str, Any]]:
     """The model's per-rank stage times summed over the keys not in ``keys`` (``stage`` is the
-    stage's path); the share only when grouped by step and rank."""
+    stage's path). Without ``stage`` only outermost stages are summed (a nested stage's time is
+    in its parent's). Grouped by step and rank: the share of the group's roles' step time
+    (:func:`_step_time_us`); without ``stage``, that step time
+    (``step_ms``) and the time outside any stage (``outside_ms``) too."""
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    nested = "stage" in keys
     with_share = {"step", "rank"} <= set(keys)
+    members: dict[tuple[Any, ...], set[tuple[str, int | None, int | None]]] = defaultdict(set)
     for node in model.nodes:
+        if node.depth and not nested:
+            continue
         record = {
             "role": node.role,
             "stage": node.path,
@@ -100,27 +115,36 @@ def group(model: StageModel, keys: tuple[str, ...]) -> list[dict[str, Any]]:
             **dict.fromkeys(DIMS),
             **model.parallel(node.role, node.step, node.rank),
         }
-        into = merged.setdefault(
-            tuple(record[k] for k in keys),
-            {**{k: record[k] for k in keys}, "count": 0, "total_us": 0.0, "share": 0.0 if with_share else None},
-        )
+        key = tuple(record[k] for k in keys)
+        into = merged.setdefault(key, {**{k: record[k] for k in keys}, "count": 0, "total_us": 0.0})
         into["count"] += node.count
         into["total_us"] += node.total_us
-        if with_share:
-            share = model.share(node)
-            into["share"] = None if share is None or into["share"] is None else into["share"] + share
+        members[key].add((node.role, node.step, node.rank))
     result = []
-    for item in merged.values():
+    for key, item in merged.items():
         total = item.pop("total_us")
-        if "stage" in keys:
+        if nested:
             path = item["stage"]
             item["stage"], item["path"] = path[-1], list(path)
         item["total_ms"] = round(total / 1000, 6)
         item["mean_ms"] = round(total / 1000 / item["count"], 6) if item["count"] else 0.0
-        if item["share"] is not None:
-            item["share"] = round(item["share"], 6)
+        step_us = _step_time_us(model, members[key])
+        item["share"] = round(total / step_us, 6) if with_share and step_us else None
+        if with_share and not nested:
+            item["step_ms"] = round(step_us / 1000, 6)
+            item["outside_ms"] = round(max(step_us - total, 0.0) / 1000, 6)
         result.append(item)
     return result
+
+
+def _step_time_us(model: StageModel, members: set[tuple[str, int | None, int | None]]) -> float:
+    """The step time of a group: per (step, rank), the longest of its roles' step times (the
+    roles of a step run inside one step window), summed over its steps and ranks."""
+    longest: dict[tuple[int | None, int | None], float] = {}
+    for role, step, rank in members:
+        at = (step, rank)
+        longest[at] = max(longest.get(at, 0.0), model.step_time_us(role, step, rank))
+    return sum(longest.values())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,7 +191,8 @@ def step_view(model: StageModel) -> str:
         return "no stage time found in any readable trace"
     one_rank = all(s.ranks == 1 for s in spreads)
     by_step: dict[int | None, list[list[object]]] = defaultdict(list)
-    for spread in spreads:
+    steps = model.step_spreads()
+    for spread in _with_steps(spreads, steps):
         stage = "  " * (len(spread.path) - 1) + spread.stage + (" (interleaved)" if spread.interleaved else "")
         if one_rank:
             by_step[spread.step].append(
@@ -198,6 +223,18 @@ def step_view(model: StageModel) -> str:
     return "\n\n".join(blocks)
 
 
+def _with_steps(spreads: list[Spread], steps: dict[tuple[int | None, str], Spread]) -> list[Spread]:
+    """``spreads`` with each role's :data:`~profdsl.analysis.model.STEP_ROW` before its first
+    stage of the step."""
+    result = []
+    for spread in spreads:
+        step = steps.pop((spread.step, spread.role), None)
+        if step is not None:
+            result.append(step)
+        result.append(spread)
+    return result
+
+
 def _ms(us: float) -> str:
     return f"{us / 1000:.3f}"
 
@@ -206,7 +243,15 @@ def _print_csv(rows: list[dict[str, Any]], keys: tuple[str, ...] | None) -> None
     fields = (
         ROW_FIELDS
         if keys is None
-        else (*keys, *(("path",) if "stage" in keys else ()), "count", "total_ms", "mean_ms", "share")
+        else (
+            *keys,
+            *(("path",) if "stage" in keys else ()),
+            "count",
+            "total_ms",
+            "mean_ms",
+            *(("step_ms", "outside_ms") if any("step_ms" in row for row in rows) else ()),
+            "share",
+        )
     )
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
@@ -238,8 +283,13 @@ def _print_cost(artifacts: list[Artifact], args: argparse.Namespace) -> None:
 
 def _print_flat(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
     body = []
+    steps = any("step_ms" in item for item in rows)
     for item in rows:
         share = "" if item["share"] is None else f"{100 * item['share']:.1f}%"
         cells = ["/".join(item["path"]) if k == "stage" else item[k] for k in keys]
-        body.append([*cells, item["count"], f"{item['total_ms']:.3f}", f"{item['mean_ms']:.3f}", share])
-    print(table([*keys, "count", "total ms", "mean ms", "share"], body))
+        extra = [f"{item['step_ms']:.3f}", f"{item['outside_ms']:.3f}"] if steps else []
+        body.append([*cells, item["count"], f"{item['total_ms']:.3f}", f"{item['mean_ms']:.3f}", *extra, share])
+    headers = [*keys, "count", "total ms", "mean ms", *(("step ms", "outside ms") if steps else ()), "share"]
+    print(table(headers, body))
+    if "stage" not in keys:
+        print(FLAT_NOTE + (STEP_NOTE if steps else ""))

@@ -130,7 +130,7 @@ def _local(config: ProfilerConfig, args: argparse.Namespace, log: MetricsLog) ->
     for step in range(args.num_steps):
         trainer.start_profile(step)
         prompts = _prompts(step, len(samplers))
-        with rollout_window(samplers):
+        with rollout_window(samplers, role="actor"):  # the actor's step takes the rollout's time
             actions = [s.generate(p) for s, p in zip(samplers, prompts)]
         loss = trainer.train_step(torch.cat(prompts), torch.cat(actions), step)
         log.add(trainer.stop_profile())
