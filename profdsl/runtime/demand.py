@@ -164,6 +164,19 @@ class Demand:
             return
         if taken.traced and not self._clock and not self._capture.enable():
             taken.traced = False  # no backend (torch missing: logged once)
+        covering = self._covering(taken, first, last)
+        if covering is not None:  # one slow step, one capture: the rank's own and the driver's
+            logger.info(
+                "[profdsl rank %s] %s: automatic capture %s of steps %s-%s is %s's: one capture, one hook run",
+                self._plan.rank,
+                self.role,
+                request.id,
+                first,
+                last,
+                covering.request.id,
+            )
+            self._arrive(taken)
+            return
         taken.note = request.note(first, last)
         self._active[str(request.id)] = taken
         if taken.traced:
@@ -179,6 +192,23 @@ class Demand:
                 last,
                 f" ({request.reason})" if request.reason else "",
             )
+
+    def _covering(self, taken: _Taken, first: int, last: int) -> _Taken | None:
+        """An automatic capture this role already took for the same steps, doing the same here
+        (tracing, running the hook), that automatic ``taken`` would repeat; None otherwise. A
+        request someone made is never folded into another: they asked for it."""
+        if taken.request.source != "auto":
+            return None
+        for other in self._active.values():
+            note = other.note
+            if (
+                other.request.source == "auto"
+                and note is not None
+                and note.steps == (first, last)
+                and (other.traced, other.hook is None) == (taken.traced, taken.hook is None)
+            ):
+                return other
+        return None
 
     def note(self, tag: str | None) -> CaptureNote | None:
         """Why the steps of request ``tag`` are captured (None: the plan's steps)."""
