@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from profdsl.cli.common import fail_pointing
 from profdsl.config import ProfilerConfig
 from profdsl.core.preview import Preview, preview
+from profdsl.core.schedule import first_recorded
 from profdsl.core.topology import GridLayout
 from profdsl.errors import ConfigError
 
@@ -70,6 +71,12 @@ def warnings_for(config: ProfilerConfig, profiled: int) -> list[str]:
         )
     if config.rollout.max_iterations == 0:
         found.append("rollout.max_iterations=0: engine traces record until stop (minutes-long flushes)")
+    schedule = config.torch.schedule
+    if schedule is not None and first_recorded(schedule) > 0:
+        found.append(
+            f"a stage of fewer than {first_recorded(schedule) + 1} mini-batches records no window under "
+            "this schedule (the run says so and records it)"
+        )
     if config.discrete and config.torch.schedule is None:
         found.append("no schedule: a scheduled stage's trace holds every mini-batch")
     return found
@@ -131,6 +138,10 @@ def _print(config: ProfilerConfig, found: Preview, world_size: int, width: int |
             else "each step's trace records these mini-batches"
         )
         print(f"over {found.mini_batches} mini-batches, {where}: windows: {list(found.windows)}")
+        if not found.windows:
+            print(
+                f"warning: over {found.mini_batches} mini-batches the schedule records no window: nothing is recorded"
+            )
     print(f"example file: {found.example}")
     for warning in warnings_for(config, len(found.ranks)):
         print(f"warning: {warning}")

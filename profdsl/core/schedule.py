@@ -81,3 +81,35 @@ def recorded_windows(schedule: Schedule, n: int) -> list[tuple[int, int]]:
         windows.append((first, min(start + schedule.cycle_len, n) - 1))
         cycle += 1
     return windows
+
+
+def first_recorded(schedule: Schedule) -> int:
+    """The first mini-batch ``schedule`` records: a stage of fewer mini-batches records none.
+
+    Examples:
+        >>> from profdsl.config import Schedule
+        >>> first_recorded(Schedule(wait=1, warmup=1, active=2))
+        2
+    """
+    return schedule.skip_first + schedule.wait + schedule.warmup
+
+
+def no_window(schedule: Schedule, n: int) -> str | None:
+    """Why ``schedule`` records nothing over ``n`` mini-batches, or None when it records a window
+    (the one sentence the log, the manifest and ``check`` carry).
+
+    Examples:
+        >>> from profdsl.config import Schedule
+        >>> print(no_window(Schedule(wait=1, warmup=1, active=2), 2))  # doctest: +NORMALIZE_WHITESPACE
+        Schedule(skip_first=0, wait=1, warmup=1, active=2, repeat=0) recorded no window over 2
+        mini-batches (the first it records is mini-batch 2, counting from 0): no trace
+        >>> no_window(Schedule(active=1), 1) is None
+        True
+    """
+    if recorded_windows(schedule, n):
+        return None
+    fields = ", ".join(f"{k}={getattr(schedule, k)}" for k in ("skip_first", "wait", "warmup", "active", "repeat"))
+    return (
+        f"Schedule({fields}) recorded no window over {n} mini-batch{'es' if n != 1 else ''} "
+        f"(the first it records is mini-batch {first_recorded(schedule)}, counting from 0): no trace"
+    )

@@ -97,7 +97,7 @@ BASE_TIME_KEY: Final = "baseTimeNanoseconds"
 #: (:attr:`Record.lost`; so is a status a newer version may add). ``stray``: a rollout engine's
 #: file written after its window ended (an SGLang profile that outlived it), moved in but no
 #: step's generation.
-STATUSES: Final = ("ok", "failed", "incomplete", "skipped", "timeout", "interrupted", "stray")
+STATUSES: Final = ("ok", "failed", "incomplete", "skipped", "timeout", "interrupted", "stray", "empty")
 _MAX_BYTES = 2**63 - 1
 _MAX_BASE_NS = 2**63 - 1
 #: What may ask for a capture the plan did not name: a request file (``profdsl trigger``), a Ray
@@ -444,14 +444,15 @@ class Record:
     bytes: int | None = _field(_count(0, _MAX_BYTES), "the file's size", always=True)
     status: str = _field(
         _text,
-        "`ok`, `failed`, `incomplete`, `skipped`, `timeout`, `interrupted` or "
+        "`ok`, `failed`, `incomplete`, `skipped`, `timeout`, `interrupted`, "
         "`stray` (a rollout file written after its window: moved in, no step's "
-        "generation; an empty value reads as `ok`)",
+        "generation) or `empty` (a schedule that recorded no window: no trace); an empty "
+        "value reads as `ok`",
         default="ok",
         always=True,
     )
     error: str | None = _field(_text, "why a `failed` (`timeout`, `interrupted`) one failed")
-    reason: str | None = _field(_text, "why an `incomplete`, `skipped` or `stray` one is so")
+    reason: str | None = _field(_text, "why an `incomplete`, `skipped`, `stray` or `empty` one is so")
     intended: str | None = _field(
         _text, "the file name a `failed` one would have had (schema 1; schema 0 wrote it as `path`)"
     )

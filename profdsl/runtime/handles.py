@@ -47,7 +47,7 @@ class Batches:
     threads never get the same index.
     """
 
-    __slots__ = ("counter", "find", "schedule", "session")
+    __slots__ = ("counter", "find", "schedule", "seen", "session")
 
     def __init__(
         self,
@@ -58,6 +58,7 @@ class Batches:
     ) -> None:
         self.schedule, self.session, self.find = schedule, session, find
         self.counter = itertools.count()
+        self.seen = 0  # how many were numbered (read once they are over: the stage or step ended)
 
     def capture(self) -> Session | None:
         """The session the next mini-batch drives, if any."""
@@ -67,6 +68,8 @@ class Batches:
         """The next mini-batch: its index, and whether it is recorded (in ``session``, the
         capture it drives, when there is one)."""
         index = next(self.counter)
+        if index >= self.seen:
+            self.seen = index + 1
         if self.schedule is None or (
             session is not None
             and session.kind == "step"

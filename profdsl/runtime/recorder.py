@@ -22,6 +22,7 @@ from profdsl.capture.base import Backend
 from profdsl.collect.export import TraceLabel
 from profdsl.config import Schedule
 from profdsl.core.log import once
+from profdsl.core.schedule import no_window
 from profdsl.records.schema import TraceRecord
 from profdsl.runtime.context import Entry, top, walk
 from profdsl.runtime.handles import Batches, Handle, OwningHandle, opaque
@@ -123,6 +124,7 @@ class Recorder:
         "_said",
         "_schedule",
         "_sessions",
+        "_stepped_in",
         "active",
         "role",
         "step",
@@ -145,6 +147,7 @@ class Recorder:
         self._discrete, self._schedule, self._claim = discrete, schedule, claim
         self._on_unseen = on_unseen  # the role switches to capturing every thread; False: it cannot
         self._sessions: list[Session] = []
+        self._stepped_in: list[str] = []  # continuous: the regions its mini-batches ran in
         self._said = itertools.count()  # regions of this step its session missed: said once
         self.active = True
         find = None if claim is None else functools.partial(slot.step_session, claim)
@@ -224,10 +227,37 @@ class Recorder:
         elif session is not None:
             self._sessions.append(session)
             batches = Batches(schedule, session=session)
-            finish = functools.partial(self._slot.end_stage, session)
+            finish = functools.partial(self._stage_ended, session, batches, name)
             return OwningHandle(self._annotator, name, color, self, batches=batches, finish=finish)
         self._note(name, mini_batch=False)
         return Handle(self._annotator, name, color, self)
+
+    def _stage_ended(self, session: Session, batches: Batches, name: str) -> None:
+        self._slot.end_stage(session)
+        self._windowless(batches, name)
+
+    def _windowless(self, batches: Batches, stage: str | None) -> None:
+        """Say (once per role and stage), and record, a schedule that recorded no window over
+        the mini-batches of a discrete stage or of a continuous step (``stage`` None)."""
+        schedule = batches.schedule
+        if schedule is None or (stage is None and batches.seen == 0):
+            return  # a continuous step without mini-batches records the step whole
+        why = no_window(schedule, batches.seen)
+        if why is None:
+            return
+        inside = stage if stage is not None else ", ".join(map(repr, self._stepped_in)) or None
+        where = f"stage {stage!r}" if stage is not None else f"step (mini-batches in {inside})"
+        once(
+            f"no-window:{self.role}:{stage}",
+            logging.WARNING,
+            "[profdsl rank %s] %s %s, step %s: %s",
+            self._label.rank,
+            self.role,
+            where,
+            self.step,
+            why,
+        )
+        self._record(self._label.loss("empty", why, stage=stage if stage is not None else inside))
 
     def _refused(self, name: str, scheduled: bool, busy: Busy) -> None:
         reason = (
@@ -274,6 +304,9 @@ class Recorder:
                 annotator, name, None, self, finish=functools.partial(_advance_outside, session, index, context, owner)
             )
         session.mini_batch_began(recorded)
+        parent = getattr(getattr(context, "key", None), "name", None)
+        if isinstance(parent, str) and parent not in self._stepped_in:
+            self._stepped_in.append(parent)
         if recorded:
             session.note(base, mini_batch=True)
         schedule = batches.schedule if session.capture is not None and session.capture.pausable else None
@@ -322,6 +355,8 @@ class Recorder:
             if self._slot.current is session and session.owned_here() and session.cut_short is None:
                 session.cut_short = f"step {self.step} ended while stage {session.label.stage!r} was still open"
             self._slot.end_stage(session)
+        if not self._discrete:
+            self._windowless(self._batches, None)
 
 
 class NullRecorder:
