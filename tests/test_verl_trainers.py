@@ -18,6 +18,7 @@ import pytest
 from profdsl.manifest import read_manifest
 
 from .test_verl_facade import ActorRolloutRefWorker, verl_actor_config
+from .traces import names, parsed, trace_files
 
 torch = pytest.importorskip("torch")
 
@@ -58,3 +59,76 @@ def test_a_script_hook_sees_verls_variables(tmp_path: Path) -> None:
     worker.finish_profile()
     assert [r["exit_code"] for r in hook_records(save)] == [0]
     assert (save / "finish_hook_ran").read_text().split() == ["0", "actor", "torch"]
+
+
+# --- 2. profile_continuous_steps: one start and one stop per run of steps --------------------
+
+
+def ppo_fit(worker: Any, steps: list[int], total: int, *, continuous: bool, after_stop: Any = None) -> None:
+    """The PPO trainers' loop (``RayPPOTrainer.fit``, ``ppo/v1/trainer_base.fit``): start where
+    the previous step was not profiled, stop where the next is not (continuous), or start and
+    stop on every profiled step; ``run_command`` only on the last profiled step."""
+    prev_step_profile = False
+    curr_step_profile = 1 in steps
+    for global_steps in range(1, total + 1):
+        is_last_step = global_steps >= total
+        if (not prev_step_profile and curr_step_profile) if continuous else curr_step_profile:
+            worker.start_profile(role="train", profile_step=global_steps)
+        with torch.profiler.record_function(f"trainer_step{global_steps}"):
+            worker.compute_ref_log_prob([1, 2])
+            worker.compute_log_prob([1, 2])
+            worker.update_actor([1, 2])
+        next_step_profile = global_steps + 1 in steps
+        run_command = bool(curr_step_profile and steps and (global_steps == max(steps) or is_last_step))
+        if (curr_step_profile and not next_step_profile) if continuous else curr_step_profile:
+            worker.stop_profile(run_command=run_command)
+            if after_stop is not None:
+                after_stop(global_steps)
+        prev_step_profile = curr_step_profile
+        curr_step_profile = next_step_profile
+
+
+def test_continuous_steps_are_one_capture_written_at_the_stop(tmp_path: Path) -> None:
+    """Steps [1, 2] of 4: verl starts at 1 and stops at 2. The capture holds steps 1-2 only, is
+    written at that stop, and the hook runs there (not at close)."""
+    save = tmp_path / "profile"
+    script = marker_script(tmp_path)
+    config = verl_actor_config(
+        save, "global_profiler.profile_continuous_steps=true", f"global_profiler.finish_hook_cmd={script}"
+    )
+    worker = ActorRolloutRefWorker(config, rank=0, world_size=1)
+    seen: dict[int, tuple[int, bool]] = {}
+
+    def after_stop(step: int) -> None:
+        seen[step] = (len(trace_files(save)) if save.exists() else 0, (save / "finish_hook_ran").exists())
+
+    ppo_fit(worker, [1, 2], 4, continuous=True, after_stop=after_stop)
+    assert seen == {2: (1, True)}  # verl stopped once; the trace and the hook were there at once
+    worker.finish_profile()
+    [(name, trace)] = parsed(save)
+    assert sorted(set(names(trace, "trainer_step"))) == ["trainer_step1", "trainer_step2"]
+    assert names(trace, "actor_update") == ["actor_update"] * 2
+    assert [r["steps"] for r in hook_records(save)] == [[1, 2]]
+
+
+def test_continuous_steps_in_discrete_mode_end_at_the_stop(tmp_path: Path) -> None:
+    """The trainer calls the same in discrete mode: each stage of steps 1-2 has its trace (under
+    step 1, the run's start: nothing marks step 2's start), steps 3-4 none, and the hook runs
+    at the stop."""
+    save = tmp_path / "profile"
+    script = marker_script(tmp_path)
+    config = verl_actor_config(
+        save,
+        "global_profiler.profile_continuous_steps=true",
+        "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=true",
+        f"global_profiler.finish_hook_cmd={script}",
+    )
+    worker = ActorRolloutRefWorker(config, rank=0, world_size=1)
+    hook_ran: list[bool] = []
+    marker = save / "finish_hook_ran"
+    ppo_fit(worker, [1, 2], 4, continuous=True, after_stop=lambda _: hook_ran.append(marker.exists()))
+    assert hook_ran == [True]
+    worker.finish_profile()
+    written = parsed(save)
+    assert len(written) == 6 and {name.step for name, _ in written} == {1}
+    assert [r["steps"] for r in hook_records(save)] == [[1, 2]]

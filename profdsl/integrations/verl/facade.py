@@ -200,6 +200,8 @@ class DistProfiler:
         # Made at the first start(): verl builds profilers the trainer never starts (the inner
         # TrainingWorker's), which must not hold the finish hook of this save_path back.
         self.profiler: Profiler | None = None
+        # The steps a stop() ended along with the run of continuous steps it stopped.
+        self._ran_on: set[int] = set()
 
     @property
     def role(self) -> str:
@@ -242,6 +244,18 @@ class DistProfiler:
                 self.role,
             )
             return
+        if step in self._ran_on:
+            once(
+                f"verl-start-in-run:{id(self)}",
+                logging.WARNING,
+                "[profdsl rank %s] %s: start(profile_step=%s): that step ended with the run of "
+                "continuous steps stopped before it (verl starts and stops such a run once); "
+                "its stages are not profiled",
+                self.rank,
+                self.role,
+                step,
+            )
+            return
         if self.profiler is None:
             self.profiler = Profiler(
                 self.config, role=self.role, rank=self.rank, world_size=self.world_size, parallel=self.topology.parallel
@@ -250,8 +264,13 @@ class DistProfiler:
 
     def stop(self, run_command: bool = True) -> None:
         """End the step. The finish hook runs after the last profiled step whatever
-        ``run_command`` says (verl's trainers passed False where they should not: B4, B5)."""
+        ``run_command`` says (verl's trainers passed False where they should not: B4, B5).
+
+        With ``continuous_steps``, verl's trainers start a run of consecutive profiled steps at
+        its first step and stop it at its last, calling nothing in between: the run's capture
+        ends here, with every step of the run (:func:`_end_run`)."""
         if self.profiler is not None:
+            _end_run(self.profiler, self._ran_on)
             self.profiler.stop()
 
     def step(self) -> None:
@@ -301,6 +320,23 @@ class DistProfiler:
             return _Annotated(name, scheduled=scheduled, color=ink)(func)
 
         return decorate
+
+
+def _end_run(profiler: Profiler, ran_on: set[int]) -> None:
+    """A stop() of a run of continuous steps: the steps of the run after the open one ran
+    without a call (verl starts the run once, at its first step, and stops it at its last);
+    each is begun and ended here, so the capture closes, its trace is written and, after the
+    last profiled step, the hook runs, at this stop. Their work is in the capture (in discrete
+    mode, their stages' traces) under the first step's number: nothing marks where one step of
+    the run ended."""
+    config, step = profiler.config, profiler.current_step
+    if step is None or not config.continuous_steps:  # discrete too: verl's trainer calls the same
+        return
+    while step + 1 in config.steps:
+        profiler.stop()
+        step += 1
+        profiler.start(step)
+        ran_on.add(step)
 
 
 def _config_of(
