@@ -9,12 +9,14 @@ the SFT trainers' loop over ``trainer.profile_interval`` (``verl/trainer/sft_tra
 
 from __future__ import annotations
 
+import importlib.util
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from profdsl.integrations.verl import DistProfiler, DistProfilerExtension, map_block
 from profdsl.manifest import read_manifest
 
 from .test_verl_facade import ActorRolloutRefWorker, verl_actor_config
@@ -132,3 +134,82 @@ def test_continuous_steps_in_discrete_mode_end_at_the_stop(tmp_path: Path) -> No
     written = parsed(save)
     assert len(written) == 6 and {name.step for name, _ in written} == {1}
     assert [r["steps"] for r in hook_records(save)] == [[1, 2]]
+
+
+# --- 3. the SFT trainers: start_profile() and stop_profile() without a step --------------------
+
+
+class SftTrainingWorker(DistProfilerExtension):
+    """verl's ``TrainingWorker`` as the SFT trainers build it: its role block's config, its
+    ``train_batch`` annotated."""
+
+    def __init__(self, config: Any) -> None:
+        DistProfilerExtension.__init__(
+            self, DistProfiler(rank=0, config=config, save_file_prefix="language_model", world_size=1)
+        )
+
+    @DistProfiler.annotate(color="red", role="train_batch")
+    def train_batch(self, data: int) -> int:
+        with torch.profiler.record_function(f"sft_batch{data}"):
+            torch.ones(16).mul(2).sum()
+        return data
+
+
+def sft_fit(client: SftTrainingWorker, interval: tuple[int, int], total: int, *, ray: bool, after_stop: Any) -> None:
+    """``SFTTrainer.fit`` (``step_profile()`` after every step) or, with ``ray``,
+    ``sft_trainer_ray``'s (no ``step_profile()``): start and stop by ``profile_interval``."""
+    start_profile_step, end_profile_step = interval
+    for global_step in range(1, total + 1):
+        if global_step == start_profile_step:
+            client.start_profile()
+        client.train_batch(global_step)
+        if not ray:
+            client.step_profile()
+        if global_step == end_profile_step:
+            client.stop_profile()
+            after_stop()
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["per-step", "continuous"])
+@pytest.mark.parametrize("ray", [False, True], ids=["sft_trainer", "sft_trainer_ray"])
+def test_sft_profiles_its_interval(tmp_path: Path, ray: bool, continuous: bool) -> None:
+    """``profile_interval: [2, 3]`` of 4 steps: steps 2 and 3 are profiled, each its own trace
+    (the facade counts the steps by the worker's ``train_batch`` calls), or one with
+    ``profile_continuous_steps``, and the hook runs at the stop."""
+    save = tmp_path / "profile"
+    client = SftTrainingWorker(sft_config(tmp_path, save, continuous=continuous))
+    hook_ran: list[bool] = []
+    marker = save / "finish_hook_ran"
+    sft_fit(client, (2, 3), 4, ray=ray, after_stop=lambda: hook_ran.append(marker.exists()))
+    assert hook_ran == [True]
+    client.finish_profile()
+    written = [(name.step, names(trace, "sft_batch")) for name, trace in parsed(save)]
+    if continuous:
+        assert written == [(2, ["sft_batch2", "sft_batch3"])]
+    else:
+        assert written == [(2, ["sft_batch2"]), (3, ["sft_batch3"])]
+    assert [r["steps"] for r in hook_records(save)] == [[2, 3]]
+
+
+def sft_config(tmp_path: Path, save: Path, *, continuous: bool) -> Any:
+    """The SFT trainer's ``profiler`` block as verl ships it (``trainer/config/profiler/
+    profiler.yaml``, resolved by OmegaConf), enabled, mapped with the interval's steps."""
+    omegaconf = pytest.importorskip("omegaconf")
+    spec = importlib.util.find_spec("verl")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("verl is installed by the test setup: pip install --no-deps -c .ci/constraints.txt verl")
+    shipped = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config" / "profiler" / "profiler.yaml"
+    block = omegaconf.OmegaConf.merge(
+        omegaconf.OmegaConf.load(shipped),
+        omegaconf.OmegaConf.from_dotlist(
+            [
+                "enable=true",
+                f"save_path={save}",
+                f"finish_hook_cmd={marker_script(tmp_path)}",
+                "tool_config.torch.contents=[cpu]",
+            ]
+        ),
+    )
+    # the interval's steps, as sft_trainer gives its worker group profile_steps
+    steps = list(range(2, 3 + 1))
+    return map_block(block, global_profiler={"steps": steps, "profile_continuous_steps": continuous})
