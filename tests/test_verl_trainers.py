@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from profdsl.integrations.verl import DistProfiler, DistProfilerExtension, map_block
 from profdsl.manifest import read_manifest
@@ -111,6 +115,40 @@ def test_continuous_steps_are_one_capture_written_at_the_stop(tmp_path: Path) ->
     assert sorted(set(names(trace, "trainer_step"))) == ["trainer_step1", "trainer_step2"]
     assert names(trace, "actor_update") == ["actor_update"] * 2
     assert [r["steps"] for r in hook_records(save)] == [[1, 2]]
+
+
+def consecutive_runs(steps: list[int]) -> list[list[int]]:
+    """The oracle: runs of consecutive steps (verl starts each once and stops it once)."""
+    runs: list[list[int]] = []
+    for step in sorted(steps):
+        if runs and runs[-1][-1] == step - 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    return runs
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    total=st.integers(1, 6),
+    data=st.data(),
+)
+def test_each_run_of_continuous_steps_is_one_capture(total: int, data: st.DataObject) -> None:
+    """Any profiled steps of any run length: one trace per run of consecutive steps, holding
+    exactly that run's steps, and the hook runs once, for every profiled step."""
+    steps = data.draw(st.lists(st.integers(1, total), min_size=1, unique=True))
+    with tempfile.TemporaryDirectory() as folder:
+        save = Path(folder) / "profile"
+        mapped = verl_actor_config(save, "global_profiler.profile_continuous_steps=true")
+        config = attrs.evolve(mapped, steps=steps, finish_hook=attrs.evolve(mapped.finish_hook, cmd="exit 0"))
+        worker = ActorRolloutRefWorker(config, rank=0, world_size=1)
+        ppo_fit(worker, steps, total, continuous=True)
+        worker.finish_profile()
+        held = sorted(
+            sorted(int(n.removeprefix("trainer_step")) for n in set(names(t, "trainer_step"))) for _, t in parsed(save)
+        )
+        assert held == consecutive_runs(steps)
+        assert [r["steps"] for r in hook_records(save)] == [sorted(steps)]
 
 
 def test_continuous_steps_in_discrete_mode_end_at_the_stop(tmp_path: Path) -> None:
