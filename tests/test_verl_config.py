@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from profdsl import ConfigError, ProfilerConfig, RolloutOptions, Schedule
 from profdsl.integrations.verl import KEYS, ROLES, key_table, map_block, nsight_options, profiler_configs
-from profdsl.integrations.verl.config import ROLE_PATHS
+from profdsl.integrations.verl.config import ROLE_PATHS, hook_command
 from profdsl.integrations.verl.keys import GLOBAL_KEYS, ROLE_KEYS, SCHEDULE_KEYS, TOOL_KEYS
 
 omegaconf = pytest.importorskip("omegaconf")
@@ -219,7 +219,7 @@ class TestShippedYaml:
         )
         actor = profiler_configs(cfg)["actor"]
         assert actor.continuous_steps and actor.relocate_results
-        assert (actor.finish_hook.cmd, actor.finish_hook.ranks) == ("upload", (0,))
+        assert (actor.finish_hook.cmd, actor.finish_hook.ranks) == (hook_command("upload"), (0,))
 
     def test_rollout_token_window(self) -> None:
         prefix = "actor_rollout_ref.rollout.profiler.tool_config.torch"
@@ -320,8 +320,10 @@ class TestFinishHookVariables:
         assert out.stdout.strip() == f"{tmp_path}|3|actor|torch"
 
     def test_a_command_without_them_is_kept(self) -> None:
+        """Kept as written, after the variables (a script it runs reads them: the variables are
+        exported whatever the command's text names; tests/test_verl_trainers.py runs one)."""
         mapped = profiler_configs({"global_profiler": {"tool": "torch", "finish_hook_cmd": "sync.sh"}})
-        assert mapped["ref"].finish_hook.cmd == "sync.sh"
+        assert mapped["ref"].finish_hook.cmd == hook_command("sync.sh")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,7 +437,7 @@ def test_every_mapped_row_changes_its_profdsl_field() -> None:
         "global_profiler.profile_continuous_steps": ("continuous_steps", True, True),
         "global_profiler.save_path": ("save_path", "/tmp/elsewhere", "/tmp/elsewhere"),
         "global_profiler.relocate_results": ("relocate_results", True, True),
-        "global_profiler.finish_hook_cmd": ("finish_hook.cmd", "x", "x"),
+        "global_profiler.finish_hook_cmd": ("finish_hook.cmd", "x", hook_command("x")),
         "global_profiler.finish_hook_all_ranks": ("finish_hook.all_ranks", True, True),
         "global_profiler.finish_hook_ranks": ("finish_hook.ranks", [2], (2,)),
         "actor_rollout_ref.actor.profiler.all_ranks": ("all_ranks", True, True),

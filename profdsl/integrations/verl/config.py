@@ -36,7 +36,7 @@ from profdsl.integrations.verl.keys import (
     TOOL_KEYS,
 )
 
-__all__ = ["MISSING", "ROLES", "ROLE_PATHS", "map_block", "nsight_options", "plain", "profiler_configs"]
+__all__ = ["MISSING", "ROLES", "ROLE_PATHS", "hook_command", "map_block", "nsight_options", "plain", "profiler_configs"]
 
 T = TypeVar("T")
 
@@ -269,18 +269,32 @@ def _schedule(role: _Role, discrete: bool) -> Schedule | None:
     return _convert(where, lambda: Schedule(**fields))
 
 
+def hook_command(cmd: str) -> str:
+    """verl's finish hook command as profdsl runs it: ``$VERL_PROFILE_SAVE_PATH``, ``_TOOL``,
+    ``_RANK``, ``_PID`` and ``_ROLE`` defined from profdsl's ``$PROFDSL_*`` and exported,
+    whatever the command's text names (a script it runs reads them from its environment, as
+    under verl), then the command as written.
+
+    Examples:
+        >>> hook_command("sync.sh").endswith("; sync.sh")
+        True
+    """
+    names = [f"VERL_PROFILE_{v}" for v in _HOOK_VARS]
+    prelude = " ".join(f'VERL_PROFILE_{v}="$PROFDSL_{p}"' for v, p in _HOOK_VARS.items())
+    return f"{prelude}; export {' '.join(names)}; {cmd}"
+
+
 def _hook_cmd(where: str, cmd: Any) -> Any:
-    """A command using verl's ``$VERL_PROFILE_*`` gets them defined from profdsl's."""
-    if not isinstance(cmd, str) or "VERL_PROFILE_" not in cmd:
+    """A command (a non-blank string) as :func:`hook_command` gives it; anything else as it is
+    (``FinishHook`` judges it)."""
+    if not isinstance(cmd, str) or not cmd.strip():
         return cmd
     if "VERL_PROFILE_RAY_NSIGHT_DIR" in cmd:
         raise ConfigError(
             f"verl {where} uses $VERL_PROFILE_RAY_NSIGHT_DIR: profdsl moves nsys reports "
             "into save_path, so read them from $PROFDSL_SAVE_PATH"
         )
-    names = [f"VERL_PROFILE_{v}" for v in _HOOK_VARS]
-    prelude = " ".join(f'VERL_PROFILE_{v}="$PROFDSL_{p}"' for v, p in _HOOK_VARS.items())
-    return f"{prelude}; export {' '.join(names)}; {cmd}"
+    return hook_command(cmd)
 
 
 def _rollout_options(role: _Role, is_rollout: bool) -> RolloutOptions:

@@ -15,19 +15,18 @@ The mini-batch regions are the worker's own ``record_function(f"mini_batch{i}")`
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from profdsl.config import ProfilerConfig
 from profdsl.config.validate import COLOR_NAMES, to_color
-from profdsl.core.log import once
 from profdsl.core.parallel_discovery import process_topology
 from profdsl.core.ranks import discover_world, is_rank_selected
 from profdsl.dsl.base import ASK as _ASK
 from profdsl.dsl.stage import profile_stage
 from profdsl.errors import ConfigError
 from profdsl.integrations.verl.config import MISSING, map_block, plain
+from profdsl.integrations.verl.trainer_steps import TrainerSteps
 from profdsl.runtime import context
 from profdsl.runtime.handles import Handle, fault
 from profdsl.runtime.profiler import Profiler
@@ -108,7 +107,11 @@ class _Annotated(profile_stage):
 
     def _bound(self, args: tuple[Any, ...]) -> Profiler | None:
         facade = getattr(args[0], "profiler", None) if args else None
-        return facade.profiler if isinstance(facade, DistProfiler) else None
+        if not isinstance(facade, DistProfiler):
+            return None
+        if facade._steps.counting and not any(isinstance(e.key, _Annotated) for e in context.walk(context.top())):
+            facade._steps.stage_begins(facade.profiler)
+        return facade.profiler
 
     def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = _ASK) -> Entry:
         if profiler is None:  # no worker profiler, or one never started: nothing to record
@@ -200,6 +203,7 @@ class DistProfiler:
         # Made at the first start(): verl builds profilers the trainer never starts (the inner
         # TrainingWorker's), which must not hold the finish hook of this save_path back.
         self.profiler: Profiler | None = None
+        self._steps = TrainerSteps()  # the steps verl's calls leave without a call of their own
 
     @property
     def role(self) -> str:
@@ -230,28 +234,33 @@ class DistProfiler:
     # -- the lifecycle -----------------------------------------------------------------------
     def start(self, **kwargs: Any) -> None:
         """Begin step ``profile_step`` (or ``global_step``); ``role`` (verl's scope label, e.g.
-        ``"train"``) is not needed: trace names carry role, stage and step."""
-        step = kwargs.get("profile_step", kwargs.get("global_step"))
+        ``"train"``) is not needed: trace names carry role, stage and step.
+
+        Without a step (verl's SFT trainers, which start at ``start_profile_step`` and stop at
+        ``end_profile_step``), the step begun is the first configured step after the last one
+        this profiler began, and the facade counts the steps from there: each outermost
+        annotated call (the SFT step's ``train_batch``) after the first ends the step and begins
+        the next, until ``stop()`` (:mod:`~profdsl.integrations.verl.trainer_steps`)."""
+        given = kwargs.get("profile_step", kwargs.get("global_step"))
+        step = self._steps.step_of(given, self.config.steps, f"[profdsl rank {self.rank}] {self.role}")
         if step is None:
-            once(
-                f"verl-start-without-step:{id(self)}",
-                logging.WARNING,
-                "[profdsl rank %s] %s: start() without profile_step: profdsl profiles the "
-                "configured steps and needs the step number; nothing is profiled",
-                self.rank,
-                self.role,
-            )
             return
         if self.profiler is None:
             self.profiler = Profiler(
                 self.config, role=self.role, rank=self.rank, world_size=self.world_size, parallel=self.topology.parallel
             )
-        self.profiler.start(step)
+        self._steps.begin(self.profiler, step, counting=given is None)
 
     def stop(self, run_command: bool = True) -> None:
         """End the step. The finish hook runs after the last profiled step whatever
-        ``run_command`` says (verl's trainers passed False where they should not: B4, B5)."""
+        ``run_command`` says (verl's trainers passed False where they should not: B4, B5).
+
+        With ``continuous_steps``, verl's trainers start a run of consecutive profiled steps at
+        its first step and stop it at its last, calling nothing in between: the run's capture
+        ends here, with every step of the run
+        (:meth:`~profdsl.integrations.verl.trainer_steps.TrainerSteps.end_run`)."""
         if self.profiler is not None:
+            self._steps.end_run(self.profiler)
             self.profiler.stop()
 
     def step(self) -> None:

@@ -147,7 +147,8 @@ KEYS: Final = (
         "runs after the last step's rollout traces "
         "landed (B3), in every trainer (B4), also when training ends early (B5), bounded by "
         "`finish_hook.timeout_s` (R1); `$VERL_PROFILE_SAVE_PATH`, `_TOOL`, `_RANK`, `_PID` and "
-        "`_ROLE` are defined from profdsl's `$PROFDSL_*`; `$VERL_PROFILE_RAY_NSIGHT_DIR` is "
+        "`_ROLE` are exported from profdsl's `$PROFDSL_*` (to a script it runs too); "
+        "`$VERL_PROFILE_RAY_NSIGHT_DIR` is "
         "refused (reports are moved into `save_path`)",
     ),
     Key(f"{R}.finish_hook_all_ranks", "`finish_hook.all_ranks`", ""),
