@@ -9,9 +9,27 @@ one :class:`OnceLog`, owned (reset, and renewed after a fork) by the process sta
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
-__all__ = ["ONCE", "OnceLog", "logger", "once"]
+__all__ = ["ONCE", "OnceLog", "logger", "once", "printable"]
+
+#: Characters that would break a line or drive the terminal: C0 and C1 controls, DEL, and the
+#: Unicode line and paragraph separators.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped as Python writes them (``\\n``, ``\\t``,
+    ``\\x1b``); everything else, non-ASCII letters included, is kept: what came from outside
+    the process (a request, a file, a client's address) before it is logged or printed.
+
+    Examples:
+        >>> printable("ok\\nfinish hook ok\\x1b[2J")
+        'ok\\\\nfinish hook ok\\\\x1b[2J'
+    """
+    return _CONTROL.sub(lambda match: repr(match[0])[1:-1], text)
+
 
 logger = logging.getLogger("profdsl")
 

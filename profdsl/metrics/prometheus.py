@@ -23,13 +23,14 @@ import hashlib
 import json
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from profdsl.core.log import logger, once
+from profdsl.core.log import logger, once, printable
 from profdsl.metrics.slow import StragglerAlert
 from profdsl.metrics.timings import StepTimings
 
@@ -110,6 +111,23 @@ class _Quiet(WSGIRequestHandler):
 
 class _Threading(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went idle (``_Quiet.timeout``) or away is dropped with one DEBUG line;
+        anything else is logged once: never socketserver's traceback on the training process's
+        stderr."""
+        error = sys.exc_info()[1]
+        where = printable(str(client_address))
+        if isinstance(error, (TimeoutError, ConnectionError)):
+            logger.debug("profdsl: metrics endpoint: idle client %s dropped (%s)", where, type(error).__name__)
+            return
+        once(
+            f"endpoint-error:{type(error).__name__}",
+            logging.WARNING,
+            "profdsl: metrics endpoint: a request from %s failed (%s); the endpoint goes on",
+            where,
+            printable(f"{type(error).__name__}: {error}"),
+        )
 
 
 def _serve(address: str, port: int, app: Callable[..., Iterable[bytes]]) -> tuple[WSGIServer, threading.Thread]:
