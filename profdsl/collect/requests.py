@@ -95,6 +95,13 @@ class Scanned:
     mtime: float
 
 
+def _young(age_ns: int) -> bool:
+    """Whether a file or folder this many nanoseconds old may still be being written (read it
+    again at the next check). One dated further in the future than that (a clock ahead,
+    ``touch -d``) is not: it would be young forever, every step boundary reading it again."""
+    return -SETTLE_NS <= age_ns <= SETTLE_NS
+
+
 class RequestFolder:
     """The request folder of one save_path, as one process watches it (see the module
     docstring). Not thread-safe: its owner serializes :meth:`scan`."""
@@ -115,7 +122,7 @@ class RequestFolder:
         if mtime == self._mtime and self._settled:
             return False
         self._mtime = mtime
-        self._settled = time.time_ns() - mtime > SETTLE_NS
+        self._settled = not _young(time.time_ns() - mtime)
         return True
 
     def scan(self) -> Iterator[Scanned]:
@@ -139,7 +146,7 @@ class RequestFolder:
             try:
                 yield Scanned(name, read_request(path), None, mtime)
             except (OSError, RecordError) as exc:
-                if isinstance(exc, RecordError) and time.time() - mtime < SETTLE_NS / 1e9:
+                if isinstance(exc, RecordError) and _young(time.time_ns() - int(mtime * 1e9)):
                     self._seen.discard(name)  # written by hand, maybe not whole yet: read again
                     self._settled = False  # at the next check
                     continue
