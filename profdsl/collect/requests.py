@@ -112,6 +112,7 @@ class RequestFolder:
         self._mtime: int | None = None
         self._settled = False
         self._seen: set[str] = set()
+        self._read: dict[str, int] = {}  # each file's mtime when read: one replaced is read again
 
     def changed(self) -> bool:
         """Whether the folder may hold files not scanned yet: one ``stat``."""
@@ -132,17 +133,26 @@ class RequestFolder:
         except OSError:
             return
         for name in names:
-            if name in self._seen or name.startswith(".") or not name.endswith(".json"):
+            if name.startswith(".") or not name.endswith(".json"):
                 continue
+            path = os.path.join(self.path, name)
+            if name in self._seen:
+                try:
+                    if os.stat(path).st_mtime_ns == self._read.get(name):
+                        continue
+                except OSError:
+                    continue
+                self._seen.discard(name)  # replaced since it was read (a corrected request)
             if len(self._seen) >= MAX_FILES:
                 yield Scanned(name, None, f"more than {MAX_FILES} request files: the rest are not read", 0.0)
                 return
-            path = os.path.join(self.path, name)
             try:
-                mtime = os.stat(path).st_mtime
+                info = os.stat(path)
             except OSError:
                 continue  # gone meanwhile
+            mtime = info.st_mtime
             self._seen.add(name)
+            self._read[name] = info.st_mtime_ns
             try:
                 yield Scanned(name, read_request(path), None, mtime)
             except (OSError, RecordError) as exc:

@@ -167,7 +167,8 @@ class Inbox:
         return answer.http_status, attrs.asdict(answer)
 
     def deliver(self, request: CaptureRequest) -> Answer:
-        """Offer ``request`` to every role of the process, once per id; never raises."""
+        """Offer ``request`` to every role of the process, once per id taken (a request every
+        role refused, and no driver passed on, leaves its id free); never raises."""
         request_id = str(request.id)
         with self._lock:
             known = request_id in self._answers
@@ -191,7 +192,10 @@ class Inbox:
                 why.append(reason)
         answer = Answer(request_id, "accepted" if taken else "refused", tuple(taken), tuple(why))
         with self._lock:
-            self._answers[request_id] = answer
+            if taken or listeners:
+                self._answers[request_id] = answer
+            else:  # refused here and passed on nowhere: the corrected request may use the id
+                self._answers.pop(request_id, None)
         passed = " (passed on)" if listeners and not taken else ""
         logger.log(
             logging.INFO if taken or listeners else logging.WARNING,
