@@ -70,6 +70,7 @@ class Demand:
         inbox: Inbox,
     ) -> None:
         self.role, self.save_path = plan.role, plan.save_path
+        self.token, self.hosts = plan.config.on_demand.token, plan.config.on_demand.hosts
         self._plan, self._capture, self._tracker = plan, capture, tracker
         self._rounds, self._member, self._inbox = rounds, member, inbox
         self._clock = not plan.member and plan.config.enable  # a driver's step clock

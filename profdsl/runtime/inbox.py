@@ -37,6 +37,9 @@ class Member(Protocol):
 
     role: str
     save_path: str
+    #: Its config's ``OnDemand.token`` and ``OnDemand.hosts`` (who may ask over HTTP).
+    token: str | None
+    hosts: tuple[str, ...]
 
     def offer(self, request: CaptureRequest) -> str | None:
         """Take ``request`` (None), or say why not."""
@@ -147,6 +150,14 @@ class Inbox:
             )
         finally:
             lock.release()
+
+    def gate(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The tokens (any one will do; none: no token needed) and the extra host names the
+        roles taking requests accept over HTTP (:func:`profdsl.core.gate.admit`)."""
+        with self._lock:
+            members = list(self._members)
+        tokens = tuple(sorted({m.token for m in members if m.token is not None}))
+        return tokens, tuple(sorted({h for m in members for h in m.hosts}))
 
     def from_http(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """``POST /profile``: the body, a JSON request (``id`` may be left out), delivered; the
