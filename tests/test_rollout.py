@@ -96,15 +96,17 @@ class TestSelectionAndRelocation:
         assert len(left) == 1 and "rank0." in left[0]
 
     def test_empty_ranks_mean_replica_zero_and_all_ranks_all(self, tmp_path: Path) -> None:
-        """Empty ranks profile replica 0 and keep global rank 0 (as in training); all_ranks
-        profiles every replica and keeps every file."""
+        """Empty ranks profile replica 0 and keep every GPU of it, as verl does (a tp=2 replica's
+        GPU 1 trace is not left behind); all_ranks profiles every replica and keeps every file."""
         for kwargs, expected in (({}, [True, False, False]), ({"all_ranks": True}, [True, True, True])):
             cfg = config(tmp_path / str(len(expected) + len(kwargs)) / "p", **kwargs)
             engines = vllm_replicas(cfg, 3, tp=2)
             with driver(cfg) as profiler, profiler.step(1), rollout_window(engines, replica_world_size=2):
                 pass
             assert [bool(e.llm.calls) for e in engines] == expected
-            assert len(rollout_records(cfg)) == 2 * sum(expected) - (1 if not kwargs else 0)
+            assert len(rollout_records(cfg)) == 2 * sum(expected)
+            assert sorted(r["rank"] for r in rollout_records(cfg) if r["replica"] == 0) == [0, 1]
+            assert not os.listdir(rollout_trace_dir(cfg.save_path, 0))  # nothing stayed behind
 
     @pytest.mark.parametrize("case", ["unprofiled step", "disabled", "no profiler"])
     def test_touches_no_engine(self, tmp_path: Path, case: str) -> None:

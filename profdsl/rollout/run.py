@@ -187,8 +187,13 @@ def relocate_replicas(
     raises."""
     writer = PROCESS.writer if writer is None else writer
     wait_s = config.rollout.flush_wait_s if wait_s is None else wait_s
-    # The selected global ranks, by the same rule as on the training side (empty: rank 0).
-    keep = {r for r in range(world_size) if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
+    # Listed ranks keep those GPUs' files; empty ranks (replica 0 selected) and all_ranks keep
+    # every GPU of the selected replicas, as verl does: a tp peer's trace is not left behind.
+    keep = (
+        None
+        if config.all_ranks or not config.ranks
+        else {r for r in range(world_size) if is_rank_selected(r, config.ranks, all_ranks=False)}
+    )
 
     def plan() -> list[relocate.Move | relocate.Skip]:
         found: list[relocate.Move | relocate.Skip] = []

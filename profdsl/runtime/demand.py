@@ -70,6 +70,7 @@ class Demand:
         inbox: Inbox,
     ) -> None:
         self.role, self.save_path = plan.role, plan.save_path
+        self.token, self.hosts = plan.config.on_demand.token, plan.config.on_demand.hosts
         self._plan, self._capture, self._tracker = plan, capture, tracker
         self._rounds, self._member, self._inbox = rounds, member, inbox
         self._clock = not plan.member and plan.config.enable  # a driver's step clock
@@ -258,16 +259,25 @@ class Demand:
             return
         plan, step = self._plan, timings.step + 1
         reason = f"{self.role}: {found.reason()}"
-        logger.warning(
-            "[profdsl rank %s] slow step: %s; tracing step %s (automatic capture %s of %s)",
-            plan.rank,
-            reason,
-            step,
-            self.slow.captures,
-            self.slow.auto.max_captures,
-        )
-        self._inbox.deliver(
+        answer = self._inbox.deliver(
             CaptureRequest(
                 id=f"auto-r{plan.rank}-s{step}", steps=1, ranks=(plan.rank,), at_step=step, reason=reason, source="auto"
             )
         )
+        if answer.status == "accepted":  # said after it is taken: never a capture that does not happen
+            logger.warning(
+                "[profdsl rank %s] slow step: %s; tracing step %s (automatic capture %s of %s)",
+                plan.rank,
+                reason,
+                step,
+                self.slow.captures,
+                self.slow.auto.max_captures,
+            )
+        else:
+            logger.warning(
+                "[profdsl rank %s] slow step: %s; step %s is not traced (%s)",
+                plan.rank,
+                reason,
+                step,
+                "; ".join(answer.why) or answer.status,
+            )

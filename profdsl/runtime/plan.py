@@ -125,7 +125,9 @@ def resolve(
             profiled=selected,
         )
     )
-    config_hash = hashlib.sha256(json.dumps(config.to_mapping(), sort_keys=True).encode()).hexdigest()[:12]
+    hashed = config.to_mapping()
+    hashed.get("on_demand", {}).pop("token", None)  # a secret: not even hashed into traces
+    config_hash = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
     label = TraceLabel(
         role=role,
         stage=None,

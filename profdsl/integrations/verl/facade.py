@@ -191,7 +191,7 @@ class DistProfiler:
     ) -> None:
         self.save_file_prefix = save_file_prefix
         self.config = _config_of(config, tool_config, steps, continuous_steps)
-        self.rank, self.world_size = discover_world(rank, world_size)
+        self.rank, self.world_size = discover_world(rank, world_size, holds_rank=True)  # as verl: no world needed
         self.topology = process_topology(self.rank, self.world_size, parallel, select=self.config.select)
         self._selected = self.config.enable and is_rank_selected(
             self.rank,
