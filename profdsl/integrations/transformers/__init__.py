@@ -11,9 +11,9 @@ from typing import Any, TypeVar, cast
 from profdsl.config import ProfilerConfig
 from profdsl.errors import ConfigError
 from profdsl.integrations.transformers.phases import RoundShape
-from profdsl.integrations.transformers.support import Kind, understand
+from profdsl.integrations.transformers.support import understand
 
-__all__ = ["Kind", "RoundShape", "profile_trainer", "trainer_profiler"]
+__all__ = ["RoundShape", "profile_trainer", "trainer_profiler"]
 
 T = TypeVar("T")
 
