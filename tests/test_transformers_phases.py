@@ -149,7 +149,7 @@ class _StandInGRPO:
             getattr(callback, name)(self.args, state, None)
 
     def train(self, rounds: int) -> None:
-        state = SimpleNamespace(global_step=0)
+        self.state = state = SimpleNamespace(global_step=0)
         for _ in range(rounds * self.shape.optimizer_steps):
             self._events("on_step_begin", state)
             for _ in range(self.shape.accumulation):

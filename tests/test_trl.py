@@ -142,6 +142,42 @@ def test_grpo_loop_shapes(model: Path, tmp_path: Path, shape: dict[str, Any]) ->
     assert check_output(out)[0] == 0
 
 
+def test_rloo_rounds(model: Path, tmp_path: Path) -> None:
+    """RLOOTrainer, whose scoring always computes the old policy's log-probs: the same round."""
+    out = tmp_path / "profiles"
+    trainer = grpo_trainer(model, tmp_path, rounds=3, rloo=True, gradient_accumulation_steps=2, beta=0.1)
+    from profdsl.integrations.transformers import profile_trainer
+
+    profile_trainer(trainer, ProfilerConfig(enable=True, steps=(2,), save_path=str(out)))
+    trainer.train()
+    traces = _trace_steps(out)
+    assert sorted(traces) == [2]
+    _check_round(traces[2], trainer, old=True, ref=True)
+    assert check_output(out)[0] == 0
+
+
+def test_a_failing_round_still_closes_the_profiler(model: Path, tmp_path: Path) -> None:
+    """A reward function that raises in round 3: train() raises it unchanged; round 2's trace is
+    written and the profiler is closed (no capture left open)."""
+    out = tmp_path / "profiles"
+    calls = []
+
+    def reward(completions: list[str], **kwargs: Any) -> list[float]:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("reward service down")
+        return [1.0 for _ in completions]
+
+    trainer = grpo_trainer(model, tmp_path, rounds=4, reward=reward, gradient_accumulation_steps=2, beta=0.0)
+    from profdsl.integrations.transformers import profile_trainer, trainer_profiler
+
+    profile_trainer(trainer, ProfilerConfig(enable=True, steps=(2, 3), save_path=str(out)))
+    with pytest.raises(RuntimeError, match="reward service down"):
+        trainer.train()
+    assert trainer_profiler(trainer).state.value == "closed"
+    assert 2 in _trace_steps(out)
+
+
 def test_grpo_discrete_writes_a_trace_per_stage(model: Path, tmp_path: Path) -> None:
     """Discrete mode: each stage of round 2 writes its own trace; the update's holds the windows."""
     out = tmp_path / "profiles"
@@ -165,6 +201,8 @@ def test_plain_trainer_steps_are_optimizer_steps(model: Path, tmp_path: Path) ->
     from profdsl.integrations.transformers import profile_trainer
 
     profile_trainer(trainer, ProfilerConfig(enable=True, steps=(2, 3), save_path=str(out)))
+    with pytest.raises(ConfigError, match="instrumented already"):
+        profile_trainer(trainer, ProfilerConfig(enable=True, steps=(2, 3), save_path=str(out)))
     trainer.train()
     traces = _trace_steps(out)
     assert sorted(traces) == [2, 3]

@@ -28,17 +28,22 @@ def length_reward(completions: list[str], **kwargs: Any) -> list[float]:
     return [float(len(c)) for c in completions]
 
 
-def grpo_trainer(model_path: Path, out: Path, *, rounds: int, **grpo: Any) -> Any:
-    """A GRPOTrainer that runs ``rounds`` generation rounds (``max_steps`` from the shape)."""
+def grpo_trainer(
+    model_path: Path, out: Path, *, rounds: int, rloo: bool = False, reward: Any = None, **grpo: Any
+) -> Any:
+    """A GRPOTrainer (an RLOOTrainer with ``rloo``) that runs ``rounds`` generation rounds
+    (``max_steps`` from the shape)."""
     import torch
+    import trl
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+
+    config_class, trainer_class = (trl.RLOOConfig, trl.RLOOTrainer) if rloo else (trl.GRPOConfig, trl.GRPOTrainer)
 
     accumulation = grpo.get("gradient_accumulation_steps", 1)
     per_generation = grpo.setdefault("steps_per_generation", accumulation)
     per_round = per_generation * grpo.get("num_iterations", 1) // accumulation
-    args = GRPOConfig(
+    args = config_class(
         output_dir=str(out / "trainer"),
         per_device_train_batch_size=2,
         num_generations=2,
@@ -53,9 +58,9 @@ def grpo_trainer(model_path: Path, out: Path, *, rounds: int, **grpo: Any) -> An
         **grpo,
     )
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
-    return GRPOTrainer(
+    return trainer_class(
         model=model,
-        reward_funcs=length_reward,
+        reward_funcs=length_reward if reward is None else reward,
         args=args,
         train_dataset=Dataset.from_dict({"prompt": PROMPTS * 16}),
         processing_class=AutoTokenizer.from_pretrained(str(model_path)),

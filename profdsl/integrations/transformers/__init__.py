@@ -24,15 +24,15 @@ def profile_trainer(trainer: T, config: ProfilerConfig, **options: Any) -> T:
     """Instrument ``trainer`` in place for ``config`` and return it; nothing else changes.
 
     A TRL on-policy trainer (``GRPOTrainer``, ``RLOOTrainer``): a profdsl step is one generation
-    round, numbered from 1, with stages ``generate``, ``old_log_prob`` (when TRL computes it),
-    ``ref_log_prob`` (when ``beta != 0``), ``reward`` and ``update``, whose mini-batch windows
-    ``mini_batch<i>`` are the round's optimizer steps, each holding its micro-batches
-    (``micro_batch<k>``: ``forward``, ``backward``) and ``optimizer_step``. A plain ``Trainer``
-    (or TRL's SFT, reward, DPO, KTO trainers): a step is one optimizer step (``state.global_step``
-    after it), a ``train_step`` stage whose windows ``micro_batch<i>`` are its micro-batches
-    (``forward``, ``backward``), then ``optimizer_step``. Rank and world size come from the
-    trainer's ``args``; the profiler closes at ``on_train_end`` (and if ``train()`` raises),
-    running a finish hook still owed.
+    round, numbered from 1 (from the optimizer steps done, so that a resumed run numbers alike),
+    with stages ``generate``, ``old_log_prob`` (when TRL computes it), ``ref_log_prob`` (a nonzero
+    ``beta``), ``reward`` and ``update``, whose mini-batch windows ``mini_batch<i>`` are the round's
+    optimizer steps, each holding its micro-batches (``micro_batch<k>``: ``forward``, ``backward``)
+    and ``optimizer_step``. A plain ``Trainer`` (or TRL's SFT, reward, DPO, KTO trainers): a step is
+    one optimizer step (``state.global_step`` after it), a ``train_step`` stage whose windows
+    ``micro_batch<i>`` are its micro-batches (``forward``, ``backward``), then ``optimizer_step``.
+    Rank and world size come from the trainer's ``args``; the profiler closes at ``on_train_end``
+    (and if ``train()`` raises), running a finish hook still owed.
 
     Args:
         trainer: a ``transformers.Trainer`` (or a TRL trainer) not yet training.

@@ -53,7 +53,8 @@ class _Open:
 class TrainerHooks:
     """Drives one role's :class:`~profdsl.Profiler` from a trainer's callbacks and methods.
 
-    On-policy (TRL): a round begins when TRL scores a new generation (training mode only) and
+    On-policy (TRL): a round (numbered ``state.global_step // optimizer steps per round + 1``)
+    begins when TRL scores a new generation (training mode only) and
     ends at the optimizer step that uses its last micro-batch (TRL's ``_step`` counter); each
     optimizer step is a mini-batch window inside ``update``, opened once the first micro-batch's
     inputs are ready, so that generation stays outside it. Plain: ``train_step`` spans one
@@ -161,9 +162,12 @@ class TrainerHooks:
 
     def score(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """TRL's ``_generate_and_score_completions``: in training, the start of a round."""
-        if not self.trainer.model.training or self.finished:
+        shape = self.kind.shape
+        if not self.trainer.model.training or self.finished or shape is None:
             return call(*args, **kwargs)
-        self.round += 1
+        # numbered from the optimizer steps done, so that a run resumed from a checkpoint
+        # numbers its rounds as the first run did
+        self.round = int(self.trainer.state.global_step) // shape.optimizer_steps + 1
         self._begin(self.round)
         self.scoring = phases.LogProbPasses(old=self.kind.old_log_prob)
         try:
