@@ -228,3 +228,26 @@ def test_a_loop_you_do_not_own_hooked_by_hand(tmp_path: Path) -> None:
     (stage,) = _spans(trace, "forward")
     (mul,) = [e for e in _spans(trace, "aten::mul") if e["ts"] >= stage["ts"]]
     assert mul["ts"] + mul["dur"] <= stage["ts"] + stage["dur"]
+
+
+def test_hooks_give_stage_timings_on_every_round(tmp_path: Path) -> None:
+    """Metrics(enabled=True): every round's stages are timed, profiled or not (docs/metrics.md),
+    and on_step sees each round once."""
+    from profdsl import Metrics
+
+    shape = RoundShape(accumulation=1, steps_per_generation=2, num_iterations=1)
+    trainer = _StandInGRPO(shape, beta=0.1)
+    seen: list[int] = []
+    profiler = Profiler(
+        config(tmp_path, steps=[], metrics=Metrics(enabled=True)),
+        role="actor",
+        rank=0,
+        world_size=1,
+        on_step=lambda step, metrics: seen.append(step),
+    )
+    install(trainer, profiler, Kind("GRPOTrainer", shape, shape.old_log_prob), object)
+    trainer.train(rounds=3)
+    assert seen == [1, 2, 3]
+    for stage in ("generate", "old_log_prob", "ref_log_prob", "reward", "update", "update/mini_batch"):
+        assert profiler.metrics[f"timing_s/{stage}"] >= 0.0, stage
+    assert parsed(tmp_path) == []  # no step was asked for: timed, not traced
