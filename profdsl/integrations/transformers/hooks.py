@@ -131,9 +131,11 @@ class TrainerHooks:
 
     @property
     def in_micro(self) -> bool:
-        return self.in_step and (
-            self.open.holds(self._micro_stage(self.micro - 1)) if self.kind.on_policy else self.open.holds(self.window)
-        )
+        if not self.in_step:
+            return False
+        if self.kind.on_policy:
+            return self.micro > 0 and self.open.holds(self._micro_stage(self.micro - 1))
+        return self.open.holds(self.window)
 
     # -- callback events -----------------------------------------------------------------------
 
