@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: ``POST /profile``: the body (bytes) in, the HTTP status and JSON answer out.
-OnProfile = Callable[[bytes], tuple[int, dict[str, Any]]]
+OnProfile = Callable[[bytes, "tuple[int, str] | None"], tuple[int, dict[str, Any]]]
 #: The tokens and extra host names ``POST /profile`` is taken with (``Inbox.gate``).
 Gate = Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]
 #: The largest ``POST /profile`` body read.
@@ -239,7 +239,7 @@ class Server:
                 status,
                 why,
             )
-            return status, {"request": None, "status": "refused", "roles": [], "why": [why]}
+            return self.on_profile(b"", (status, why))
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -248,7 +248,7 @@ class Server:
             return 413, {"why": [f"the body must be at most {MAX_BODY} bytes, with a Content-Length"]}
         try:
             body = environ["wsgi.input"].read(length) if length else b""
-            return self.on_profile(body)
+            return self.on_profile(body, None)
         except Exception as exc:
             once(
                 f"post-profile:{type(exc).__name__}", logging.ERROR, "profdsl: answering POST /profile failed: %r", exc

@@ -159,9 +159,13 @@ class Inbox:
         tokens = tuple(sorted({m.token for m in members if m.token is not None}))
         return tokens, tuple(sorted({h for m in members for h in m.hosts}))
 
-    def from_http(self, body: bytes) -> tuple[int, dict[str, Any]]:
+    def from_http(self, body: bytes, refused: tuple[int, str] | None = None) -> tuple[int, dict[str, Any]]:
         """``POST /profile``: the body, a JSON request (``id`` may be left out), delivered; the
-        answer's HTTP status and JSON object. A malformed body is logged and ignored (400)."""
+        answer's HTTP status and JSON object. A malformed body is logged and ignored (400);
+        ``refused``: the endpoint's door turned the request away (its status and why: the
+        answer says so, nothing is read)."""
+        if refused is not None:
+            return refused[0], attrs.asdict(Answer(None, "refused", why=(refused[1],)))
         try:
             request = parse_request(json.loads(body or b"{}"), default_id=new_id("http"), source="http")
         except (ValueError, RecursionError) as exc:
