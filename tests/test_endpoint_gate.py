@@ -75,6 +75,10 @@ def test_what_a_browser_sends_cross_site_is_refused(endpoint: int) -> None:
         ({**JSON, "Sec-Fetch-Site": "same-site"}, 403),
         ({**JSON, "Host": "evil.example:80"}, 403),  # a rebinding page: its own name
         ({**JSON, "Host": "evil.example"}, 403),
+        ({**JSON, "Origin": "http://127.0.0.1.evil.example"}, 403),  # a name that starts like ours
+        ({**JSON, "Host": "localhost.evil.example:80"}, 403),
+        ({"Content-Type": "application/json, text/plain"}, 415),
+        ({"Content-Type": "application/jsonx"}, 415),
     ],
 )
 def test_each_sign_of_a_web_page_is_refused(endpoint: int, headers: dict[str, str], status: int) -> None:
