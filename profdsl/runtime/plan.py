@@ -17,8 +17,10 @@ import attrs
 from profdsl.collect.export import ExportPolicy, TraceLabel
 from profdsl.config import ProfilerConfig
 from profdsl.config.validate import text_without_nul
+from profdsl.core.decide import decide
+from profdsl.core.discovery import discover_world
 from profdsl.core.parallel_discovery import process_topology
-from profdsl.core.ranks import discover_world, is_hook_rank, is_rank_selected
+from profdsl.core.selection import Selection
 from profdsl.core.step_plan import StepPlan
 from profdsl.core.topology import Topology
 from profdsl.runtime.writer.hook import HookPlan
@@ -41,6 +43,7 @@ class RolePlan:
         hook: the hook this rank runs, or None.
         steps: the profiled steps and how they group.
         label: who its traces are by (the step and stage set per trace).
+        selection: the config's rank rules, resolved once (replicas, requests read it).
     """
 
     config: ProfilerConfig
@@ -51,6 +54,7 @@ class RolePlan:
     hook: HookPlan | None
     steps: StepPlan
     label: TraceLabel
+    selection: Selection
 
     @property
     def rank(self) -> int:
@@ -71,19 +75,7 @@ class RolePlan:
         """The hook this rank runs for a capture request it takes (``traced``: whether the
         request traces this rank): on ``finish_hook.ranks`` (or every rank with ``all_ranks``),
         else on the ranks the request traces; None for a step clock or without a command."""
-        hook = self.config.finish_hook
-        if (
-            not self.member
-            or hook.cmd is None
-            or not is_hook_rank(
-                self.rank,
-                hook_ranks=hook.ranks,
-                hook_all_ranks=hook.all_ranks,
-                profiled_ranks=(),
-                profiled_all_ranks=False,
-                profiled=traced,
-            )
-        ):
+        if not self.member or not self.selection.runs_hook(self.rank, traced):
             return None
         return _hook_plan(self.config, self.role, self.topology, self.label.host)
 
@@ -107,24 +99,8 @@ def resolve(
     text_without_nul("Profiler role", role, blank=False)
     rank, world_size = discover_world(rank, world_size)
     topology = process_topology(rank, world_size, parallel, select=config.select)
-    member = capture and config.enable
-    selected = member and is_rank_selected(
-        rank, config.ranks, all_ranks=config.all_ranks, select=config.select, topology=topology
-    )
+    decided = decide(config, topology, capture=capture)
     host = socket.gethostname()
-    hook = config.finish_hook
-    runs_hook = (
-        member
-        and hook.cmd is not None
-        and is_hook_rank(
-            rank,
-            hook_ranks=hook.ranks,
-            hook_all_ranks=hook.all_ranks,
-            profiled_ranks=config.ranks,
-            profiled_all_ranks=config.all_ranks,
-            profiled=selected,
-        )
-    )
     config_hash = hashlib.sha256(json.dumps(config.to_mapping(), sort_keys=True).encode()).hexdigest()[:12]
     label = TraceLabel(
         role=role,
@@ -143,11 +119,12 @@ def resolve(
         config=config,
         role=role,
         topology=topology,
-        traced=selected,
-        member=member,
-        hook=_hook_plan(config, role, topology, host) if runs_hook else None,
-        steps=StepPlan.from_config(config),
+        traced=decided.traced,
+        member=decided.member,
+        hook=_hook_plan(config, role, topology, host) if decided.runs_hook else None,
+        steps=decided.steps,
         label=label,
+        selection=decided.selection,
     )
 
 
