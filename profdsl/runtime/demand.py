@@ -25,7 +25,6 @@ import threading
 import attrs
 
 from profdsl.core.log import logger, once
-from profdsl.core.ranks import is_rank_selected
 from profdsl.core.step_plan import StepTracker
 from profdsl.errors import ConfigError
 from profdsl.metrics.slow import SlowSteps
@@ -117,14 +116,8 @@ class Demand:
 
     def _asked(self, request: CaptureRequest) -> bool:
         """Whether ``request`` names this rank (no ranks: the ranks the config traces)."""
-        plan, ranks = self._plan, request.ranks
-        if ranks is None:
-            return plan.traced
-        if ranks == "all":
-            return True
-        if isinstance(ranks, tuple):
-            return plan.rank in ranks
-        return is_rank_selected(plan.rank, (), select=ranks, topology=plan.topology)
+        plan = self._plan
+        return plan.selection.asks(request.ranks, plan.topology, plan.traced)
 
     # -- at step boundaries (the role's thread) ---------------------------------------------
     def poll(self, step: int) -> None:
