@@ -71,23 +71,23 @@ class Demand:
         self.role, self.save_path = plan.role, plan.save_path
         self._plan, self._capture, self._tracker = plan, capture, tracker
         self._rounds, self._member, self._inbox = rounds, member, inbox
-        self._clock = not plan.member and plan.config.enable  # a driver's step clock
+        self._clock = not plan.member and plan.demand.enabled  # a driver's step clock
         self._names = {plan.role, ROLLOUT} if self._clock else {plan.role}
         self._lock = threading.Lock()
         self._pending: collections.deque[_Taken] = collections.deque()
         self._active: dict[str, _Taken] = {}
         self._taken = 0
-        config = plan.config
+        config = plan.demand
         self.slow = SlowSteps(config.auto) if config.auto is not None and plan.member else None
-        self._subscribed = config.enable
-        self._watching = config.enable and config.on_demand.enabled
+        self._subscribed = config.enabled
+        self._watching = config.enabled and config.on_demand.enabled
         if self._subscribed:
             inbox.subscribe(self, watch=self._watching)
 
     # -- offered (any thread) ---------------------------------------------------------------
     def offer(self, request: CaptureRequest) -> str | None:
         """Take ``request`` (None) or say why not; never waits for the role's thread."""
-        config, who = self._plan.config, f"{self.role} (rank {self._plan.rank})"
+        config, who = self._plan.demand, f"{self.role} (rank {self._plan.rank})"
         auto = request.source == "auto"
         if not auto and not config.on_demand.enabled:
             return f"{who}: on-demand captures are off (OnDemand.enabled)"
