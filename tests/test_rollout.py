@@ -108,6 +108,18 @@ class TestSelectionAndRelocation:
             assert sorted(r["rank"] for r in rollout_records(cfg) if r["replica"] == 0) == [0, 1]
             assert not os.listdir(rollout_trace_dir(cfg.save_path, 0))  # nothing stayed behind
 
+    def test_empty_ranks_keep_every_gpu_of_the_selected_replica(self, tmp_path: Path) -> None:
+        """Empty ranks with tp=2: replica 0 runs and both of its GPUs' traces move (global ranks
+        0 and 1, as in verl); nothing of replica 0 stays behind."""
+        cfg = config(tmp_path / "p", steps=[1])
+        engines = vllm_replicas(cfg, 2, tp=2)
+        with driver(cfg) as profiler, profiler.step(1), rollout_window(engines, replica_world_size=2):
+            pass
+        records = rollout_records(cfg)
+        assert sorted((r["replica"], r["rank"], r["status"]) for r in records) == [(0, 0, "ok"), (0, 1, "ok")]
+        left = [n for n in os.listdir(rollout_trace_dir(cfg.save_path, 0)) if ".pt.trace.json" in n]
+        assert left == []
+
     @pytest.mark.parametrize("case", ["unprofiled step", "disabled", "no profiler"])
     def test_touches_no_engine(self, tmp_path: Path, case: str) -> None:
         """An unprofiled step, a disabled config or no started profiler touches no engine."""

@@ -523,3 +523,16 @@ class TestWorldHoldsTheRank:
 
         with pytest.raises(ConfigError, match="must be < world size 1"):
             Profiler(ProfilerConfig(), role="actor", rank=1)
+
+
+def test_rank_without_world_size_infers_a_world_holding_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl's tests and custom drivers build DistProfiler(rank=1) with no WORLD_SIZE: the world
+    holds the rank (rank + 1), as verl infers, instead of a ConfigError."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    profiler = DistProfiler(rank=1, config=verl_actor_config(tmp_path), save_file_prefix="actor")
+    assert (profiler.rank, profiler.world_size) == (1, 2)
+    profiler.close()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(ConfigError, match="world size 1"):
+        DistProfiler(rank=1, config=verl_actor_config(tmp_path), save_file_prefix="actor")
