@@ -123,7 +123,8 @@ def assert_collected(driven: Driven) -> None:
     """Each profiled step: one engine trace and its op table, relocated under profdsl's name
     with a record (step, replica 0, rank 0, the engine's own file name as source), nothing
     left in the replica's folder; the summary shows one generate entry per profiled step
-    beside the trainer's stage, nothing for unprofiled steps; check all well."""
+    beside the trainer's stage and the window's region, nothing for unprofiled steps; check all
+    well."""
     rollout = records(driven.out, "rollout")
     got = sorted(
         (
@@ -146,7 +147,8 @@ def assert_collected(driven: Driven) -> None:
     assert list(Path(rollout_trace_dir(str(driven.out), 0)).iterdir()) == []
     counts = stage_counts(driven.out)
     for step in STEPS:
-        expected = {GENERATE: 1, STAGE: 1} if step in PROFILED else {}
+        # the window's own region in the trainer's trace: where generation ran (issue 29)
+        expected = {GENERATE: 1, STAGE: 1, "rollout": 1} if step in PROFILED else {}
         assert {stage: n for (s, _, stage), n in counts.items() if s == step} == expected
     code, text = check_output(driven.out)
     assert code == 0 and "all well" in text, text
