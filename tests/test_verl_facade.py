@@ -536,3 +536,21 @@ def test_rank_without_world_size_infers_a_world_holding_it(tmp_path: Path, monke
     monkeypatch.setenv("WORLD_SIZE", "1")
     with pytest.raises(ConfigError, match="world size 1"):
         DistProfiler(rank=1, config=verl_actor_config(tmp_path), save_file_prefix="actor")
+
+
+def test_a_tool_dataclass_inside_verls_profiler_config(tmp_path: Path) -> None:
+    """``ProfilerConfig(tool_config=TorchProfilerToolConfig(...))``, the form verl's own tests
+    build (and verl accepts): the tool's dataclass where the per-tool mapping would be is that
+    tool's config, not "unknown verl key ...tool_config.contents"."""
+    verl = verl_profiler_dataclasses()
+    torch_tool = verl.TorchProfilerToolConfig(
+        contents=["cpu"], discrete=True, schedule=verl.TorchProfilerScheduleConfig(active=2, repeat=1)
+    )
+    inside = verl.ProfilerConfig(tool="torch", enable=True, save_path=str(tmp_path), tool_config=torch_tool)
+    on = DistProfiler(rank=0, config=inside, save_file_prefix="actor", steps=[1], world_size=1)
+    assert on.config.discrete and on.config.torch.contents == {"cpu"}
+    assert (on.config.torch.schedule.active, on.config.torch.schedule.repeat) == (2, 1)
+    nsys = verl.ProfilerConfig(tool="nsys", enable=True, save_path=str(tmp_path), tool_config=verl.NsightToolConfig())
+    assert DistProfiler(rank=0, config=nsys, steps=[1], world_size=1).config.tool == "nsys"
+    with pytest.raises(ConfigError, match=r"unknown verl key .*tool_config\.torch\.bogus|tool_config"):
+        DistProfiler(rank=0, config={"tool": "torch", "enable": True, "tool_config": {"bogus": 1}}, steps=[1])

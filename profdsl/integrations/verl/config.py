@@ -216,6 +216,16 @@ _GLOBAL_DEFAULTS: Final[dict[str, Any]] = {
 }
 
 
+def _one_tool(tools: dict[str, Any], tool: Any) -> dict[str, Any]:
+    """``tool_config`` as verl's tests build it, ``ProfilerConfig(tool_config=
+    TorchProfilerToolConfig(...))``: one tool's fields where the per-tool mapping goes. With the
+    role's ``tool`` named and no key a tool's name, the block is that tool's; otherwise as it is
+    (an unknown key is refused by name)."""
+    if isinstance(tool, str) and tool in TOOL_KEYS and tools and not set(tools) & set(TOOL_KEYS):
+        return {tool: tools}
+    return tools
+
+
 def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role | None) -> _Role:
     block = dict(block or {})
     _check(block, ROLE_KEYS, where)
@@ -224,7 +234,7 @@ def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role 
             f"verl {where}.global_tool_config is read from global_profiler only: move "
             "it to global_profiler.global_tool_config"
         )
-    tools = _block(block.get("tool_config"), f"{where}.tool_config")
+    tools = _one_tool(_block(block.get("tool_config"), f"{where}.tool_config"), block.get("tool"))
     _check(tools, frozenset(TOOL_KEYS), f"{where}.tool_config")
     for tool, sub in tools.items():
         _check(_block(sub, f"{where}.tool_config.{tool}"), TOOL_KEYS[tool], f"{where}.tool_config.{tool}")
