@@ -1,4 +1,5 @@
-"""profdsl's logger, and logging each distinct problem once per process.
+"""profdsl's logger, logging each distinct problem once per process, and escaping text from outside
+(a file, a command's output) before it is logged.
 
 Profiling faults are logged and recorded, never raised into training; a fault that repeats every
 mini-batch must not flood the log either, hence :func:`once`. The memory of what was logged is
@@ -9,11 +10,28 @@ one :class:`OnceLog`, owned (reset, and renewed after a fork) by the process sta
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
-__all__ = ["ONCE", "OnceLog", "logger", "once"]
+__all__ = ["ONCE", "OnceLog", "logger", "once", "printable"]
 
 logger = logging.getLogger("profdsl")
+
+#: Characters that would break a line or drive the terminal: C0 and C1 controls, DEL, and the
+#: Unicode line and paragraph separators.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped as Python writes them (``\\n``, ``\\t``,
+    ``\\x1b``); everything else, non-ASCII letters included, is kept: for a line of a
+    terminal or a log that came from outside (a file, a command's output).
+
+    Examples:
+        >>> printable("ok \\x1b[31mred\\u2028")
+        'ok \\\\x1b[31mred\\\\u2028'
+    """
+    return _CONTROL.sub(lambda match: repr(match[0])[1:-1], text)
 
 
 class OnceLog:
