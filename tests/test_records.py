@@ -113,6 +113,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "source_mtime_ns": st.none() | st.integers(-(2**62), 2**62),
     "exit_code": st.none() | st.integers(-255, 255),
     "steps": st.none() | st.lists(st.integers(0, 99), max_size=3).map(tuple),
+    "output": st.none() | st.lists(st.text(max_size=20), max_size=3).map(tuple),
     "capture": capture_notes,
 }
 META_FIELDS: dict[str, st.SearchStrategy[Any]] = {

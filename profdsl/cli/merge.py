@@ -89,12 +89,14 @@ class MergeReport:
         errors: One reason per input left out (each names the file or manifest line): manifest
             lines that are not valid records, traces that are unreadable or malformed.
         skipped: Artifacts left out because they are not ok JSON traces or not in ``steps``.
+        left_out: What those are: (``hook record``, count), ``trace of another step``, ...
     """
 
     output: Path | None
     rows: tuple[Row, ...]
     errors: tuple[str, ...]
     skipped: int
+    left_out: tuple[tuple[str, int], ...] = ()
 
 
 @attrs.frozen
@@ -152,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
     for row in report.rows:
         print(f"pid {row.pid:<3} {row.label}: {row.traces} trace(s), {row.events} events")
     if report.skipped:
-        print(f"skipped {report.skipped} artifacts (not an ok JSON trace, or another step)")
+        what = ", ".join(f"{count} {_PLURAL[kind] if count > 1 else kind}" for kind, count in report.left_out)
+        print(f"skipped {report.skipped} artifact{'s' if report.skipped > 1 else ''}: {what}")
     print(f"wrote {report.output}")
     return failed
 
@@ -182,10 +185,42 @@ def merge_folder(
     chosen = _select(found, steps)
     inputs, errors = _read_headers(folder, chosen)
     errors = listed.problems + errors
+    left = _left_out(found, chosen)
     if not inputs:
-        return MergeReport(None, (), tuple(errors), len(found) - len(chosen))
+        return MergeReport(None, (), tuple(errors), len(found) - len(chosen), left)
     rows, stream_errors = _write(inputs, Path(output))
-    return MergeReport(Path(output), rows, tuple(errors + stream_errors), len(found) - len(chosen))
+    return MergeReport(Path(output), rows, tuple(errors + stream_errors), len(found) - len(chosen), left)
+
+
+#: What an artifact merge leaves out is, one and many.
+_PLURAL = {
+    "hook record": "hook records",
+    "rollout file": "rollout files",
+    "nsys report": "nsys reports",
+    "lost trace": "lost traces",
+    "trace that is not JSON": "traces that are not JSON",
+    "trace of another step": "traces of another step",
+}
+
+
+def _left_out(found: Sequence[Artifact], chosen: Sequence[Artifact]) -> tuple[tuple[str, int], ...]:
+    """What the artifacts of ``found`` not ``chosen`` are, with their counts, in :data:`_PLURAL`'s order."""
+    traces = {id(a) for a in json_traces(found)}
+    taken = {id(a) for a in chosen}
+    counts: dict[str, int] = {}
+    for artifact in found:
+        if id(artifact) in taken:
+            continue
+        if artifact.kind == "hook":
+            what = "hook record"
+        elif artifact.kind in ("rollout", "nsys"):
+            what = "rollout file" if artifact.kind == "rollout" else "nsys report"
+        elif artifact.status != "ok":
+            what = "lost trace"
+        else:
+            what = "trace of another step" if id(artifact) in traces else "trace that is not JSON"
+        counts[what] = counts.get(what, 0) + 1
+    return tuple((what, counts[what]) for what in _PLURAL if what in counts)
 
 
 def _select(found: Iterable[Artifact], steps: Sequence[int] | None) -> list[Artifact]:

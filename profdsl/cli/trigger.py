@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 import time
 
 from profdsl.cli.common import fail, fail_pointing, printable
+from profdsl.collect.manifest import MANIFEST_NAME
 from profdsl.collect.requests import REQUESTS_DIR, new_id, write_request
 from profdsl.records.schema import MAX_REQUEST_STEPS, CaptureRequest, RecordError, parse_request, to_json
 
@@ -120,6 +122,14 @@ def run(args: argparse.Namespace) -> int:
             f"from {start} on {where}, {who}"
         )
     )
+    if not os.path.exists(os.path.join(args.save_path, MANIFEST_NAME)):
+        print(
+            printable(
+                f"profdsl trigger: note: {args.save_path} has no manifest ({MANIFEST_NAME}): no job has written "
+                "into it yet; is it the job's save_path?"
+            ),
+            file=sys.stderr,
+        )
     if request.steps and request.steps > 10:
         print(
             f"profdsl trigger: note: the job takes at most OnDemand.max_steps steps per request (10 by default; "

@@ -4,8 +4,10 @@ When it runs (once per process and save_path, after the last role of the process
 the runtime's business (:mod:`profdsl.runtime.writer.rounds`). Plan then apply:
 :func:`hook_environment` is pure (what the command sees);
 :func:`run_command` runs it in its own session (process group) with a deadline for the whole
-group, streams its output line by line with the rank in front, and never blocks on a background
-child that keeps the output pipe open. Nothing here raises into training: every outcome becomes a
+group, streams its output line by line with the rank in front (at INFO, control characters
+escaped), keeps its last lines (:mod:`profdsl.collect.hook_output`: a run that did not end ``ok``
+logs and records them), and never blocks on a background child that keeps the output pipe
+open. Nothing here raises into training: every outcome becomes a
 :class:`HookResult`, logged once and made a record (:func:`hook_record`). The command's process
 group never outlives the wait for it: a timeout, an interrupt (Ctrl-C, ``SystemExit``) or an
 :class:`Abort` from another thread kills it, and the run ends ``timeout`` or ``interrupted``, with
@@ -27,8 +29,9 @@ from typing import Any
 
 import attrs
 
+from profdsl.collect.hook_output import OutputTail
 from profdsl.collect.manifest import MANIFEST_NAME
-from profdsl.core.log import logger, once
+from profdsl.core.log import logger, once, printable
 from profdsl.records.schema import HookRecord
 
 __all__ = [
@@ -51,6 +54,8 @@ KILL_GRACE_S = 5.0
 DRAIN_GRACE_S = 1.0
 #: How often a hook run on a background thread checks whether it was asked to stop.
 ABORT_POLL_S = 0.1
+#: The most bytes of one read of the command's output (a longer line is read in pieces).
+READ_BYTES = 65_536
 #: Beyond its timeout, how long a hook may take to be killed, drained and recorded.
 STOP_BOUND_S = 2 * KILL_GRACE_S + DRAIN_GRACE_S + ABORT_POLL_S + 5
 
@@ -127,12 +132,13 @@ def _unlink(path: str) -> None:
 @attrs.frozen
 class HookResult:
     """How a hook run ended: ``status`` is ``ok``, ``failed``, ``timeout``, ``interrupted`` or
-    ``skipped``."""
+    ``skipped``; ``output``: the last lines the command wrote (:class:`OutputTail`)."""
 
     status: str
     exit_code: int | None = None
     duration_s: float = 0.0
     error: str | None = None
+    output: tuple[str, ...] = ()
 
 
 def hook_environment(
@@ -167,9 +173,11 @@ def hook_environment(
     return env
 
 
-def _stream(pipe: object, rank: int) -> None:
-    for raw in iter(pipe.readline, b""):  # type: ignore[attr-defined]
-        logger.info("[profdsl rank %s] %s", rank, raw.decode(errors="replace").rstrip("\n"))
+def _stream(pipe: object, rank: int, tail: OutputTail) -> None:
+    for raw in iter(lambda: pipe.readline(READ_BYTES), b""):  # type: ignore[attr-defined]
+        text = raw.decode(errors="replace")
+        tail.add(text)
+        logger.info("[profdsl rank %s] %s", rank, printable(text.rstrip("\n")))
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
@@ -228,25 +236,33 @@ def _watch(
     proc: subprocess.Popen[bytes], started: float, timeout_s: float, rank: int, abort: Abort | None
 ) -> HookResult:
     # A daemon reader: a background child holding the pipe open must not hold the caller.
-    reader = threading.Thread(target=_stream, args=(proc.stdout, rank), daemon=True, name=f"profdsl-hook-output-{rank}")
+    tail = OutputTail()
+    reader = threading.Thread(
+        target=_stream, args=(proc.stdout, rank, tail), daemon=True, name=f"profdsl-hook-output-{rank}"
+    )
     reader.start()
     try:
         code = _wait(proc, started + timeout_s, abort)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
+        reader.join(DRAIN_GRACE_S)
         return HookResult(
             "timeout",
             proc.returncode,
             time.monotonic() - started,
             f"timed out after {timeout_s:g}s; process group killed",
+            tail.lines(),
         )
     except _AbortedError as stop:
         _kill_group(proc)
-        return HookResult("interrupted", proc.returncode, time.monotonic() - started, f"{stop}; process group killed")
+        reader.join(DRAIN_GRACE_S)
+        return HookResult(
+            "interrupted", proc.returncode, time.monotonic() - started, f"{stop}; process group killed", tail.lines()
+        )
     reader.join(DRAIN_GRACE_S)
     status = "ok" if code == 0 else "failed"
     error = None if code == 0 else f"exit code {code}"
-    return HookResult(status, code, time.monotonic() - started, error)
+    return HookResult(status, code, time.monotonic() - started, error, tail.lines())
 
 
 def run_command(
@@ -299,21 +315,29 @@ def run_command(
 
 
 def hook_record(save_path: str, result: HookResult, **fields: object) -> HookRecord:
-    """The record of a hook run (``fields``: more of its fields); a failed run is logged once."""
+    """The record of a hook run (``fields``: more of its fields). A run that did not end ``ok``
+    keeps the last lines of its output (``output``) and is logged once, with them."""
     more: dict[str, Any] = dict(fields)
     entry = attrs.evolve(
         HookRecord(
-            status=result.status, exit_code=result.exit_code, duration_s=round(result.duration_s, 3), error=result.error
+            status=result.status,
+            exit_code=result.exit_code,
+            duration_s=round(result.duration_s, 3),
+            error=result.error,
         ),
         **more,
     )
+    if entry.lost and result.output:
+        entry = attrs.evolve(entry, output=result.output)
     if entry.lost:
         once(
             f"hook:{os.path.realpath(save_path)}",
             logging.ERROR,
-            "[profdsl rank %s] finish hook %s: %s",
+            "[profdsl rank %s] finish hook %s: %s%s%s",
             entry.rank,
             result.status,
             result.error,
+            "; its last output:" if entry.output else "",
+            "".join(f"\n    {line}" for line in entry.output or ()),
         )
     return entry

@@ -469,7 +469,8 @@ class ProfilerConfig(_Mappable):
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, section: str | None = None) -> ProfilerConfig:
-        """Read a YAML (``.yaml``/``.yml``) or JSON file.
+        """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) file; one named otherwise (a
+        ``/dev/fd/N`` of a shell's ``<(...)``) is JSON when it starts with ``{``, else YAML.
 
         Args:
             path: the file.
@@ -484,7 +485,7 @@ class ProfilerConfig(_Mappable):
         except OSError as exc:
             raise ConfigError(f"cannot read profiler config {str(path)!r}: {exc}") from exc
         try:
-            if path.suffix.lower() in cls.YAML_SUFFIXES:
+            if _is_yaml(path, text):
                 import yaml  # type: ignore[import-untyped]  # lazily: only file configs need it
 
                 data = yaml.safe_load(text)
@@ -510,3 +511,11 @@ class ProfilerConfig(_Mappable):
     def intersect(self, other: ProfilerConfig) -> ProfilerConfig:
         """A config that profiles only what both configs profile (see ``docs/configuration.md``)."""
         return combine.intersect(self, other)
+
+
+def _is_yaml(path: Path, text: str) -> bool:
+    """Whether a config file is read as YAML: by its suffix, else by its first character."""
+    suffix = path.suffix.lower()
+    if suffix in ProfilerConfig.YAML_SUFFIXES or suffix == ".json":
+        return suffix != ".json"
+    return not text.lstrip().startswith("{")

@@ -1,4 +1,5 @@
-"""profdsl's logger, and logging each distinct problem once per process.
+"""profdsl's logger, logging each distinct problem once per process, and escaping text from outside
+(a file, a command's output) before it is logged.
 
 Profiling faults are logged and recorded, never raised into training; a fault that repeats every
 mini-batch must not flood the log either, hence :func:`once`. The memory of what was logged is

@@ -559,6 +559,17 @@ class HookRecord(Record):
     capture: CaptureNote | None = _field(
         _nested(CaptureNote), "the request it ran for (a hook runs once per completed request; schema 2)"
     )
+    output: tuple[str, ...] | None = _field(
+        _texts,
+        "a run that did not end `ok`: the last lines its command wrote (stdout and stderr; at most 20 "
+        "lines and 4096 characters, control characters escaped)",
+    )
+
+    @property
+    def why(self) -> str | None:
+        """The error, and the last line the command wrote."""
+        last = f"last output: {self.output[-1]}" if self.output else None
+        return "; ".join(part for part in (self.error or self.reason, last) if part) or None
 
 
 #: The record class of each kind.
