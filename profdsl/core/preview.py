@@ -19,8 +19,8 @@ from typing import Any
 import attrs
 
 from profdsl.config import ProfilerConfig
+from profdsl.config.checks import MAX_WIDE_INDEX, require_int
 from profdsl.config.selector import parse_selector
-from profdsl.config.validate import MAX_WIDE_INDEX, require_int
 from profdsl.core.naming import TraceName
 from profdsl.core.ranks import is_hook_rank, is_rank_selected, replicas_for_ranks
 from profdsl.core.schedule import recorded_windows

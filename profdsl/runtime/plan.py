@@ -16,7 +16,7 @@ import attrs
 
 from profdsl.collect.export import ExportPolicy, TraceLabel
 from profdsl.config import ProfilerConfig
-from profdsl.config.validate import text_without_nul
+from profdsl.config.checks import text_without_nul
 from profdsl.core.parallel_discovery import process_topology
 from profdsl.core.ranks import discover_world, is_hook_rank, is_rank_selected
 from profdsl.core.step_plan import StepPlan

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.validate import COLOR_NAMES, to_color
+from profdsl.config.checks import COLOR_NAMES, to_color
 from profdsl.core.parallel_discovery import process_topology
 from profdsl.core.ranks import discover_world, is_rank_selected
 from profdsl.dsl.base import ASK as _ASK
