@@ -23,13 +23,24 @@ _TEXT = [
 ] * 8
 
 
-def build_tiny_llama(path: str, *, vocab_size: int = 512, seed: int = 0) -> str:
+def build_tiny_llama(
+    path: str,
+    *,
+    vocab_size: int = 512,
+    seed: int = 0,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    dtype: str = "bfloat16",
+) -> str:
     """Write a loadable Llama model and its tokenizer into ``path`` (created); return ``path``.
 
     Args:
         path: the folder to write (``config.json``, ``model.safetensors``, tokenizer files).
         vocab_size: the tokenizer's and the model's vocabulary size.
         seed: the seed of the random weights.
+        hidden_size: the model's width (4 heads of ``hidden_size // 4``).
+        num_layers: the number of decoder layers.
+        dtype: the weights' torch dtype (``"float32"`` to train on CPU).
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -53,9 +64,9 @@ def build_tiny_llama(path: str, *, vocab_size: int = 512, seed: int = 0) -> str:
     ).save_pretrained(path)
     config = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=4,
         max_position_embeddings=512,
@@ -65,7 +76,7 @@ def build_tiny_llama(path: str, *, vocab_size: int = 512, seed: int = 0) -> str:
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).to(getattr(torch, dtype))
     model.save_pretrained(path)
     return path
 

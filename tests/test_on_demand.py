@@ -272,7 +272,12 @@ class TestHttp:
     def post(profiler: Profiler, body: bytes, method: str = "POST") -> tuple[int, dict[str, Any]]:
         [exporter] = profiler.meter.exporters  # type: ignore[attr-defined]
         assert isinstance(exporter, PrometheusExporter)
-        request = urllib.request.Request(f"http://127.0.0.1:{exporter.server.port}/profile", data=body, method=method)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{exporter.server.port}/profile",
+            data=body,
+            method=method,
+            headers={"Content-Type": "application/json"},  # what a client sends (a page cannot)
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.status, json.loads(response.read())

@@ -57,6 +57,7 @@ class TestPublicSurface:
         "profdsl.rollout",
         "profdsl.ray",
         "profdsl.integrations.verl",
+        "profdsl.integrations.transformers",
         "profdsl.testing",
     )
     CONTRACT = {

@@ -320,6 +320,7 @@ NOT_RECORD_KEYS = {
     ("collect/relocate.py", "pid"): "a regular expression's group",
     ("analysis/chrome.py", "id"): "a Chrome flow event's id",
     ("config/combine.py", "ranks"): "a ProfilerConfig field",
+    ("integrations/transformers/__init__.py", "role"): "profile_trainer's keyword option",
 }
 
 

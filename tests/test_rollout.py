@@ -96,15 +96,29 @@ class TestSelectionAndRelocation:
         assert len(left) == 1 and "rank0." in left[0]
 
     def test_empty_ranks_mean_replica_zero_and_all_ranks_all(self, tmp_path: Path) -> None:
-        """Empty ranks profile replica 0 and keep global rank 0 (as in training); all_ranks
-        profiles every replica and keeps every file."""
+        """Empty ranks profile replica 0 and keep every GPU of it, as verl does (a tp=2 replica's
+        GPU 1 trace is not left behind); all_ranks profiles every replica and keeps every file."""
         for kwargs, expected in (({}, [True, False, False]), ({"all_ranks": True}, [True, True, True])):
             cfg = config(tmp_path / str(len(expected) + len(kwargs)) / "p", **kwargs)
             engines = vllm_replicas(cfg, 3, tp=2)
             with driver(cfg) as profiler, profiler.step(1), rollout_window(engines, replica_world_size=2):
                 pass
             assert [bool(e.llm.calls) for e in engines] == expected
-            assert len(rollout_records(cfg)) == 2 * sum(expected) - (1 if not kwargs else 0)
+            assert len(rollout_records(cfg)) == 2 * sum(expected)
+            assert sorted(r["rank"] for r in rollout_records(cfg) if r["replica"] == 0) == [0, 1]
+            assert not os.listdir(rollout_trace_dir(cfg.save_path, 0))  # nothing stayed behind
+
+    def test_empty_ranks_keep_every_gpu_of_the_selected_replica(self, tmp_path: Path) -> None:
+        """Empty ranks with tp=2: replica 0 runs and both of its GPUs' traces move (global ranks
+        0 and 1, as in verl); nothing of replica 0 stays behind."""
+        cfg = config(tmp_path / "p", steps=[1])
+        engines = vllm_replicas(cfg, 2, tp=2)
+        with driver(cfg) as profiler, profiler.step(1), rollout_window(engines, replica_world_size=2):
+            pass
+        records = rollout_records(cfg)
+        assert sorted((r["replica"], r["rank"], r["status"]) for r in records) == [(0, 0, "ok"), (0, 1, "ok")]
+        left = [n for n in os.listdir(rollout_trace_dir(cfg.save_path, 0)) if ".pt.trace.json" in n]
+        assert left == []
 
     @pytest.mark.parametrize("case", ["unprofiled step", "disabled", "no profiler"])
     def test_touches_no_engine(self, tmp_path: Path, case: str) -> None:

@@ -487,3 +487,52 @@ def test_verls_own_dataclasses_as_its_workers_build_them(tmp_path: Path) -> None
         rank=0, config=verl.ProfilerConfig(tool="torch", enable=True), tool_config=torch_tool, steps=[1], world_size=1
     )
     assert unset.config.save_path.endswith("outputs/profile")
+
+
+class TestWorldHoldsTheRank:
+    """verl's profiler needs no world size, so its callers (tests, custom drivers) pass none:
+    ``DistProfiler(rank=1)`` without ``WORLD_SIZE`` is rank 1 of a world of 2, not an error."""
+
+    def test_rank_without_a_world(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+        monkeypatch.delenv("RANK", raising=False)
+        from profdsl.integrations.verl import DistProfiler
+
+        facade = DistProfiler(rank=1, config=None)
+        assert (facade.rank, facade.world_size) == (1, 2)
+
+    def test_a_known_world_is_kept(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("WORLD_SIZE", "8")
+        from profdsl.integrations.verl import DistProfiler
+
+        assert DistProfiler(rank=3, config=None).world_size == 8
+        assert DistProfiler(rank=3, config=None, world_size=4).world_size == 4
+
+    def test_a_rank_past_a_known_world_is_still_an_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from profdsl.errors import ConfigError
+        from profdsl.integrations.verl import DistProfiler
+
+        with pytest.raises(ConfigError, match="argument rank must be < world size 2"):
+            DistProfiler(rank=3, config=None, world_size=2)
+
+    def test_the_profiler_itself_still_asks(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """profdsl's own Profiler does not guess a world size: trace names carry it."""
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+        from profdsl import Profiler, ProfilerConfig
+        from profdsl.errors import ConfigError
+
+        with pytest.raises(ConfigError, match="must be < world size 1"):
+            Profiler(ProfilerConfig(), role="actor", rank=1)
+
+
+def test_rank_without_world_size_infers_a_world_holding_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl's tests and custom drivers build DistProfiler(rank=1) with no WORLD_SIZE: the world
+    holds the rank (rank + 1), as verl infers, instead of a ConfigError."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    profiler = DistProfiler(rank=1, config=verl_actor_config(tmp_path), save_file_prefix="actor")
+    assert (profiler.rank, profiler.world_size) == (1, 2)
+    profiler.close()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(ConfigError, match="world size 1"):
+        DistProfiler(rank=1, config=verl_actor_config(tmp_path), save_file_prefix="actor")

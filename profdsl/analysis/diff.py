@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from profdsl.collect.metrics_log import log_files, read_log
+from profdsl.collect.metrics_log import log_files, read_log_lines
+from profdsl.config.checks import MAX_SECONDS
 
 __all__ = ["METHOD", "Comparison", "Row", "Sample", "Side", "compare", "describe_noise", "load_samples", "side", "top"]
 
@@ -150,15 +151,44 @@ Samples = dict[tuple[str, str], list[Sample]]
 
 
 def _from_log(folder: str) -> tuple[Samples, list[str]]:
-    lines, problems = read_log(folder)
-    untraced = [line for line in lines if not line.traced]
+    """A run's samples from its metrics logs: untraced steps when it has any. A stage without
+    ``total_s`` is missing, not 0 s, and one over :data:`MAX_SECONDS` in a step is not a
+    time: each is left out, named by file and line."""
+    found, problems = read_log_lines(folder)
+    untraced = [item for item in found if not item[2].traced]
     samples: Samples = defaultdict(list)
-    for line in untraced or lines:
-        for path, stage in (line.stages or {}).items():
-            samples[(str(line.role), path)].append(
-                Sample(line.step, line.rank, stage.total_s or 0.0, stage.self_s or 0.0, stage.count or 0)
+    for path, number, line in untraced or found:
+        for stage_path, stage in (line.stages or {}).items():
+            where = f"{path} line {number}: {line.role} {stage_path}"
+            if stage.total_s is None:
+                problems.append(f"{where}: no total_s: left out")
+                continue
+            if stage.total_s > MAX_SECONDS or (stage.self_s or 0.0) > MAX_SECONDS:
+                problems.append(f"{where}: {stage.total_s:g} s in one step is not a time: left out")
+                continue
+            samples[(str(line.role), stage_path)].append(
+                Sample(line.step, line.rank, stage.total_s, stage.self_s or 0.0, stage.count or 0)
             )
     return samples, problems
+
+
+def _common_ranks(a: Samples, b: Samples, problems: list[str]) -> tuple[Samples, Samples]:
+    """Each (role, stage) compared on the ranks both runs have samples of (a rank traced in
+    every step of one run has no untraced sample there); what is left out is said."""
+    out_a: Samples = defaultdict(list)
+    out_b: Samples = defaultdict(list)
+    for key in set(a) | set(b):
+        ranks_a, ranks_b = {s.rank for s in a.get(key, ())}, {s.rank for s in b.get(key, ())}
+        both = ranks_a & ranks_b
+        if not both:  # only in one run: a row of its own ("only in A/B")
+            out_a[key], out_b[key] = list(a.get(key, ())), list(b.get(key, ()))
+            continue
+        for rank in sorted(ranks_a ^ ranks_b, key=lambda r: -1 if r is None else r):
+            run = "A" if rank in ranks_a else "B"
+            problems.append(f"{key[0]} {key[1]}: rank {rank} has samples in run {run} only: left out of both")
+        out_a[key] = [s for s in a.get(key, ()) if s.rank in both]
+        out_b[key] = [s for s in b.get(key, ()) if s.rank in both]
+    return out_a, out_b
 
 
 def _from_traces(folder: str) -> tuple[Samples, list[str]]:
@@ -199,9 +229,11 @@ def load_samples(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], *
     use_log = logs if source == "auto" else source == "log"
     read = _from_log if use_log else _from_traces
     (samples_a, skipped_a), (samples_b, skipped_b) = read(a), read(b)
+    left_out: list[str] = []
+    samples_a, samples_b = _common_ranks(samples_a, samples_b, left_out)
     what = "the metrics logs (every step)" if use_log else "the traces (profiled steps)"
     result = compare(samples_a, samples_b, source=what, run_a=a, run_b=b)
-    return attrs.evolve(result, skipped=tuple(skipped_a + skipped_b))
+    return attrs.evolve(result, skipped=tuple(skipped_a + skipped_b + left_out))
 
 
 def describe_noise(row: Row) -> str:

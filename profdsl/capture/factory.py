@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from profdsl.capture.annotators import Annotator, MultiAnnotator, TorchAnnotator, nvtx_or_none
 from profdsl.capture.base import Backend
-from profdsl.config import ProfilerConfig
+from profdsl.config import TorchOptions
 from profdsl.core.log import once
 
-__all__ = ["make_annotator", "make_backend"]
+__all__ = ["CaptureOptions", "make_annotator", "make_backend"]
 
 
-def make_backend(config: ProfilerConfig) -> Backend | None:
+class CaptureOptions(Protocol):
+    """The capture options a backend and annotator are chosen from (a ``ProfilerConfig``, or a
+    plan's capture spec)."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def nvtx(self) -> bool: ...
+    @property
+    def torch(self) -> TorchOptions: ...
+
+
+def make_backend(config: CaptureOptions) -> Backend | None:
     """The backend for ``config.tool``; None when torch cannot be imported (logged once)."""
     if config.tool == "nsys":
         from profdsl.capture.nsys import NsysBackend
@@ -30,7 +43,7 @@ def make_backend(config: ProfilerConfig) -> Backend | None:
     return TorchBackend(config.torch)
 
 
-def make_annotator(config: ProfilerConfig, role: str) -> Annotator | None:
+def make_annotator(config: CaptureOptions, role: str) -> Annotator | None:
     """The annotator for a profiled role: record_function, NVTX, both, or None."""
     parts: list[Annotator] = []
     if config.tool == "torch":

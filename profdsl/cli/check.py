@@ -14,7 +14,7 @@ from profdsl.collect.export import events_owner
 from profdsl.config import ProfilerConfig
 from profdsl.config.checks import require_int
 from profdsl.core.naming import ARTIFACT_SUFFIXES, TEMP_PREFIX, is_json_trace
-from profdsl.core.ranks import is_rank_selected
+from profdsl.core.selection import Selection
 from profdsl.errors import ConfigError
 from profdsl.records.schema import MAX_REQUEST_STEPS, HookRecord, Record, TraceRecord
 
@@ -186,12 +186,11 @@ def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_siz
     problems = []
     for capture in sorted({c for c, _ in wrote}, key=lambda c: (c is not None, c or "")):
         steps = {step: ranks for (c, step), ranks in wrote.items() if c == capture}
-        if capture is None and config is not None and world_size and config.select is None:  # a selector
-            expected = {
-                r
-                for r in range(world_size)  # needs each rank's coordinates
-                if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)
-            }
+        named = None  # None: the ranks that wrote (a selector needs each rank's coordinates)
+        if capture is None and config is not None and world_size:
+            named = Selection.of(config).named_ranks(world_size)
+        if named is not None:
+            expected = set(named)
         else:
             expected = {r for ranks in steps.values() for r in ranks if r is not None}
         asked = "" if capture is None else f" (capture request {capture})"

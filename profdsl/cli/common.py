@@ -3,22 +3,13 @@ tables that fit a terminal."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 from collections.abc import Iterable, Sequence
 
+from profdsl.core.log import printable
+
 __all__ = ["fail", "printable", "skipped", "table"]
-
-#: Characters that would break a line or drive the terminal: C0 and C1 controls, DEL, and the
-#: Unicode line and paragraph separators.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters escaped as Python writes them (``\\n``, ``\\t``,
-    ``\\x1b``); everything else, non-ASCII letters included, is kept."""
-    return _CONTROL.sub(lambda match: repr(match[0])[1:-1], text)
 
 
 def fail(message: str, code: int = 2) -> int:

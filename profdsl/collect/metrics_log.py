@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import stat
 
 from profdsl.core.log import once
 from profdsl.records.schema import MetricsLine, RecordError, parse_metrics_line
@@ -68,17 +69,39 @@ def log_files(folder: str | os.PathLike[str]) -> list[str]:
     return sorted(n for n in names if n.startswith(LOG_PREFIX) and n.endswith(LOG_SUFFIX))
 
 
-def read_log(folder: str | os.PathLike[str]) -> tuple[list[MetricsLine], list[str]]:
-    """Every valid line of ``folder``'s metrics logs, and one problem per file or line that is
-    not (its file and line number, and why). A last line without its newline (still being
-    written) is left out quietly."""
-    lines: list[MetricsLine] = []
+#: The most bytes read of one metrics log: a log is bounded by ``Metrics.log_max_mb`` (at most
+#: this much), so a larger file named like one is not one.
+MAX_LOG_BYTES = 64 * 1024**3
+
+
+def _read_regular(path: str, limit: int = MAX_LOG_BYTES) -> bytes:
+    """A file's bytes, only when it is a regular file of at most ``limit`` bytes: a FIFO, a
+    device (a symlink to ``/dev/zero``) or a folder named like a log is refused without
+    blocking (opened ``O_NONBLOCK``, then ``fstat``).
+
+    Raises:
+        OSError: it cannot be opened or read, is not a regular file, or is too large.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb", closefd=True) as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than a metrics log holds ({limit})")
+        return file.read()  # a regular file's size was checked: read(limit) would reserve it all
+
+
+def read_log_lines(folder: str | os.PathLike[str]) -> tuple[list[tuple[str, int, MetricsLine]], list[str]]:
+    """Every valid line of ``folder``'s metrics logs with its file and line number, and one
+    problem per file or line that is not (its file and line number, and why). A last line
+    without its newline (still being written) is left out quietly."""
+    lines: list[tuple[str, int, MetricsLine]] = []
     problems: list[str] = []
     for name in log_files(folder):
         path = os.path.join(folder, name)
         try:
-            with open(path, "rb") as file:
-                raw = file.read()
+            raw = _read_regular(path)
         except OSError as exc:
             problems.append(f"{path}: unreadable: {exc.strerror or exc}")
             continue
@@ -87,10 +110,17 @@ def read_log(folder: str | os.PathLike[str]) -> tuple[list[MetricsLine], list[st
             if not chunk.strip():
                 continue
             try:
-                lines.append(parse_metrics_line(json.loads(chunk)))
+                lines.append((path, number, parse_metrics_line(json.loads(chunk))))
             except (ValueError, RecursionError) as exc:
                 if number == len(chunks):  # no newline yet: a line being written
                     continue
                 why = str(exc) if isinstance(exc, RecordError) else f"not JSON ({exc})"
                 problems.append(f"{path} line {number}: {why}")
     return lines, problems
+
+
+def read_log(folder: str | os.PathLike[str]) -> tuple[list[MetricsLine], list[str]]:
+    """Every valid line of ``folder``'s metrics logs (:func:`read_log_lines` without where each
+    came from), and the problems."""
+    found, problems = read_log_lines(folder)
+    return [line for _, _, line in found], problems

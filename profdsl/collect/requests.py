@@ -95,6 +95,13 @@ class Scanned:
     mtime: float
 
 
+def _young(age_ns: int) -> bool:
+    """Whether a file or folder this many nanoseconds old may still be being written (read it
+    again at the next check). One dated further in the future than that (a clock ahead,
+    ``touch -d``) is not: it would be young forever, every step boundary reading it again."""
+    return -SETTLE_NS <= age_ns <= SETTLE_NS
+
+
 class RequestFolder:
     """The request folder of one save_path, as one process watches it (see the module
     docstring). Not thread-safe: its owner serializes :meth:`scan`."""
@@ -105,6 +112,7 @@ class RequestFolder:
         self._mtime: int | None = None
         self._settled = False
         self._seen: set[str] = set()
+        self._read: dict[str, int] = {}  # each file's mtime when read: one replaced is read again
 
     def changed(self) -> bool:
         """Whether the folder may hold files not scanned yet: one ``stat``."""
@@ -115,7 +123,7 @@ class RequestFolder:
         if mtime == self._mtime and self._settled:
             return False
         self._mtime = mtime
-        self._settled = time.time_ns() - mtime > SETTLE_NS
+        self._settled = not _young(time.time_ns() - mtime)
         return True
 
     def scan(self) -> Iterator[Scanned]:
@@ -125,21 +133,30 @@ class RequestFolder:
         except OSError:
             return
         for name in names:
-            if name in self._seen or name.startswith(".") or not name.endswith(".json"):
+            if name.startswith(".") or not name.endswith(".json"):
                 continue
+            path = os.path.join(self.path, name)
+            if name in self._seen:
+                try:
+                    if os.stat(path).st_mtime_ns == self._read.get(name):
+                        continue
+                except OSError:
+                    continue
+                self._seen.discard(name)  # replaced since it was read (a corrected request)
             if len(self._seen) >= MAX_FILES:
                 yield Scanned(name, None, f"more than {MAX_FILES} request files: the rest are not read", 0.0)
                 return
-            path = os.path.join(self.path, name)
             try:
-                mtime = os.stat(path).st_mtime
+                info = os.stat(path)
             except OSError:
                 continue  # gone meanwhile
+            mtime = info.st_mtime
             self._seen.add(name)
+            self._read[name] = info.st_mtime_ns
             try:
                 yield Scanned(name, read_request(path), None, mtime)
             except (OSError, RecordError) as exc:
-                if isinstance(exc, RecordError) and time.time() - mtime < SETTLE_NS / 1e9:
+                if isinstance(exc, RecordError) and _young(time.time_ns() - int(mtime * 1e9)):
                     self._seen.discard(name)  # written by hand, maybe not whole yet: read again
                     self._settled = False  # at the next check
                     continue

@@ -265,6 +265,14 @@ def _select(where: str, value: object) -> str | None:
     return None if value is None else parse_selector(value, where=where).format()
 
 
+def _hosts_field(value: object) -> tuple[str, ...]:
+    return _hosts(value)
+
+
+def _token_field(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    _token(value)
+
+
 @attrs.frozen(kw_only=True)
 class OnDemand(_Mappable):
     """Captures asked for while the job runs (``docs/on-demand.md``): ``profdsl trigger``,
@@ -272,6 +280,9 @@ class OnDemand(_Mappable):
     profiler looks for request files in ``save_path`` at its step boundaries (one ``stat``) and
     takes requests from the driver and the metrics endpoint. A request traces at most
     ``max_steps`` steps; at most ``max_requests`` requests are taken per role and run (0: none).
+    ``POST /profile`` is refused to web pages (docs/on-demand.md, "Security"); ``token``, when
+    set, must come with each request (header ``X-Profdsl-Token``), and ``hosts`` names the
+    endpoint may be reached by besides its address and loopback (binding ``0.0.0.0``).
 
     Examples:
         >>> OnDemand().max_steps
@@ -281,6 +292,31 @@ class OnDemand(_Mappable):
     enabled: bool = attrs.field(default=True, validator=boolean)
     max_steps: int = attrs.field(default=10, validator=int_in(1, 10_000))
     max_requests: int = attrs.field(default=10, validator=int_in(0, 10_000))
+    #: A shared secret ``POST /profile`` must carry (header ``X-Profdsl-Token``); None: none.
+    token: str | None = attrs.field(default=None, validator=_token_field, repr=False)
+    #: Names besides the bound address and loopback by which the endpoint may be reached.
+    hosts: tuple[str, ...] = attrs.field(default=(), converter=_hosts_field)
+
+
+_TOKEN = re.compile(r"[\x21-\x7e]{8,256}")
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?|\[[0-9A-Fa-f:.]{2,45}\]")
+
+
+def _token(value: object) -> None:
+    if value is not None and not (isinstance(value, str) and _TOKEN.fullmatch(value)):
+        raise ConfigError(
+            "OnDemand.token must be None or 8 to 256 printable characters without spaces, "
+            f"got {'a ' + type(value).__name__ if not isinstance(value, str) else f'{len(value)} characters'}"
+        )  # the value itself is a secret: never in a message
+
+
+def _hosts(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple, frozenset, set)):
+        raise ConfigError(f"OnDemand.hosts must be a list of host names, got {value!r}")
+    for host in value:
+        if not (isinstance(host, str) and _HOST.fullmatch(host)):
+            raise ConfigError(f"OnDemand.hosts must hold host names or [IPv6] addresses, got {host!r}")
+    return tuple(sorted({h.lower() for h in value}))
 
 
 @attrs.frozen(kw_only=True)

@@ -12,7 +12,7 @@ A small explicit grammar, parsed by hand (never ``eval``)::
 
 Parsing checks the text only; what a term means for a rank (and what it needs to know: a
 coordinate, a dimension's size, the rank on its node) is decided by
-:func:`profdsl.core.ranks.is_rank_selected`, the one home of the rank rule. Errors name the
+:class:`profdsl.core.selection.Selection`, the one home of the rank rule. Errors name the
 field, the column and the bad token, with a caret under it.
 
 Examples:

@@ -2,7 +2,7 @@
 
 Every answer comes from the rule's one home: sessions from
 :meth:`~profdsl.core.step_plan.StepPlan.from_config`, ranks from
-:mod:`~profdsl.core.ranks`, windows from :func:`~profdsl.core.schedule.recorded_windows`.
+:func:`~profdsl.core.decide.decide` for each rank, windows from :func:`~profdsl.core.schedule.recorded_windows`.
 
 Examples:
     >>> from profdsl.config import ProfilerConfig
@@ -20,12 +20,12 @@ import attrs
 
 from profdsl.config import ProfilerConfig
 from profdsl.config.checks import MAX_WIDE_INDEX, require_int
-from profdsl.config.selector import parse_selector
+from profdsl.core.decide import decide
 from profdsl.core.naming import TraceName
-from profdsl.core.ranks import is_hook_rank, is_rank_selected, replicas_for_ranks
 from profdsl.core.schedule import recorded_windows
+from profdsl.core.selection import Selection
 from profdsl.core.step_plan import StepPlan
-from profdsl.core.topology import GridLayout
+from profdsl.core.topology import GridLayout, Topology
 from profdsl.errors import ConfigError
 
 __all__ = ["Preview", "mini_batch_windows", "preview"]
@@ -52,7 +52,7 @@ def mini_batch_windows(config: ProfilerConfig, mini_batches: int) -> tuple[tuple
 
 
 def _candidate_ranks(config: ProfilerConfig, world_size: int) -> Sequence[int]:
-    """The ranks of ``world_size`` that the rank rules (:mod:`~profdsl.core.ranks`) may select:
+    """The ranks of ``world_size`` that the rank rules (:class:`~profdsl.core.selection.Selection`) may select:
     every rank when a rule says all, else rank 0 and the ranks named. The rules still decide; this
     only spares a large world a walk over every rank."""
     hook = config.finish_hook
@@ -129,50 +129,23 @@ def preview(
     require_int("world_size", world_size, 1, MAX_WIDE_INDEX)
     if layout is not None and layout.world_size != world_size:
         raise ConfigError(f"the layout is for world size {layout.world_size}, not {world_size}")
-    select = None if config.select is None else parse_selector(config.select)
-    if select is not None and layout is None:
+    selection = Selection.of(config)
+    if selection.select is not None and layout is None:
         layout = GridLayout(world_size=world_size)
-    if select is not None and world_size > MAX_SELECTOR_WORLD:
+    if selection.select is not None and world_size > MAX_SELECTOR_WORLD:
         raise ConfigError(
             f"a rank selector is previewed over at most {MAX_SELECTOR_WORLD} ranks, got world size {world_size}"
         )
     plan = StepPlan.from_config(config)
     candidates = _candidate_ranks(config, world_size) if config.enable else ()
-    topology = (lambda r: None) if layout is None else layout.topology
-    ranks = tuple(
-        r
-        for r in candidates
-        if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks, select=select, topology=topology(r))
-    )
-    hook = config.finish_hook
-    hook_ranks = tuple(
-        r
-        for r in candidates
-        if hook.cmd
-        and is_hook_rank(
-            r,
-            hook_ranks=hook.ranks,
-            hook_all_ranks=hook.all_ranks,
-            profiled_ranks=config.ranks,
-            profiled_all_ranks=config.all_ranks,
-            profiled_select=select,
-            topology=topology(r),
-        )
-    )
+    place = (lambda r: Topology(rank=r, world_size=world_size)) if layout is None else layout.topology
+    decided = [decide(config, place(r), selection=selection, steps=plan) for r in candidates]
+    ranks = tuple(d.topology.rank for d in decided if d.traced)
+    hook_ranks = tuple(d.topology.rank for d in decided if d.runs_hook)
     replicas = None
     if replica_world_size is not None:
         width = require_int("replica_world_size", replica_world_size, 1)
-        replicas = (
-            tuple(
-                sorted(
-                    replicas_for_ranks(
-                        config.ranks, width, all_ranks=config.all_ranks, num_replicas=max(world_size // width, 1)
-                    )
-                )
-            )
-            if config.enable
-            else ()
-        )
+        replicas = tuple(sorted(selection.replicas(width, max(world_size // width, 1))))
     windows = mini_batch_windows(config, mini_batches)
     scheduled = config.discrete and config.torch.schedule is not None
     first = ranks[0] if ranks else 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from profdsl.config.checks import require_int
-from profdsl.config.selector import LAST, Every, FirstPerNode, OnePerDpGroup, Selector, Term, parse_selector
+from profdsl.config.selector import Selector, parse_selector
 from profdsl.core.discovery import RankInfo, discover_rank, discover_world, require_ranks
 from profdsl.core.engine_names import Ambiguous, read_engine_rank
+from profdsl.core.selection import Selection
 from profdsl.core.topology import Topology
 from profdsl.errors import ConfigError
 
@@ -60,60 +61,14 @@ def is_rank_selected(
     """
     require_int("rank", rank, 0)
     require_ranks("ranks", ranks)
-    if select is not None:
-        selector = parse_selector(select) if isinstance(select, str) else select
-        if topology is None or topology.rank != rank:
-            raise ConfigError(
-                f"the rank selector {selector.format()!r} needs rank {rank}'s topology "
-                "(its parallel coordinates and local rank)"
-            )
-        return all(_matches(term, topology) for term in selector.terms)
-    if all_ranks:
-        return True
-    if not ranks:
-        return rank == 0
-    return rank in ranks
-
-
-def _missing(term: Term, topology: Topology, what: str) -> ConfigError:
-    return ConfigError(
-        f"the selector term {term.format()!r} needs {what}, which rank {topology.rank} does not "
-        "have: pass Profiler(parallel=...) (a dict, profdsl.Parallel or a DeviceMesh with named "
-        "dimensions), or initialise Megatron's parallel_state or a named DeviceMesh first"
-    )
-
-
-def _matches(term: Term, topology: Topology) -> bool:
-    """Whether ``topology``'s rank matches one selector term (the meaning of each term)."""
-    parallel = topology.parallel
-    if isinstance(term, Every):
-        return topology.rank % term.n == 0
-    if isinstance(term, FirstPerNode):
-        if topology.local_rank is None:
-            if topology.world_size == 1:
-                return True
-            raise _missing(term, topology, "its rank on its node (LOCAL_RANK)")
-        return topology.local_rank == 0
-    if isinstance(term, OnePerDpGroup):
-        if parallel.dp is None:
-            raise _missing(term, topology, "the dp coordinate")
-        return all(v == 0 for d, v in parallel.coords().items() if d != "dp")
-    if term.dim == "rank":
-        value, last = topology.rank, topology.world_size - 1
-    else:
-        value, last = getattr(parallel, term.dim), getattr(parallel, f"{term.dim}_size")
-        if value is None:
-            raise _missing(term, topology, f"the {term.dim} coordinate")
-        if last is not None:
-            last -= 1
-    for wanted in term.values:
-        if wanted == LAST:
-            if last is None:
-                raise _missing(term, topology, f"the {term.dim} size (for 'last')")
-            wanted = last
-        if value == wanted:
-            return True
-    return False
+    selector = None if select is None else parse_selector(select) if isinstance(select, str) else select
+    if selector is not None and (topology is None or topology.rank != rank):
+        raise ConfigError(
+            f"the rank selector {selector.format()!r} needs rank {rank}'s topology "
+            "(its parallel coordinates and local rank)"
+        )
+    selection = Selection(enabled=True, ranks=frozenset(ranks), all_ranks=all_ranks, select=selector)
+    return selection.names(rank) if selector is None or topology is None else selection.matches(topology)
 
 
 def is_hook_rank(
@@ -149,15 +104,14 @@ def is_hook_rank(
     """
     require_int("rank", rank, 0)
     require_ranks("hook_ranks", hook_ranks)
-    if hook_all_ranks:
-        return True
-    if hook_ranks:
-        return rank in hook_ranks
-    if profiled is not None:
-        return profiled
-    return is_rank_selected(
-        rank, profiled_ranks, all_ranks=profiled_all_ranks, select=profiled_select, topology=topology
-    )
+    rule = Selection(hook_ranks=frozenset(hook_ranks), hook_all_ranks=hook_all_ranks)
+    if hook_all_ranks or hook_ranks:
+        return rule.hook_takes(rank, False)
+    if profiled is None:
+        profiled = is_rank_selected(
+            rank, profiled_ranks, all_ranks=profiled_all_ranks, select=profiled_select, topology=topology
+        )
+    return rule.hook_takes(rank, profiled)
 
 
 def replicas_for_ranks(
@@ -188,11 +142,7 @@ def replicas_for_ranks(
     width = require_int("replica_world_size", replica_world_size, 1)
     count = require_int("num_replicas", num_replicas, 0)
     require_ranks("ranks", ranks)
-    if all_ranks:
-        return frozenset(range(count))
-    if not ranks:
-        return frozenset({0}) if count > 0 else frozenset()
-    return frozenset(owner for owner in (r // width for r in ranks) if owner < count)
+    return Selection(enabled=True, ranks=frozenset(ranks), all_ranks=all_ranks).replicas(width, count)
 
 
 def replica_ranks(replica: int, replica_world_size: int) -> range:

@@ -2,7 +2,7 @@
 and the grid layouts ``profdsl plan`` predicts for.
 
 A :class:`Topology` is what rank selectors are resolved against
-(:func:`profdsl.core.ranks.is_rank_selected`). A running process builds its own
+(:class:`profdsl.core.selection.Selection`). A running process builds its own
 (:func:`profdsl.core.parallel_discovery.process_topology`); a :class:`GridLayout` gives every
 rank's for a regular layout.
 

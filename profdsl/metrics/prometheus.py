@@ -23,13 +23,15 @@ import hashlib
 import json
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from profdsl.core.log import logger, once
+from profdsl.core.gate import admit
+from profdsl.core.log import counted, logger, once, printable
 from profdsl.metrics.slow import StragglerAlert
 from profdsl.metrics.timings import StepTimings
 
@@ -47,7 +49,9 @@ __all__ = [
 ]
 
 #: ``POST /profile``: the body (bytes) in, the HTTP status and JSON answer out.
-OnProfile = Callable[[bytes], tuple[int, dict[str, Any]]]
+OnProfile = Callable[[bytes, "tuple[int, str] | None"], tuple[int, dict[str, Any]]]
+#: The tokens and extra host names ``POST /profile`` is taken with (``Inbox.gate``).
+Gate = Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]
 #: The largest ``POST /profile`` body read.
 MAX_BODY = 64 * 1024
 #: How long the endpoint waits for a client that stops sending.
@@ -111,6 +115,23 @@ class _Quiet(WSGIRequestHandler):
 class _Threading(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went idle (``_Quiet.timeout``) or away is dropped with one DEBUG line;
+        anything else is logged once: never socketserver's traceback on the training process's
+        stderr."""
+        error = sys.exc_info()[1]
+        where = printable(str(client_address))
+        if isinstance(error, (TimeoutError, ConnectionError)):
+            logger.debug("profdsl: metrics endpoint: idle client %s dropped (%s)", where, type(error).__name__)
+            return
+        once(
+            f"endpoint-error:{type(error).__name__}",
+            logging.WARNING,
+            "profdsl: metrics endpoint: a request from %s failed (%s); the endpoint goes on",
+            where,
+            printable(f"{type(error).__name__}: {error}"),
+        )
+
 
 def _serve(address: str, port: int, app: Callable[..., Iterable[bytes]]) -> tuple[WSGIServer, threading.Thread]:
     """Serve ``app`` on ``address:port`` (IPv4 or IPv6) from a daemon thread, one thread per
@@ -127,8 +148,12 @@ class Server:
     """One endpoint: a registry with profdsl's metrics, served on a daemon thread, and
     ``POST /profile`` handed to ``on_profile``."""
 
-    def __init__(self, address: str, port: int, rank_label: bool, on_profile: OnProfile | None = None) -> None:
+    def __init__(
+        self, address: str, port: int, rank_label: bool, on_profile: OnProfile | None = None, gate: Gate | None = None
+    ) -> None:
         import prometheus_client as client
+
+        self.gate = gate
 
         self.rank_label = rank_label
         self.registry = client.CollectorRegistry(auto_describe=True)
@@ -170,8 +195,9 @@ class Server:
         )
         self.on_profile = on_profile
         self._metrics_app = client.make_wsgi_app(self.registry)
+        self.address = address
         self.http, self.thread = _serve(address, port, self._app)
-        self.address, self.port = address, int(self.http.server_port)
+        self.port = int(self.http.server_port)
 
     def _app(self, environ: dict[str, Any], start_response: Callable[..., object]) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != "/profile":
@@ -182,10 +208,13 @@ class Server:
             200: "OK",
             202: "Accepted",
             400: "Bad Request",
+            401: "Unauthorized",
+            403: "Forbidden",
             404: "Not Found",
             405: "Method Not Allowed",
             409: "Conflict",
             413: "Content Too Large",
+            415: "Unsupported Media Type",
             500: "Error",
         }
         headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
@@ -200,6 +229,17 @@ class Server:
             return 405, {"why": ["POST a JSON capture request to /profile"]}
         if self.on_profile is None:
             return 404, {"why": ["this endpoint takes no capture requests"]}
+        refused = self._admit(environ)
+        if refused is not None:
+            status, why = refused
+            counted(
+                "POST /profile requests refused at the door",
+                logging.WARNING,
+                "profdsl: POST /profile refused (%s): %s",
+                status,
+                why,
+            )
+            return self.on_profile(b"", (status, why))
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -208,12 +248,23 @@ class Server:
             return 413, {"why": [f"the body must be at most {MAX_BODY} bytes, with a Content-Length"]}
         try:
             body = environ["wsgi.input"].read(length) if length else b""
-            return self.on_profile(body)
+            return self.on_profile(body, None)
         except Exception as exc:
             once(
                 f"post-profile:{type(exc).__name__}", logging.ERROR, "profdsl: answering POST /profile failed: %r", exc
             )
             return 500, {"why": [type(exc).__name__]}
+
+    def _admit(self, environ: dict[str, Any]) -> tuple[int, str] | None:
+        """:func:`profdsl.core.gate.admit` for this request's headers (WSGI names them
+        ``HTTP_*``, and ``CONTENT_TYPE``)."""
+        headers = {key[5:].replace("_", "-"): value for key, value in environ.items() if key.startswith("HTTP_")}
+        if "CONTENT_TYPE" in environ:
+            headers["Content-Type"] = environ["CONTENT_TYPE"]
+        tokens, hosts = self.gate() if self.gate is not None else ((), ())
+        if self.address in ("0.0.0.0", "::", ""):  # reached by this machine's own names too
+            hosts = (*hosts, socket.gethostname().lower(), socket.getfqdn().lower())
+        return admit(headers, bound=self.address, hosts=hosts, tokens=tokens)
 
     def observe(self, timings: StepTimings) -> None:
         """Add one step of one role."""
@@ -252,10 +303,10 @@ class Servers:
     """The process's Prometheus endpoints, by (address, port); ``POST /profile`` on any of them
     goes to ``on_profile``."""
 
-    def __init__(self, on_profile: OnProfile | None = None) -> None:
+    def __init__(self, on_profile: OnProfile | None = None, gate: Gate | None = None) -> None:
         self._lock = threading.Lock()
         self._servers: dict[tuple[str, int], Server] = {}
-        self._on_profile = on_profile
+        self._on_profile, self._gate = on_profile, gate
 
     def get(self, address: str, port: int, rank_label: bool) -> Server:
         """The endpoint on ``address:port``, started on first use (``port=0``: one free port for
@@ -263,7 +314,9 @@ class Servers:
         with self._lock:
             server = self._servers.get((address, port))
             if server is None:
-                server = self._servers[(address, port)] = Server(address, port, rank_label, self._on_profile)
+                server = self._servers[(address, port)] = Server(
+                    address, port, rank_label, self._on_profile, self._gate
+                )
                 logger.info("profdsl: Prometheus metrics on http://%s/metrics", host_port(address, server.port))
             elif server.rank_label != rank_label:
                 logger.warning(

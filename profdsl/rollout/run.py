@@ -22,7 +22,7 @@ import attrs
 from profdsl.collect import relocate
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
-from profdsl.core.ranks import is_rank_selected
+from profdsl.core.selection import Selection
 from profdsl.records.schema import RolloutRecord
 from profdsl.rollout import rollout_trace_dir, trace_prefix
 from profdsl.rollout.calls import Outcome, accepts
@@ -187,8 +187,8 @@ def relocate_replicas(
     raises."""
     writer = PROCESS.writer if writer is None else writer
     wait_s = config.rollout.flush_wait_s if wait_s is None else wait_s
-    # The selected global ranks, by the same rule as on the training side (empty: rank 0).
-    keep = {r for r in range(world_size) if is_rank_selected(r, config.ranks, all_ranks=config.all_ranks)}
+    # The kept GPUs: the named ranks, or every GPU of each selected replica (empty ranks: replica 0).
+    keep = Selection.of(config).replica_gpus(width, world_size // width)
 
     def plan() -> list[relocate.Move | relocate.Skip]:
         found: list[relocate.Move | relocate.Skip] = []

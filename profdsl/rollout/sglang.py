@@ -19,9 +19,10 @@ import urllib.request
 from typing import Any
 
 from profdsl.config import ProfilerConfig
+from profdsl.config.checks import require_int
 from profdsl.core.log import once
+from profdsl.core.selection import Selection
 from profdsl.rollout import rollout_trace_dir
-from profdsl.rollout.select import replica_selected
 from profdsl.rollout.sglang_handle import SGLangHandle
 
 __all__ = ["SGLangEngine", "SGLangHttpEngine", "sglang_profile_request"]
@@ -44,7 +45,8 @@ def sglang_profile_request(
         >>> request["output_dir"], request["activities"], request["num_steps"]
         ('/p/rollout_replica_0', ['CPU'], 64)
     """
-    if not replica_selected(config, replica, replica_world_size=replica_world_size, num_replicas=num_replicas):
+    width = require_int("replica_world_size", replica_world_size, 1)
+    if replica not in Selection.of(config).replicas(width, require_int("num_replicas", num_replicas, 0)):
         return None
     options = config.torch
     if "memory" in options.contents:

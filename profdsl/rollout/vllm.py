@@ -20,10 +20,11 @@ from typing import Any
 import attrs
 
 from profdsl.config import ProfilerConfig
+from profdsl.config.checks import require_int
+from profdsl.core.selection import Selection
 from profdsl.errors import ConfigError
 from profdsl.rollout import rollout_trace_dir
 from profdsl.rollout.calls import accepts
-from profdsl.rollout.select import replica_selected
 
 __all__ = ["PROFILER_CONFIG_SINCE", "VllmEngine", "VllmLaunch", "installed_version", "vllm_launch"]
 
@@ -98,7 +99,8 @@ def vllm_launch(
         >>> vllm_launch(ProfilerConfig(enable=True, save_path="/p"), 0, version="0.11.0").env["VLLM_TORCH_PROFILER_DIR"]
         '/p/rollout_replica_0'
     """
-    if not replica_selected(config, replica, replica_world_size=replica_world_size, num_replicas=num_replicas):
+    width = require_int("replica_world_size", replica_world_size, 1)
+    if replica not in Selection.of(config).replicas(width, require_int("num_replicas", num_replicas, 0)):
         return VllmLaunch()
     contents = config.torch.contents
     directory = rollout_trace_dir(config.save_path, replica)

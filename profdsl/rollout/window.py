@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from profdsl.config.checks import MAX_WIDE_INDEX, require_int
-from profdsl.core.ranks import replicas_for_ranks
 from profdsl.dsl.base import REGISTRY, Annotation, stop
 from profdsl.dsl.stage import check_binding, check_name
 from profdsl.rollout.calls import call_all, call_all_async, in_daemon_thread
@@ -140,12 +139,7 @@ class rollout_window(Annotation):
                 return None
             if profiler is None or not profiler.config.enable or not self.engines:
                 return None
-            config = profiler.config
-            replicas = sorted(
-                replicas_for_ranks(
-                    config.ranks, self.replica_world_size, all_ranks=config.all_ranks, num_replicas=len(self.engines)
-                )
-            )
+            replicas = sorted(profiler.plan.selection.replicas(self.replica_world_size, len(self.engines)))
             return RolloutRun(profiler, self.engines, replicas, self.replica_world_size) if replicas else None
         except Exception as exc:
             fault("rollout_window entry", exc)

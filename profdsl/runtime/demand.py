@@ -25,7 +25,6 @@ import threading
 import attrs
 
 from profdsl.core.log import logger, once
-from profdsl.core.ranks import is_rank_selected
 from profdsl.core.step_plan import StepTracker
 from profdsl.errors import ConfigError
 from profdsl.metrics.slow import SlowSteps
@@ -70,25 +69,26 @@ class Demand:
         inbox: Inbox,
     ) -> None:
         self.role, self.save_path = plan.role, plan.save_path
+        self.token, self.hosts = plan.demand.on_demand.token, plan.demand.on_demand.hosts
         self._plan, self._capture, self._tracker = plan, capture, tracker
         self._rounds, self._member, self._inbox = rounds, member, inbox
-        self._clock = not plan.member and plan.config.enable  # a driver's step clock
+        self._clock = not plan.member and plan.demand.enabled  # a driver's step clock
         self._names = {plan.role, ROLLOUT} if self._clock else {plan.role}
         self._lock = threading.Lock()
         self._pending: collections.deque[_Taken] = collections.deque()
         self._active: dict[str, _Taken] = {}
         self._taken = 0
-        config = plan.config
+        config = plan.demand
         self.slow = SlowSteps(config.auto) if config.auto is not None and plan.member else None
-        self._subscribed = config.enable
-        self._watching = config.enable and config.on_demand.enabled
+        self._subscribed = config.enabled
+        self._watching = config.enabled and config.on_demand.enabled
         if self._subscribed:
             inbox.subscribe(self, watch=self._watching)
 
     # -- offered (any thread) ---------------------------------------------------------------
     def offer(self, request: CaptureRequest) -> str | None:
         """Take ``request`` (None) or say why not; never waits for the role's thread."""
-        config, who = self._plan.config, f"{self.role} (rank {self._plan.rank})"
+        config, who = self._plan.demand, f"{self.role} (rank {self._plan.rank})"
         auto = request.source == "auto"
         if not auto and not config.on_demand.enabled:
             return f"{who}: on-demand captures are off (OnDemand.enabled)"
@@ -117,14 +117,8 @@ class Demand:
 
     def _asked(self, request: CaptureRequest) -> bool:
         """Whether ``request`` names this rank (no ranks: the ranks the config traces)."""
-        plan, ranks = self._plan, request.ranks
-        if ranks is None:
-            return plan.traced
-        if ranks == "all":
-            return True
-        if isinstance(ranks, tuple):
-            return plan.rank in ranks
-        return is_rank_selected(plan.rank, (), select=ranks, topology=plan.topology)
+        plan = self._plan
+        return plan.selection.asks(request.ranks, plan.topology, plan.traced)
 
     # -- at step boundaries (the role's thread) ---------------------------------------------
     def poll(self, step: int) -> None:
@@ -258,16 +252,25 @@ class Demand:
             return
         plan, step = self._plan, timings.step + 1
         reason = f"{self.role}: {found.reason()}"
-        logger.warning(
-            "[profdsl rank %s] slow step: %s; tracing step %s (automatic capture %s of %s)",
-            plan.rank,
-            reason,
-            step,
-            self.slow.captures,
-            self.slow.auto.max_captures,
-        )
-        self._inbox.deliver(
+        answer = self._inbox.deliver(
             CaptureRequest(
                 id=f"auto-r{plan.rank}-s{step}", steps=1, ranks=(plan.rank,), at_step=step, reason=reason, source="auto"
             )
         )
+        if answer.status == "accepted":  # said after it is taken: never a capture that does not happen
+            logger.warning(
+                "[profdsl rank %s] slow step: %s; tracing step %s (automatic capture %s of %s)",
+                plan.rank,
+                reason,
+                step,
+                self.slow.captures,
+                self.slow.auto.max_captures,
+            )
+        else:
+            logger.warning(
+                "[profdsl rank %s] slow step: %s; step %s is not traced (%s)",
+                plan.rank,
+                reason,
+                step,
+                "; ".join(answer.why) or answer.status,
+            )

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import attrs
 
 from profdsl.collect.requests import RequestFolder, new_id
-from profdsl.core.log import logger, once
+from profdsl.core.log import counted, logger, once, printable
 from profdsl.records.schema import CaptureRequest, RecordError, parse_request
 
 __all__ = ["MAX_SEEN", "Answer", "Inbox", "Member"]
@@ -37,6 +37,9 @@ class Member(Protocol):
 
     role: str
     save_path: str
+    #: Its config's ``OnDemand.token`` and ``OnDemand.hosts`` (who may ask over HTTP).
+    token: str | None
+    hosts: tuple[str, ...]
 
     def offer(self, request: CaptureRequest) -> str | None:
         """Take ``request`` (None), or say why not."""
@@ -119,12 +122,12 @@ class Inbox:
             for found in folder.scan():
                 path = f"{folder.path}/{found.name}"
                 if found.request is None:
-                    once(
-                        f"request-file:{path}",
+                    counted(
+                        "request files that are no capture request",
                         logging.WARNING,
                         "profdsl: %s is not a capture request (%s): ignored",
-                        path,
-                        found.error,
+                        printable(path),
+                        printable(str(found.error)),
                     )
                     continue
                 made = found.request.created if found.request.created is not None else found.mtime
@@ -148,18 +151,30 @@ class Inbox:
         finally:
             lock.release()
 
-    def from_http(self, body: bytes) -> tuple[int, dict[str, Any]]:
+    def gate(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The tokens (any one will do; none: no token needed) and the extra host names the
+        roles taking requests accept over HTTP (:func:`profdsl.core.gate.admit`)."""
+        with self._lock:
+            members = list(self._members)
+        tokens = tuple(sorted({m.token for m in members if m.token is not None}))
+        return tokens, tuple(sorted({h for m in members for h in m.hosts}))
+
+    def from_http(self, body: bytes, refused: tuple[int, str] | None = None) -> tuple[int, dict[str, Any]]:
         """``POST /profile``: the body, a JSON request (``id`` may be left out), delivered; the
-        answer's HTTP status and JSON object. A malformed body is logged and ignored (400)."""
+        answer's HTTP status and JSON object. A malformed body is logged and ignored (400);
+        ``refused``: the endpoint's door turned the request away (its status and why: the
+        answer says so, nothing is read)."""
+        if refused is not None:
+            return refused[0], attrs.asdict(Answer(None, "refused", why=(refused[1],)))
         try:
             request = parse_request(json.loads(body or b"{}"), default_id=new_id("http"), source="http")
         except (ValueError, RecursionError) as exc:
             why = str(exc) if isinstance(exc, RecordError) else f"not JSON ({exc})"
-            once(
-                f"request-http:{why}",
+            counted(
+                "malformed POST /profile bodies",
                 logging.WARNING,
                 "profdsl: a POST /profile body is not a capture request (%s): ignored",
-                why,
+                printable(why),
             )
             answer = Answer(None, "malformed", why=(why,))
         else:
@@ -167,7 +182,8 @@ class Inbox:
         return answer.http_status, attrs.asdict(answer)
 
     def deliver(self, request: CaptureRequest) -> Answer:
-        """Offer ``request`` to every role of the process, once per id; never raises."""
+        """Offer ``request`` to every role of the process, once per id taken (a request every
+        role refused, and no driver passed on, leaves its id free); never raises."""
         request_id = str(request.id)
         with self._lock:
             known = request_id in self._answers
@@ -189,18 +205,24 @@ class Inbox:
                 taken.append(member.role)
             else:
                 why.append(reason)
-        answer = Answer(request_id, "accepted" if taken else "refused", tuple(taken), tuple(why))
+        answer = Answer(request_id, "accepted" if taken else "refused", tuple(taken), tuple(printable(w) for w in why))
         with self._lock:
-            self._answers[request_id] = answer
+            if taken or listeners:
+                self._answers[request_id] = answer
+            else:  # refused here and passed on nowhere: the corrected request may use the id
+                self._answers.pop(request_id, None)
         passed = " (passed on)" if listeners and not taken else ""
-        logger.log(
-            logging.INFO if taken or listeners else logging.WARNING,
+        said = (
             "profdsl: %s%s (%s%s)",
-            answer.describe(),
+            printable(answer.describe()),
             passed,
             request.source,
-            f": {request.reason}" if request.reason else "",
+            f": {printable(request.reason)}" if request.reason else "",
         )
+        if taken or listeners:
+            logger.info(*said)
+        else:  # a refusal: a flood of them costs a few lines
+            counted("capture requests refused", logging.WARNING, *said)
         for listener in listeners:
             try:
                 listener(request)

@@ -59,7 +59,7 @@ class MetricsLogs:
                 },
             )
             data = (json.dumps(to_json(line), sort_keys=True) + "\n").encode()
-            limit = int(plan.config.metrics.log_max_mb * 1e6)
+            limit = int(plan.metrics.log_max_mb * 1e6)
             with self._lock:
                 written = self._bytes.get(path, 0)
                 if written + len(data) > limit:
@@ -68,7 +68,7 @@ class MetricsLogs:
                         logging.WARNING,
                         "profdsl: the metrics log %s reached Metrics.log_max_mb (%g MB): later steps are not logged",
                         path,
-                        plan.config.metrics.log_max_mb,
+                        plan.metrics.log_max_mb,
                     )
                     return
                 if self._writer.in_flight("log") >= MAX_QUEUED:

@@ -15,15 +15,51 @@ import socket
 import attrs
 
 from profdsl.collect.export import ExportPolicy, TraceLabel
-from profdsl.config import ProfilerConfig
+from profdsl.config import AutoCapture, Metrics, OnDemand, ProfilerConfig, TorchOptions
 from profdsl.config.checks import text_without_nul
+from profdsl.core.decide import decide
+from profdsl.core.discovery import discover_world
 from profdsl.core.parallel_discovery import process_topology
-from profdsl.core.ranks import discover_world, is_hook_rank, is_rank_selected
+from profdsl.core.selection import Selection
 from profdsl.core.step_plan import StepPlan
 from profdsl.core.topology import Topology
 from profdsl.runtime.writer.hook import HookPlan
 
-__all__ = ["RolePlan", "resolve"]
+__all__ = ["CaptureSpec", "DemandSpec", "RolePlan", "resolve"]
+
+
+@attrs.frozen(kw_only=True)
+class CaptureSpec:
+    """What a traced role captures with (the config's capture options, and nothing else)."""
+
+    tool: str
+    nvtx: bool
+    discrete: bool
+    torch: TorchOptions
+    relocate_results: bool
+    nsys_report_dir: str | None
+
+    @classmethod
+    def of(cls, config: ProfilerConfig) -> CaptureSpec:
+        """The capture options of ``config``."""
+        return cls(
+            tool=config.tool,
+            nvtx=config.nvtx,
+            discrete=config.discrete,
+            torch=config.torch,
+            relocate_results=config.relocate_results,
+            nsys_report_dir=config.nsys_report_dir,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class DemandSpec:
+    """What capture requests a role takes: whether profiling is on, the request limits and the
+    slow-step rule."""
+
+    enabled: bool
+    on_demand: OnDemand
+    auto: AutoCapture | None
 
 
 @attrs.frozen(kw_only=True)
@@ -31,8 +67,11 @@ class RolePlan:
     """One role of one process, resolved.
 
     Attributes:
-        config: the options the parts read (torch, rollout, metrics...); never the rank rules.
         role: the role's name.
+        save_path: where this role's artifacts go.
+        capture: what a traced role captures with.
+        demand: which capture requests it takes.
+        metrics: the always-on metrics options.
         topology: this process's rank, world size and parallel coordinates.
         traced: whether this role captures anything here (enabled, its rank selected, a
             capturing profiler).
@@ -41,16 +80,24 @@ class RolePlan:
         hook: the hook this rank runs, or None.
         steps: the profiled steps and how they group.
         label: who its traces are by (the step and stage set per trace).
+        selection: the config's rank rules, resolved once (replicas, requests read it).
+        hook_for_request: the hook a capture request's rank runs, where the hook rule gives it
+            one (see :meth:`request_hook`); None without a command or outside the hook round.
     """
 
-    config: ProfilerConfig
     role: str
+    save_path: str
+    capture: CaptureSpec
+    demand: DemandSpec
+    metrics: Metrics
     topology: Topology
     traced: bool
     member: bool
     hook: HookPlan | None
     steps: StepPlan
     label: TraceLabel
+    selection: Selection
+    hook_for_request: HookPlan | None = None
 
     @property
     def rank(self) -> int:
@@ -62,30 +109,13 @@ class RolePlan:
         """The job's world size."""
         return self.topology.world_size
 
-    @property
-    def save_path(self) -> str:
-        """Where this role's artifacts go."""
-        return self.config.save_path
-
     def request_hook(self, traced: bool) -> HookPlan | None:
         """The hook this rank runs for a capture request it takes (``traced``: whether the
         request traces this rank): on ``finish_hook.ranks`` (or every rank with ``all_ranks``),
         else on the ranks the request traces; None for a step clock or without a command."""
-        hook = self.config.finish_hook
-        if (
-            not self.member
-            or hook.cmd is None
-            or not is_hook_rank(
-                self.rank,
-                hook_ranks=hook.ranks,
-                hook_all_ranks=hook.all_ranks,
-                profiled_ranks=(),
-                profiled_all_ranks=False,
-                profiled=traced,
-            )
-        ):
+        if not self.member or not self.selection.runs_hook(self.rank, traced):
             return None
-        return _hook_plan(self.config, self.role, self.topology, self.label.host)
+        return self.hook_for_request
 
 
 def resolve(
@@ -107,25 +137,11 @@ def resolve(
     text_without_nul("Profiler role", role, blank=False)
     rank, world_size = discover_world(rank, world_size)
     topology = process_topology(rank, world_size, parallel, select=config.select)
-    member = capture and config.enable
-    selected = member and is_rank_selected(
-        rank, config.ranks, all_ranks=config.all_ranks, select=config.select, topology=topology
-    )
+    decided = decide(config, topology, capture=capture)
     host = socket.gethostname()
-    hook = config.finish_hook
-    runs_hook = (
-        member
-        and hook.cmd is not None
-        and is_hook_rank(
-            rank,
-            hook_ranks=hook.ranks,
-            hook_all_ranks=hook.all_ranks,
-            profiled_ranks=config.ranks,
-            profiled_all_ranks=config.all_ranks,
-            profiled=selected,
-        )
-    )
-    config_hash = hashlib.sha256(json.dumps(config.to_mapping(), sort_keys=True).encode()).hexdigest()[:12]
+    hashed = config.to_mapping()
+    hashed.get("on_demand", {}).pop("token", None)  # a secret: not even hashed into traces
+    config_hash = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
     label = TraceLabel(
         role=role,
         stage=None,
@@ -139,15 +155,21 @@ def resolve(
         export=ExportPolicy.of(config.torch),
         parallel=topology.parallel,
     )
+    hook_plan = _hook_plan(config, role, topology, host) if decided.member and config.finish_hook.cmd else None
     return RolePlan(
-        config=config,
         role=role,
+        save_path=config.save_path,
+        capture=CaptureSpec.of(config),
+        demand=DemandSpec(enabled=config.enable, on_demand=config.on_demand, auto=config.auto),
+        metrics=config.metrics,
         topology=topology,
-        traced=selected,
-        member=member,
-        hook=_hook_plan(config, role, topology, host) if runs_hook else None,
-        steps=StepPlan.from_config(config),
+        traced=decided.traced,
+        member=decided.member,
+        hook=hook_plan if decided.runs_hook else None,
+        steps=decided.steps,
         label=label,
+        selection=decided.selection,
+        hook_for_request=hook_plan,
     )
 
 

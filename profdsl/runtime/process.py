@@ -58,7 +58,7 @@ class Process:
         self.live: set[Profiler] = set()  # strong: a profiler dropped unclosed still owes its hook
         self.inbox = Inbox()
         self.logs = MetricsLogs(self.writer)
-        self.servers = Servers(on_profile=self.inbox.from_http)
+        self.servers = Servers(on_profile=self.inbox.from_http, gate=self.inbox.gate)
         self.log: OnceLog = ONCE
 
     def settle(self, until: object | None, due: Due | None, *, hook: bool, closing: bool = False) -> None:

@@ -32,8 +32,8 @@ class RoleCapture:
 
     def __init__(self, plan: RolePlan, slot: CaptureSlot, registry: Registry) -> None:
         self.plan, self._slot, self._registry = plan, slot, registry
-        self.backend = make_backend(plan.config) if plan.traced else None
-        self.annotator = make_annotator(plan.config, plan.role) if self.backend is not None else None
+        self.backend = make_backend(plan.capture) if plan.traced else None
+        self.annotator = make_annotator(plan.capture, plan.role) if self.backend is not None else None
         self.recorder: Recorder | NullRecorder = NULL_RECORDER
         self.every_thread = False  # switched: its work was seen on threads its session could not see
 
@@ -46,8 +46,8 @@ class RoleCapture:
         """A capture request traces this rank: make the backend and annotator the plan did not
         (on the step's thread, at a step boundary). False when none can be made."""
         if self.backend is None and self.plan.member:
-            self.backend = make_backend(self.plan.config)
-            self.annotator = make_annotator(self.plan.config, self.plan.role) if self.backend is not None else None
+            self.backend = make_backend(self.plan.capture)
+            self.annotator = make_annotator(self.plan.capture, self.plan.role) if self.backend is not None else None
         return self.backend is not None
 
     def label(self, step: int | None, note: CaptureNote | None = None) -> TraceLabel:
@@ -86,7 +86,7 @@ class RoleCapture:
     def open(self, step: int, claim: Claim | None, note: CaptureNote | None = None) -> None:
         """A profiled step begins: its recorder, registered where the DSL finds it."""
         assert self.backend is not None
-        config = self.plan.config
+        config = self.plan.capture
         self.recorder = Recorder(
             self.label(step, note),
             annotator=self.annotator,

@@ -75,7 +75,7 @@ class StepSessions:
 
     @property
     def _continuous(self) -> bool:
-        return self._capture.selected and not self._plan.config.discrete
+        return self._capture.selected and not self._plan.capture.discrete
 
     @property
     def note(self) -> CaptureNote | None:
@@ -165,7 +165,7 @@ class StepSessions:
         final pass (the last profiled step, and close) waits for reports still converting and
         records those it gave up on (once: an unchanged report recorded so is not waited for
         again); a later pass still moves a late one in (its record then supersedes the loss)."""
-        plan, config = self._plan, self._plan.config
+        plan, config = self._plan, self._plan.capture
         if not (self._capture.selected and config.tool == "nsys" and config.relocate_results):
             return
         record_incomplete = final

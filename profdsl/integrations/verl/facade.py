@@ -15,13 +15,13 @@ The mini-batch regions are the worker's own ``record_function(f"mini_batch{i}")`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from profdsl.config import ProfilerConfig
 from profdsl.config.checks import COLOR_NAMES, to_color
-from profdsl.core.parallel_discovery import process_topology
-from profdsl.core.ranks import discover_world, is_rank_selected
+from profdsl.core.discovery import discover_world
 from profdsl.dsl.base import ASK as _ASK
 from profdsl.dsl.stage import profile_stage
 from profdsl.errors import ConfigError
@@ -29,6 +29,7 @@ from profdsl.integrations.verl.config import MISSING, map_block, plain
 from profdsl.integrations.verl.trainer_steps import TrainerSteps
 from profdsl.runtime import context
 from profdsl.runtime.handles import Handle, fault
+from profdsl.runtime.plan import resolve
 from profdsl.runtime.profiler import Profiler
 
 if TYPE_CHECKING:
@@ -191,15 +192,12 @@ class DistProfiler:
     ) -> None:
         self.save_file_prefix = save_file_prefix
         self.config = _config_of(config, tool_config, steps, continuous_steps)
-        self.rank, self.world_size = discover_world(rank, world_size)
-        self.topology = process_topology(self.rank, self.world_size, parallel, select=self.config.select)
-        self._selected = self.config.enable and is_rank_selected(
-            self.rank,
-            self.config.ranks,
-            all_ranks=self.config.all_ranks,
-            select=self.config.select,
-            topology=self.topology,
+        # resolved once, as the profiler made at the first start() resolves it (verl infers a
+        # world that holds a rank given without one)
+        self.plan = resolve(
+            self.config, role=self.role, rank=rank, world_size=_world_holding(rank, world_size), parallel=parallel
         )
+        self.rank, self.world_size, self.topology = self.plan.rank, self.plan.world_size, self.plan.topology
         # Made at the first start(): verl builds profilers the trainer never starts (the inner
         # TrainingWorker's), which must not hold the finish hook of this save_path back.
         self.profiler: Profiler | None = None
@@ -221,7 +219,7 @@ class DistProfiler:
 
     def check_this_rank(self) -> bool:
         """Whether this rank is profiled."""
-        return self._selected
+        return self.plan.traced
 
     def check_this_step(self) -> bool:
         """Whether the current step is being profiled."""
@@ -373,3 +371,14 @@ class DistProfilerExtension:
 
 #: ``annotate(...)``, as verl's ``DistProfiler.annotate``.
 annotate = DistProfiler.annotate
+
+
+def _world_holding(rank: int | None, world_size: int | None) -> int | None:
+    """``world_size``, or, when neither it nor ``WORLD_SIZE`` says and the discovered world
+    cannot hold ``rank``, ``rank + 1`` (verl's inference; a bad ``rank`` is left to the plan)."""
+    if world_size is not None or rank is None or os.environ.get("WORLD_SIZE") is not None:
+        return world_size
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        return world_size
+    _, found = discover_world()
+    return found if rank < found else rank + 1
