@@ -349,7 +349,7 @@ class TestRefusedAtConstruction:
                 RolloutOptions(**{field: 1e300})
 
     def test_replica_world_size_that_names_cannot_hold(self) -> None:
-        from profdsl.config.validate import MAX_WIDE_INDEX
+        from profdsl.config.checks import MAX_WIDE_INDEX
 
         engines = [object(), object()]
         rollout_window(engines, replica_world_size=MAX_WIDE_INDEX // 2)
@@ -367,7 +367,7 @@ class TestRefusedAtConstruction:
 
     def test_longest_hook_timeout_closes(self, tmp_path: Path) -> None:
         """The largest timeout accepted works end to end: a background hook, then close()."""
-        from profdsl.config.validate import MAX_SECONDS
+        from profdsl.config.checks import MAX_SECONDS
 
         hook = FinishHook(cmd='touch "$PROFDSL_SAVE_PATH/../hook-ran"', timeout_s=MAX_SECONDS, background=True)
         profiler = Profiler(config(tmp_path / "p", finish_hook=hook), role="actor", rank=0, world_size=1)

@@ -20,8 +20,8 @@ from profdsl import Profiler, ProfilerConfig, profile_stage
 from profdsl.analysis.catalog import catalog
 from profdsl.collect.export import PendingTrace, TraceLabel
 from profdsl.collect.relocate import plan_nsys
+from profdsl.config.checks import MAX_WIDE_INDEX
 from profdsl.config.parallel import MAX_COORD, Parallel
-from profdsl.config.validate import MAX_WIDE_INDEX
 from profdsl.core.parallel_discovery import resolve_parallel
 from profdsl.core.preview import preview
 from profdsl.core.topology import GridLayout

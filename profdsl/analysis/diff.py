@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import attrs
 
 from profdsl.collect.metrics_log import log_files, read_log_lines
-from profdsl.config.validate import MAX_SECONDS
+from profdsl.config.checks import MAX_SECONDS
 
 __all__ = ["METHOD", "Comparison", "Row", "Sample", "Side", "compare", "describe_noise", "load_samples", "side", "top"]
 

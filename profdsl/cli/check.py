@@ -12,7 +12,7 @@ from profdsl.analysis.reader import TraceError, events, file_kind
 from profdsl.cli.common import fail, printable
 from profdsl.collect.export import events_owner
 from profdsl.config import ProfilerConfig
-from profdsl.config.validate import require_int
+from profdsl.config.checks import require_int
 from profdsl.core.naming import ARTIFACT_SUFFIXES, TEMP_PREFIX, is_json_trace
 from profdsl.core.selection import Selection
 from profdsl.errors import ConfigError

@@ -20,7 +20,7 @@ import struct
 import zlib
 from collections.abc import Mapping
 
-from profdsl.config.validate import require_int
+from profdsl.config.checks import require_int
 
 __all__ = ["BLOCK", "COMPRESS_LEVEL", "InvalidTraceError", "check_size", "check_written", "compress_trace"]
 

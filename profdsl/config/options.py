@@ -1,3 +1,5 @@
+# mypy: disable-error-code="misc"
+# (the attrs mypy plugin does not read attrs.Converter objects, which name their own field)
 """The configuration classes (re-exported by :mod:`profdsl.config` and :mod:`profdsl`)."""
 
 from __future__ import annotations
@@ -12,22 +14,24 @@ from typing import Any, ClassVar, Literal
 import attrs
 
 from profdsl.config import combine
-from profdsl.config.selector import parse_selector
-from profdsl.config.validate import (
+from profdsl.config.checks import (
     MAX_SECONDS,
     MAX_WIDE_INDEX,
     boolean,
     check_keys,
     int_at_least,
     int_in,
+    named,
     number_in,
     one_of,
     positive_finite,
+    text,
     text_without_nul,
     to_int_set,
     to_name_set,
     to_nested,
 )
+from profdsl.config.selector import parse_selector
 from profdsl.errors import ConfigError
 
 __all__ = [
@@ -97,14 +101,6 @@ class Schedule(_Mappable):
         return self.wait + self.warmup + self.active
 
 
-def _contents(value: object) -> frozenset[str]:
-    return to_name_set("TorchOptions.contents", value, CONTENTS)
-
-
-def _schedule(value: object) -> Schedule | None:
-    return None if value is None else to_nested("TorchOptions.schedule", value, Schedule)
-
-
 @attrs.frozen(kw_only=True)
 class TorchOptions(_Mappable):
     """Options of the torch profiler backend.
@@ -129,8 +125,8 @@ class TorchOptions(_Mappable):
     recorded ``incomplete``, its events kept).
     """
 
-    contents: frozenset[str] = attrs.field(factory=frozenset, converter=_contents)
-    schedule: Schedule | None = attrs.field(default=None, converter=_schedule)
+    contents: frozenset[str] = attrs.field(factory=frozenset, converter=named(to_name_set, CONTENTS))
+    schedule: Schedule | None = attrs.field(default=None, converter=named(to_nested, Schedule, optional=True))
     all_threads: bool = attrs.field(default=False, validator=boolean)
     compress_level: int = attrs.field(default=1, validator=int_in(0, 9))
     exports_in_flight: int = attrs.field(default=2, validator=int_in(1, 16))
@@ -172,18 +168,6 @@ def _names_of(where: str, value: object) -> frozenset[str]:
     return frozenset(names)
 
 
-def _stage_names(value: object) -> frozenset[str]:
-    return _names_of("Metrics.stages", value)
-
-
-def _straggler_stages(value: object) -> frozenset[str]:
-    return _names_of("Stragglers.stages", value)
-
-
-def _auto_stages(value: object) -> frozenset[str]:
-    return _names_of("AutoCapture.stages", value)
-
-
 @attrs.frozen(kw_only=True)
 class Stragglers(_Mappable):
     """Straggler alerts of a Ray trainer's driver (``docs/on-demand.md``): a rank whose stage took
@@ -199,20 +183,12 @@ class Stragglers(_Mappable):
     enabled: bool = attrs.field(default=True, validator=boolean)
     factor: float = attrs.field(default=1.5, validator=number_in(1.0, 1e6, above=True))
     consecutive: int = attrs.field(default=3, validator=int_in(1, 1_000_000))
-    stages: frozenset[str] = attrs.field(factory=frozenset, converter=_straggler_stages)
+    stages: frozenset[str] = attrs.field(factory=frozenset, converter=named(_names_of))
     min_seconds: float = attrs.field(default=0.01, validator=number_in(0.0, MAX_SECONDS))
 
 
-def _stragglers(value: object) -> Stragglers:
-    return to_nested("Metrics.stragglers", value, Stragglers)
-
-
-def _exporters(value: object) -> tuple[str, ...]:
-    return tuple(sorted(to_name_set("Metrics.exporters", value, frozenset(EXPORTERS))))
-
-
-def _address(_inst: object, _attribute: object, value: object) -> None:
-    text_without_nul("Metrics.address", value, blank=False)
+def _exporters(where: str, value: object) -> tuple[str, ...]:
+    return tuple(sorted(to_name_set(where, value, frozenset(EXPORTERS))))
 
 
 @attrs.frozen(kw_only=True)
@@ -236,28 +212,16 @@ class Metrics(_Mappable):
     """
 
     enabled: bool = attrs.field(default=False, validator=boolean)
-    stages: frozenset[str] = attrs.field(factory=frozenset, converter=_stage_names)
+    stages: frozenset[str] = attrs.field(factory=frozenset, converter=named(_names_of))
     max_stages: int = attrs.field(default=256, validator=int_in(1, 100_000))
-    exporters: tuple[str, ...] = attrs.field(default=(), converter=_exporters)
-    address: str = attrs.field(default="127.0.0.1", validator=_address)
+    exporters: tuple[str, ...] = attrs.field(default=(), converter=named(_exporters))
+    address: str = attrs.field(default="127.0.0.1", validator=text(blank=False))
     port: int = attrs.field(default=9464, validator=int_in(0, 65535))
     rank_label: bool = attrs.field(default=False, validator=boolean)
     device_time: bool = attrs.field(default=True, validator=boolean)
     log: bool = attrs.field(default=False, validator=boolean)
     log_max_mb: float = attrs.field(default=256.0, validator=number_in(0.0, 1e7, above=True))
-    stragglers: Stragglers = attrs.field(factory=Stragglers, converter=_stragglers)
-
-
-def _metrics(value: object) -> Metrics:
-    return to_nested("ProfilerConfig.metrics", value, Metrics)
-
-
-def _rollout(value: object) -> RolloutOptions:
-    return to_nested("ProfilerConfig.rollout", value, RolloutOptions)
-
-
-def _hook_ranks(value: object) -> tuple[int, ...]:
-    return to_int_set("FinishHook.ranks", value, maximum=MAX_WIDE_INDEX - 1)
+    stragglers: Stragglers = attrs.field(factory=Stragglers, converter=named(to_nested, Stragglers))
 
 
 @attrs.frozen(kw_only=True)
@@ -269,56 +233,36 @@ class FinishHook(_Mappable):
     it runs on a thread and ``Profiler.close()`` waits for it (up to its timeout).
     """
 
-    cmd: str | None = attrs.field(default=None)
-    ranks: tuple[int, ...] = attrs.field(default=(), converter=_hook_ranks)
+    cmd: str | None = attrs.field(default=None, validator=text(optional=True))
+    ranks: tuple[int, ...] = attrs.field(default=(), converter=named(to_int_set, maximum=MAX_WIDE_INDEX - 1))
     all_ranks: bool = attrs.field(default=False, validator=boolean)
     timeout_s: float = attrs.field(default=1800.0, validator=positive_finite)
     background: bool = attrs.field(default=False, validator=boolean)
-
-    @cmd.validator
-    def _check_cmd(self, _attribute: object, value: object) -> None:
-        text_without_nul("FinishHook.cmd", value, optional=True)
 
     def __attrs_post_init__(self) -> None:
         if self.cmd is not None and not self.cmd.strip():
             object.__setattr__(self, "cmd", None)
 
 
-def _save_path(value: object) -> str:
+def _save_path(where: str, value: object) -> str:
     """A local folder, made absolute against the working directory of the process that builds the
     config: a later ``os.chdir``, or a Ray worker started elsewhere, still writes to it."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"ProfilerConfig.save_path must be a non-empty local path, got {value!r}")
-    text_without_nul("ProfilerConfig.save_path", value)
+        raise ConfigError(f"{where} must be a non-empty local path, got {value!r}")
+    text_without_nul(where, value)
     if _URL.match(value):
         raise ConfigError(
-            f"ProfilerConfig.save_path must be a local path, got the URL {value!r}: traces are "
+            f"{where} must be a local path, got the URL {value!r}: traces are "
             "written locally and uploaded by the finish hook (FinishHook.cmd)"
         )
     return os.path.abspath(value)
 
 
-def _steps(value: object) -> tuple[int, ...]:
-    return to_int_set("ProfilerConfig.steps", value, maximum=MAX_WIDE_INDEX)
-
-
-def _ranks(value: object) -> tuple[int, ...]:
-    return to_int_set("ProfilerConfig.ranks", value, maximum=MAX_WIDE_INDEX - 1)
-
-
-def _select(value: object) -> str | None:
+def _select(where: str, value: object) -> str | None:
     """A rank selector, stored in its canonical spelling (``parse_selector(...).format()``)."""
-    return None if value is None else parse_selector(value, where="ProfilerConfig.select").format()
-
-
-def _torch_options(value: object) -> TorchOptions:
-    return to_nested("ProfilerConfig.torch", value, TorchOptions)
-
-
-def _finish_hook(value: object) -> FinishHook:
-    return to_nested("ProfilerConfig.finish_hook", value, FinishHook)
+    return None if value is None else parse_selector(value, where=where).format()
 
 
 def _hosts_field(value: object) -> tuple[str, ...]:
@@ -375,10 +319,6 @@ def _hosts(value: object) -> tuple[str, ...]:
     return tuple(sorted({h.lower() for h in value}))
 
 
-def _on_demand(value: object) -> OnDemand:
-    return to_nested("ProfilerConfig.on_demand", value, OnDemand)
-
-
 @attrs.frozen(kw_only=True)
 class AutoCapture(_Mappable):
     """Slow steps catch themselves (``docs/on-demand.md``): after each step, each watched stage's
@@ -395,7 +335,7 @@ class AutoCapture(_Mappable):
         20
     """
 
-    stages: frozenset[str] = attrs.field(factory=frozenset, converter=_auto_stages)
+    stages: frozenset[str] = attrs.field(factory=frozenset, converter=named(_names_of))
     slower_than: float = attrs.field(default=2.0, validator=number_in(1.0, 1e6, above=True))
     baseline_steps: int = attrs.field(default=20, validator=int_in(1, 100_000))
     max_captures: int = attrs.field(default=3, validator=int_in(0, 10_000))
@@ -403,14 +343,11 @@ class AutoCapture(_Mappable):
     min_seconds: float = attrs.field(default=0.0, validator=number_in(0.0, MAX_SECONDS))
 
 
-def _auto(value: object) -> AutoCapture | None:
-    return None if value is None else to_nested("ProfilerConfig.auto", value, AutoCapture)
-
-
-def _optional_dir(_inst: object, _attribute: object, value: str | None) -> None:
+def _optional_dir(inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    where = f"{type(inst).__name__}.{attribute.name}"
     if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ConfigError(f"ProfilerConfig.nsys_report_dir must be a folder path or None, got {value!r}")
-    text_without_nul("ProfilerConfig.nsys_report_dir", value, optional=True)
+        raise ConfigError(f"{where} must be a folder path or None, got {value!r}")
+    text_without_nul(where, value, optional=True)
 
 
 @attrs.frozen(kw_only=True)
@@ -437,22 +374,22 @@ class ProfilerConfig(_Mappable):
 
     enable: bool = attrs.field(default=False, validator=boolean)
     tool: Literal["torch", "nsys"] = attrs.field(default="torch", validator=one_of(TOOLS))
-    steps: tuple[int, ...] = attrs.field(default=(), converter=_steps)
-    ranks: tuple[int, ...] = attrs.field(default=(), converter=_ranks)
+    steps: tuple[int, ...] = attrs.field(default=(), converter=named(to_int_set, maximum=MAX_WIDE_INDEX))
+    ranks: tuple[int, ...] = attrs.field(default=(), converter=named(to_int_set, maximum=MAX_WIDE_INDEX - 1))
     all_ranks: bool = attrs.field(default=False, validator=boolean)
-    select: str | None = attrs.field(default=None, converter=_select)
-    save_path: str = attrs.field(default="profiles", converter=_save_path)
+    select: str | None = attrs.field(default=None, converter=named(_select))
+    save_path: str = attrs.field(default="profiles", converter=named(_save_path))
     discrete: bool = attrs.field(default=False, validator=boolean)
     continuous_steps: bool = attrs.field(default=False, validator=boolean)
     nvtx: bool = attrs.field(default=False, validator=boolean)
-    torch: TorchOptions = attrs.field(factory=TorchOptions, converter=_torch_options)
+    torch: TorchOptions = attrs.field(factory=TorchOptions, converter=named(to_nested, TorchOptions))
     relocate_results: bool = attrs.field(default=True, validator=boolean)
-    finish_hook: FinishHook = attrs.field(factory=FinishHook, converter=_finish_hook)
+    finish_hook: FinishHook = attrs.field(factory=FinishHook, converter=named(to_nested, FinishHook))
     nsys_report_dir: str | None = attrs.field(default=None, validator=_optional_dir)
-    rollout: RolloutOptions = attrs.field(factory=RolloutOptions, converter=_rollout)
-    metrics: Metrics = attrs.field(factory=Metrics, converter=_metrics)
-    on_demand: OnDemand = attrs.field(factory=OnDemand, converter=_on_demand)
-    auto: AutoCapture | None = attrs.field(default=None, converter=_auto)
+    rollout: RolloutOptions = attrs.field(factory=RolloutOptions, converter=named(to_nested, RolloutOptions))
+    metrics: Metrics = attrs.field(factory=Metrics, converter=named(to_nested, Metrics))
+    on_demand: OnDemand = attrs.field(factory=OnDemand, converter=named(to_nested, OnDemand))
+    auto: AutoCapture | None = attrs.field(default=None, converter=named(to_nested, AutoCapture, optional=True))
 
     def __attrs_post_init__(self) -> None:
         if self.auto is not None and not self.metrics.enabled:

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import attrs
 
-from profdsl.config.validate import int_in, suggest
+from profdsl.config.checks import int_in, suggest
 from profdsl.errors import ConfigError
 
 __all__ = ["DIMS", "MAX_COORD", "Parallel"]

@@ -33,7 +33,7 @@ from typing import Final, Literal
 
 import attrs
 
-from profdsl.config.validate import MAX_WIDE_INDEX, suggest
+from profdsl.config.checks import MAX_WIDE_INDEX, suggest
 from profdsl.errors import ConfigError
 
 __all__ = ["DIMS", "LAST", "Every", "FirstPerNode", "Match", "OnePerDpGroup", "Selector", "Term", "parse_selector"]

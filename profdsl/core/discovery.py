@@ -17,7 +17,7 @@ from typing import Final
 
 import attrs
 
-from profdsl.config.validate import MAX_WIDE_INDEX, require_int
+from profdsl.config.checks import MAX_WIDE_INDEX, require_int
 from profdsl.core.log import once
 from profdsl.errors import ConfigError
 

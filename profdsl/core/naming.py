@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import attrs
 
-from profdsl.config.validate import MAX_WIDE_INDEX, int_in, is_int, require_int
+from profdsl.config.checks import MAX_WIDE_INDEX, int_in, is_int, require_int
 from profdsl.core.name_reader import MAX_NAME_BYTES, NotANameError, fields_of
 from profdsl.errors import ConfigError
 

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.validate import MAX_WIDE_INDEX, require_int
+from profdsl.config.checks import MAX_WIDE_INDEX, require_int
 from profdsl.core.decide import decide
 from profdsl.core.naming import TraceName
 from profdsl.core.schedule import recorded_windows

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from profdsl.config.checks import require_int
 from profdsl.config.selector import Selector, parse_selector
-from profdsl.config.validate import require_int
 from profdsl.core.discovery import RankInfo, discover_rank, discover_world, require_ranks
 from profdsl.core.engine_names import Ambiguous, read_engine_rank
 from profdsl.core.selection import Selection

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 from profdsl.config import Schedule
-from profdsl.config.validate import require_int
+from profdsl.config.checks import require_int
 
 __all__ = ["Action", "action_at", "cycle_of", "recorded_windows"]
 

@@ -18,8 +18,8 @@ from typing import Final
 
 import attrs
 
+from profdsl.config.checks import MAX_WIDE_INDEX, int_in, require_int
 from profdsl.config.parallel import MAX_COORD, Parallel
-from profdsl.config.validate import MAX_WIDE_INDEX, int_in, require_int
 from profdsl.errors import ConfigError
 
 __all__ = ["GRID_ORDER", "GridLayout", "Topology"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from profdsl.config.validate import to_color
+from profdsl.config.checks import to_color
 from profdsl.dsl.base import Annotation
 from profdsl.errors import ConfigError
 

@@ -36,9 +36,9 @@ from typing import Any, ClassVar, Final, TypeVar
 
 import attrs
 
+from profdsl.config.checks import MAX_WIDE_INDEX, is_int, require_int
 from profdsl.config.parallel import DIMS
 from profdsl.config.selector import parse_selector
-from profdsl.config.validate import MAX_WIDE_INDEX, is_int, require_int
 from profdsl.errors import ConfigError
 
 __all__ = [

@@ -19,7 +19,7 @@ import urllib.request
 from typing import Any
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.validate import require_int
+from profdsl.config.checks import require_int
 from profdsl.core.log import once
 from profdsl.core.selection import Selection
 from profdsl.rollout import rollout_trace_dir

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.validate import require_int
+from profdsl.config.checks import require_int
 from profdsl.core.selection import Selection
 from profdsl.errors import ConfigError
 from profdsl.rollout import rollout_trace_dir

@@ -6,7 +6,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from profdsl.config.validate import MAX_WIDE_INDEX, require_int
+from profdsl.config.checks import MAX_WIDE_INDEX, require_int
 from profdsl.dsl.base import REGISTRY, Annotation, stop
 from profdsl.dsl.stage import check_binding, check_name
 from profdsl.rollout.calls import call_all, call_all_async, in_daemon_thread

@@ -16,7 +16,7 @@ import attrs
 
 from profdsl.collect.export import ExportPolicy, TraceLabel
 from profdsl.config import AutoCapture, Metrics, OnDemand, ProfilerConfig, TorchOptions
-from profdsl.config.validate import text_without_nul
+from profdsl.config.checks import text_without_nul
 from profdsl.core.decide import decide
 from profdsl.core.discovery import discover_world
 from profdsl.core.parallel_discovery import process_topology

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from profdsl.collect.requests import new_id
 from profdsl.config import ProfilerConfig
-from profdsl.config.validate import to_index
+from profdsl.config.checks import to_index
 from profdsl.core.log import logger, once
 from profdsl.errors import ConfigError
 from profdsl.records.schema import RecordError, ask

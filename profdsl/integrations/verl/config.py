@@ -25,7 +25,7 @@ from typing import Any, Final, Literal, TypeVar
 import attrs
 
 from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
-from profdsl.config.validate import is_int, suggest
+from profdsl.config.checks import is_int, suggest
 from profdsl.errors import ConfigError
 from profdsl.integrations.verl.keys import (
     GLOBAL_KEYS,

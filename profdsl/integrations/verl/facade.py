@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.validate import COLOR_NAMES, to_color
+from profdsl.config.checks import COLOR_NAMES, to_color
 from profdsl.core.discovery import discover_world
 from profdsl.dsl.base import ASK as _ASK
 from profdsl.dsl.stage import profile_stage

@@ -1,4 +1,5 @@
-"""Validators and converters: the one home of profdsl's input checks.
+"""Field checks: the one home of profdsl's input checks (validators, converters and the
+plain functions behind them).
 
 Each one raises :class:`~profdsl.errors.ConfigError` with a message naming the field (as
 ``Class.field``) or argument and the offending value, so a bad YAML key is found without a
@@ -31,6 +32,33 @@ waits on threads and processes overflow on absurd values."""
 
 def _where(inst: object, attribute: attrs.Attribute[Any]) -> str:
     return f"{type(inst).__name__}.{attribute.name}"
+
+
+def named(check: Callable[..., T], *args: Any, **kwargs: Any) -> attrs.Converter[Any, T]:
+    """An attrs converter: ``check(label, value, *args, **kwargs)``, where ``label`` is the field
+    as ``Class.field``, so a converter names its own field.
+
+    Examples:
+        >>> @attrs.frozen
+        ... class Job:
+        ...     ranks: tuple[int, ...] = attrs.field(converter=named(to_int_set))
+        >>> Job([3, 1, 3]).ranks
+        (1, 3)
+    """
+
+    def convert(value: object, inst: object, attribute: attrs.Attribute[Any]) -> T:
+        return check(_where(inst, attribute), value, *args, **kwargs)
+
+    return attrs.Converter(convert, takes_self=True, takes_field=True)
+
+
+def text(*, optional: bool = False, blank: bool = True) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """An attrs validator: :func:`text_without_nul` on the field."""
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        text_without_nul(_where(inst, attribute), value, optional=optional, blank=blank)
+
+    return check
 
 
 def is_int(value: object) -> bool:
@@ -275,8 +303,11 @@ def to_name_set(where: str, value: object, allowed: frozenset[str]) -> frozenset
     return items
 
 
-def to_nested(where: str, value: object, cls: type[T]) -> T:
-    """Convert a plain mapping (YAML/JSON input) to ``cls`` via its ``from_mapping``."""
+def to_nested(where: str, value: object, cls: type[T], *, optional: bool = False) -> T:
+    """Convert a plain mapping (YAML/JSON input) to ``cls`` via its ``from_mapping``
+    (``optional``: None stays None)."""
+    if optional and value is None:
+        return value  # type: ignore[return-value]
     if isinstance(value, cls):
         return value
     if isinstance(value, Mapping):
