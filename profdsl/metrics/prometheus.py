@@ -19,6 +19,7 @@ slow client times out (:data:`CLIENT_TIMEOUT_S`); nothing here waits for trainin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -39,6 +40,7 @@ __all__ = [
     "BUCKETS",
     "CLIENT_TIMEOUT_S",
     "MAX_BODY",
+    "MAX_CLIENTS",
     "MAX_LABEL",
     "OnProfile",
     "PrometheusExporter",
@@ -56,6 +58,13 @@ Gate = Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]
 MAX_BODY = 64 * 1024
 #: How long the endpoint waits for a client that stops sending.
 CLIENT_TIMEOUT_S = 10.0
+#: The most connections served at once, a thread each; past it a connection is answered 503 and
+#: closed without a thread (tests/test_endpoint_idle.py::test_a_flood_of_connections_holds_a_bounded_number_of_threads).
+MAX_CLIENTS = 16
+_BUSY = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    b"Content-Length: 36\r\n\r\ntoo many clients of this endpoint now"
+)
 
 #: Histogram buckets, in seconds: training stages last from milliseconds to many minutes.
 BUCKETS = (
@@ -113,7 +122,41 @@ class _Quiet(WSGIRequestHandler):
 
 
 class _Threading(ThreadingMixIn, WSGIServer):
+    """One thread per connection, at most :data:`MAX_CLIENTS` at once: the training process's
+    thread limit is not the clients' to spend."""
+
     daemon_threads = True
+    request_queue_size = 4 * MAX_CLIENTS  # a burst waits in the kernel's queue, not for SYN retries
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._clients = threading.BoundedSemaphore(MAX_CLIENTS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._clients.acquire(blocking=False):
+            counted(
+                "connections past the metrics endpoint's bound",
+                logging.WARNING,
+                "profdsl: metrics endpoint: %d clients are being served; a connection from %s is "
+                "answered 503 and closed (connections past the bound)",
+                MAX_CLIENTS,
+                printable(str(client_address)),
+            )
+            with contextlib.suppress(OSError):
+                request.sendall(_BUSY)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: the slot is free again
+            self._clients.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._clients.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went idle (``_Quiet.timeout``) or away is dropped with one DEBUG line;
