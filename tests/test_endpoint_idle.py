@@ -100,3 +100,37 @@ def test_a_flood_of_connections_holds_a_bounded_number_of_threads(
         pytest.fail("the endpoint never served again after the flood")
     profiler.close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_client_that_trickles_its_request_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client sending its request a byte at a time (each byte well within the idle timeout)
+    would hold a connection, a thread and one of the bounded slots for as long as it likes: the
+    timeout bounds the whole request, not each read."""
+    monkeypatch.setattr(prometheus._Quiet, "timeout", 1.0)
+    profiler = Profiler(
+        config(tmp_path, steps=[], metrics=Metrics(enabled=True, exporters=["prometheus"], port=0)),
+        role="actor",
+        rank=0,
+        world_size=1,
+    )
+    [exporter] = profiler.meter.exporters  # type: ignore[attr-defined]
+    port = exporter.server.port
+    request = b"GET /metrics HTTP/1.0\r\n" + b"X-Padding: " + b"a" * 4000 + b"\r\n\r\n"
+    sent, dropped = 0, False
+    with caplog.at_level(logging.DEBUG, logger="profdsl"), socket.create_connection(("127.0.0.1", port)) as client:
+        deadline = time.monotonic() + 60
+        try:
+            while sent < len(request) and time.monotonic() < deadline:
+                client.sendall(request[sent : sent + 1])
+                sent += 1
+                readable, _, _ = select.select([client], [], [], 0.05)
+                if readable and client.recv(1) == b"":
+                    dropped = True  # the endpoint hung up
+                    break
+        except OSError:
+            dropped = True  # reset by the endpoint
+    profiler.close()
+    assert dropped and sent < len(request), f"the trickling client was never dropped ({sent} bytes sent)"
+    assert "idle client" in caplog.text

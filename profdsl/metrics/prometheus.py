@@ -14,18 +14,21 @@ apart); the stage label's distinct values are bounded by ``Metrics.max_stages`` 
 The endpoint also takes capture requests: ``POST /profile`` with a JSON body
 (``docs/on-demand.md``) is handed to ``on_profile`` (the process's request inbox), on the
 server's thread, and answered with its JSON answer. Bodies are bounded (:data:`MAX_BODY`) and a
-slow client times out (:data:`CLIENT_TIMEOUT_S`); nothing here waits for training.
+client that takes longer than :data:`CLIENT_TIMEOUT_S` to send its request is dropped; at most
+:data:`MAX_CLIENTS` connections are served at once; nothing here waits for training.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -114,8 +117,31 @@ def host_port(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
+class _Until(io.RawIOBase):
+    """A connection read until a deadline: each read waits at most what is left of it, so a
+    client sending its request a byte at a time cannot hold its thread longer than one that
+    sends nothing (tests/test_endpoint_idle.py::test_a_client_that_trickles_its_request_is_dropped)."""
+
+    def __init__(self, connection: socket.socket, seconds: float) -> None:
+        self._connection, self._until = connection, time.monotonic() + seconds
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._until - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request took longer than the endpoint waits for one")
+        self._connection.settimeout(left)
+        return self._connection.recv_into(buffer)
+
+
 class _Quiet(WSGIRequestHandler):
-    timeout = CLIENT_TIMEOUT_S  # a client that stops sending frees its thread
+    timeout = CLIENT_TIMEOUT_S  # a client that stops sending, or sends too slowly, frees its thread
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = io.BufferedReader(_Until(self.connection, self.timeout))
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
