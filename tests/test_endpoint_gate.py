@@ -76,6 +76,9 @@ def test_what_a_browser_sends_cross_site_is_refused(endpoint: int) -> None:
         ({**JSON, "Host": "evil.example:80"}, 403),  # a rebinding page: its own name
         ({**JSON, "Host": "evil.example"}, 403),
         ({**JSON, "Origin": "http://127.0.0.1.evil.example"}, 403),  # a name that starts like ours
+        ({**JSON, "Origin": "http://127.0.0.1:8000"}, 403),  # another site of this machine: another port
+        ({**JSON, "Origin": "http://localhost:8888"}, 403),  # (a notebook server's page, say)
+        ({**JSON, "Origin": "http://localhost"}, 403),
         ({**JSON, "Host": "localhost.evil.example:80"}, 403),
         ({"Content-Type": "application/json, text/plain"}, 415),
         ({"Content-Type": "application/jsonx"}, 415),

@@ -5,7 +5,8 @@ A web page the user opens on the training machine can send requests to a port on
 text/plain`` and its own ``Origin`` (and, from a browser, ``Sec-Fetch-Site: cross-site``); a
 DNS-rebinding page reaches the port under its own name, in ``Host``. So a request is taken only
 when its body is declared JSON (a page cannot send that without asking first, which this
-endpoint never answers), no ``Origin`` or ``Sec-Fetch-Site`` says it came from another site,
+endpoint never answers), no ``Origin`` (scheme, name and port) or ``Sec-Fetch-Site`` says it
+came from another site,
 its ``Host`` is the bound address, a loopback name or a configured name (``OnDemand.hosts``),
 and, when ``OnDemand.token`` is set, it carries the token (``X-Profdsl-Token``).
 """
@@ -33,23 +34,38 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+def _origin_port(scheme: str, rest: str) -> int | None:
+    """The port an ``Origin``'s ``host[:port]`` names (the scheme's default without one)."""
+    authority = rest.split("/", 1)[0]
+    tail = authority[authority.rfind("]") + 1 :] if authority.startswith("[") else authority
+    if ":" not in tail:
+        return 443 if scheme == "https" else 80
+    digits = tail.rsplit(":", 1)[1]
+    return int(digits) if digits.isdigit() and len(digits) <= 5 else None
+
+
 def admit(
     headers: Mapping[str, str],
     *,
     bound: str,
+    port: int | None = None,
     hosts: Collection[str] = (),
     tokens: Collection[str] = (),
 ) -> tuple[int, str] | None:
     """Why a ``POST /profile`` with these ``headers`` (names in any case) is refused, as an HTTP
     status and a sentence, or None when it is taken. ``bound``: the address the endpoint
-    listens on; ``hosts``: other names it may be reached by; ``tokens``: the tokens any of
-    which it takes (none: no token needed).
+    listens on, ``port`` its port (an ``Origin`` must name it: another port of this machine is
+    another site, a notebook server's page say); ``hosts``: other names it may be reached by;
+    ``tokens``: the tokens any of which it takes (none: no token needed).
 
     Examples:
         >>> admit({"Content-Type": "application/json", "Host": "127.0.0.1:9090"}, bound="127.0.0.1")
         >>> admit({"Content-Type": "text/plain"}, bound="127.0.0.1")[0]
         415
         >>> admit({"Content-Type": "application/json", "Host": "evil.example"}, bound="127.0.0.1")[0]
+        403
+        >>> page = {"Content-Type": "application/json", "Origin": "http://localhost:8888"}
+        >>> admit(page, bound="127.0.0.1", port=9090)[0]
         403
     """
     got = {name.lower(): value for name, value in headers.items()}
@@ -68,7 +84,11 @@ def admit(
     origin = got.get("origin")
     if origin is not None:
         scheme, _, rest = origin.strip().lower().partition("://")
-        if scheme not in ("http", "https") or _host_name(rest.split("/", 1)[0]) not in names:
+        if (
+            scheme not in ("http", "https")
+            or _host_name(rest.split("/", 1)[0]) not in names
+            or (port is not None and _origin_port(scheme, rest) != port)
+        ):
             return 403, "a request from a web page (Origin) of another site is not taken"
     if tokens:
         given = got.get(TOKEN_HEADER.lower(), "").encode()

@@ -333,7 +333,7 @@ class Server:
         tokens, hosts = self.gate() if self.gate is not None else ((), ())
         if self.address in ("0.0.0.0", "::", ""):  # reached by this machine's own names too
             hosts = (*hosts, socket.gethostname().lower(), socket.getfqdn().lower())
-        return admit(headers, bound=self.address, hosts=hosts, tokens=tokens)
+        return admit(headers, bound=self.address, port=self.port, hosts=hosts, tokens=tokens)
 
     def observe(self, timings: StepTimings) -> None:
         """Add one step of one role."""
