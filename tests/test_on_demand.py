@@ -152,6 +152,32 @@ class TestRequestFiles:
             assert why in said, why
         assert profiler.meter is not None  # and the loop ran every step (no exception reached it)
 
+    def test_a_link_named_like_a_request_is_not_followed(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Whoever may put a link into the request folder must not make the job read a file
+        elsewhere (its values would reach the log, quoted in the refusal) nor take a request it
+        holds: a link is refused unread, like a FIFO."""
+        profiler = Profiler(config(tmp_path / "run", steps=[]), role="actor", rank=0, world_size=1)
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "secret.json").write_text(json.dumps({"id": "s", "steps": "hunter2-secret"}))
+        (elsewhere / "valid.json").write_text(json.dumps({"id": "v", "steps": 1}))
+        ahead = time.time() + 60  # dated ahead: read at once, never taken for half-written
+        for target in elsewhere.iterdir():
+            os.utime(target, (ahead, ahead))
+        folder = tmp_path / "run" / REQUESTS_DIR
+        folder.mkdir(parents=True)
+        (folder / "a.json").symlink_to(elsewhere / "secret.json")
+        (folder / "b.json").symlink_to(elsewhere / "valid.json")
+        with caplog.at_level(logging.INFO, logger="profdsl"):
+            run(profiler, range(3))
+        profiler.close()
+        assert traced(tmp_path / "run") == set()
+        assert "hunter2-secret" not in caplog.text
+        for name in ("a.json", "b.json"):
+            assert f"{name} is not a capture request (cannot read: a link" in caplog.text
+
     def test_one_stat_per_step_when_nothing_changes(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Once the folder's timestamp is settled, a step costs one stat of it: no listing."""
         from profdsl.collect import requests

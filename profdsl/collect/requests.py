@@ -6,8 +6,8 @@ that a reader never sees half a request). A running job's processes look for the
 boundaries through a :class:`RequestFolder`: one ``stat`` of the folder per check, and a listing
 only when the folder changed (its modification time moved, or it changed too recently for its
 timestamp to be trusted). Each new file is read once, bounded (:data:`MAX_REQUEST_BYTES`, a
-regular file opened without blocking), and parsed; a file that is not a valid request is
-reported once (its name, size and time), never raised.
+regular file opened without blocking or following a link), and parsed; a file that is not a
+valid request is reported once (its name, size and time), never raised.
 """
 
 from __future__ import annotations
@@ -65,11 +65,16 @@ def read_request(path: str) -> CaptureRequest:
     """The request a file holds.
 
     Raises:
-        OSError: it cannot be read, is not a regular file or is larger than
+        OSError: it cannot be read, is a link or not a regular file, or is larger than
             :data:`MAX_REQUEST_BYTES`.
         RecordError: it is not a valid request (not JSON, a field wrong or missing).
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:  # a link is not followed: it could make the job read (and quote) a file elsewhere
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a link, not a request file") from None
+        raise
     with open(fd, "rb", closefd=True) as file:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
