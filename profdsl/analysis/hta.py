@@ -50,16 +50,15 @@ from profdsl.analysis.model import StageModel
 from profdsl.analysis.outputs import check_output
 from profdsl.analysis.regions import RegionNames
 from profdsl.analysis.scan import Piece, TraceScan
-from profdsl.records.schema import (
+from profdsl.records.fields import RecordError, to_json
+from profdsl.records.meta import (
     BASE_TIME_KEY,
     DISTRIBUTED_KEY,
     META_KEY,
     ExportMeta,
-    RecordError,
     TraceMeta,
     distributed_info,
     header_meta,
-    to_json,
 )
 
 __all__ = ["HtaError", "HtaReport", "RankExport", "export_hta", "output_name"]

@@ -41,7 +41,8 @@ from profdsl.analysis.outputs import OutputError, check_output
 from profdsl.analysis.regions import RegionNames
 from profdsl.analysis.scan import TraceScan, scan_events
 from profdsl.cli.common import printable, skipped
-from profdsl.records.schema import BASE_TIME_KEY, META_KEY, RecordError, TraceMeta, base_time_ns, header_meta, to_json
+from profdsl.records.fields import RecordError, to_json
+from profdsl.records.meta import BASE_TIME_KEY, META_KEY, TraceMeta, base_time_ns, header_meta
 
 __all__ = ["HELP", "MergeReport", "Row", "add_arguments", "merge_folder", "run"]
 
