@@ -300,10 +300,10 @@ OTHER_FORMATS = {
 }
 #: (module, key) pairs that are not record or metadata keys.
 NOT_RECORD_KEYS = {
-    ("cli/merge.py", "pid"): "a Chrome event's pid",
+    ("analysis/merge.py", "pid"): "a Chrome event's pid",
     ("analysis/hta.py", "pid"): "a Chrome event's pid",
-    ("cli/merge.py", "host"): "merge's alignment object",
-    ("cli/merge.py", "traces"): "merge's alignment object",
+    ("analysis/merge.py", "host"): "merge's alignment object",
+    ("analysis/merge.py", "traces"): "merge's alignment object",
     ("collect/relocate.py", "pid"): "a regular expression's group",
     ("analysis/chrome.py", "id"): "a Chrome flow event's id",
     ("config/combine.py", "ranks"): "a ProfilerConfig field",

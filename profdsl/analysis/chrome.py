@@ -1,7 +1,7 @@
 """Writing events of several Chrome traces into one file: on one clock, flows kept apart,
 profdsl's region names decoded, streamed one event at a time.
 
-The rules are those of ``profdsl merge`` (see :mod:`profdsl.cli.merge`): torch (kineto) writes an
+The rules are those of ``profdsl merge`` (see :mod:`profdsl.analysis.merge`): torch (kineto) writes an
 event's ``ts`` in microseconds after its trace's ``baseTimeNanoseconds``, so an input's events move
 by ``(its base - the common base) / 1000`` (:func:`shift_us`) and the output carries the common
 base; integer flow ids (``ph`` s/t/f) of input ``i`` become ``(i << FLOW_SHIFT) + id``, since
@@ -71,11 +71,13 @@ def json_value(value: object) -> object:
 
 
 class ArrayWriter:
-    """Writes JSON array items one at a time, with the commas between them."""
+    """Writes JSON array items one at a time, with the commas between them (``count``: how many
+    it wrote)."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
         self.empty = True
+        self.count = 0
 
     def write_all(self, items: Iterable[Event]) -> int:
         """Write ``items``; returns how many."""
@@ -86,6 +88,7 @@ class ArrayWriter:
             self._stream.write(json.dumps(item, separators=(",", ":"), default=json_value).encode())
             self.empty = False
             count += 1
+        self.count += count
         return count
 
     def append(self, items: IO[bytes], *, empty: bool) -> None:
@@ -97,12 +100,12 @@ class ArrayWriter:
         shutil.copyfileobj(items, self._stream)
         self.empty = False
 
-    def mark(self) -> tuple[int, bool]:
+    def mark(self) -> tuple[int, bool, int]:
         """Where the next item goes (a seekable stream only), for :meth:`undo`."""
-        return self._stream.tell(), self.empty
+        return self._stream.tell(), self.empty, self.count
 
-    def undo(self, mark: tuple[int, bool]) -> None:
+    def undo(self, mark: tuple[int, bool, int]) -> None:
         """Cut off everything written since ``mark``."""
         self._stream.seek(mark[0])
         self._stream.truncate()
-        self.empty = mark[1]
+        _, self.empty, self.count = mark

@@ -19,6 +19,7 @@ from profdsl.errors import ConfigError
 __all__ = [
     "ARTIFACT_SUFFIXES",
     "TEMP_PREFIX",
+    "ENGINE_TRACE_EXTS",
     "EXT_MAX_LEN",
     "HOST_MAX_LEN",
     "JSON_TRACE_SUFFIXES",
@@ -71,6 +72,8 @@ JSON_TRACE_SUFFIXES: Final = (".json", ".json.gz")
 """File endings read as Chrome JSON traces, plain or gzipped (profdsl's and engines' traces)."""
 ARTIFACT_SUFFIXES: Final = (*JSON_TRACE_SUFFIXES, NSYS_EXT)
 """File endings of every artifact a profiles folder may hold."""
+ENGINE_TRACE_EXTS: Final = (TRACE_EXT, PLAIN_TRACE_EXT, ".trace.json.gz", ".trace.json", ".json.gz", ".json")
+"""The endings an engine's trace keeps when it moves into a profiles folder, longest first."""
 TEMP_PREFIX: Final = ".profdsl-tmp-"
 """How the hidden files profdsl writes in a profiles folder begin: ``TEMP_PREFIX{pid}-{id}``
 plus ``.json`` for a trace's events before they are finished, nothing for a file being moved."""
