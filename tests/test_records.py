@@ -305,7 +305,7 @@ NOT_RECORD_KEYS = {
     ("analysis/merge.py", "host"): "merge's alignment object",
     ("analysis/merge.py", "traces"): "merge's alignment object",
     ("collect/relocate.py", "pid"): "a regular expression's group",
-    ("analysis/chrome.py", "id"): "a Chrome flow event's id",
+    ("analysis/rewrite.py", "id"): "a Chrome flow event's id",
     ("config/combine.py", "ranks"): "a ProfilerConfig field",
     ("integrations/transformers/__init__.py", "role"): "profile_trainer's keyword option",
 }

@@ -12,7 +12,7 @@ that step gets one file, ``rank{R}.pt.trace.json.gz``, with:
 
 - every event of those traces (a discrete scheduled stage's windows, or the continuous step's
   trace), moved onto one clock shared by all the files (the smallest ``baseTimeNanoseconds``),
-  flows kept apart, profdsl's region names decoded (:mod:`profdsl.analysis.chrome`); metadata
+  flows kept apart, profdsl's region names decoded (:mod:`profdsl.analysis.rewrite`); metadata
   events repeated by several windows of one process are written once, and an input's own
   ``ProfilerStep...`` events are renamed ``torch_step...``, so that only the markers count;
 - ``distributedInfo`` (rank and world size), first in the file, and ``profdsl.export`` saying what
@@ -43,11 +43,10 @@ import attrs
 
 from profdsl.analysis import reader
 from profdsl.analysis.catalog import Artifact, catalog, json_traces, trace_header
-from profdsl.analysis.chrome import shift_us
 from profdsl.analysis.load import scan_artifacts
 from profdsl.analysis.model import StageModel
 from profdsl.analysis.outputs import check_output
-from profdsl.analysis.rewrite import Rewriter
+from profdsl.analysis.rewrite import Rewriter, shift_us
 from profdsl.analysis.scan import Piece, TraceScan
 from profdsl.core.naming import TRACE_EXT
 from profdsl.records.fields import RecordError, to_json
