@@ -1,11 +1,14 @@
 """Field checks: the one home of profdsl's input checks (validators, converters and the
 plain functions behind them).
 
-Each one raises :class:`~profdsl.errors.ConfigError` with a message naming the field (as
-``Class.field``) or argument and the offending value, so a bad YAML key is found without a
-traceback dive. :func:`require_int` is the only integer check in profdsl: config fields, trace
-name fields, schedule indices and ranks all go through it; numbers that arrive at run time (step
-numbers) go through :func:`to_index`, the same check after ``operator.index``.
+Each check is a plain function ``require_*(label, value, ...)`` that returns the value or raises
+:class:`~profdsl.errors.ConfigError` with one message, ``<label> must be <what>[ or None], got
+<value>`` (:func:`refuse`), naming the field (``Class.field``, a record's key, a verl key) so a
+bad value is found without a traceback dive. :func:`valid` and :func:`named` put one on an attrs
+field; the record reader (:mod:`profdsl.records.fields`) and the verl mapping call them too.
+:func:`require_int` is the only integer check in profdsl: config fields, trace name fields,
+schedule indices, ranks and record fields all go through it; numbers that arrive at run time
+(step numbers) go through :func:`to_index`, the same check after ``operator.index``.
 """
 
 from __future__ import annotations
