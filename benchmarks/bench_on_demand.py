@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from profdsl import OnDemand, Profiler, ProfilerConfig, profile_stage
 from profdsl.collect.requests import REQUESTS_DIR, write_request
-from profdsl.records.schema import CaptureRequest
+from profdsl.records.requests import CaptureRequest
 from profdsl.runtime.process import PROCESS
 
 #: The most the request check may add to a step, in ns.

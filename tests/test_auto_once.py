@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from profdsl import FinishHook, Profiler, profile_stage
-from profdsl.records.schema import CaptureRequest
+from profdsl.records.requests import CaptureRequest
 from profdsl.runtime.process import PROCESS
 
 from .profiling import config, records, work

@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 import profdsl.cli  # noqa: E402
 from profdsl import Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage  # noqa: E402
 from profdsl.analysis import hta as hta_export  # noqa: E402
+from profdsl.analysis import rewrite  # noqa: E402
 from profdsl.core.naming import TraceName  # noqa: E402
 from profdsl.core.schedule import recorded_windows  # noqa: E402
 
@@ -492,11 +493,11 @@ def test_a_full_disk_leaves_the_earlier_export_whole(
     args = ["export", "--hta", str(discrete), "--step", "1", "--stage", STAGE, "-o", str(out)]
     assert profdsl.cli.main(args) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    real = hta_export._gzip
+    real = rewrite.open_output
 
     class Full:
-        def __init__(self, path: Path) -> None:
-            self.inner, self.rank1 = real(path), "rank1" in path.name
+        def __init__(self, path: Path, level: int | None) -> None:
+            self.inner, self.rank1 = real(path, level), "rank1" in path.name
 
         def __enter__(self) -> Full:
             return self
@@ -509,7 +510,7 @@ def test_a_full_disk_leaves_the_earlier_export_whole(
                 raise OSError(errno.ENOSPC, "No space left on device")
             return self.inner.write(data)
 
-    monkeypatch.setattr(hta_export, "_gzip", Full)
+    monkeypatch.setattr(rewrite, "open_output", Full)
     capsys.readouterr()
     assert profdsl.cli.main([*args, "--force"]) == 2
     assert "cannot write" in capsys.readouterr().err

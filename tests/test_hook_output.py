@@ -15,7 +15,7 @@ import profdsl.cli
 from profdsl import FinishHook, Profiler, profile_stage
 from profdsl.collect import finish_hook
 from profdsl.collect.hook_output import OUTPUT_MAX_CHARS, OUTPUT_MAX_LINES
-from profdsl.records.schema import HookRecord
+from profdsl.records.manifest import HookRecord
 
 from .profiling import config, hooks
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from profdsl.collect.manifest import append_record
-from profdsl.records.schema import HookRecord
+from profdsl.records.manifest import HookRecord
 
 from .profiling import profile_two_ranks
 

@@ -24,7 +24,7 @@ from profdsl.cli import main
 from profdsl.collect.metrics_log import log_files, read_log
 from profdsl.collect.requests import REQUESTS_DIR, write_request
 from profdsl.metrics.prometheus import PrometheusExporter
-from profdsl.records.schema import CaptureRequest
+from profdsl.records.requests import CaptureRequest
 from profdsl.runtime.process import PROCESS, Process
 
 from .metrics_support import FakeClock, fake_clock

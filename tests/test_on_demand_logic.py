@@ -17,7 +17,8 @@ from profdsl.config import AutoCapture, Stragglers
 from profdsl.core.step_plan import Event, StepPlan, StepTracker
 from profdsl.errors import ConfigError
 from profdsl.metrics.slow import SlowRanks, SlowSteps, StragglerWatch, watched
-from profdsl.records.schema import SOURCES, RecordError, parse_request, to_json
+from profdsl.records.fields import RecordError, to_json
+from profdsl.records.requests import SOURCES, parse_request
 
 # -- request parsing ----------------------------------------------------------------------------
 

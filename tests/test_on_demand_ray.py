@@ -17,7 +17,7 @@ from profdsl import AutoCapture, Metrics, ProfilerConfig, Stragglers, TorchOptio
 from profdsl.collect.requests import write_request
 from profdsl.manifest import read_manifest
 from profdsl.ray import RayStepProfiler
-from profdsl.records.schema import CaptureRequest
+from profdsl.records.requests import CaptureRequest
 
 from .metrics_actors import PacedWorker
 from .profiling import ray_cluster

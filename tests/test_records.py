@@ -1,4 +1,4 @@
-"""The one schema of what profdsl writes (``profdsl.records.schema``): every record kind and the
+"""The one schema of what profdsl writes (``profdsl.records``): every record kind and the
 trace metadata survive a write and a read unchanged, fields of a newer version are kept and
 shown, ``failed`` records name no file that does not exist, the docs page is the schema's, and
 no other module spells a record or metadata key."""
@@ -18,32 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import profdsl.cli
+from profdsl import records
 from profdsl.analysis import reader
 from profdsl.analysis.catalog import catalog
 from profdsl.collect.manifest import MANIFEST_NAME, append_record, read_manifest, read_records
 from profdsl.config.parallel import DIMS
-from profdsl.records import schema
-from profdsl.records.schema import (
-    RECORD_CLASSES,
-    RECORD_KEYS,
-    SOURCES,
-    STATUSES,
-    CaptureNote,
-    CaptureRequest,
-    ExportMeta,
-    MetricsLine,
-    Record,
-    RecordError,
-    Regions,
-    StageLine,
-    TraceMeta,
-    TraceRecord,
-    WindowNote,
-    parse_meta,
-    parse_record,
-    to_json,
-    trace_header,
-)
+from profdsl.records.fields import RecordError, to_json
+from profdsl.records.manifest import RECORD_CLASSES, RECORD_KEYS, STATUSES, Record, TraceRecord, parse_record
+from profdsl.records.meta import ExportMeta, Regions, TraceMeta, WindowNote, parse_meta, trace_header
+from profdsl.records.metrics_log import MetricsLine, StageLine
+from profdsl.records.requests import SOURCES, CaptureNote, CaptureRequest
 from profdsl.records.tables import field_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,9 +197,9 @@ def test_trace_metadata_round_trips_through_a_trace_file(
         )
     )
     read = reader.header(path)
-    back = parse_meta(read[schema.META_KEY])
+    back = parse_meta(read[records.META_KEY])
     assert back == meta and back.unknown == meta.unknown
-    assert read[schema.DISTRIBUTED_KEY]["rank"] == meta.rank
+    assert read[records.DISTRIBUTED_KEY]["rank"] == meta.rank
 
 
 def test_a_wrong_field_is_named() -> None:
@@ -284,7 +268,7 @@ def test_failed_records_name_no_file_and_old_ones_are_read_alike(tmp_path: Path)
         }
     )
     assert (new.path, new.intended) == (old.path, old.intended) == (None, "x.pt.trace.json.gz")
-    assert old.schema == 0 and new.schema == schema.SCHEMA_VERSION
+    assert old.schema == 0 and new.schema == records.SCHEMA_VERSION
 
 
 #: Every schema class but the record kinds.
@@ -301,6 +285,8 @@ def test_the_docs_page_is_the_schema() -> None:
 
 # -- one place for the keys ----------------------------------------------------------------------
 
+#: The schema's modules: the one place the keys are spelled.
+SCHEMA_MODULES = {f"records/{name}.py" for name in ("fields", "manifest", "meta", "requests", "metrics_log")}
 #: Modules whose string keys are another format that happens to share a word with the schema.
 OTHER_FORMATS = {
     "analysis/cost.py": "summary --cost rows",
@@ -314,19 +300,19 @@ OTHER_FORMATS = {
 }
 #: (module, key) pairs that are not record or metadata keys.
 NOT_RECORD_KEYS = {
-    ("cli/merge.py", "pid"): "a Chrome event's pid",
+    ("analysis/merge.py", "pid"): "a Chrome event's pid",
     ("analysis/hta.py", "pid"): "a Chrome event's pid",
-    ("cli/merge.py", "host"): "merge's alignment object",
-    ("cli/merge.py", "traces"): "merge's alignment object",
+    ("analysis/merge.py", "host"): "merge's alignment object",
+    ("analysis/merge.py", "traces"): "merge's alignment object",
     ("collect/relocate.py", "pid"): "a regular expression's group",
-    ("analysis/chrome.py", "id"): "a Chrome flow event's id",
+    ("analysis/rewrite.py", "id"): "a Chrome flow event's id",
     ("config/combine.py", "ranks"): "a ProfilerConfig field",
     ("integrations/transformers/__init__.py", "role"): "profile_trainer's keyword option",
 }
 
 
 def schema_keys() -> set[str]:
-    keys = {"kind", schema.META_KEY, schema.DISTRIBUTED_KEY, schema.BASE_TIME_KEY}
+    keys = {"kind", records.META_KEY, records.DISTRIBUTED_KEY, records.BASE_TIME_KEY}
     for cls in (*RECORD_CLASSES.values(), *PARTS):
         keys |= _names(cls)
     return keys
@@ -381,9 +367,9 @@ def test_only_the_schema_spells_record_and_metadata_keys() -> None:
     found = []
     for path in sorted(package.rglob("*.py")):
         module = path.relative_to(package).as_posix()
-        if module == "records/schema.py" or any(module.startswith(m) for m in OTHER_FORMATS):
+        if module in SCHEMA_MODULES or any(module.startswith(m) for m in OTHER_FORMATS):
             continue
         for line, key in spelled_keys(path.read_text(), keys):
             if (module, key) not in NOT_RECORD_KEYS:
                 found.append(f"profdsl/{module}:{line}: {key!r}")
-    assert not found, "record or metadata keys spelled outside profdsl/records/schema.py:\n" + "\n".join(found)
+    assert not found, "record or metadata keys spelled outside the schema's modules:\n" + "\n".join(found)

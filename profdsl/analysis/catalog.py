@@ -22,15 +22,9 @@ from profdsl.analysis.reader import TraceError, file_kind, header
 from profdsl.collect.manifest import MANIFEST_NAME, read_lines
 from profdsl.config.parallel import DIMS
 from profdsl.core.naming import ARTIFACT_SUFFIXES, NSYS_EXT, TEMP_PREFIX, TraceName, is_json_trace
-from profdsl.records.schema import (
-    DISTRIBUTED_KEY,
-    META_KEY,
-    Record,
-    RecordError,
-    TraceRecord,
-    parse_record,
-    to_json,
-)
+from profdsl.records.fields import RecordError, to_json
+from profdsl.records.manifest import Record, TraceRecord, parse_record
+from profdsl.records.meta import DISTRIBUTED_KEY, META_KEY
 
 __all__ = [
     "Artifact",
@@ -111,7 +105,7 @@ def from_record(record: object) -> Artifact:
 
     Raises:
         RecordError: ``record`` is not an object, or a field has the wrong type or value (the
-            message names the first such field: :func:`profdsl.records.schema.parse_record`).
+            message names the first such field: :func:`profdsl.records.manifest.parse_record`).
     """
     parsed = parse_record(to_json(record) if isinstance(record, Record) else record)
     trace = parsed if isinstance(parsed, TraceRecord) else None

@@ -27,6 +27,7 @@ import attrs
 
 from profdsl.collect.metrics_log import log_files, read_log_lines
 from profdsl.config.checks import MAX_SECONDS
+from profdsl.metrics.aggregate import over_ranks
 
 __all__ = ["METHOD", "Comparison", "Row", "Sample", "Side", "compare", "describe_noise", "load_samples", "side", "top"]
 
@@ -100,8 +101,7 @@ def side(samples: Sequence[Sample]) -> Side:
     per_rank: dict[int | None, list[float]] = defaultdict(list)
     for s in samples:
         per_rank[s.rank].append(s.total_s)
-    means = {rank: statistics.fmean(values) for rank, values in per_rank.items()}
-    slowest = max(means, key=lambda r: (means[r], -(r if r is not None else -1)))
+    across = over_ranks((rank, statistics.fmean(values)) for rank, values in per_rank.items())
     return Side(
         n=len(samples),
         mean_s=statistics.fmean(totals),
@@ -109,8 +109,8 @@ def side(samples: Sequence[Sample]) -> Side:
         self_s=statistics.fmean(s.self_s for s in samples),
         count=statistics.fmean(s.count for s in samples),
         sd_s=statistics.stdev(totals) if len(totals) > 1 else None,
-        spread_s=max(means.values()) - min(means.values()),
-        slowest_rank=slowest,
+        spread_s=across.most - across.least,
+        slowest_rank=across.slowest,
     )
 
 

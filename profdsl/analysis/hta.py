@@ -12,7 +12,7 @@ that step gets one file, ``rank{R}.pt.trace.json.gz``, with:
 
 - every event of those traces (a discrete scheduled stage's windows, or the continuous step's
   trace), moved onto one clock shared by all the files (the smallest ``baseTimeNanoseconds``),
-  flows kept apart, profdsl's region names decoded (:mod:`profdsl.analysis.chrome`); metadata
+  flows kept apart, profdsl's region names decoded (:mod:`profdsl.analysis.rewrite`); metadata
   events repeated by several windows of one process are written once, and an input's own
   ``ProfilerStep...`` events are renamed ``torch_step...``, so that only the markers count;
 - ``distributedInfo`` (rank and world size), first in the file, and ``profdsl.export`` saying what
@@ -34,32 +34,30 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import attrs
 
 from profdsl.analysis import reader
 from profdsl.analysis.catalog import Artifact, catalog, json_traces, trace_header
-from profdsl.analysis.chrome import FLOW_SHIFT, ArrayWriter, json_value, move, region_title, shift_us
 from profdsl.analysis.load import scan_artifacts
 from profdsl.analysis.model import StageModel
 from profdsl.analysis.outputs import check_output
-from profdsl.analysis.regions import RegionNames
+from profdsl.analysis.rewrite import Rewriter, shift_us
 from profdsl.analysis.scan import Piece, TraceScan
-from profdsl.records.schema import (
+from profdsl.core.naming import TRACE_EXT
+from profdsl.records.fields import RecordError, to_json
+from profdsl.records.meta import (
     BASE_TIME_KEY,
     DISTRIBUTED_KEY,
     META_KEY,
     ExportMeta,
-    RecordError,
     TraceMeta,
     distributed_info,
     header_meta,
-    to_json,
 )
 
 __all__ = ["HtaError", "HtaReport", "RankExport", "export_hta", "output_name"]
@@ -68,7 +66,7 @@ __all__ = ["HtaError", "HtaReport", "RankExport", "export_hta", "output_name"]
 MARKER = "ProfilerStep#"
 #: What an input's own ``ProfilerStep...`` events are renamed to (prefix replaced).
 RENAMED = "torch_step"
-_OURS = re.compile(r"\.?rank[0-9]+\.pt\.trace\.json\.gz(\.partial)?\Z")
+_OURS = re.compile(rf"\.?rank[0-9]+{re.escape(TRACE_EXT)}(\.partial)?\Z")
 #: Header keys of an input not copied: written anew, or naming one input only.
 _OWN_KEYS = frozenset({DISTRIBUTED_KEY, META_KEY, BASE_TIME_KEY, "traceName", "trace_id"})
 
@@ -123,7 +121,7 @@ class _Rank:
 
 def output_name(rank: int) -> str:
     """The file a rank's trace is written to."""
-    return f"rank{rank}.pt.trace.json.gz"
+    return f"rank{rank}{TRACE_EXT}"
 
 
 def export_hta(
@@ -234,6 +232,30 @@ def _plan(
     errors: list[str],
 ) -> list[_Rank]:
     """One plan per rank that has the stage at the step, in rank order."""
+    scanned = scan_artifacts(folder, _chosen(folder, artifacts, step, role), errors)
+    model = StageModel(scanned)
+    placed = [(a, path, piece) for a, path, piece in model.placed() if stage in path]
+    own = [a for a, path, piece in placed if piece.index is None and path[-1] == stage]
+    if not own:
+        if errors:
+            return []  # it may have been in a trace that could not be read
+        stages = {piece.label for _, _, piece in model.placed() if piece.index is None}
+        raise HtaError(f"{folder}: no stage {stage!r} at step {step} (stages: {_listing(stages)})")
+    roles = {a.role or "unknown" for a in own}
+    if len(roles) > 1:
+        raise HtaError(f"stage {stage!r} of step {step} ran in roles {_listing(roles)}: choose one with --role")
+    scans = {id(artifact): scan for artifact, scan in scanned}
+    plans = []
+    for rank, artifacts_of_rank in sorted(_by_rank(folder, own, errors).items()):
+        inputs = sorted(((a, scans[id(a)]) for a in artifacts_of_rank), key=_time_order)
+        plans.append(_marks(model, rank, stage, tuple(inputs), [item for item in placed if item[0].rank == rank]))
+    return plans
+
+
+def _chosen(
+    folder: str | os.PathLike[str], artifacts: Sequence[Artifact], step: int, role: str | None
+) -> list[Artifact]:
+    """The training traces of ``step`` (of ``role``), or why there are none."""
     traces = [a for a in json_traces(artifacts) if a.kind == "trace"]
     steps = {a.step for a in traces if a.step is not None}
     if step not in steps:
@@ -245,33 +267,24 @@ def _plan(
             f"{folder}: no trace of role {role!r} at step {step} "
             f"(roles: {_listing(a.role or 'unknown' for a in at_step)})"
         )
-    scanned = scan_artifacts(folder, chosen, errors)
-    model = StageModel(scanned)
-    scans = {id(artifact): scan for artifact, scan in scanned}
-    placed = [(a, path, piece) for a, path, piece in model.placed() if stage in path]
-    own = [(a, piece) for a, path, piece in placed if piece.index is None and path[-1] == stage]
-    if not own:
-        if errors:
-            return []  # it may have been in a trace that could not be read
-        stages = {piece.label for _, _, piece in model.placed() if piece.index is None}
-        raise HtaError(f"{folder}: no stage {stage!r} at step {step} (stages: {_listing(stages)})")
-    roles = {a.role or "unknown" for a, _ in own}
-    if len(roles) > 1:
-        raise HtaError(f"stage {stage!r} of step {step} ran in roles {_listing(roles)}: choose one with --role")
+    return chosen
+
+
+def _by_rank(folder: str | os.PathLike[str], own: list[Artifact], errors: list[str]) -> dict[int, list[Artifact]]:
+    """The traces holding the stage, per rank, each once; one without a rank is an error."""
     by_rank: dict[int, list[Artifact]] = defaultdict(list)
-    for artifact, _ in own:
+    for artifact in own:
         if artifact.rank is None:
             reason = f"{os.path.join(folder, str(artifact.path))}: no rank (HTA reads one trace per rank)"
             if reason not in errors:
                 errors.append(reason)
         elif all(artifact is not a for a in by_rank[artifact.rank]):
             by_rank[artifact.rank].append(artifact)
-    plans = []
-    for rank in sorted(by_rank):
-        inputs = [(a, scans[id(a)]) for a in by_rank[rank]]
-        inputs.sort(key=lambda item: (item[1].base_ns, min((p.ts for p in item[1].pieces), default=0.0)))
-        plans.append(_marks(model, rank, stage, tuple(inputs), [item for item in placed if item[0].rank == rank]))
-    return plans
+    return by_rank
+
+
+def _time_order(item: tuple[Artifact, TraceScan]) -> tuple[int, float]:
+    return item[1].base_ns, min((p.ts for p in item[1].pieces), default=0.0)
 
 
 def _marks(
@@ -316,8 +329,8 @@ def _below(path: tuple[str, ...], stage: str) -> int:
 
 
 class _RankWriter:
-    """Streams one rank's inputs into its file (through a spool, so that an input that fails
-    part way adds nothing), then writes the markers."""
+    """Rewrites one rank's inputs into its file (:mod:`profdsl.analysis.rewrite`), then writes
+    the markers."""
 
     def __init__(self, folder: str | os.PathLike[str], plan: _Rank, base_ns: int, stage: str, step: int) -> None:
         self.folder, self.plan, self.base_ns, self.stage, self.step = folder, plan, base_ns, stage, step
@@ -328,73 +341,50 @@ class _RankWriter:
     def write(self, out: Path, world: int, errors: list[str]) -> tuple[Path, RankExport] | None:
         """Write the rank's file as a partial next to its place; None when no input read well."""
         final = out / output_name(self.plan.rank)
-        partial = out / f".{final.name}.partial"
         kept: list[tuple[Artifact, dict[str, Any]]] = []
-        with tempfile.TemporaryFile(dir=out) as spool:
-            body = ArrayWriter(spool)
-            events = 0
+        with Rewriter(out, self.base_ns) as rewriter:
             for index, (artifact, scan) in enumerate(self.plan.inputs):
-                copied = self._copy(artifact, scan, body, index << FLOW_SHIFT, errors)
-                if copied is not None:
-                    kept.append((artifact, copied[0]))
-                    events += copied[1]
+                header = self._copy(rewriter, artifact, scan, index, errors)
+                if header is not None:
+                    kept.append((artifact, header))
             if not kept:
                 return None
             markers = self._markers()
-            spool.seek(0)
-            try:
-                with _gzip(partial) as stream:
-                    stream.write(self._head(kept, world).encode())
-                    writer = ArrayWriter(stream)
-                    writer.append(spool, empty=body.empty)
-                    events += writer.write_all(markers)
-                    stream.write(b"\n]}\n")
-            except BaseException:
-                partial.unlink(missing_ok=True)
-                raise
+            partial = rewriter.finish(final, self._head(kept, world), after=markers, level=1)
         iterations = tuple(int(m["name"][len(MARKER) :]) for m in markers)
+        events = rewriter.body.count + len(markers)
         return partial, RankExport(self.plan.rank, final, len(kept), events, iterations, self.plan.unit)
 
     def _copy(
-        self, artifact: Artifact, scan: TraceScan, body: ArrayWriter, flow_base: int, errors: list[str]
-    ) -> tuple[dict[str, Any], int] | None:
-        """Copy one input's events; (its header, events written), or None (its reason in
-        ``errors``, nothing of it kept)."""
-        mark, seen = body.mark(), set(self.seen)
+        self, rewriter: Rewriter, artifact: Artifact, scan: TraceScan, index: int, errors: list[str]
+    ) -> dict[str, Any] | None:
+        """Copy one input's events; its header, or None (its reason in ``errors``, nothing of it
+        kept)."""
+        seen = set(self.seen)
         found: list[tuple[int, tuple[float, float, Any, Any]]] = []
-        written = 0
-        path = os.path.join(self.folder, str(artifact.path))
         shift = shift_us(scan.base_ns, self.base_ns)
+
+        def edit(event: dict[str, Any], label: tuple[str, int | None] | None) -> dict[str, Any] | None:
+            if self._repeated(event):
+                return None
+            mark_of = None if label is None else self._marker_of(artifact, label, event)
+            if mark_of is not None:
+                found.append((mark_of, (event["ts"] + shift, event.get("dur", 0), event.get("pid"), event.get("tid"))))
+            name = event.get("name")
+            if isinstance(name, str) and name.startswith("ProfilerStep"):
+                event["name"] = RENAMED + name[len("ProfilerStep") :]
+            return event
+
         try:
-            meta = trace_header(self.folder, artifact)
-            names = RegionNames.from_header(meta)
-            for event in reader.events(path):
-                if self._repeated(event):
-                    continue
-                if event.get("ph") == "X" and not names.empty:
-                    label = names.label(str(event.get("name", "")))
-                    if label is not None:
-                        mark_of = self._marker_of(artifact, label, event)
-                        if mark_of is not None:
-                            found.append(
-                                (
-                                    mark_of,
-                                    (event["ts"] + shift, event.get("dur", 0), event.get("pid"), event.get("tid")),
-                                )
-                            )
-                        event["name"] = region_title(label)
-                name = event.get("name")
-                if isinstance(name, str) and name.startswith("ProfilerStep"):
-                    event["name"] = RENAMED + name[len("ProfilerStep") :]
-                written += body.write_all([move(event, shift_us=shift, flow_base=flow_base)])
+            header = trace_header(self.folder, artifact)
+            rewriter.copy(os.path.join(self.folder, str(artifact.path)), header, scan.base_ns, index, edit)
         except reader.TraceError as exc:
-            body.undo(mark)
             self.seen = seen
             errors.append(str(exc))
             return None
         for k, span in found:
             self.found[k].append(span)
-        return meta, written
+        return header
 
     def _repeated(self, event: dict[str, Any]) -> bool:
         """A metadata event already written (each window of a process repeats its names)."""
@@ -436,34 +426,21 @@ class _RankWriter:
             )
         return markers
 
-    def _head(self, kept: list[tuple[Artifact, dict[str, Any]]], world: int) -> str:
-        """The file's start, up to ``"traceEvents": [``: ``distributedInfo`` first and on its own
-        line (HTA finds the rank by the first ``"rank": N`` of the file)."""
+    def _head(self, kept: list[tuple[Artifact, dict[str, Any]]], world: int) -> list[tuple[str, Any]]:
+        """The file's header: ``distributedInfo`` first and on its own line (HTA finds the rank
+        by the first ``"rank": N`` of the file), what it exports, then the first input's own."""
         plan = self.plan
-        info = distributed_info(plan.rank, plan.world_size or world)
-        own = to_json(
-            TraceMeta(
-                export=ExportMeta(
-                    format="hta",
-                    role=kept[0][0].role,
-                    stage=self.stage,
-                    step=self.step,
-                    rank=plan.rank,
-                    iterations=plan.unit,
-                    traces=tuple(str(a.path) for a, _ in kept),
-                )
-            )
+        own = ExportMeta(
+            format="hta",
+            role=kept[0][0].role,
+            stage=self.stage,
+            step=self.step,
+            rank=plan.rank,
+            iterations=plan.unit,
+            traces=tuple(str(a.path) for a, _ in kept),
         )
-        lines = [f"{{{json.dumps(DISTRIBUTED_KEY)}: {json.dumps(info)},", f"{json.dumps(META_KEY)}: {json.dumps(own)},"]
-        for key, value in kept[0][1].items():
-            if key not in _OWN_KEYS:
-                lines.append(f"{json.dumps(key)}: {json.dumps(value, default=json_value)},")
-        lines.append(f"{json.dumps(BASE_TIME_KEY)}: {self.base_ns},")
-        lines.append('"traceEvents": [\n')
-        return "\n".join(lines)
-
-
-def _gzip(path: Path) -> IO[bytes]:
-    import gzip
-
-    return gzip.open(path, "wb", compresslevel=1)  # type: ignore[return-value]
+        head = [
+            (DISTRIBUTED_KEY, distributed_info(plan.rank, plan.world_size or world)),
+            (META_KEY, to_json(TraceMeta(export=own))),
+        ]
+        return head + [(key, value) for key, value in kept[0][1].items() if key not in _OWN_KEYS]

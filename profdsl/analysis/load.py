@@ -23,7 +23,7 @@ from profdsl.analysis.reader import TraceError
 from profdsl.analysis.scan import TraceScan, scan_file
 from profdsl.analysis.walls import step_walls
 from profdsl.analysis.workers import run_workers
-from profdsl.records.schema import META_KEY
+from profdsl.records.meta import META_KEY
 
 __all__ = ["Progress", "load_model", "scan_artifacts"]
 

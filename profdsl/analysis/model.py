@@ -18,7 +18,8 @@ span, with any profdsl regions it holds under it. For each path of each (role, s
   the self time of it and of its parent is not below 0. The always-on metrics time them exactly.
 
 Per (step, role, path) across ranks: :meth:`StageModel.spread` (min / median / max, the slowest
-rank). ``profdsl summary``, ``plot``, ``merge`` and the demo's report all read these numbers.
+rank: :func:`~profdsl.metrics.aggregate.over_ranks`; the median is its central value).
+``profdsl summary``, ``plot``, ``merge`` and the demo's report all read these numbers.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ import attrs
 from profdsl.analysis.catalog import Artifact
 from profdsl.analysis.regions import ENGINE_STAGE
 from profdsl.analysis.scan import Piece, TraceScan
+from profdsl.metrics.aggregate import over_ranks
 
-__all__ = ["Node", "STEP_ROW", "Span", "StageModel", "Spread", "WHOLE_TRACE"]
+__all__ = ["StageNode", "STEP_ROW", "Span", "StageModel", "StageSpread", "WHOLE_TRACE"]
 
 #: The label of a role's whole step in the step view (:meth:`StageModel.step_spreads`).
 STEP_ROW = "(step)"
@@ -45,8 +47,8 @@ Key = tuple[str, "int | None", "int | None"]  # role, step, rank
 
 
 @attrs.frozen
-class Node:
-    """One stage (a path in the tree) of one role, step and rank."""
+class StageNode:
+    """One stage (a path in the tree) of one role, step and rank, in its traces."""
 
     role: str
     step: int | None
@@ -70,8 +72,8 @@ class Node:
 
 
 @attrs.frozen
-class Spread:
-    """One stage of one role and step, across the ranks that ran it."""
+class StageSpread:
+    """One stage of one role and step, across the ranks that ran it (its traces' times)."""
 
     role: str
     step: int | None
@@ -138,7 +140,7 @@ class StageModel:
         self._placed: list[tuple[Artifact, tuple[str, ...], Piece]] = []
         for artifact, scan in scans:
             self._add(artifact, scan)
-        self.nodes: list[Node] = self._nodes()
+        self.nodes: list[StageNode] = self._nodes()
 
     # -- building ---------------------------------------------------------------------------
     def _add(self, artifact: Artifact, scan: TraceScan) -> None:
@@ -205,14 +207,14 @@ class StageModel:
                 if not count:
                     break
 
-    def _nodes(self) -> list[Node]:
+    def _nodes(self) -> list[StageNode]:
         nodes = []
         for (role, step, rank), tree in self._acc.items():
             overlapped = {path[:-1] for path, acc in tree.items() if acc.crossed}
             for path, acc in tree.items():
                 self_us = max(acc.self_us, 0.0) if acc.crossed or path in overlapped else acc.self_us
                 nodes.append(
-                    Node(
+                    StageNode(
                         role,
                         step,
                         rank,
@@ -247,14 +249,14 @@ class StageModel:
         wall = self.wall_us(role, step, rank)
         return self.step_total_us(role, step, rank) if wall is None else wall
 
-    def share(self, node: Node) -> float | None:
+    def share(self, node: StageNode) -> float | None:
         """``node``'s part of its role's stage time at the step on its rank (the sum of its
         outermost stages; None when that is 0). ``summary --by`` measures against the step's
         wall time instead (:meth:`step_time_us`)."""
         total = self.step_total_us(node.role, node.step, node.rank)
         return node.total_us / total if total else None
 
-    def step_spreads(self) -> dict[tuple[int | None, str], Spread]:
+    def step_spreads(self) -> dict[tuple[int | None, str], StageSpread]:
         """Each role's whole step, across the ranks whose metrics log has its wall time:
         ``(step)``, its wall time as its total and the time outside any of its stages as its
         self time (never below 0)."""
@@ -265,44 +267,33 @@ class StageModel:
                 groups[(step, role)].append((rank, wall, max(wall - self.step_total_us(role, step, rank), 0.0)))
         result = {}
         for (step, role), items in groups.items():
-            walls = [w for _, w, _ in items]
-            slowest = max(items, key=lambda i: (i[1], -_number(i[0])))
-            result[(step, role)] = Spread(
-                role,
-                step,
-                (STEP_ROW,),
-                len(items),
-                len(items),
-                min(walls),
-                statistics.median(walls),
-                max(walls),
-                slowest[0],
-                statistics.median(o for _, _, o in items),
-                0.0,
+            f = over_ranks((rank, wall) for rank, wall, _ in items)
+            self_us = statistics.median(o for _, _, o in items)
+            result[(step, role)] = StageSpread(
+                role, step, (STEP_ROW,), f.ranks, f.ranks, f.least, f.median, f.most, f.slowest, self_us, 0.0
             )
         return result
 
-    def spread(self) -> list[Spread]:
+    def spread(self) -> list[StageSpread]:
         """Each (step, role, path) across its ranks, steps in order, then roles and stages in
         the order they first ran."""
-        groups: dict[tuple[str, int | None, tuple[str, ...]], list[Node]] = defaultdict(list)
+        groups: dict[tuple[str, int | None, tuple[str, ...]], list[StageNode]] = defaultdict(list)
         for node in self.nodes:
             groups[(node.role, node.step, node.path)].append(node)
         result = []
         for (role, step, path), nodes in groups.items():
-            totals = [n.total_us for n in nodes]
-            slowest = max(nodes, key=lambda n: (n.total_us, -_number(n.rank)))
+            f = over_ranks((n.rank, n.total_us) for n in nodes)
             result.append(
-                Spread(
+                StageSpread(
                     role,
                     step,
                     path,
-                    len(nodes),
+                    f.ranks,
                     sum(n.count for n in nodes),
-                    min(totals),
-                    statistics.median(totals),
-                    max(totals),
-                    slowest.rank,
+                    f.least,
+                    f.median,
+                    f.most,
+                    f.slowest,
                     statistics.median(n.self_us for n in nodes),
                     min(n.first_us for n in nodes),
                     any(n.interleaved for n in nodes),
@@ -396,20 +387,20 @@ def _number(value: int | None) -> int:
     return -1 if value is None else value
 
 
-def _node_order(node: Node) -> tuple[Any, ...]:
+def _node_order(node: StageNode) -> tuple[Any, ...]:
     return (node.role, _number(node.step), _number(node.rank), node.path)
 
 
-def _tree_order(spreads: Sequence[Spread]) -> list[Spread]:
+def _tree_order(spreads: Sequence[StageSpread]) -> list[StageSpread]:
     """Steps in order; in a step, roles by when they first ran; under each stage its children,
     by when they first ran (a depth-first walk)."""
-    children: dict[tuple[int | None, str, tuple[str, ...]], list[Spread]] = defaultdict(list)
+    children: dict[tuple[int | None, str, tuple[str, ...]], list[StageSpread]] = defaultdict(list)
     first_of_role: dict[tuple[int | None, str], float] = {}
     for spread in spreads:
         children[(spread.step, spread.role, spread.path[:-1])].append(spread)
         key = (spread.step, spread.role)
         first_of_role[key] = min(first_of_role.get(key, spread.first_us), spread.first_us)
-    ordered: list[Spread] = []
+    ordered: list[StageSpread] = []
 
     def walk(step: int | None, role: str, prefix: tuple[str, ...]) -> None:
         for child in sorted(children.get((step, role, prefix), ()), key=lambda s: (s.first_us, s.path)):

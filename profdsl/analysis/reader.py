@@ -23,7 +23,9 @@ import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
-from profdsl.records.schema import DISTRIBUTED_KEY, RecordError, base_time_ns, brief, header_meta
+from profdsl.config.checks import brief
+from profdsl.records.fields import RecordError
+from profdsl.records.meta import DISTRIBUTED_KEY, base_time_ns, header_meta
 
 __all__ = [
     "MAX_TIME_US",
@@ -177,7 +179,7 @@ def header(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def metadata_problem(meta: dict[str, Any]) -> str | None:
     """What is wrong with a trace's top-level metadata, or None: the ``profdsl`` metadata must
-    fit the schema (:func:`~profdsl.records.schema.parse_meta`), ``distributedInfo`` be an
+    fit the schema (:func:`~profdsl.records.meta.parse_meta`), ``distributedInfo`` be an
     object and ``baseTimeNanoseconds`` a whole number of nanoseconds >= 0."""
     try:
         header_meta(meta)

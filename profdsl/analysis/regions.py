@@ -21,7 +21,8 @@ from typing import Any
 import attrs
 
 from profdsl.core.labels import trace_names
-from profdsl.records.schema import RecordError, Regions, header_meta
+from profdsl.records.fields import RecordError
+from profdsl.records.meta import Regions, header_meta
 
 __all__ = ["ENGINE_STAGE", "RegionNames"]
 

@@ -31,7 +31,8 @@ import attrs
 
 from profdsl.analysis.reader import TraceError, event_problem, events, open_trace
 from profdsl.analysis.regions import RegionNames
-from profdsl.records.schema import RecordError, base_time_ns
+from profdsl.records.fields import RecordError
+from profdsl.records.meta import base_time_ns
 
 __all__ = ["Piece", "TraceScan", "scan_events", "scan_file"]
 

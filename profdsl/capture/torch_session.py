@@ -34,7 +34,7 @@ from profdsl.config import Schedule, TorchOptions
 from profdsl.core.labels import encode
 from profdsl.core.log import once
 from profdsl.core.schedule import action_at
-from profdsl.records.schema import trace_header
+from profdsl.records.meta import trace_header
 
 __all__ = ["CALL_TIMEOUT_S", "STOP_TIMEOUT_S", "TorchBackend", "TorchSession"]
 

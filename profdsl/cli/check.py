@@ -16,7 +16,8 @@ from profdsl.config.checks import require_int
 from profdsl.core.naming import ARTIFACT_SUFFIXES, TEMP_PREFIX, is_json_trace
 from profdsl.core.selection import Selection
 from profdsl.errors import ConfigError
-from profdsl.records.schema import MAX_REQUEST_STEPS, HookRecord, Record, TraceRecord
+from profdsl.records.manifest import HookRecord, Record, TraceRecord
+from profdsl.records.requests import MAX_REQUEST_STEPS
 
 HELP = "check that every trace exists, is non-empty, parses and carries its metadata; list what is missing"
 EXAMPLES = """examples:

@@ -9,7 +9,8 @@ from typing import Any
 
 from profdsl.analysis.catalog import Artifact, FolderError, catalog
 from profdsl.cli.common import fail, printable, skipped, table
-from profdsl.records.schema import RECORD_CLASSES, SCHEMA_VERSION, VERSION_KEY, to_json
+from profdsl.records.fields import SCHEMA_VERSION, VERSION_KEY, to_json
+from profdsl.records.manifest import RECORD_CLASSES
 
 HELP = "list the artifacts of a profiles folder (from its manifest, else from file names)"
 EXAMPLES = """examples:

@@ -14,7 +14,7 @@ from typing import Any
 from profdsl.analysis import cost
 from profdsl.analysis.catalog import Artifact, FolderError, catalog
 from profdsl.analysis.load import load_model
-from profdsl.analysis.model import Spread, StageModel
+from profdsl.analysis.model import StageModel, StageSpread
 from profdsl.cli.common import fail, skipped, table
 from profdsl.config.parallel import DIMS
 
@@ -223,7 +223,7 @@ def step_view(model: StageModel) -> str:
     return "\n\n".join(blocks)
 
 
-def _with_steps(spreads: list[Spread], steps: dict[tuple[int | None, str], Spread]) -> list[Spread]:
+def _with_steps(spreads: list[StageSpread], steps: dict[tuple[int | None, str], StageSpread]) -> list[StageSpread]:
     """``spreads`` with each role's :data:`~profdsl.analysis.model.STEP_ROW` before its first
     stage of the step."""
     result = []

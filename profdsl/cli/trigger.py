@@ -11,7 +11,8 @@ import time
 from profdsl.cli.common import fail, fail_pointing, printable
 from profdsl.collect.manifest import MANIFEST_NAME
 from profdsl.collect.requests import REQUESTS_DIR, new_id, write_request
-from profdsl.records.schema import MAX_REQUEST_STEPS, CaptureRequest, RecordError, parse_request, to_json
+from profdsl.records.fields import RecordError, to_json
+from profdsl.records.requests import MAX_REQUEST_STEPS, CaptureRequest, parse_request
 
 HELP = "ask a running job to trace its next N steps on chosen ranks and roles (no restart)"
 EXAMPLES = """examples:

@@ -31,7 +31,8 @@ from profdsl.config.parallel import Parallel
 from profdsl.core.log import once
 from profdsl.core.naming import PLAIN_TRACE_EXT, TEMP_PREFIX, TRACE_EXT, TraceName
 from profdsl.errors import ConfigError
-from profdsl.records.schema import CaptureNote, TraceRecord
+from profdsl.records.manifest import TraceRecord
+from profdsl.records.requests import CaptureNote
 
 if TYPE_CHECKING:
     from profdsl.config import TorchOptions
@@ -95,7 +96,7 @@ class TraceLabel:
         return None if self.capture is None else self.capture.request
 
     def fields(self, **more: object) -> dict[str, Any]:
-        """The fields this label gives its :class:`~profdsl.records.schema.TraceRecord` (``more``
+        """The fields this label gives its :class:`~profdsl.records.manifest.TraceRecord` (``more``
         added or overriding): the known parallel coordinates as ``tp`` ... ``ep``, their sizes as
         ``parallel_sizes``, and why it was captured (``capture``) when a request asked."""
         fields: dict[str, Any] = dict(

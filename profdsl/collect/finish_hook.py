@@ -32,7 +32,7 @@ import attrs
 from profdsl.collect.hook_output import OutputTail
 from profdsl.collect.manifest import MANIFEST_NAME
 from profdsl.core.log import logger, once, printable
-from profdsl.records.schema import HookRecord
+from profdsl.records.manifest import HookRecord
 
 __all__ = [
     "SHELL",

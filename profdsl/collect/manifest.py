@@ -20,16 +20,9 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from profdsl.core.log import logger, once
-from profdsl.records.schema import (
-    KINDS,
-    RECORD_CLASSES,
-    RECORD_KEYS,
-    Record,
-    RecordError,
-    is_relative,
-    parse_record,
-    to_json,
-)
+from profdsl.core.naming import is_relative
+from profdsl.records.fields import RecordError, to_json
+from profdsl.records.manifest import KINDS, RECORD_CLASSES, RECORD_KEYS, Record, parse_record
 
 __all__ = [
     "KINDS",
@@ -48,7 +41,7 @@ MANIFEST_NAME = "profdsl-manifest.jsonl"
 
 
 def make_record(kind: str, path: str | None, **fields: Any) -> dict[str, Any]:
-    """The JSON object of a record of ``kind`` (:data:`~profdsl.records.schema.RECORD_CLASSES`):
+    """The JSON object of a record of ``kind`` (:data:`~profdsl.records.manifest.RECORD_CLASSES`):
     every key of :data:`RECORD_KEYS`, and the ``fields`` given (each a field of that kind's class).
 
     ``path`` must be relative to ``save_path`` (a bare file name for flat artifacts).

@@ -1,5 +1,5 @@
 """The metrics log (``Metrics(log=True)``): every step's stage timings, per role and rank, as
-JSON lines (:class:`~profdsl.records.schema.MetricsLine`) in ``save_path``.
+JSON lines (:class:`~profdsl.records.metrics_log.MetricsLine`) in ``save_path``.
 
 Each process appends to its own file, ``profdsl-metrics-rank{R}-{host}-{pid}.jsonl``, through
 its writer (one line per role and step, one ``write`` each: a line torn by a crash loses that
@@ -17,7 +17,8 @@ import re
 import stat
 
 from profdsl.core.log import once
-from profdsl.records.schema import MetricsLine, RecordError, parse_metrics_line
+from profdsl.records.fields import RecordError
+from profdsl.records.metrics_log import MetricsLine, parse_metrics_line
 
 __all__ = ["LOG_PREFIX", "LOG_SUFFIX", "append_line", "log_name", "log_files", "read_log"]
 

@@ -27,7 +27,7 @@ import attrs
 
 from profdsl.collect.manifest import append_record, make_record, read_records
 from profdsl.core.naming import MAX_INDEX, NSYS_EXT, TEMP_PREFIX, TraceName
-from profdsl.records.schema import MovedRecord, NsysRecord
+from profdsl.records.manifest import MovedRecord, NsysRecord
 
 __all__ = [
     "Move",

@@ -1,5 +1,5 @@
 """Capture request files: ``save_path/profdsl-requests/<id>.json``, one JSON object each
-(:class:`~profdsl.records.schema.CaptureRequest`).
+(:class:`~profdsl.records.requests.CaptureRequest`).
 
 ``profdsl trigger`` writes one (:func:`write_request`: to a hidden name first, then renamed, so
 that a reader never sees half a request). A running job's processes look for them at their step
@@ -22,7 +22,8 @@ from collections.abc import Iterator
 
 import attrs
 
-from profdsl.records.schema import CaptureRequest, RecordError, parse_request, to_json
+from profdsl.records.fields import RecordError, to_json
+from profdsl.records.requests import CaptureRequest, parse_request
 
 __all__ = ["MAX_REQUEST_BYTES", "REQUESTS_DIR", "RequestFolder", "Scanned", "new_id", "read_request", "write_request"]
 

@@ -1,11 +1,14 @@
 """Field checks: the one home of profdsl's input checks (validators, converters and the
 plain functions behind them).
 
-Each one raises :class:`~profdsl.errors.ConfigError` with a message naming the field (as
-``Class.field``) or argument and the offending value, so a bad YAML key is found without a
-traceback dive. :func:`require_int` is the only integer check in profdsl: config fields, trace
-name fields, schedule indices and ranks all go through it; numbers that arrive at run time (step
-numbers) go through :func:`to_index`, the same check after ``operator.index``.
+Each check is a plain function ``require_*(label, value, ...)`` that returns the value or raises
+:class:`~profdsl.errors.ConfigError` with one message, ``<label> must be <what>[ or None], got
+<value>`` (:func:`refuse`), naming the field (``Class.field``, a record's key, a verl key) so a
+bad value is found without a traceback dive. :func:`valid` and :func:`named` put one on an attrs
+field; the record reader (:mod:`profdsl.records.fields`) and the verl mapping call them too.
+:func:`require_int` is the only integer check in profdsl: config fields, trace name fields,
+schedule indices, ranks and record fields all go through it; numbers that arrive at run time
+(step numbers) go through :func:`to_index`, the same check after ``operator.index``.
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ from __future__ import annotations
 import difflib
 import operator
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import attrs
 
 from profdsl.errors import ConfigError
 
 T = TypeVar("T")
+Validator = Callable[[object, "attrs.Attribute[Any]", object], None]
 
 MAX_WIDE_INDEX: Final = 999_999_999_999
 """Largest step, rank, world size or other index profdsl accepts: twelve digits, what a trace name
@@ -32,6 +37,17 @@ waits on threads and processes overflow on absurd values."""
 
 def _where(inst: object, attribute: attrs.Attribute[Any]) -> str:
     return f"{type(inst).__name__}.{attribute.name}"
+
+
+def brief(value: object) -> str:
+    """``repr(value)`` cut to 40 characters: how every check quotes the value it refuses."""
+    shown = repr(value)
+    return shown if len(shown) <= 40 else f"{shown[:37]}..."
+
+
+def refuse(label: str, what: str, value: object, *, optional: bool = False, tail: str = "") -> NoReturn:
+    """Raise the one message of every check: ``<label> must be <what>[ or None], got <value>``."""
+    raise ConfigError(f"{label} must be {what}{' or None' if optional else ''}, got {brief(value)}{tail}")
 
 
 def named(check: Callable[..., T], *args: Any, **kwargs: Any) -> attrs.Converter[Any, T]:
@@ -52,13 +68,23 @@ def named(check: Callable[..., T], *args: Any, **kwargs: Any) -> attrs.Converter
     return attrs.Converter(convert, takes_self=True, takes_field=True)
 
 
-def text(*, optional: bool = False, blank: bool = True) -> Callable[[object, attrs.Attribute[Any], object], None]:
-    """An attrs validator: :func:`text_without_nul` on the field."""
+def valid(check: Callable[..., object], *args: Any, **kwargs: Any) -> Validator:
+    """An attrs validator: ``check(label, value, *args, **kwargs)`` on the field, as :func:`named`.
 
-    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        text_without_nul(_where(inst, attribute), value, optional=optional, blank=blank)
+    Examples:
+        >>> @attrs.frozen
+        ... class Job:
+        ...     retries: int = attrs.field(validator=valid(require_int, 0, 9))
+        >>> Job(10)
+        Traceback (most recent call last):
+        ...
+        profdsl.errors.ConfigError: Job.retries must be an integer in 0..9, got 10
+    """
 
-    return check
+    def validate(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        check(_where(inst, attribute), value, *args, **kwargs)
+
+    return validate
 
 
 def is_int(value: object) -> bool:
@@ -66,19 +92,23 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int_in_range(value: object, minimum: int, maximum: int | None) -> bool:
-    return is_int(value) and minimum <= value and (maximum is None or value <= maximum)  # type: ignore[operator]
+def _int_in_range(value: object, minimum: int | None, maximum: int | None) -> bool:
+    return (
+        is_int(value)
+        and (minimum is None or minimum <= value)  # type: ignore[operator]
+        and (maximum is None or value <= maximum)  # type: ignore[operator]
+    )
 
 
 def require_int(
-    label: str, value: object, minimum: int = 0, maximum: int | None = None, *, optional: bool = False
+    label: str, value: object, minimum: int | None = 0, maximum: int | None = None, *, optional: bool = False
 ) -> int:
-    """Return ``value`` if it is an integer in ``minimum..maximum`` (no upper bound when None).
+    """Return ``value`` if it is an integer in ``minimum..maximum`` (no bound where None).
 
     Args:
         label: how the message names the value, e.g. ``"Schedule.wait"`` or ``"argument rank"``.
         value: the value to check; ``bool`` is refused although it subclasses ``int``.
-        minimum: the smallest allowed value.
+        minimum: the smallest allowed value, or None.
         maximum: the largest allowed value, or None.
         optional: None is allowed too (and returned as is).
 
@@ -97,64 +127,114 @@ def require_int(
     if optional and value is None:
         return value  # type: ignore[return-value]
     if not _int_in_range(value, minimum, maximum):
-        raise ConfigError(
-            f"{label} must be an integer {_bound(minimum, maximum)}{' or None' if optional else ''}, got {value!r}"
-        )
+        refuse(label, f"an integer{_bound(minimum, maximum)}", value, optional=optional)
     return value  # type: ignore[return-value]
 
 
-def _bound(minimum: int, maximum: int | None) -> str:
-    return f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+def _bound(minimum: int | None, maximum: int | None) -> str:
+    if minimum is None:
+        return "" if maximum is None else f" <= {maximum}"
+    return f" >= {minimum}" if maximum is None else f" in {minimum}..{maximum}"
 
 
-def int_in(
-    minimum: int, maximum: int | None = None, *, optional: bool = False
-) -> Callable[[object, attrs.Attribute[Any], object], None]:
+def int_in(minimum: int, maximum: int | None = None, *, optional: bool = False) -> Validator:
     """An attrs validator: :func:`require_int` on the field."""
-
-    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        require_int(_where(inst, attribute), value, minimum, maximum, optional=optional)
-
-    return check
+    return valid(require_int, minimum, maximum, optional=optional)
 
 
-def int_at_least(minimum: int) -> Callable[[object, attrs.Attribute[Any], object], None]:
-    """An attrs validator: an integer (not a bool) ``>= minimum``."""
-    return int_in(minimum)
+def require_bool(label: str, value: object, *, optional: bool = False) -> bool:
+    """Return ``value`` if it is exactly ``True`` or ``False`` (YAML ``"yes"`` is not a bool)."""
+    if (optional and value is None) or isinstance(value, bool):
+        return value  # type: ignore[return-value]
+    refuse(label, "true, false" if optional else "true or false", value, optional=optional)
 
 
-def boolean(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An attrs validator: exactly ``True`` or ``False`` (YAML ``"yes"`` is not a bool)."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"{_where(inst, attribute)} must be true or false, got {value!r}")
+boolean: Final = valid(require_bool)
+"""An attrs validator: :func:`require_bool` on the field."""
 
 
-def positive_finite(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An attrs validator: a finite number of seconds > 0, at most :data:`MAX_SECONDS`."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not 0 < value <= MAX_SECONDS  # also refuses NaN and inf, and ints too large for a float
-    ):
-        raise ConfigError(
-            f"{_where(inst, attribute)} must be a finite number of seconds > 0, got {value!r} "
-            f"(at most {MAX_SECONDS}, a week)"
-        )
+def require_number(
+    label: str,
+    value: object,
+    minimum: float,
+    maximum: float,
+    *,
+    above: bool = False,
+    optional: bool = False,
+    what: str | None = None,
+    tail: str = "",
+) -> float:
+    """Return ``value`` as a float if it is a number (not a bool) in ``minimum..maximum``
+    (``above``: strictly greater than ``minimum``). NaN, infinities and integers too large for a
+    float are refused whatever the bounds. ``what``: how the message names the kind of number.
+
+    Examples:
+        >>> require_number("Stragglers.factor", 2, 1.0, 1e6, above=True)
+        2.0
+        >>> require_number("blocked_ms", float("nan"), 0, 1e300, what="a finite number >= 0")
+        Traceback (most recent call last):
+        ...
+        profdsl.errors.ConfigError: blocked_ms must be a finite number >= 0, got nan
+    """
+    if optional and value is None:
+        return value  # type: ignore[return-value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        low_ok = value > minimum if above else value >= minimum
+        if low_ok and value <= min(maximum, sys.float_info.max):  # also refuses NaN and inf
+            return float(value)
+    low = f"> {minimum:g}" if above else f">= {minimum:g}"
+    refuse(label, what or f"a number {low} and <= {maximum:g}", value, optional=optional, tail=tail)
 
 
-def number_in(
-    minimum: float, maximum: float, *, above: bool = False
-) -> Callable[[object, attrs.Attribute[Any], object], None]:
-    """An attrs validator: a finite number (not a bool) in ``minimum..maximum`` (``above``:
-    strictly greater than ``minimum``)."""
+def number_in(minimum: float, maximum: float, *, above: bool = False) -> Validator:
+    """An attrs validator: :func:`require_number` on the field."""
+    return valid(require_number, minimum, maximum, above=above)
 
-    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        low_ok = isinstance(value, (int, float)) and (value > minimum if above else value >= minimum)
-        if isinstance(value, bool) or not low_ok or not value <= maximum:  # type: ignore[operator]
-            low = f"> {minimum:g}" if above else f">= {minimum:g}"
-            raise ConfigError(f"{_where(inst, attribute)} must be a number {low} and <= {maximum:g}, got {value!r}")
 
-    return check
+positive_finite: Final = valid(
+    require_number,
+    0,
+    MAX_SECONDS,
+    above=True,
+    what="a finite number of seconds > 0",
+    tail=f" (at most {MAX_SECONDS}, a week)",
+)
+"""An attrs validator: a finite number of seconds > 0, at most :data:`MAX_SECONDS`."""
+
+
+def require_text(
+    label: str, value: object, *, optional: bool = False, blank: bool = True, longest: int | None = None
+) -> str:
+    """Return ``value`` if it is a ``str`` (``blank``: empty or all-space text allowed;
+    ``longest``: at most that many characters)."""
+    if optional and value is None:
+        return value  # type: ignore[return-value]
+    if not isinstance(value, str) or (not blank and not value.strip()):
+        refuse(label, "a string" if blank else "a non-empty string", value, optional=optional)
+    if longest is not None and len(value) > longest:
+        raise ConfigError(f"{label} must be at most {longest} characters, got {len(value)}")
+    return value
+
+
+def require_list(
+    label: str, value: object, item: Callable[[object], bool], what: str, *, optional: bool = False
+) -> tuple[Any, ...]:
+    """Return ``value`` as a tuple if it is a list (or tuple) whose every item passes ``item``;
+    ``what`` names such a list in the message (``"a list of strings"``)."""
+    if optional and value is None:
+        return value  # type: ignore[return-value]
+    if isinstance(value, (list, tuple)) and all(item(v) for v in value):
+        return tuple(value)
+    refuse(label, what, value, optional=optional)
+
+
+def require_mapping(label: str, value: object, *, optional: bool = False) -> dict[str, Any]:
+    """Return ``value`` as a dict if it is a mapping (a JSON object)."""
+    if optional and value is None:
+        return value  # type: ignore[return-value]
+    if isinstance(value, Mapping):
+        return dict(value)
+    refuse(label, "an object", value, optional=optional)
 
 
 def to_index(label: str, value: object, minimum: int = 0, maximum: int | None = MAX_WIDE_INDEX) -> int:
@@ -181,7 +261,7 @@ def to_index(label: str, value: object, minimum: int = 0, maximum: int | None = 
         except TypeError:
             pass
     if not _int_in_range(number, minimum, maximum):
-        raise ConfigError(f"{label} must be an integer {_bound(minimum, maximum)}, got {value!r}")
+        refuse(label, f"an integer{_bound(minimum, maximum)}", value)
     return number  # type: ignore[return-value]
 
 
@@ -193,28 +273,28 @@ def text_without_nul(label: str, value: object, *, optional: bool = False, blank
     Raises:
         ConfigError: naming ``label`` and the value.
     """
-    if optional and value is None:
-        return value  # type: ignore[return-value]
-    if not isinstance(value, str) or (not blank and not value.strip()):
-        kind = "a string" if blank else "a non-empty string"
-        raise ConfigError(f"{label} must be {kind}{' or None' if optional else ''}, got {value!r}")
-    if "\x00" in value:
-        raise ConfigError(f"{label} must not contain NUL characters, got {value!r}")
-    return value
+    text = require_text(label, value, optional=optional, blank=blank)
+    if text is not None and "\x00" in text:
+        raise ConfigError(f"{label} must not contain NUL characters, got {brief(text)}")
+    return text
 
 
-def one_of(choices: Iterable[str]) -> Callable[[object, attrs.Attribute[Any], object], None]:
-    """An attrs validator: one of ``choices``, suggesting the closest one on a typo."""
+def text(*, optional: bool = False, blank: bool = True) -> Validator:
+    """An attrs validator: :func:`text_without_nul` on the field."""
+    return valid(text_without_nul, optional=optional, blank=blank)
+
+
+def require_choice(label: str, value: object, choices: Iterable[str], *, optional: bool = False) -> str:
+    """Return ``value`` if it is one of ``choices``, suggesting the closest one on a typo."""
     allowed = tuple(choices)
+    if (optional and value is None) or value in allowed:
+        return value  # type: ignore[return-value]
+    refuse(label, f"one of {', '.join(map(repr, allowed))}", value, optional=optional, tail=suggest(value, allowed))
 
-    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        if value not in allowed:
-            raise ConfigError(
-                f"{_where(inst, attribute)} must be one of {', '.join(map(repr, allowed))}, "
-                f"got {value!r}{suggest(value, allowed)}"
-            )
 
-    return check
+def one_of(choices: Iterable[str]) -> Validator:
+    """An attrs validator: :func:`require_choice` on the field."""
+    return valid(require_choice, tuple(choices))
 
 
 def suggest(value: object, choices: Iterable[str]) -> str:
@@ -259,9 +339,11 @@ def to_color(where: str, value: object) -> int | None:
         if _HEX_COLOR.fullmatch(value):
             argb = int(value[1:], 16)
             return argb if len(value) == 9 else 0xFF000000 | argb
-    raise ConfigError(
-        f"{where} must be an ARGB integer, '#RRGGBB', '#AARRGGBB' or one of "
-        f"{', '.join(sorted(COLOR_NAMES))}, got {value!r}{suggest(value, COLOR_NAMES)}"
+    refuse(
+        where,
+        f"an ARGB integer, '#RRGGBB', '#AARRGGBB' or one of {', '.join(sorted(COLOR_NAMES))}",
+        value,
+        tail=suggest(value, COLOR_NAMES),
     )
 
 
@@ -274,7 +356,7 @@ def to_int_set(where: str, value: object, *, minimum: int = 0, maximum: int | No
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise ConfigError(f"{where} must be a list of integers, got {value!r}")
+        refuse(where, "a list of integers", value)
     items = list(value)
     for item in items:
         if not _int_in_range(item, minimum, None):
@@ -289,7 +371,7 @@ def to_name_set(where: str, value: object, allowed: frozenset[str]) -> frozenset
     if value is None:
         return frozenset()
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise ConfigError(f"{where} must be a list of names from {sorted(allowed)}, got {value!r}")
+        refuse(where, f"a list of names from {sorted(allowed)}", value)
     listed = list(value)
     for item in listed:
         if not isinstance(item, str):  # a nested list or mapping is not even hashable
@@ -312,13 +394,13 @@ def to_nested(where: str, value: object, cls: type[T], *, optional: bool = False
         return value
     if isinstance(value, Mapping):
         return cls.from_mapping(value, _path=where)  # type: ignore[attr-defined, no-any-return]
-    raise ConfigError(f"{where} must be a {cls.__name__} or a mapping, got {value!r}")
+    refuse(where, f"a {cls.__name__} or a mapping", value)
 
 
 def check_keys(path: str, mapping: Mapping[str, Any], cls: type) -> None:
     """Refuse keys of ``mapping`` that are not fields of ``cls``, with a close-match hint."""
     if not isinstance(mapping, Mapping):
-        raise ConfigError(f"{path} must be a mapping, got {mapping!r}")
+        refuse(path, "a mapping", mapping)
     names = [a.name for a in attrs.fields(cls)]
     for key in mapping:
         if key not in names:

@@ -19,7 +19,6 @@ from profdsl.config.checks import (
     MAX_WIDE_INDEX,
     boolean,
     check_keys,
-    int_at_least,
     int_in,
     named,
     number_in,
@@ -89,11 +88,11 @@ class Schedule(_Mappable):
     mini-batches, after ``skip_first`` mini-batches skipped once; ``repeat`` cycles (0: unbounded).
     """
 
-    skip_first: int = attrs.field(default=0, validator=int_at_least(0))
-    wait: int = attrs.field(default=0, validator=int_at_least(0))
-    warmup: int = attrs.field(default=0, validator=int_at_least(0))
-    active: int = attrs.field(default=1, validator=int_at_least(1))
-    repeat: int = attrs.field(default=0, validator=int_at_least(0))
+    skip_first: int = attrs.field(default=0, validator=int_in(0))
+    wait: int = attrs.field(default=0, validator=int_in(0))
+    warmup: int = attrs.field(default=0, validator=int_in(0))
+    active: int = attrs.field(default=1, validator=int_in(1))
+    repeat: int = attrs.field(default=0, validator=int_in(0))
 
     @property
     def cycle_len(self) -> int:
@@ -148,8 +147,8 @@ class RolloutOptions(_Mappable):
     can take minutes); after stopping, traces get ``flush_wait_s`` to be complete.
     """
 
-    max_iterations: int = attrs.field(default=64, validator=int_at_least(0))
-    delay_iterations: int = attrs.field(default=0, validator=int_at_least(0))
+    max_iterations: int = attrs.field(default=64, validator=int_in(0))
+    delay_iterations: int = attrs.field(default=0, validator=int_in(0))
     start_timeout_s: float = attrs.field(default=60.0, validator=positive_finite)
     stop_timeout_s: float = attrs.field(default=900.0, validator=positive_finite)
     flush_wait_s: float = attrs.field(default=300.0, validator=positive_finite)

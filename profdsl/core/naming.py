@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
+from pathlib import PurePath
 from typing import Any, Final
 
 import attrs
@@ -17,6 +19,7 @@ from profdsl.errors import ConfigError
 __all__ = [
     "ARTIFACT_SUFFIXES",
     "TEMP_PREFIX",
+    "ENGINE_TRACE_EXTS",
     "EXT_MAX_LEN",
     "HOST_MAX_LEN",
     "JSON_TRACE_SUFFIXES",
@@ -33,6 +36,7 @@ __all__ = [
     "TRACE_EXT",
     "TraceName",
     "is_json_trace",
+    "is_relative",
     "sanitize_label",
 ]
 
@@ -68,9 +72,21 @@ JSON_TRACE_SUFFIXES: Final = (".json", ".json.gz")
 """File endings read as Chrome JSON traces, plain or gzipped (profdsl's and engines' traces)."""
 ARTIFACT_SUFFIXES: Final = (*JSON_TRACE_SUFFIXES, NSYS_EXT)
 """File endings of every artifact a profiles folder may hold."""
+ENGINE_TRACE_EXTS: Final = (TRACE_EXT, PLAIN_TRACE_EXT, ".trace.json.gz", ".trace.json", ".json.gz", ".json")
+"""The endings an engine's trace keeps when it moves into a profiles folder, longest first."""
 TEMP_PREFIX: Final = ".profdsl-tmp-"
 """How the hidden files profdsl writes in a profiles folder begin: ``TEMP_PREFIX{pid}-{id}``
 plus ``.json`` for a trace's events before they are finished, nothing for a file being moved."""
+
+
+def is_relative(path: str) -> bool:
+    """True for a path inside a profiles folder: not empty, not absolute, no ``..``, no NUL.
+
+    Examples:
+        >>> is_relative("a.pt.trace.json.gz"), is_relative("../a.json"), is_relative("/tmp/a.json")
+        (True, False, False)
+    """
+    return bool(path) and "\0" not in path and not os.path.isabs(path) and ".." not in PurePath(path).parts
 
 
 def is_json_trace(name: str) -> bool:

@@ -13,7 +13,7 @@ from profdsl.cli.summary import step_view
 from profdsl.collect.manifest import read_records
 from profdsl.collect.metrics_log import read_log
 from profdsl.metrics.tree import segment
-from profdsl.records.schema import HookRecord, TraceRecord
+from profdsl.records.manifest import HookRecord, TraceRecord
 
 __all__ = [
     "artifacts_table",

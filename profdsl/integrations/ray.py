@@ -24,7 +24,8 @@ from profdsl.metrics.aggregate import StepSummary, aggregate
 from profdsl.metrics.exporters import OnStep, call_on_step, export_alert
 from profdsl.metrics.slow import SlowRanks, StragglerAlert, StragglerWatch, rank_times
 from profdsl.metrics.timings import StepTimings
-from profdsl.records.schema import CaptureRequest, RecordError, ask
+from profdsl.records.fields import RecordError
+from profdsl.records.requests import CaptureRequest, capture_request
 from profdsl.rollout.nodes import current_node, node_of, run_on_node
 from profdsl.rollout.window import rollout_window
 from profdsl.runtime.process import PROCESS
@@ -258,7 +259,9 @@ class RayStepProfiler:
         engines). Every worker begins at the same step: the next one this driver begins. Returns
         the request's id, or None when it is malformed (logged). Never raises."""
         try:
-            request = ask(steps, ranks=ranks, roles=roles, reason=reason, source="ray", request_id=new_id("ray"))
+            request = capture_request(
+                steps, ranks=ranks, roles=roles, reason=reason, source="ray", request_id=new_id("ray")
+            )
         except RecordError as exc:
             logger.warning("profdsl: RayStepProfiler.request(...) is no capture request (%s): ignored", exc)
             return None

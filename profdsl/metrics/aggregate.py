@@ -2,11 +2,19 @@
 
 A straggler shows every step: ``max_s`` against ``mean_s``, and which rank it was. A rank counts
 for a stage only when it entered the stage in that step.
+
+:func:`over_ranks` is the one computation of a spread over ranks (least, mean, median, most, the
+slowest rank): the always-on metrics' :class:`Spread` reports its mean (``timing_s_mean``, every
+rank weighs alike in what the exporters sum), the stage-time model's
+(:class:`~profdsl.analysis.model.StageSpread`, ``profdsl summary``) its median (one slow rank
+does not move it: the slowest rank is shown beside it).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
+from typing import NamedTuple, cast
 
 import attrs
 
@@ -14,13 +22,40 @@ from profdsl.metrics.slow import StragglerAlert
 from profdsl.metrics.timings import NAMES, StepTimings
 from profdsl.metrics.tree import segment
 
-__all__ = ["Spread", "StepSummary", "aggregate"]
+__all__ = ["Figures", "Spread", "StepSummary", "aggregate", "over_ranks"]
+
+
+class Figures(NamedTuple):
+    """A quantity over ranks: how many ranks, the least, mean, median and most, and the rank that
+    took the most (the lowest such rank on a tie, None before any)."""
+
+    ranks: int
+    least: float
+    mean: float
+    median: float
+    most: float
+    slowest: int | None
+
+
+def over_ranks(samples: Iterable[tuple[int | None, float]]) -> Figures:
+    """The figures of ``(rank, value)`` samples (at least one).
+
+    Examples:
+        >>> over_ranks([(0, 1.0), (1, 1.0), (2, 9.0), (3, 1.0)])
+        Figures(ranks=4, least=1.0, mean=3.0, median=1.0, most=9.0, slowest=2)
+    """
+    items = list(samples)
+    values = [value for _, value in items]
+    most = max(values)
+    slowest = min((rank for rank, value in items if value == most), key=lambda r: -1 if r is None else r)
+    return Figures(len(items), min(values), sum(values) / len(values), statistics.median(values), most, slowest)
 
 
 @attrs.frozen
 class Spread:
     """One role's stage (``stage=None``: the whole step's wall time) over ``ranks`` ranks: the
-    least, mean and most seconds, and the rank that took the most (the lowest such rank on a tie)."""
+    least, mean and most seconds, and the rank that took the most (the lowest such rank on a tie;
+    :func:`over_ranks`)."""
 
     role: str
     stage: str | None
@@ -80,21 +115,6 @@ class StepSummary:
         return out
 
 
-def _spread(role: str, stage: str | None, samples: list[tuple[int, float]]) -> Spread:
-    values = [seconds for _, seconds in samples]
-    most = max(values)
-    slowest = min(rank for rank, seconds in samples if seconds == most)
-    return Spread(
-        role=role,
-        stage=stage,
-        ranks=len(samples),
-        min_s=min(values),
-        mean_s=sum(values) / len(values),
-        max_s=most,
-        slowest_rank=slowest,
-    )
-
-
 def aggregate(step: int, timings: Iterable[StepTimings]) -> StepSummary:
     """The spread over ranks of each role's stages (in the order first seen) and step wall time."""
     gathered = tuple(timings)
@@ -103,5 +123,8 @@ def aggregate(step: int, timings: Iterable[StepTimings]) -> StepSummary:
         stages.setdefault((item.role, None), []).append((item.rank, item.wall_s))
         for path, timing in item.stages.items():
             stages.setdefault((item.role, path), []).append((item.rank, timing.total_s))
-    spreads = tuple(_spread(role, stage, samples) for (role, stage), samples in stages.items())
-    return StepSummary(step=step, spreads=spreads, timings=gathered)
+    spreads = []
+    for (role, stage), samples in stages.items():
+        f = over_ranks(samples)
+        spreads.append(Spread(role, stage, f.ranks, f.least, f.mean, f.most, cast(int, f.slowest)))
+    return StepSummary(step=step, spreads=tuple(spreads), timings=gathered)

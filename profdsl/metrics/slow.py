@@ -12,8 +12,10 @@ findings out; no clock, no I/O).
   *episode*, reported once; the episode ends at the first step it is not slow.
 
 Traced steps are left out of every baseline and never trigger: profiling slows them down.
-Comparisons are against the median of the *other* ranks, so that two ranks can be compared too
-(with two ranks, the median of all is their mean, which a rank can never exceed twofold).
+Both rank rules are one (:func:`slow_ranks`): a rank is slow in a stage when it took more than
+``factor`` times the median of the *other* ranks, so that two ranks can be compared too (with two
+ranks, the median of all is their mean, which a rank can never exceed twofold), and at least
+``min_seconds`` (short stages jitter).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "StragglerAlert",
     "StragglerWatch",
     "rank_times",
+    "slow_ranks",
     "watched",
 ]
 
@@ -55,6 +58,12 @@ def watched(path: str, stages: Collection[str]) -> bool:
     if not stages:
         return True
     return path in stages or path.rsplit("/", 1)[-1] in {segment(s) for s in stages}
+
+
+def _slower(seconds: float, median: float, factor: float, min_seconds: float) -> bool:
+    """Whether ``seconds`` is slow against ``median``: more than ``factor`` times it, and at least
+    ``min_seconds``."""
+    return median > 0 and seconds >= min_seconds and seconds > factor * median
 
 
 @attrs.frozen
@@ -113,7 +122,7 @@ class SlowSteps:
                 if window is None or len(window) < auto.baseline_steps or not watched(path, auto.stages):
                     continue
                 median = statistics.median(s for _, s in window)
-                if median > 0 and seconds >= auto.min_seconds and seconds > auto.slower_than * median:
+                if _slower(seconds, median, auto.slower_than, auto.min_seconds):
                     candidate = SlowStage(step, path, seconds, median, (window[0][0], window[-1][0]))
                     if found is None or (candidate.ratio, path) > (found.ratio, found.stage):
                         found = candidate
@@ -158,10 +167,6 @@ class SlowRank:
         )
 
 
-def _others_median(times: Mapping[int, float], rank: int) -> float:
-    return statistics.median(s for r, s in times.items() if r != rank)
-
-
 def _typical(times: Mapping[int, float], slow: int) -> int | None:
     """The rank (not ``slow``) whose time is closest to the median of all (the lowest on a tie)."""
     others = [r for r in times if r != slow]
@@ -171,17 +176,27 @@ def _typical(times: Mapping[int, float], slow: int) -> int | None:
     return min(others, key=lambda r: (abs(times[r] - median), r))
 
 
-def _slowest(times: Mapping[int, float], factor: float, min_seconds: float) -> list[tuple[float, int, float]]:
-    """(ratio, rank, median of the others) of each rank slower than ``factor`` times the others'
-    median, slowest first."""
-    found: list[tuple[float, int, float]] = []
-    if len(times) < 2:
-        return found
-    for rank, seconds in times.items():
-        median = _others_median(times, rank)
-        if median > 0 and seconds >= min_seconds and seconds > factor * median:
-            found.append((seconds / median, rank, median))
-    return sorted(found, key=lambda item: (-item[0], item[1]))
+def slow_ranks(
+    times: RankTimes, stages: Collection[str], factor: float, min_seconds: float
+) -> dict[tuple[str, str, int], tuple[float, float]]:
+    """The one slow-rank rule (see the module docstring), of :class:`SlowRanks`
+    (``AutoCapture.slower_than``) and :class:`StragglerWatch` (``Stragglers.factor``): per
+    (role, stage path, rank) slow in a watched stage, its ratio to the other ranks' median and
+    that median.
+
+    Examples:
+        >>> slow_ranks({("actor", "update"): {0: 1.0, 1: 1.1, 2: 3.0}}, (), 2.0, 0.0)
+        {('actor', 'update', 2): (2.857142857142857, 1.05)}
+    """
+    found: dict[tuple[str, str, int], tuple[float, float]] = {}
+    for (role, stage), by_rank in times.items():
+        if len(by_rank) < 2 or not watched(stage, stages):
+            continue
+        for rank, seconds in by_rank.items():
+            median = statistics.median(s for r, s in by_rank.items() if r != rank)
+            if _slower(seconds, median, factor, min_seconds):
+                found[(role, stage, rank)] = (seconds / median, median)
+    return found
 
 
 class SlowRanks:
@@ -198,18 +213,15 @@ class SlowRanks:
         auto = self.auto
         if traced or self.captures >= auto.max_captures or step < self._quiet_until:
             return None
-        found: SlowRank | None = None
-        for (role, stage), by_rank in times.items():
-            if not watched(stage, auto.stages):
-                continue
-            for ratio, rank, median in _slowest(by_rank, auto.slower_than, auto.min_seconds)[:1]:
-                candidate = SlowRank(step, role, stage, rank, by_rank[rank], median, _typical(by_rank, rank))
-                if found is None or (ratio, role, stage) > (found.ratio, found.role, found.stage):
-                    found = candidate
-        if found is not None:
-            self.captures += 1
-            self._quiet_until = step + 1 + auto.cooldown_steps + 1
-        return found
+        slow = slow_ranks(times, auto.stages, auto.slower_than, auto.min_seconds)
+        if not slow:
+            return None
+        # the slowest by ratio; on a tie the later role and stage, and in one stage the lower rank
+        (role, stage, rank), (_, median) = max(slow.items(), key=lambda i: (i[1][0], *i[0][:2], -i[0][2]))
+        by_rank = times[(role, stage)]
+        self.captures += 1
+        self._quiet_until = step + 1 + auto.cooldown_steps + 1
+        return SlowRank(step, role, stage, rank, by_rank[rank], median, _typical(by_rank, rank))
 
 
 @attrs.frozen
@@ -271,11 +283,10 @@ class StragglerWatch:
                 self._streaks[key] = (first, step, count, factor)
             return []
         config = self.config
-        slow: dict[tuple[str, str, int], float] = {}
-        for (role, stage), by_rank in times.items():
-            if watched(stage, config.stages):
-                for ratio, rank, _ in _slowest(by_rank, config.factor, config.min_seconds):
-                    slow[(role, stage, rank)] = ratio
+        slow = {
+            key: ratio
+            for key, (ratio, _) in slow_ranks(times, config.stages, config.factor, config.min_seconds).items()
+        }
         alerts = []
         for key, (first, last, count, factor) in list(self._streaks.items()):
             role, stage, rank = key

@@ -7,18 +7,10 @@ from typing import Any
 
 import attrs
 
-from profdsl.records.schema import (
-    RECORD_CLASSES,
-    CaptureNote,
-    CaptureRequest,
-    ExportMeta,
-    MetricsLine,
-    Record,
-    Regions,
-    StageLine,
-    TraceMeta,
-    WindowNote,
-)
+from profdsl.records.manifest import RECORD_CLASSES, Record
+from profdsl.records.meta import ExportMeta, Regions, TraceMeta, WindowNote
+from profdsl.records.metrics_log import MetricsLine, StageLine
+from profdsl.records.requests import CaptureNote, CaptureRequest
 
 __all__ = ["field_tables"]
 

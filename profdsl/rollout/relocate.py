@@ -17,23 +17,14 @@ from typing import Any
 from profdsl.collect.manifest import MANIFEST_NAME
 from profdsl.collect.relocate import Move, Skip
 from profdsl.core.engine_names import STRAY_MARK, is_op_table, is_vllm_frontend
-from profdsl.core.naming import TraceName
+from profdsl.core.naming import ENGINE_TRACE_EXTS, TraceName
 from profdsl.core.ranks import local_rank_from_trace_name
 
 __all__ = ["OP_TABLE_EXT", "engine_extension", "plan_rollout"]
 
 #: What a vLLM op table (``.profiler_out.txt``) is named with in save_path.
 OP_TABLE_EXT = ".profiler-out.txt"
-_KNOWN_EXTENSIONS = (
-    ".pt.trace.json.gz",
-    ".pt.trace.json",
-    ".trace.json.gz",
-    ".trace.json",
-    ".json.gz",
-    ".json",
-    ".pickle",
-    ".txt",
-)
+_KNOWN_EXTENSIONS = (*ENGINE_TRACE_EXTS, ".pickle", ".txt")
 _PIECE = re.compile(r"\.[A-Za-z0-9][A-Za-z0-9-]{0,15}")
 _PREFIX = re.compile(r"step(\d+)-replica(\d+)(?![0-9])")
 

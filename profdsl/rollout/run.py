@@ -23,7 +23,7 @@ from profdsl.collect import relocate
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.core.selection import Selection
-from profdsl.records.schema import RolloutRecord
+from profdsl.records.manifest import RolloutRecord
 from profdsl.rollout import rollout_trace_dir, trace_prefix
 from profdsl.rollout.calls import Outcome, accepts
 from profdsl.rollout.nodes import current_node, node_of, run_on_node

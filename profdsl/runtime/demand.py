@@ -29,7 +29,7 @@ from profdsl.core.step_plan import StepTracker
 from profdsl.errors import ConfigError
 from profdsl.metrics.slow import SlowSteps
 from profdsl.metrics.timings import StepTimings
-from profdsl.records.schema import CaptureNote, CaptureRequest
+from profdsl.records.requests import CaptureNote, CaptureRequest
 from profdsl.runtime.inbox import Inbox
 from profdsl.runtime.plan import RolePlan
 from profdsl.runtime.role_capture import RoleCapture

@@ -24,7 +24,8 @@ import attrs
 
 from profdsl.collect.requests import RequestFolder, new_id
 from profdsl.core.log import counted, logger, once, printable
-from profdsl.records.schema import CaptureRequest, RecordError, parse_request
+from profdsl.records.fields import RecordError
+from profdsl.records.requests import CaptureRequest, parse_request
 
 __all__ = ["MAX_SEEN", "Answer", "Inbox", "Member"]
 

@@ -18,7 +18,8 @@ import time
 from profdsl.collect.metrics_log import log_name
 from profdsl.core.log import once
 from profdsl.metrics.timings import StepTimings
-from profdsl.records.schema import MetricsLine, StageLine, to_json
+from profdsl.records.fields import to_json
+from profdsl.records.metrics_log import MetricsLine, StageLine
 from profdsl.runtime.plan import RolePlan
 from profdsl.runtime.writer.jobs import LineJob
 from profdsl.runtime.writer.writer import Writer

@@ -25,7 +25,8 @@ from profdsl.config import ProfilerConfig
 from profdsl.config.checks import to_index
 from profdsl.core.log import logger, once
 from profdsl.errors import ConfigError
-from profdsl.records.schema import RecordError, ask
+from profdsl.records.fields import RecordError
+from profdsl.records.requests import capture_request
 from profdsl.runtime.meter import make_meter
 from profdsl.runtime.plan import resolve
 from profdsl.runtime.process import PROCESS, Process
@@ -277,7 +278,7 @@ class Profiler:
         config traces). What the roles said is logged; never raises. Returns the request's id,
         or None when the request is malformed (logged). See ``docs/on-demand.md``."""
         try:
-            request = ask(
+            request = capture_request(
                 steps, ranks=ranks, roles=roles, at_step=at_step, reason=reason, source="api", request_id=new_id("api")
             )
         except RecordError as exc:

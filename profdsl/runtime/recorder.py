@@ -23,7 +23,7 @@ from profdsl.collect.export import TraceLabel
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.core.schedule import no_window
-from profdsl.records.schema import TraceRecord
+from profdsl.records.manifest import TraceRecord
 from profdsl.runtime.context import Entry, top, walk
 from profdsl.runtime.handles import Batches, Handle, OwningHandle, opaque
 from profdsl.runtime.slot.claims import Claim

@@ -16,7 +16,7 @@ import attrs
 from profdsl.capture import make_annotator, make_backend
 from profdsl.collect.export import TraceLabel
 from profdsl.core.log import once
-from profdsl.records.schema import CaptureNote
+from profdsl.records.requests import CaptureNote
 from profdsl.runtime.plan import RolePlan
 from profdsl.runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
 from profdsl.runtime.registry import Registry

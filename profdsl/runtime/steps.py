@@ -18,7 +18,7 @@ import attrs
 from profdsl.collect import relocate
 from profdsl.core.log import once
 from profdsl.core.step_plan import Event, StepTracker
-from profdsl.records.schema import CaptureNote
+from profdsl.records.requests import CaptureNote
 from profdsl.runtime.demand import Demand
 from profdsl.runtime.inbox import Inbox
 from profdsl.runtime.plan import RolePlan

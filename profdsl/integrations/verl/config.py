@@ -25,7 +25,7 @@ from typing import Any, Final, Literal, TypeVar
 import attrs
 
 from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
-from profdsl.config.checks import is_int, suggest
+from profdsl.config.checks import is_int, refuse, require_bool, require_int, require_text, suggest, to_int_set
 from profdsl.errors import ConfigError
 from profdsl.integrations.verl.keys import (
     GLOBAL_KEYS,
@@ -72,11 +72,26 @@ def _unset(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value == MISSING)
 
 
+def _given(check: Callable[..., T], where: str, value: Any, *args: Any) -> T | None:
+    """``check`` (a profdsl field check) on a verl value, naming its verl key; unset: None."""
+    return None if _unset(value) else check(f"verl {where}", value, *args)
+
+
+def _bool(where: str, value: Any) -> bool:
+    """A verl flag (unset: False)."""
+    return bool(_given(require_bool, where, value))
+
+
+def _flag(value: Any) -> Any:
+    """A verl flag as profdsl's class takes it, which checks it: unset is False."""
+    return False if _unset(value) else value
+
+
 def _block(mapping: Any, where: str) -> dict[str, Any]:
     if _unset(mapping):
         return {}
     if not isinstance(mapping, Mapping):
-        raise ConfigError(f"verl {where} must be a mapping, got {mapping!r}")
+        refuse(f"verl {where}", "a mapping", mapping)
     return dict(mapping)
 
 
@@ -86,30 +101,6 @@ def _check(block: Mapping[Any, Any], known: frozenset[str], where: str) -> None:
             raise ConfigError(
                 f"unknown verl key {where}.{key}{suggest(key, known)} (known: {', '.join(sorted(known))})"
             )
-
-
-def _text(where: str, value: Any) -> str | None:
-    """A verl string value (unset: None)."""
-    if _unset(value):
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"verl {where} must be a string or null, got {value!r}")
-    return value
-
-
-def _counts(where: str, value: Any) -> None:
-    """A verl list of integers >= 0 (unset: fine)."""
-    if not _unset(value) and not (isinstance(value, (list, tuple)) and all(is_int(v) and v >= 0 for v in value)):
-        raise ConfigError(f"verl {where} must be a list of integers >= 0 or null, got {value!r}")
-
-
-def _count(where: str, value: Any) -> int | None:
-    """A verl integer >= 0 (unset: None); a bool is not one."""
-    if _unset(value):
-        return None
-    if not is_int(value) or value < 0:
-        raise ConfigError(f"verl {where} must be an integer >= 0 or null, got {value!r}")
-    return int(value)
 
 
 def _convert(where: str, build: Callable[[], T]) -> T:
@@ -146,11 +137,11 @@ def _global(cfg: Mapping[str, Any]) -> _Global:
             )
     # checked here, although a role that sets its own never reads them: no value goes unseen
     for key in ("tool", "save_path", "finish_hook_cmd"):
-        _text(f"{where}.{key}", block.get(key))
+        _given(require_text, f"{where}.{key}", block.get(key))
     for key in ("profile_continuous_steps", "relocate_results", "finish_hook_all_ranks"):
         _bool(f"{where}.{key}", block.get(key))
     for key in ("steps", "finish_hook_ranks"):
-        _counts(f"{where}.{key}", block.get(key))
+        _given(to_int_set, f"{where}.{key}", block.get(key))
     tools = _block(block.get("global_tool_config"), f"{where}.global_tool_config")
     _check(tools, frozenset(TOOL_KEYS), f"{where}.global_tool_config")
     for tool, sub in tools.items():
@@ -259,14 +250,6 @@ def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role 
     return _Role(where, values, torch, nsys_discrete)
 
 
-def _bool(where: str, value: Any, default: bool = False) -> bool:
-    if _unset(value):
-        return default
-    if not isinstance(value, bool):
-        raise ConfigError(f"verl {where} must be true or false, got {value!r}")
-    return value
-
-
 def _schedule(role: _Role, discrete: bool) -> Schedule | None:
     where = f"{role.where}.tool_config.torch.schedule"
     raw = role.torch.get("schedule") or {}
@@ -309,8 +292,8 @@ def _hook_cmd(where: str, cmd: Any) -> Any:
 
 def _rollout_options(role: _Role, is_rollout: bool) -> RolloutOptions:
     where = f"{role.where}.tool_config.torch"
-    start = _count(f"{where}.profile_token_start", role.torch.get("profile_token_start"))
-    end = _count(f"{where}.profile_token_end", role.torch.get("profile_token_end"))
+    start = _given(require_int, f"{where}.profile_token_start", role.torch.get("profile_token_start"))
+    end = _given(require_int, f"{where}.profile_token_end", role.torch.get("profile_token_end"))
     if not is_rollout:
         if start is not None or end is not None:
             raise ConfigError(
@@ -334,7 +317,7 @@ def _rollout_options(role: _Role, is_rollout: bool) -> RolloutOptions:
 def _config(role: _Role, g: _Global, name: str) -> ProfilerConfig:
     where = role.where
     enable = _bool(f"{where}.enable", role.get("enable"))
-    given = _text(f"{where}.tool", role.get("tool"))
+    given = _given(require_text, f"{where}.tool", role.get("tool"))
     if enable and given in REFUSED_TOOLS:
         raise ConfigError(f"verl {where}.tool is {given!r}: {REFUSED_TOOLS[given]}")
     if enable and given is None:
@@ -362,27 +345,26 @@ def _config(role: _Role, g: _Global, name: str) -> ProfilerConfig:
         f"{where}.finish_hook_*",
         lambda: FinishHook(
             cmd=_hook_cmd(cmd_where, role.get("finish_hook_cmd")),
-            all_ranks=_bool(f"{where}.finish_hook_all_ranks", role.get("finish_hook_all_ranks")),
-            ranks=[] if role.get("finish_hook_ranks") is None else role.get("finish_hook_ranks"),
+            all_ranks=_flag(role.get("finish_hook_all_ranks")),
+            ranks=role.get("finish_hook_ranks", []),
         ),
     )
     torch = _convert(
         f"{where}.tool_config.torch",
         lambda: TorchOptions(contents=[] if contents is None else contents, schedule=_schedule(role, discrete)),
     )
-    steps = g.get("steps")
     return _convert(
         where,
         lambda: ProfilerConfig(
             enable=enable,
             tool=tool,
-            steps=[] if steps is None else steps,
-            ranks=[] if role.get("ranks") is None else role.get("ranks"),
-            all_ranks=_bool(f"{where}.all_ranks", role.get("all_ranks")),
+            steps=g.get("steps", []),
+            ranks=role.get("ranks", []),
+            all_ranks=_flag(role.get("all_ranks")),
             discrete=discrete,
-            continuous_steps=_bool("global_profiler.profile_continuous_steps", g.get("profile_continuous_steps")),
+            continuous_steps=_flag(g.get("profile_continuous_steps")),
             torch=torch,
-            relocate_results=_bool(f"{where}.relocate_results", role.get("relocate_results")),
+            relocate_results=_flag(role.get("relocate_results")),
             finish_hook=hook,
             rollout=_rollout_options(role, name == "rollout"),
             **fields,

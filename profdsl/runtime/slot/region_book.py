@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from profdsl.config import Schedule
 from profdsl.core.schedule import cycle_of
-from profdsl.records.schema import Regions, WindowNote
+from profdsl.records.meta import Regions, WindowNote
 
 __all__ = ["RegionBook"]
 

@@ -23,7 +23,8 @@ from profdsl.collect.export import TraceLabel, pending_trace
 from profdsl.config import Schedule
 from profdsl.core.log import once
 from profdsl.core.schedule import action_at, cycle_of
-from profdsl.records.schema import TraceMeta, to_json
+from profdsl.records.fields import to_json
+from profdsl.records.meta import TraceMeta
 from profdsl.runtime.slot.interrupts import Signals
 from profdsl.runtime.slot.owner import comes_back
 from profdsl.runtime.slot.region_book import RegionBook

@@ -25,7 +25,8 @@ import attrs
 from profdsl.collect import finish_hook
 from profdsl.collect.manifest import append_record
 from profdsl.core.log import once
-from profdsl.records.schema import CaptureNote, HookRecord
+from profdsl.records.manifest import HookRecord
+from profdsl.records.requests import CaptureNote
 from profdsl.runtime.writer.jobs import RECORD_BUDGET_S, RecordJob
 from profdsl.runtime.writer.writer import Pen, Writer
 

@@ -14,7 +14,7 @@ from profdsl.collect.export import PendingTrace, finish, write_events
 from profdsl.collect.manifest import append_record
 from profdsl.collect.metrics_log import append_line
 from profdsl.core.log import once
-from profdsl.records.schema import Record
+from profdsl.records.manifest import Record
 from profdsl.runtime.writer.writer import Pen
 
 __all__ = ["ExportJob", "LineJob", "MoveJob", "RecordJob"]

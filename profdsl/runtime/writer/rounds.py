@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from profdsl.records.schema import CaptureNote
+from profdsl.records.requests import CaptureNote
 from profdsl.runtime.writer.hook import HookJob, HookPlan
 from profdsl.runtime.writer.writer import Writer
 
