@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from profdsl.core.log import internal_error
 from profdsl.dsl.decorate import decorate
 from profdsl.runtime import context
 from profdsl.runtime.context import Entry
-from profdsl.runtime.handles import fault
 from profdsl.runtime.meter import node_for
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.registry import stray, unbound
@@ -113,7 +113,7 @@ class Annotation:
                     unbound(self.name, True, [r.role for r in recorders], recorder.role)
             return self._open(recorder, top)
         except Exception as exc:
-            fault(f"{type(self).__name__} entry", exc)
+            internal_error(f"{type(self).__name__} entry", exc)
             return None
 
     async def _ahandle(self, profiler: Profiler | None, top: Entry | None) -> Any:

@@ -7,12 +7,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from profdsl.config.checks import MAX_WIDE_INDEX, require_int
+from profdsl.core.log import internal_error
 from profdsl.dsl.base import REGISTRY, Annotation, stop
 from profdsl.dsl.stage import check_binding, check_name
 from profdsl.rollout.calls import call_all, call_all_async, in_daemon_thread
 from profdsl.rollout.run import RolloutRun
 from profdsl.runtime import context
-from profdsl.runtime.handles import Handle, fault
+from profdsl.runtime.handles import Handle
 
 if TYPE_CHECKING:
     from profdsl.capture.annotators import Annotator
@@ -142,7 +143,7 @@ class rollout_window(Annotation):
             replicas = sorted(profiler.plan.selection.replicas(self.replica_world_size, len(self.engines)))
             return RolloutRun(profiler, self.engines, replicas, self.replica_world_size) if replicas else None
         except Exception as exc:
-            fault("rollout_window entry", exc)
+            internal_error("rollout_window entry", exc)
             return None
 
     def _opened(self, run: RolloutRun | None, profiler: Profiler | None, top: Entry | None) -> _Engines | None:
@@ -156,7 +157,7 @@ class rollout_window(Annotation):
                 if handle is not None:
                     return handle
         except Exception as exc:
-            fault("rollout_window region", exc)
+            internal_error("rollout_window region", exc)
         return None if run is None else _Engines(run, None, self.name)
 
     def _handle(self, profiler: Profiler | None, top: Entry | None) -> _Engines | None:

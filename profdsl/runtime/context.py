@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from profdsl.core.log import internal_error
 from profdsl.metrics import tree
-from profdsl.runtime.handles import fault
 
 if TYPE_CHECKING:
     from profdsl.metrics.tree import Node
@@ -86,7 +86,7 @@ class Entry:
                     self.pause()
                 node.add(self.spent)
             except Exception as exc:  # a device error
-                fault("metrics exit", exc)
+                internal_error("metrics exit", exc)
         self.live = False
         innermost = STACK.get()
         if innermost is self:  # the usual case: the innermost entry ends

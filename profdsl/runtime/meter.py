@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from profdsl.config import Metrics
 from profdsl.core.discovery import discover_rank
+from profdsl.core.log import internal_error
 from profdsl.metrics import device as device_time
 from profdsl.metrics import tree
 from profdsl.metrics.exporters import Exporter, OnStep, make_exporters, publish
 from profdsl.metrics.timings import StepTimings, from_tree
 from profdsl.metrics.tree import Node, Paths, Root, child, close
-from profdsl.runtime.handles import fault
 from profdsl.runtime.process import PROCESS, Process
 from profdsl.runtime.registry import stray, unbound
 
@@ -108,7 +108,7 @@ def _settled(root: Root) -> dict[Node, float] | None:
     try:
         return root.device.settle()
     except Exception as exc:  # a CUDA error at step end: no device time this step
-        fault("device time", exc)
+        internal_error("device time", exc)
         return None
 
 
@@ -189,5 +189,5 @@ def node_for(name: str, role: str | None, profiler: Profiler | None, top: Entry 
             parent = root
         return parent.children.get(name) or child(parent, name)
     except Exception as exc:
-        fault("metrics entry", exc)
+        internal_error("metrics entry", exc)
         return None
