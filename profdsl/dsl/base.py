@@ -28,14 +28,22 @@ if TYPE_CHECKING:
     from profdsl.runtime.handles import Handle
     from profdsl.runtime.profiler import Profiler
     from profdsl.runtime.recorder import NullRecorder, Recorder
+    from profdsl.runtime.registry import Registry
+    from profdsl.runtime.step import StepContext
 
-__all__ = ["ASK", "Annotation", "stop"]
+__all__ = ["ASK", "Annotation", "registry_of", "stop"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-REGISTRY = PROCESS.registry  # the same object for the life of the process (reset in place)
 _STACK = context.STACK
 ASK = object()  # Annotation._begin: ask the recorder for the handle
+
+
+def registry_of(profiler: Profiler | None) -> Registry:
+    """The registry an entry bound to ``profiler`` reads: that profiler's process's, or this
+    process's (:data:`~profdsl.runtime.process.PROCESS`) for an entry bound to none. Read at
+    every entry, never kept: a reset replaces it."""
+    return PROCESS.registry if profiler is None else profiler.process.registry
 
 
 def stop(entry: Entry) -> Any:
@@ -44,17 +52,18 @@ def stop(entry: Entry) -> Any:
     entry.end()
     handle = entry.handle
     if handle is not None:
-        opened = REGISTRY.opened
+        registry = registry_of(getattr(entry.key, "profiler", None))
+        opened = registry.opened
         opened.pop(entry, None)
-        if not opened and not (REGISTRY.recorders or REGISTRY.meters or REGISTRY.stepping):
-            REGISTRY.refresh()
+        if not opened and not registry.steps:
+            registry.refresh()
     return handle
 
 
-def _elsewhere(key: object) -> Entry | None:
+def _elsewhere(key: object, registry: Registry) -> Entry | None:
     """The latest open ``with`` entry of ``key`` in another context (a generator whose block
     began on one thread and ends on another): marked done there, to be ended here."""
-    for entry in reversed(list(REGISTRY.opened)):
+    for entry in reversed(list(registry.opened)):
         if entry.key is key and entry.live:
             entry.live = False
             return entry
@@ -79,9 +88,6 @@ class Annotation:
     profiler: Profiler | None
     role: str | None
     name: str
-    #: Whether an entry without a profiler of its own gets its handle from a recorder (else it
-    #: needs a profiler in a profiled step: rollout_window).
-    _recorded = True
     #: Whether a decorated call's arguments say which profiler it uses (:meth:`_bound`).
     _binds = False
 
@@ -92,32 +98,37 @@ class Annotation:
         """The profiler a decorated call with ``args`` uses (the word's own here)."""
         return self.profiler
 
-    def _handle(self, profiler: Profiler | None, top: Entry | None) -> Any:
-        """This entry's handle from its role's recorder; None when nothing is opened."""
+    def _handle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> Any:
+        """This entry's handle from its role's recorder (its profiler's, else one of the
+        registered ``steps``); None when nothing is opened."""
         try:
-            recorders = REGISTRY.recorders
             if profiler is not None:
                 return self._open(profiler.recorder, top)
-            if self.role is not None:
-                recorder = REGISTRY.find(self.role)
-                if recorder is None:
-                    stray(self.name, self.role, [r.role for r in recorders], PROCESS.live)
-                    return None
-                return self._open(recorder, top)
+            for first in steps:
+                if first.recorder is not None:
+                    break
+            else:  # nothing captured (or the step ended since `on` was read)
+                return None
+            role = self.role
+            if role is not None:
+                for step in steps:
+                    if step.recorder is not None and step.role == role:
+                        return self._open(step.recorder, top)
+                stray(self.name, role, [s.role for s in steps if s.recorder is not None], PROCESS.live)
+                return None
             recorder = _nesting(top)
             if recorder is None:
-                if not recorders:  # the step ended since `on` was read
-                    return None
-                recorder = recorders[0]
-                if len(recorders) > 1:
-                    unbound(self.name, True, [r.role for r in recorders], recorder.role)
+                recorder = first.recorder
+                captured = [s.role for s in steps if s.recorder is not None] if len(steps) > 1 else []
+                if len(captured) > 1:
+                    unbound(self.name, True, captured, first.role)
             return self._open(recorder, top)
         except Exception as exc:
             internal_error(f"{type(self).__name__} entry", exc)
             return None
 
-    async def _ahandle(self, profiler: Profiler | None, top: Entry | None) -> Any:
-        return self._handle(profiler, top)
+    async def _ahandle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> Any:
+        return self._handle(profiler, steps, top)
 
     def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = ASK) -> Entry:
         """Open one entry on the current context's stack: its ``handle`` (asked of its role's
@@ -126,24 +137,29 @@ class Annotation:
         meanwhile). Timed entries of an ended step left on the stack (a ``with`` block still
         open at ``stop()``, exited when nothing was on) are dropped from under it."""
         below = _STACK.get()
+        registry = PROCESS.registry if profiler is None else profiler.process.registry
+        steps = registry.steps
         if handle is ASK:
-            handle = (
-                self._handle(profiler, below)
-                if profiler is not None or (REGISTRY.recorders if self._recorded else REGISTRY.stepping)
-                else None
-            )
-        node = node_for(self.name, self.role, profiler, below) if REGISTRY.meters else None
+            handle = self._handle(profiler, steps, below) if profiler is not None or steps else None
+        if profiler is None:
+            node = node_for(self.name, self.role, None, steps, below, PROCESS.live) if steps else None
+        else:
+            step = profiler.step_context
+            root = None if step is None else step.root
+            node = None if root is None else node_for(self.name, None, root, steps, below)
         while below is not None and below.handle is None and below.node is not None and below.node.closed:
             below = below.below
         entry = Entry(self, handle, node, below)
         _STACK.set(entry)
         if listed and handle is not None:
-            REGISTRY.opened[entry] = None
-            REGISTRY.on = True  # (see Registry: set after the entry is listed)
+            registry.opened[entry] = None
+            registry.on = True  # (see Registry: set after the entry is listed)
         return entry
 
     async def _abegin(self, profiler: Profiler | None, listed: bool = False) -> Entry:
-        return self._begin(profiler, listed, await self._ahandle(profiler, _STACK.get()))
+        steps = registry_of(profiler).steps
+        handle = await self._ahandle(profiler, steps, _STACK.get()) if profiler is not None or steps else None
+        return self._begin(profiler, listed, handle)
 
     def _end(self, entry: Entry) -> None:
         """End one entry: its clock, then its handle."""
@@ -165,15 +181,22 @@ class Annotation:
     def _leaving(self) -> Entry | None:
         """The entry a ``with`` exit ends: the innermost of this object in this context, else
         the latest one with a handle open elsewhere; None when there is none."""
-        return context.find(self) or _elsewhere(self)
+        return context.find(self) or _elsewhere(self, registry_of(self.profiler))
 
     def __enter__(self) -> Any:
-        if REGISTRY.on:
-            self._begin(self.profiler, True)
+        # This process's switch, read through the process state (a reset replaces the registry);
+        # an entry bound to a profiler reads its profiler's (which may live in other state).
+        if PROCESS.registry.on or self.profiler is not None:
+            profiler = self.profiler
+            if profiler is None or profiler.process.registry.on:
+                self._begin(profiler, True)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if REGISTRY.on:
+        if PROCESS.registry.on or self.profiler is not None:
+            profiler = self.profiler
+            if profiler is not None and not profiler.process.registry.on:
+                return
             entry = _STACK.get()
             if entry is None or entry.key is not self or not entry.live:  # not the innermost
                 entry = self._leaving()

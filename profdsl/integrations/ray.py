@@ -318,7 +318,8 @@ class RayStepProfiler:
         self.clock.start(step)
         number = self.clock.current_step
         passed = self._pass_on(number) if number is not None else []
-        planned = number is not None and self.clock in _stepping()
+        stepping = self.clock.step_context
+        planned = number is not None and stepping is not None and stepping.profiled
         driven = number is not None and (planned or number in self._requested or self.config.metrics.enabled)
         self._traced = planned
         if driven:  # the workers get the step as a plain int
@@ -397,7 +398,3 @@ class RayStepProfiler:
         PROCESS.inbox.unlisten(self._hear)
         self._call("finish_profile", timeout=self._stop_timeout())
         self.clock.close()
-
-
-def _stepping() -> tuple[Profiler, ...]:
-    return PROCESS.registry.stepping

@@ -2,9 +2,10 @@
 
 An explicit state machine (idle, armed: discrete stages will capture, recording: a continuous
 step is captured, stopped: between steps, closed) over the role's resolved plan
-(:mod:`profdsl.runtime.plan`). Each profiled step gets a
-:class:`~profdsl.runtime.recorder.Recorder`, which the DSL finds in the registry; a rank, step or
-config that is not profiled registers nothing, so the DSL costs it one attribute check. Misuse (a
+(:mod:`profdsl.runtime.plan`). Each numbered step that has anything on (profiled, captured here
+with a :class:`~profdsl.runtime.recorder.Recorder`, or timed) is one
+:class:`~profdsl.runtime.step.StepContext`, registered once where the DSL finds it; a rank, step
+or config with nothing on registers nothing, so the DSL costs it one attribute check. Misuse (a
 second ``stop()``, ``start()`` after ``close()``, ``start(S)`` while S is open) is logged and
 ignored, never raised into training. What the calling thread waits for, and for how long, is in
 docs/architecture.md.
@@ -31,6 +32,7 @@ from profdsl.runtime.plan import resolve
 from profdsl.runtime.process import PROCESS, Process
 from profdsl.runtime.recorder import NullRecorder, Recorder
 from profdsl.runtime.role_capture import RoleCapture
+from profdsl.runtime.step import StepContext
 from profdsl.runtime.steps import StepSessions
 
 if TYPE_CHECKING:
@@ -101,7 +103,7 @@ class Profiler:
         )
         self.config, self.role, self.rank, self.world_size = config, role, plan.rank, plan.world_size
         self.topology = plan.topology
-        self._capture = RoleCapture(plan, process.slot, process.registry)
+        self._capture = RoleCapture(plan, process.slot)
         self._state = State.IDLE
         self._step: int | None = None
         self._unnumbered = False  # in a step whose number was no step number (not profiled)
@@ -113,8 +115,10 @@ class Profiler:
         # a signal handler on the main thread may call close() inside one of them)
         self._lock = threading.RLock()
         self.meter = make_meter(
-            config.metrics, role, self.rank, self.world_size, on_step, device=capture, process=process
+            config.metrics, role, self.rank, self.world_size, on_step, device=capture, servers=process.servers
         )
+        #: The current step, while it has anything on (registered where the DSL finds it).
+        self.step_context: StepContext | None = None
         if plan.member:
             _supersede(self)
         process.live.add(self)
@@ -210,12 +214,28 @@ class Profiler:
 
     def _begin(self, number: int, profiled: bool) -> None:
         self._step = number
-        if profiled:
-            self.process.registry.set_stepping(self, True)
+        recorder = None
         if self.selected and self._steps.tracker.is_open:
             self._state = State.ARMED if self.config.discrete else State.RECORDING
-            self._capture.open(number, self._steps.claim, self._steps.note)
-        self.meter.begin(number)
+            recorder = self._capture.open(number, self._steps.claim, self._steps.note)
+        root = self.meter.begin(number)
+        if profiled or recorder is not None or root is not None:
+            self.step_context = step = StepContext(
+                self.plan,
+                number,
+                config=self.config,
+                writer=self.process.writer,
+                profiled=profiled,
+                recorder=recorder,
+                root=root,
+            )
+            self.process.registry.activate(step)
+
+    def _unregister(self) -> None:
+        """The current step leaves the registry: no entry finds it any more."""
+        step, self.step_context = self.step_context, None
+        if step is not None:
+            self.process.registry.deactivate(step)
 
     def stop(self) -> StepTimings | None:
         """End the current step: hand its traces to the writer and, after the last profiled
@@ -237,9 +257,9 @@ class Profiler:
         with self.process.signals.deferred():  # a signal while the capture stops: delivered once the step has ended
             self._step = None
             traced = self.is_profiling
+            self._unregister()
             timings = self.meter.end()
             self._capture.end()
-            self.process.registry.set_stepping(self, False)
             if self._state is not State.IDLE:
                 self._state = State.STOPPED  # a run of continuous steps keeps its capture between steps
             flush = self._steps.end()
@@ -313,9 +333,9 @@ class Profiler:
             self._step = None
             if self._state is not State.IDLE:
                 self._state = State.STOPPED
+            self._unregister()
             self.meter.close()
             self._capture.end()
-            self.process.registry.set_stepping(self, False)
             flush = self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
             self.process.slot.abandon("close()", role=self.role)
         self._wait(flush, closing=True)
@@ -354,7 +374,8 @@ def _supersede(profiler: Profiler) -> None:
     key = rounds.key(profiler.config.save_path)
     for other in list(profiler.process.live):
         if (
-            other is not profiler
+            isinstance(other, Profiler)
+            and other is not profiler
             and other.role == profiler.role
             and other.rank == profiler.rank
             and other.plan.member
