@@ -52,12 +52,18 @@ def stop(entry: Entry) -> Any:
     entry.end()
     handle = entry.handle
     if handle is not None:
-        registry = registry_of(getattr(entry.key, "profiler", None))
-        opened = registry.opened
-        opened.pop(entry, None)
-        if not opened and not registry.steps:
-            registry.refresh()
+        _unlist(entry)
     return handle
+
+
+def _unlist(entry: Entry) -> None:
+    """``entry`` (one with a handle) is no longer open: off the open ``with`` entries of its
+    registry, whose switch turns off when nothing else is on."""
+    registry = registry_of(getattr(entry.key, "profiler", None))
+    opened = registry.opened
+    opened.pop(entry, None)
+    if not opened and not registry.steps:
+        registry.refresh()
 
 
 def _elsewhere(key: object, registry: Registry) -> Entry | None:
@@ -140,12 +146,30 @@ class Annotation:
         registry = PROCESS.registry if profiler is None else profiler.process.registry
         steps = registry.steps
         if handle is ASK:
-            handle = self._handle(profiler, steps, below) if profiler is not None or steps else None
+            handle = None
+            if profiler is not None:
+                handle = self._handle(profiler, steps, below)
+            else:
+                for step in steps:  # a step that is only timed opens no region: no need to ask
+                    if step.profiled:
+                        handle = self._handle(profiler, steps, below)
+                        break
         if profiler is None:
-            node = node_for(self.name, self.role, None, steps, below, PROCESS.live) if steps else None
+            node = None
+            if self.role is None:  # node_for(), inlined for an unbound entry's usual cases
+                if below is not None:
+                    parent = below.node  # nested in an open timed entry
+                    if parent is not None and below.live and not parent.closed:
+                        node = parent.children.get(self.name)
+                elif len(steps) == 1:
+                    parent = steps[0].root  # at the top of the one step's tree
+                    if parent is not None:
+                        node = parent.children.get(self.name)
+            if node is None and steps:
+                node = node_for(self.name, self.role, None, steps, below, PROCESS.live)
         else:
-            step = profiler.step_context
-            root = None if step is None else step.root
+            bound = profiler.step_context
+            root = None if bound is None else bound.root
             node = None if root is None else node_for(self.name, None, root, steps, below)
         while below is not None and below.handle is None and below.node is not None and below.node.closed:
             below = below.below
@@ -158,7 +182,9 @@ class Annotation:
 
     async def _abegin(self, profiler: Profiler | None, listed: bool = False) -> Entry:
         steps = registry_of(profiler).steps
-        handle = await self._ahandle(profiler, steps, _STACK.get()) if profiler is not None or steps else None
+        handle = None
+        if profiler is not None or any(step.profiled for step in steps):
+            handle = await self._ahandle(profiler, steps, _STACK.get())
         return self._begin(profiler, listed, handle)
 
     def _end(self, entry: Entry) -> None:
@@ -198,11 +224,14 @@ class Annotation:
             if profiler is not None and not profiler.process.registry.on:
                 return
             entry = _STACK.get()
-            if entry is None or entry.key is not self or not entry.live:  # not the innermost
+            innermost = entry is not None and entry.key is self and entry.live
+            if not innermost:
                 entry = self._leaving()
-            if entry is not None:
-                handle = stop(entry)  # _end(), inlined: this runs for every `with` block
+            if entry is not None:  # _end() and stop(), inlined: this runs for every `with` block
+                entry.end(innermost)
+                handle = entry.handle
                 if handle is not None:
+                    _unlist(entry)
                     handle.close()
 
     def __call__(self, func: F) -> F:

@@ -72,9 +72,10 @@ class Entry:
             with root.lock:  # its count of dropped pairs, like the node's sums
                 root.device.add(self.node, self.mark, end)  # type: ignore[arg-type]
 
-    def end(self) -> None:
+    def end(self, innermost: bool = False) -> None:
         """The entry ended: its node gets one entry of the seconds it ran (unless its step has
-        ended since), and it leaves the stack. Never raises."""
+        ended since), and it leaves the stack (``innermost``: the caller found it on top of the
+        current context's stack). Never raises."""
         node = self.node
         if node is not None:
             try:
@@ -84,17 +85,22 @@ class Entry:
                     self.start = None
                 else:
                     self.pause()
-                node.add(self.spent)
+                lock = node.root.lock  # node.add(self.spent), inlined: this runs for every timed entry
+                lock.acquire()
+                if not node.closed:
+                    node.total += self.spent
+                    node.count += 1
+                lock.release()
             except Exception as exc:  # a device error
                 internal_error("metrics exit", exc)
         self.live = False
-        innermost = STACK.get()
-        if innermost is self:  # the usual case: the innermost entry ends
-            innermost = self.below
-            while innermost is not None and not innermost.live:
-                innermost = innermost.below
-            STACK.set(innermost)
-        elif innermost is not None and not innermost.live:
+        top = self if innermost else STACK.get()
+        if top is self:  # the usual case: the innermost entry ends
+            top = self.below
+            while top is not None and not top.live:
+                top = top.below
+            STACK.set(top)
+        elif top is not None and not top.live:
             remove(self)
 
 

@@ -175,29 +175,42 @@ def node_for(
     the first tree of ``steps``. ``live``: the process's profilers (a ``role`` none of them has
     is said once). Never raises."""
     try:
-        first = root
-        if first is None:
+        if root is None and role is None:  # unbound: any tree
+            entry = top
+            while entry is not None:  # the innermost open timed entry of its context
+                parent = entry.node
+                if parent is not None and entry.live and not parent.closed:
+                    break
+                entry = entry.below
+            else:
+                for step in steps:  # else the top of the first tree
+                    if step.root is not None:
+                        parent = step.root
+                        break
+                else:
+                    return None
+                if len(steps) > 1:
+                    timed = [step.role for step in steps if step.root is not None]
+                    if len(timed) > 1:
+                        unbound(name, False, timed, parent.role)
+            return parent.children.get(name) or child(parent, name)
+        if root is None:
             for step in steps:
-                if step.root is not None and (role is None or step.role == role):
-                    first = step.root
+                if step.root is not None and step.role == role:
+                    root = step.root
                     break
             else:
-                if role is not None and any(step.root is not None for step in steps):
-                    stray(name, role, [step.role for step in steps if step.root is not None], live)
+                if any(step.root is not None for step in steps):
+                    stray(name, role, [step.role for step in steps if step.root is not None], live)  # type: ignore[arg-type]
                 return None
-        only = None if root is None and role is None else first  # the tree it nests in (None: any)
         entry = top
-        while entry is not None:  # the innermost open entry of that tree (of any, unbound)
+        while entry is not None:  # the innermost open entry of that tree (entries of others skipped)
             parent = entry.node
-            if parent is not None and entry.live and not parent.closed and (only is None or parent.root is only):
+            if parent is not None and entry.live and not parent.closed and parent.root is root:
                 break
             entry = entry.below
         else:
-            parent = first
-            if only is None and len(steps) > 1:
-                timed = [step.role for step in steps if step.root is not None]
-                if len(timed) > 1:
-                    unbound(name, False, timed, first.role)
+            parent = root
         return parent.children.get(name) or child(parent, name)
     except Exception as exc:
         internal_error("metrics entry", exc)
