@@ -24,7 +24,7 @@ RUNTIME = "profdsl.runtime"
 #: The runtime's floors, from the bottom up (the layers of docs/architecture.md's runtime
 #: section): the writer thread, the capture slot, the inputs a role is resolved from, the DSL's
 #: entries and what a profiled step hands them, the registry the DSL reads, the process state
-#: holding it, a role's parts, and the profiler on top.
+#: holding it, a role's parts, its lifecycle table, and the profiler on top.
 FLOORS = (
     "writer",
     "slot",
@@ -41,6 +41,7 @@ FLOORS = (
     "role_capture",
     "demand",
     "steps",
+    "lifecycle",
     "profiler",
 )
 

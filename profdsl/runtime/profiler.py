@@ -1,8 +1,8 @@
 """``Profiler``: one role's profiling lifecycle in one process.
 
-An explicit state machine (idle, armed: discrete stages will capture, recording: a continuous
-step is captured, stopped: between steps, closed) over the role's resolved plan
-(:mod:`profdsl.runtime.plan`). Each numbered step that has anything on (profiled, captured here
+One lifecycle table (:mod:`profdsl.runtime.lifecycle`: idle, armed: discrete stages will
+capture, recording: a continuous step is captured, stopped: between steps, closed) over the
+role's resolved plan (:mod:`profdsl.runtime.plan`). Each numbered step that has anything on (profiled, captured here
 with a :class:`~profdsl.runtime.recorder.Recorder`, or timed) is one
 :class:`~profdsl.runtime.step.StepContext`, registered once where the DSL finds it; a rank, step
 or config with nothing on registers nothing, so the DSL costs it one attribute check. Misuse (a
@@ -14,7 +14,6 @@ docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import os
 import threading
@@ -27,30 +26,20 @@ from profdsl.config.checks import to_index
 from profdsl.core.log import logger, once
 from profdsl.errors import ConfigError
 from profdsl.records.schema import RecordError, ask
+from profdsl.runtime.lifecycle import Call, Lifecycle, Phase, State
 from profdsl.runtime.meter import make_meter
 from profdsl.runtime.plan import resolve
 from profdsl.runtime.process import PROCESS, Process
 from profdsl.runtime.recorder import NullRecorder, Recorder
 from profdsl.runtime.role_capture import RoleCapture
-from profdsl.runtime.step import StepContext
 from profdsl.runtime.steps import StepSessions
 
 if TYPE_CHECKING:
     from profdsl.metrics.exporters import OnStep
     from profdsl.metrics.timings import StepTimings
-    from profdsl.runtime.steps import Flush
+    from profdsl.runtime.step import StepContext
 
 __all__ = ["Profiler", "State"]
-
-
-class State(enum.Enum):
-    """Where a :class:`Profiler` is in its lifecycle."""
-
-    IDLE = "idle"
-    ARMED = "armed"
-    RECORDING = "recording"
-    STOPPED = "stopped"
-    CLOSED = "closed"
 
 
 class Profiler:
@@ -104,12 +93,6 @@ class Profiler:
         self.config, self.role, self.rank, self.world_size = config, role, plan.rank, plan.world_size
         self.topology = plan.topology
         self._capture = RoleCapture(plan, process.slot)
-        self._state = State.IDLE
-        self._step: int | None = None
-        self._unnumbered = False  # in a step whose number was no step number (not profiled)
-        self._steps = StepSessions(
-            plan, self._capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
-        )
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
         # start/stop/close of one profiler from several threads at once take turns (re-entrant:
         # a signal handler on the main thread may call close() inside one of them)
@@ -117,8 +100,12 @@ class Profiler:
         self.meter = make_meter(
             config.metrics, role, self.rank, self.world_size, on_step, device=capture, servers=process.servers
         )
-        #: The current step, while it has anything on (registered where the DSL finds it).
-        self.step_context: StepContext | None = None
+        steps = StepSessions(
+            plan, self._capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
+        )
+        self._lifecycle = Lifecycle(
+            self, config=config, plan=plan, process=process, capture=self._capture, steps=steps, meter=self.meter
+        )
         if plan.member:
             _supersede(self)
         process.live.add(self)
@@ -137,17 +124,22 @@ class Profiler:
     @property
     def state(self) -> State:
         """The lifecycle state."""
-        return self._state
+        return self._lifecycle.where.state
 
     @property
     def current_step(self) -> int | None:
         """The step between ``start`` and ``stop``, or None."""
-        return self._step
+        return self._lifecycle.where.step
 
     @property
     def is_profiling(self) -> bool:
         """Whether this profiler is profiling the current step (stages find it)."""
-        return self._state in (State.ARMED, State.RECORDING)
+        return self._lifecycle.where.capturing
+
+    @property
+    def step_context(self) -> StepContext | None:
+        """The current step, while it has anything on (registered where the DSL finds it)."""
+        return self._lifecycle.step
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -168,74 +160,13 @@ class Profiler:
         if self._inherited():
             return
         with _turn(self):
-            self._start(step)
-
-    def _start(self, step: SupportsIndex) -> None:
-        if self._state is State.CLOSED:
-            self.process.slot.flush()  # a close() from another thread left this thread's session
-            once(
-                f"closed-start:{id(self)}",
-                logging.WARNING,
-                "[profdsl rank %s] %s: start(%s) after close() ignored",
-                self.rank,
-                self.role,
-                step,
-            )
-            return
-        number = _step_number(self, step)
-        if number is not None and number == self._step:
-            once(
-                f"start-again:{id(self)}",
-                logging.INFO,
-                "[profdsl rank %s] %s: start(%s) while step %s is already open: ignored (the step goes on)",
-                self.rank,
-                self.role,
-                number,
-                number,
-            )
-            return
-        if self._step is not None:
-            logger.warning(
-                "[profdsl rank %s] %s: start(%s) while step %s is open; stopping it",
-                self.rank,
-                self.role,
-                step,
-                self._step,
-            )
-            self._stop()
-        self._unnumbered = number is None
-        with self.process.signals.deferred():  # a signal while the capture starts: delivered once the step has begun
-            profiled, flush = self._steps.begin(number)
-            if number is not None:
-                self._begin(number, profiled)
-        # A flush here ended a capture the loop walked out of (its last profiled step): the
-        # step that begins now opens none, so waiting after beginning it is the same.
-        self._wait(flush, closing=False)
-
-    def _begin(self, number: int, profiled: bool) -> None:
-        self._step = number
-        recorder = None
-        if self.selected and self._steps.tracker.is_open:
-            self._state = State.ARMED if self.config.discrete else State.RECORDING
-            recorder = self._capture.open(number, self._steps.claim, self._steps.note)
-        root = self.meter.begin(number)
-        if profiled or recorder is not None or root is not None:
-            self.step_context = step = StepContext(
-                self.plan,
-                number,
-                config=self.config,
-                writer=self.process.writer,
-                profiled=profiled,
-                recorder=recorder,
-                root=root,
-            )
-            self.process.registry.activate(step)
-
-    def _unregister(self) -> None:
-        """The current step leaves the registry: no entry finds it any more."""
-        step, self.step_context = self.step_context, None
-        if step is not None:
-            self.process.registry.deactivate(step)
+            lifecycle = self._lifecycle
+            if lifecycle.where.phase is Phase.CLOSED:
+                lifecycle.run(Call.START, step)
+                return
+            number = _step_number(self, step)
+            again = number is not None and number == lifecycle.where.step
+            lifecycle.run(Call.START_OPEN if again else Call.START, step, number)
 
     def stop(self) -> StepTimings | None:
         """End the current step: hand its traces to the writer and, after the last profiled
@@ -245,42 +176,7 @@ class Profiler:
         if self._inherited():
             return None
         with _turn(self):
-            return self._stop()
-
-    def _stop(self) -> StepTimings | None:
-        if self._step is None:
-            self.process.slot.flush()
-            if self._state is not State.CLOSED and not self._unnumbered:
-                logger.warning("[profdsl rank %s] %s: stop() without start() ignored", self.rank, self.role)
-            self._unnumbered = False
-            return None
-        with self.process.signals.deferred():  # a signal while the capture stops: delivered once the step has ended
-            self._step = None
-            traced = self.is_profiling
-            self._unregister()
-            timings = self.meter.end()
-            self._capture.end()
-            if self._state is not State.IDLE:
-                self._state = State.STOPPED  # a run of continuous steps keeps its capture between steps
-            flush = self._steps.end()
-        self._wait(flush, closing=False)
-        self.meter.publish(timings)
-        if timings is not None:
-            if self.config.metrics.log:
-                self.process.logs.write(self.plan, timings, traced=traced)
-            try:
-                self._steps.demand.after_step(timings, traced=traced)
-            except Exception as exc:  # a slow-step check never reaches the training loop
-                once(
-                    f"auto-capture:{self.role}",
-                    logging.ERROR,
-                    "[profdsl rank %s] %s: checking step %s for slow stages failed: %r",
-                    self.rank,
-                    self.role,
-                    timings.step,
-                    exc,
-                )
-        return timings
+            return self._lifecycle.run(Call.STOP)
 
     def request(
         self,
@@ -323,34 +219,7 @@ class Profiler:
         if self._inherited():
             return
         with _turn(self):
-            self._close()
-
-    def _close(self) -> None:
-        if self._state is State.CLOSED:
-            self.process.slot.flush()  # a close() from another thread left this thread's session
-            return
-        with self.process.signals.deferred():
-            self._step = None
-            if self._state is not State.IDLE:
-                self._state = State.STOPPED
-            self._unregister()
-            self.meter.close()
-            self._capture.end()
-            flush = self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
-            self.process.slot.abandon("close()", role=self.role)
-        self._wait(flush, closing=True)
-        self._state = State.CLOSED
-        self.process.live.discard(self)
-
-    def _wait(self, flush: Flush | None, *, closing: bool) -> None:
-        """Wait, bounded, for what the last profiled step (or ``close()``) left on the writer:
-        its artifacts, then the hook it made due, unless that runs in the background (then
-        ``close()`` waits for it)."""
-        if flush is not None:
-            due = flush.due
-            self.process.settle(
-                flush.until, due, hook=due is not None and (closing or not due.job.background), closing=closing
-            )
+            self._lifecycle.run(Call.CLOSE)
 
     def __enter__(self) -> Profiler:
         return self
