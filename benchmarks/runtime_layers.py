@@ -40,7 +40,7 @@ FLOORS = (
     "meter",
     "role_capture",
     "demand",
-    "steps",
+    "step_events",
     "lifecycle",
     "profiler",
 )

@@ -25,18 +25,21 @@ from profdsl.runtime.process import PROCESS
 from profdsl.runtime.registry import stray, unbound
 
 if TYPE_CHECKING:
+    from profdsl.metrics.tree import Node
     from profdsl.runtime.handles import Handle
     from profdsl.runtime.profiler import Profiler
     from profdsl.runtime.recorder import NullRecorder, Recorder
     from profdsl.runtime.registry import Registry
     from profdsl.runtime.step import StepContext
 
-__all__ = ["ASK", "Annotation", "registry_of", "stop"]
+__all__ = ["FROM_RECORDER", "Annotation", "registry_of", "stop"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _STACK = context.STACK
-ASK = object()  # Annotation._begin: ask the recorder for the handle
+#: The default of :meth:`Annotation._begin`'s ``handle``: ask the entry's recorder for it (an
+#: async entry asks first, awaiting, and passes what it got, None included).
+FROM_RECORDER = object()
 
 
 def registry_of(profiler: Profiler | None) -> Registry:
@@ -136,16 +139,15 @@ class Annotation:
     async def _ahandle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> Any:
         return self._handle(profiler, steps, top)
 
-    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = ASK) -> Entry:
+    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = FROM_RECORDER) -> Entry:
         """Open one entry on the current context's stack: its ``handle`` (asked of its role's
-        recorder unless given), then its clock. A ``listed`` entry with a handle is also listed
-        as open (a ``with`` entry: its exit must close the handle whatever else has turned off
-        meanwhile). Timed entries of an ended step left on the stack (a ``with`` block still
-        open at ``stop()``, exited when nothing was on) are dropped from under it."""
+        recorder unless given), then its clock. A ``listed`` entry with a handle is also listed as
+        open (a ``with`` entry: its exit must close it whatever turned off meanwhile). Timed entries
+        of an ended step left on the stack (exited when nothing was on) are dropped from under it."""
         below = _STACK.get()
         registry = PROCESS.registry if profiler is None else profiler.process.registry
         steps = registry.steps
-        if handle is ASK:
+        if handle is FROM_RECORDER:
             handle = None
             if profiler is not None:
                 handle = self._handle(profiler, steps, below)
@@ -168,9 +170,7 @@ class Annotation:
             if node is None and steps:
                 node = node_for(self.name, self.role, None, steps, below, PROCESS.live)
         else:
-            bound = profiler.step_context
-            root = None if bound is None else bound.root
-            node = None if root is None else node_for(self.name, None, root, steps, below)
+            node = self._bound_node(profiler, steps, below)
         while below is not None and below.handle is None and below.node is not None and below.node.closed:
             below = below.below
         entry = Entry(self, handle, node, below)
@@ -179,6 +179,12 @@ class Annotation:
             registry.opened[entry] = None
             registry.on = True  # (see Registry: set after the entry is listed)
         return entry
+
+    def _bound_node(self, profiler: Profiler, steps: tuple[StepContext, ...], below: Entry | None) -> Node | None:
+        """The metrics node of an entry bound to ``profiler``: in its step's tree, if timed."""
+        step = profiler.step_context
+        root = None if step is None else step.root
+        return None if root is None else node_for(self.name, None, root, steps, below)
 
     async def _abegin(self, profiler: Profiler | None, listed: bool = False) -> Entry:
         steps = registry_of(profiler).steps

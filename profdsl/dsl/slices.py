@@ -41,7 +41,7 @@ class Slices:
                 if entry.handle is not None:
                     entry.handle.suspend()
             if paused:
-                context.lift(held)
+                context.detach(held)
         except Exception as exc:
             internal_error("stage suspend", exc)
 
@@ -52,7 +52,7 @@ class Slices:
             return
         try:
             if paused:
-                context.lay(held)
+                context.reattach(held)
             for entry in reversed(held):
                 if entry.handle is not None:
                     entry.handle.resume()

@@ -53,6 +53,8 @@ DEFAULT_NSIGHT_OPTIONS: dict[str, str] = {
 #: the main program, whose symbols include an ``LD_PRELOAD``ed tool's ``InitializeInjectionNvtx2``,
 #: so the tool still attaches. A path whose parent is a character device cannot exist (ENOTDIR):
 #: the ``dlopen`` fails and NVTX stays a no-op. (Ray's ``env_vars`` can set a variable, not unset it.)
+# tests/test_nvtx_injection.py::TestInjectionLibraryIsSeen::test_empty_value_lets_a_preloaded_library_in,
+# tests/test_nvtx_injection.py::TestGuard::test_preloaded_library_is_not_injected
 NO_NVTX_INJECTION = "/dev/null/profdsl-no-nvtx-injection"
 
 

@@ -11,7 +11,7 @@ The stack is a linked list in a ``ContextVar`` (a task copies its creator's cont
 share a mutable list with it). An entry removed from the middle (closed out of order, as
 interleaved generators do) is marked dead and skipped, then dropped once the entries above it
 are gone: entries keep their identity. A suspended generator stage takes the entries above its
-own with it (:func:`lift`) and puts them back wherever it resumes (:func:`lay`).
+own with it (:func:`detach`) and puts them back wherever it resumes (:func:`reattach`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from profdsl.metrics import tree
 if TYPE_CHECKING:
     from profdsl.metrics.tree import Node
 
-__all__ = ["STACK", "Entry", "clear", "find", "lay", "lift", "push", "remove", "segment", "top", "walk"]
+__all__ = ["STACK", "Entry", "clear", "detach", "find", "push", "reattach", "remove", "segment", "top", "walk"]
 
 
 class Entry:
@@ -158,9 +158,9 @@ def segment(entry: Entry) -> list[Entry]:
     return [entry]
 
 
-def lift(held: list[Entry]) -> None:
+def detach(held: list[Entry]) -> None:
     """Take a segment (from :func:`segment`) off the current context's stack, leaving what was
-    below its last entry."""
+    below its last entry: a generator body's entries, which it takes along across a ``yield``."""
     below = held[-1].below
     while below is not None and not below.live:
         below = below.below
@@ -168,9 +168,9 @@ def lift(held: list[Entry]) -> None:
         STACK.set(below)
 
 
-def lay(held: list[Entry]) -> None:
-    """Put a lifted segment back on top of the current context's stack (which may be another
-    context's than the one it was lifted from)."""
+def reattach(held: list[Entry]) -> None:
+    """Put a detached segment back on top of the current context's stack (which may be another
+    context's than the one it was detached from: the generator resumed elsewhere)."""
     below = STACK.get()
     for entry in reversed(held):
         entry.below = below

@@ -6,7 +6,7 @@ its row in :data:`TABLE` by the profiler's :class:`Phase` and runs the row's act
 (:meth:`Lifecycle.run`). An action is either a plain one (a log line for misuse, handing back a
 session left to this thread) or a step boundary (begin a step, end it, finish), and every
 boundary is crossed the same way: its bookkeeping and the step events it makes
-(:class:`~profdsl.runtime.steps.StepSessions`) run with the main thread's signals held (a
+(:class:`~profdsl.runtime.step_events.StepEvents`) run with the main thread's signals held (a
 signal meanwhile is delivered once the boundary is crossed), then the calling thread waits,
 bounded, for what the boundary left on the writer (docs/architecture.md, "What a caller waits
 for"), then what follows the boundary runs (a step's timings are published). Misuse is logged
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from profdsl.runtime.process import Process
     from profdsl.runtime.role_capture import RoleCapture
     from profdsl.runtime.step import Closable
-    from profdsl.runtime.steps import Flush, StepSessions
+    from profdsl.runtime.step_events import Outstanding, StepEvents
 
 __all__ = ["TABLE", "Call", "Lifecycle", "Phase", "State", "Where"]
 
@@ -105,7 +105,7 @@ class Boundary(NamedTuple):
     the writer, and what it ended), whether it is the last one (``closing``: every hook still
     owed is waited for), and ``after`` (once the wait is over)."""
 
-    cross: Callable[[Lifecycle, int | None], tuple[Flush | None, Ended | None]]
+    cross: Callable[[Lifecycle, int | None], tuple[Outstanding | None, Ended | None]]
     closing: bool
     after: Callable[[Lifecycle, Ended | None], StepTimings | None]
 
@@ -122,7 +122,7 @@ class Lifecycle:
         plan: RolePlan,
         process: Process,
         capture: RoleCapture,
-        steps: StepSessions,
+        steps: StepEvents,
         meter: StepMeter | NullMeter,
     ) -> None:
         self.owner, self.config, self.plan, self.process = owner, config, plan, process
@@ -137,32 +137,32 @@ class Lifecycle:
         for action in TABLE[(self.where.phase, call)]:
             if isinstance(action, Boundary):
                 with self.process.signals.deferred():  # a signal meanwhile: delivered once it is crossed
-                    flush, what = action.cross(self, number)
-                self._wait(flush, closing=action.closing)
+                    outstanding, what = action.cross(self, number)
+                self._wait(outstanding, closing=action.closing)
                 ended = action.after(self, what)
             else:
                 action(self, asked, number)
         return ended
 
-    def _wait(self, flush: Flush | None, *, closing: bool) -> None:
+    def _wait(self, outstanding: Outstanding | None, *, closing: bool) -> None:
         """Wait, bounded, for what the last profiled step (or ``close()``) left on the writer:
         its artifacts, then the hook it made due, unless that runs in the background (then
         ``close()`` waits for it)."""
-        if flush is not None:
-            due = flush.due
-            self.process.settle(
-                flush.until, due, hook=due is not None and (closing or not due.job.background), closing=closing
+        if outstanding is not None:
+            due = outstanding.due
+            self.process.wait_for(
+                outstanding.until, due, hook=due is not None and (closing or not due.job.background), closing=closing
             )
 
-    def _begin(self, number: int | None) -> tuple[Flush | None, Ended | None]:
-        """Step ``number`` begins (None: a step with no number, never profiled); a flush here
-        ended a capture the loop walked out of (its last profiled step): the step that begins
-        now opens none, so waiting after beginning it is the same."""
+    def _begin(self, number: int | None) -> tuple[Outstanding | None, Ended | None]:
+        """Step ``number`` begins (None: a step with no number, never profiled). What is
+        outstanding here is a capture the loop walked out of (its last profiled step): the step
+        that begins now opens none, so waiting after beginning it is the same."""
         self.where = Where(self.where.state, None, number is None)
-        profiled, flush = self.steps.begin(number)
+        profiled, outstanding = self.steps.begin(number)
         if number is not None:
             self._register(number, profiled)
-        return flush, None
+        return outstanding, None
 
     def _register(self, number: int, profiled: bool) -> None:
         """Step ``number`` is open: captured when its capture is open, timed when metrics are on,
@@ -191,7 +191,7 @@ class Lifecycle:
         if step is not None:
             self.process.registry.deactivate(step)
 
-    def _end(self, number: int | None) -> tuple[Flush | None, Ended | None]:
+    def _end(self, number: int | None) -> tuple[Outstanding | None, Ended | None]:
         """The step open ends: its capture (a run of continuous steps keeps its capture between
         steps), its timings."""
         traced = self.where.capturing
@@ -226,7 +226,7 @@ class Lifecycle:
             )
         return timings
 
-    def _finish(self, number: int | None) -> tuple[Flush | None, Ended | None]:
+    def _finish(self, number: int | None) -> tuple[Outstanding | None, Ended | None]:
         """Training is over: the step open (if any) is dropped, what is open is closed, and what
         cannot be ended here is recorded. Interrupted (Ctrl-C), the profiler is not closed: the
         next ``close()`` finishes."""
@@ -237,9 +237,9 @@ class Lifecycle:
         self._unregister()
         self.meter.close()
         self.capture.end()
-        flush = self.steps.finish()
+        outstanding = self.steps.finish()
         self.process.slot.abandon("close()", role=self.plan.role)
-        return flush, None
+        return outstanding, None
 
     def _closed(self, ended: Ended | None) -> None:
         self.where = Where(State.CLOSED)

@@ -43,7 +43,7 @@ from profdsl.runtime.writer.writer import Writer
 
 if TYPE_CHECKING:
     from profdsl.runtime.step import Closable
-    from profdsl.runtime.writer.rounds import Due
+    from profdsl.runtime.writer.rounds import DueHook
 
 __all__ = ["PROCESS", "Process"]
 
@@ -74,7 +74,7 @@ class Process:
         # process state: on the other side it is that process's own, not a copy.
         return (_this_process, ())
 
-    def settle(self, until: object | None, due: Due | None, *, hook: bool, closing: bool = False) -> None:
+    def wait_for(self, until: object | None, due: DueHook | None, *, hook: bool, closing: bool = False) -> None:
         """Wait until the writer is through what the caller needs: the jobs up to ``until``,
         then, with ``hook``, the hook ``due`` (``closing``: every hook not finished, whoever
         made it due). The traces being finished are waited for up to their

@@ -32,7 +32,7 @@ from profdsl.runtime.plan import resolve
 from profdsl.runtime.process import PROCESS, Process
 from profdsl.runtime.recorder import NullRecorder, Recorder
 from profdsl.runtime.role_capture import RoleCapture
-from profdsl.runtime.steps import StepSessions
+from profdsl.runtime.step_events import StepEvents
 
 if TYPE_CHECKING:
     from profdsl.metrics.exporters import OnStep
@@ -100,7 +100,7 @@ class Profiler:
         self.meter = make_meter(
             config.metrics, role, self.rank, self.world_size, on_step, device=capture, servers=process.servers
         )
-        steps = StepSessions(
+        steps = StepEvents(
             plan, self._capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
         )
         self._lifecycle = Lifecycle(
@@ -159,7 +159,7 @@ class Profiler:
         profiled. ``start(S)`` while step S is open changes nothing (logged once)."""
         if self._inherited():
             return
-        with _turn(self):
+        with _one_call_at_a_time(self):
             lifecycle = self._lifecycle
             if lifecycle.where.phase is Phase.CLOSED:
                 lifecycle.run(Call.START, step)
@@ -175,7 +175,7 @@ class Profiler:
         ``config.metrics.enabled`` (else None)."""
         if self._inherited():
             return None
-        with _turn(self):
+        with _one_call_at_a_time(self):
             return self._lifecycle.run(Call.STOP)
 
     def request(
@@ -218,7 +218,7 @@ class Profiler:
         still owed, waiting for it (bounded). Idempotent."""
         if self._inherited():
             return
-        with _turn(self):
+        with _one_call_at_a_time(self):
             self._lifecycle.run(Call.CLOSE)
 
     def __enter__(self) -> Profiler:
@@ -269,7 +269,7 @@ TURN_WAIT_S = 60.0
 
 
 @contextlib.contextmanager
-def _turn(profiler: Profiler) -> Iterator[None]:
+def _one_call_at_a_time(profiler: Profiler) -> Iterator[None]:
     """The profiler's calls, one at a time (bounded: ``TURN_WAIT_S``)."""
     mine = profiler._lock.acquire(timeout=TURN_WAIT_S)
     if not mine:

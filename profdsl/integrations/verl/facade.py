@@ -23,7 +23,7 @@ from profdsl.config import ProfilerConfig
 from profdsl.config.checks import COLOR_NAMES, to_color
 from profdsl.core.discovery import discover_world
 from profdsl.core.log import internal_error
-from profdsl.dsl.base import ASK as _ASK
+from profdsl.dsl.base import FROM_RECORDER as _FROM_RECORDER
 from profdsl.dsl.stage import profile_stage
 from profdsl.errors import ConfigError
 from profdsl.integrations.verl.config import MISSING, map_block, plain
@@ -115,7 +115,7 @@ class _Annotated(profile_stage):
             facade._steps.stage_begins(facade.profiler)
         return facade.profiler
 
-    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = _ASK) -> Entry:
+    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = _FROM_RECORDER) -> Entry:
         if profiler is None:  # no worker profiler, or one never started: nothing to record
             return context.push(self)
         entry = super()._begin(profiler, listed, handle)
