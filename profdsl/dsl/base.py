@@ -54,15 +54,19 @@ def stop(entry: Entry) -> Any:
     entries); returns its handle, for the caller to close. Never raises."""
     entry.end()
     handle = entry.handle
-    if handle is not None:
-        _unlist(entry)
+    if handle is not None:  # _unlist(), inlined: this runs for every decorated profiled call
+        profiler = entry.key.profiler  # type: ignore[attr-defined]
+        registry = PROCESS.registry if profiler is None else profiler.process.registry
+        opened = registry.opened
+        opened.pop(entry, None)
+        if not opened and not registry.steps:
+            registry.refresh()
     return handle
 
 
-def _unlist(entry: Entry) -> None:
-    """``entry`` (one with a handle) is no longer open: off the open ``with`` entries of its
-    registry, whose switch turns off when nothing else is on."""
-    registry = registry_of(getattr(entry.key, "profiler", None))
+def _unlist(entry: Entry, registry: Registry) -> None:
+    """``entry`` (one with a handle) is no longer open: off the open ``with`` entries of
+    ``registry`` (its own), whose switch turns off when nothing else is on."""
     opened = registry.opened
     opened.pop(entry, None)
     if not opened and not registry.steps:
@@ -128,9 +132,10 @@ class Annotation:
             recorder = _nesting(top)
             if recorder is None:
                 recorder = first.recorder
-                captured = [s.role for s in steps if s.recorder is not None] if len(steps) > 1 else []
-                if len(captured) > 1:
-                    unbound(self.name, True, captured, first.role)
+                if len(steps) > 1:
+                    captured = [s.role for s in steps if s.recorder is not None]
+                    if len(captured) > 1:
+                        unbound(self.name, True, captured, first.role)
             return self._open(recorder, top)
         except Exception as exc:
             internal_error(f"{type(self).__name__} entry", exc)
@@ -147,30 +152,23 @@ class Annotation:
         below = _STACK.get()
         registry = PROCESS.registry if profiler is None else profiler.process.registry
         steps = registry.steps
-        if handle is FROM_RECORDER:
-            handle = None
-            if profiler is not None:
-                handle = self._handle(profiler, steps, below)
-            else:
-                for step in steps:  # a step that is only timed opens no region: no need to ask
-                    if step.profiled:
-                        handle = self._handle(profiler, steps, below)
-                        break
-        if profiler is None:
+        if handle is FROM_RECORDER:  # only a profiled step opens regions (one only timed: none)
+            handle = self._handle(profiler, steps, below) if profiler is not None or registry.profiled else None
+        if profiler is not None:
+            node = self._bound_node(profiler, steps, below)
+        elif not registry.timed:
+            node = None
+        else:
             node = None
             if self.role is None:  # node_for(), inlined for an unbound entry's usual cases
                 if below is not None:
                     parent = below.node  # nested in an open timed entry
                     if parent is not None and below.live and not parent.closed:
                         node = parent.children.get(self.name)
-                elif len(steps) == 1:
-                    parent = steps[0].root  # at the top of the one step's tree
-                    if parent is not None:
-                        node = parent.children.get(self.name)
-            if node is None and steps:
+                elif len(steps) == 1 and steps[0].root is not None:  # the top of the one tree
+                    node = steps[0].root.children.get(self.name)
+            if node is None:
                 node = node_for(self.name, self.role, None, steps, below, PROCESS.live)
-        else:
-            node = self._bound_node(profiler, steps, below)
         while below is not None and below.handle is None and below.node is not None and below.node.closed:
             below = below.below
         entry = Entry(self, handle, node, below)
@@ -187,10 +185,10 @@ class Annotation:
         return None if root is None else node_for(self.name, None, root, steps, below)
 
     async def _abegin(self, profiler: Profiler | None, listed: bool = False) -> Entry:
-        steps = registry_of(profiler).steps
+        registry = registry_of(profiler)
         handle = None
-        if profiler is not None or any(step.profiled for step in steps):
-            handle = await self._ahandle(profiler, steps, _STACK.get())
+        if profiler is not None or registry.profiled:
+            handle = await self._ahandle(profiler, registry.steps, _STACK.get())
         return self._begin(profiler, listed, handle)
 
     def _end(self, entry: Entry) -> None:
@@ -216,8 +214,8 @@ class Annotation:
         return context.find(self) or _elsewhere(self, registry_of(self.profiler))
 
     def __enter__(self) -> Any:
-        # This process's switch, read through the process state (a reset replaces the registry);
-        # an entry bound to a profiler reads its profiler's (which may live in other state).
+        # The switch is read through the process state (a reset replaces the registry): this
+        # process's, or a bound profiler's own (which may live in other state).
         if PROCESS.registry.on or self.profiler is not None:
             profiler = self.profiler
             if profiler is None or profiler.process.registry.on:
@@ -227,7 +225,8 @@ class Annotation:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if PROCESS.registry.on or self.profiler is not None:
             profiler = self.profiler
-            if profiler is not None and not profiler.process.registry.on:
+            registry = PROCESS.registry if profiler is None else profiler.process.registry
+            if not registry.on:
                 return
             entry = _STACK.get()
             innermost = entry is not None and entry.key is self and entry.live
@@ -237,7 +236,7 @@ class Annotation:
                 entry.end(innermost)
                 handle = entry.handle
                 if handle is not None:
-                    _unlist(entry)
+                    _unlist(entry, registry)
                     handle.close()
 
     def __call__(self, func: F) -> F:

@@ -80,12 +80,13 @@ class Entry:
         if node is not None:
             try:
                 start = self.start
-                if start is not None and node.root.device is None:  # pause(), inlined
+                root = node.root
+                if start is not None and root.device is None:  # pause(), inlined
                     self.spent += tree.clock() - start
                     self.start = None
                 else:
                     self.pause()
-                lock = node.root.lock  # node.add(self.spent), inlined: this runs for every timed entry
+                lock = root.lock  # node.add(self.spent), inlined: this runs for every timed entry
                 lock.acquire()
                 if not node.closed:
                     node.total += self.spent

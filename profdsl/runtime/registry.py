@@ -66,23 +66,28 @@ class Registry:
     (``opened``, in the order they opened: an exit in another context than its entry's, such as
     a generator finished on another thread, finds its entry there).
 
-    ``on`` is ``bool(steps or opened)``, kept as a plain attribute for the DSL. The DSL adds to
+    ``on`` is ``bool(steps or opened)``, kept as a plain attribute for the DSL; so are
+    ``profiled`` (a step is profiled: an entry may open a region) and ``timed`` (a step is timed:
+    an entry has a metrics node), derived from ``steps`` at each change. The DSL adds to
     ``opened`` and sets ``on`` without a lock (single dict operations are atomic); every writer
     that may clear it looks at ``opened`` again after writing, so an entry opened meanwhile keeps
     it set. A reset replaces the registry (:meth:`profdsl.runtime.process.Process.reset`): the
     DSL reads it through the process state each time and never keeps it.
     """
 
-    __slots__ = ("_lock", "on", "opened", "steps")
+    __slots__ = ("_lock", "on", "opened", "profiled", "steps", "timed")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # re-entrant: a signal handler may call into it
         self.steps: tuple[StepContext, ...] = ()
         self.opened: dict[Entry, None] = {}
-        self.on = False
+        self.on = self.profiled = self.timed = False
 
     def _update(self) -> None:
-        self.on = bool(self.steps or self.opened)
+        steps = self.steps
+        self.profiled = any(step.profiled for step in steps)
+        self.timed = any(step.root is not None for step in steps)
+        self.on = bool(steps or self.opened)
         if not self.on and self.opened:  # an entry opened between the read and the write
             self.on = True
 
