@@ -154,9 +154,9 @@ class TestNsysWithProfiler:
     them)."""
 
     def test_reports_moved_late_ones_at_close(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        from profdsl.runtime import steps
+        from profdsl.runtime import step_events
 
-        monkeypatch.setattr(steps, "NSYS_FINAL_WAIT_S", 0.3)  # how long the last step waits for nsys
+        monkeypatch.setattr(step_events, "NSYS_FINAL_WAIT_S", 0.3)  # how long the last step waits for nsys
         nsight = tmp_path / "nsight"
         nsight.mkdir()
         pid = os.getpid()

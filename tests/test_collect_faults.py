@@ -244,9 +244,9 @@ def nsys_records(tmp_path: Path) -> list[tuple[str, str | None]]:
 @pytest.fixture
 def short_nsys_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """The final passes wait 0.3 s (not 30 s) for reports still converting."""
-    from profdsl.runtime import steps
+    from profdsl.runtime import step_events
 
-    monkeypatch.setattr(steps, "NSYS_FINAL_WAIT_S", 0.3)
+    monkeypatch.setattr(step_events, "NSYS_FINAL_WAIT_S", 0.3)
 
 
 @pytest.mark.usefixtures("short_nsys_wait")

@@ -484,9 +484,9 @@ class TestNsys:
         """A report recorded incomplete at the last step (its conversion outlasted the wait)
         and moved in later (at close) leaves a folder ``check`` passes: the move supersedes the
         loss."""
-        from profdsl.runtime import steps
+        from profdsl.runtime import step_events
 
-        monkeypatch.setattr(steps, "NSYS_FINAL_WAIT_S", 0.5)
+        monkeypatch.setattr(step_events, "NSYS_FINAL_WAIT_S", 0.5)
         save, reports = tmp_path / "save", tmp_path / "nsight"
         reports.mkdir()
         cfg = config(save, tool="nsys", nsys_report_dir=str(reports))

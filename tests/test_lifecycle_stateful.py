@@ -60,7 +60,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def registry_matches_state(self) -> None:
-        registered = self.profiler.recorder in PROCESS.registry.recorders
+        registered = any(s.recorder is self.profiler.recorder for s in PROCESS.registry.steps)
         assert registered == self.profiler.is_profiling
         assert self.profiler.is_profiling == (self.profiler.state in (State.ARMED, State.RECORDING))
         if self.profiler.state is State.CLOSED:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import profdsl.testing
-from profdsl import FinishHook, Profiler, profile_stage
+from profdsl import FinishHook, Metrics, Profiler, mini_batch_window, profile_stage
 from profdsl.core.log import once
-from profdsl.runtime.process import PROCESS
+from profdsl.runtime.process import PROCESS, Process
 
 from .profiling import config, in_forked_child, torch_profiler_running
 from .traces import parsed
@@ -32,12 +32,12 @@ class TestReset:
         profiler.start(1)
         stage.__enter__()  # a with-entry a failing test never left
         once("reset-probe", logging.WARNING, "probe")
-        assert PROCESS.live and PROCESS.registry.recorders and PROCESS.registry.on
+        assert PROCESS.live and any(s.recorder for s in PROCESS.registry.steps) and PROCESS.registry.on
         assert PROCESS.slot.current is not None and torch_profiler_running()
 
         profdsl.testing.reset()
 
-        assert not PROCESS.live and PROCESS.registry.recorders == () and PROCESS.registry.stepping == ()
+        assert not PROCESS.live and PROCESS.registry.steps == ()
         assert not PROCESS.registry.opened and PROCESS.registry.on is False
         assert PROCESS.slot.current is None and not torch_profiler_running()
         with caplog.at_level(logging.WARNING, logger="profdsl"):
@@ -48,6 +48,61 @@ class TestReset:
         with other, other.step(1), profile_stage("fresh"):
             pass
         assert [t["profdsl"]["regions"]["stages"] for _, t in parsed(tmp_path / "b")] == [["fresh"]]
+
+    def test_reset_replaces_the_registry(self, tmp_path: Path) -> None:
+        """The reset replaces the registry instead of scrubbing it in place: words made before it
+        (a decorated function, a shared stage) read the new one at their next entry."""
+
+        @profile_stage("decorated_before")
+        def decorated() -> int:
+            return 3
+
+        shared = profile_stage("shared_before")
+        before = PROCESS.registry
+        profiler = Profiler(config(tmp_path / "a"), role="actor", rank=0, world_size=1)
+        profiler.start(1)
+        assert before.steps
+
+        profdsl.testing.reset()
+
+        assert PROCESS.registry is not before and PROCESS.registry.steps == () and not PROCESS.registry.on
+        fresh = Profiler(config(tmp_path / "b"), role="actor", rank=0, world_size=1)
+        with fresh, fresh.step(1):
+            assert decorated() == 3
+            with shared:
+                pass
+        [(_, trace)] = parsed(tmp_path / "b")
+        assert sorted(trace["profdsl"]["regions"]["stages"]) == ["decorated_before", "shared_before"]
+
+
+class TestOtherProcessState:
+    """A profiler given its own process state (``Profiler(process=...)``) and passed to a DSL
+    word as ``profiler=`` is what that word records into, although this process's registry has
+    nothing on (the DSL used to test only this process's switch)."""
+
+    def test_its_entries_are_recorded_and_timed(self, tmp_path: Path) -> None:
+        cfg = config(tmp_path, metrics=Metrics(enabled=True))
+        profiler = Profiler(cfg, role="actor", rank=0, world_size=1, process=Process())
+        stage = profile_stage("in_with", profiler=profiler)
+
+        @profile_stage("decorated", profiler=profiler)
+        def decorated() -> int:
+            return 7
+
+        try:
+            with profiler.step(1):
+                assert PROCESS.registry.on is False and profiler.process.registry.on
+                with stage:
+                    torch.ones(2).sum()
+                assert decorated() == 7
+                assert [mb for mb in mini_batch_window([1, 2], profiler=profiler)] == [1, 2]
+        finally:
+            profiler.close()
+        [(_, trace)] = parsed(tmp_path)
+        assert sorted(trace["profdsl"]["regions"]["stages"]) == ["decorated", "in_with"]
+        assert trace["profdsl"]["regions"]["mini_batches"] == ["mini_batch"]
+        assert profiler.metrics["timing_count/in_with"] == 1 and profiler.metrics["timing_count/decorated"] == 1
+        assert not profiler.process.registry.on and not profiler.process.registry.opened
 
 
 class TestRegionNames:
@@ -96,10 +151,10 @@ class TestFork:
         cfg = config(tmp_path, tool="nsys")  # no torch session to carry across the fork
         profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
         profiler.start(1)
-        assert PROCESS.registry.recorders and PROCESS.live
+        assert any(s.recorder for s in PROCESS.registry.steps) and PROCESS.live
         state = in_forked_child(
             lambda: {
-                "recorders": len(PROCESS.registry.recorders),
+                "recorders": len([s for s in PROCESS.registry.steps if s.recorder]),
                 "on": PROCESS.registry.on,
                 "live": len(PROCESS.live),
                 "current": PROCESS.slot.current is not None,
@@ -137,34 +192,3 @@ def test_process_state_lives_behind_one_object() -> None:
                 if call in stateful_calls or (container and not name.isupper()):
                     offenders.append(f"{path.relative_to(root)}:{node.lineno} {name}")
     assert offenders == [], offenders
-
-
-def test_runtime_imports_form_no_circle() -> None:
-    """The runtime's modules import one another without a circle (at import time; imports for
-    type checking only do not count): each layer of the concurrency model stands on the ones
-    below it."""
-    import ast
-
-    root = Path(__file__).resolve().parents[1]
-    graph: dict[str, set[str]] = {}
-    for path in (root / "profdsl" / "runtime").rglob("*.py"):
-        module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-        imported = set()
-        for node in ast.parse(path.read_text()).body:  # top level: TYPE_CHECKING blocks are `if`s
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("profdsl.runtime"):
-                imported.add(node.module)
-        graph[module] = imported
-    circles, done = [], set()
-
-    def visit(module: str, trail: tuple[str, ...]) -> None:
-        for target in sorted(graph.get(module, ())):
-            if target in trail:
-                circles.append(trail[trail.index(target) :] + (target,))
-            elif target in graph and target not in done:
-                visit(target, (*trail, target))
-        done.add(module)
-
-    for module in sorted(graph):
-        if module not in done:
-            visit(module, (module,))
-    assert circles == []

@@ -13,7 +13,7 @@ import logging
 import re
 import threading
 
-__all__ = ["ONCE", "OnceLog", "counted", "logger", "once", "printable"]
+__all__ = ["ONCE", "OnceLog", "counted", "internal_error", "logger", "once", "printable"]
 
 #: Characters that would break a line or drive the terminal: C0 and C1 controls, DEL, and the
 #: Unicode line and paragraph separators.
@@ -78,6 +78,19 @@ def once(key: str, level: int, message: str, *args: object, exc_info: bool = Fal
         return False
     logger.log(level, message, *args, exc_info=exc_info)
     return True
+
+
+def internal_error(where: str, exc: BaseException) -> None:
+    """A fault inside profdsl's own code at ``where`` (a DSL entry, a region, a metrics exit):
+    logged once per place and kind of exception, never raised into the caller's code (the
+    annotated code's results and exceptions pass through unchanged)."""
+    once(
+        f"dsl:{where}:{type(exc).__name__}",
+        logging.ERROR,
+        "profdsl: internal error in %s (profiling continues without it): %r",
+        where,
+        exc,
+    )
 
 
 #: How many events of one kind :func:`counted` logs in full.

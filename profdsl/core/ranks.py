@@ -107,6 +107,10 @@ def is_hook_rank(
     rule = Selection(hook_ranks=frozenset(hook_ranks), hook_all_ranks=hook_all_ranks)
     if hook_all_ranks or hook_ranks:
         return rule.hook_takes(rank, False)
+    # The hook's fallback is "the profiled ranks". A caller that knows already whether ``rank`` is
+    # profiled passes ``profiled`` (a capture request traces ranks the config does not name, so
+    # the rank arguments would answer wrongly; a rank resolved on its topology would be decided a
+    # second time), and the rank arguments are then dead: hence the bypass.
     if profiled is None:
         profiled = is_rank_selected(
             rank, profiled_ranks, all_ranks=profiled_all_ranks, select=profiled_select, topology=topology

@@ -16,26 +16,37 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from profdsl.core.log import internal_error
 from profdsl.dsl.decorate import decorate
 from profdsl.runtime import context
 from profdsl.runtime.context import Entry
-from profdsl.runtime.handles import fault
 from profdsl.runtime.meter import node_for
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.registry import stray, unbound
 
 if TYPE_CHECKING:
+    from profdsl.metrics.tree import Node
     from profdsl.runtime.handles import Handle
     from profdsl.runtime.profiler import Profiler
     from profdsl.runtime.recorder import NullRecorder, Recorder
+    from profdsl.runtime.registry import Registry
+    from profdsl.runtime.step import StepContext
 
-__all__ = ["ASK", "Annotation", "stop"]
+__all__ = ["FROM_RECORDER", "Annotation", "registry_of", "stop"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-REGISTRY = PROCESS.registry  # the same object for the life of the process (reset in place)
 _STACK = context.STACK
-ASK = object()  # Annotation._begin: ask the recorder for the handle
+#: The default of :meth:`Annotation._begin`'s ``handle``: ask the entry's recorder for it (an
+#: async entry asks first, awaiting, and passes what it got, None included).
+FROM_RECORDER = object()
+
+
+def registry_of(profiler: Profiler | None) -> Registry:
+    """The registry an entry bound to ``profiler`` reads: that profiler's process's, or this
+    process's (:data:`~profdsl.runtime.process.PROCESS`) for an entry bound to none. Read at
+    every entry, never kept: a reset replaces it."""
+    return PROCESS.registry if profiler is None else profiler.process.registry
 
 
 def stop(entry: Entry) -> Any:
@@ -43,18 +54,29 @@ def stop(entry: Entry) -> Any:
     entries); returns its handle, for the caller to close. Never raises."""
     entry.end()
     handle = entry.handle
-    if handle is not None:
-        opened = REGISTRY.opened
+    if handle is not None:  # _unlist(), inlined: this runs for every decorated profiled call
+        profiler = entry.key.profiler  # type: ignore[attr-defined]
+        registry = PROCESS.registry if profiler is None else profiler.process.registry
+        opened = registry.opened
         opened.pop(entry, None)
-        if not opened and not (REGISTRY.recorders or REGISTRY.meters or REGISTRY.stepping):
-            REGISTRY.refresh()
+        if not opened and not registry.steps:
+            registry.refresh()
     return handle
 
 
-def _elsewhere(key: object) -> Entry | None:
+def _unlist(entry: Entry, registry: Registry) -> None:
+    """``entry`` (one with a handle) is no longer open: off the open ``with`` entries of
+    ``registry`` (its own), whose switch turns off when nothing else is on."""
+    opened = registry.opened
+    opened.pop(entry, None)
+    if not opened and not registry.steps:
+        registry.refresh()
+
+
+def _elsewhere(key: object, registry: Registry) -> Entry | None:
     """The latest open ``with`` entry of ``key`` in another context (a generator whose block
     began on one thread and ends on another): marked done there, to be ended here."""
-    for entry in reversed(list(REGISTRY.opened)):
+    for entry in reversed(list(registry.opened)):
         if entry.key is key and entry.live:
             entry.live = False
             return entry
@@ -79,9 +101,6 @@ class Annotation:
     profiler: Profiler | None
     role: str | None
     name: str
-    #: Whether an entry without a profiler of its own gets its handle from a recorder (else it
-    #: needs a profiler in a profiled step: rollout_window).
-    _recorded = True
     #: Whether a decorated call's arguments say which profiler it uses (:meth:`_bound`).
     _binds = False
 
@@ -92,58 +111,85 @@ class Annotation:
         """The profiler a decorated call with ``args`` uses (the word's own here)."""
         return self.profiler
 
-    def _handle(self, profiler: Profiler | None, top: Entry | None) -> Any:
-        """This entry's handle from its role's recorder; None when nothing is opened."""
+    def _handle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> Any:
+        """This entry's handle from its role's recorder (its profiler's, else one of the
+        registered ``steps``); None when nothing is opened."""
         try:
-            recorders = REGISTRY.recorders
             if profiler is not None:
                 return self._open(profiler.recorder, top)
-            if self.role is not None:
-                recorder = REGISTRY.find(self.role)
-                if recorder is None:
-                    stray(self.name, self.role, [r.role for r in recorders], PROCESS.live)
-                    return None
-                return self._open(recorder, top)
+            for first in steps:
+                if first.recorder is not None:
+                    break
+            else:  # nothing captured (or the step ended since `on` was read)
+                return None
+            role = self.role
+            if role is not None:
+                for step in steps:
+                    if step.recorder is not None and step.role == role:
+                        return self._open(step.recorder, top)
+                stray(self.name, role, [s.role for s in steps if s.recorder is not None], PROCESS.live)
+                return None
             recorder = _nesting(top)
             if recorder is None:
-                if not recorders:  # the step ended since `on` was read
-                    return None
-                recorder = recorders[0]
-                if len(recorders) > 1:
-                    unbound(self.name, True, [r.role for r in recorders], recorder.role)
+                recorder = first.recorder
+                if len(steps) > 1:
+                    captured = [s.role for s in steps if s.recorder is not None]
+                    if len(captured) > 1:
+                        unbound(self.name, True, captured, first.role)
             return self._open(recorder, top)
         except Exception as exc:
-            fault(f"{type(self).__name__} entry", exc)
+            internal_error(f"{type(self).__name__} entry", exc)
             return None
 
-    async def _ahandle(self, profiler: Profiler | None, top: Entry | None) -> Any:
-        return self._handle(profiler, top)
+    async def _ahandle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> Any:
+        return self._handle(profiler, steps, top)
 
-    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = ASK) -> Entry:
+    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = FROM_RECORDER) -> Entry:
         """Open one entry on the current context's stack: its ``handle`` (asked of its role's
-        recorder unless given), then its clock. A ``listed`` entry with a handle is also listed
-        as open (a ``with`` entry: its exit must close the handle whatever else has turned off
-        meanwhile). Timed entries of an ended step left on the stack (a ``with`` block still
-        open at ``stop()``, exited when nothing was on) are dropped from under it."""
+        recorder unless given), then its clock. A ``listed`` entry with a handle is also listed as
+        open (a ``with`` entry: its exit must close it whatever turned off meanwhile). Timed entries
+        of an ended step left on the stack (exited when nothing was on) are dropped from under it."""
         below = _STACK.get()
-        if handle is ASK:
-            handle = (
-                self._handle(profiler, below)
-                if profiler is not None or (REGISTRY.recorders if self._recorded else REGISTRY.stepping)
-                else None
-            )
-        node = node_for(self.name, self.role, profiler, below) if REGISTRY.meters else None
+        registry = PROCESS.registry if profiler is None else profiler.process.registry
+        steps = registry.steps
+        if handle is FROM_RECORDER:  # only a profiled step opens regions (one only timed: none)
+            handle = self._handle(profiler, steps, below) if profiler is not None or registry.profiled else None
+        if profiler is not None:
+            node = self._bound_node(profiler, steps, below)
+        elif not registry.timed:
+            node = None
+        else:
+            node = None
+            if self.role is None:  # node_for(), inlined for an unbound entry's usual cases
+                if below is not None:
+                    parent = below.node  # nested in an open timed entry
+                    if parent is not None and below.live and not parent.closed:
+                        node = parent.children.get(self.name)
+                elif len(steps) == 1 and steps[0].root is not None:  # the top of the one tree
+                    node = steps[0].root.children.get(self.name)
+            if node is None:
+                node = node_for(self.name, self.role, None, steps, below, PROCESS.live)
         while below is not None and below.handle is None and below.node is not None and below.node.closed:
             below = below.below
         entry = Entry(self, handle, node, below)
         _STACK.set(entry)
         if listed and handle is not None:
-            REGISTRY.opened[entry] = None
-            REGISTRY.on = True  # (see Registry: set after the entry is listed)
+            registry.opened[entry] = None
+            registry.on = True  # (see Registry: set after the entry is listed)
         return entry
 
+    def _bound_node(self, profiler: Profiler, steps: tuple[StepContext, ...], below: Entry | None) -> Node | None:
+        """The metrics node of an entry bound to ``profiler``: in its step's tree, if timed."""
+        step = profiler.step_context
+        root = None if step is None else step.root
+        return None if root is None else node_for(self.name, None, root, steps, below)
+
     async def _abegin(self, profiler: Profiler | None, listed: bool = False) -> Entry:
-        return self._begin(profiler, listed, await self._ahandle(profiler, _STACK.get()))
+        registry = registry_of(profiler)
+        handle = None
+        if profiler is not None or registry.profiled:
+            handle = await self._ahandle(profiler, registry.steps, _STACK.get())
+        return self._begin(profiler, listed, handle)
 
     def _end(self, entry: Entry) -> None:
         """End one entry: its clock, then its handle."""
@@ -165,21 +211,32 @@ class Annotation:
     def _leaving(self) -> Entry | None:
         """The entry a ``with`` exit ends: the innermost of this object in this context, else
         the latest one with a handle open elsewhere; None when there is none."""
-        return context.find(self) or _elsewhere(self)
+        return context.find(self) or _elsewhere(self, registry_of(self.profiler))
 
     def __enter__(self) -> Any:
-        if REGISTRY.on:
-            self._begin(self.profiler, True)
+        # The switch is read through the process state (a reset replaces the registry): this
+        # process's, or a bound profiler's own (which may live in other state).
+        if PROCESS.registry.on or self.profiler is not None:
+            profiler = self.profiler
+            if profiler is None or profiler.process.registry.on:
+                self._begin(profiler, True)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if REGISTRY.on:
+        if PROCESS.registry.on or self.profiler is not None:
+            profiler = self.profiler
+            registry = PROCESS.registry if profiler is None else profiler.process.registry
+            if not registry.on:
+                return
             entry = _STACK.get()
-            if entry is None or entry.key is not self or not entry.live:  # not the innermost
+            innermost = entry is not None and entry.key is self and entry.live
+            if not innermost:
                 entry = self._leaving()
-            if entry is not None:
-                handle = stop(entry)  # _end(), inlined: this runs for every `with` block
+            if entry is not None:  # _end() and stop(), inlined: this runs for every `with` block
+                entry.end(innermost)
+                handle = entry.handle
                 if handle is not None:
+                    _unlist(entry, registry)
                     handle.close()
 
     def __call__(self, func: F) -> F:

@@ -3,14 +3,15 @@
 Every piece keeps the wrapped function's name, docstring, signature and kind (a coroutine
 function stays one, a generator function stays one), returns its results and raises its
 exceptions. When nothing is profiled or timed, a call costs one attribute check
-(``Registry.on``); otherwise the call is one entry (:meth:`Annotation._begin` /
+(``Registry.on``, read through the process state at every call: a reset replaces the registry);
+otherwise the call is one entry (:meth:`Annotation._begin` /
 :meth:`Annotation._end`), begun when the body first runs: an ``async def`` entry spans its
 awaits, a generator's spans its life from the first item, and the bodies of both run in slices
 (:mod:`profdsl.dsl.slices`).
 
 A decorated function pickled by value (Ray ships classes defined in ``__main__``) takes what its
-wrapper names along: the annotation, module functions (pickled by reference) and the registry
-(which reduces to the receiving process's own), never a ``ContextVar``.
+wrapper names along: the annotation, module functions (pickled by reference) and the process
+state (which reduces to the receiving process's own), never a ``ContextVar``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from profdsl.runtime.process import PROCESS
 
 if TYPE_CHECKING:
     from profdsl.dsl.base import Annotation
+    from profdsl.runtime.process import Process
 
 __all__ = ["decorate"]
 
@@ -61,12 +63,20 @@ def decorate(annotation: Annotation, func: Any) -> Any:
     return _plain(annotation, func)
 
 
+def _process(annotation: Annotation) -> Process:
+    """The process state whose registry says whether a call of ``annotation`` is an entry: its
+    profiler's (fixed for the profiler's life), else this process's. A word that binds its
+    profiler from the call's arguments (verl's ``annotate``) binds one of this process."""
+    profiler = annotation.profiler
+    return PROCESS if profiler is None else profiler.process
+
+
 def _plain(annotation: Annotation, func: Func) -> Func:
-    registry = PROCESS.registry  # the same object for the life of the process (reset in place)
+    process = _process(annotation)
 
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if registry.on:
+        if process.registry.on:
             return annotation._call(func, args, kwargs)
         return func(*args, **kwargs)
 
@@ -74,11 +84,11 @@ def _plain(annotation: Annotation, func: Func) -> Func:
 
 
 def _coroutine(annotation: Annotation, func: Func) -> Func:
-    registry, binds = PROCESS.registry, annotation._binds
+    process, binds = _process(annotation), annotation._binds
 
     @functools.wraps(func)
     async def call(*args: Any, **kwargs: Any) -> Any:
-        if not registry.on:
+        if not process.registry.on:
             return await func(*args, **kwargs)
         entry = await annotation._abegin(annotation._bound(args) if binds else annotation.profiler)
         try:
@@ -90,11 +100,11 @@ def _coroutine(annotation: Annotation, func: Func) -> Func:
 
 
 def _generator(annotation: Annotation, func: Func) -> Func:
-    registry, binds = PROCESS.registry, annotation._binds
+    process, binds = _process(annotation), annotation._binds
 
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if not registry.on:
+        if not process.registry.on:
             return (yield from func(*args, **kwargs))
         entry = annotation._begin(annotation._bound(args) if binds else annotation.profiler)
         try:
@@ -106,13 +116,13 @@ def _generator(annotation: Annotation, func: Func) -> Func:
 
 
 def _async_generator(annotation: Annotation, func: Func) -> Func:
-    registry, binds = PROCESS.registry, annotation._binds
+    process, binds = _process(annotation), annotation._binds
 
     @functools.wraps(func)
     async def call(*args: Any, **kwargs: Any) -> Any:
         body = func(*args, **kwargs)
         entry = None
-        if registry.on:
+        if process.registry.on:
             entry = await annotation._abegin(annotation._bound(args) if binds else annotation.profiler)
         slices = None if entry is None else Slices(entry)
         send: Any = None

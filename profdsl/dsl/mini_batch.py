@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from profdsl.dsl.base import REGISTRY, Annotation
+from profdsl.dsl.base import Annotation, registry_of
 from profdsl.dsl.stage import check_binding, check_name
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class mini_batch_window(Annotation):
                 "mini_batch_window() needs an iterable to be iterated; without one, "
                 "use it as a `with` block or a decorator"
             )
-        if not REGISTRY.on:
+        if not registry_of(self.profiler).on:
             return iter(self.iterable)  # decided once: a plain loop costs nothing per item
         return self._iterate(self.iterable)
 

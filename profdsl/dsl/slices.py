@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+from profdsl.core.log import internal_error
 from profdsl.runtime import context
 from profdsl.runtime.context import Entry
-from profdsl.runtime.handles import fault
 
 __all__ = ["Driven", "Slices", "drive"]
 
@@ -41,9 +41,9 @@ class Slices:
                 if entry.handle is not None:
                     entry.handle.suspend()
             if paused:
-                context.lift(held)
+                context.detach(held)
         except Exception as exc:
-            fault("stage suspend", exc)
+            internal_error("stage suspend", exc)
 
     def resume(self, paused: bool) -> None:
         """The body continues (after what :meth:`suspend` was told)."""
@@ -52,14 +52,14 @@ class Slices:
             return
         try:
             if paused:
-                context.lay(held)
+                context.reattach(held)
             for entry in reversed(held):
                 if entry.handle is not None:
                     entry.handle.resume()
                 if paused and entry.node is not None:
                     entry.run()
         except Exception as exc:
-            fault("stage resume", exc)
+            internal_error("stage resume", exc)
 
 
 def drive(body: Any, slices: Slices, paused: bool) -> Generator[Any, Any, Any]:

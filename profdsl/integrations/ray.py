@@ -54,6 +54,8 @@ DEFAULT_NSIGHT_OPTIONS: dict[str, str] = {
 #: the main program, whose symbols include an ``LD_PRELOAD``ed tool's ``InitializeInjectionNvtx2``,
 #: so the tool still attaches. A path whose parent is a character device cannot exist (ENOTDIR):
 #: the ``dlopen`` fails and NVTX stays a no-op. (Ray's ``env_vars`` can set a variable, not unset it.)
+# tests/test_nvtx_injection.py::TestInjectionLibraryIsSeen::test_empty_value_lets_a_preloaded_library_in,
+# tests/test_nvtx_injection.py::TestGuard::test_preloaded_library_is_not_injected
 NO_NVTX_INJECTION = "/dev/null/profdsl-no-nvtx-injection"
 
 
@@ -321,7 +323,8 @@ class RayStepProfiler:
         self.clock.start(step)
         number = self.clock.current_step
         passed = self._pass_on(number) if number is not None else []
-        planned = number is not None and self.clock in _stepping()
+        stepping = self.clock.step_context
+        planned = number is not None and stepping is not None and stepping.profiled
         driven = number is not None and (planned or number in self._requested or self.config.metrics.enabled)
         self._traced = planned
         if driven:  # the workers get the step as a plain int
@@ -400,7 +403,3 @@ class RayStepProfiler:
         PROCESS.inbox.unlisten(self._hear)
         self._call("finish_profile", timeout=self._stop_timeout())
         self.clock.close()
-
-
-def _stepping() -> tuple[Profiler, ...]:
-    return PROCESS.registry.stepping

@@ -33,7 +33,7 @@ from profdsl.runtime.writer.jobs import MoveJob, RecordJob
 from profdsl.runtime.writer.writer import Writer
 
 if TYPE_CHECKING:
-    from profdsl.runtime.profiler import Profiler
+    from profdsl.runtime.step import StepContext
 
 __all__ = ["RolloutRun", "relocate_replicas"]
 
@@ -44,12 +44,10 @@ REMOTE_GRACE_S = 120.0
 class RolloutRun:
     """One profiled rollout: the selected replicas of one step."""
 
-    def __init__(
-        self, profiler: Profiler, engines: Sequence[Any], replicas: list[int], replica_world_size: int
-    ) -> None:
-        self.config = profiler.config
-        self.writer = profiler.process.writer  # every record and move goes through it
-        self.step = profiler.current_step
+    def __init__(self, step: StepContext, engines: Sequence[Any], replicas: list[int], replica_world_size: int) -> None:
+        self.config = step.config
+        self.writer = step.writer  # every record and move goes through it
+        self.step = step.step
         self.width = replica_world_size
         self.world_size = len(engines) * replica_world_size
         self.selected = {r: engines[r] for r in replicas}

@@ -7,18 +7,20 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from profdsl.config.checks import MAX_WIDE_INDEX, require_int
-from profdsl.dsl.base import REGISTRY, Annotation, stop
+from profdsl.core.log import internal_error
+from profdsl.dsl.base import Annotation, registry_of, stop
 from profdsl.dsl.stage import check_binding, check_name
 from profdsl.rollout.calls import call_all, call_all_async, in_daemon_thread
 from profdsl.rollout.run import RolloutRun
 from profdsl.runtime import context
-from profdsl.runtime.handles import Handle, fault
+from profdsl.runtime.handles import Handle
 
 if TYPE_CHECKING:
     from profdsl.capture.annotators import Annotator
     from profdsl.runtime.context import Entry
     from profdsl.runtime.profiler import Profiler
-    from profdsl.runtime.recorder import Recorder
+    from profdsl.runtime.recorder import NullRecorder, Recorder
+    from profdsl.runtime.step import StepContext
 
 __all__ = ["rollout_window"]
 
@@ -105,7 +107,6 @@ class rollout_window(Annotation):
     """
 
     __slots__ = ("engines", "name", "replica_world_size")
-    _recorded = False
 
     def __init__(
         self,
@@ -126,56 +127,72 @@ class rollout_window(Annotation):
         check_binding("rollout_window", role, profiler)
         self.profiler, self.role = profiler, role
 
-    def _run(self, profiler: Profiler | None, top: Entry | None) -> RolloutRun | None:
+    def _run(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> RolloutRun | None:
         """This entry's rollout, or None: nothing profiled, or an outer entry of this object that
         started the engines is open in this context (they already run; this exit must stop
-        nothing)."""
+        nothing). The step that decides is ``profiler``'s, else the first profiled one among
+        ``steps`` (of ``role``): profiled whatever its rank, so that a driver's step clock,
+        which captures nothing itself, decides when the engines are profiled."""
         try:
             if any(e.key is self and e.handle is not None for e in context.walk(top)):
                 return None
+            step = profiler.step_context if profiler is not None else None
             if profiler is None:
-                profiler = REGISTRY.find_stepping(self.role)
-            elif profiler not in REGISTRY.stepping:
+                for step in steps:
+                    if step.profiled and (self.role is None or step.role == self.role):
+                        break
+                else:
+                    step = None
+            if step is None or not step.profiled or not step.config.enable or not self.engines:
                 return None
-            if profiler is None or not profiler.config.enable or not self.engines:
-                return None
-            replicas = sorted(profiler.plan.selection.replicas(self.replica_world_size, len(self.engines)))
-            return RolloutRun(profiler, self.engines, replicas, self.replica_world_size) if replicas else None
+            replicas = sorted(step.plan.selection.replicas(self.replica_world_size, len(self.engines)))
+            return RolloutRun(step, self.engines, replicas, self.replica_world_size) if replicas else None
         except Exception as exc:
-            fault("rollout_window entry", exc)
+            internal_error("rollout_window entry", exc)
             return None
 
-    def _opened(self, run: RolloutRun | None, profiler: Profiler | None, top: Entry | None) -> _Engines | None:
+    def _opened(
+        self, run: RolloutRun | None, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None
+    ) -> _Engines | None:
         """This entry's handle: ``run``'s engines and, when the trainer's step records one (in
         discrete mode, only inside a stage), its region there. None when it has neither.
         Opened once the engines run (starting them is no generation). Never raises."""
         try:
-            recorder = profiler.recorder if profiler is not None else REGISTRY.find(self.role)
+            recorder: Recorder | NullRecorder | None = None
+            if profiler is not None:
+                recorder = profiler.recorder
+            else:
+                for step in steps:
+                    if step.recorder is not None and (self.role is None or step.role == self.role):
+                        recorder = step.recorder
+                        break
             if recorder is not None and recorder.active:
                 handle = recorder.region(self.name, top, functools.partial(_Engines, run))
                 if handle is not None:
                     return handle
         except Exception as exc:
-            fault("rollout_window region", exc)
+            internal_error("rollout_window region", exc)
         return None if run is None else _Engines(run, None, self.name)
 
-    def _handle(self, profiler: Profiler | None, top: Entry | None) -> _Engines | None:
-        run = self._run(profiler, top)
+    def _handle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> _Engines | None:
+        run = self._run(profiler, steps, top)
         if run is not None:
             run.started_from(
                 call_all(run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s)
             )
-        return self._opened(run, profiler, top)
+        return self._opened(run, profiler, steps, top)
 
-    async def _ahandle(self, profiler: Profiler | None, top: Entry | None) -> _Engines | None:
-        run = self._run(profiler, top)
+    async def _ahandle(
+        self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None
+    ) -> _Engines | None:
+        run = self._run(profiler, steps, top)
         if run is not None:
             run.started_from(
                 await call_all_async(
                     run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s
                 )
             )
-        return self._opened(run, profiler, top)
+        return self._opened(run, profiler, steps, top)
 
     async def _aend(self, entry: Entry) -> None:
         handle = stop(entry)
@@ -183,12 +200,12 @@ class rollout_window(Annotation):
             await handle.aclose()
 
     async def __aenter__(self) -> rollout_window:
-        if REGISTRY.on:
+        if registry_of(self.profiler).on:
             await self._abegin(self.profiler, True)
         return self
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if REGISTRY.on:
+        if registry_of(self.profiler).on:
             entry = self._leaving()
             if entry is not None:
                 await self._aend(entry)

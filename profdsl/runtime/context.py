@@ -11,7 +11,7 @@ The stack is a linked list in a ``ContextVar`` (a task copies its creator's cont
 share a mutable list with it). An entry removed from the middle (closed out of order, as
 interleaved generators do) is marked dead and skipped, then dropped once the entries above it
 are gone: entries keep their identity. A suspended generator stage takes the entries above its
-own with it (:func:`lift`) and puts them back wherever it resumes (:func:`lay`).
+own with it (:func:`detach`) and puts them back wherever it resumes (:func:`reattach`).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from profdsl.core.log import internal_error
 from profdsl.metrics import tree
-from profdsl.runtime.handles import fault
 
 if TYPE_CHECKING:
     from profdsl.metrics.tree import Node
 
-__all__ = ["STACK", "Entry", "clear", "find", "lay", "lift", "push", "remove", "segment", "top", "walk"]
+__all__ = ["STACK", "Entry", "clear", "detach", "find", "push", "reattach", "remove", "segment", "top", "walk"]
 
 
 class Entry:
@@ -72,29 +72,36 @@ class Entry:
             with root.lock:  # its count of dropped pairs, like the node's sums
                 root.device.add(self.node, self.mark, end)  # type: ignore[arg-type]
 
-    def end(self) -> None:
+    def end(self, innermost: bool = False) -> None:
         """The entry ended: its node gets one entry of the seconds it ran (unless its step has
-        ended since), and it leaves the stack. Never raises."""
+        ended since), and it leaves the stack (``innermost``: the caller found it on top of the
+        current context's stack). Never raises."""
         node = self.node
         if node is not None:
             try:
                 start = self.start
-                if start is not None and node.root.device is None:  # pause(), inlined
+                root = node.root
+                if start is not None and root.device is None:  # pause(), inlined
                     self.spent += tree.clock() - start
                     self.start = None
                 else:
                     self.pause()
-                node.add(self.spent)
+                lock = root.lock  # node.add(self.spent), inlined: this runs for every timed entry
+                lock.acquire()
+                if not node.closed:
+                    node.total += self.spent
+                    node.count += 1
+                lock.release()
             except Exception as exc:  # a device error
-                fault("metrics exit", exc)
+                internal_error("metrics exit", exc)
         self.live = False
-        innermost = STACK.get()
-        if innermost is self:  # the usual case: the innermost entry ends
-            innermost = self.below
-            while innermost is not None and not innermost.live:
-                innermost = innermost.below
-            STACK.set(innermost)
-        elif innermost is not None and not innermost.live:
+        top = self if innermost else STACK.get()
+        if top is self:  # the usual case: the innermost entry ends
+            top = self.below
+            while top is not None and not top.live:
+                top = top.below
+            STACK.set(top)
+        elif top is not None and not top.live:
             remove(self)
 
 
@@ -152,9 +159,9 @@ def segment(entry: Entry) -> list[Entry]:
     return [entry]
 
 
-def lift(held: list[Entry]) -> None:
+def detach(held: list[Entry]) -> None:
     """Take a segment (from :func:`segment`) off the current context's stack, leaving what was
-    below its last entry."""
+    below its last entry: a generator body's entries, which it takes along across a ``yield``."""
     below = held[-1].below
     while below is not None and not below.live:
         below = below.below
@@ -162,9 +169,9 @@ def lift(held: list[Entry]) -> None:
         STACK.set(below)
 
 
-def lay(held: list[Entry]) -> None:
-    """Put a lifted segment back on top of the current context's stack (which may be another
-    context's than the one it was lifted from)."""
+def reattach(held: list[Entry]) -> None:
+    """Put a detached segment back on top of the current context's stack (which may be another
+    context's than the one it was detached from: the generator resumed elsewhere)."""
     below = STACK.get()
     for entry in reversed(held):
         entry.below = below

@@ -9,31 +9,28 @@ body, so that a region never spans code of other tasks.
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from profdsl.config import Schedule
-from profdsl.core.log import once
+from profdsl.core.log import internal_error
 from profdsl.core.schedule import action_at
 
 if TYPE_CHECKING:
     from profdsl.capture.annotators import Annotator
-    from profdsl.runtime.recorder import Recorder
     from profdsl.runtime.slot.session import Session
 
-__all__ = ["Batches", "Handle", "OwningHandle", "fault", "opaque"]
+__all__ = ["Batches", "Handle", "Owner", "OwningHandle", "opaque"]
 
 
-def fault(where: str, exc: BaseException) -> None:
-    """A fault inside profdsl: logged once, never raised into the caller's code."""
-    once(
-        f"dsl:{where}:{type(exc).__name__}",
-        logging.ERROR,
-        "profdsl: internal error in %s (profiling continues without it): %r",
-        where,
-        exc,
-    )
+class Owner(Protocol):
+    """What opened a region (a step's :class:`~profdsl.runtime.recorder.Recorder`): a region
+    reopens only while its owner is ``active``, and tells it when it does."""
+
+    active: bool
+
+    def continued(self, handle: Handle) -> None:
+        """``handle``'s region was reopened."""
 
 
 class Batches:
@@ -92,7 +89,7 @@ class Handle:
     opaque = False
 
     def __init__(
-        self, annotator: Annotator | None, name: str, color: int | None = None, owner: Recorder | None = None
+        self, annotator: Annotator | None, name: str, color: int | None = None, owner: Owner | None = None
     ) -> None:
         self.annotator, self.name, self.color, self.owner = annotator, name, color, owner
         self.closed = False
@@ -103,7 +100,7 @@ class Handle:
                 self.token = annotator.push(name, color)
                 self.pushed = True
             except Exception as exc:
-                fault("region resume", exc)
+                internal_error("region resume", exc)
 
     def suspend(self) -> None:
         """Close the region for now (an ``await`` or ``yield`` of the body)."""
@@ -113,7 +110,7 @@ class Handle:
             try:
                 self.annotator.pop(token)  # type: ignore[union-attr]
             except Exception as exc:
-                fault("region suspend", exc)
+                internal_error("region suspend", exc)
 
     def resume(self) -> None:
         """Reopen the region (the body continues)."""
@@ -125,7 +122,7 @@ class Handle:
                 if owner is not None:
                     owner.continued(self)
             except Exception as exc:
-                fault("region resume", exc)
+                internal_error("region resume", exc)
 
     def withdraw(self) -> None:
         """Close an entry that turned out to hold nothing (a mini-batch opened ahead of work that
@@ -143,7 +140,7 @@ class Handle:
             try:
                 self.annotator.pop(token)  # type: ignore[union-attr]
             except Exception as exc:
-                fault("region suspend", exc)
+                internal_error("region suspend", exc)
 
 
 class OwningHandle(Handle):
@@ -157,7 +154,7 @@ class OwningHandle(Handle):
         annotator: Annotator | None,
         name: str,
         color: int | None = None,
-        owner: Recorder | None = None,
+        owner: Owner | None = None,
         *,
         batches: Batches | None = None,
         finish: Callable[[], None] | None = None,
@@ -177,7 +174,7 @@ class OwningHandle(Handle):
             try:
                 unfinish()
             except Exception as exc:
-                fault("region withdraw", exc)
+                internal_error("region withdraw", exc)
 
     def close(self) -> None:
         """Close the region, then finish (end a capture, step a schedule); once."""
@@ -189,7 +186,7 @@ class OwningHandle(Handle):
             try:
                 finish()
             except Exception as exc:
-                fault("region close", exc)
+                internal_error("region close", exc)
 
 
 def opaque() -> Handle:

@@ -1,10 +1,11 @@
 """A role's always-on stage metrics: the :class:`Profiler`'s metrics hook.
 
 With ``Metrics(enabled=True)`` every numbered step of the profiler is timed, profiled or not and
-whatever the rank: ``begin`` makes the step's tree (:class:`~profdsl.metrics.tree.Root`) and lists
-it in the registry, where the DSL finds it; ``end`` closes it, turns it into
-:class:`~profdsl.metrics.timings.StepTimings`, and publishes them (exporters, ``on_step``). A
-disabled config gets :data:`NULL_METER`, which does nothing.
+whatever the rank: ``begin`` makes the step's tree (:class:`~profdsl.metrics.tree.Root`), which
+the profiler registers with the step (:class:`~profdsl.runtime.step.StepContext`), where the DSL
+finds it; ``end`` closes it, turns it into :class:`~profdsl.metrics.timings.StepTimings`, and
+publishes them (exporters, ``on_step``). A disabled config gets :data:`NULL_METER`, which does
+nothing.
 """
 
 from __future__ import annotations
@@ -14,18 +15,20 @@ from typing import TYPE_CHECKING
 
 from profdsl.config import Metrics
 from profdsl.core.discovery import discover_rank
+from profdsl.core.log import internal_error
 from profdsl.metrics import device as device_time
 from profdsl.metrics import tree
 from profdsl.metrics.exporters import Exporter, OnStep, make_exporters, publish
 from profdsl.metrics.timings import StepTimings, from_tree
 from profdsl.metrics.tree import Node, Paths, Root, child, close
-from profdsl.runtime.handles import fault
-from profdsl.runtime.process import PROCESS, Process
 from profdsl.runtime.registry import stray, unbound
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from profdsl.metrics.prometheus import Servers
     from profdsl.runtime.context import Entry
-    from profdsl.runtime.profiler import Profiler
+    from profdsl.runtime.step import Closable, StepContext
 
 __all__ = ["NULL_METER", "NullMeter", "StepMeter", "make_meter", "node_for"]
 
@@ -44,15 +47,12 @@ class StepMeter:
         world_size: int,
         on_step: OnStep | None = None,
         device: bool = True,
-        process: Process = PROCESS,
+        servers: Servers,
     ) -> None:
         self.config, self.role, self.rank, self.on_step = config, role, rank, on_step
-        self._registry = process.registry
         self._paths = Paths(config.max_stages, config.stages)
         local_rank = discover_rank(rank, world_size).local_rank
-        self.exporters: list[Exporter] = make_exporters(
-            config, role=role, local_rank=local_rank, servers=process.servers
-        )
+        self.exporters: list[Exporter] = make_exporters(config, role=role, local_rank=local_rank, servers=servers)
         self._device: device_time.DeviceTimes | None | bool = device and config.device_time
         self.root: Root | None = None
         self._began = 0.0
@@ -69,13 +69,14 @@ class StepMeter:
             self._device = None if source is None else device_time.DeviceTimes(source)
         return self._device or None
 
-    def begin(self, step: int) -> None:
-        """Step ``step`` begins: its entries are timed from now on."""
+    def begin(self, step: int) -> Root:
+        """Step ``step`` begins: its tree, whose entries are timed from now on (once the step is
+        registered)."""
         if self.root is not None:
             self.close()
-        self.root = Root(self.role, step, self._paths, self._device_times())
+        self.root = root = Root(self.role, step, self._paths, self._device_times())
         self._began = tree.clock()
-        self._registry.activate_meter(self.root)
+        return root
 
     def end(self) -> StepTimings | None:
         """The step ends: its timings (entries still open are not counted), to :meth:`publish`
@@ -84,7 +85,6 @@ class StepMeter:
         if root is None:
             return None
         wall_s = tree.clock() - self._began
-        self._registry.deactivate_meter(root)
         nodes = close(root)
         device = None if root.device is None else _settled(root)
         self.timings = from_tree(root, nodes, rank=self.rank, wall_s=wall_s, device=device)
@@ -99,7 +99,6 @@ class StepMeter:
         """Drop a step still open (a loop that ended inside a step publishes nothing)."""
         root, self.root = self.root, None
         if root is not None:
-            self._registry.deactivate_meter(root)
             close(root)
 
 
@@ -108,7 +107,7 @@ def _settled(root: Root) -> dict[Node, float] | None:
     try:
         return root.device.settle()
     except Exception as exc:  # a CUDA error at step end: no device time this step
-        fault("device time", exc)
+        internal_error("device time", exc)
         return None
 
 
@@ -125,6 +124,7 @@ class NullMeter:
 
     def begin(self, step: int) -> None:
         """Nothing to time."""
+        return None
 
     def end(self) -> None:
         """Nothing timed."""
@@ -148,46 +148,70 @@ def make_meter(
     on_step: OnStep | None = None,
     *,
     device: bool = True,
-    process: Process = PROCESS,
+    servers: Servers,
 ) -> StepMeter | NullMeter:
-    """A :class:`StepMeter` when ``config.enabled``, else :data:`NULL_METER`."""
+    """A :class:`StepMeter` when ``config.enabled``, else :data:`NULL_METER` (``servers``: the
+    process's Prometheus endpoints)."""
     if not config.enabled:
         return NULL_METER
     return StepMeter(
-        config, role=role, rank=rank, world_size=world_size, on_step=on_step, device=device, process=process
+        config, role=role, rank=rank, world_size=world_size, on_step=on_step, device=device, servers=servers
     )
 
 
-def node_for(name: str, role: str | None, profiler: Profiler | None, top: Entry | None) -> Node | None:
+def node_for(
+    name: str,
+    role: str | None,
+    root: Root | None,
+    steps: tuple[StepContext, ...],
+    top: Entry | None,
+    live: Iterable[Closable] = (),
+) -> Node | None:
     """The node an entry of ``name`` adds its time to, or None when no role of it is timing a
-    step. An entry bound to a role or profiler nests in the innermost open entry of that role's
-    step tree in its context (entries of other roles in between are skipped), else at the top of
-    that tree; an unbound entry nests in the innermost open timed entry of its context, else at
-    the top of the first role timing a step. Never raises."""
+    step. An entry bound to a profiler (whose step's tree is ``root``) or to a ``role`` (the
+    tree of that role's step among ``steps``) nests in the innermost open entry of that tree in
+    its context (entries of other roles in between are skipped), else at the top of that tree;
+    an unbound entry nests in the innermost open timed entry of its context, else at the top of
+    the first tree of ``steps``. ``live``: the process's profilers (a ``role`` none of them has
+    is said once). Never raises."""
     try:
-        root: Root | None = None
-        if profiler is not None or role is not None:
-            root = profiler.meter.root if profiler is not None else PROCESS.registry.find_meter(role)
-            if root is None:
-                if profiler is None and role is not None:
-                    stray(name, role, [m.role for m in PROCESS.registry.meters], PROCESS.live)
+        if root is None and role is None:  # unbound: any tree
+            entry = top
+            while entry is not None:  # the innermost open timed entry of its context
+                parent = entry.node
+                if parent is not None and entry.live and not parent.closed:
+                    break
+                entry = entry.below
+            else:
+                for step in steps:  # else the top of the first tree
+                    if step.root is not None:
+                        parent = step.root
+                        break
+                else:
+                    return None
+                if len(steps) > 1:
+                    timed = [step.role for step in steps if step.root is not None]
+                    if len(timed) > 1:
+                        unbound(name, False, timed, parent.role)
+            return parent.children.get(name) or child(parent, name)
+        if root is None:
+            for step in steps:
+                if step.root is not None and step.role == role:
+                    root = step.root
+                    break
+            else:
+                if any(step.root is not None for step in steps):
+                    stray(name, role, [step.role for step in steps if step.root is not None], live)  # type: ignore[arg-type]
                 return None
         entry = top
-        while entry is not None:  # the innermost open entry of that tree (of any, unbound)
+        while entry is not None:  # the innermost open entry of that tree (entries of others skipped)
             parent = entry.node
-            if parent is not None and entry.live and not parent.closed and (root is None or parent.root is root):
+            if parent is not None and entry.live and not parent.closed and parent.root is root:
                 break
             entry = entry.below
         else:
-            if root is None:
-                meters = PROCESS.registry.meters
-                if not meters:
-                    return None
-                root = meters[0]
-                if len(meters) > 1:
-                    unbound(name, False, [m.role for m in meters], root.role)
             parent = root
         return parent.children.get(name) or child(parent, name)
     except Exception as exc:
-        fault("metrics entry", exc)
+        internal_error("metrics entry", exc)
         return None

@@ -1,6 +1,7 @@
 """Everything profdsl keeps per process, behind one object (docs/architecture.md):
 
-- ``registry``: the recorders the DSL may use, the profilers in a profiled step, open entries;
+- ``registry``: the steps the DSL may use (one ``StepContext`` per role's step with anything on),
+  and the open entries;
 - ``slot``: the one capture session of the process, and whom it belongs to;
 - ``writer``: the one thread that writes into save_path;
 - ``rounds``: when each save_path's finish hook is owed;
@@ -12,8 +13,12 @@
 - ``log``: the keys already logged once.
 
 A :class:`~profdsl.runtime.profiler.Profiler` is given its process (this process's one,
-:data:`PROCESS`, by default). One after-fork rule: a forked child (a DataLoader worker) inherits
-none of it. One reset for tests: :func:`profdsl.testing.reset`. One ordered shutdown, at exit:
+:data:`PROCESS`, by default). :data:`PROCESS` is one object for the life of the process (as
+structlog's ``_CONFIG``): the DSL reads ``PROCESS.registry`` at every entry and keeps no part of
+it, so a reset and the after-fork rule *replace* the registry instead of scrubbing it in place
+(the slot, the writer and the rounds, which a profiler's parts hold, are reset by their own
+methods). One after-fork rule: a forked child (a DataLoader worker) inherits none of it. One
+reset for tests: :func:`profdsl.testing.reset`. One ordered shutdown, at exit:
 :meth:`Process.exit`.
 """
 
@@ -22,7 +27,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from profdsl.core.log import ONCE, OnceLog, logger
 from profdsl.metrics.prometheus import Servers
@@ -37,10 +42,10 @@ from profdsl.runtime.writer.rounds import HookRounds
 from profdsl.runtime.writer.writer import Writer
 
 if TYPE_CHECKING:
-    from profdsl.runtime.profiler import Profiler
-    from profdsl.runtime.writer.rounds import Due
+    from profdsl.runtime.step import Closable
+    from profdsl.runtime.writer.rounds import DueHook
 
-__all__ = ["PROCESS", "Process", "registry"]
+__all__ = ["PROCESS", "Process"]
 
 #: Every job kind the writer may be given up on at exit.
 _ALL = frozenset({"export", "record", "log", "move", "hook"})
@@ -49,19 +54,27 @@ _ALL = frozenset({"export", "record", "log", "move", "hook"})
 class Process:
     """The process-wide state of profdsl (see the module docstring)."""
 
+    # (slots: the DSL reads ``registry`` through it at every entry)
+    __slots__ = ("inbox", "live", "log", "logs", "registry", "rounds", "servers", "signals", "slot", "writer")
+
     def __init__(self) -> None:
         self.registry = Registry()
         self.writer = Writer()
         self.rounds = HookRounds(self.writer)
         self.signals = Signals()  # the main thread's signal holds (runtime/slot/interrupts.py)
         self.slot = CaptureSlot(self.writer, self.rounds, self.signals)
-        self.live: set[Profiler] = set()  # strong: a profiler dropped unclosed still owes its hook
+        self.live: set[Closable] = set()  # strong: a profiler dropped unclosed still owes its hook
         self.inbox = Inbox()
         self.logs = MetricsLogs(self.writer)
         self.servers = Servers(on_profile=self.inbox.from_http, gate=self.inbox.gate)
         self.log: OnceLog = ONCE
 
-    def settle(self, until: object | None, due: Due | None, *, hook: bool, closing: bool = False) -> None:
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # A decorated function pickled by value (Ray ships classes defined in __main__) names the
+        # process state: on the other side it is that process's own, not a copy.
+        return (_this_process, ())
+
+    def wait_for(self, until: object | None, due: DueHook | None, *, hook: bool, closing: bool = False) -> None:
         """Wait until the writer is through what the caller needs: the jobs up to ``until``,
         then, with ``hook``, the hook ``due`` (``closing``: every hook not finished, whoever
         made it due). The traces being finished are waited for up to their
@@ -136,7 +149,7 @@ class Process:
         let the writer finish what it was given. Profilers forgotten here are not closed at exit."""
         self.slot.reset()
         self.writer.wait(timeout=self.writer.budget())
-        self.registry.clear()
+        self.registry = Registry()
         self.rounds.clear()
         self.live.clear()
         self.inbox.clear()
@@ -150,7 +163,7 @@ class Process:
         self.rounds.clear()
         self.writer.forget()
         self.slot.forget()
-        self.registry.clear()
+        self.registry = Registry()  # (the parent's lock may have been held by another thread)
         self.live.clear()
         self.inbox.clear()
         self.logs.clear()
@@ -164,9 +177,9 @@ class Process:
 PROCESS = Process()
 
 
-def registry() -> Registry:
-    """The process's registry (what a pickled registry becomes on the other side)."""
-    return PROCESS.registry
+def _this_process() -> Process:
+    """This process's state (what a pickled :class:`Process` becomes on the other side)."""
+    return PROCESS
 
 
 atexit.register(PROCESS.exit)

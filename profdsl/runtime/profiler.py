@@ -1,10 +1,11 @@
 """``Profiler``: one role's profiling lifecycle in one process.
 
-An explicit state machine (idle, armed: discrete stages will capture, recording: a continuous
-step is captured, stopped: between steps, closed) over the role's resolved plan
-(:mod:`profdsl.runtime.plan`). Each profiled step gets a
-:class:`~profdsl.runtime.recorder.Recorder`, which the DSL finds in the registry; a rank, step or
-config that is not profiled registers nothing, so the DSL costs it one attribute check. Misuse (a
+One lifecycle table (:mod:`profdsl.runtime.lifecycle`: idle, armed: discrete stages will
+capture, recording: a continuous step is captured, stopped: between steps, closed) over the
+role's resolved plan (:mod:`profdsl.runtime.plan`). Each numbered step that has anything on (profiled, captured here
+with a :class:`~profdsl.runtime.recorder.Recorder`, or timed) is one
+:class:`~profdsl.runtime.step.StepContext`, registered once where the DSL finds it; a rank, step
+or config with nothing on registers nothing, so the DSL costs it one attribute check. Misuse (a
 second ``stop()``, ``start()`` after ``close()``, ``start(S)`` while S is open) is logged and
 ignored, never raised into training. What the calling thread waits for, and for how long, is in
 docs/architecture.md.
@@ -13,7 +14,6 @@ docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import os
 import threading
@@ -27,29 +27,20 @@ from profdsl.core.log import logger, once
 from profdsl.errors import ConfigError
 from profdsl.records.fields import RecordError
 from profdsl.records.requests import capture_request
+from profdsl.runtime.lifecycle import Call, Lifecycle, Phase, State
 from profdsl.runtime.meter import make_meter
 from profdsl.runtime.plan import resolve
 from profdsl.runtime.process import PROCESS, Process
 from profdsl.runtime.recorder import NullRecorder, Recorder
 from profdsl.runtime.role_capture import RoleCapture
-from profdsl.runtime.steps import StepSessions
+from profdsl.runtime.step_events import StepEvents
 
 if TYPE_CHECKING:
     from profdsl.metrics.exporters import OnStep
     from profdsl.metrics.timings import StepTimings
-    from profdsl.runtime.steps import Flush
+    from profdsl.runtime.step import StepContext
 
 __all__ = ["Profiler", "State"]
-
-
-class State(enum.Enum):
-    """Where a :class:`Profiler` is in its lifecycle."""
-
-    IDLE = "idle"
-    ARMED = "armed"
-    RECORDING = "recording"
-    STOPPED = "stopped"
-    CLOSED = "closed"
 
 
 class Profiler:
@@ -102,19 +93,19 @@ class Profiler:
         )
         self.config, self.role, self.rank, self.world_size = config, role, plan.rank, plan.world_size
         self.topology = plan.topology
-        self._capture = RoleCapture(plan, process.slot, process.registry)
-        self._state = State.IDLE
-        self._step: int | None = None
-        self._unnumbered = False  # in a step whose number was no step number (not profiled)
-        self._steps = StepSessions(
-            plan, self._capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
-        )
+        self._capture = RoleCapture(plan, process.slot)
         self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
         # start/stop/close of one profiler from several threads at once take turns (re-entrant:
         # a signal handler on the main thread may call close() inside one of them)
         self._lock = threading.RLock()
         self.meter = make_meter(
-            config.metrics, role, self.rank, self.world_size, on_step, device=capture, process=process
+            config.metrics, role, self.rank, self.world_size, on_step, device=capture, servers=process.servers
+        )
+        steps = StepEvents(
+            plan, self._capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
+        )
+        self._lifecycle = Lifecycle(
+            self, config=config, plan=plan, process=process, capture=self._capture, steps=steps, meter=self.meter
         )
         if plan.member:
             _supersede(self)
@@ -134,17 +125,22 @@ class Profiler:
     @property
     def state(self) -> State:
         """The lifecycle state."""
-        return self._state
+        return self._lifecycle.where.state
 
     @property
     def current_step(self) -> int | None:
         """The step between ``start`` and ``stop``, or None."""
-        return self._step
+        return self._lifecycle.where.step
 
     @property
     def is_profiling(self) -> bool:
         """Whether this profiler is profiling the current step (stages find it)."""
-        return self._state in (State.ARMED, State.RECORDING)
+        return self._lifecycle.where.capturing
+
+    @property
+    def step_context(self) -> StepContext | None:
+        """The current step, while it has anything on (registered where the DSL finds it)."""
+        return self._lifecycle.step
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -164,59 +160,14 @@ class Profiler:
         profiled. ``start(S)`` while step S is open changes nothing (logged once)."""
         if self._inherited():
             return
-        with _turn(self):
-            self._start(step)
-
-    def _start(self, step: SupportsIndex) -> None:
-        if self._state is State.CLOSED:
-            self.process.slot.flush()  # a close() from another thread left this thread's session
-            once(
-                f"closed-start:{id(self)}",
-                logging.WARNING,
-                "[profdsl rank %s] %s: start(%s) after close() ignored",
-                self.rank,
-                self.role,
-                step,
-            )
-            return
-        number = _step_number(self, step)
-        if number is not None and number == self._step:
-            once(
-                f"start-again:{id(self)}",
-                logging.INFO,
-                "[profdsl rank %s] %s: start(%s) while step %s is already open: ignored (the step goes on)",
-                self.rank,
-                self.role,
-                number,
-                number,
-            )
-            return
-        if self._step is not None:
-            logger.warning(
-                "[profdsl rank %s] %s: start(%s) while step %s is open; stopping it",
-                self.rank,
-                self.role,
-                step,
-                self._step,
-            )
-            self._stop()
-        self._unnumbered = number is None
-        with self.process.signals.deferred():  # a signal while the capture starts: delivered once the step has begun
-            profiled, flush = self._steps.begin(number)
-            if number is not None:
-                self._begin(number, profiled)
-        # A flush here ended a capture the loop walked out of (its last profiled step): the
-        # step that begins now opens none, so waiting after beginning it is the same.
-        self._wait(flush, closing=False)
-
-    def _begin(self, number: int, profiled: bool) -> None:
-        self._step = number
-        if profiled:
-            self.process.registry.set_stepping(self, True)
-        if self.selected and self._steps.tracker.is_open:
-            self._state = State.ARMED if self.config.discrete else State.RECORDING
-            self._capture.open(number, self._steps.claim, self._steps.note)
-        self.meter.begin(number)
+        with _one_call_at_a_time(self):
+            lifecycle = self._lifecycle
+            if lifecycle.where.phase is Phase.CLOSED:
+                lifecycle.run(Call.START, step)
+                return
+            number = _step_number(self, step)
+            again = number is not None and number == lifecycle.where.step
+            lifecycle.run(Call.START_OPEN if again else Call.START, step, number)
 
     def stop(self) -> StepTimings | None:
         """End the current step: hand its traces to the writer and, after the last profiled
@@ -225,43 +176,8 @@ class Profiler:
         ``config.metrics.enabled`` (else None)."""
         if self._inherited():
             return None
-        with _turn(self):
-            return self._stop()
-
-    def _stop(self) -> StepTimings | None:
-        if self._step is None:
-            self.process.slot.flush()
-            if self._state is not State.CLOSED and not self._unnumbered:
-                logger.warning("[profdsl rank %s] %s: stop() without start() ignored", self.rank, self.role)
-            self._unnumbered = False
-            return None
-        with self.process.signals.deferred():  # a signal while the capture stops: delivered once the step has ended
-            self._step = None
-            traced = self.is_profiling
-            timings = self.meter.end()
-            self._capture.end()
-            self.process.registry.set_stepping(self, False)
-            if self._state is not State.IDLE:
-                self._state = State.STOPPED  # a run of continuous steps keeps its capture between steps
-            flush = self._steps.end()
-        self._wait(flush, closing=False)
-        self.meter.publish(timings)
-        if timings is not None:
-            if self.config.metrics.log:
-                self.process.logs.write(self.plan, timings, traced=traced)
-            try:
-                self._steps.demand.after_step(timings, traced=traced)
-            except Exception as exc:  # a slow-step check never reaches the training loop
-                once(
-                    f"auto-capture:{self.role}",
-                    logging.ERROR,
-                    "[profdsl rank %s] %s: checking step %s for slow stages failed: %r",
-                    self.rank,
-                    self.role,
-                    timings.step,
-                    exc,
-                )
-        return timings
+        with _one_call_at_a_time(self):
+            return self._lifecycle.run(Call.STOP)
 
     def request(
         self,
@@ -303,35 +219,8 @@ class Profiler:
         still owed, waiting for it (bounded). Idempotent."""
         if self._inherited():
             return
-        with _turn(self):
-            self._close()
-
-    def _close(self) -> None:
-        if self._state is State.CLOSED:
-            self.process.slot.flush()  # a close() from another thread left this thread's session
-            return
-        with self.process.signals.deferred():
-            self._step = None
-            if self._state is not State.IDLE:
-                self._state = State.STOPPED
-            self.meter.close()
-            self._capture.end()
-            self.process.registry.set_stepping(self, False)
-            flush = self._steps.finish()  # interrupted (Ctrl-C)? then not closed: the next close() finishes
-            self.process.slot.abandon("close()", role=self.role)
-        self._wait(flush, closing=True)
-        self._state = State.CLOSED
-        self.process.live.discard(self)
-
-    def _wait(self, flush: Flush | None, *, closing: bool) -> None:
-        """Wait, bounded, for what the last profiled step (or ``close()``) left on the writer:
-        its artifacts, then the hook it made due, unless that runs in the background (then
-        ``close()`` waits for it)."""
-        if flush is not None:
-            due = flush.due
-            self.process.settle(
-                flush.until, due, hook=due is not None and (closing or not due.job.background), closing=closing
-            )
+        with _one_call_at_a_time(self):
+            self._lifecycle.run(Call.CLOSE)
 
     def __enter__(self) -> Profiler:
         return self
@@ -355,7 +244,8 @@ def _supersede(profiler: Profiler) -> None:
     key = rounds.key(profiler.config.save_path)
     for other in list(profiler.process.live):
         if (
-            other is not profiler
+            isinstance(other, Profiler)
+            and other is not profiler
             and other.role == profiler.role
             and other.rank == profiler.rank
             and other.plan.member
@@ -380,7 +270,7 @@ TURN_WAIT_S = 60.0
 
 
 @contextlib.contextmanager
-def _turn(profiler: Profiler) -> Iterator[None]:
+def _one_call_at_a_time(profiler: Profiler) -> Iterator[None]:
     """The profiler's calls, one at a time (bounded: ``TURN_WAIT_S``)."""
     mine = profiler._lock.acquire(timeout=TURN_WAIT_S)
     if not mine:

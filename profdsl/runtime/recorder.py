@@ -93,6 +93,7 @@ def _advance_outside(session: Session, index: int, context: Entry | None, owner:
     """Step a scheduled stage's schedule with the regions around the mini-batch closed, up to
     the stage's own: a torch region entered under one window's profiler and exited under the
     next corrupts torch's heap (the process crashes later, anywhere). They reopen right after."""
+    # tests/test_lifecycle_faults.py::test_scheduled_stage_region_never_spans_a_window_boundary
     closed: list[Handle] = []
     for entry in walk(context):
         handle = entry.handle
@@ -121,7 +122,7 @@ class Recorder:
         "_discrete",
         "_label",
         "_on_unseen",
-        "_said",
+        "_first_miss",
         "_schedule",
         "_sessions",
         "_stepped_in",
@@ -148,7 +149,9 @@ class Recorder:
         self._on_unseen = on_unseen  # the role switches to capturing every thread; False: it cannot
         self._sessions: list[Session] = []
         self._stepped_in: list[str] = []  # continuous: the regions its mini-batches ran in
-        self._said = itertools.count()  # regions of this step its session missed: said once
+        # A thread-safe once-flag (next() of an itertools.count is atomic, and 0 only the first
+        # time): the first region of this step its session missed is said and recorded, no other.
+        self._first_miss = itertools.count()
         self.active = True
         find = None if claim is None else functools.partial(slot.step_session, claim)
         # Continuous: the step's mini-batches follow the role's schedule in the shared session
@@ -199,7 +202,7 @@ class Recorder:
         """A region of this continuous step that its session cannot record (``why`` None: it
         runs on a thread the session does not see, and the role switches to capturing every
         thread): said and recorded (an ``incomplete`` trace record) once per step."""
-        if next(self._said):
+        if next(self._first_miss):  # not the first: said already
             return
         reason = f"{name!r} {why or _unseen_thread(self._on_unseen())}"
         once(

@@ -19,7 +19,6 @@ from profdsl.core.log import once
 from profdsl.records.requests import CaptureNote
 from profdsl.runtime.plan import RolePlan
 from profdsl.runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
-from profdsl.runtime.registry import Registry
 from profdsl.runtime.slot.claims import Claim
 from profdsl.runtime.slot.owner import comes_back
 from profdsl.runtime.slot.slot import CaptureSlot
@@ -30,8 +29,8 @@ __all__ = ["RoleCapture"]
 class RoleCapture:
     """One role's capture tools (``selected``: a backend exists) and its current recorder."""
 
-    def __init__(self, plan: RolePlan, slot: CaptureSlot, registry: Registry) -> None:
-        self.plan, self._slot, self._registry = plan, slot, registry
+    def __init__(self, plan: RolePlan, slot: CaptureSlot) -> None:
+        self.plan, self._slot = plan, slot
         self.backend = make_backend(plan.capture) if plan.traced else None
         self.annotator = make_annotator(plan.capture, plan.role) if self.backend is not None else None
         self.recorder: Recorder | NullRecorder = NULL_RECORDER
@@ -83,8 +82,8 @@ class RoleCapture:
         self.every_thread = True
         return True
 
-    def open(self, step: int, claim: Claim | None, note: CaptureNote | None = None) -> None:
-        """A profiled step begins: its recorder, registered where the DSL finds it."""
+    def open(self, step: int, claim: Claim | None, note: CaptureNote | None = None) -> Recorder:
+        """A profiled step begins: its recorder (which the profiler registers with the step)."""
         assert self.backend is not None
         config = self.plan.capture
         self.recorder = Recorder(
@@ -97,11 +96,10 @@ class RoleCapture:
             claim=claim,
             on_unseen=self.switch_to_every_thread,
         )
-        self._registry.activate(self.recorder)
+        return self.recorder
 
     def end(self) -> None:
-        """The step is over: its recorder leaves the registry and closes what it opened."""
+        """The step is over (and no longer registered): its recorder closes what it opened."""
         recorder, self.recorder = self.recorder, NULL_RECORDER
         if isinstance(recorder, Recorder):
-            self._registry.deactivate(recorder)
             recorder.close()

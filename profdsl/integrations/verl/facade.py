@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from profdsl.config import ProfilerConfig
 from profdsl.config.checks import COLOR_NAMES, to_color
 from profdsl.core.discovery import discover_world
-from profdsl.dsl.base import ASK as _ASK
+from profdsl.core.log import internal_error
+from profdsl.dsl.base import FROM_RECORDER as _FROM_RECORDER
 from profdsl.dsl.stage import profile_stage
 from profdsl.errors import ConfigError
 from profdsl.integrations.verl.config import MISSING, map_block, plain
 from profdsl.integrations.verl.trainer_steps import TrainerSteps
 from profdsl.runtime import context
-from profdsl.runtime.handles import Handle, fault
+from profdsl.runtime.handles import Handle
 from profdsl.runtime.plan import resolve
 from profdsl.runtime.profiler import Profiler
 
@@ -84,7 +85,7 @@ def _open_scope(profiler: Profiler) -> None:
         context.push(scope)
         scope.open_next()
     except Exception as exc:
-        fault("verl mini-batch scope", exc)
+        internal_error("verl mini-batch scope", exc)
 
 
 def _close_scope(stage: Entry) -> None:
@@ -114,7 +115,7 @@ class _Annotated(profile_stage):
             facade._steps.stage_begins(facade.profiler)
         return facade.profiler
 
-    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = _ASK) -> Entry:
+    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = _FROM_RECORDER) -> Entry:
         if profiler is None:  # no worker profiler, or one never started: nothing to record
             return context.push(self)
         entry = super()._begin(profiler, listed, handle)

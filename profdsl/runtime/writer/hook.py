@@ -28,7 +28,7 @@ from profdsl.core.log import once
 from profdsl.records.manifest import HookRecord
 from profdsl.records.requests import CaptureNote
 from profdsl.runtime.writer.jobs import RECORD_BUDGET_S, RecordJob
-from profdsl.runtime.writer.writer import Pen, Writer
+from profdsl.runtime.writer.writer import CommitGuard, Writer
 
 __all__ = ["HookJob", "HookPlan", "stop_hooks"]
 
@@ -104,7 +104,7 @@ class HookJob:
         self._waiting_since: float | None = None  # when a caller began waiting for it
         self.ticket: object = None  # its place on the writer, once submitted
 
-    def run(self, pen: Pen) -> None:
+    def run(self, guard: CommitGuard) -> None:
         """On the writer, behind the round's artifacts: start the command on its own thread."""
         self.started.set()
         threading.Thread(target=self._main, name="profdsl-hook", daemon=True).start()
@@ -160,12 +160,12 @@ class HookJob:
         ``interrupted`` with ``reason``."""
         self.abort.reason = reason
 
-    def revoke(self, pen: Pen) -> None:
+    def revoke(self, guard: CommitGuard) -> None:
         """Given up before it started (at exit): recorded ``interrupted``; it never runs."""
         self.stop(self.abort.reason or "given up when the process exited")
         result = finish_hook.HookResult("interrupted", error=f"{self.abort.reason}; it never ran")
         for path, record in self._records(result):
-            pen.commit(functools.partial(append_record, path, record))
+            guard.commit(functools.partial(append_record, path, record))
         self.finished.set()
 
     def wait(self, timeout: float) -> bool:

@@ -1,6 +1,6 @@
 """The writer's jobs but the finish hook's (:mod:`profdsl.runtime.writer.hook`): finishing a
 trace, appending a record, appending a metrics log line, moving other tools' files in. Each commits through the writer's
-:class:`~profdsl.runtime.writer.writer.Pen` and, when given up, records its own loss."""
+:class:`~profdsl.runtime.writer.writer.CommitGuard` and, when given up, records its own loss."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from profdsl.collect.manifest import append_record
 from profdsl.collect.metrics_log import append_line
 from profdsl.core.log import once
 from profdsl.records.manifest import Record
-from profdsl.runtime.writer.writer import Pen
+from profdsl.runtime.writer.writer import CommitGuard
 
 __all__ = ["ExportJob", "LineJob", "MoveJob", "RecordJob"]
 
@@ -34,14 +34,14 @@ class ExportJob:
         self.budget_s = pending.label.export.timeout_s
         self.started = False
 
-    def run(self, pen: Pen) -> None:
+    def run(self, guard: CommitGuard) -> None:
         self.started = True
         try:
-            finish(self.pending, commit=pen.commit, waited=pen.waited)
+            finish(self.pending, commit=guard.commit, waited=guard.waited)
         except BaseException as exc:  # finish raises only what is no Exception; never here
             once("export-thread", logging.ERROR, "profdsl: finishing a trace failed: %r", exc)
 
-    def revoke(self, pen: Pen) -> None:
+    def revoke(self, guard: CommitGuard) -> None:
         """Given up: recorded ``incomplete``, naming torch's events file, which is written first
         (by this thread) when the job never began: the trace is kept as plain JSON."""
         pending = self.pending
@@ -75,7 +75,7 @@ class ExportJob:
             "when the finish hook or the process exit could wait no longer"
         )
         record = label.loss("incomplete", why, **kept, **pending.fields())
-        pen.commit(lambda: append_record(label.save_path, record))
+        guard.commit(lambda: append_record(label.save_path, record))
 
 
 class RecordJob:
@@ -87,10 +87,10 @@ class RecordJob:
     def __init__(self, save_path: str, record: Record | Mapping[str, Any]) -> None:
         self.save_path, self.record = save_path, record
 
-    def run(self, pen: Pen) -> None:
-        pen.commit(lambda: append_record(self.save_path, self.record))
+    def run(self, guard: CommitGuard) -> None:
+        guard.commit(lambda: append_record(self.save_path, self.record))
 
-    def revoke(self, pen: Pen) -> None:
+    def revoke(self, guard: CommitGuard) -> None:
         """A record whose write hung (a disk that stops answering) cannot be written either."""
         once(
             "record-given-up",
@@ -109,10 +109,10 @@ class LineJob:
     def __init__(self, path: str, data: bytes) -> None:
         self.path, self.data = path, data
 
-    def run(self, pen: Pen) -> None:
-        pen.commit(lambda: append_line(self.path, self.data))
+    def run(self, guard: CommitGuard) -> None:
+        guard.commit(lambda: append_line(self.path, self.data))
 
-    def revoke(self, pen: Pen) -> None:
+    def revoke(self, guard: CommitGuard) -> None:
         """A line whose write hung (a disk that stops answering) is not written."""
         once(
             "log-given-up",
@@ -137,11 +137,11 @@ class MoveJob:
         self.record_incomplete, self.what = record_incomplete, what
         self.budget_s = wait_s + RECORD_BUDGET_S
 
-    def run(self, pen: Pen) -> None:
+    def run(self, guard: CommitGuard) -> None:
         try:
             plan = self._plan()
             relocate.apply(
-                plan, self.save_path, wait_s=self.wait_s, record_incomplete=self.record_incomplete, commit=pen.commit
+                plan, self.save_path, wait_s=self.wait_s, record_incomplete=self.record_incomplete, commit=guard.commit
             )
         except Exception as exc:
             once(
@@ -153,7 +153,7 @@ class MoveJob:
                 exc,
             )
 
-    def revoke(self, pen: Pen) -> None:
+    def revoke(self, guard: CommitGuard) -> None:
         """Given up at exit: the files not moved yet stay where their tool wrote them."""
         once(
             f"move-given-up:{self.what}",

@@ -33,11 +33,11 @@ from profdsl.records.requests import CaptureNote
 from profdsl.runtime.writer.hook import HookJob, HookPlan
 from profdsl.runtime.writer.writer import Writer
 
-__all__ = ["Due", "HookRounds"]
+__all__ = ["DueHook", "HookRounds"]
 
 
 @attrs.frozen
-class Due:
+class DueHook:
     """A hook just submitted: its job, and the ticket to wait for it with."""
 
     job: HookJob
@@ -95,7 +95,7 @@ class HookRounds:
         *,
         tag: str | None = None,
         note: CaptureNote | None = None,
-    ) -> Due | None:
+    ) -> DueHook | None:
         """``member`` is done with ``save_path`` after profiling ``steps``; ``plan`` is its hook,
         if this rank runs one (``note``: the request of a request's round). Returns the hook when
         this arrival made it due."""
@@ -113,7 +113,7 @@ class HookRounds:
         with self._lock:
             self._round(save_path, tag, joining=True).sessions.add(session)
 
-    def release(self, save_path: str, session: object, *, tag: str | None = None) -> Due | None:
+    def release(self, save_path: str, session: object, *, tag: str | None = None) -> DueHook | None:
         """``session``'s trace was handed to the writer (or its loss recorded)."""
         with self._lock:
             current = self._rounds.get(self.key(save_path, tag))
@@ -122,7 +122,7 @@ class HookRounds:
             current.sessions.discard(session)
             return self._submit_if_due(current)
 
-    def _submit_if_due(self, current: _Round) -> Due | None:
+    def _submit_if_due(self, current: _Round) -> DueHook | None:
         """Under the lock: submit the round's hook when it is complete and one is owed."""
         if not current.complete() or not current.plans:
             return None
@@ -130,7 +130,7 @@ class HookRounds:
         job = HookJob(current.plans, sorted(current.steps), self._writer, note=current.note)
         self.jobs = [j for j in self.jobs if not j.finished.is_set()] + [job]
         job.ticket = self._writer.submit(job)
-        return Due(job, job.ticket)
+        return DueHook(job, job.ticket)
 
     def unfinished(self) -> list[HookJob]:
         """The hooks submitted that have not finished (to stop them on an interrupt)."""

@@ -10,7 +10,8 @@ it except through :meth:`Writer.wait` and its kin, always bounded, in slices (a 
 main thread is seen within one). When a wait runs out at the finish hook or at exit,
 :meth:`Writer.give_up` revokes the queued jobs of the kinds given up, and the running one when it
 is of those kinds and has committed nothing yet. A revoked job can no longer *commit* (rename a
-file into save_path, append a record: both go through :meth:`Pen.commit`, under the writer's pen)
+file into save_path, append a record: both go through :meth:`CommitGuard.commit`, under the writer's
+commit lock)
 and records its own loss instead; when the running job is revoked, a fresh thread goes on with
 the queue and the stuck one ends after its job. So each job ends in exactly one record.
 """
@@ -26,7 +27,7 @@ from typing import Protocol, TypeVar
 
 from profdsl.core.log import once
 
-__all__ = ["Job", "Pen", "Writer"]
+__all__ = ["Job", "CommitGuard", "Writer"]
 
 T = TypeVar("T")
 
@@ -34,7 +35,7 @@ T = TypeVar("T")
 _SLICE_S = 0.2
 #: How long a give-up waits for a commit in progress (a rename, an append) before leaving the job
 #: that makes it to finish on its own.
-PEN_WAIT_S = 5.0
+COMMIT_WAIT_S = 5.0
 
 
 class Job(Protocol):
@@ -50,15 +51,17 @@ class Job(Protocol):
     kind: str
     budget_s: float
 
-    def run(self, pen: Pen) -> None:
-        """Do the work, committing through ``pen``; never raises an ``Exception``."""
+    def run(self, guard: CommitGuard) -> None:
+        """Do the work, committing through ``guard``; never raises an ``Exception``."""
 
-    def revoke(self, pen: Pen) -> None:
-        """The job was given up: record its loss through ``pen``."""
+    def revoke(self, guard: CommitGuard) -> None:
+        """The job was given up: record its loss through ``guard``."""
 
 
-class _Entry:
-    """A submitted job, its ticket: its state, and when it began running."""
+class _Ticket:
+    """A submitted job's ticket (what :meth:`Writer.submit` returns and :meth:`Writer.wait`
+    takes): the job, whether it was revoked or committed, when it is done, and when it began
+    running."""
 
     __slots__ = ("committed", "done", "job", "revoked", "started")
 
@@ -67,81 +70,86 @@ class _Entry:
         self.revoked = self.committed = False
 
 
-class Pen:
-    """What the job being run commits with: a commit happens only while that job is not
-    revoked, and never at the same time as a give-up."""
+class CommitGuard:
+    """What the job being run commits with (a rename into save_path, a record): a commit
+    happens only while that job is not revoked, and never at the same time as a give-up (both
+    take the writer's ``commit_lock``)."""
 
-    __slots__ = ("_writer", "entry")
+    __slots__ = ("_writer", "ticket")
 
-    def __init__(self, writer: Writer, entry: _Entry) -> None:
-        self._writer, self.entry = writer, entry
+    def __init__(self, writer: Writer, ticket: _Ticket) -> None:
+        self._writer, self.ticket = writer, ticket
 
     def waited(self) -> float:
         """Seconds a caller has waited for this job (:meth:`Writer.waited`)."""
-        return self._writer.waited(self.entry.started)
+        return self._writer.waited(self.ticket.started)
 
     def commit(self, action: Callable[[], T]) -> T | None:
         """Run ``action`` (a rename, a record) unless the job was revoked; None when revoked."""
-        with self._writer.pen_lock:
-            if self.entry.revoked:
+        with self._writer.commit_lock:
+            if self.ticket.revoked:
                 return None
             result = action()
-            self.entry.committed = True
+            self.ticket.committed = True
             return result
 
 
 class _Revoked:
     """A revoked job, run first by the writer: it records the job's loss."""
 
-    __slots__ = ("_entry", "budget_s", "kind")
+    __slots__ = ("_ticket", "budget_s", "kind")
 
-    def __init__(self, entry: _Entry) -> None:
-        self._entry, self.kind, self.budget_s = entry, "record", 60.0
+    def __init__(self, ticket: _Ticket) -> None:
+        self._ticket, self.kind, self.budget_s = ticket, "record", 60.0
 
-    def run(self, pen: Pen) -> None:
+    def run(self, guard: CommitGuard) -> None:
         try:
-            self._entry.job.revoke(pen)
+            self._ticket.job.revoke(guard)
         except Exception as exc:
             once(
-                "writer-revoke", logging.ERROR, "profdsl: recording a given-up %s failed: %r", self._entry.job.kind, exc
+                "writer-revoke",
+                logging.ERROR,
+                "profdsl: recording a given-up %s failed: %r",
+                self._ticket.job.kind,
+                exc,
             )
         finally:
-            self._entry.done.set()
+            self._ticket.done.set()
 
-    def revoke(self, pen: Pen) -> None:
-        self.run(pen)
+    def revoke(self, guard: CommitGuard) -> None:
+        self.run(guard)
 
 
 class Writer:
     """One process's writer (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.pen_lock = threading.Lock()
+        self.commit_lock = threading.Lock()
         self.generation = 0  # a thread whose generation is past takes no more jobs
         self._reset()
 
     def _reset(self) -> None:
         self._cond = threading.Condition()  # re-entrant lock
-        self._queue: collections.deque[_Entry] = collections.deque()
-        self._running: _Entry | None = None
+        self._queue: collections.deque[_Ticket] = collections.deque()
+        self._running: _Ticket | None = None
         self._thread: threading.Thread | None = None
         self._waiters: dict[int, float] = {}  # thread ident -> when it began waiting
 
     # -- submitting and looking ---------------------------------------------------------------
-    def submit(self, job: Job) -> _Entry:
+    def submit(self, job: Job) -> _Ticket:
         """Queue ``job``; returns its ticket for :meth:`wait`."""
-        entry = _Entry(job)
+        ticket = _Ticket(job)
         with self._cond:
-            self._queue.append(entry)
+            self._queue.append(ticket)
             if self._thread is None:
                 self._start_thread()
             self._cond.notify_all()
-        return entry
+        return ticket
 
-    def _entries(self) -> list[_Entry]:
+    def _entries(self) -> list[_Ticket]:
         return ([self._running] if self._running is not None else []) + list(self._queue)
 
-    def tail(self) -> _Entry | None:
+    def tail(self) -> _Ticket | None:
         """The ticket of the job submitted last, if it is not done: waiting for it is waiting
         for everything submitted so far."""
         with self._cond:
@@ -156,17 +164,17 @@ class Writer:
         """How many jobs of ``kind`` are queued or running."""
         return len(self.jobs(kind))
 
-    def budget(self, ticket: _Entry | None = None) -> float:
+    def budget(self, ticket: _Ticket | None = None) -> float:
         """How long a wait for ``ticket`` (None: every job submitted so far) may last: for each
         kind of job up to it, the longest budget of that kind (the exports share one wait, as
         do the moves)."""
         with self._cond:
-            entries = self._entries()
-            if ticket is not None and ticket in entries:
-                entries = entries[: entries.index(ticket) + 1]
+            tickets = self._entries()
+            if ticket is not None and ticket in tickets:
+                tickets = tickets[: tickets.index(ticket) + 1]
             longest: dict[str, float] = {}
-            for entry in entries:
-                longest[entry.job.kind] = max(longest.get(entry.job.kind, 0.0), entry.job.budget_s)
+            for ticket in tickets:
+                longest[ticket.job.kind] = max(longest.get(ticket.job.kind, 0.0), ticket.job.budget_s)
             return sum(longest.values())
 
     def budget_of(self, kind: str) -> float:
@@ -174,7 +182,7 @@ class Writer:
         return max((job.budget_s for job in self.jobs(kind)), default=0.0)
 
     # -- waiting ------------------------------------------------------------------------------
-    def wait(self, ticket: _Entry | None = None, *, timeout: float) -> bool:
+    def wait(self, ticket: _Ticket | None = None, *, timeout: float) -> bool:
         """Wait until ``ticket``'s job is done (None: every job submitted so far), at most
         ``timeout`` seconds; False when the wait ran out. The wait is charged to the jobs it
         waited for (:meth:`waited`)."""
@@ -232,21 +240,21 @@ class Writer:
     def give_up(self, kinds: frozenset[str] = frozenset({"export"})) -> int:
         """Revoke the queued jobs of ``kinds``, and the running one when it is of ``kinds`` and
         has committed nothing yet; their losses are recorded first. A commit in progress (a disk
-        that stopped answering) is waited for at most ``PEN_WAIT_S``; past that the running job is
+        that stopped answering) is waited for at most ``COMMIT_WAIT_S``; past that the running job is
         left to finish on its own. Returns how many were revoked."""
-        pen = self.pen_lock.acquire(timeout=PEN_WAIT_S)
+        locked = self.commit_lock.acquire(timeout=COMMIT_WAIT_S)
         try:
             with self._cond:
                 running = self._running
-                take_running = pen and running is not None and running.job.kind in kinds and not running.committed
+                take_running = locked and running is not None and running.job.kind in kinds and not running.committed
                 revoked = [e for e in self._queue if e.job.kind in kinds]
                 if take_running:
                     assert running is not None
                     revoked.insert(0, running)
-                for entry in revoked:
-                    entry.revoked = True
+                for ticket in revoked:
+                    ticket.revoked = True
                 self._queue = collections.deque(
-                    [_Entry(_Revoked(e)) for e in revoked] + [e for e in self._queue if not e.revoked]
+                    [_Ticket(_Revoked(e)) for e in revoked] + [e for e in self._queue if not e.revoked]
                 )
                 if take_running:  # the stuck thread ends after its job; a fresh one goes on
                     self._running = None
@@ -254,8 +262,8 @@ class Writer:
                 self._cond.notify_all()
             return len(revoked)
         finally:
-            if pen:
-                self.pen_lock.release()
+            if locked:
+                self.commit_lock.release()
 
     # -- the thread ---------------------------------------------------------------------------
     def _start_thread(self) -> None:
@@ -272,23 +280,23 @@ class Writer:
                     self._cond.wait()
                 if self.generation != generation:
                     return  # given up (or forgotten): a newer thread owns the queue
-                entry = self._running = self._queue.popleft()
-                entry.started = time.perf_counter()
+                ticket = self._running = self._queue.popleft()
+                ticket.started = time.perf_counter()
             try:
-                entry.job.run(Pen(self, entry))
+                ticket.job.run(CommitGuard(self, ticket))
             except BaseException as exc:  # jobs never raise; this is the last guard
-                once("writer-job", logging.ERROR, "profdsl: a %s job failed: %r", entry.job.kind, exc)
+                once("writer-job", logging.ERROR, "profdsl: a %s job failed: %r", ticket.job.kind, exc)
             finally:
                 with self._cond:
-                    if self._running is entry:
+                    if self._running is ticket:
                         self._running = None
-                    entry.done.set()
+                    ticket.done.set()
                     self._cond.notify_all()  # waiters look again
 
     # -- tests and fork -----------------------------------------------------------------------
     def forget(self) -> None:
         """Start afresh: no thread, nothing queued (a forked child; tests). A thread of the old
         queue, if one runs here, takes no more jobs."""
-        self.pen_lock = threading.Lock()
+        self.commit_lock = threading.Lock()
         self.generation += 1
         self._reset()

@@ -26,29 +26,34 @@ from profdsl.runtime.role_capture import RoleCapture
 from profdsl.runtime.slot.claims import Claim
 from profdsl.runtime.slot.slot import CaptureSlot
 from profdsl.runtime.writer.jobs import MoveJob
-from profdsl.runtime.writer.rounds import Due, HookRounds
+from profdsl.runtime.writer.rounds import DueHook, HookRounds
 from profdsl.runtime.writer.writer import Writer
 
-__all__ = ["Flush", "StepSessions"]
+__all__ = ["Outstanding", "StepEvents"]
 
 #: At each stop, how long the move of nsys reports waits for them; at the last profiled step
-#: (before the hook), how long it waits for nsys to finish converting and writing them.
+#: (before the hook), how long it waits for nsys to finish converting and writing them: nsys
+#: writes a report after its range ends, so a report moved at once would be missed or partial
+#: (tests/test_collect_faults.py::TestNsysAtClose,
+#: tests/test_artifacts.py::TestNsysWithProfiler::test_reports_moved_late_ones_at_close).
 NSYS_STOP_WAIT_S = 2.0
 NSYS_FINAL_WAIT_S = 30.0
 
 
 @attrs.frozen
-class Flush:
+class Outstanding:
     """What a step boundary leaves its caller to wait for: the writer's jobs up to ``until``
     (the artifacts of the last profiled step, or everything at ``close()``), and the hook
     ``due``, when this made it due."""
 
     until: object | None
-    due: Due | None = None
+    due: DueHook | None = None
 
 
-class StepSessions:
-    """One profiler's step events, carried out."""
+class StepEvents:
+    """One profiler's step events, carried out: the step plan's (:class:`StepTracker`) and the
+    requests' at each boundary. It owns no session: it claims the slot for a continuous step and
+    releases it, moves nsys reports in, and arrives at the finish hook's round."""
 
     def __init__(
         self,
@@ -82,7 +87,7 @@ class StepSessions:
         """Why the step begun last is captured, when a request asked for it (None: the plan)."""
         return self.demand.note(self.tracker.capture)
 
-    def begin(self, step: int | None) -> tuple[bool, Flush | None]:
+    def begin(self, step: int | None) -> tuple[bool, Outstanding | None]:
         """Step ``step`` begins: whether it is profiled (None, a step without a usable number,
         never is), and what to wait for when ending a step the loop walked out of was the last
         profiled one."""
@@ -104,42 +109,42 @@ class StepSessions:
             self.profiled_steps.append(step)  # the plan's (a request's steps are its round's)
         return profiled, self._apply(events, step)
 
-    def end(self) -> Flush | None:
+    def end(self) -> Outstanding | None:
         """The current step ends; what to wait for when it was the last profiled one. The
         requests whose last step it was are done (their hooks are not waited for)."""
-        flush = self._apply(self.tracker.end(), None)
+        outstanding = self._apply(self.tracker.end(), None)
         if self._step is not None:
             self.demand.ended(self._step)
-        return flush
+        return outstanding
 
-    def finish(self) -> Flush:
+    def finish(self) -> Outstanding:
         """Training is over: close what is open, move the last artifacts in, arrive at the
         round (an owed hook runs); what to wait for: everything on the writer's queue."""
         events = self.tracker.finish()
         if self._hook_owed and Event.HOOK not in events:
             events.append(Event.HOOK)
-        flush = self._apply(events, None)
+        outstanding = self._apply(events, None)
         self._slot.flush()
         self._move_nsys(final=True)
         self.demand.finish()
-        due = self._arrive(hook=False) or (flush.due if flush is not None else None)
-        return Flush(self._writer.tail(), due)
+        due = self._arrive(hook=False) or (outstanding.due if outstanding is not None else None)
+        return Outstanding(self._writer.tail(), due)
 
-    def _apply(self, events: list[Event], step: int | None) -> Flush | None:
+    def _apply(self, events: list[Event], step: int | None) -> Outstanding | None:
         """Carry out ``events`` in order. When one is interrupted, a hook event after it stays
         owed: it runs at ``finish`` (``close()`` or exit)."""
-        flush = None
+        outstanding = None
         for index, event in enumerate(events):
             try:
-                flush = self._carry_out(event, step) or flush
+                outstanding = self._carry_out(event, step) or outstanding
             except BaseException:
                 self._hook_owed |= Event.HOOK in events[index:]
                 raise
             if event is Event.HOOK:
                 self._hook_owed = False
-        return flush
+        return outstanding
 
-    def _carry_out(self, event: Event, step: int | None) -> Flush | None:
+    def _carry_out(self, event: Event, step: int | None) -> Outstanding | None:
         if event is Event.OPEN and self._continuous and step is not None:
             self.claim = self._capture.claim(step, self.note)
             self._slot.claim(self.claim)
@@ -150,10 +155,10 @@ class StepSessions:
         elif event is Event.HOOK:  # every artifact first (the last nsys reports), then the hook
             self._move_nsys(final=True)
             until = self._writer.tail()
-            return Flush(until, self._arrive(hook=True))
+            return Outstanding(until, self._arrive(hook=True))
         return None
 
-    def _arrive(self, *, hook: bool) -> Due | None:
+    def _arrive(self, *, hook: bool) -> DueHook | None:
         """This role is done with its save_path (handing in its hook when it owes one)."""
         if self._arrived:
             return None
