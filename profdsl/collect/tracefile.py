@@ -10,6 +10,11 @@ disk is exactly what was written: its size is what was written and, for gzip, it
 the CRC-32 and length of what went in (a plain file is checked by its size alone: a checksum
 would mean reading it all back). It does not parse every event: that would cost a full JSON
 parse of a trace that can reach gigabytes; ``profdsl check`` does it.
+
+While streaming, a :class:`Census` can also look at what the events hold (any event, any profdsl
+region, any device activity: :mod:`profdsl.core.completeness` names a window lost by them). Each
+of its searches stops at its first hit, so a trace costs one pass of ``bytes.find`` per search at
+most, and usually a few kilobytes.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ import zlib
 from collections.abc import Mapping
 
 from profdsl.config.checks import require_int
+from profdsl.core.completeness import Seen
 
-__all__ = ["BLOCK", "COMPRESS_LEVEL", "InvalidTraceError", "check_size", "check_written", "compress_trace"]
+__all__ = ["BLOCK", "COMPRESS_LEVEL", "Census", "InvalidTraceError", "check_size", "check_written", "compress_trace"]
 
 #: Bytes read, compressed and written at a time.
 BLOCK = 1 << 20
@@ -36,12 +42,66 @@ class InvalidTraceError(Exception):
     """A trace that failed its check; the message says why."""
 
 
+#: How kineto writes an event's category (``export_chrome_trace``'s layout, torch 2.1-2.13).
+_CAT = b'"cat": "'
+#: kineto's own span of every capture (``"cat": "Trace"``): no event of the window.
+_KINETO_SPAN = b"Trace"
+#: A profdsl region (``record_function``: a user annotation on the CPU side).
+_REGION = _CAT + b'user_annotation"'
+#: Device activity (CUPTI's records): kernels, memcpy, memset, GPU annotations, runtime and
+#: driver calls.
+_DEVICE = (_CAT + b'kernel"', _CAT + b"gpu_", _CAT + b"cuda_")
+_LONGEST = max(len(p) for p in (_REGION, *_DEVICE)) + len(_KINETO_SPAN)
+
+
+class Census:
+    """What a trace's events hold, seen block by block while it streams (:func:`compress_trace`):
+    any event but kineto's own span, any region, and (``device``) any device activity. Every
+    search stops at its first hit; a pattern cut by a block boundary is found across it."""
+
+    def __init__(self, *, device: bool = False) -> None:
+        self.events = self.regions = False
+        self.device = not device  # nothing to look for: counted as seen
+        self.json_bytes = 0
+        self._carry = b""
+
+    def feed(self, block: bytes) -> None:
+        """The next block of the events file, as read."""
+        if not (self.events and self.regions and self.device):
+            data = self._carry + block
+            self.events = self.events or _any_event(data)
+            self.regions = self.regions or _REGION in data
+            self.device = self.device or any(p in data for p in _DEVICE)
+            self._carry = data[-_LONGEST:]
+
+    def seen(self) -> Seen:
+        """What it saw (once the trace is written: ``json_bytes`` set)."""
+        return Seen(events=self.events, regions=self.regions, device=self.device, json_bytes=self.json_bytes)
+
+
+def _any_event(data: bytes) -> bool:
+    """Whether ``data`` holds an event category other than kineto's span."""
+    at = data.find(_CAT)
+    while at >= 0:
+        end = at + len(_CAT)
+        if len(data) - end >= len(_KINETO_SPAN) + 1 and data[end : end + len(_KINETO_SPAN) + 1] != _KINETO_SPAN + b'"':
+            return True
+        at = data.find(_CAT, end)
+    return False
+
+
 def compress_trace(
-    source: str, destination: str, header: Mapping[str, object] | None = None, *, level: int = COMPRESS_LEVEL
+    source: str,
+    destination: str,
+    header: Mapping[str, object] | None = None,
+    *,
+    level: int = COMPRESS_LEVEL,
+    census: Census | None = None,
 ) -> int:
     """Write ``destination`` (created exclusively): the JSON object of ``source`` with the keys
     of ``header`` first, gzip-compressed at ``level`` (1..9), or plain JSON at level 0. Returns
-    its size in bytes.
+    its size in bytes. ``census`` sees every block of ``source`` and learns the size of the
+    JSON written (its ``json_bytes``).
 
     Raises:
         ConfigError: ``level`` is not an integer in 0..9.
@@ -52,13 +112,15 @@ def compress_trace(
     require_int("compress_trace level", level, 0, 9)
     members = json.dumps(dict(header), default=str)[1:-1].encode() if header else b""
     deflate = zlib.compressobj(level, zlib.DEFLATED, 31) if level else None  # wbits 31: gzip
-    crc = size = written = 0
+    crc = size = plain = written = 0
     opened = found = False
     last, previous = b"", b""
     with open(source, "rb") as src, open(destination, "xb") as dst:
         while block := src.read(BLOCK):
             found = found or _EVENTS_KEY in previous[-len(_EVENTS_KEY) :] + block
             previous = block
+            if census is not None:
+                census.feed(block)
             tail = block.rstrip()
             if tail:
                 last = tail[-1:]
@@ -71,6 +133,7 @@ def compress_trace(
                 opened = True
                 if members:
                     block = b"{" + members + b"," + block[1:]
+            plain += len(block)
             if deflate is not None:
                 crc, size = zlib.crc32(block, crc), size + len(block)
                 block = deflate.compress(block)
@@ -90,6 +153,8 @@ def compress_trace(
         check_size(destination, written)
     else:
         check_written(destination, compressed=written, crc=crc, size=size)
+    if census is not None:
+        census.json_bytes = plain
     return written
 
 
