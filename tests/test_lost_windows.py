@@ -274,3 +274,36 @@ class TestTorchValidation:
         (line,) = check_fails(tmp_path, capsys)
         assert path.name in line and "torch's trace validation" in line
         assert "_check_backward_seq_id_uniqueness" in line
+
+
+class TestBoundedExit:
+    """What profdsl asks of torch's capture: ``trace_only`` (never with ``stack``), combined with
+    ``profile_all_threads``, and post-processing bounded by ``export_timeout_s``. torch would warn
+    (an error here) if it were asked for ``trace_only`` with ``with_stack``."""
+
+    @pytest.mark.parametrize(
+        ("contents", "all_threads", "trace_only"),
+        [(["cpu"], False, True), (["cpu", "stack"], False, False), (["cpu"], True, True)],
+    )
+    @pytest.mark.filterwarnings("error::UserWarning")
+    def test_the_capture_torch_is_asked_for(
+        self, tmp_path: Path, contents: list[str], all_threads: bool, trace_only: bool
+    ) -> None:
+        options = TorchOptions(contents=contents, all_threads=all_threads, export_timeout_s=7.5)
+        seen: dict[str, Any] = {}
+        with Profiler(config(tmp_path, torch=options), role="actor", rank=0, world_size=1) as profiler:
+            with profiler.step(1), profile_stage("update_actor"):
+                session = PROCESS.slot.current
+                assert session is not None and session.capture is not None
+                prof = session.capture._prof  # type: ignore[attr-defined]
+                seen.update(
+                    timeout=prof.post_processing_timeout_s,
+                    config=prof.experimental_config,
+                    every_thread=session.capture.every_thread,
+                )
+                work()
+        assert seen["timeout"] == 7.5
+        config_ = seen["config"]
+        assert bool(config_ is not None and config_.trace_only) == trace_only
+        assert seen["every_thread"] == all_threads  # in the same experimental config (torch's own check)
+        assert [r["status"] for r in records(tmp_path, "trace")] == ["ok"]
