@@ -69,14 +69,19 @@ MANIFEST = "profdsl-manifest.jsonl"
 RSS_TAG = "BENCH_EXPORT_RSS "
 
 FLOOR = "floor: torch prof.stop() alone, no export"
+FLOOR_TRACE_ONLY = "floor, trace_only: torch prof.stop() alone, trace_only=True"
 BASELINE = "baseline: torch tensorboard_trace_handler(use_gzip=True)"
 CONTINUOUS = "profdsl continuous: stop() of a mid-run step"
 LAST = "profdsl continuous: stop() of the last profiled step"
 DISCRETE = "profdsl discrete: stage exit + stop()"
+BEFORE_LAST = "profdsl before issue 33 (no trace_only): stop() of the last profiled step"
 #: The rows the bar applies to: the training thread going on after a profiled step or stage.
 BARRED = (CONTINUOUS, DISCRETE)
 #: The profdsl runs, with the short name their close() row and manifest figures go by.
 PROFDSL = {CONTINUOUS: "continuous, mid-run step", LAST: "continuous, last profiled step", DISCRETE: "discrete"}
+#: Issue 33's goal for the training thread's blocked time, on every profdsl row of today's code.
+GOAL_33 = 0.15
+GOAL_33_ROWS = (CONTINUOUS, LAST, DISCRETE)
 
 
 def workload(iterations: int) -> None:
@@ -94,6 +99,17 @@ class Run:
 
 def run_floor(iterations: int, _folder: Path) -> Run:
     prof = profile(activities=[ProfilerActivity.CPU])
+    prof.start()
+    workload(iterations)
+    t0 = time.perf_counter()
+    prof.stop()
+    return Run(time.perf_counter() - t0)
+
+
+def run_floor_trace_only(iterations: int, _folder: Path) -> Run:
+    from torch._C._profiler import _ExperimentalConfig
+
+    prof = profile(activities=[ProfilerActivity.CPU], experimental_config=_ExperimentalConfig(trace_only=True))
     prof.start()
     workload(iterations)
     t0 = time.perf_counter()
@@ -138,6 +154,19 @@ def run_last(iterations: int, folder: Path) -> Run:
     return _continuous(iterations, folder, [1])
 
 
+def run_before_last(iterations: int, folder: Path) -> Run:
+    """The last profiled step with the capture profdsl made before issue 33: no trace_only, no
+    post-processing bound (the experimental config as it was: none for an own-thread capture)."""
+    from profdsl.capture import torch_session
+
+    bounded = torch_session._bounded_exit
+    torch_session._bounded_exit = lambda options, *, every_thread: {}  # type: ignore[assignment]
+    try:
+        return _continuous(iterations, folder, [1])
+    finally:
+        torch_session._bounded_exit = bounded
+
+
 def run_discrete(iterations: int, folder: Path) -> Run:
     profiler = _profiler(folder, [1, 3], discrete=True)
     profiler.start(1)
@@ -152,10 +181,12 @@ def run_discrete(iterations: int, folder: Path) -> Run:
 
 MODES: dict[str, Callable[[int, Path], Run]] = {
     FLOOR: run_floor,
+    FLOOR_TRACE_ONLY: run_floor_trace_only,
     BASELINE: run_baseline,
     CONTINUOUS: run_continuous,
     LAST: run_last,
     DISCRETE: run_discrete,
+    BEFORE_LAST: run_before_last,
 }
 
 
@@ -348,6 +379,19 @@ def main(argv: list[str] | None = None) -> int:
             (f"then close() (waits for exports): {short}", f"{med:.3f}", f"{min(closes):.3f}", f"{med / base:.2f}x", "")
         )
     print_table(rows)
+
+    for name in GOAL_33_ROWS:
+        ratio = statistics.median(r.blocked for r in times[name]) / base
+        ok = ratio <= GOAL_33
+        print(f"issue 33 goal, {PROFDSL[name]}: {ratio:.2f}x the baseline (<= {GOAL_33}x {'ok' if ok else 'OVER'})")
+    trace_only = statistics.median(r.blocked for r in times[FLOOR_TRACE_ONLY])
+    floor = statistics.median(r.blocked for r in times[FLOOR])
+    before = statistics.median(r.blocked for r in times[BEFORE_LAST])
+    last = statistics.median(r.blocked for r in times[LAST])
+    print(
+        f"bounded exit: torch's stop with trace_only {trace_only / floor:.2f}x without; profdsl's last "
+        f"profiled step {last / before:.2f}x what it was before issue 33"
+    )
 
     print()
     if manifest:

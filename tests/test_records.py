@@ -93,6 +93,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "windows": st.none() | st.lists(window_notes, max_size=2).map(tuple),
     "blocked_ms": durations,
     "export_ms": durations,
+    "json_bytes": counts,
     "duration_s": durations,
     "source_mtime_ns": st.none() | st.integers(-(2**62), 2**62),
     "exit_code": st.none() | st.integers(-255, 255),

@@ -131,7 +131,7 @@ def written(folder: Path) -> list[dict[str, Any]]:
 
 
 STAGES = {"ref_compute_log_prob", "actor_compute_log_prob", "actor_update", "train_batch"}
-DROP = {"path", "time_ms", "bytes", "export_ms", "blocked_ms"}
+DROP = {"path", "time_ms", "bytes", "json_bytes", "export_ms", "blocked_ms"}
 
 
 def comparable_records(folder: Path) -> list[dict[str, Any]]:

@@ -230,11 +230,13 @@ def artifacts(folder: str | os.PathLike[str]) -> list[Artifact]:
 
 
 def json_traces(rows: Iterable[Artifact]) -> list[Artifact]:
-    """The artifacts the trace readers read: status ok, a ``.json``/``.json.gz`` file; a path
-    listed twice is read once (its first record)."""
+    """The artifacts the trace readers read: a ``.json``/``.json.gz`` file recorded ``ok``, or
+    kept though it holds less than asked (``incomplete`` or ``truncated`` with a path: read like
+    the others, reported by ``check``); a path listed twice is read once (its first record)."""
     chosen: dict[str, Artifact] = {}
     for artifact in rows:
-        if artifact.status == "ok" and artifact.path is not None and is_json_trace(artifact.path):
+        readable = artifact.status == "ok" or (artifact.record is not None and artifact.record.readable)
+        if readable and artifact.path is not None and is_json_trace(artifact.path):
             chosen.setdefault(artifact.path, artifact)
     return list(chosen.values())
 

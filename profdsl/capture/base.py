@@ -2,8 +2,9 @@
 
 A capture knows nothing of roles or steps: the runtime hands it ``describe`` (the metadata to
 write into the trace for a mini-batch window, or for the whole capture) and ``sink`` (where a
-finished trace goes: ``sink(write, window, time_ms, blocked_s)``, ``write(path)`` writing the
-trace file, on whichever thread the runtime chooses).
+finished trace goes: ``sink(write, window, time_ms, blocked_s, expect)``, ``write(path)``
+writing the trace file, on whichever thread the runtime chooses; ``expect``: what the capture
+knows of the trace's completeness, :class:`~profdsl.core.completeness.Expect`).
 """
 
 from __future__ import annotations
@@ -12,15 +13,31 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from profdsl.config import Schedule
+from profdsl.core.completeness import Expect
+from profdsl.core.trace_size import SizeBook
 
 __all__ = ["Backend", "Capture", "CaptureRefusedError", "Describe", "Runner", "Sink"]
 
 #: ``describe(window)``: the ``profdsl`` metadata of the trace (``window`` None: whole session).
 Describe = Callable[[tuple[int, int] | None], dict[str, Any]]
-#: ``sink(write, window, time_ms, blocked_s)``: a trace is ready; ``write(path)`` writes its events
-#: (plain JSON) to ``path`` and returns the metadata to add to it (``profdsl.collect.export``);
-#: ``blocked_s``: how long the session's calls held up their caller for this trace so far.
-Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int, float], None]
+
+
+class Sink(Protocol):
+    """``sink(write, window, time_ms, blocked_s, expect)``: a trace is ready; ``write(path)``
+    writes its events (plain JSON) to ``path`` and returns the metadata to add to it
+    (``profdsl.collect.export``); ``blocked_s``: how long the session's calls held up their
+    caller for this trace so far; ``expect``: what the capture knows of its completeness (the
+    device whose activity it should hold, why torch stopped collecting it early)."""
+
+    def __call__(
+        self,
+        write: Callable[[str], object],
+        window: tuple[int, int] | None,
+        time_ms: int,
+        blocked_s: float = 0.0,
+        expect: Expect | None = None,
+    ) -> None:
+        """Take the trace."""
 
 
 class CaptureRefusedError(Exception):
@@ -68,10 +85,14 @@ class Backend(Protocol):
     Attributes:
         tool: ``"torch"`` or ``"nsys"``.
         all_threads: every capture is to record every thread (``TorchOptions.all_threads``).
+        sizes: the sizes of the role's traces measured so far (None: its tool writes none).
+        max_trace_bytes: the bound on one trace's size as plain JSON (None: none).
     """
 
     tool: str
     all_threads: bool
+    sizes: SizeBook | None
+    max_trace_bytes: int | None
 
     @property
     def every_thread_possible(self) -> bool:

@@ -12,6 +12,7 @@ import logging
 from profdsl.capture.base import Describe, Runner, Sink
 from profdsl.config import Schedule
 from profdsl.core.log import once
+from profdsl.core.trace_size import SizeBook
 
 __all__ = ["NsysBackend", "NsysSession"]
 
@@ -65,6 +66,8 @@ class NsysBackend:
 
     tool = "nsys"
     all_threads = False
+    sizes: SizeBook | None = None  # nsys writes its own reports: no trace of profdsl's to bound
+    max_trace_bytes: int | None = None
 
     @property
     def every_thread_possible(self) -> bool:

@@ -14,11 +14,21 @@ torch: it is computed when a trace is ready and added to the file by the collect
 Once torch has stopped recording a trace (``prof.stop()``, or a window's end), its results are
 handed over whole: the runtime's writer has torch write them as JSON (``export_chrome_trace``)
 and drops them, on its own thread, off the training thread (measured in docs/performance.md).
+profdsl reads nothing else of torch's results (no ``events()``, no ``key_averages``: the region
+names a trace holds are the session's own, :mod:`profdsl.runtime.slot.region_book`), so its
+captures ask torch not to build Python event objects at stop (``trace_only``, torch >= 2.13;
+torch turns it off itself with ``with_stack``), and bound any post-processing torch still does
+by ``TorchOptions.export_timeout_s`` (``post_processing_timeout_s``).
+
+Each trace is handed over with what the capture knows of its completeness
+(:class:`~profdsl.core.completeness.Expect`): the device whose activity it should hold, and
+whether torch stopped collecting it early (``ProfilerAction.DEVICE_STOPPED``).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import threading
@@ -31,9 +41,11 @@ from typing import Any
 from profdsl.capture.base import CaptureRefusedError, Describe, Runner, Sink
 from profdsl.capture.runner import SessionThread
 from profdsl.config import Schedule, TorchOptions
+from profdsl.core.completeness import Expect
 from profdsl.core.labels import encode
 from profdsl.core.log import once
-from profdsl.core.schedule import action_at
+from profdsl.core.schedule import action_at, cycle_of
+from profdsl.core.trace_size import MB, SizeBook
 from profdsl.records.meta import trace_header
 
 __all__ = ["CALL_TIMEOUT_S", "STOP_TIMEOUT_S", "TorchBackend", "TorchSession"]
@@ -60,6 +72,9 @@ class TorchBackend:
     def __init__(self, options: TorchOptions) -> None:
         self.options = options
         self.all_threads = options.all_threads
+        self.sizes: SizeBook | None = SizeBook()  # this role's traces, as measured
+        limit = options.max_trace_mb
+        self.max_trace_bytes = None if limit is None else round(limit * MB)
 
     @property
     def every_thread_possible(self) -> bool:
@@ -129,6 +144,9 @@ class TorchSession:
         self._prof: Any = None
         self._collecting = True
         self._owner = threading.get_ident()  # inline sessions: torch calls only from this thread
+        self._device: str | None = None  # the device whose activity is recorded ("cuda"), if any
+        self._stopped_early: str | None = None  # why torch's device collection stopped early
+        self._stepped = -1  # a scheduled capture: the mini-batch its schedule last stepped past
 
     def start(self) -> None:
         """Start the profiler; on timeout, stop it whenever it does start."""
@@ -161,7 +179,7 @@ class TorchSession:
     # -- on the runner's thread --------------------------------------------------------------
     def _start(self) -> None:
         import torch
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import profile
 
         # Checked here, where the session runs, after any earlier session of ours has stopped.
         if _profiler_running():
@@ -170,20 +188,15 @@ class TorchSession:
                 "profdsl will not start a second one (torch allows one at a time)"
             )
         options = self._options
-        activities = [ProfilerActivity.CPU]
-        if options.cuda and torch.cuda.is_available():
-            activities.append(ProfilerActivity.CUDA)
+        self._device = _device_recorded(options, self.rank)
         kwargs: dict[str, Any] = dict(
-            activities=activities,
+            activities=_activities(self._device),
             record_shapes="shapes" in options.contents,
             profile_memory="memory" in options.contents,
             with_stack="stack" in options.contents,
             on_trace_ready=self._on_trace_ready,
         )
-        if self.every_thread:
-            experimental = _all_threads_config()
-            if experimental is not None:
-                kwargs["experimental_config"] = experimental
+        kwargs.update(_bounded_exit(options, every_thread=self.every_thread))
         if self.schedule is not None:
             s = self.schedule
             with warnings.catch_warnings():  # "won't be using warmup": warmup=0 is a choice
@@ -215,7 +228,10 @@ class TorchSession:
     def _advance(self, index: int) -> None:
         if self.schedule is None or self._prof is None:  # stopped meanwhile: nothing to advance
             return
-        if action_at(self.schedule, index).records:
+        # A mini-batch that ran while torch's device collection was stopped is in no trace:
+        # torch recorded nothing of it (its cycle's trace was handed over when it stopped).
+        self._stepped = index
+        if action_at(self.schedule, index).records and not _device_stopped(self._prof):
             if not self._pending:
                 self._window_ms = now_ms()
             self._pending.append(index)
@@ -232,17 +248,33 @@ class TorchSession:
 
     def _on_trace_ready(self, prof: Any) -> None:
         pending, self._pending = self._pending, []
-        if self.schedule is not None and not pending:
-            return  # a window that recorded no mini-batch: torch fires anyway, nothing to write
         window = (pending[0], pending[-1]) if pending else None
+        if self.schedule is not None and not pending:
+            window = _stopped_window(self.schedule, self._stepped, prof)
+            if window is None:
+                return  # a window that recorded no mini-batch: torch fires anyway, nothing to write
+            self._window_ms = now_ms()  # torch lost the window it was about to record: say so
         # The window's results, held whole (torch starts the next window with a new object):
         # their JSON is written, and they are dropped, wherever the sink has ``write`` called.
         results = prof.profiler
         write = functools.partial(_write_events, results.export_chrome_trace, self._header(window))
         # the caller's time held up so far for this trace: earlier calls, and this one until now
         blocked, self._blocked_s = self._blocked_s + time.perf_counter() - self._call_began, 0.0
-        self._sink(write, window, self._window_ms, blocked)
+        self._sink(write, window, self._window_ms, blocked, self._expect(prof, window))
         self._call_began = time.perf_counter()  # the rest of this call counts for the next trace
+
+    def _expect(self, prof: Any, window: tuple[int, int] | None) -> Expect:
+        """What the trace torch just handed over should hold: the device activity recorded, and
+        whether torch stopped collecting it before the window's end (its ``DEVICE_STOPPED``
+        state, or, without a schedule, kineto's stopped flag read before the stop)."""
+        stopped = self._stopped_early
+        if _device_stopped(prof):
+            where = f" during mini-batches {window[0]}-{window[1]}" if window else ""
+            stopped = (
+                f"torch's schedule entered DEVICE_STOPPED{where} (kineto stopped the device collection, "
+                "e.g. a CUPTI buffer overflow); the rest of the window was not recorded"
+            )
+        return Expect(device=self._device, stopped=stopped)
 
     def _stop(self) -> None:
         prof = self._prof
@@ -251,6 +283,7 @@ class TorchSession:
         try:
             self._toggle(True)  # stopped inside a left-out mini-batch: stop with collection on
             self._prof = None
+            self._stopped_early = _kineto_stopped(self._device)
             prof.stop()
         except BaseException:
             self._stop_anyway(prof)  # an interrupt (not held here: another thread's) cut it short
@@ -331,6 +364,118 @@ def _plain_path(path: str) -> Iterator[str]:
         yield f"/proc/self/fd/{fd}/{base}"
     finally:
         os.close(fd)
+
+
+def _device_recorded(options: TorchOptions, rank: int) -> str | None:
+    """The device whose activity a capture records (``"cuda"``), or None. Asked for but absent
+    from this machine: said once, at INFO (a CPU run is not a fault), and its traces are ``ok``
+    without it."""
+    import torch
+
+    if not options.cuda:
+        return None
+    if torch.cuda.is_available():
+        return "cuda"
+    once(
+        "torch-no-cuda",
+        logging.INFO,
+        "[profdsl rank %s] CUDA activity is asked for (TorchOptions.contents empty or naming 'cuda'), "
+        "but this machine has no CUDA device: traces record CPU activity only",
+        rank,
+    )
+    return None
+
+
+def _activities(device: str | None) -> list[Any]:
+    """torch's activities of a capture: CPU (profdsl's regions are CPU events), and CUDA when
+    its activity is recorded."""
+    from torch.profiler import ProfilerActivity
+
+    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+
+
+def _bounded_exit(options: TorchOptions, *, every_thread: bool) -> dict[str, Any]:
+    """The ``torch.profiler.profile`` arguments that bound a capture's stop: ``trace_only``
+    (no Python event objects built at stop; profdsl only exports) combined with
+    ``profile_all_threads`` in one experimental config, and ``post_processing_timeout_s`` tied
+    to ``export_timeout_s``. Only what this torch accepts."""
+    from torch.profiler import profile
+
+    kwargs: dict[str, Any] = {}
+    # torch turns trace_only off with with_stack (stacks need the event objects), and warns
+    experimental = _experimental_config(every_thread=every_thread, trace_only="stack" not in options.contents)
+    if experimental is not None:
+        kwargs["experimental_config"] = experimental
+    if "post_processing_timeout_s" in inspect.signature(profile.__init__).parameters:
+        kwargs["post_processing_timeout_s"] = float(options.export_timeout_s)
+    return kwargs
+
+
+def _experimental_config(*, every_thread: bool, trace_only: bool) -> Any:
+    """One ``_ExperimentalConfig`` holding what is asked and this torch can do (every thread:
+    torch >= 2.7; ``trace_only``: torch >= 2.13), or None when nothing is."""
+    flags: dict[str, bool] = {}
+    if every_thread and _all_threads_config() is not None:
+        flags["profile_all_threads"] = True
+    if trace_only:
+        try:
+            from torch._C._profiler import _ExperimentalConfig
+
+            _ExperimentalConfig(trace_only=True)
+            flags["trace_only"] = True
+        except (ImportError, TypeError):  # torch < 2.13: events are built at stop
+            pass
+    if not flags:
+        return None
+    from torch._C._profiler import _ExperimentalConfig
+
+    make: Any = _ExperimentalConfig  # keywords this torch's stubs may not list
+    return make(**flags)
+
+
+def _device_stopped(prof: Any) -> bool:
+    """Whether torch's scheduled profiler is in its ``DEVICE_STOPPED`` state (torch >= 2.13).
+
+    torch 2.13's ``torch/profiler/profiler.py``: ``ProfilerAction.DEVICE_STOPPED = 4`` (line 658)
+    is set by ``profile.step()`` (lines 1207-1225) when ``torch.autograd._is_kineto_stopped()``,
+    a device activity is recorded (``use_device``) and the previous action was WARMUP or RECORD;
+    its entry transitions (lines 1067-1075) call ``stop_trace`` and then ``_trace_ready``, so
+    ``on_trace_ready`` runs with ``current_action`` already ``DEVICE_STOPPED``, and the trace it
+    is handed holds the window only up to the stop (nothing from a WARMUP entry). The state
+    absorbs the rest of the cycle without another callback (lines 1076-1091)."""
+    action = getattr(getattr(prof, "current_action", None), "name", None)
+    return action == "DEVICE_STOPPED"
+
+
+def _stopped_window(schedule: Schedule, index: int, prof: Any) -> tuple[int, int] | None:
+    """The window torch lost whole: its schedule entered ``DEVICE_STOPPED`` from WARMUP when it
+    stepped past mini-batch ``index`` (torch 2.13, ``torch/profiler/profiler.py`` lines
+    1055-1071: the callback fires then, "the trace will be empty (no recording ran)"), so the
+    active mini-batches of the cycle ahead are recorded by nobody. None otherwise."""
+    if not _device_stopped(prof):
+        return None
+    cycle = cycle_of(schedule, index + 1)
+    if cycle is None:
+        return None
+    first = schedule.skip_first + cycle * schedule.cycle_len + schedule.wait + schedule.warmup
+    return first, first + schedule.active - 1
+
+
+def _kineto_stopped(device: str | None) -> str | None:
+    """Before an unscheduled capture stops: why its device collection had already stopped
+    (kineto's stopped flag, torch's own test in ``profile.step()``), or None. Read only where a
+    device activity is recorded: torch's flag may be stale from another profiler otherwise."""
+    if device is None:
+        return None
+    try:
+        from torch.autograd import _is_kineto_stopped  # type: ignore[attr-defined]
+
+        stopped = bool(_is_kineto_stopped())
+    except Exception:  # torch < 2.13: no such flag
+        return None
+    if not stopped:
+        return None
+    return "kineto's device collection had stopped before the capture ended (e.g. a CUPTI buffer overflow)"
 
 
 def _all_threads_config() -> Any:

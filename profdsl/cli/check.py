@@ -9,6 +9,7 @@ from collections import defaultdict
 
 from profdsl.analysis.catalog import Artifact, Catalog, FolderError, catalog, json_traces, trace_header
 from profdsl.analysis.reader import TraceError, events, file_kind
+from profdsl.analysis.torch_checks import keep_all, violations
 from profdsl.cli.common import fail, printable
 from profdsl.collect.export import events_owner
 from profdsl.config import ProfilerConfig
@@ -19,7 +20,10 @@ from profdsl.errors import ConfigError
 from profdsl.records.manifest import HookRecord, Record, TraceRecord
 from profdsl.records.requests import MAX_REQUEST_STEPS
 
-HELP = "check that every trace exists, is non-empty, parses and carries its metadata; list what is missing"
+HELP = (
+    "check that every trace exists, is non-empty, parses, carries its metadata and passes torch's trace "
+    "validation; list what is missing or holds less than asked"
+)
 EXAMPLES = """examples:
   profdsl check profiles                 # exit 0: all well; 1: problems (each named); 2: usage
   profdsl check profiles --config profiler.yaml --world-size 16
@@ -39,8 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_file(folder: str, artifact: Artifact) -> str | None:
     """What is wrong with one artifact's file (the reason names it), or None.
 
-    A JSON trace is read as every other command reads it: the same reasons make them skip it.
-    Any other file is only ``stat``ed: it must be a regular file, not empty.
+    A JSON trace is read as every other command reads it: the same reasons make them skip it;
+    torch's own trace validation then runs over the events its rules read
+    (:mod:`profdsl.analysis.torch_checks`). Any other file is only ``stat``ed: it must be a
+    regular file, not empty.
     """
     if artifact.path is None:
         return None
@@ -48,11 +54,11 @@ def check_file(folder: str, artifact: Artifact) -> str | None:
     if is_json_trace(artifact.path):
         try:
             trace_header(folder, artifact)
-            for _ in events(path):
-                pass
+            kept = keep_all(events(path))
         except TraceError as exc:
             return str(exc)
-        return None
+        found = violations(kept)
+        return f"{path}: torch's trace validation: {'; '.join(found)}" if found else None
     try:
         info = os.stat(path)
     except FileNotFoundError:

@@ -6,14 +6,20 @@ import argparse
 import json
 from collections.abc import Iterable
 
+import attrs
+
 from profdsl.cli.common import fail_pointing
+from profdsl.cli.plan_sizes import likely_sizes, size_lines
 from profdsl.config import ProfilerConfig
 from profdsl.core.preview import Preview, preview
 from profdsl.core.schedule import first_recorded
 from profdsl.core.topology import GridLayout
 from profdsl.errors import ConfigError
 
-HELP = "show what a profiler config will capture (steps, ranks, replicas, windows, file names, size warnings)"
+HELP = (
+    "show what a profiler config will capture (steps, ranks, replicas, windows, file names, "
+    "likely trace sizes, size warnings)"
+)
 EXAMPLES = """examples:
   profdsl plan profiler.yaml --world-size 16
   profdsl plan trainer.yaml --section actor.profiler --world-size 64 --replica-world-size 8 --mini-batches 16
@@ -98,10 +104,14 @@ def run(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         return fail_pointing(str(exc))
+    sizes = likely_sizes(config, found) if config.tool == "torch" else []
     if args.json:
-        print(json.dumps(found.to_mapping(), indent=1))
+        print(json.dumps(dict(found.to_mapping(), trace_sizes=[attrs.asdict(size) for size in sizes]), indent=1))
         return 0
     _print(config, found, args.world_size, args.replica_world_size)
+    if config.enable and config.tool == "torch":
+        for line in size_lines(config, sizes):
+            print(line)
     return 0
 
 

@@ -5,7 +5,9 @@ events as plain JSON to a hidden temporary file in ``save_path`` (where the sess
 allows it: on the writer's thread, else on the session's); :func:`finish` splices in the
 metadata, compresses and checks the file (:mod:`profdsl.collect.tracefile`), reserves its final
 name with an exclusive create (bumping ``part`` while the name is taken, by this or any other
-process), renames it over the reservation and records it. What changes what ``save_path``
+process), renames it over the reservation and records it: ``ok``, or ``incomplete`` /
+``truncated`` with the reason when the trace holds less than its capture was asked for
+(:mod:`profdsl.core.completeness`, judged from what the check saw while streaming). What changes what ``save_path``
 shows (the reservation, the rename, the record) goes through a *commit* function, which the
 runtime's writer uses to refuse commits of a trace it gave up on. Nothing is written outside
 ``save_path`` (torch's own ``.gz`` export compresses through ``TMPDIR``). A failure is logged
@@ -26,8 +28,9 @@ import attrs
 
 from profdsl.collect.manifest import append_record
 from profdsl.collect.relocate import reserve
-from profdsl.collect.tracefile import COMPRESS_LEVEL, compress_trace
+from profdsl.collect.tracefile import COMPRESS_LEVEL, Census, compress_trace
 from profdsl.config.parallel import Parallel
+from profdsl.core.completeness import Expect, judge
 from profdsl.core.log import once
 from profdsl.core.naming import PLAIN_TRACE_EXT, TEMP_PREFIX, TRACE_EXT, TraceName
 from profdsl.errors import ConfigError
@@ -142,6 +145,11 @@ class PendingTrace:
     write: Callable[[str], object] | None = attrs.field(default=None, eq=False, repr=False)
     #: Milliseconds the training thread was blocked handing it over (None: not measured).
     blocked_ms: float | None = None
+    #: What its capture knew of its completeness (None: no capture said; recorded ``ok``).
+    expect: Expect | None = None
+    #: ``measured(json_bytes)``: told the trace's size as plain JSON once it is recorded (the
+    #: role's trace-size budget learns from it).
+    measured: Callable[[int], object] | None = attrs.field(default=None, eq=False, repr=False)
 
     def fields(self, waited_s: float = 0.0) -> dict[str, Any]:
         """The trace's record fields, but its path, status and size; ``waited_s``: seconds the
@@ -195,12 +203,22 @@ def pending_trace(
     time_ms: int,
     extra: Mapping[str, object] | None = None,
     blocked_ms: float | None = None,
+    expect: Expect | None = None,
+    measured: Callable[[int], object] | None = None,
 ) -> PendingTrace:
     """A trace whose events ``write(path)`` will write: named, its events file chosen in
     ``save_path``, nothing written yet."""
     events = os.path.join(label.save_path, f"{TEMP_PREFIX}{label.pid}-{uuid.uuid4().hex}.json")
     return PendingTrace(
-        label=label, window=window, time_ms=time_ms, extra=extra, events=events, write=write, blocked_ms=blocked_ms
+        label=label,
+        window=window,
+        time_ms=time_ms,
+        extra=extra,
+        events=events,
+        write=write,
+        blocked_ms=blocked_ms,
+        expect=expect,
+        measured=measured,
     )
 
 
@@ -247,9 +265,10 @@ def finish(
     label = pending.label
     packed = f"{pending.events}.gz"
     began = time.perf_counter()
+    census = Census(device=pending.expect is not None and pending.expect.device is not None)
     try:
         pending = write_events(pending)
-        compress_trace(pending.events, packed, pending.header, level=label.export.level)
+        compress_trace(pending.events, packed, pending.header, level=label.export.level, census=census)
     except BaseException as exc:
         _remove_quietly(packed)
         _failed(pending, exc, commit)
@@ -266,9 +285,8 @@ def finish(
             raise
         if label.manifest:
             export_ms = round((time.perf_counter() - began) * 1000, 3)
-            append_record(
-                label.save_path, TraceRecord(path=final, bytes=size, export_ms=export_ms, **pending.fields(waited()))
-            )
+            fields = {**pending.fields(waited()), **_completeness(pending, census)}
+            append_record(label.save_path, TraceRecord(path=final, bytes=size, export_ms=export_ms, **fields))
         return path
 
     try:
@@ -281,7 +299,39 @@ def finish(
         _remove_quietly(packed)
         return None
     _remove_quietly(pending.events)
+    _measured(pending, census.json_bytes)
     return path
+
+
+def _completeness(pending: PendingTrace, census: Census) -> dict[str, Any]:
+    """The record fields that say whether a written trace holds what was asked (``status``,
+    ``reason``) and its size as plain JSON; a lost window is said once (per save_path) in the
+    log (a truncated one was said by the budget that cut it)."""
+    status, reason = judge(pending.expect, census.seen())
+    if status == "incomplete":  # a truncated one was said when it was cut
+        label = pending.label
+        once(
+            f"partial:{label.save_path}",
+            logging.WARNING,
+            "[profdsl rank %s] the %s trace of step %s%s is recorded %s: %s",
+            label.rank,
+            label.role,
+            label.step,
+            f" (stage {label.stage!r})" if label.stage else "",
+            status,
+            reason,
+        )
+    return dict(status=status, reason=reason, json_bytes=census.json_bytes)
+
+
+def _measured(pending: PendingTrace, json_bytes: int) -> None:
+    """Tell the trace's size to whoever measures this role's traces (never raises)."""
+    if pending.measured is None:
+        return
+    try:
+        pending.measured(json_bytes)
+    except Exception as exc:
+        once("trace-size", logging.ERROR, "profdsl: recording a trace's size failed: %r", exc)
 
 
 def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> None:

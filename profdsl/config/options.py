@@ -100,6 +100,15 @@ class Schedule(_Mappable):
         return self.wait + self.warmup + self.active
 
 
+_MB_RANGE = number_in(0.0, 1e9, above=True)
+
+
+def _optional_mb(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """None (no bound) or a number of megabytes > 0."""
+    if value is not None:
+        _MB_RANGE(inst, attribute, value)
+
+
 @attrs.frozen(kw_only=True)
 class TorchOptions(_Mappable):
     """Options of the torch profiler backend.
@@ -122,6 +131,12 @@ class TorchOptions(_Mappable):
     on disk, not in memory), and ``close()``, the last profiled step and interpreter exit wait up
     to ``export_timeout_s`` for them before the finish hook runs (a trace still pending then is
     recorded ``incomplete``, its events kept).
+
+    ``max_trace_mb`` bounds a trace's size as plain JSON (what a viewer loads; None: no bound).
+    Once a trace of a role and stage was measured, the next is estimated before it starts
+    (warned once past the bound) and, while it records, ended early at the mini-batch where its
+    estimate passes the bound: collection pauses for the rest of the window, and the trace is
+    recorded ``truncated`` with the reason and its size (docs/configuration.md, "Trace size").
     """
 
     contents: frozenset[str] = attrs.field(factory=frozenset, converter=named(to_name_set, CONTENTS))
@@ -130,6 +145,7 @@ class TorchOptions(_Mappable):
     compress_level: int = attrs.field(default=1, validator=int_in(0, 9))
     exports_in_flight: int = attrs.field(default=2, validator=int_in(1, 16))
     export_timeout_s: float = attrs.field(default=900.0, validator=positive_finite)
+    max_trace_mb: float | None = attrs.field(default=500.0, validator=_optional_mb)
 
     @property
     def cuda(self) -> bool:

@@ -51,6 +51,7 @@ __all__ = [
     "KINDS",
     "RECORD_CLASSES",
     "RECORD_KEYS",
+    "PARTIAL",
     "STATUSES",
     "HookRecord",
     "MovedRecord",
@@ -64,8 +65,11 @@ __all__ = [
 #: Every status a record may have. ``ok`` and ``skipped`` are no loss; the others are
 #: (:attr:`Record.lost`; so is a status a newer version may add). ``stray``: a rollout engine's
 #: file written after its window ended (an SGLang profile that outlived it), moved in but no
-#: step's generation.
-STATUSES: Final = ("ok", "failed", "incomplete", "skipped", "timeout", "interrupted", "stray", "empty")
+#: step's generation. ``truncated``: a trace ended early by the size budget (schema 2).
+STATUSES: Final = ("ok", "failed", "incomplete", "skipped", "timeout", "interrupted", "stray", "empty", "truncated")
+#: The statuses of a trace whose file exists but holds less than asked (a lost device window, a
+#: window ended early): read like ``ok`` ones, reported by ``check``.
+PARTIAL: Final = ("incomplete", "truncated")
 _MAX_BYTES = 2**63 - 1
 _COORDS_DOC = "the writer's coordinate in that parallel dimension, when known"
 
@@ -98,13 +102,15 @@ class Record:
         TEXT,
         "`ok`, `failed`, `incomplete`, `skipped`, `timeout`, `interrupted`, "
         "`stray` (a rollout file written after its window: moved in, no step's "
-        "generation) or `empty` (a schedule that recorded no window: no trace); an empty "
-        "value reads as `ok`",
+        "generation), `empty` (a schedule that recorded no window: no trace) or `truncated` "
+        "(a trace ended early by the size budget; its file holds the window up to the cut); "
+        "an `incomplete` or `truncated` trace with a `path` is a file that holds less than "
+        "asked; an empty value reads as `ok`",
         default="ok",
         always=True,
     )
     error: str | None = field(TEXT, "why a `failed` (`timeout`, `interrupted`) one failed")
-    reason: str | None = field(TEXT, "why an `incomplete`, `skipped`, `stray` or `empty` one is so")
+    reason: str | None = field(TEXT, "why an `incomplete`, `skipped`, `stray`, `empty` or `truncated` one is so")
     intended: str | None = field(
         TEXT, "the file name a `failed` one would have had (schema 1; schema 0 wrote it as `path`)"
     )
@@ -123,9 +129,14 @@ class Record:
 
     @property
     def lost(self) -> bool:
-        """Whether the record is a loss (failed, incomplete, timeout, interrupted, stray: what
-        ``check`` reports)."""
+        """Whether the record is a loss (failed, incomplete, timeout, interrupted, stray,
+        truncated: what ``check`` reports)."""
         return self.status not in ("ok", "skipped")
+
+    @property
+    def readable(self) -> bool:
+        """Whether it names a file to read: ``ok``, or :data:`PARTIAL` with a ``path``."""
+        return self.path is not None and (self.status == "ok" or self.status in PARTIAL)
 
     @property
     def why(self) -> str | None:
@@ -160,6 +171,10 @@ class TraceRecord(Record):
         DURATION, "milliseconds the training thread was blocked by the session for this trace"
     )
     export_ms: float | None = field(DURATION, "milliseconds the background export took")
+    json_bytes: int | None = field(
+        count(0, _MAX_BYTES),
+        "the trace's size as plain JSON, what a viewer loads (the measure of `TorchOptions.max_trace_mb`)",
+    )
     events: str | None = field(PATH, "an `incomplete` trace's events, kept in save_path as plain JSON")
     capture: CaptureNote | None = field(
         nested(CaptureNote),

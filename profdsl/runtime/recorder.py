@@ -182,6 +182,7 @@ class Recorder:
         if current is not None and current.kind == "step" and self.role in current.roles:
             current.stages.add(name)
             if not current.owned_here():
+                current.missed = True  # its trace may hold nothing: this record says why
                 self._missed(name, None)
         elif claim not in self._slot.claims.refused:  # a refused capture is recorded already
             self._missed(name, _elsewhere(current, claim in self._slot.claims.ended))
@@ -301,8 +302,8 @@ class Recorder:
             return Handle(annotator, name, None, self)
         if session.kind == "stage":
             session.note(base, mini_batch=True)
-            if batches.schedule is None:
-                return Handle(annotator, name, None, self)
+            if batches.schedule is None:  # its end is counted by the stage's trace-size budget
+                return OwningHandle(annotator, name, None, self, finish=session.batch_recorded)
             return OwningHandle(
                 annotator, name, None, self, finish=functools.partial(_advance_outside, session, index, context, owner)
             )

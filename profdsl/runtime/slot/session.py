@@ -5,7 +5,9 @@ is named by the first of them and lists them all). A *stage* session records one
 (or, scheduled, one trace per recorded mini-batch window). The session keeps the region names it
 saw and, in a step session, which mini-batches of which role and step it recorded, and writes
 them into the trace's ``profdsl`` metadata. Each trace it ends is handed to the writer; a session
-that cannot be ended has its loss recorded there instead.
+that cannot be ended has its loss recorded there instead. Its trace-size budget
+(:mod:`profdsl.runtime.slot.budget`) counts the mini-batches each trace records and pauses
+collection for the rest of a window whose estimate passes ``TorchOptions.max_trace_mb``.
 """
 
 from __future__ import annotations
@@ -14,17 +16,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
 from profdsl.capture.base import Backend, Capture, CaptureRefusedError, Runner
 from profdsl.collect.export import TraceLabel, pending_trace
 from profdsl.config import Schedule
+from profdsl.core.completeness import Expect
 from profdsl.core.log import once
-from profdsl.core.schedule import action_at, cycle_of
+from profdsl.core.schedule import Action, action_at, cycle_of
 from profdsl.records.fields import to_json
 from profdsl.records.meta import TraceMeta
+from profdsl.runtime.slot.budget import Budget
 from profdsl.runtime.slot.interrupts import Signals
 from profdsl.runtime.slot.owner import comes_back
 from profdsl.runtime.slot.region_book import RegionBook
@@ -32,6 +36,18 @@ from profdsl.runtime.writer.jobs import ExportJob, RecordJob
 from profdsl.runtime.writer.writer import Writer
 
 __all__ = ["Session"]
+
+
+class _Ready(NamedTuple):
+    """A trace torch handed over, not yet given to the writer."""
+
+    write: Callable[[str], object]
+    window: tuple[int, int] | None
+    time_ms: int
+    blocked_s: float
+    noted: float
+    expect: Expect
+    measured: Callable[[int], object] | None
 
 
 class Session:
@@ -64,7 +80,10 @@ class Session:
         self._muted = 0
         self._open_recorded = 0
         self._position = 0  # a scheduled stage: the mini-batch torch's schedule is at
-        self._ready: list[tuple[Callable[[str], object], tuple[int, int] | None, int, float, float]] = []
+        self.budget = Budget(label, backend)
+        self.missed = False  # work of its window ran on a thread it cannot see (recorded apart)
+        self._paused = False  # collection was paused at some point (left-out mini-batches)
+        self._ready: list[_Ready] = []
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, runner: Runner, *, every_thread: bool) -> bool:
@@ -85,6 +104,8 @@ class Session:
             self.dropped = True
             self._record_loss("failed", str(exc))
             return False
+        scheduled = self.kind == "stage" and self.schedule is not None
+        self.budget.ahead(self.schedule.active if scheduled and self.schedule is not None else None)
         return True
 
     @property
@@ -158,10 +179,18 @@ class Session:
         """A mini-batch of a continuous role ended."""
         if recorded:
             self._open_recorded -= 1
-            self.book.recorded(role, step, schedule, index)
+            if self.budget.cut is None:  # after a cut, the mini-batches are not in the trace
+                self.book.recorded(role, step, schedule, index)
+                self.budget.recorded(pausable=self._can_pause())
         else:
             self._muted -= 1
         self._apply_collecting()
+
+    def batch_recorded(self) -> None:
+        """A mini-batch of an unscheduled stage session ended (on its owner thread): the budget
+        counts it, and may end the trace here."""
+        if self.budget.cut is None and self.budget.recorded(pausable=self._can_pause()):
+            self._apply_collecting()
 
     def mini_batch_withdrawn(self, recorded: bool) -> None:
         """A mini-batch of a continuous role that began was withdrawn (it held nothing): its
@@ -178,11 +207,38 @@ class Session:
         capture = self.capture
         if capture is not None and capture.owned_here():
             try:
+                self._budget_step(index)
                 with self.signals.held():
                     capture.advance(index)
             finally:
                 self._position = index + 1
                 self.hand_over()
+
+    def _budget_step(self, index: int) -> None:
+        """Before a scheduled stage's schedule steps past mini-batch ``index``: the budget counts
+        a recorded one; a window cut earlier resumes collection as it ends (torch starts the next
+        with collection on), and one that passes the budget before its last mini-batch pauses."""
+        if self.schedule is None:
+            return
+        action = action_at(self.schedule, index)
+        if action is Action.RECORD_AND_SAVE:
+            if self.budget.cut is None:
+                self.budget.count()  # the window ends here anyway
+            else:
+                self._resume_for_window()
+        elif action is Action.RECORD and self.budget.cut is None and self.budget.recorded(pausable=self._can_pause()):
+            self._apply_collecting()
+
+    def _resume_for_window(self) -> None:
+        """Collection back on for the schedule step that ends a cut window."""
+        capture = self.capture
+        if capture is not None and capture.pausable and not self._collecting:
+            self._collecting = True
+            capture.set_collecting(True)
+
+    def _can_pause(self) -> bool:
+        capture = self.capture
+        return capture is not None and capture.pausable and capture.owned_here()
 
     def continued(self, name: str, path: tuple[str, ...] | None = None) -> None:
         """A region named ``name`` was reopened (closed around a schedule step, a ``yield`` or
@@ -201,9 +257,10 @@ class Session:
 
     def _apply_collecting(self) -> None:
         capture = self.capture
-        want = not (self._muted > 0 and self._open_recorded == 0)
+        want = not (self._muted > 0 and self._open_recorded == 0) and self.budget.cut is None
         if capture is not None and capture.pausable and want != self._collecting and capture.owned_here():
             self._collecting = want
+            self._paused = self._paused or not want
             capture.set_collecting(want)
 
     # -- what the capture asks --------------------------------------------------------------
@@ -231,12 +288,31 @@ class Session:
         )
 
     def sink(
-        self, write: Callable[[str], object], window: tuple[int, int] | None, time_ms: int, blocked_s: float = 0.0
+        self,
+        write: Callable[[str], object],
+        window: tuple[int, int] | None,
+        time_ms: int,
+        blocked_s: float = 0.0,
+        expect: Expect | None = None,
     ) -> None:
         """A trace is ready (called inside the capture's stop or schedule step): noted, to be
         handed to the writer once torch is done (:meth:`hand_over`). ``write(path)`` has torch
-        write its events; ``blocked_s``: how long the capture held up its thread for it."""
-        self._ready.append((write, window, time_ms, blocked_s, time.perf_counter()))
+        write its events; ``blocked_s``: how long the capture held up its thread for it;
+        ``expect``: what the capture knows of its completeness (the budget adds whether it was
+        cut)."""
+        cut, measured = self.budget.handed()
+        expect = attrs.evolve(
+            expect or Expect(), truncated=cut, regions=self._opened_regions(window), missed=self.missed
+        )
+        self._ready.append(_Ready(write, window, time_ms, blocked_s, time.perf_counter(), expect, measured))
+
+    def _opened_regions(self, window: tuple[int, int] | None) -> bool:
+        """Whether profdsl opened regions in the trace's window while it recorded: a stage
+        session's own stage or recorded mini-batches, a step session's recorded mini-batches or
+        the stages of a step that never paused (a paused one's stages may all be left out)."""
+        if self.kind == "stage":
+            return True
+        return bool(self.book.windows()) or (bool(self.stages) and not self._paused)
 
     def hand_over(self) -> None:
         """Hand the ready traces to the writer, each after waiting for an export slot (at most
@@ -244,7 +320,7 @@ class Session:
         waiting when an interrupt cuts it short, then the interrupt goes on)."""
         ready, self._ready = self._ready, []
         label, interrupt = self.label, None
-        for write, window, time_ms, blocked_s, noted in ready:
+        for write, window, time_ms, blocked_s, noted, expect, measured in ready:
             if self.dropped:
                 break  # recorded lost already (its owner came back after close() or exit)
             if interrupt is None:
@@ -262,7 +338,16 @@ class Session:
             if self.cut_short:
                 extra.update(note=f"stopped early: {self.cut_short}")
             blocked_ms = round((blocked_s + time.perf_counter() - noted) * 1000, 3)
-            pending = pending_trace(write, label, window=window, time_ms=time_ms, extra=extra, blocked_ms=blocked_ms)
+            pending = pending_trace(
+                write,
+                label,
+                window=window,
+                time_ms=time_ms,
+                extra=extra,
+                blocked_ms=blocked_ms,
+                expect=expect,
+                measured=measured,
+            )
             self.writer.submit(ExportJob(pending))
         if interrupt is not None:
             raise interrupt

@@ -1,0 +1,91 @@
+"""torch's own trace validation (``torch.profiler._trace_validator``, torch >= 2.13), run by
+``profdsl check`` over the events it already streams.
+
+torch's ``validate_trace(path)`` loads the whole trace with ``json.load`` (about 4.6 times the
+file's size in memory: docs/performance.md, "The trace reader"). Its rules only look at a few
+kinds of events (CUDA runtime and driver calls, kernels, stream syncs, NCCL collectives, backward
+ops), so profdsl keeps just those while it streams the trace and hands them to the same rules.
+A trace with more than :data:`MAX_KEPT` such events is not validated (its memory would be the
+problem torch's loader has). Without torch, or with a torch that has no validator, nothing is
+checked. torch is imported only when a trace holds an event the rules read.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["MAX_KEPT", "Keep", "keep_all", "violations"]
+
+#: The most events kept for torch's rules from one trace.
+MAX_KEPT = 500_000
+#: How many violations of one trace are named (the rest are counted).
+SHOWN = 5
+_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "kernel", "cuda_sync"})
+_BACKWARD = "autograd::engine::evaluate_function:"
+
+
+def _wanted(event: Mapping[str, Any]) -> bool:
+    """Whether one of torch's rules reads ``event``."""
+    if event.get("ph") != "X":
+        return False
+    name = event.get("name")
+    if event.get("cat") in _CATEGORIES or name == "record_param_comms":
+        return True
+    if isinstance(name, str) and _BACKWARD in name:
+        return True
+    args = event.get("args")
+    return isinstance(args, Mapping) and "cuda_sync_kind" in args
+
+
+class Keep:
+    """The events of one trace torch's rules read, kept while the trace streams."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.overflow = False
+
+    def see(self, event: object) -> None:
+        """One event of the trace."""
+        if self.overflow or not isinstance(event, Mapping) or not _wanted(event):
+            return
+        if len(self.events) >= MAX_KEPT:
+            self.overflow, self.events = True, []
+            return
+        self.events.append(dict(event))
+
+
+def _rules() -> list[Any]:
+    if importlib.util.find_spec("torch") is None:
+        return []
+    try:
+        from torch.profiler import _trace_validator
+    except ImportError:  # torch < 2.13
+        return []
+    rules = getattr(_trace_validator, "_RULES", None)
+    return list(rules) if isinstance(rules, (list, tuple)) else []
+
+
+def violations(kept: Keep) -> list[str]:
+    """What torch's rules say of the kept events: one line per violation (at most
+    :data:`SHOWN`, then how many more), or nothing."""
+    if kept.overflow or not kept.events:
+        return []
+    found: list[str] = []
+    for rule in _rules():
+        try:
+            found += [str(v) for v in rule(kept.events)]
+        except Exception as exc:  # a rule that cannot read these events: said, not a crash
+            found.append(f"{getattr(rule, '__name__', 'rule')}: could not be applied ({type(exc).__name__}: {exc})")
+    if len(found) > SHOWN:
+        found = [*found[:SHOWN], f"and {len(found) - SHOWN} more"]
+    return found
+
+
+def keep_all(events: Iterable[object]) -> Keep:
+    """A :class:`Keep` of every event of ``events`` (for callers that have them at hand)."""
+    kept = Keep()
+    for event in events:
+        kept.see(event)
+    return kept

@@ -1,0 +1,78 @@
+"""How big a trace will be: its bytes of plain JSON (what a viewer loads) per mini-batch, or per
+trace when a trace records no mini-batch, measured on earlier traces, and the estimate of a trace
+to come (``TorchOptions.max_trace_mb``, ``profdsl plan``).
+
+Nothing is known before a first trace: the size of a trace follows the ops the code runs (and
+``stack``, ``shapes`` and ``memory`` multiply it), which no config says. After one, a trace of the
+same role and stage is estimated as its measured bytes per mini-batch times the mini-batches it
+records (a continuous step's or a stage's), or as the last trace's size when it recorded none.
+A trace's fixed part (kineto's metadata, the regions outside mini-batches) is counted into its
+mini-batches, so the estimate errs high for traces of more mini-batches than the one measured.
+
+Examples:
+    >>> book = SizeBook()
+    >>> book.estimate("update", 4) is None  # nothing measured yet
+    True
+    >>> book.learn("update", json_bytes=3_000_000, mini_batches=2)
+    >>> book.estimate("update", 4), book.estimate("update", None)
+    (6000000, 3000000)
+    >>> megabytes(6_000_000)
+    '6.0 MB'
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["MB", "Sample", "SizeBook", "estimate", "megabytes"]
+
+#: A megabyte, as the budget counts it (10^6 bytes, as docs/performance.md does).
+MB = 1_000_000
+
+
+@attrs.frozen
+class Sample:
+    """One measured trace: its size as plain JSON and the mini-batches it recorded (0: none)."""
+
+    json_bytes: int
+    mini_batches: int
+
+
+def estimate(sample: Sample, mini_batches: int | None) -> int:
+    """The likely size of a trace of ``mini_batches`` mini-batches (None or 0: as many as the
+    sample's, or a whole trace of no mini-batch), from one measured ``sample``."""
+    if not mini_batches or not sample.mini_batches:
+        return sample.json_bytes
+    return round(sample.json_bytes / sample.mini_batches * mini_batches)
+
+
+def megabytes(size: float) -> str:
+    """``size`` bytes in MB, one decimal."""
+    return f"{size / MB:.1f} MB"
+
+
+class SizeBook:
+    """The sizes of one role's traces, per stage (None: its step traces), as measured in this
+    process (the last trace of each counts). ``learn`` is called on the writer's thread, the
+    estimates are read on the training thread: each is one dictionary operation."""
+
+    def __init__(self) -> None:
+        self._last: dict[str | None, Sample] = {}
+
+    def learn(self, stage: str | None, *, json_bytes: int, mini_batches: int) -> None:
+        """A trace of ``stage`` was written: ``json_bytes`` of plain JSON for ``mini_batches``."""
+        self._last[stage] = Sample(json_bytes=json_bytes, mini_batches=mini_batches)
+
+    def samples(self) -> dict[str | None, Sample]:
+        """The last trace measured of each stage."""
+        return dict(self._last)
+
+    def sample(self, stage: str | None) -> Sample | None:
+        """The last trace measured for ``stage``, if any."""
+        return self._last.get(stage)
+
+    def estimate(self, stage: str | None, mini_batches: int | None) -> int | None:
+        """The likely size of a trace of ``stage`` with ``mini_batches`` (None: unknown, as the
+        last one), or None before a first trace of it."""
+        sample = self._last.get(stage)
+        return None if sample is None else estimate(sample, mini_batches)
