@@ -236,6 +236,14 @@ def _path_counts(key: str, value: Any) -> tuple[tuple[tuple[str, ...], int], ...
     return tuple(sorted(found.items()))
 
 
+def _text_map(key: str, value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return dict(value)
+    raise RecordError(f"{key} must be an object of strings or null, got {brief(value)}")
+
+
 def _dim(key: str, name: Any) -> None:
     if name not in DIMS:
         raise RecordError(f"{key} names a parallel dimension ({', '.join(DIMS)}), got {brief(name)}")
@@ -391,6 +399,9 @@ class Regions:
         _path_counts,
         "`[[labels, count], ...]`: the same per path of labels (the regions open around "
         "it on its thread, then its own), so that a label at several paths is counted where it sits",
+    )
+    kinds: Mapping[str, str] | None = _field(
+        _text_map, "per stage label, the kind of work it declared (`generation`, `update`, ...: the step ledger's)"
     )
     unknown: Mapping[str, Any] = _unknown()
 
