@@ -16,7 +16,7 @@ from profdsl.analysis import cost
 from profdsl.analysis.catalog import Artifact, FolderError, catalog
 from profdsl.analysis.load import load_model
 from profdsl.analysis.model import Spread, StageModel
-from profdsl.cli import ledger_view
+from profdsl.cli import ledger_view, stragglers_view
 from profdsl.cli.common import fail, skipped, table
 from profdsl.config.parallel import DIMS
 
@@ -32,6 +32,7 @@ EXAMPLES = """examples:
   profdsl summary profiles --json > summary.json      # [{role, stage, step, rank, total_ms, path, ...}]
   profdsl summary profiles --cost --json              # [{role, step, traces, blocked_ms, export_ms, ...}]
   profdsl summary profiles --ledger                   # each traced step's wall time by kind; idle groups
+  profdsl summary profiles --stragglers               # who made the others wait at collectives
 """
 KEYS = ("role", "stage", "step", "rank", *DIMS)
 ROW_FIELDS = (
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--ledger`` (issue 32's views: their own modules)."""
+    """``--ledger``, ``--stragglers`` and ``--late-ms`` (views of their own modules)."""
     parser.add_argument(
         "--ledger",
         action="store_true",
@@ -202,17 +203,34 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
         "inference, update, weight sync, reward, data, other), profiling overhead and time outside "
         "any stage; and how long each group of ranks sat idle while another worked (docs/ledger.md)",
     )
+    parser.add_argument(
+        "--stragglers",
+        action="store_true",
+        help="at the collectives of each traced step (gloo's), which rank arrived last and how long it "
+        "made the others wait, per role, step and stage: the culprit, not its victims (docs/ledger.md)",
+    )
+    parser.add_argument(
+        "--late-ms",
+        type=float,
+        default=stragglers_view.DEFAULT_LATE_MS,
+        help="with --stragglers: name a culprit when its lateness exceeds the median rank's by this "
+        "many ms (default %(default)g)",
+    )
 
 
 def _view(
     args: argparse.Namespace,
 ) -> Callable[[argparse.Namespace, str, list[Artifact], list[str]], None] | int | None:
-    """The view ``--ledger`` asks for (None: the stage view), or a usage error's exit code."""
-    if not args.ledger:
+    """The view ``--ledger`` or ``--stragglers`` asks for (None: the stage view), or a usage
+    error's exit code."""
+    if not (args.ledger or args.stragglers):
         return None
-    if args.by is not None or args.cost or args.csv:
-        return fail("--ledger takes --json or prints text; not with --by, --cost or --csv")
-    return ledger_view.run
+    flag = "--ledger" if args.ledger else "--stragglers"
+    if args.by is not None or args.cost or args.csv or (args.ledger and args.stragglers):
+        return fail(f"{flag} takes --json or prints text; not with --by, --cost, --csv or another view")
+    if not args.late_ms >= 0:
+        return fail(f"--late-ms must be a number of ms >= 0, got {args.late_ms}")
+    return ledger_view.run if args.ledger else stragglers_view.run
 
 
 def step_view(model: StageModel) -> str:
