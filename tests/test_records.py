@@ -306,6 +306,9 @@ def test_the_docs_page_is_the_schema() -> None:
 OTHER_FORMATS = {
     "analysis/cost.py": "summary --cost rows",
     "analysis/model.py": "summary --json rows",
+    "analysis/ledger.py": "summary --ledger --json rows",
+    "analysis/collectives.py": "summary --stragglers --json rows",
+    "cli/stragglers_view.py": "summary --stragglers --json",
     "cli/summary.py": "summary rows",
     "cli/__init__.py": "the command table",
     "cli/plan.py": "plan --json",

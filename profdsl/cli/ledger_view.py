@@ -55,11 +55,14 @@ def _rank_rows(ranks: Sequence[RankLedger], columns: Sequence[str]) -> tuple[lis
             continue
         cells: list[object] = [rank.role, rank.rank, _ms(ledger.wall)]
         rows.append([*cells, *(_ms(ledger.buckets.get(c, 0)) for c in columns), _ms(ledger.concurrent)])
-        fields = {"role": rank.role, "rank": rank.rank, "step": rank.step}
         if rank.overhead_outside:
-            notes.append(OUTSIDE_NOTE.format(ms=rank.overhead_outside / 1e6, **fields))
+            notes.append(
+                OUTSIDE_NOTE.format(role=rank.role, rank=rank.rank, step=rank.step, ms=rank.overhead_outside / 1e6)
+            )
         if ledger.overhead_unplaced:
-            notes.append(UNPLACED_NOTE.format(ms=ledger.overhead_unplaced / 1e6, **fields))
+            notes.append(
+                UNPLACED_NOTE.format(role=rank.role, rank=rank.rank, step=rank.step, ms=ledger.overhead_unplaced / 1e6)
+            )
     return rows, notes
 
 
