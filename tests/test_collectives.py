@@ -84,7 +84,7 @@ def _matches(lates: list[tuple[int, float]], stage: str = "update_actor") -> lis
 
 def test_a_rank_late_every_time_is_the_culprit_and_ranks_late_in_turn_are_not() -> None:
     (steady,) = blame(_matches([(2, 30_000.0), (2, 31_000.0), (1, 500.0)]), threshold_us=20_000)
-    assert steady.culprit == 2 and steady.collectives == 3
+    assert steady.culprit == 2 and steady.collectives == 3 and steady.culprit_last_at == 2
     assert steady.late_us == {0: 0.0, 1: 500.0, 2: 61_000.0, 3: 0.0}
     assert steady.excess_us == 61_000.0 - 250.0  # over the median rank (0, 0, 500, 61000)
     (turns,) = blame(_matches([(0, 15_000.0), (1, 15_000.0), (2, 15_000.0), (3, 15_000.0)]), threshold_us=10_000)
@@ -145,10 +145,17 @@ def test_summary_stragglers_names_the_late_rank_of_a_hand_made_folder(tmp_path: 
     done = _stragglers(folder, "--late-ms", "0.1")
     assert done.returncode == 0, done.stderr
     # waits 600, 100, 580: rank 1 waited least; late by median(600, 580) - 100 = 490 µs.
-    assert "step 1, actor update_actor: rank 1 made the others wait 0.490 ms over 1 collective(s)" in done.stdout
+    assert (
+        "step 1, actor update_actor: rank 1 arrived last at 1 of 1 collective(s) and made the others wait 0.490 ms"
+        in done.stdout
+    )
     data = json.loads(_stragglers(folder, "--late-ms", "0.1", "--json").stdout)
     by_step = {s["step"]: s for s in data["stages"]}
-    assert by_step[1]["culprit"] == 1 and by_step[1]["late_ms"] == {"0": 0.0, "1": 0.49, "2": 0.0}
+    assert (
+        by_step[1]["culprit"] == 1
+        and by_step[1]["culprit_last_at"] == 1
+        and by_step[1]["late_ms"] == {"0": 0.0, "1": 0.49, "2": 0.0}
+    )
     assert by_step[2]["culprit"] is None and by_step[2]["excess_ms"] == 0.03  # rank 1 was last again, by 30 µs
     assert data["notes"] == []
 
@@ -243,7 +250,7 @@ def test_the_late_rank_is_named_only_on_the_steps_it_was_late(gloo_run: Path) ->
     for step, item in stages.items():
         assert item["collectives"] == 1 and item["ranks"] == WORLD
         if step in LATE_STEPS:
-            assert item["culprit"] == LATE_RANK, item
+            assert item["culprit"] == LATE_RANK and item["culprit_last_at"] == 1, item
             assert item["late_ms"][str(LATE_RANK)] >= AT_LEAST_MS, item
         else:
             assert item["culprit"] is None, item

@@ -81,7 +81,8 @@ class Match:
 class Blame:
     """One role's stage at one step: its matched ``collectives``, each rank's summed lateness
     (µs; 0 for a rank never last), and the culprit (None: no rank stands out by the
-    threshold) with how far its sum exceeds the median rank's."""
+    threshold) with how far its sum exceeds the median rank's and at how many of the
+    collectives it arrived last."""
 
     role: str
     step: int | None
@@ -90,6 +91,7 @@ class Blame:
     late_us: Mapping[int, float]
     culprit: int | None
     excess_us: float
+    culprit_last_at: int = 0
 
     def as_dict(self, threshold_ms: float) -> dict[str, Any]:
         """JSON-friendly form (``profdsl summary --stragglers --json``)."""
@@ -101,6 +103,7 @@ class Blame:
             "ranks": len(self.late_us),
             "late_ms": {str(rank): round(us / 1000, 3) for rank, us in sorted(self.late_us.items())},
             "culprit": self.culprit,
+            "culprit_last_at": self.culprit_last_at,
             "excess_ms": round(self.excess_us / 1000, 3),
             "threshold_ms": threshold_ms,
         }
@@ -159,7 +162,9 @@ def blame(matches: Iterable[Match], threshold_us: float) -> list[Blame]:
             late[m.last] += m.late_us
         worst = max(sorted(late), key=lambda r: late[r])
         excess = late[worst] - statistics.median(late.values())
-        result.append(Blame(role, step, stage, len(items), late, worst if excess >= threshold_us else None, excess))
+        culprit = worst if excess >= threshold_us else None
+        last_at = sum(1 for m in items if m.last == culprit)
+        result.append(Blame(role, step, stage, len(items), late, culprit, excess, last_at))
     return sorted(result, key=lambda b: (b.role, -1 if b.step is None else b.step, b.stage))
 
 

@@ -30,9 +30,9 @@ NOTHING_TRACED = (
 def _line(item: Blame) -> str:
     late = item.late_us[item.culprit] if item.culprit is not None else 0.0
     return (
-        f"step {item.step}, {item.role} {item.stage}: rank {item.culprit} made the others wait "
-        f"{late / 1000:.3f} ms over {item.collectives} collective(s), {item.excess_us / 1000:.3f} ms "
-        "more than the median rank"
+        f"step {item.step}, {item.role} {item.stage}: rank {item.culprit} arrived last at {item.culprit_last_at} "
+        f"of {item.collectives} collective(s) and made the others wait {late / 1000:.3f} ms, "
+        f"{item.excess_us / 1000:.3f} ms more than the median rank"
     )
 
 
