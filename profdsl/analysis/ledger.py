@@ -230,7 +230,7 @@ def _groups(ranks: Sequence[RankLedger]) -> tuple[list[GroupStep], dict[int | No
                     group,
                     len(members),
                     len(ledgers),
-                    {k: statistics.fmean(x.buckets[k] for x in ledgers) for k in ledgers[0].buckets} if ledgers else {},
+                    _mean_buckets(ledgers),
                     statistics.fmean(intervals.length(r.busy) for r in members),
                     statistics.fmean(intervals.length(i) for i in idle),
                     {
@@ -241,6 +241,12 @@ def _groups(ranks: Sequence[RankLedger]) -> tuple[list[GroupStep], dict[int | No
                 )
             )
     return result, spans
+
+
+def _mean_buckets(ledgers: Sequence[Ledger]) -> dict[str, float]:
+    """Each bucket's mean over ``ledgers`` (empty when there are none)."""
+    keys = dict.fromkeys(k for ledger in ledgers for k in ledger.buckets)
+    return {k: statistics.fmean(ledger.buckets.get(k, 0) for ledger in ledgers) for k in keys} if ledgers else {}
 
 
 def load_ledger(folder: str, artifacts: Sequence[Artifact], skipped: list[str] | None = None) -> FolderLedger:
