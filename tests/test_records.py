@@ -126,6 +126,7 @@ META_FIELDS: dict[str, st.SearchStrategy[Any]] = {
         stages=st.none() | st.lists(st.text(max_size=5), max_size=3).map(tuple),
         mini_batches=st.none() | st.lists(st.text(max_size=5), max_size=2).map(tuple),
         continued=st.none() | st.dictionaries(st.text(max_size=5), st.integers(0, 9), max_size=2),
+        kinds=st.none() | st.dictionaries(st.text(max_size=5), st.text(max_size=8), max_size=2),
     ),
     "parallel": coords,
     "parallel_sizes": sizes,
@@ -292,6 +293,9 @@ SCHEMA_MODULES = {f"records/{name}.py" for name in ("fields", "manifest", "meta"
 OTHER_FORMATS = {
     "analysis/cost.py": "summary --cost rows",
     "analysis/model.py": "summary --json rows",
+    "analysis/ledger.py": "summary --ledger --json rows",
+    "analysis/collectives.py": "summary --stragglers --json rows",
+    "cli/stragglers_view.py": "summary --stragglers --json",
     "cli/summary.py": "summary rows",
     "cli/__init__.py": "the command table",
     "cli/plan.py": "plan --json",

@@ -34,8 +34,9 @@ _DIGITS = "0123456789"
 @attrs.frozen
 class RegionNames:
     """The region names of one trace: ``stages`` and mini-batch ``bases`` (trace name → label),
-    ``continued`` (label → region events that continue an earlier entry) and ``continued_at``
-    (the same by path of labels, when the trace says).
+    ``continued`` (label → region events that continue an earlier entry), ``continued_at``
+    (the same by path of labels, when the trace says) and ``kinds`` (label → the kind of work
+    it declared, when the trace says: :func:`profdsl.core.kinds.kind_of`).
 
     Examples:
         >>> names = RegionNames.from_header({"profdsl": {"regions": {
@@ -49,6 +50,7 @@ class RegionNames:
     continued: Mapping[str, int] = attrs.field(factory=dict)
     own: bool = True  # the trace carries profdsl metadata (an engine's own trace does not)
     continued_at: Mapping[tuple[str, ...], int] = attrs.field(factory=dict)
+    kinds: Mapping[str, str] = attrs.field(factory=dict)
 
     @classmethod
     def from_header(cls, meta: Mapping[str, Any]) -> RegionNames:
@@ -71,7 +73,13 @@ class RegionNames:
                 found = (name, None) if name in stages else _split(name, {b: b for b in bases})
                 if found is not None:
                     counts[found[0]] = counts.get(found[0], 0) + count
-        return cls(trace_names(stages), trace_names(bases), counts, continued_at=dict(regions.continued_at or ()))
+        return cls(
+            trace_names(stages),
+            trace_names(bases),
+            counts,
+            continued_at=dict(regions.continued_at or ()),
+            kinds=dict(regions.kinds or {}),
+        )
 
     @property
     def empty(self) -> bool:

@@ -64,14 +64,15 @@ class Piece:
 class TraceScan:
     """What one trace holds for stage times: its region events in file order, the span of its
     complete events (None when not asked for, or when it has none), its clock origin
-    (``baseTimeNanoseconds``), and, per label (and per path, when the trace says), how many
-    events continue an earlier entry."""
+    (``baseTimeNanoseconds``), per label (and per path, when the trace says) how many events
+    continue an earlier entry, and the kinds its stages declared (label → kind)."""
 
     pieces: tuple[Piece, ...]
     span: tuple[float, float] | None
     base_ns: int
     continued: Mapping[str, int]
     continued_at: Mapping[tuple[str, ...], int] = attrs.field(factory=dict)
+    kinds: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def _base_ns(meta: Mapping[str, Any]) -> int:
@@ -104,9 +105,8 @@ def scan_events(meta: Mapping[str, Any], stream: Iterable[Mapping[str, Any]], *,
             piece = _piece(names, event)
             if piece is not None:
                 pieces.append(piece)
-    return TraceScan(
-        tuple(pieces), (first, last) if first <= last else None, _base_ns(meta), names.continued, names.continued_at
-    )
+    extent = (first, last) if first <= last else None
+    return TraceScan(tuple(pieces), extent, _base_ns(meta), names.continued, names.continued_at, names.kinds)
 
 
 def scan_file(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bool) -> TraceScan:
@@ -123,7 +123,7 @@ def scan_file(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bo
         found = None
     if found is not None:
         pieces, extent = found
-        return TraceScan(pieces, extent, _base_ns(meta), names.continued, names.continued_at)
+        return TraceScan(pieces, extent, _base_ns(meta), names.continued, names.continued_at, names.kinds)
     return scan_events(meta, events(path), span=span)
 
 

@@ -9,12 +9,14 @@ import csv
 import io
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from profdsl.analysis import cost
 from profdsl.analysis.catalog import Artifact, FolderError, catalog
 from profdsl.analysis.load import load_model
 from profdsl.analysis.model import StageModel, StageSpread
+from profdsl.cli import ledger_view, stragglers_view
 from profdsl.cli.common import fail, skipped, table
 from profdsl.config.parallel import DIMS
 
@@ -29,6 +31,8 @@ EXAMPLES = """examples:
   profdsl summary profiles --by stage,tp              # per tensor-parallel coordinate
   profdsl summary profiles --json > summary.json      # [{role, stage, step, rank, total_ms, path, ...}]
   profdsl summary profiles --cost --json              # [{role, step, traces, blocked_ms, export_ms, ...}]
+  profdsl summary profiles --ledger                   # each traced step's wall time by kind; idle groups
+  profdsl summary profiles --stragglers               # who made the others wait at collectives
 """
 KEYS = ("role", "stage", "step", "rank", *DIMS)
 ROW_FIELDS = (
@@ -89,6 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only profiling's own cost per role and step (blocked_ms, export_ms from the "
         "manifest); the text output shows it after the stage table anyway",
     )
+    add_view_arguments(parser)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print a JSON list of objects")
     output.add_argument("--csv", action="store_true", help="print CSV")
@@ -156,11 +161,17 @@ def run(args: argparse.Namespace) -> int:
         unknown = [k for k in keys if k not in KEYS]
         if unknown or not keys:
             return fail(f"--by takes keys from {','.join(KEYS)}, got {args.by!r}")
+    view = _view(args)
+    if isinstance(view, int):
+        return view
     try:
         found = catalog(args.dir)
     except FolderError as exc:
         return fail(str(exc))
     bad = list(found.problems)
+    if view is not None:
+        view(args, args.dir, found.artifacts, bad)
+        return skipped("summary", bad)
     if args.cost:
         _print_cost(found.artifacts, args)
         return skipped("summary", bad)
@@ -181,6 +192,45 @@ def run(args: argparse.Namespace) -> int:
             print(f"\n{cost.TITLE}")
             print(table(cost.HEADERS, [cost.cells(c) for c in costs]))
     return code
+
+
+def add_view_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--ledger``, ``--stragglers`` and ``--late-ms`` (views of their own modules)."""
+    parser.add_argument(
+        "--ledger",
+        action="store_true",
+        help="each traced step's wall time per role and rank, split by kind of work (generation, "
+        "inference, update, weight sync, reward, data, other), profiling overhead and time outside "
+        "any stage; and how long each group of ranks sat idle while another worked (docs/ledger.md)",
+    )
+    parser.add_argument(
+        "--stragglers",
+        action="store_true",
+        help="at the collectives of each traced step (gloo's), which rank arrived last and how long it "
+        "made the others wait, per role, step and stage: the culprit, not its victims (docs/ledger.md)",
+    )
+    parser.add_argument(
+        "--late-ms",
+        type=float,
+        default=stragglers_view.DEFAULT_LATE_MS,
+        help="with --stragglers: name a culprit when its lateness exceeds the median rank's by this "
+        "many ms (default %(default)g)",
+    )
+
+
+def _view(
+    args: argparse.Namespace,
+) -> Callable[[argparse.Namespace, str, list[Artifact], list[str]], None] | int | None:
+    """The view ``--ledger`` or ``--stragglers`` asks for (None: the stage view), or a usage
+    error's exit code."""
+    if not (args.ledger or args.stragglers):
+        return None
+    flag = "--ledger" if args.ledger else "--stragglers"
+    if args.by is not None or args.cost or args.csv or (args.ledger and args.stragglers):
+        return fail(f"{flag} takes --json or prints text; not with --by, --cost, --csv or another view")
+    if not args.late_ms >= 0:
+        return fail(f"--late-ms must be a number of ms >= 0, got {args.late_ms}")
+    return ledger_view.run if args.ledger else stragglers_view.run
 
 
 def step_view(model: StageModel) -> str:

@@ -124,6 +124,14 @@ def counts_of(key_check: Callable[[str, Any], None], low: int) -> Check:
     return check
 
 
+def text_map(key: str, value: Any) -> dict[str, str] | None:
+    """A mapping of strings to strings."""
+    mapping = require_mapping(key, value, optional=True)
+    for name, text in (mapping or {}).items():
+        require_text(f"{key}.{name}", text, blank=False)
+    return mapping
+
+
 def path_counts(key: str, value: Any) -> tuple[tuple[tuple[str, ...], int], ...] | None:
     """``[[[label, ...], count], ...]``: the items of that shape (labels not empty, count > 0),
     summed per path; items of another shape are left out (a reader's count falls back to the

@@ -33,6 +33,7 @@ from profdsl.records.fields import (
     nested,
     nested_list,
     path_counts,
+    text_map,
     unknown_field,
 )
 from profdsl.records.requests import CaptureNote
@@ -85,6 +86,9 @@ class Regions:
         path_counts,
         "`[[labels, count], ...]`: the same per path of labels (the regions open around "
         "it on its thread, then its own), so that a label at several paths is counted where it sits",
+    )
+    kinds: Mapping[str, str] | None = field(
+        text_map, "per stage label, the kind of work it declared (`generation`, `update`, ...: the step ledger's)"
     )
     unknown: Mapping[str, Any] = unknown_field()
 
