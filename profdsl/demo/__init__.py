@@ -75,7 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5,
         help="the step made slow on the last rank (-1: none); its next step is traced",
     )
-    parser.add_argument("--slow-seconds", type=float, default=1.5, help="how long the slow step is held up")
+    parser.add_argument(
+        "--slow-seconds",
+        type=float,
+        default=1.5,
+        help="how long the slow step is held up at least (longer on a slow machine: 6x its longest update before)",
+    )
 
 
 def demo_config(args: argparse.Namespace) -> ProfilerConfig:
