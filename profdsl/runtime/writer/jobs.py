@@ -38,9 +38,14 @@ class ExportJob:
     def run(self, pen: Pen) -> None:
         self.started = True
         try:
-            finish(self.pending, commit=pen.commit, waited=pen.waited)
+            path = finish(self.pending, commit=pen.commit, waited=pen.waited)
         except BaseException as exc:  # finish raises only what is no Exception; never here
             once("export-thread", logging.ERROR, "profdsl: finishing a trace failed: %r", exc)
+            return
+        label = self.pending.label
+        if path is not None and label.manifest:  # where the traces go, said once (tests/test_where_traces_went.py)
+            folder = os.path.abspath(label.save_path)
+            once(f"traces-into:{folder}", logging.INFO, "[profdsl rank %s] traces go into %s", label.rank, folder)
 
     def revoke(self, pen: Pen) -> None:
         """Given up: recorded ``incomplete``, naming torch's events file, which is written first
