@@ -2,8 +2,9 @@
 
 A capture knows nothing of roles or steps: the runtime hands it ``describe`` (the metadata to
 write into the trace for a mini-batch window, or for the whole capture) and ``sink`` (where a
-finished trace goes: ``sink(write, window, time_ms, blocked_s)``, ``write(path)`` writing the
-trace file, on whichever thread the runtime chooses).
+finished trace goes: ``sink(write, window, time_ms, held)``, ``write(path)`` writing the
+trace file, on whichever thread the runtime chooses; ``held``: how long the capture's calls held
+up their caller for it).
 """
 
 from __future__ import annotations
@@ -11,16 +12,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import attrs
+
 from profdsl.config import Schedule
 
-__all__ = ["Backend", "Capture", "CaptureRefusedError", "Describe", "Runner", "Sink"]
+__all__ = ["Backend", "Capture", "CaptureRefusedError", "Describe", "Held", "Runner", "Sink"]
 
 #: ``describe(window)``: the ``profdsl`` metadata of the trace (``window`` None: whole session).
 Describe = Callable[[tuple[int, int] | None], dict[str, Any]]
-#: ``sink(write, window, time_ms, blocked_s)``: a trace is ready; ``write(path)`` writes its events
+
+
+@attrs.frozen
+class Held:
+    """How long a capture's calls held up their caller for one trace, in seconds: ``total_s``,
+    every call since the previous trace (its start, schedule steps, pauses) and the call that
+    ended this trace's recording up to the moment the trace was ready; of which ``start_s``, the
+    capture's start (on its first trace only, else None), and ``end_s``, that last call (its
+    stop, or the schedule step that closed a window). Both lie inside ``total_s``."""
+
+    total_s: float
+    start_s: float | None = None
+    end_s: float = 0.0
+
+
+#: ``sink(write, window, time_ms, held)``: a trace is ready; ``write(path)`` writes its events
 #: (plain JSON) to ``path`` and returns the metadata to add to it (``profdsl.collect.export``);
-#: ``blocked_s``: how long the session's calls held up their caller for this trace so far.
-Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int, float], None]
+#: ``held``: how long the session's calls held up their caller for this trace so far.
+Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int, Held], None]
 
 
 class CaptureRefusedError(Exception):

@@ -508,6 +508,28 @@ class TraceRecord(Record):
         _duration, "milliseconds the training thread was blocked by the session for this trace"
     )
     export_ms: float | None = _field(_duration, "milliseconds the background export took")
+    export_cpu_ms: float | None = _field(
+        _duration,
+        "CPU milliseconds of the writer thread while it exported this trace (the time it took from the "
+        "training's cores)",
+    )
+    init_ms: float | None = _field(
+        _duration,
+        "the start of the process's first capture session, which pays the profiler's one-time set-up; "
+        "on that session's first trace only (which has no `start_ms`); part of `blocked_ms`",
+    )
+    start_ms: float | None = _field(
+        _duration,
+        "the start of its session (but the process's first), on the session's first trace; part of `blocked_ms`",
+    )
+    stop_ms: float | None = _field(
+        _duration, "the stop of its session, on the trace that stop handed over; part of `blocked_ms`"
+    )
+    wait_ms: float | None = _field(
+        _duration,
+        "milliseconds the training thread waited for the writer for this trace: a free export slot, and the "
+        "trace itself at the last profiled step or close(); part of `blocked_ms`",
+    )
     events: str | None = _field(_path, "an `incomplete` trace's events, kept in save_path as plain JSON")
     capture: CaptureNote | None = _field(
         _nested(CaptureNote),

@@ -18,10 +18,10 @@ from typing import Any
 
 import attrs
 
-from profdsl.capture.base import Backend, Capture, CaptureRefusedError, Runner
+from profdsl.capture.base import Backend, Capture, CaptureRefusedError, Held, Runner
 from profdsl.collect.export import TraceLabel, pending_trace
 from profdsl.config import Schedule
-from profdsl.core.log import once
+from profdsl.core.log import ONCE, once
 from profdsl.core.schedule import action_at, cycle_of
 from profdsl.records.schema import TraceMeta, to_json
 from profdsl.runtime.slot.interrupts import Signals
@@ -63,13 +63,16 @@ class Session:
         self._muted = 0
         self._open_recorded = 0
         self._position = 0  # a scheduled stage: the mini-batch torch's schedule is at
-        self._ready: list[tuple[Callable[[str], object], tuple[int, int] | None, int, float, float]] = []
+        self._ready: list[tuple[Callable[[str], object], tuple[int, int] | None, int, Held, float]] = []
+        self._first = False  # the process's first session of its tool (its start pays the set-up)
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, runner: Runner, *, every_thread: bool) -> bool:
         """Open the capture (signals held meanwhile); False when the backend could not start
         one: that is recorded (``failed``, with the reason) for the trace it would have been."""
         self.returns = every_thread or comes_back()
+        # The process's first session of a tool pays its one-time set-up (torch: 0.7-1.3 s).
+        self._first = ONCE.first(f"session-started:{self.backend.tool}")
         try:
             with self.signals.held():
                 self.capture = self.backend.open(
@@ -229,23 +232,29 @@ class Session:
             )
         )
 
-    def sink(
-        self, write: Callable[[str], object], window: tuple[int, int] | None, time_ms: int, blocked_s: float = 0.0
-    ) -> None:
+    def sink(self, write: Callable[[str], object], window: tuple[int, int] | None, time_ms: int, held: Held) -> None:
         """A trace is ready (called inside the capture's stop or schedule step): noted, to be
         handed to the writer once torch is done (:meth:`hand_over`). ``write(path)`` has torch
-        write its events; ``blocked_s``: how long the capture held up its thread for it."""
-        self._ready.append((write, window, time_ms, blocked_s, time.perf_counter()))
+        write its events; ``held``: how long the capture held up its thread for it."""
+        self._ready.append((write, window, time_ms, held, time.perf_counter()))
 
     def hand_over(self) -> None:
         """Hand the ready traces to the writer, each after waiting for an export slot (at most
         ``export_timeout_s``; the trace goes when the wait runs out, and the rest without
-        waiting when an interrupt cuts it short, then the interrupt goes on)."""
+        waiting when an interrupt cuts it short, then the interrupt goes on). Each record says
+        how long the training thread was blocked for its trace, and of that: the session's
+        start (on its first trace; ``init_ms`` for the process's first session), the call that
+        ended its recording up to this hand-over, and the wait for an export slot."""
         ready, self._ready = self._ready, []
         label, interrupt = self.label, None
-        for write, window, time_ms, blocked_s, noted in ready:
+        for write, window, time_ms, held, noted in ready:
             if self.dropped:
                 break  # recorded lost already (its owner came back after close() or exit)
+            slot_wait = time.perf_counter()
+            parts = dict(stop_ms=_ms(held.end_s + slot_wait - noted))
+            if held.start_s is not None:
+                parts.update(dict(init_ms=_ms(held.start_s)) if self._first else dict(start_ms=_ms(held.start_s)))
+                self._first = False
             if interrupt is None:
                 try:
                     if not self.writer.wait_below("export", label.export.in_flight, label.export.timeout_s):
@@ -257,11 +266,15 @@ class Session:
                         )
                 except BaseException as exc:
                     interrupt = exc
+            waited_ms = _ms(time.perf_counter() - slot_wait)
             extra: dict[str, object] = dict(windows=self.book.windows()) if self.kind == "step" else {}
+            extra.update(parts)
             if self.cut_short:
                 extra.update(note=f"stopped early: {self.cut_short}")
-            blocked_ms = round((blocked_s + time.perf_counter() - noted) * 1000, 3)
-            pending = pending_trace(write, label, window=window, time_ms=time_ms, extra=extra, blocked_ms=blocked_ms)
+            blocked_ms = _ms(held.total_s + time.perf_counter() - noted)
+            pending = pending_trace(
+                write, label, window=window, time_ms=time_ms, extra=extra, blocked_ms=blocked_ms, wait_ms=waited_ms
+            )
             self.writer.submit(ExportJob(pending))
         if interrupt is not None:
             raise interrupt
@@ -284,3 +297,8 @@ class Session:
             reason,
         )
         self.writer.submit(RecordJob(label.save_path, label.loss(status, reason)))
+
+
+def _ms(seconds: float) -> float:
+    """Seconds as milliseconds, to the microsecond (a record's cost fields)."""
+    return round(seconds * 1000, 3)
