@@ -17,19 +17,24 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import profdsl.cli
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl.analysis.catalog import RecordError, from_record
+from profdsl.collect import export as export_module
 from profdsl.collect.manifest import make_record, read_manifest
+from profdsl.runtime.writer.writer import Writer
 
 from .profiling import config, records, work
+from .test_exports import pending, submit
 
 torch = pytest.importorskip("torch")
 
@@ -106,6 +111,37 @@ def test_the_last_steps_wait_is_in_its_blocked_time(fresh: Path) -> None:
     last = _traces(fresh)[-1]
     assert last["step"] == 3
     assert 0 <= last["wait_ms"] <= last["blocked_ms"] + SLACK_MS
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """The writer's compression of a trace waits until this is set."""
+    opened, real = threading.Event(), export_module.compress_trace
+
+    def compress(*args: Any, **kwargs: Any) -> int:
+        assert opened.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(export_module, "compress_trace", compress)
+    return opened
+
+
+def test_a_wait_for_the_trace_is_in_its_wait_and_its_blocked_time(tmp_path: Path, gate: threading.Event) -> None:
+    """The last profiled step (or close()) waiting for a trace the writer is still finishing: the
+    wait is added to the trace's ``wait_ms`` and to its ``blocked_ms`` alike (a lower bound the
+    test measures itself, never an upper one)."""
+    writer = Writer()
+    trace = attrs.evolve(pending(tmp_path, 1), wait_ms=0.25)  # blocked_ms 1.0 before the wait
+    ticket = submit(writer, trace)
+    waiter = threading.Thread(target=writer.wait, args=(ticket,), kwargs=dict(timeout=60))
+    waiter.start()
+    waiter.join(0.3)
+    held_ms = 300.0
+    gate.set()
+    waiter.join(60)
+    [record] = read_manifest(tmp_path)
+    assert record["wait_ms"] >= 0.25 + held_ms / 2
+    assert record["blocked_ms"] - record["wait_ms"] == pytest.approx(0.75, abs=0.002)
 
 
 def test_a_scheduled_stage_session_puts_its_start_on_its_first_trace(tmp_path: Path) -> None:

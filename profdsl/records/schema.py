@@ -523,7 +523,9 @@ class TraceRecord(Record):
         "the start of its session (but the process's first), on the session's first trace; part of `blocked_ms`",
     )
     stop_ms: float | None = _field(
-        _duration, "the stop of its session, on the trace that stop handed over; part of `blocked_ms`"
+        _duration,
+        "the call that ended its recording (its session's stop, or the schedule step that closed its window), "
+        "up to its hand-over to the writer; part of `blocked_ms`",
     )
     wait_ms: float | None = _field(
         _duration,
