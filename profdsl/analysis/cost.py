@@ -51,7 +51,8 @@ PARTS_NOTE = (
     "other sessions' starts and the stops (in discrete mode, inside the step, around each stage); "
     "wait: for a free export slot, and at the last profiled step for its traces. All three are "
     "part of blocked. export cpu: the writer thread's CPU time, taken from training's cores "
-    "while it runs (- where older records do not say)"
+    "while it runs. - where no record says (older records; a rollout sampler's own session, whose trace is a "
+    "moved rollout file, has none: its start may have paid the set-up)"
 )
 
 
