@@ -118,6 +118,27 @@ class TestApply:
             writer.join()
         assert record["status"] == "incomplete" and record["path"] is None and src.exists()
 
+    def test_a_whole_gzip_stream_is_complete_without_a_poll(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A .gz that already is a whole gzip stream (an engine's finished trace, profdsl's own
+        torch sampler's) is complete at once: the training thread, waiting on the rollout's
+        relocation, does not wait a poll for it (it waited POLL_S, 0.2 s, per profiled window).
+        A plain file still has to hold still over one poll."""
+        from types import SimpleNamespace
+
+        from profdsl.collect import relocate
+
+        polls: list[float] = []
+        clock = SimpleNamespace(monotonic=time.monotonic, sleep=polls.append)  # polls counted, not slept
+        monkeypatch.setattr(relocate, "time", clock)
+        whole = tmp_path / "t.trace.json.gz"
+        whole.write_bytes(gzip.compress(b"x" * 10000))
+        assert wait_complete([str(whole)], 60) == [] and polls == []
+        plain = tmp_path / "t.json"
+        plain.write_text("{}")
+        assert wait_complete([str(whole), str(plain)], 60) == [] and polls == [relocate.POLL_S]
+
     def test_truncated_gzip_is_incomplete(self, tmp_path: Path) -> None:
         """A .gz without its trailer is not moved."""
         src = tmp_path / "t.trace.json.gz"

@@ -73,3 +73,29 @@ def test_bench_on_demand_runs_quick() -> None:
     ):
         assert row in out.stdout
     assert out.stdout.count("x  (<= +10000 ns) ") == 2
+
+
+def test_bench_cost_runs_quick() -> None:
+    """bench_cost.py --quick prints the baseline and each profiled loop with its ratio and fixed
+    cost, the records' parts for each, and the first session's init from a fresh process."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_cost.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    for row, fixed in (
+        ("baseline: no step profiled", None),
+        ("continuous: every step profiled", "ms per step"),
+        ("discrete: every step's stage profiled", "ms per step"),
+        ("windows: every mini-batch a window", "ms per window"),
+    ):
+        (line,) = [ln for ln in lines if ln.startswith(row)]
+        assert "x " in line + " " and (fixed is None or fixed in line), line
+    for mode in ("continuous", "discrete", "windows"):
+        (line,) = [ln for ln in lines if ln.strip().startswith(mode + " ")]
+        assert len(line.split()) == 7 and "-" not in line.split()[1:], line  # every part recorded
+    (first,) = [ln for ln in lines if ln.startswith("first session in a fresh process: init_ms ")]
+    assert "init_ms -" not in first and first.count(",") == 1, first

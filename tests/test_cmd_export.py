@@ -271,6 +271,25 @@ def test_gpu_analyses_have_nothing_to_say_on_cpu_traces(analysed: dict[str, Any]
     assert gpu["kernels"] == "empty"
 
 
+def test_the_printed_call_gives_every_iteration(discrete: Path, tmp_path: Path) -> None:
+    """The command prints the HTA call to use, and run as printed (issue 29 item 9) HTA finds
+    every recorded mini-batch: HTA's default, ``include_last_profiler_step=False``, would leave
+    the last one out (``test_ranks_and_iterations_are_the_recorded_mini_batches``)."""
+    out = tmp_path / "hta"
+    done = export("--hta", str(discrete), "--step", "1", "--stage", STAGE, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    call = last[last.index("TraceAnalysis(") :]
+    assert "include_last_profiler_step=True" in call, last
+    probe = f"from hta.trace_analysis import TraceAnalysis\nt = {call}.t\n" + (
+        "print([[int(i) for i in t.get_iterations(r)] for r in (0, 1)])"
+    )
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    recorded = [i for first, last in recorded_windows(SCHEDULE, MINI_BATCHES) for i in range(first, last + 1)]
+    assert ran.stdout.splitlines()[-1] == str([recorded, recorded])
+
+
 def test_stage_without_mini_batches_marks_its_entries(analysed: dict[str, Any]) -> None:
     """``compute_log_prob`` ran twice in each step: two iterations, each one entry."""
     found = analysed["entries"]

@@ -404,6 +404,21 @@ def test_the_timeline_labels_each_step(nested: Path, tmp_path: Path) -> None:
     assert {"step 1", "step 2", "step 3"} <= texts | ticks
 
 
+def test_the_timeline_marks_each_steps_whole_span(nested: Path, tmp_path: Path) -> None:
+    """Every profiled step's span is shaded, from its first region's start to its last one's end,
+    and a line marks both ends: a step is never drawn as lasting until the next profiled one (on
+    the demo's timeline step 3 seemed to run through the unprofiled steps 4 and 5)."""
+    model = _model(nested)
+    figure = _figure_of([str(nested), "-o", str(tmp_path / "t.png"), "--timeline"])
+    axes = figure.axes[0]
+    origin = min(span.start_us for _, spans in model.spans() for span in spans)
+    want = sorted(((a - origin) / 1000, (b - origin) / 1000) for a, b in plot.step_extents(model).values())
+    shaded = sorted((p.get_x(), p.get_x() + p.get_width()) for p in axes.patches)  # axvspan's rectangles
+    assert shaded == [pytest.approx(span) for span in want]
+    lines = sorted(line.get_xdata()[0] for line in axes.get_lines())
+    assert lines == pytest.approx(sorted(x for span in want for x in span))
+
+
 def test_depth_must_be_positive(nested: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         profdsl.cli.main(["plot", str(nested), "-o", str(tmp_path / "x.png"), "--depth", "0"])

@@ -117,6 +117,8 @@ def test_demo(tmp_path: Path, mode: str) -> None:
     # another rank's hook packed the folder (each rank's request hook runs after its own traces).
     assert {r["path"] for r in records if r["path"] and r["kind"] == "trace" and r["step"] in (2, 3)} <= packed
     assert "profdsl-manifest.jsonl" in packed
+    # no empty engine folder is left behind (issue 29 item 9: rollout_replica_0/ was)
+    assert [p for p in out.rglob("*") if p.is_dir() and not any(p.iterdir())] == []
 
 
 def _demo(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

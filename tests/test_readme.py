@@ -70,3 +70,20 @@ def test_the_named_commands_run_on_the_demos_folder(tmp_path: Path) -> None:
         assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
     assert (tmp_path / "stages.png").stat().st_size > 0 and (tmp_path / "run.json.gz").stat().st_size > 0
     assert any((tmp_path / "hta").iterdir())
+
+
+def test_the_quick_pass_time_is_stated_once() -> None:
+    """How long the quick pass takes is said in the README only: setup.cfg's marker comment points
+    there instead of giving a second, different figure."""
+    comment = [line for line in (ROOT / "setup.cfg").read_text().splitlines() if "quick pass" in line]
+    duration = re.compile(r"\b(minutes?|seconds?|hours?|\d+\s*s)\b")  # "about a minute and a half", "90 s"
+    assert comment and not any(duration.search(line) for line in comment), comment
+    assert re.search(r"quick pass \(under [a-z0-9]+ minutes", README)
+
+
+def test_the_readme_says_how_to_get_torch_s_cpu_build() -> None:
+    """The constraints pin torch; outside CI the registry's build is the CUDA one: the README gives
+    PyTorch's CPU wheel index, with the pinned version."""
+    pinned = re.search(r"^torch==(\S+)", (ROOT / ".ci" / "constraints.txt").read_text(), re.MULTILINE)
+    assert pinned
+    assert f"--index-url https://download.pytorch.org/whl/cpu torch=={pinned.group(1)}" in README

@@ -106,7 +106,7 @@ class TestSelectionAndRelocation:
             assert [bool(e.llm.calls) for e in engines] == expected
             assert len(rollout_records(cfg)) == 2 * sum(expected)
             assert sorted(r["rank"] for r in rollout_records(cfg) if r["replica"] == 0) == [0, 1]
-            assert not os.listdir(rollout_trace_dir(cfg.save_path, 0))  # nothing stayed behind
+            assert not os.path.exists(rollout_trace_dir(cfg.save_path, 0))  # nothing stayed behind: it went
 
     def test_empty_ranks_keep_every_gpu_of_the_selected_replica(self, tmp_path: Path) -> None:
         """Empty ranks with tp=2: replica 0 runs and both of its GPUs' traces move (global ranks
@@ -117,8 +117,7 @@ class TestSelectionAndRelocation:
             pass
         records = rollout_records(cfg)
         assert sorted((r["replica"], r["rank"], r["status"]) for r in records) == [(0, 0, "ok"), (0, 1, "ok")]
-        left = [n for n in os.listdir(rollout_trace_dir(cfg.save_path, 0)) if ".pt.trace.json" in n]
-        assert left == []
+        assert not os.path.exists(rollout_trace_dir(cfg.save_path, 0))  # nothing left in it: it went
 
     @pytest.mark.parametrize("case", ["unprofiled step", "disabled", "no profiler"])
     def test_touches_no_engine(self, tmp_path: Path, case: str) -> None:

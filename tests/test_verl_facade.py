@@ -131,7 +131,21 @@ def written(folder: Path) -> list[dict[str, Any]]:
 
 
 STAGES = {"ref_compute_log_prob", "actor_compute_log_prob", "actor_update", "train_batch"}
-DROP = {"path", "time_ms", "bytes", "json_bytes", "export_ms", "blocked_ms"}
+#: What differs between two runs: paths, times, sizes, and profiling's cost and its parts (issue 29
+#: item 6: which run's session was the process's first decides init_ms or start_ms).
+DROP = {
+    "path",
+    "time_ms",
+    "bytes",
+    "json_bytes",
+    "export_ms",
+    "blocked_ms",
+    "export_cpu_ms",
+    "init_ms",
+    "start_ms",
+    "stop_ms",
+    "wait_ms",
+}
 
 
 def comparable_records(folder: Path) -> list[dict[str, Any]]:

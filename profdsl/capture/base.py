@@ -2,9 +2,10 @@
 
 A capture knows nothing of roles or steps: the runtime hands it ``describe`` (the metadata to
 write into the trace for a mini-batch window, or for the whole capture) and ``sink`` (where a
-finished trace goes: ``sink(write, window, time_ms, blocked_s, expect)``, ``write(path)``
-writing the trace file, on whichever thread the runtime chooses; ``expect``: what the capture
-knows of the trace's completeness, :class:`~profdsl.core.completeness.Expect`).
+finished trace goes: ``sink(write, window, time_ms, held, expect)``, ``write(path)`` writing
+the trace file, on whichever thread the runtime chooses; ``held``: how long the capture's calls
+held up their caller for it; ``expect``: what the capture knows of the trace's completeness,
+:class:`~profdsl.core.completeness.Expect`).
 """
 
 from __future__ import annotations
@@ -12,21 +13,36 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import attrs
+
 from profdsl.config import Schedule
 from profdsl.core.completeness import Expect
 from profdsl.core.trace_size import SizeBook
 
-__all__ = ["Backend", "Capture", "CaptureRefusedError", "Describe", "Runner", "Sink"]
+__all__ = ["Backend", "Capture", "CaptureRefusedError", "Describe", "Held", "Runner", "Sink"]
 
 #: ``describe(window)``: the ``profdsl`` metadata of the trace (``window`` None: whole session).
 Describe = Callable[[tuple[int, int] | None], dict[str, Any]]
 
 
+@attrs.frozen
+class Held:
+    """How long a capture's calls held up their caller for one trace, in seconds: ``total_s``,
+    every call since the previous trace (its start, schedule steps, pauses) and the call that
+    ended this trace's recording up to the moment the trace was ready; of which ``start_s``, the
+    capture's start (on its first trace only, else None), and ``end_s``, that last call (its
+    stop, or the schedule step that closed a window). Both lie inside ``total_s``."""
+
+    total_s: float
+    start_s: float | None = None
+    end_s: float = 0.0
+
+
 class Sink(Protocol):
-    """``sink(write, window, time_ms, blocked_s, expect)``: a trace is ready; ``write(path)``
-    writes its events (plain JSON) to ``path`` and returns the metadata to add to it
-    (``profdsl.collect.export``); ``blocked_s``: how long the session's calls held up their
-    caller for this trace so far; ``expect``: what the capture knows of its completeness (the
+    """``sink(write, window, time_ms, held, expect)``: a trace is ready; ``write(path)`` writes
+    its events (plain JSON) to ``path`` and returns the metadata to add to it
+    (``profdsl.collect.export``); ``held``: how long the session's calls held up their caller for
+    this trace so far (:class:`Held`); ``expect``: what the capture knows of its completeness (the
     device whose activity it should hold, why torch stopped collecting it early)."""
 
     def __call__(
@@ -34,7 +50,7 @@ class Sink(Protocol):
         write: Callable[[str], object],
         window: tuple[int, int] | None,
         time_ms: int,
-        blocked_s: float = 0.0,
+        held: Held,
         expect: Expect | None = None,
     ) -> None:
         """Take the trace."""

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from profdsl.capture.base import CaptureRefusedError, Describe, Runner, Sink
+from profdsl.capture.base import CaptureRefusedError, Describe, Held, Runner, Sink
 from profdsl.capture.runner import SessionThread
 from profdsl.config import Schedule, TorchOptions
 from profdsl.core.completeness import Expect
@@ -139,6 +139,7 @@ class TorchSession:
         self._options, self._describe, self._sink, self._runner = options, describe, sink, runner
         self._pending: list[int] = []  # recorded mini-batches of the window being written
         self._blocked_s = 0.0  # the caller's time held up by this session since the last trace
+        self._start_s: float | None = None  # its start's part of that, until its first trace
         self._call_began = time.perf_counter()
         self._window_ms = now_ms()
         self._prof: Any = None
@@ -157,7 +158,8 @@ class TorchSession:
             self._runner.submit(self._abandon)  # runs after the late _start: no orphan profiler
             raise
         finally:
-            self._blocked_s += time.perf_counter() - self._call_began
+            self._start_s = time.perf_counter() - self._call_began
+            self._blocked_s += self._start_s
 
     def owned_here(self) -> bool:
         """Whether the calling thread may drive the capture."""
@@ -259,8 +261,10 @@ class TorchSession:
         results = prof.profiler
         write = functools.partial(_write_events, results.export_chrome_trace, self._header(window))
         # the caller's time held up so far for this trace: earlier calls, and this one until now
-        blocked, self._blocked_s = self._blocked_s + time.perf_counter() - self._call_began, 0.0
-        self._sink(write, window, self._window_ms, blocked, self._expect(prof, window))
+        ending = time.perf_counter() - self._call_began
+        held = Held(self._blocked_s + ending, self._start_s, ending)
+        self._blocked_s, self._start_s = 0.0, None
+        self._sink(write, window, self._window_ms, held, self._expect(prof, window))
         self._call_began = time.perf_counter()  # the rest of this call counts for the next trace
 
     def _expect(self, prof: Any, window: tuple[int, int] | None) -> Expect:

@@ -24,11 +24,11 @@ examples:
   profdsl export --hta profiles --step 3 --stage update_actor --role actor -o hta/step3 --force
 
 One trace per rank is written to OUT (rank0.pt.trace.json.gz, ...), each mini-batch of the stage
-marked ProfilerStep#K (K: its index). Then, in Python:
+marked ProfilerStep#K (K: its index). Then, in Python (the command prints this call):
   from hta.trace_analysis import TraceAnalysis      # pip install profdsl[hta]
-  analyzer = TraceAnalysis(trace_dir="hta/step3")
-  analyzer.t.get_iterations()                       # the mini-batches (HTA leaves out the last
-                                                    # unless include_last_profiler_step=True)
+  analyzer = TraceAnalysis(trace_dir="hta/step3", include_last_profiler_step=True)
+  analyzer.t.get_iterations()                       # the mini-batches (HTA's default leaves the
+                                                    # last one out, as for torch's ProfilerStep)
 """
 
 
@@ -90,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for rank in report.ranks:
         print(printable(_line(rank, args.stage)))
-    print(
-        printable(f"wrote {report.output} ({len(report.ranks)} ranks): TraceAnalysis(trace_dir={str(report.output)!r})")
-    )
+    # HTA's default leaves the last iteration out: the call keeps it (tests/test_cmd_export.py)
+    call = f"TraceAnalysis(trace_dir={str(report.output)!r}, include_last_profiler_step=True)"
+    print(printable(f"wrote {report.output} ({len(report.ranks)} ranks): {call}"))
     return failed
 
 

@@ -397,7 +397,8 @@ def _timeline_figure(model: StageModel, title: str, depth: int | None = 1) -> Fi
             )
     axes.set_yticks(range(len(labels)), [_plain(label) for label in labels], fontsize=8)
     axes.set_ylim(len(labels) - 0.5, -0.5)
-    axes.set_xlim(left=0)
+    last = max(span.end_us for label in labels for span in rows[label])
+    axes.set_xlim(left=-0.005 * (last - origin) / 1000)  # a region at 0 stays clear of the axis line
     axes.set_xlabel(_time_axis_label(origin))
     _mark_steps(axes, step_extents(model), origin)
     axes.set_title(f"{title}: when each stage ran", loc="left", pad=16)
@@ -411,13 +412,14 @@ def _timeline_figure(model: StageModel, title: str, depth: int | None = 1) -> Fi
 
 
 def _mark_steps(axes: Axes, extents: dict[int, tuple[float, float]], origin_us: float) -> None:
-    """Each step's time shaded (every other one) and named above the plot, a dotted line where
-    it begins."""
+    """Each step's time shaded (two tones, every other step) and named above the plot, a dotted
+    line where it begins and where it ends: the time between two profiled steps (unprofiled
+    steps) is left blank, never drawn as the earlier step's (tests/test_cmd_plot.py)."""
     for i, (step, (start, end)) in enumerate(sorted(extents.items(), key=lambda item: item[1])):
         left, right = (start - origin_us) / 1000, (end - origin_us) / 1000
-        if i % 2 == 0:
-            axes.axvspan(left, right, color="0.5", alpha=0.08, linewidth=0)
-        axes.axvline(left, color="0.4", linestyle=":", linewidth=0.8)
+        axes.axvspan(left, right, color="0.5", alpha=0.08 if i % 2 == 0 else 0.16, linewidth=0)
+        for x in (left, right):
+            axes.axvline(x, color="0.4", linestyle=":", linewidth=0.8)
         axes.text(
             (left + right) / 2,
             1.0,

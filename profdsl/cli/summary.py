@@ -189,8 +189,8 @@ def run(args: argparse.Namespace) -> int:
             _print_flat(rows, keys)
         costs = cost.step_costs(found.artifacts)
         if costs:
-            print(f"\n{cost.TITLE}")
-            print(table(cost.HEADERS, [cost.cells(c) for c in costs]))
+            print()
+            _print_cost_table(costs)
     return code
 
 
@@ -314,21 +314,32 @@ def _print_csv(rows: list[dict[str, Any]], keys: tuple[str, ...] | None) -> None
 
 
 def _print_cost(artifacts: list[Artifact], args: argparse.Namespace) -> None:
-    """``--cost``: one row per role and step."""
+    """``--cost``: one row per role and step (with the parts of the cost when a record carries
+    them: :data:`profdsl.analysis.cost.PARTS`)."""
     costs = cost.step_costs(artifacts)
+    parts = cost.has_parts(costs)
     if args.json:
-        print(json.dumps([c.as_dict() for c in costs], indent=1))
+        print(json.dumps([c.as_dict(parts) for c in costs], indent=1))
     elif args.csv:
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=COST_FIELDS, extrasaction="ignore")
+        fields = COST_FIELDS + cost.PARTS if parts else COST_FIELDS
+        writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(c.as_dict() for c in costs)
+        writer.writerows(c.as_dict(parts) for c in costs)
         print(out.getvalue(), end="")
     elif costs:
-        print(cost.TITLE)
-        print(table(cost.HEADERS, [cost.cells(c) for c in costs]))
+        _print_cost_table(costs)
     else:
         print("no record carries blocked_ms or export_ms: profiling's cost was not recorded")
+
+
+def _print_cost_table(costs: list[cost.StepCost]) -> None:
+    """The cost table, and what its parts are when it shows them."""
+    parts = cost.has_parts(costs)
+    print(cost.TITLE)
+    print(table(cost.headers(costs), [cost.cells(c, parts) for c in costs]))
+    if parts:
+        print("\n" + "\n".join(cost.note_lines()))
 
 
 def _print_flat(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:

@@ -145,6 +145,8 @@ class PendingTrace:
     write: Callable[[str], object] | None = attrs.field(default=None, eq=False, repr=False)
     #: Milliseconds the training thread was blocked handing it over (None: not measured).
     blocked_ms: float | None = None
+    #: Milliseconds of that it waited for a free export slot (None: not measured).
+    wait_ms: float | None = None
     #: What its capture knew of its completeness (None: no capture said; recorded ``ok``).
     expect: Expect | None = None
     #: ``measured(json_bytes)``: told the trace's size as plain JSON once it is recorded (the
@@ -153,11 +155,14 @@ class PendingTrace:
 
     def fields(self, waited_s: float = 0.0) -> dict[str, Any]:
         """The trace's record fields, but its path, status and size; ``waited_s``: seconds the
-        training thread waited for it since the hand-over, added to its ``blocked_ms``."""
+        training thread waited for it since the hand-over, added to its ``blocked_ms`` and its
+        ``wait_ms``."""
+        waits: dict[str, float] = {}
         if self.blocked_ms is not None:
-            blocked = round(self.blocked_ms + waited_s * 1000, 3)
-            return self.label.fields(window=self.window, time_ms=self.time_ms, blocked_ms=blocked, **(self.extra or {}))
-        return self.label.fields(window=self.window, time_ms=self.time_ms, **(self.extra or {}))
+            waits.update(blocked_ms=round(self.blocked_ms + waited_s * 1000, 3))
+        if self.wait_ms is not None:
+            waits.update(wait_ms=round(self.wait_ms + waited_s * 1000, 3))
+        return self.label.fields(window=self.window, time_ms=self.time_ms, **waits, **(self.extra or {}))
 
     def name(self) -> TraceName:
         """The trace's file name (before a ``part`` is bumped), with the parallel coordinates,
@@ -203,6 +208,7 @@ def pending_trace(
     time_ms: int,
     extra: Mapping[str, object] | None = None,
     blocked_ms: float | None = None,
+    wait_ms: float | None = None,
     expect: Expect | None = None,
     measured: Callable[[int], object] | None = None,
 ) -> PendingTrace:
@@ -217,6 +223,7 @@ def pending_trace(
         events=events,
         write=write,
         blocked_ms=blocked_ms,
+        wait_ms=wait_ms,
         expect=expect,
         measured=measured,
     )
@@ -256,7 +263,9 @@ def finish(
     trace, move it under its final name and record it; the trace's path, or None when it failed
     (recorded ``failed``) or ``commit`` refused it (nothing recorded: whoever refused records
     the loss; the events file stays for that record to name). ``waited()``: seconds the
-    training thread has waited for this trace here, added to its ``blocked_ms``.
+    training thread has waited for this trace here, added to its ``blocked_ms``. The record's
+    ``export_cpu_ms`` is the CPU time of the thread that runs this (the writer's), up to the
+    record.
 
     Raises:
         BaseException: an interrupt (not an ``Exception``), after recording the trace
@@ -265,6 +274,7 @@ def finish(
     label = pending.label
     packed = f"{pending.events}.gz"
     began = time.perf_counter()
+    cpu_began = time.thread_time()  # this thread's own CPU: the writer's, never the caller's
     census = Census(device=pending.expect is not None and pending.expect.device is not None)
     try:
         pending = write_events(pending)
@@ -284,9 +294,13 @@ def finish(
             _remove_quietly(path)  # reserved but not filled: an empty file would pose as a trace
             raise
         if label.manifest:
+            cpu_ms = round((time.thread_time() - cpu_began) * 1000, 3)  # within the wall time below
             export_ms = round((time.perf_counter() - began) * 1000, 3)
             fields = {**pending.fields(waited()), **_completeness(pending, census)}
-            append_record(label.save_path, TraceRecord(path=final, bytes=size, export_ms=export_ms, **fields))
+            append_record(
+                label.save_path,
+                TraceRecord(path=final, bytes=size, export_ms=export_ms, export_cpu_ms=cpu_ms, **fields),
+            )
         return path
 
     try:

@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     if costs:
         print(f"\n{cost.TITLE}:")
         for line in costs:
-            print("  " + line)
+            print(f"  {line}".rstrip())
     if os.path.exists(config.save_path + ".tgz"):
         print(f"\nthe finish hook packed everything into {config.save_path}.tgz")
     print("open any .json.gz trace in https://ui.perfetto.dev")

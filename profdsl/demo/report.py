@@ -75,19 +75,22 @@ def artifacts_table(save_path: str) -> list[str]:
 
 def cost_table(save_path: str) -> list[str]:
     """The lines of ``profdsl summary``'s profiling cost table (header, rule, one row per role and
-    step), or [] when no record carries a cost."""
+    step, then, after an empty line, what the parts are when it shows them), or [] when no record
+    carries a cost."""
     try:
         costs = cost.step_costs(artifacts(save_path))
     except FolderError:
         return []
     if not costs:
         return []
-    rows = [["-" if c is None else str(c) for c in cost.cells(item)] for item in costs]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(cost.HEADERS)]
-    return [
+    parts, headers = cost.has_parts(costs), cost.headers(costs)
+    rows = [["-" if c is None else str(c) for c in cost.cells(item, parts)] for item in costs]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = [
         "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
-        for values in [list(cost.HEADERS), ["-" * w for w in widths], *rows]
+        for values in [list(headers), ["-" * w for w in widths], *rows]
     ]
+    return [*lines, "", *cost.note_lines()] if parts else lines
 
 
 def auto_captures(save_path: str) -> list[str]:

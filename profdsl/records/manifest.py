@@ -171,6 +171,30 @@ class TraceRecord(Record):
         DURATION, "milliseconds the training thread was blocked by the session for this trace"
     )
     export_ms: float | None = field(DURATION, "milliseconds the background export took")
+    export_cpu_ms: float | None = field(
+        DURATION,
+        "CPU milliseconds of the writer thread while it exported this trace (the time it took from the "
+        "training's cores)",
+    )
+    init_ms: float | None = field(
+        DURATION,
+        "the start of the process's first capture session, which pays the profiler's one-time set-up; "
+        "on that session's first trace only (which has no `start_ms`); part of `blocked_ms`",
+    )
+    start_ms: float | None = field(
+        DURATION,
+        "the start of its session (but the process's first), on the session's first trace; part of `blocked_ms`",
+    )
+    stop_ms: float | None = field(
+        DURATION,
+        "the call that ended its recording (its session's stop, or the schedule step that closed its window), "
+        "up to its hand-over to the writer; part of `blocked_ms`",
+    )
+    wait_ms: float | None = field(
+        DURATION,
+        "milliseconds the training thread waited for the writer for this trace: a free export slot, and the "
+        "trace itself at the last profiled step or close(); part of `blocked_ms`",
+    )
     json_bytes: int | None = field(
         count(0, _MAX_BYTES),
         "the trace's size as plain JSON, what a viewer loads (the measure of `TorchOptions.max_trace_mb`)",

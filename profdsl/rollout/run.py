@@ -211,7 +211,8 @@ def relocate_replicas(
             )
         return found
 
-    job = MoveJob(config.save_path, plan, wait_s=wait_s, record_incomplete=True, what="rollout traces")
+    folders = [rollout_trace_dir(config.save_path, replica) for replica in replicas]
+    job = MoveJob(config.save_path, plan, wait_s=wait_s, record_incomplete=True, what="rollout traces", tidy=folders)
     if not writer.wait(writer.submit(job), timeout=writer.budget()):
         once(
             "rollout-relocate",

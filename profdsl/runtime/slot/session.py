@@ -20,11 +20,11 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from profdsl.capture.base import Backend, Capture, CaptureRefusedError, Runner
+from profdsl.capture.base import Backend, Capture, CaptureRefusedError, Held, Runner
 from profdsl.collect.export import TraceLabel, pending_trace
 from profdsl.config import Schedule
 from profdsl.core.completeness import Expect
-from profdsl.core.log import once
+from profdsl.core.log import ONCE, once
 from profdsl.core.schedule import Action, action_at, cycle_of
 from profdsl.records.fields import to_json
 from profdsl.records.meta import TraceMeta
@@ -44,7 +44,7 @@ class _Ready(NamedTuple):
     write: Callable[[str], object]
     window: tuple[int, int] | None
     time_ms: int
-    blocked_s: float
+    held: Held
     noted: float
     expect: Expect
     measured: Callable[[int], object] | None
@@ -84,12 +84,15 @@ class Session:
         self.missed = False  # work of its window ran on a thread it cannot see (recorded apart)
         self._paused = False  # collection was paused at some point (left-out mini-batches)
         self._ready: list[_Ready] = []
+        self._first = False  # the process's first session of its tool (its start pays the set-up)
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, runner: Runner, *, every_thread: bool) -> bool:
         """Open the capture (signals held meanwhile); False when the backend could not start
         one: that is recorded (``failed``, with the reason) for the trace it would have been."""
         self.returns = every_thread or comes_back()
+        # The process's first session of a tool pays its one-time set-up (torch: 0.7-1.3 s).
+        self._first = ONCE.first(f"session-started:{self.backend.tool}")
         try:
             with self.signals.held():
                 self.capture = self.backend.open(
@@ -292,19 +295,19 @@ class Session:
         write: Callable[[str], object],
         window: tuple[int, int] | None,
         time_ms: int,
-        blocked_s: float = 0.0,
+        held: Held,
         expect: Expect | None = None,
     ) -> None:
         """A trace is ready (called inside the capture's stop or schedule step): noted, to be
         handed to the writer once torch is done (:meth:`hand_over`). ``write(path)`` has torch
-        write its events; ``blocked_s``: how long the capture held up its thread for it;
+        write its events; ``held``: how long the capture held up its thread for it;
         ``expect``: what the capture knows of its completeness (the budget adds whether it was
         cut)."""
         cut, measured = self.budget.handed()
         expect = attrs.evolve(
             expect or Expect(), truncated=cut, regions=self._opened_regions(window), missed=self.missed
         )
-        self._ready.append(_Ready(write, window, time_ms, blocked_s, time.perf_counter(), expect, measured))
+        self._ready.append(_Ready(write, window, time_ms, held, time.perf_counter(), expect, measured))
 
     def _opened_regions(self, window: tuple[int, int] | None) -> bool:
         """Whether profdsl opened regions in the trace's window while it recorded: a stage
@@ -317,12 +320,20 @@ class Session:
     def hand_over(self) -> None:
         """Hand the ready traces to the writer, each after waiting for an export slot (at most
         ``export_timeout_s``; the trace goes when the wait runs out, and the rest without
-        waiting when an interrupt cuts it short, then the interrupt goes on)."""
+        waiting when an interrupt cuts it short, then the interrupt goes on). Each record says
+        how long the training thread was blocked for its trace, and of that: the session's
+        start (on its first trace; ``init_ms`` for the process's first session), the call that
+        ended its recording up to this hand-over, and the wait for an export slot."""
         ready, self._ready = self._ready, []
         label, interrupt = self.label, None
-        for write, window, time_ms, blocked_s, noted, expect, measured in ready:
+        for write, window, time_ms, held, noted, expect, measured in ready:
             if self.dropped:
                 break  # recorded lost already (its owner came back after close() or exit)
+            slot_wait = time.perf_counter()
+            parts = dict(stop_ms=_ms(held.end_s + slot_wait - noted))
+            if held.start_s is not None:
+                parts.update(dict(init_ms=_ms(held.start_s)) if self._first else dict(start_ms=_ms(held.start_s)))
+                self._first = False
             if interrupt is None:
                 try:
                     if not self.writer.wait_below("export", label.export.in_flight, label.export.timeout_s):
@@ -334,10 +345,12 @@ class Session:
                         )
                 except BaseException as exc:
                     interrupt = exc
+            waited_ms = _ms(time.perf_counter() - slot_wait)
             extra: dict[str, object] = dict(windows=self.book.windows()) if self.kind == "step" else {}
+            extra.update(parts)
             if self.cut_short:
                 extra.update(note=f"stopped early: {self.cut_short}")
-            blocked_ms = round((blocked_s + time.perf_counter() - noted) * 1000, 3)
+            blocked_ms = _ms(held.total_s + time.perf_counter() - noted)
             pending = pending_trace(
                 write,
                 label,
@@ -345,6 +358,7 @@ class Session:
                 time_ms=time_ms,
                 extra=extra,
                 blocked_ms=blocked_ms,
+                wait_ms=waited_ms,
                 expect=expect,
                 measured=measured,
             )
@@ -370,3 +384,8 @@ class Session:
             reason,
         )
         self.writer.submit(RecordJob(label.save_path, label.loss(status, reason)))
+
+
+def _ms(seconds: float) -> float:
+    """Seconds as milliseconds, to the microsecond (a record's cost fields)."""
+    return round(seconds * 1000, 3)

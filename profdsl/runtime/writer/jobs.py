@@ -4,6 +4,7 @@ trace, appending a record, appending a metrics log line, moving other tools' fil
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -37,9 +38,14 @@ class ExportJob:
     def run(self, guard: CommitGuard) -> None:
         self.started = True
         try:
-            finish(self.pending, commit=guard.commit, waited=guard.waited)
+            path = finish(self.pending, commit=guard.commit, waited=guard.waited)
         except BaseException as exc:  # finish raises only what is no Exception; never here
             once("export-thread", logging.ERROR, "profdsl: finishing a trace failed: %r", exc)
+            return
+        label = self.pending.label
+        if path is not None and label.manifest:  # where the traces go, said once (tests/test_where_traces_went.py)
+            folder = os.path.abspath(label.save_path)
+            once(f"traces-into:{folder}", logging.INFO, "[profdsl rank %s] traces go into %s", label.rank, folder)
 
     def revoke(self, guard: CommitGuard) -> None:
         """Given up: recorded ``incomplete``, naming torch's events file, which is written first
@@ -128,13 +134,24 @@ Plan = Callable[[], Sequence["relocate.Move | relocate.Skip"]]
 
 class MoveJob:
     """Move other tools' files into save_path (:func:`profdsl.collect.relocate.apply`), each
-    waited for until complete, at most ``wait_s``; records one record per file."""
+    waited for until complete, at most ``wait_s``; records one record per file. Then each of
+    ``tidy`` (the folders the files came from) that is left empty is removed: an engine makes
+    it again when it next writes (tests/test_rollout_tidy.py)."""
 
     kind = "move"
 
-    def __init__(self, save_path: str, plan: Plan, *, wait_s: float, record_incomplete: bool, what: str) -> None:
+    def __init__(
+        self,
+        save_path: str,
+        plan: Plan,
+        *,
+        wait_s: float,
+        record_incomplete: bool,
+        what: str,
+        tidy: Sequence[str] = (),
+    ) -> None:
         self.save_path, self._plan, self.wait_s = save_path, plan, wait_s
-        self.record_incomplete, self.what = record_incomplete, what
+        self.record_incomplete, self.what, self.tidy = record_incomplete, what, tuple(tidy)
         self.budget_s = wait_s + RECORD_BUDGET_S
 
     def run(self, guard: CommitGuard) -> None:
@@ -143,6 +160,8 @@ class MoveJob:
             relocate.apply(
                 plan, self.save_path, wait_s=self.wait_s, record_incomplete=self.record_incomplete, commit=guard.commit
             )
+            for folder in self.tidy:
+                guard.commit(functools.partial(_remove_if_empty, folder))
         except Exception as exc:
             once(
                 f"move:{self.what}",
@@ -163,3 +182,11 @@ class MoveJob:
             self.what,
             self.save_path,
         )
+
+
+def _remove_if_empty(folder: str) -> None:
+    """Remove ``folder`` when it is an empty folder (never what it holds)."""
+    try:
+        os.rmdir(folder)
+    except OSError:  # not empty, gone already, or not ours to remove
+        pass
