@@ -124,6 +124,14 @@ def counts_of(key_check: Callable[[str, Any], None], low: int) -> Check:
     return check
 
 
+def seconds_map(key: str, value: Any) -> dict[str, float] | None:
+    """A mapping of strings to finite numbers >= 0 (seconds)."""
+    mapping = require_mapping(key, value, optional=True)
+    for name, number in (mapping or {}).items():
+        require_number(f"{key}.{name}", number, 0, sys.float_info.max, what="a finite number >= 0")
+    return mapping
+
+
 def text_map(key: str, value: Any) -> dict[str, str] | None:
     """A mapping of strings to strings."""
     mapping = require_mapping(key, value, optional=True)

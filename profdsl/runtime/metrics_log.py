@@ -50,12 +50,17 @@ class MetricsLogs:
                 step=timings.step,
                 wall_s=timings.wall_s,
                 overflow=timings.overflow or None,
+                ledger=timings.ledger,
+                concurrent_s=timings.concurrent_s,
+                ledger_why=timings.ledger_why,
                 traced=traced,
                 host=plan.label.host,
                 pid=pid,
                 time_ms=time.time_ns() // 1_000_000,
                 stages={
-                    stage: StageLine(total_s=t.total_s, self_s=t.self_s, count=t.count, device_s=t.device_s)
+                    stage: StageLine(
+                        total_s=t.total_s, self_s=t.self_s, count=t.count, device_s=t.device_s, kind=t.kind
+                    )
                     for stage, t in timings.stages.items()
                 },
             )
