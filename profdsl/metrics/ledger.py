@@ -43,15 +43,21 @@ DROPPED = (
 @attrs.frozen
 class StepLedger:
     """One step's ledger: seconds per bucket (every kind, ``overhead``, ``outside``: they add up
-    to the step's wall time, to the nanosecond), the stage time that ran beside the stage its
-    instant went to (``concurrent_s``, not in the sum), and the recorded profiling waits that
-    exceeded the time outside every stage (``overhead_unplaced_s``: left in the stages' time).
-    ``buckets_s`` None: no ledger, ``why`` says why."""
+    to the step's wall time, to the nanosecond), per kind the stage time that ran beside the
+    stage its instant went to (``beside_s``, not in the sum; ``concurrent_s`` in all), and the
+    recorded profiling waits that exceeded the time outside every stage
+    (``overhead_unplaced_s``: left in the stages' time). ``buckets_s`` None: no ledger, ``why``
+    says why."""
 
     buckets_s: Mapping[str, float] | None
-    concurrent_s: float | None = None
-    overhead_unplaced_s: float | None = None
+    beside_s: Mapping[str, float] = attrs.field(factory=dict)
+    overhead_unplaced_s: float = 0.0
     why: str | None = None
+
+    @property
+    def concurrent_s(self) -> float:
+        """Stage time that ran beside the stage its instant went to, in all."""
+        return sum(self.beside_s.values())
 
 
 def kind_for(paths: Paths, node: Node) -> str:
@@ -83,6 +89,6 @@ def step_ledger(root: Root, *, began: float, wall_s: float) -> StepLedger:
     ledger = split(0, round(wall_s * 1e9), stages, round(root.waited * 1e9))
     return StepLedger(
         {bucket: ns / 1e9 for bucket, ns in ledger.buckets.items()},
-        ledger.concurrent / 1e9,
+        {kind: ns / 1e9 for kind, ns in ledger.beside.items()},
         ledger.overhead_unplaced / 1e9,
     )

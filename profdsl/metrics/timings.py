@@ -70,7 +70,8 @@ class StepTimings:
     inside a name is written ``%2F``) to its timing, in the order first entered. ``wall_s`` is
     the step's wall time; ``overflow`` counts entries of paths beyond ``Metrics.max_stages``.
     ``ledger`` splits ``wall_s`` into buckets that add up to it (seconds per kind of work,
-    ``overhead`` and ``outside``: ``docs/ledger.md``), with ``concurrent_s`` beside it; None, and
+    ``overhead`` and ``outside``: ``docs/ledger.md``), with the stage time that ran beside the
+    stage its instant went to per kind (``ledger_beside``) and in all (``concurrent_s``); None, and
     ``ledger_why`` says why, when the step has none (derived from the stages' stretches, which
     are not kept: not compared).
 
@@ -89,6 +90,7 @@ class StepTimings:
     overflow: int = 0
     ledger: Mapping[str, float] | None = attrs.field(default=None, eq=False)
     concurrent_s: float | None = attrs.field(default=None, eq=False)
+    ledger_beside: Mapping[str, float] | None = attrs.field(default=None, eq=False)
     ledger_why: str | None = attrs.field(default=None, eq=False)
 
     def flat(self) -> dict[str, float]:
@@ -146,6 +148,7 @@ def from_tree(
         stages=stages,
         overflow=root.overflow.count + root.overflow_top.count,
         ledger=None if ledger is None else ledger.buckets_s,
-        concurrent_s=None if ledger is None else ledger.concurrent_s,
+        concurrent_s=None if ledger is None or ledger.buckets_s is None else ledger.concurrent_s,
+        ledger_beside=None if ledger is None or ledger.buckets_s is None else ledger.beside_s,
         ledger_why=None if ledger is None else ledger.why,
     )

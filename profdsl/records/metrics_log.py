@@ -61,8 +61,8 @@ class MetricsLine:
         seconds_map,
         "the step's wall time split: seconds per kind of work, `overhead` and `outside` (they add up to `wall_s`)",
     )
-    concurrent_s: float | None = field(
-        DURATION, "stage time that ran beside the stage its instant went to (not in `ledger`'s sum)"
+    ledger_beside: Mapping[str, float] | None = field(
+        seconds_map, "per kind, its stage time that ran beside the stage its instant went to (not in `ledger`'s sum)"
     )
     ledger_why: str | None = field(TEXT, "why the step has no `ledger`")
     traced: bool | None = field(FLAG, "whether the step was traced on this rank (its times include profiling's cost)")

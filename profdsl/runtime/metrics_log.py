@@ -51,7 +51,7 @@ class MetricsLogs:
                 wall_s=timings.wall_s,
                 overflow=timings.overflow or None,
                 ledger=timings.ledger,
-                concurrent_s=timings.concurrent_s,
+                ledger_beside=timings.ledger_beside or None,
                 ledger_why=timings.ledger_why,
                 traced=traced,
                 host=plan.label.host,
