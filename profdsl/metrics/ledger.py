@@ -26,6 +26,7 @@ from typing import cast
 
 import attrs
 
+from profdsl.core import intervals
 from profdsl.core.kinds import kind_of
 from profdsl.core.ledger import Stage, split
 from profdsl.metrics import tree
@@ -33,6 +34,9 @@ from profdsl.metrics.tree import Node, Paths, Root
 
 __all__ = ["StepLedger", "kind_for", "step_ledger"]
 
+#: The most intervals a step's ledger places in time (``StepLedger.spans_s``); beyond, the step
+#: has its buckets but is not placed beside other ranks and roles.
+MAX_PLACED = 256
 #: Why a step has no ledger from metrics: more top-level entries than a step keeps.
 DROPPED = (
     "{count} stretches of outermost stage entries, more than the {limit} a step keeps for its ledger: "
@@ -46,13 +50,17 @@ class StepLedger:
     to the step's wall time, to the nanosecond), per kind the stage time that ran beside the
     stage its instant went to (``beside_s``, not in the sum; ``concurrent_s`` in all), and the
     recorded profiling waits that exceeded the time outside every stage
-    (``overhead_unplaced_s``: left in the stages' time). ``buckets_s`` None: no ledger, ``why``
+    (``overhead_unplaced_s``: left in the stages' time). ``spans_s``: where each kind worked,
+    per kind the union of its stages' time inside the step as ``(start, end)`` seconds from the
+    step's beginning (what places the step beside other ranks' and roles': the fleet view);
+    None beyond :data:`MAX_PLACED` intervals in all. ``buckets_s`` None: no ledger, ``why``
     says why."""
 
     buckets_s: Mapping[str, float] | None
     beside_s: Mapping[str, float] = attrs.field(factory=dict)
     overhead_unplaced_s: float = 0.0
     why: str | None = None
+    spans_s: Mapping[str, tuple[tuple[float, float], ...]] | None = None
 
     @property
     def concurrent_s(self) -> float:
@@ -86,9 +94,23 @@ def step_ledger(root: Root, *, began: float, wall_s: float) -> StepLedger:
         Stage(round((start - began) * 1e9), round((end - began) * 1e9), kind_for(paths, node))
         for start, end, node in zip(starts, ends, nodes)
     ]
-    ledger = split(0, round(wall_s * 1e9), stages, round(root.waited * 1e9))
+    wall = round(wall_s * 1e9)
+    ledger = split(0, wall, stages, round(root.waited * 1e9))
     return StepLedger(
         {bucket: ns / 1e9 for bucket, ns in ledger.buckets.items()},
         {kind: ns / 1e9 for kind, ns in ledger.beside.items()},
         ledger.overhead_unplaced / 1e9,
+        spans_s=_placed(stages, wall),
     )
+
+
+def _placed(stages: list[Stage], wall: int) -> dict[str, tuple[tuple[float, float], ...]] | None:
+    """Per kind, the union of its stages' time inside ``[0, wall)`` (seconds); None beyond
+    :data:`MAX_PLACED` intervals in all."""
+    by_kind: dict[str, list[tuple[int, int]]] = {}
+    for stage in stages:
+        by_kind.setdefault(stage.kind, []).append((max(stage.start, 0), min(stage.end, wall)))
+    placed = {kind: intervals.union(spans) for kind, spans in by_kind.items()}
+    if sum(map(len, placed.values())) > MAX_PLACED:
+        return None
+    return {kind: tuple((a / 1e9, b / 1e9) for a, b in spans) for kind, spans in placed.items() if spans}

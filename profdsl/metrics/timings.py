@@ -71,7 +71,9 @@ class StepTimings:
     the step's wall time; ``overflow`` counts entries of paths beyond ``Metrics.max_stages``.
     ``ledger`` splits ``wall_s`` into buckets that add up to it (seconds per kind of work,
     ``overhead`` and ``outside``: ``docs/ledger.md``), with the stage time that ran beside the
-    stage its instant went to per kind (``ledger_beside``) and in all (``concurrent_s``); None, and
+    stage its instant went to per kind (``ledger_beside``) and in all (``concurrent_s``), and
+    where each kind worked (``ledger_spans``: seconds from ``began_s``, the step's beginning on
+    the wall clock, seconds since 1970); None, and
     ``ledger_why`` says why, when the step has none (derived from the stages' stretches, which
     are not kept: not compared).
 
@@ -91,6 +93,8 @@ class StepTimings:
     ledger: Mapping[str, float] | None = attrs.field(default=None, eq=False)
     concurrent_s: float | None = attrs.field(default=None, eq=False)
     ledger_beside: Mapping[str, float] | None = attrs.field(default=None, eq=False)
+    ledger_spans: Mapping[str, tuple[tuple[float, float], ...]] | None = attrs.field(default=None, eq=False)
+    began_s: float | None = attrs.field(default=None, eq=False)
     ledger_why: str | None = attrs.field(default=None, eq=False)
 
     def flat(self) -> dict[str, float]:
@@ -124,6 +128,7 @@ def from_tree(
     wall_s: float,
     device: Mapping[Node, float] | None = None,
     ledger: StepLedger | None = None,
+    began_s: float | None = None,
 ) -> StepTimings:
     """The timings of a closed step tree (``nodes``: its nodes, depth first), with its ledger
     (:func:`profdsl.metrics.ledger.step_ledger`) when given."""
@@ -151,4 +156,6 @@ def from_tree(
         concurrent_s=None if ledger is None or ledger.buckets_s is None else ledger.concurrent_s,
         ledger_beside=None if ledger is None or ledger.buckets_s is None else ledger.beside_s,
         ledger_why=None if ledger is None else ledger.why,
+        ledger_spans=None if ledger is None else ledger.spans_s,
+        began_s=began_s,
     )

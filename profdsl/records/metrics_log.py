@@ -25,6 +25,7 @@ from profdsl.records.fields import (
     field,
     nested_map,
     seconds_map,
+    spans_map,
     unknown_field,
 )
 
@@ -65,6 +66,11 @@ class MetricsLine:
         seconds_map, "per kind, its stage time that ran beside the stage its instant went to (not in `ledger`'s sum)"
     )
     ledger_why: str | None = field(TEXT, "why the step has no `ledger`")
+    ledger_spans: Mapping[str, tuple[tuple[float, float], ...]] | None = field(
+        spans_map,
+        "per kind, `[[start, end], ...]`: where it worked, seconds from `began_s` (absent beyond 256 intervals)",
+    )
+    began_s: float | None = field(DURATION, "when the step began, seconds since 1970 (places it beside other ranks')")
     traced: bool | None = field(FLAG, "whether the step was traced on this rank (its times include profiling's cost)")
     host: str | None = field(TEXT, "the host")
     pid: int | None = field(count(0), "the process")

@@ -11,6 +11,7 @@ A disabled config gets :data:`NULL_METER`, which does nothing.
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from profdsl.config import Metrics
@@ -57,6 +58,7 @@ class StepMeter:
         self._device: device_time.DeviceTimes | None | bool = device and config.device_time
         self.root: Root | None = None
         self._began = 0.0
+        self._began_s = 0.0
         self.timings: StepTimings | None = None
 
     @property
@@ -76,6 +78,7 @@ class StepMeter:
         if self.root is not None:
             self.close()
         self.root = root = Root(self.role, step, self._paths, self._device_times())
+        self._began_s = time.time()  # where the step sits beside other ranks' (the fleet view)
         self._began = tree.clock()
         return root
 
@@ -89,7 +92,9 @@ class StepMeter:
         nodes = close(root)
         device = None if root.device is None else _settled(root)
         ledger = _ledger(root, self._began, wall_s)
-        self.timings = from_tree(root, nodes, rank=self.rank, wall_s=wall_s, device=device, ledger=ledger)
+        self.timings = from_tree(
+            root, nodes, rank=self.rank, wall_s=wall_s, device=device, ledger=ledger, began_s=self._began_s
+        )
         return self.timings
 
     def publish(self, timings: StepTimings | None) -> None:

@@ -53,6 +53,8 @@ class MetricsLogs:
                 ledger=timings.ledger,
                 ledger_beside=timings.ledger_beside or None,
                 ledger_why=timings.ledger_why,
+                ledger_spans=timings.ledger_spans or None,
+                began_s=timings.began_s,
                 traced=traced,
                 host=plan.label.host,
                 pid=pid,
