@@ -216,3 +216,34 @@ def test_profilers_with_a_metrics_log_only_give_every_steps_ledger(tmp_path: Pat
     for group in found.metric_groups:
         if group.group == ("actor", None):
             assert group.idle_while_kind["generation"] > 0 and "update" not in group.idle_while_kind
+
+
+def test_plot_ledger_draws_every_step_of_a_metrics_log(logged: Path, tmp_path: Path) -> None:
+    """``plot --ledger`` on a folder of metrics logs only: a PNG; its bars are the ranks' mean
+    buckets per role and step, each from its source; ``--timeline`` is refused beside it."""
+    pytest.importorskip("matplotlib")
+    from profdsl.cli.ledger_plot import ledger_bars
+
+    bars = {
+        (role, step): (source, means) for role, step, source, means in ledger_bars(load_ledger(str(logged), [], []))
+    }
+    assert set(bars) == {("actor", 7), ("critic", 7), ("driver", 7)}  # step 8 has no ledger
+    source, means = bars[("actor", 7)]
+    assert source == "metrics" and means["update"] == pytest.approx(10.0) and means["outside"] == pytest.approx(120.0)
+    assert sum(means.values()) == pytest.approx(130.0)
+    out = tmp_path / "ledger.png"
+    done = subprocess.run(
+        [sys.executable, "-m", "profdsl", "plot", str(logged), "-o", str(out), "--ledger"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    refused = subprocess.run(
+        [sys.executable, "-m", "profdsl", "plot", str(logged), "-o", str(tmp_path / "t.png"), "--ledger", "--timeline"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 2 and "--timeline" in refused.stderr

@@ -195,7 +195,10 @@ class RayStepProfiler:
     With ``config.metrics.enabled`` every step starts and stops the workers (not only profiled
     steps), and ``metrics`` is the last step's :class:`~profdsl.metrics.StepSummary`: each
     rank's stage timings, gathered at stop, and per role and stage their min, mean, max and
-    slowest rank, with the driver's own (``rollout``) as role ``"driver"``.
+    slowest rank, with the driver's own (``rollout``) as role ``"driver"``; and its fleet lines
+    (``metrics.fleet``, logged at INFO): per role, the kind of work the others did while its
+    ranks sat idle longest (``actor ranks idle 92.0% of step 7 while generation ran (...)``:
+    the step ledger, docs/ledger.md).
 
     Examples:
         >>> from profdsl import ProfilerConfig
@@ -358,6 +361,8 @@ class RayStepProfiler:
         except Exception as exc:  # never into training
             once("ray-compare-ranks", logging.ERROR, "profdsl: comparing the ranks of step %s failed: %r", step, exc)
         self.metrics = summary
+        for line in summary.fleet:  # where the fleet sat idle (docs/ledger.md): said, never loud
+            logger.info("profdsl: fleet: %s", line)
         call_on_step(self._on_step, step, self.metrics.flat(), "RayStepProfiler")
 
     def _compare_ranks(self, step: int, summary: StepSummary) -> StepSummary:
