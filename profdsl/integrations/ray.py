@@ -238,6 +238,9 @@ class RayStepProfiler:
         self.clock = Profiler(clock_config, role="driver", rank=0, world_size=1, capture=False)
         self._heard: list[CaptureRequest] = []  # requests delivered here, to pass on at the next step
         self._requested: set[int] = set()  # steps requests passed on asked for
+        self._asked: set[int] = set()  # of those, the steps a person's request asked for
+        #: What each capture asked for said about who made the others wait (``_follow_up``).
+        self.follow_ups: list[str] = []
         self._alerts: list[StragglerAlert] = []  # straggler episodes begun or ended, to pass on
         self._traced = False  # whether the step going on is traced somewhere (skewed times)
         enabled = config.enable
@@ -282,7 +285,10 @@ class RayStepProfiler:
             start = request.at_step if request.at_step is not None else step
             pinned.append(attrs.evolve(request, at_step=start))
             self._requested.update(range(max(start, step), start + (request.steps or 1)))
+            if request.source != "auto":  # a person's request: its capture is no alert's follow-up
+                self._asked.update(range(max(start, step), start + (request.steps or 1)))
         self._requested = {s for s in self._requested if s >= step}
+        self._asked = {s for s in self._asked if s >= step}
         return pinned
 
     def _call(self, method: str, *args: Any, timeout: float, **kwargs: Any) -> list[Any]:
@@ -343,6 +349,7 @@ class RayStepProfiler:
             self._traced = planned or any(answer is True for answer in started)
         elif passed:
             self._heard = passed + self._heard  # not driven (no step number): the next step passes them on
+        captured = self._traced and not planned  # a capture asked for: an alert's, or a person's
         try:
             yield self
         finally:
@@ -350,6 +357,24 @@ class RayStepProfiler:
             own = self.clock.stop()
             if own is not None and number is not None:
                 self._gathered(number, own, answers)
+            if captured and number is not None:
+                self._follow_up(number)
+
+    def _follow_up(self, step: int) -> None:
+        """A capture asked for ended: what its traces say about who made the others wait
+        (``follow_ups``; logged as a warning when an alert asked for it, a worker's slow step
+        or this driver's slow rank, else at INFO). Never raises."""
+        try:
+            from profdsl.analysis.culprits import follow_up  # (the trace reader: only when needed)
+
+            lines = follow_up(self.config.save_path, step)
+        except Exception as exc:  # never into training
+            once("ray-follow-up", logging.ERROR, "profdsl: reading the capture of step %s failed: %r", step, exc)
+            return
+        level = logging.INFO if step in self._asked else logging.WARNING
+        for line in lines:
+            logger.log(level, "profdsl: follow-up: %s", line)
+        self.follow_ups += lines
 
     def _gathered(self, step: int, own: StepTimings, answers: list[Any]) -> None:
         timings = [own] + [

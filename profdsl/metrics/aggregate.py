@@ -18,7 +18,6 @@ from typing import NamedTuple, cast
 
 import attrs
 
-from profdsl.analysis.fleet import fleet, from_metrics, kind_headlines
 from profdsl.metrics.slow import StragglerAlert
 from profdsl.metrics.timings import NAMES, StepTimings
 from profdsl.metrics.tree import segment
@@ -142,6 +141,8 @@ def fleet_lines(step: int, timings: Iterable[StepTimings]) -> tuple[str, ...]:
     placed = [t for t in timings if t.step == step and t.ledger is not None and t.began_s is not None]
     if not placed:
         return ()
+    from profdsl.analysis.fleet import fleet, from_metrics, kind_headlines  # (not at `import profdsl`)
+
     origin = min(t.began_s for t in placed if t.began_s is not None)
     ranks = [
         from_metrics(
