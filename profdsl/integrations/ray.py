@@ -171,6 +171,22 @@ class WorkerCallError:
     error: str
 
 
+def _follow_up(save_path: str, step: int, *, asked: bool) -> list[str]:
+    """A capture asked for ended: what its traces say about who made the others wait, logged as
+    a warning when an alert asked for it (a worker's slow step, the driver's slow rank), at INFO
+    when a person did (``asked``). Never raises."""
+    try:
+        from profdsl.analysis.culprits import follow_up  # (the trace reader: only when needed)
+
+        lines = follow_up(save_path, step)
+    except Exception as exc:  # never into training
+        once("ray-follow-up", logging.ERROR, "profdsl: reading the capture of step %s failed: %r", step, exc)
+        return []
+    for line in lines:
+        logger.log(logging.INFO if asked else logging.WARNING, "profdsl: follow-up: %s", line)
+    return lines
+
+
 class RayStepProfiler:
     """The trainer's side: drives worker actors and rollout engines on the profiled steps.
 
@@ -358,23 +374,7 @@ class RayStepProfiler:
             if own is not None and number is not None:
                 self._gathered(number, own, answers)
             if captured and number is not None:
-                self._follow_up(number)
-
-    def _follow_up(self, step: int) -> None:
-        """A capture asked for ended: what its traces say about who made the others wait
-        (``follow_ups``; logged as a warning when an alert asked for it, a worker's slow step
-        or this driver's slow rank, else at INFO). Never raises."""
-        try:
-            from profdsl.analysis.culprits import follow_up  # (the trace reader: only when needed)
-
-            lines = follow_up(self.config.save_path, step)
-        except Exception as exc:  # never into training
-            once("ray-follow-up", logging.ERROR, "profdsl: reading the capture of step %s failed: %r", step, exc)
-            return
-        level = logging.INFO if step in self._asked else logging.WARNING
-        for line in lines:
-            logger.log(level, "profdsl: follow-up: %s", line)
-        self.follow_ups += lines
+                self.follow_ups += _follow_up(self.config.save_path, number, asked=number in self._asked)
 
     def _gathered(self, step: int, own: StepTimings, answers: list[Any]) -> None:
         timings = [own] + [
