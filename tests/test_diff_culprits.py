@@ -94,6 +94,9 @@ def test_a_captures_follow_up_names_the_culprit_or_says_why_not(tmp_path: Path) 
         "step 2's capture names the culprit, not its victims: actor update_actor: rank 2 at step 2 "
         "(0.500 ms over the median rank at most)"
     ]
+    assert follow_up(late, 2, threshold_ms=0.2, missing={3})[0].startswith(
+        "step 2's capture (no trace of rank(s) 3 written yet) names the culprit, not its victims: "
+    )
     assert follow_up(late, 2, threshold_ms=1.0)[0].startswith(
         "step 2's capture: at its collectives no rank arrived last by 1 ms over the median rank"
     )
@@ -101,3 +104,27 @@ def test_a_captures_follow_up_names_the_culprit_or_says_why_not(tmp_path: Path) 
     assert follow_up(silent, 1) == [f"step 1's capture: {NO_COLLECTIVE}"]
     assert "no trace of it is readable here" in follow_up(late, 7)[0]
     assert "no trace of it is readable here" in follow_up(tmp_path / "missing", 1)[0]
+
+
+def test_a_follow_up_waits_for_the_traced_ranks_traces(tmp_path: Path) -> None:
+    """``await_traces``: until every traced rank has a trace record of the step and they stop
+    changing; the ranks still missing when it gives up."""
+    import threading
+
+    from profdsl.analysis.culprits import await_traces
+
+    folder = _folder(tmp_path / "run", late=2)  # steps 1 and 2 of ranks 0-2 are recorded
+
+    def late_record() -> None:
+        import time
+
+        time.sleep(0.5)
+        assert append_record(folder, make_record("trace", "s2r3.pt.trace.json.gz", role="actor", step=2, rank=3))
+
+    writer = threading.Thread(target=late_record)
+    writer.start()
+    try:
+        assert await_traces(folder, 2, {0, 1, 2, 3}, timeout_s=60, settle_s=0.2) == set()
+    finally:
+        writer.join(timeout=60)
+    assert await_traces(folder, 2, {0, 5}, timeout_s=0.5, settle_s=0.1) == {5}

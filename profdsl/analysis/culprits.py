@@ -12,13 +12,23 @@ Examples:
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 
 from profdsl.analysis.catalog import FolderError, catalog
 from profdsl.analysis.collectives import Blame, blame, load_matches
+from profdsl.collect.manifest import read_records
 
-__all__ = ["DEFAULT_LATE_MS", "NO_COLLECTIVE", "NO_TRACE", "culprit_lines", "follow_up", "run_culprits"]
+__all__ = [
+    "DEFAULT_LATE_MS",
+    "NO_COLLECTIVE",
+    "NO_TRACE",
+    "await_traces",
+    "culprit_lines",
+    "follow_up",
+    "run_culprits",
+]
 
 #: A rank is named the culprit of a stage when its lateness exceeds the median rank's by this much.
 DEFAULT_LATE_MS = 10.0
@@ -49,11 +59,45 @@ def run_culprits(
     return blame(matches, threshold_us), None
 
 
-def follow_up(folder: str | os.PathLike[str], step: int, threshold_ms: float = DEFAULT_LATE_MS) -> list[str]:
+def await_traces(
+    folder: str | os.PathLike[str], step: int, ranks: Collection[int], timeout_s: float, *, settle_s: float = 1.0
+) -> set[int]:
+    """Wait until ``folder``'s manifest holds a trace record of ``step`` from each of ``ranks``
+    and its trace records of ``step`` have not changed for ``settle_s`` (a rank's other roles'
+    traces: their count is not known here), or ``timeout_s`` passed. Returns the ranks still
+    without one. Reads the manifest a few times a second; never raises."""
+    deadline = time.monotonic() + timeout_s
+    seen: tuple[tuple[int | None, str | None], ...] = ()
+    since = time.monotonic()
+    while True:
+        try:
+            found = tuple(
+                sorted(
+                    ((r.rank, r.path) for r in read_records(folder) if r.kind == "trace" and r.step == step),
+                    key=lambda item: (-1 if item[0] is None else item[0], item[1] or ""),
+                )
+            )
+        except OSError:
+            found = ()
+        if found != seen:
+            seen, since = found, time.monotonic()
+        missing = set(ranks) - {rank for rank, _ in seen if rank is not None}
+        now = time.monotonic()
+        if (not missing and seen and now - since >= settle_s) or now >= deadline:
+            return missing
+        time.sleep(0.2)
+
+
+def follow_up(
+    folder: str | os.PathLike[str], step: int, threshold_ms: float = DEFAULT_LATE_MS, missing: Collection[int] = ()
+) -> list[str]:
     """What the capture of ``step`` says about who made the others wait: one line per culprit
-    its traces name, or one line why they name none (``step 6's capture: ...``)."""
+    its traces name, or one line why they name none (``step 6's capture: ...``); ``missing``:
+    ranks that traced the step but whose traces were not written in time (said)."""
     items, why = run_culprits(folder, threshold_ms * 1000, steps={step})
     head = f"step {step}'s capture"
+    if missing:
+        head += f" (no trace of rank(s) {', '.join(map(str, sorted(missing)))} written yet)"
     if items is None and why == NO_TRACE:
         return [
             f"{head}: no trace of it is readable here ({os.fspath(folder)}); where they are, "

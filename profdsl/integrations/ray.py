@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, SupportsIndex
 
@@ -157,6 +159,18 @@ class ProfiledWorker:
             profiler.close()
 
 
+def _ranks(started: list[Any], stopped: list[Any]) -> set[int]:
+    """The ranks of the workers that said they trace the step (``start_profile``'s answers),
+    from their step timings (``stop_profile``'s)."""
+    return {
+        t.rank
+        for index, answer in enumerate(started)
+        if answer is True and index < len(stopped) and isinstance(stopped[index], list)
+        for t in stopped[index]
+        if isinstance(t, StepTimings)
+    }
+
+
 def _actor_id(handle: Any) -> Any:
     actor_id = getattr(handle, "_actor_id", None)
     return actor_id.hex() if actor_id is not None else id(handle)
@@ -171,20 +185,50 @@ class WorkerCallError:
     error: str
 
 
-def _follow_up(save_path: str, step: int, *, asked: bool) -> list[str]:
-    """A capture asked for ended: what its traces say about who made the others wait, logged as
-    a warning when an alert asked for it (a worker's slow step, the driver's slow rank), at INFO
-    when a person did (``asked``). Never raises."""
-    try:
-        from profdsl.analysis.culprits import follow_up  # (the trace reader: only when needed)
+#: How long a capture's follow-up waits for the traced ranks' traces to be written, at most (the
+#: config's ``export_timeout_s`` when shorter), and how long ``close()`` waits for follow-ups.
+FOLLOW_UP_WAIT_S, FOLLOW_UP_CLOSE_S = 300.0, 60.0
 
-        lines = follow_up(save_path, step)
-    except Exception as exc:  # never into training
-        once("ray-follow-up", logging.ERROR, "profdsl: reading the capture of step %s failed: %r", step, exc)
-        return []
-    for line in lines:
-        logger.log(logging.INFO if asked else logging.WARNING, "profdsl: follow-up: %s", line)
-    return lines
+
+class _FollowUps:
+    """The follow-up of each capture asked for (docs/ledger.md): once the traced ranks' traces of
+    the step are written (their writers export after the step), what they say about who made
+    the others wait, logged as a warning when an alert asked for the capture (a worker's slow
+    step, the driver's slow rank), at INFO when a person did. Each runs on a daemon thread:
+    training never waits for it; ``close()`` waits for them, bounded."""
+
+    def __init__(self, save_path: str, timeout_s: float) -> None:
+        self.save_path, self.timeout_s = save_path, timeout_s
+        self.lines: list[str] = []
+        self._threads: list[threading.Thread] = []
+
+    def start(self, step: int, ranks: set[int], *, asked: bool) -> None:
+        thread = threading.Thread(
+            target=self._run, args=(step, ranks, asked), name=f"profdsl-follow-up-{step}", daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
+
+    def _run(self, step: int, ranks: set[int], asked: bool) -> None:
+        try:
+            from profdsl.analysis.culprits import await_traces, follow_up  # (the trace reader: only when needed)
+
+            missing = await_traces(self.save_path, step, ranks, self.timeout_s)
+            lines = follow_up(self.save_path, step, missing=missing)
+        except Exception as exc:  # never into training
+            once("ray-follow-up", logging.ERROR, "profdsl: reading the capture of step %s failed: %r", step, exc)
+            return
+        for line in lines:
+            logger.log(logging.INFO if asked else logging.WARNING, "profdsl: follow-up: %s", line)
+        self.lines += lines
+
+    def close(self) -> None:
+        """Wait for the follow-ups still going, at most :data:`FOLLOW_UP_CLOSE_S` (a daemon thread
+        left then ends with the process)."""
+        deadline = time.monotonic() + FOLLOW_UP_CLOSE_S
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._threads = [t for t in self._threads if t.is_alive()]
 
 
 class RayStepProfiler:
@@ -255,8 +299,7 @@ class RayStepProfiler:
         self._heard: list[CaptureRequest] = []  # requests delivered here, to pass on at the next step
         self._requested: set[int] = set()  # steps requests passed on asked for
         self._asked: set[int] = set()  # of those, the steps a person's request asked for
-        #: What each capture asked for said about who made the others wait (``_follow_up``).
-        self.follow_ups: list[str] = []
+        self._follow = _FollowUps(config.save_path, min(config.torch.export_timeout_s, FOLLOW_UP_WAIT_S))
         self._alerts: list[StragglerAlert] = []  # straggler episodes begun or ended, to pass on
         self._traced = False  # whether the step going on is traced somewhere (skewed times)
         enabled = config.enable
@@ -352,6 +395,7 @@ class RayStepProfiler:
         planned = number is not None and stepping is not None and stepping.profiled
         driven = number is not None and (planned or number in self._requested or self.config.metrics.enabled)
         self._traced = planned
+        started: list[Any] = []
         if driven:  # the workers get the step as a plain int
             extra: dict[str, Any] = {}
             if passed:
@@ -374,7 +418,7 @@ class RayStepProfiler:
             if own is not None and number is not None:
                 self._gathered(number, own, answers)
             if captured and number is not None:
-                self.follow_ups += _follow_up(self.config.save_path, number, asked=number in self._asked)
+                self._follow.start(number, _ranks(started, answers), asked=number in self._asked)
 
     def _gathered(self, step: int, own: StepTimings, answers: list[Any]) -> None:
         timings = [own] + [
@@ -428,8 +472,16 @@ class RayStepProfiler:
         """``rollout_window`` over the engines, for the current step (timed as stage ``name``)."""
         return rollout_window(self.engines, replica_world_size=self.replica_world_size, profiler=self.clock, name=name)
 
+    @property
+    def follow_ups(self) -> list[str]:
+        """The follow-up lines of the captures asked for so far (docs/ledger.md): each capture's
+        culprit at collectives, or why none; complete after :meth:`close`."""
+        return self._follow.lines
+
     def close(self) -> None:
-        """Training is over: every worker closes, running a finish hook still owed."""
+        """Training is over: every worker closes, running a finish hook still owed; the
+        captures' follow-ups still going are waited for (bounded)."""
         PROCESS.inbox.unlisten(self._hear)
         self._call("finish_profile", timeout=self._stop_timeout())
         self.clock.close()
+        self._follow.close()
