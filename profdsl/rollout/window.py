@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from profdsl.config.checks import MAX_WIDE_INDEX, require_int
+from profdsl.core.kinds import GENERATION
 from profdsl.core.log import internal_error
 from profdsl.dsl.base import Annotation, registry_of, stop
 from profdsl.dsl.stage import check_binding, check_name
@@ -80,7 +81,8 @@ class rollout_window(Annotation):
     An unprofiled step, a disabled config or no started profiler touches no engine. One object
     may be entered from several threads or tasks: each entry keeps its own state. With
     ``Metrics(enabled=True)`` every entry is also timed as stage ``name`` (docs/metrics.md),
-    profiled step or not.
+    profiled step or not. Its kind of work in the step ledger is ``generation``
+    (``docs/ledger.md``), whatever its name.
 
     Args:
         engines: the replicas, in replica order.
@@ -107,6 +109,8 @@ class rollout_window(Annotation):
     """
 
     __slots__ = ("engines", "name", "replica_world_size")
+    #: Its region and timing are generation in the step ledger (``docs/ledger.md``).
+    kind = GENERATION
 
     def __init__(
         self,
@@ -167,7 +171,7 @@ class rollout_window(Annotation):
                         recorder = step.recorder
                         break
             if recorder is not None and recorder.active:
-                handle = recorder.region(self.name, top, functools.partial(_Engines, run))
+                handle = recorder.region(self.name, top, functools.partial(_Engines, run), self.kind)
                 if handle is not None:
                     return handle
         except Exception as exc:

@@ -1,0 +1,116 @@
+"""Every timed step's ledger, from the always-on metrics (``docs/ledger.md``): the step's wall
+time split into buckets that add up to it, by :func:`profdsl.core.ledger.split` (the same split
+as a traced step's).
+
+What the split needs comes from the step's tree (:mod:`profdsl.metrics.tree`): the stretches of
+time of its top-level entries (a role's outermost stages, on any thread or task; at most
+:data:`~profdsl.metrics.tree.MAX_SPANS` per step), each of its stage's kind, and ``waited``,
+the seconds profiling's captures held the step up (a discrete stage's capture start and stop,
+which happen outside the stage's own time). An entry still open when the step ends is not in
+the step's timings, and its time is not in any stage's bucket.
+
+Examples:
+    >>> from profdsl.metrics.tree import Paths, Root, child
+    >>> root = Root("actor", 1, Paths(8))
+    >>> gen, update = child(root, "generate"), child(root, "step", kind="update")
+    >>> root.stretches += [10.0, 10.5, gen, 10.25, 10.75, update]
+    >>> ledger = step_ledger(root, began=10.0, wall_s=1.0)
+    >>> {k: v for k, v in ledger.buckets_s.items() if v}, ledger.concurrent_s
+    ({'generation': 0.25, 'update': 0.5, 'outside': 0.25}, 0.25)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import cast
+
+import attrs
+
+from profdsl.core import intervals
+from profdsl.core.kinds import kind_of
+from profdsl.core.ledger import Stage, split
+from profdsl.metrics import tree
+from profdsl.metrics.tree import Node, Paths, Root
+
+__all__ = ["StepLedger", "kind_for", "step_ledger"]
+
+#: The most intervals a step's ledger places in time (``StepLedger.spans_s``); beyond, the step
+#: has its buckets but is not placed beside other ranks and roles.
+MAX_PLACED = 256
+#: Why a step has no ledger from metrics: more top-level entries than a step keeps.
+DROPPED = (
+    "{count} stretches of outermost stage entries, more than the {limit} a step keeps for its ledger: "
+    "this step has no ledger from metrics"
+)
+
+
+@attrs.frozen
+class StepLedger:
+    """One step's ledger: seconds per bucket (every kind, ``overhead``, ``outside``: they add up
+    to the step's wall time, to the nanosecond), per kind the stage time that ran beside the
+    stage its instant went to (``beside_s``, not in the sum; ``concurrent_s`` in all), and the
+    recorded profiling waits that exceeded the time outside every stage
+    (``overhead_unplaced_s``: left in the stages' time). ``spans_s``: where each kind worked,
+    per kind the union of its stages' time inside the step as ``(start, end)`` seconds from the
+    step's beginning (what places the step beside other ranks' and roles': the fleet view);
+    None beyond :data:`MAX_PLACED` intervals in all. ``buckets_s`` None: no ledger, ``why``
+    says why."""
+
+    buckets_s: Mapping[str, float] | None
+    beside_s: Mapping[str, float] = attrs.field(factory=dict)
+    overhead_unplaced_s: float = 0.0
+    why: str | None = None
+    spans_s: Mapping[str, tuple[tuple[float, float], ...]] | None = None
+
+    @property
+    def concurrent_s(self) -> float:
+        """Stage time that ran beside the stage its instant went to, in all."""
+        return sum(self.beside_s.values())
+
+
+def kind_for(paths: Paths, node: Node) -> str:
+    """``node``'s kind of work: its declared kind, else by its name (remembered per role)."""
+    key = (node.name, node.kind)
+    kind = paths.kinds.get(key)
+    if kind is None:
+        kind = paths.kinds[key] = kind_of(node.name, node.kind)
+    return kind
+
+
+def step_ledger(root: Root, *, began: float, wall_s: float) -> StepLedger:
+    """The ledger of the closed step ``root``, which began at ``began`` (on the metrics clock)
+    and lasted ``wall_s``: in integer nanoseconds from its beginning, so that the buckets add up
+    to ``round(wall_s * 1e9)`` exactly."""
+    if root.dropped:
+        count = len(root.stretches) // 3 + root.dropped
+        return StepLedger(None, why=DROPPED.format(count=count, limit=tree.MAX_SPANS))
+    paths, kept = root.paths, root.stretches
+    starts, ends, nodes = (
+        cast("list[float]", kept[::3]),
+        cast("list[float]", kept[1::3]),
+        cast("list[Node]", kept[2::3]),
+    )
+    stages = [
+        Stage(round((start - began) * 1e9), round((end - began) * 1e9), kind_for(paths, node))
+        for start, end, node in zip(starts, ends, nodes)
+    ]
+    wall = round(wall_s * 1e9)
+    ledger = split(0, wall, stages, round(root.waited * 1e9))
+    return StepLedger(
+        {bucket: ns / 1e9 for bucket, ns in ledger.buckets.items()},
+        {kind: ns / 1e9 for kind, ns in ledger.beside.items()},
+        ledger.overhead_unplaced / 1e9,
+        spans_s=_placed(stages, wall),
+    )
+
+
+def _placed(stages: list[Stage], wall: int) -> dict[str, tuple[tuple[float, float], ...]] | None:
+    """Per kind, the union of its stages' time inside ``[0, wall)`` (seconds); None beyond
+    :data:`MAX_PLACED` intervals in all."""
+    by_kind: dict[str, list[tuple[int, int]]] = {}
+    for stage in stages:
+        by_kind.setdefault(stage.kind, []).append((max(stage.start, 0), min(stage.end, wall)))
+    placed = {kind: intervals.union(spans) for kind, spans in by_kind.items()}
+    if sum(map(len, placed.values())) > MAX_PLACED:
+        return None
+    return {kind: tuple((a / 1e9, b / 1e9) for a, b in spans) for kind, spans in placed.items() if spans}
