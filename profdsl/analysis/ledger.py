@@ -13,9 +13,10 @@ What it reads, each from its one home:
   they fit in it (they are inside ``start()`` .. ``stop()``); stages that spread over more than
   the wall time cannot be placed, and that rank's step gets no ledger;
 - profiling's overhead: the ``blocked_ms`` of the step's discrete (stage) traces
-  (:mod:`profdsl.analysis.cost`): a stage's capture starts and stops inside the step. A
-  continuous step's capture starts before the step's clock and stops after it, so its
-  ``blocked_ms`` is shown beside the ledger (``overhead_outside``), not in it.
+  (:mod:`profdsl.analysis.cost`): a stage's capture starts and stops inside the step; and the
+  seconds the step waited on rollout engines' profilers, from its metrics log line
+  (``ledger_engines_s``). A continuous step's capture starts before the step's clock and stops
+  after it, so its ``blocked_ms`` is shown beside the ledger (``overhead_outside``), not in it.
 
 Steps and ranks no trace splits get their ledger from the metrics log instead (each line's
 ``ledger``, split by :mod:`profdsl.metrics.ledger` when the step ended, and where each kind
@@ -161,7 +162,15 @@ def _stages(
     return found
 
 
-def _rank(key: Key, group: Group, stages: list[Stage], wall_us: float | None, inside: int, outside: int) -> RankLedger:
+def _rank(
+    key: Key,
+    group: Group,
+    stages: list[Stage],
+    wall_us: float | None,
+    inside: int,
+    outside: int,
+    line: MetricsLine | None,
+) -> RankLedger:
     busy = intervals.union((s.start, s.end) for s in stages)
     by_kind: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for stage in stages:
@@ -180,7 +189,8 @@ def _rank(key: Key, group: Group, stages: list[Stage], wall_us: float | None, in
             f"({wall_us / 1000:.3f} ms): where the step sat among them is unknown"
         )
     else:
-        ledger = split(first, first + round(wall_us * 1000), stages, inside)
+        engines = round((line.ledger_engines_s or 0.0) * 1e9) if line is not None else 0
+        ledger = split(first, first + round(wall_us * 1000), stages, inside + engines)
     return RankLedger(key[0], key[1], key[2], group, ledger, why, busy, outside, work)
 
 
@@ -193,8 +203,9 @@ def load_ledger(folder: str, artifacts: Sequence[Artifact], skipped: list[str] |
     kinds = {id(artifact): scan.kinds for artifact, scan in scans}
     inside, outside = _overheads(artifacts)
     origin_us = math.floor(min((s.start_us for _, spans in model.spans() for s in spans), default=0.0))
+    lines = _lines(folder)
     ranks = [
-        _rank(key, group, stages, model.wall_us(*key), inside.get(key, 0), outside.get(key, 0))
+        _rank(key, group, stages, model.wall_us(*key), inside.get(key, 0), outside.get(key, 0), lines.get(key))
         for key, (group, stages) in sorted(_stages(model, kinds, origin_us).items(), key=lambda kv: _order(kv[0]))
         if stages
     ]
@@ -202,23 +213,30 @@ def load_ledger(folder: str, artifacts: Sequence[Artifact], skipped: list[str] |
     traced = {r.step for r in ranks}
     untraced = sorted({step for _, step, _ in walls if step is not None and step not in traced})
     split_here = {(r.role, r.step, r.rank) for r in ranks if r.ledger is not None}
-    metrics = _from_log(folder, split_here, origin_us)
+    metrics = _from_log(lines, split_here, origin_us)
     placed = {(r.role, r.step, r.rank) for r in metrics}
     beside = [r for r in ranks if (r.role, r.step, r.rank) not in placed and r.step in {m.step for m in metrics}]
     metric_groups, metric_spans = fleet([*metrics, *beside])
     return FolderLedger(ranks, groups, spans, untraced, origin_us, metrics, metric_groups, metric_spans)
 
 
-def _from_log(folder: str, split_here: set[Key], origin_us: float) -> list[RankLedger]:
-    """The ledgers the metrics log holds for the (role, step, rank)s no trace splits (the
-    longest wall time where several processes of one rank logged one), or why a line has none."""
+def _lines(folder: str) -> dict[Key, MetricsLine]:
+    """Per (role, step, rank), the metrics log's line that has a ledger or says why not (the
+    longest wall time where several processes of one rank logged one)."""
     best: dict[Key, MetricsLine] = {}
     for line in read_log(folder)[0]:
         key: Key = (line.role or "unknown", line.step, line.rank)
-        if (line.ledger is None and line.ledger_why is None) or line.wall_s is None or key in split_here:
+        if (line.ledger is None and line.ledger_why is None) or line.wall_s is None:
             continue
         if key not in best or line.wall_s > (best[key].wall_s or 0.0):
             best[key] = line
+    return best
+
+
+def _from_log(lines: Mapping[Key, MetricsLine], split_here: set[Key], origin_us: float) -> list[RankLedger]:
+    """The ledgers the metrics log holds for the (role, step, rank)s no trace splits, or why a
+    line has none."""
+    best = {key: line for key, line in lines.items() if key not in split_here}
     if not origin_us:
         origin_us = math.floor(min((line.began_s or 0.0 for line in best.values()), default=0.0) * 1e6)
     return [

@@ -5,9 +5,9 @@ as a traced step's).
 What the split needs comes from the step's tree (:mod:`profdsl.metrics.tree`): the stretches of
 time of its top-level entries (a role's outermost stages, on any thread or task; at most
 :data:`~profdsl.metrics.tree.MAX_SPANS` per step), each of its stage's kind, and ``waited``,
-the seconds profiling's captures held the step up (a discrete stage's capture start and stop,
-which happen outside the stage's own time). An entry still open when the step ends is not in
-the step's timings, and its time is not in any stage's bucket.
+the seconds profiling held the step up (a discrete stage's capture start and stop, a rollout
+engine's profiler start and stop: they happen outside the stage's own time). An entry still
+open when the step ends is not in the step's timings, and its time is not in any stage's bucket.
 
 Examples:
     >>> from profdsl.metrics.tree import Paths, Root, child
@@ -54,13 +54,15 @@ class StepLedger:
     per kind the union of its stages' time inside the step as ``(start, end)`` seconds from the
     step's beginning (what places the step beside other ranks' and roles': the fleet view);
     None beyond :data:`MAX_PLACED` intervals in all. ``buckets_s`` None: no ledger, ``why``
-    says why."""
+    says why. ``engines_s``: of the ``overhead``, the seconds the step waited on rollout
+    engines' profilers (``rollout_window``)."""
 
     buckets_s: Mapping[str, float] | None
     beside_s: Mapping[str, float] = attrs.field(factory=dict)
     overhead_unplaced_s: float = 0.0
     why: str | None = None
     spans_s: Mapping[str, tuple[tuple[float, float], ...]] | None = None
+    engines_s: float = 0.0
 
     @property
     def concurrent_s(self) -> float:
@@ -101,6 +103,7 @@ def step_ledger(root: Root, *, began: float, wall_s: float) -> StepLedger:
         {kind: ns / 1e9 for kind, ns in ledger.beside.items()},
         ledger.overhead_unplaced / 1e9,
         spans_s=_placed(stages, wall),
+        engines_s=root.engines,
     )
 
 

@@ -75,7 +75,8 @@ class StepTimings:
     where each kind worked (``ledger_spans``: seconds from ``began_s``, the step's beginning on
     the wall clock, seconds since 1970); None, and
     ``ledger_why`` says why, when the step has none (derived from the stages' stretches, which
-    are not kept: not compared).
+    are not kept: not compared). ``ledger_engines_s``: of its ``overhead``, the seconds the step
+    waited on rollout engines' profilers.
 
     Examples:
         >>> t = StepTimings(role="actor", rank=0, step=3, wall_s=2.0, stages={
@@ -96,6 +97,7 @@ class StepTimings:
     ledger_spans: Mapping[str, tuple[tuple[float, float], ...]] | None = attrs.field(default=None, eq=False)
     began_s: float | None = attrs.field(default=None, eq=False)
     ledger_why: str | None = attrs.field(default=None, eq=False)
+    ledger_engines_s: float | None = attrs.field(default=None, eq=False)
 
     def flat(self) -> dict[str, float]:
         """The flat mapping for a logger (``wandb.log``, TensorBoard's ``add_scalar``, MLflow's
@@ -158,4 +160,5 @@ def from_tree(
         ledger_why=None if ledger is None else ledger.why,
         ledger_spans=None if ledger is None else ledger.spans_s,
         began_s=began_s,
+        ledger_engines_s=None if ledger is None or ledger.buckets_s is None else ledger.engines_s,
     )

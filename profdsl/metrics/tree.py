@@ -131,12 +131,14 @@ class Root(Node):
 
     For its ledger: ``stretches`` (its top-level entries', :data:`Stretches`; ``spans`` of its
     top-level nodes is this list), ``dropped`` (those beyond :data:`MAX_SPANS`), ``waited``
-    (seconds its profiling captures held the step up: a discrete stage's capture start and stop).
+    (seconds profiling held the step up: a discrete stage's capture start and stop, a rollout
+    engine's profiler start and stop), of which ``engines`` the rollout engines'.
     Entries of top-level paths beyond the cap go to ``overflow_top``, nested ones to ``overflow``."""
 
     __slots__ = (
         "device",
         "dropped",
+        "engines",
         "lock",
         "overflow",
         "overflow_top",
@@ -154,15 +156,19 @@ class Root(Node):
         self.stretches: Stretches = []
         self.dropped = 0
         self.waited = 0.0
+        self.engines = 0.0
         self.overflow = Node(OVERFLOW, OVERFLOW, self, reported=False)
         self.overflow_top = Node(OVERFLOW, OVERFLOW, self, reported=False)
         self.overflow_top.spans = self.stretches
 
-    def wait(self, seconds: float) -> None:
-        """Profiling held the step up ``seconds`` (a capture's start or stop), not in any stage."""
+    def wait(self, seconds: float, engines: bool = False) -> None:
+        """Profiling held the step up ``seconds`` (a capture's start or stop; ``engines``: a
+        rollout engine's profiler start or stop), not in any stage."""
         with self.lock:
             if not self.closed:
                 self.waited += seconds
+                if engines:
+                    self.engines += seconds
 
 
 def stretch(node: Node, start: float, end: float) -> None:

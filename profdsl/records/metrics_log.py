@@ -70,6 +70,11 @@ class MetricsLine:
         spans_map,
         "per kind, `[[start, end], ...]`: where it worked, seconds from `began_s` (absent beyond 256 intervals)",
     )
+    ledger_engines_s: float | None = field(
+        DURATION,
+        "of `ledger`'s `overhead`, the seconds the step waited on rollout engines' profilers "
+        "(`rollout_window`: their start and stop, moving their traces)",
+    )
     began_s: float | None = field(DURATION, "when the step began, seconds since 1970 (places it beside other ranks')")
     traced: bool | None = field(FLAG, "whether the step was traced on this rank (its times include profiling's cost)")
     host: str | None = field(TEXT, "the host")

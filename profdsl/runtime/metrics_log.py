@@ -54,6 +54,7 @@ class MetricsLogs:
                 ledger_beside=timings.ledger_beside or None,
                 ledger_why=timings.ledger_why,
                 ledger_spans=timings.ledger_spans or None,
+                ledger_engines_s=timings.ledger_engines_s or None,
                 began_s=timings.began_s,
                 traced=traced,
                 host=plan.label.host,
