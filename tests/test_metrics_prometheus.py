@@ -318,3 +318,34 @@ def test_the_step_ledger_gauges(clock: FakeClock) -> None:
     assert not families["profdsl_step_ledger_seconds"].samples
     assert not families["profdsl_step_ledger_concurrent_seconds"].samples
     actor.close()
+
+
+def test_the_device_ledger_gauges(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With device time (a fake CUDA device, ``tests/cuda_fake.py``), the last step's device
+    split per bucket; a step without one (no stage ended in it) removes them."""
+    pytest.importorskip("torch")  # the meter looks for device time only in a process that uses torch
+    from profdsl.metrics import device
+    from profdsl.metrics.device import CudaEvents
+
+    from .cuda_fake import FakeCuda
+
+    gpu = FakeCuda(clock)
+    monkeypatch.setattr(device, "cuda_source", lambda: CudaEvents(gpu.event, gpu.synchronize))
+    actor = metered("actor", exporters=["prometheus"], port=0)
+    port = endpoint(actor).server.port
+    actor.start(1)
+    with profile_stage("update_actor"):
+        gpu.launch(2.0)
+    clock.advance(0.5)
+    with profile_stage("gen"):
+        gpu.launch(1.0)
+    actor.stop()
+    family = scrape(port)["profdsl_step_ledger_device_seconds"]
+    assert family.type == "gauge"
+    got = {s.labels["bucket"]: s.value for s in family.samples if s.labels["role"] == "actor"}
+    assert {k: v for k, v in got.items() if v} == {"update": 2.0, "generation": 1.0}
+    assert set(got) == {"generation", "inference", "update", "weight_sync", "reward", "data", "other", "outside"}
+    actor.start(2)
+    actor.stop()
+    assert not scrape(port)["profdsl_step_ledger_device_seconds"].samples
+    actor.close()

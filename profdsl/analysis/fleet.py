@@ -40,6 +40,7 @@ __all__ = [
     "Group",
     "GroupStep",
     "RankLedger",
+    "device_ns",
     "fleet",
     "from_metrics",
     "group_name",
@@ -67,7 +68,9 @@ class RankLedger:
     busy (ns, on the common clock of its folder or fleet), and per kind where it worked
     (``work``); ``overhead_outside`` (ns of continuous traces' waits); ``source``: from a trace
     or from the metrics; ``placed``: whether where it was busy is known (a trace's always is; a
-    step from the metrics without its spans is not, and is left out of its group's idle times)."""
+    step from the metrics without its spans is not, and is left out of its group's idle times);
+    ``device``: with device time on CUDA, its metrics' device split (ns per kind of work and
+    ``outside``, adding up to the device span of its stages), else None."""
 
     role: str
     step: int | None
@@ -80,6 +83,7 @@ class RankLedger:
     work: Mapping[str, intervals.Intervals] = attrs.field(factory=dict)
     source: str = FROM_TRACE
     placed: bool = True
+    device: Mapping[str, int] | None = None
 
 
 @attrs.frozen
@@ -112,11 +116,12 @@ def from_metrics(
     spans_s: Mapping[str, Sequence[tuple[float, float]]] | None = None,
     began_s: float | None = None,
     origin_s: float = 0.0,
+    device_s: Mapping[str, float] | None = None,
 ) -> RankLedger:
     """A rank's step from its always-on metrics (a metrics log line, a ``StepTimings``): its
     ledger in ns, and, when its spans and beginning are known, where it worked, in ns from
     ``origin_s`` (seconds since 1970). A step that cannot be placed has no busy time and says
-    why (it counts in its group's buckets, not its idle times)."""
+    why (it counts in its group's buckets, not its idle times). ``device_s``: its device split."""
     wall = round(wall_s * 1e9)
     buckets = {k: round(v * 1e9) for k, v in buckets_s.items()}
     for key in (*STAGE_KINDS, OVERHEAD, OUTSIDE):
@@ -139,8 +144,23 @@ def from_metrics(
         work = {kind: [(at + round(a * 1e9), at + round(b * 1e9)) for a, b in spans] for kind, spans in spans_s.items()}
     busy = intervals.union(span for spans in work.values() for span in spans)
     return RankLedger(
-        role, step, rank, (role, None), ledger, why, busy, work=work, source=FROM_METRICS, placed=why is None
+        role,
+        step,
+        rank,
+        (role, None),
+        ledger,
+        why,
+        busy,
+        work=work,
+        source=FROM_METRICS,
+        placed=why is None,
+        device=device_ns(device_s),
     )
+
+
+def device_ns(device_s: Mapping[str, float] | None) -> dict[str, int] | None:
+    """A device split in seconds (a metrics log line's ``ledger_device``) in ns."""
+    return None if device_s is None else {k: round(v * 1e9) for k, v in device_s.items()}
 
 
 def unsplit(role: str, step: int | None, rank: int | None, why: str) -> RankLedger:

@@ -16,7 +16,8 @@ What it reads, each from its one home:
   (:mod:`profdsl.analysis.cost`): a stage's capture starts and stops inside the step; and the
   seconds the step waited on rollout engines' profilers, from its metrics log line
   (``ledger_engines_s``). A continuous step's capture starts before the step's clock and stops
-  after it, so its ``blocked_ms`` is shown beside the ledger (``overhead_outside``), not in it.
+  after it, so its ``blocked_ms`` is shown beside the ledger (``overhead_outside``), not in it;
+- with device time on CUDA, the device split of its metrics log line (``ledger_device``).
 
 Steps and ranks no trace splits get their ledger from the metrics log instead (each line's
 ``ledger``, split by :mod:`profdsl.metrics.ledger` when the step ended, and where each kind
@@ -36,7 +37,16 @@ import attrs
 
 from profdsl.analysis import cost
 from profdsl.analysis.catalog import Artifact
-from profdsl.analysis.fleet import Group, GroupStep, RankLedger, fleet, from_metrics, group_name, unsplit
+from profdsl.analysis.fleet import (
+    Group,
+    GroupStep,
+    RankLedger,
+    device_ns,
+    fleet,
+    from_metrics,
+    group_name,
+    unsplit,
+)
 from profdsl.analysis.load import scan_artifacts
 from profdsl.analysis.model import StageModel
 from profdsl.analysis.walls import step_walls
@@ -111,6 +121,8 @@ def _rank_dict(rank: RankLedger) -> dict[str, Any]:
         "concurrent_ms": None if ledger is None else _ms(ledger.concurrent),
         "overhead_unplaced_ms": None if ledger is None else _ms(ledger.overhead_unplaced),
         "overhead_outside_ms": _ms(rank.overhead_outside),
+        "device_ms": None if rank.device is None else {k: _ms(v) for k, v in rank.device.items()},
+        "device_span_ms": None if rank.device is None else _ms(sum(rank.device.values())),
         "why": rank.why,
         "source": rank.source,
     }
@@ -191,7 +203,8 @@ def _rank(
     else:
         engines = round((line.ledger_engines_s or 0.0) * 1e9) if line is not None else 0
         ledger = split(first, first + round(wall_us * 1000), stages, inside + engines)
-    return RankLedger(key[0], key[1], key[2], group, ledger, why, busy, outside, work)
+    device = None if line is None or ledger is None else device_ns(line.ledger_device)
+    return RankLedger(key[0], key[1], key[2], group, ledger, why, busy, outside, work, device=device)
 
 
 def load_ledger(folder: str, artifacts: Sequence[Artifact], skipped: list[str] | None = None) -> FolderLedger:
@@ -252,6 +265,7 @@ def _from_log(lines: Mapping[Key, MetricsLine], split_here: set[Key], origin_us:
             spans_s=line.ledger_spans,
             began_s=line.began_s,
             origin_s=origin_us / 1e6,
+            device_s=line.ledger_device,
         )
         for key, line in sorted(best.items(), key=lambda kv: _order(kv[0]))
     ]

@@ -34,6 +34,12 @@ OUTSIDE_NOTE = (
     "{role} rank {rank} step {step}: profiling held the step up {ms:.3f} ms more before its start and "
     "after its end (a continuous capture's start and stop), not in its wall time"
 )
+DEVICE_TITLE = (
+    "on the device (Metrics(device_time=True): CUDA events at each stage's entry and exit, from the metrics): "
+    "per role and rank, the device span of its stages, from the first one's entry to the last one's exit (ms); "
+    "the columns after span ms add up to it, one instant to one stage as above; outside: no stage's work "
+    "(the device idle, or running work queued outside every stage)"
+)
 UNPLACED_NOTE = (
     "{role} rank {rank} step {step}: {ms:.3f} ms of profiling's recorded waits exceed the time outside its "
     "stages: they are left in the stages' time"
@@ -75,6 +81,23 @@ def _rank_rows(ranks: Sequence[RankLedger], columns: Sequence[str]) -> tuple[lis
     return rows, notes
 
 
+def _device_rows(ranks: Sequence[RankLedger]) -> list[str]:
+    """The device split of the ranks that have one: a table, or nothing."""
+    found = [r for r in ranks if r.device is not None and any(r.device.values())]
+    if not found:
+        return []
+    used = {k for r in found for k, v in (r.device or {}).items() if v and k != OUTSIDE}
+    kinds = [k for k in STAGE_KINDS if k in used] + sorted(used - set(STAGE_KINDS))
+    rows: list[list[object]] = []
+    for rank in found:
+        device = rank.device or {}
+        span = sum(device.values())
+        cells = [_ms(device.get(k, 0)) for k in [*kinds, OUTSIDE]]
+        rows.append([rank.role, rank.rank, _ms(span), *cells, f"{100 * device.get(OUTSIDE, 0) / span:.1f}%"])
+    headers = ["role", "rank", "span ms", *(f"{k} ms" for k in kinds), "outside ms", "outside %"]
+    return [DEVICE_TITLE, table(headers, rows)]
+
+
 def _fleet(step: int | None, span: int, groups: Sequence[GroupStep], what: str) -> list[str]:
     """The groups' busy and idle time over the step's ``what`` span, and what each waited for."""
     names = [group_name(g.group) for g in groups]
@@ -113,6 +136,7 @@ def _blocks(
         lines = [title]
         lines += [table(headers, rows)] if rows else ["no role's step has a ledger here:"]
         lines += notes
+        lines += _device_rows([r for r in ranks if r.step == step])
         if step in spans:
             start, end = spans[step]
             lines += _fleet(step, end - start, [g for g in groups if g.step == step], what)

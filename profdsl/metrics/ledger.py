@@ -9,6 +9,10 @@ the seconds profiling held the step up (a discrete stage's capture start and sto
 engine's profiler start and stop: they happen outside the stage's own time). An entry still
 open when the step ends is not in the step's timings, and its time is not in any stage's bucket.
 
+With device time on CUDA (``Metrics(device_time=True)``), the same split runs on the device's
+timeline (:func:`device_split`): the top-level entries' CUDA events, from the first entry's to
+the last exit's, split per kind of work and ``outside`` (device time no stage's work spans).
+
 Examples:
     >>> from profdsl.metrics.tree import Paths, Root, child
     >>> root = Root("actor", 1, Paths(8))
@@ -28,11 +32,11 @@ import attrs
 
 from profdsl.core import intervals
 from profdsl.core.kinds import kind_of
-from profdsl.core.ledger import Stage, split
+from profdsl.core.ledger import OVERHEAD, Stage, split
 from profdsl.metrics import tree
 from profdsl.metrics.tree import Node, Paths, Root
 
-__all__ = ["StepLedger", "kind_for", "step_ledger"]
+__all__ = ["StepLedger", "device_split", "kind_for", "step_ledger"]
 
 #: The most intervals a step's ledger places in time (``StepLedger.spans_s``); beyond, the step
 #: has its buckets but is not placed beside other ranks and roles.
@@ -55,7 +59,8 @@ class StepLedger:
     step's beginning (what places the step beside other ranks' and roles': the fleet view);
     None beyond :data:`MAX_PLACED` intervals in all. ``buckets_s`` None: no ledger, ``why``
     says why. ``engines_s``: of the ``overhead``, the seconds the step waited on rollout
-    engines' profilers (``rollout_window``)."""
+    engines' profilers (``rollout_window``). ``device_s``: with device time on CUDA, the device
+    span of the step's stages split (:func:`device_split`); None without."""
 
     buckets_s: Mapping[str, float] | None
     beside_s: Mapping[str, float] = attrs.field(factory=dict)
@@ -63,6 +68,7 @@ class StepLedger:
     why: str | None = None
     spans_s: Mapping[str, tuple[tuple[float, float], ...]] | None = None
     engines_s: float = 0.0
+    device_s: Mapping[str, float] | None = None
 
     @property
     def concurrent_s(self) -> float:
@@ -79,10 +85,13 @@ def kind_for(paths: Paths, node: Node) -> str:
     return kind
 
 
-def step_ledger(root: Root, *, began: float, wall_s: float) -> StepLedger:
+def step_ledger(
+    root: Root, *, began: float, wall_s: float, device: list[tuple[Node, float, float]] | None = None
+) -> StepLedger:
     """The ledger of the closed step ``root``, which began at ``began`` (on the metrics clock)
     and lasted ``wall_s``: in integer nanoseconds from its beginning, so that the buckets add up
-    to ``round(wall_s * 1e9)`` exactly."""
+    to ``round(wall_s * 1e9)`` exactly. ``device``: where its top-level entries ran on the
+    device (:class:`~profdsl.metrics.device.StepDevice`'s ``placed``), for its device split."""
     if root.dropped:
         count = len(root.stretches) // 3 + root.dropped
         return StepLedger(None, why=DROPPED.format(count=count, limit=tree.MAX_SPANS))
@@ -104,7 +113,33 @@ def step_ledger(root: Root, *, began: float, wall_s: float) -> StepLedger:
         ledger.overhead_unplaced / 1e9,
         spans_s=_placed(stages, wall),
         engines_s=root.engines,
+        device_s=None if device is None else device_split(paths, device),
     )
+
+
+def device_split(paths: Paths, placed: list[tuple[Node, float, float]]) -> dict[str, float] | None:
+    """The device span of a step's top-level entries (``(node, start, end)`` seconds on the
+    device's timeline, after any common origin), from the first one's start to the last one's
+    end, split by :func:`~profdsl.core.ledger.split`: seconds per kind of work (one instant,
+    one stage, as the wall time's), and ``outside``: the device time in the span no stage's
+    work spans. They add up to the span, in integer nanoseconds. None: no entry.
+
+    Examples:
+        >>> from profdsl.metrics.tree import Root, child
+        >>> root = Root("actor", 1, Paths(8))
+        >>> gen, update = child(root, "generate"), child(root, "update_actor")
+        >>> split_s = device_split(root.paths, [(gen, 0.0, 0.5), (update, 0.75, 1.0)])
+        >>> {k: v for k, v in split_s.items() if v}
+        {'generation': 0.5, 'update': 0.25, 'outside': 0.25}
+    """
+    if not placed:
+        return None
+    stages = []
+    for node, start_s, end_s in placed:
+        start = round(start_s * 1e9)
+        stages.append(Stage(start, max(start, round(end_s * 1e9)), kind_for(paths, node)))
+    ledger = split(min(s.start for s in stages), max(s.end for s in stages), stages)
+    return {bucket: ns / 1e9 for bucket, ns in ledger.buckets.items() if bucket != OVERHEAD}
 
 
 def _placed(stages: list[Stage], wall: int) -> dict[str, tuple[tuple[float, float], ...]] | None:

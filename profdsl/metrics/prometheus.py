@@ -29,7 +29,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -230,24 +230,40 @@ class LedgerGauges:
             ("role", *extra),
             registry=registry,
         )
+        self.device = client.Gauge(
+            "profdsl_step_ledger_device_seconds",
+            "With device time on CUDA, the last step's device span of its stages (from the first one's entry "
+            "to the last one's exit, on the device) split: seconds per kind of work, and outside (no stage's work)",
+            ("role", "bucket", *extra),
+            registry=registry,
+        )
         self._shown: dict[tuple[str, ...], set[str]] = {}  # per (role, rank): the buckets shown
+        self._device_shown: dict[tuple[str, ...], set[str]] = {}  # the same, of the device split
 
     def observe(self, role: str, extra: tuple[str, ...], timings: StepTimings) -> None:
         """One step of ``role``: its buckets; a step without a ledger removes them (an older
-        step's figures are not shown as this one's)."""
+        step's figures are not shown as this one's), and one without a device split its
+        device buckets."""
         shown = self._shown.setdefault((role, *extra), set())
-        if timings.ledger is None:
-            for bucket in shown:
-                self.seconds.remove(role, bucket, *extra)
-            if shown:
-                self.concurrent.remove(role, *extra)
-            shown.clear()
-            return
-        for bucket, seconds in timings.ledger.items():
-            label = label_value(bucket)
-            self.seconds.labels(role, label, *extra).set(seconds)
-            shown.add(label)
-        self.concurrent.labels(role, *extra).set(timings.concurrent_s or 0.0)
+        _show(self.device, self._device_shown.setdefault((role, *extra), set()), role, extra, timings.ledger_device)
+        if timings.ledger is None and shown:
+            self.concurrent.remove(role, *extra)
+        _show(self.seconds, shown, role, extra, timings.ledger)
+        if timings.ledger is not None:
+            self.concurrent.labels(role, *extra).set(timings.concurrent_s or 0.0)
+
+
+def _show(gauge: Any, shown: set[str], role: str, extra: tuple[str, ...], buckets: Mapping[str, float] | None) -> None:
+    """Set ``gauge`` per bucket of ``buckets``; None removes the buckets shown before."""
+    if buckets is None:
+        for bucket in shown:
+            gauge.remove(role, bucket, *extra)
+        shown.clear()
+        return
+    for bucket, seconds in buckets.items():
+        label = label_value(bucket)
+        gauge.labels(role, label, *extra).set(seconds)
+        shown.add(label)
 
 
 class Server:

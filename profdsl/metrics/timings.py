@@ -33,6 +33,7 @@ class _Names:
     straggler_steps: str = "timing_straggler_steps"  #: for how many consecutive steps
     ledger: str = "ledger_s"  #: the step's wall time split: seconds per bucket (a kind of work, overhead, outside)
     concurrent: str = "ledger_concurrent_s"  #: stage time beside the stage its instant went to (no path)
+    ledger_device: str = "ledger_device_s"  #: the device span of the stages split: per kind, outside (CUDA only)
 
 
 #: The flat mapping's key prefixes.
@@ -76,7 +77,9 @@ class StepTimings:
     the wall clock, seconds since 1970); None, and
     ``ledger_why`` says why, when the step has none (derived from the stages' stretches, which
     are not kept: not compared). ``ledger_engines_s``: of its ``overhead``, the seconds the step
-    waited on rollout engines' profilers.
+    waited on rollout engines' profilers. ``ledger_device``: with device time on CUDA, the
+    device span of the step's stages (from the first one's entry to the last one's exit, on the
+    device) split per kind of work and ``outside`` (no stage's work); None without.
 
     Examples:
         >>> t = StepTimings(role="actor", rank=0, step=3, wall_s=2.0, stages={
@@ -98,12 +101,14 @@ class StepTimings:
     began_s: float | None = attrs.field(default=None, eq=False)
     ledger_why: str | None = attrs.field(default=None, eq=False)
     ledger_engines_s: float | None = attrs.field(default=None, eq=False)
+    ledger_device: Mapping[str, float] | None = attrs.field(default=None, eq=False)
 
     def flat(self) -> dict[str, float]:
         """The flat mapping for a logger (``wandb.log``, TensorBoard's ``add_scalar``, MLflow's
         ``log_metrics``): per stage path its total, self, count, mean (and device) figures, the
         step's wall time, its ledger (``ledger_s/<bucket>``, ``ledger_concurrent_s``) when it
-        has one, and the overflow count when there was any."""
+        has one, its device split (``ledger_device_s/<bucket>``) when it has one, and the
+        overflow count when there was any."""
         out: dict[str, float] = {}
         for path, timing in self.stages.items():
             out[f"{NAMES.total}/{path}"] = timing.total_s
@@ -117,6 +122,9 @@ class StepTimings:
             for bucket, seconds in self.ledger.items():
                 out[f"{NAMES.ledger}/{bucket}"] = seconds
             out[NAMES.concurrent] = self.concurrent_s or 0.0
+        if self.ledger_device is not None:
+            for bucket, seconds in self.ledger_device.items():
+                out[f"{NAMES.ledger_device}/{bucket}"] = seconds
         if self.overflow:
             out[NAMES.overflow] = self.overflow
         return out
@@ -161,4 +169,5 @@ def from_tree(
         ledger_spans=None if ledger is None else ledger.spans_s,
         began_s=began_s,
         ledger_engines_s=None if ledger is None or ledger.buckets_s is None else ledger.engines_s,
+        ledger_device=None if ledger is None or ledger.buckets_s is None else ledger.device_s,
     )

@@ -75,6 +75,11 @@ class MetricsLine:
         "of `ledger`'s `overhead`, the seconds the step waited on rollout engines' profilers "
         "(`rollout_window`: their start and stop, moving their traces)",
     )
+    ledger_device: Mapping[str, float] | None = field(
+        seconds_map,
+        "with `Metrics(device_time=True)` on CUDA: the device span of the step's stages (from the first one's "
+        "entry to the last one's exit, on the device) split: seconds per kind of work and `outside` (no stage's work)",
+    )
     began_s: float | None = field(DURATION, "when the step began, seconds since 1970 (places it beside other ranks')")
     traced: bool | None = field(FLAG, "whether the step was traced on this rank (its times include profiling's cost)")
     host: str | None = field(TEXT, "the host")

@@ -91,9 +91,15 @@ class StepMeter:
         wall_s = tree.clock() - self._began
         nodes = close(root)
         device = None if root.device is None else _settled(root)
-        ledger = _ledger(root, self._began, wall_s)
+        ledger = _ledger(root, self._began, wall_s, None if device is None else device.placed)
         self.timings = from_tree(
-            root, nodes, rank=self.rank, wall_s=wall_s, device=device, ledger=ledger, began_s=self._began_s
+            root,
+            nodes,
+            rank=self.rank,
+            wall_s=wall_s,
+            device=None if device is None else device.seconds,
+            ledger=ledger,
+            began_s=self._began_s,
         )
         return self.timings
 
@@ -109,18 +115,20 @@ class StepMeter:
             close(root)
 
 
-def _ledger(root: Root, began: float, wall_s: float) -> StepLedger | None:
+def _ledger(
+    root: Root, began: float, wall_s: float, device: list[tuple[Node, float, float]] | None
+) -> StepLedger | None:
     try:
-        return step_ledger(root, began=began, wall_s=wall_s)
+        return step_ledger(root, began=began, wall_s=wall_s, device=device)
     except Exception as exc:  # never reaches the training loop: the step has no ledger
         internal_error("step ledger", exc)
         return None
 
 
-def _settled(root: Root) -> dict[Node, float] | None:
+def _settled(root: Root) -> device_time.StepDevice | None:
     assert root.device is not None
     try:
-        return root.device.settle()
+        return root.device.read_step(root)
     except Exception as exc:  # a CUDA error at step end: no device time this step
         internal_error("device time", exc)
         return None
