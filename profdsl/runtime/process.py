@@ -80,10 +80,10 @@ class Process:
         """Wait until the writer is through what the caller needs: with ``hook``, the jobs up to
         ``until`` and then the hook ``due``; at ``closing``, the jobs up to ``until`` and every
         hook not finished, whoever made it due; otherwise (the last profiled step, no hook to
-        wait for) until the jobs up to ``until`` settle (its traces: once torch's events are on
-        disk), the rest of each trace going on in the background. The traces being finished are waited
-        for up to their ``export_timeout_s``; when a hook is due and they run out of time, they
-        are given up (recorded ``incomplete``), so that the hook runs now, bounded by its
+        wait for) until the jobs up to ``until`` settle (a trace: once torch's events are on
+        disk), the rest of each trace going on in the background. The traces are waited for up
+        to their ``export_timeout_s``; when a hook is due and they run out of time, they are
+        given up (recorded ``incomplete``), so that the hook runs now, bounded by its
         ``timeout_s``. An interrupt while waiting stops the hooks (their commands killed,
         recorded ``interrupted``) and goes on."""
         writer = self.writer
