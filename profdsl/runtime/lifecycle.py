@@ -148,8 +148,9 @@ class Lifecycle:
 
     def _wait(self, outstanding: Outstanding | None, *, closing: bool) -> None:
         """Wait, bounded, for what the last profiled step (or ``close()``) left on the writer:
-        its artifacts, then the hook it made due, unless that runs in the background (then
-        ``close()`` waits for it)."""
+        its artifacts, then the hook it made due; with no hook to wait for (none, or one in the
+        background), only until its artifacts settle (its traces' events on disk), ``close()``
+        waiting for the rest."""
         if outstanding is not None:
             due = outstanding.due
             self.process.wait_for(

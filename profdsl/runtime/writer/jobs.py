@@ -44,7 +44,7 @@ class ExportJob:
     def run(self, guard: CommitGuard) -> None:
         self.started = True
         try:
-            path = finish(self.pending, commit=guard.commit, waited=guard.waited)
+            path = finish(self.pending, commit=guard.commit, waited=guard.waited, settled=guard.settle)
         except BaseException as exc:  # finish raises only what is no Exception; never here
             once("export-thread", logging.ERROR, "profdsl: finishing a trace failed: %r", exc)
             return
