@@ -12,6 +12,7 @@ show :func:`step_costs`, through :func:`headers` and :func:`cells`.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -64,7 +65,9 @@ def _add(total: float | None, value: float | None) -> float | None:
 
 
 def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
+    """``value`` to the nanosecond; None where nothing was recorded, or where a sum of recorded
+    values overflows a float (each is finite; their sum need not be)."""
+    return None if value is None or not math.isfinite(value) else round(value, 6)
 
 
 Sums = tuple[float | None, ...]
@@ -233,7 +236,7 @@ def cells(cost: StepCost, parts: bool = False) -> list[object]:
     """One row of the cost table (:data:`HEADERS`, and :data:`PART_HEADERS` with ``parts``);
     None where nothing was recorded."""
     rank = "?" if cost.max_rank is None else cost.max_rank
-    most = None if cost.max_blocked_ms is None else f"rank {rank} ({cost.max_blocked_ms:.3f} ms)"
+    most = None if _ms(cost.max_blocked_ms) is None else f"rank {rank} ({_ms(cost.max_blocked_ms)} ms)"
     row: list[object] = [cost.role, cost.step, cost.traces, _ms(cost.blocked_ms), most, _ms(cost.export_ms)]
     if parts:
         sessions = (
@@ -249,4 +252,4 @@ def note_lines(width: int = 100) -> list[str]:
 
 
 def _ms(value: float | None) -> str | None:
-    return None if value is None else f"{value:.3f}"
+    return None if value is None or not math.isfinite(value) else f"{value:.3f}"

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from profdsl.analysis.reader import MAX_TIME_US
 from profdsl.core import intervals
 from profdsl.core.kinds import STAGE_KINDS
 from profdsl.core.ledger import OUTSIDE, OVERHEAD, Ledger
@@ -46,6 +47,7 @@ __all__ = [
     "group_name",
     "headlines",
     "kind_headlines",
+    "to_ns",
     "unsplit",
 ]
 
@@ -54,6 +56,21 @@ Group = tuple[str, "int | None"]  # role, replica (None: a trainer role)
 FROM_TRACE, FROM_METRICS = "trace", "metrics"
 #: Why a step from the metrics has no place beside other ranks.
 UNPLACED = "its metrics do not say where its stages ran (an older profdsl, or more intervals than a step places)"
+#: Why a step from the metrics has no ledger when one of its times is beyond any clock.
+BEYOND = "its metrics hold a time beyond any clock (over 1e12 s, what a trace may hold): no number of it is right"
+
+
+def to_ns(value: float, ns_per_unit: float = 1e9) -> int | None:
+    """``value`` (seconds, or the unit of ``ns_per_unit``) in ns, or None beyond the times a trace
+    may hold (:data:`MAX_TIME_US`, either side of 0): a file's number no clock reads, whose ns
+    would not fit a float.
+
+    Examples:
+        >>> to_ns(0.25), to_ns(-1.5), to_ns(2.5, 1e6), to_ns(1e300), to_ns(float("nan"))
+        (250000000, -1500000000, 2500000, None, None)
+    """
+    ns = value * ns_per_unit
+    return round(ns) if abs(ns) <= MAX_TIME_US * 1e3 else None
 
 
 def group_name(group: Group) -> str:
@@ -121,15 +138,21 @@ def from_metrics(
     """A rank's step from its always-on metrics (a metrics log line, a ``StepTimings``): its
     ledger in ns, and, when its spans and beginning are known, where it worked, in ns from
     ``origin_s`` (seconds since 1970). A step that cannot be placed has no busy time and says
-    why (it counts in its group's buckets, not its idle times). ``device_s``: its device split."""
-    wall = round(wall_s * 1e9)
-    buckets = {k: round(v * 1e9) for k, v in buckets_s.items()}
+    why (it counts in its group's buckets, not its idle times). ``device_s``: its device split.
+    A step with a time beyond any clock (:func:`to_ns`) has no ledger, and says so."""
+    wall = to_ns(wall_s)
+    buckets = _all_ns(buckets_s)
+    beside = _all_ns(beside_s or {})
+    at = None if began_s is None else to_ns(began_s - origin_s)
+    ends = [to_ns(end) for spans in (spans_s or {}).values() for _, end in spans]  # starts are <= their end
+    if wall is None or buckets is None or beside is None or None in ends or (began_s is not None and at is None):
+        return unsplit(role, step, rank, BEYOND)
     for key in (*STAGE_KINDS, OVERHEAD, OUTSIDE):
         buckets.setdefault(key, 0)
     ledger = Ledger(
         wall=wall,
         buckets=buckets,
-        beside={k: round(v * 1e9) for k, v in (beside_s or {}).items()},
+        beside=beside,
         beyond=0,
         overhead_unplaced=0,
         charged=(),
@@ -137,10 +160,9 @@ def from_metrics(
     )
     work: dict[str, intervals.Intervals] = {}
     why = None
-    if spans_s is None or began_s is None:
+    if spans_s is None or at is None:
         why = UNPLACED
     else:
-        at = round((began_s - origin_s) * 1e9)
         work = {kind: [(at + round(a * 1e9), at + round(b * 1e9)) for a, b in spans] for kind, spans in spans_s.items()}
     busy = intervals.union(span for spans in work.values() for span in spans)
     return RankLedger(
@@ -159,8 +181,15 @@ def from_metrics(
 
 
 def device_ns(device_s: Mapping[str, float] | None) -> dict[str, int] | None:
-    """A device split in seconds (a metrics log line's ``ledger_device``) in ns."""
-    return None if device_s is None else {k: round(v * 1e9) for k, v in device_s.items()}
+    """A device split in seconds (a metrics log line's ``ledger_device``) in ns (None: none, or
+    one of its times is beyond any clock)."""
+    return None if device_s is None else _all_ns(device_s)
+
+
+def _all_ns(seconds: Mapping[str, float]) -> dict[str, int] | None:
+    """Each value in ns (:func:`to_ns`); None when any is beyond any clock."""
+    found = {k: to_ns(v) for k, v in seconds.items()}
+    return None if None in found.values() else {k: v for k, v in found.items() if v is not None}
 
 
 def unsplit(role: str, step: int | None, rank: int | None, why: str) -> RankLedger:

@@ -38,6 +38,7 @@ import attrs
 from profdsl.analysis import cost
 from profdsl.analysis.catalog import Artifact
 from profdsl.analysis.fleet import (
+    BEYOND,
     Group,
     GroupStep,
     RankLedger,
@@ -45,6 +46,7 @@ from profdsl.analysis.fleet import (
     fleet,
     from_metrics,
     group_name,
+    to_ns,
     unsplit,
 )
 from profdsl.analysis.load import scan_artifacts
@@ -141,13 +143,13 @@ def _group_dict(group: GroupStep) -> dict[str, Any]:
     }
 
 
-def _overheads(artifacts: Iterable[Artifact]) -> tuple[dict[Key, int], dict[Key, int]]:
+def _overheads(artifacts: Iterable[Artifact]) -> tuple[dict[Key, int | None], dict[Key, int | None]]:
     """Per (role, step, rank): profiling's recorded waits inside the step (discrete traces) and
-    outside it (continuous ones), ns."""
+    outside it (continuous ones), ns (None: beyond any clock, :func:`~profdsl.analysis.fleet.to_ns`)."""
     traces = [a for a in artifacts if a.kind == "trace"]
 
-    def waits(part: list[Artifact]) -> dict[Key, int]:
-        return {(c.role, c.step, c.rank): round((c.blocked_ms or 0.0) * 1e6) for c in cost.rank_costs(part)}
+    def waits(part: list[Artifact]) -> dict[Key, int | None]:
+        return {(c.role, c.step, c.rank): to_ns(c.blocked_ms or 0.0, 1e6) for c in cost.rank_costs(part)}
 
     return waits([a for a in traces if a.stage is not None]), waits([a for a in traces if a.stage is None])
 
@@ -179,8 +181,8 @@ def _rank(
     group: Group,
     stages: list[Stage],
     wall_us: float | None,
-    inside: int,
-    outside: int,
+    inside: int | None,
+    outside: int | None,
     line: MetricsLine | None,
 ) -> RankLedger:
     busy = intervals.union((s.start, s.end) for s in stages)
@@ -191,20 +193,23 @@ def _rank(
     first, last = min(s.start for s in stages), max(s.end for s in stages)
     why: str | None = None
     ledger: Ledger | None = None
+    wall = None if wall_us is None else to_ns(wall_us, 1e3)
+    engines = to_ns(line.ledger_engines_s or 0.0) if line is not None else 0
     if group[1] is not None:
         why = ENGINE
     elif wall_us is None:
         why = NO_WALL
-    elif last - first > round(wall_us * 1000):
+    elif wall is None or inside is None or outside is None or engines is None:
+        why = BEYOND
+    elif last - first > wall:
         why = (
             f"its stages spread over {_ms(last - first):.3f} ms, more than its wall time "
             f"({wall_us / 1000:.3f} ms): where the step sat among them is unknown"
         )
     else:
-        engines = round((line.ledger_engines_s or 0.0) * 1e9) if line is not None else 0
-        ledger = split(first, first + round(wall_us * 1000), stages, inside + engines)
+        ledger = split(first, first + wall, stages, inside + engines)
     device = None if line is None or ledger is None else device_ns(line.ledger_device)
-    return RankLedger(key[0], key[1], key[2], group, ledger, why, busy, outside, work, device=device)
+    return RankLedger(key[0], key[1], key[2], group, ledger, why, busy, outside or 0, work, device=device)
 
 
 def load_ledger(folder: str, artifacts: Sequence[Artifact], skipped: list[str] | None = None) -> FolderLedger:

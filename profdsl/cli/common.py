@@ -39,8 +39,9 @@ def skipped(command: str, reasons: Iterable[str]) -> int:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain aligned table, control characters escaped; on a terminal the last column is cut to
+    """A plain aligned table, control characters escaped (headers too); on a terminal the last column is cut to
     its width, elsewhere (a pipe, a file) every value is whole."""
+    headers = [printable(h) for h in headers]  # a column may be named by a file (a kind of work)
     cells = [[("-" if c is None else printable(str(c))) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     if sys.stdout.isatty():

@@ -14,6 +14,7 @@ from profdsl.analysis.ledger import FolderLedger, load_ledger
 from profdsl.cli.common import table
 from profdsl.core.kinds import STAGE_KINDS
 from profdsl.core.ledger import OUTSIDE, OVERHEAD
+from profdsl.core.log import printable
 
 __all__ = ["ledger_text", "run"]
 
@@ -117,8 +118,8 @@ def _fleet(step: int | None, span: int, groups: Sequence[GroupStep], what: str) 
         f"{_ms(span)} ms; busy: in a stage; idle: not; idle while X ran: idle while any rank of X was busy "
         "(mean per rank, ms)",
         table(["group", "ranks", "busy ms", "idle ms", "idle %", *(f"while {n} ran" for n in names)], rows),
-        *headlines(step, span, groups),
-        *kind_headlines(step, span, groups),
+        *map(printable, headlines(step, span, groups)),
+        *map(printable, kind_headlines(step, span, groups)),
     ]
 
 
@@ -135,7 +136,7 @@ def _blocks(
         title = "traces without a step" if step is None else f"step {step}"
         lines = [title]
         lines += [table(headers, rows)] if rows else ["no role's step has a ledger here:"]
-        lines += notes
+        lines += map(printable, notes)  # each one line: a role, a reason or a kind from the files escaped
         lines += _device_rows([r for r in ranks if r.step == step])
         if step in spans:
             start, end = spans[step]

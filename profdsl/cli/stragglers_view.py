@@ -10,6 +10,7 @@ from profdsl.analysis.catalog import Artifact
 from profdsl.analysis.collectives import Blame, blame, load_matches
 from profdsl.analysis.culprits import DEFAULT_LATE_MS
 from profdsl.cli.common import table
+from profdsl.core.log import printable
 
 __all__ = ["DEFAULT_LATE_MS", "NOTHING_TRACED", "run", "stragglers_text"]
 
@@ -28,7 +29,7 @@ NOTHING_TRACED = (
 
 def _line(item: Blame) -> str:
     late = item.late_us[item.culprit] if item.culprit is not None else 0.0
-    return (
+    return printable(
         f"step {item.step}, {item.role} {item.stage}: rank {item.culprit} arrived last at {item.culprit_last_at} "
         f"of {item.collectives} collective(s) and made the others wait {late / 1000:.3f} ms, "
         f"{item.excess_us / 1000:.3f} ms more than the median rank"
@@ -38,7 +39,7 @@ def _line(item: Blame) -> str:
 def stragglers_text(items: list[Blame], notes: list[str], late_ms: float) -> str:
     """The text view: one row per role, step and stage, then a line per culprit."""
     if not items:
-        return "\n".join([NOTHING_TRACED, *notes])
+        return "\n".join([NOTHING_TRACED, *map(printable, notes)])
     rows = [
         [
             b.role,
@@ -54,7 +55,14 @@ def stragglers_text(items: list[Blame], notes: list[str], late_ms: float) -> str
     ]
     headers = ["role", "step", "stage", "collectives", "ranks", "culprit", "excess ms", "late ms by rank"]
     culprits = [_line(b) for b in items if b.culprit is not None]
-    return "\n".join([TITLE.format(late=late_ms), table(headers, rows), *(culprits or ["no rank stands out"]), *notes])
+    return "\n".join(
+        [
+            TITLE.format(late=late_ms),
+            table(headers, rows),
+            *(culprits or ["no rank stands out"]),
+            *map(printable, notes),
+        ]
+    )
 
 
 def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> None:

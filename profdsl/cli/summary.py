@@ -8,6 +8,7 @@ import argparse
 import csv
 import io
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -231,8 +232,8 @@ def _view(
     flag = "--ledger" if args.ledger else "--stragglers"
     if args.by is not None or args.cost or args.csv or (args.ledger and args.stragglers):
         return fail(f"{flag} takes --json or prints text; not with --by, --cost, --csv or another view")
-    if not args.late_ms >= 0:
-        return fail(f"--late-ms must be a number of ms >= 0, got {args.late_ms}")
+    if not 0 <= args.late_ms < math.inf:  # also refuses NaN: inf would reach --json as Infinity
+        return fail(f"--late-ms must be a finite number of ms >= 0, got {args.late_ms}")
     return ledger_view.run if args.ledger else stragglers_view.run
 
 

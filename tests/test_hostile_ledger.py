@@ -1,0 +1,211 @@
+"""A hostile round against the newest readers: the step ledger (``summary --ledger``), the culprit
+analysis (``summary --stragglers``) and the cost table (``summary --cost``), fed files an attacker
+who can write into ``save_path`` would write. Each command must end (0 or 1, no traceback), print
+no control character from its input, write JSON without NaN or Infinity, and print a number only
+when it is right (absent otherwise)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profdsl.collect.manifest import append_record, make_record
+from profdsl.collect.metrics_log import log_name
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE_NS = 1_790_000_000_000_000_000
+HUGE = 1e300  # finite, and a valid number to the schema; its nanoseconds overflow a float
+ESC = "\x1b[2J"
+
+
+def _summary(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "profdsl", "summary", str(folder), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+
+
+def _strict_json(text: str) -> Any:
+    """``text`` parsed as strict JSON: NaN, Infinity and -Infinity refused."""
+
+    def refuse(token: str) -> Any:
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _ends_well(done: subprocess.CompletedProcess[str]) -> None:
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "\x1b" not in done.stdout + done.stderr, done.stdout
+
+
+def _log(folder: Path, *lines: dict[str, Any]) -> None:
+    with open(folder / log_name(0, "h", 1), "w") as file:
+        for line in lines:
+            file.write(json.dumps(line) + "\n")
+
+
+def _line(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "role": "actor",
+        "step": 1,
+        "rank": 0,
+        "stages": {},
+        "wall_s": 1.0,
+        "began_s": 1.79e9,
+        "ledger": {"update": 0.5, "outside": 0.5},
+        "ledger_spans": {"update": [[0.0, 0.5]]},
+    }
+    return {**base, **fields}
+
+
+def _trace(folder: Path, name: str, rank: int, events: list[tuple[str, int, float, float]], **meta: Any) -> None:
+    """A trace of ``(name, tid, ts, dur)`` complete events and its record (``meta``: the
+    metadata's and the record's role and stage, and the record's fields)."""
+    role, stage, stages = meta.pop("role", "actor"), meta.pop("stage", None), meta.pop("stages", ["update_actor"])
+    trace = {
+        "profdsl": {
+            "role": role,
+            "stage": stage,
+            "step": 1,
+            "rank": rank,
+            "world_size": 3,
+            "regions": {"stages": stages},
+        },
+        "distributedInfo": {"rank": rank, "world_size": 3},
+        "baseTimeNanoseconds": BASE_NS,
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": n, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+            for n, tid, ts, dur in events
+        ],
+    }
+    with gzip.open(folder / name, "wt") as file:
+        json.dump(trace, file)
+    record = make_record(
+        "trace",
+        name,
+        role=role,
+        stage=stage,
+        step=1,
+        rank=rank,
+        world_size=3,
+        bytes=(folder / name).stat().st_size,
+        **meta,
+    )
+    assert append_record(folder, record)
+
+
+# --- the ledger from the metrics log: numbers whose nanoseconds do not fit -------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"wall_s": HUGE, "ledger": {"update": HUGE}},
+        {"ledger": {"update": HUGE}},
+        {"ledger_beside": {"update": HUGE}},
+        {"ledger_spans": {"update": [[0.0, HUGE]]}},
+        {"ledger_device": {"update": HUGE}},
+    ],
+    ids=["wall", "bucket", "beside", "spans", "device"],
+)
+def test_a_metrics_line_with_times_beyond_any_clock_gets_no_ledger(tmp_path: Path, fields: dict[str, Any]) -> None:
+    _log(tmp_path, _line(**fields), _line(rank=1))
+    for extra in ([], ["--json"]):
+        _ends_well(done := _summary(tmp_path, "--ledger", *extra))
+    data = _strict_json(done.stdout)
+    by_rank = {r["rank"]: r for r in data["metrics"]["ranks"]}
+    assert by_rank[1]["buckets_ms"]["update"] == 500.0  # the sound line is kept
+    if "ledger_device" in fields:
+        assert by_rank[0]["device_ms"] is None and by_rank[0]["buckets_ms"]["update"] == 500.0
+    else:
+        assert by_rank[0]["buckets_ms"] is None and "beyond" in by_rank[0]["why"]
+
+
+def test_a_step_that_began_beyond_any_clock_is_not_placed(tmp_path: Path) -> None:
+    _log(tmp_path, _line(began_s=HUGE), _line(rank=1))
+    for extra in ([], ["--json"]):
+        _ends_well(done := _summary(tmp_path, "--ledger", *extra))
+    by_rank = {r["rank"]: r for r in _strict_json(done.stdout)["metrics"]["ranks"]}
+    assert by_rank[1]["buckets_ms"]["update"] == 500.0 and by_rank[0]["buckets_ms"] is None
+
+
+# --- the ledger from the traces: a wall time or a recorded wait beyond any clock ---------------------
+
+
+def _traced(folder: Path, wall_s: float, blocked_ms: float) -> None:
+    for copy in range(2):  # two records of one rank: their waits add up
+        _trace(
+            folder, f"a{copy}.pt.trace.json.gz", 0, [("update_actor", 1, 200, 400)],
+            stage="update_actor", blocked_ms=blocked_ms,
+        )  # fmt: skip
+    _log(folder, {"role": "actor", "step": 1, "rank": 0, "stages": {}, "wall_s": wall_s})
+
+
+@pytest.mark.parametrize(("wall_s", "blocked_ms"), [(HUGE, 0.1), (0.001, 1e308)], ids=["wall", "blocked"])
+def test_a_traced_step_with_times_beyond_any_clock_gets_no_ledger(
+    tmp_path: Path, wall_s: float, blocked_ms: float
+) -> None:
+    _traced(tmp_path, wall_s, blocked_ms)
+    for extra in ([], ["--json"]):
+        _ends_well(done := _summary(tmp_path, "--ledger", *extra))
+    (rank,) = _strict_json(done.stdout)["ranks"]
+    assert rank["buckets_ms"] is None and "beyond" in rank["why"]
+
+
+def test_cost_sums_that_overflow_are_absent_not_infinity(tmp_path: Path) -> None:
+    _traced(tmp_path, 0.001, 1e308)  # each finite, as the schema asks; their sum is not
+    _ends_well(done := _summary(tmp_path, "--cost", "--json"))
+    (step,) = _strict_json(done.stdout)
+    assert step["blocked_ms"] is None and step["max_blocked_ms"] is None and step["ranks"][0]["blocked_ms"] is None
+    _ends_well(text := _summary(tmp_path, "--cost"))
+    assert "inf" not in text.stdout
+
+
+# --- text from the files is escaped ---------------------------------------------------------------
+
+
+def test_ledger_text_escapes_roles_reasons_and_bucket_names(tmp_path: Path) -> None:
+    _log(
+        tmp_path,
+        _line(role=f"ac{ESC}tor\nfake line"),
+        _line(rank=1, ledger={f"up{ESC}date\nx": 0.5, "outside": 0.5}),
+        _line(rank=2, ledger=None, ledger_why=f"why{ESC}\nstep 9"),
+    )
+    done = _summary(tmp_path, "--ledger")
+    _ends_well(done)
+    assert "\\x1b[2J" in done.stdout and "\nfake line" not in done.stdout and "\nstep 9" not in done.stdout
+
+
+def test_stragglers_text_escapes_roles_stages_and_op_names(tmp_path: Path) -> None:
+    stage = f"upd{ESC}ate\nfake"
+    for rank, wait in enumerate((5, 500, 500)):
+        events = [(stage, 1, 0, 1000), ("gloo:all_reduce", 9, 10, wait)]
+        events += [(f"gloo:{ESC}x\nline" if rank == 2 else "gloo:barrier", 9, 600, 5)]
+        _trace(tmp_path, f"r{rank}.pt.trace.json.gz", rank, events, role=f"ac{ESC}tor", stages=[stage])
+    done = _summary(tmp_path, "--stragglers", "--late-ms", "0.1")
+    _ends_well(done)
+    assert "arrived last" in done.stdout and "differ at the 2nd" in done.stdout
+    assert "\nfake" not in done.stdout and "\nline" not in done.stdout
+
+
+@pytest.mark.parametrize("late", ["inf", "nan", "-1"])
+def test_late_ms_must_be_a_finite_number(tmp_path: Path, late: str) -> None:
+    for rank, wait in enumerate((5, 500, 500)):
+        _trace(
+            tmp_path,
+            f"r{rank}.pt.trace.json.gz",
+            rank,
+            [("update_actor", 1, 0, 1000), ("gloo:all_reduce", 9, 10, wait)],
+        )
+    done = _summary(tmp_path, "--stragglers", "--late-ms", late, "--json")
+    assert done.returncode == 2 and "--late-ms must be" in done.stderr and done.stdout == ""
