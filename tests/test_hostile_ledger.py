@@ -209,3 +209,31 @@ def test_late_ms_must_be_a_finite_number(tmp_path: Path, late: str) -> None:
         )
     done = _summary(tmp_path, "--stragglers", "--late-ms", late, "--json")
     assert done.returncode == 2 and "--late-ms must be" in done.stderr and done.stdout == ""
+
+
+def test_the_follow_up_lines_a_driver_logs_are_escaped(tmp_path: Path) -> None:
+    """The Ray driver logs ``follow_up``'s lines (a capture's culprit): role and stage come from the files."""
+    from profdsl.analysis.culprits import follow_up
+
+    stage = f"upd{ESC}ate\nfake"
+    for rank, wait in enumerate((5, 500, 500)):
+        _trace(
+            tmp_path, f"r{rank}.pt.trace.json.gz", rank, [(stage, 1, 0, 1000), ("gloo:all_reduce", 9, 10, wait)],
+            role=f"ac{ESC}tor", stages=[stage],
+        )  # fmt: skip
+    (line,) = follow_up(tmp_path, 1, threshold_ms=0.1)
+    assert "names the culprit" in line and "rank 0" in line
+    assert "\x1b" not in line and "\n" not in line
+
+
+def test_diff_late_ms_must_be_a_finite_number(tmp_path: Path) -> None:
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir()
+        for rank, wait in enumerate((5, 500, 500)):
+            events = [("update_actor", 1, 0, 1000), ("gloo:all_reduce", 9, 10, wait)]
+            _trace(tmp_path / run, f"r{rank}.pt.trace.json.gz", rank, events, stage="update_actor")
+    argv = [sys.executable, "-m", "profdsl", "diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]
+    done = subprocess.run([*argv, "--late-ms", "0.1"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0 and _strict_json(done.stdout)["culprits"]["a"]["blamed"], done.stderr
+    done = subprocess.run([*argv, "--late-ms", "inf"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 2 and "--late-ms must be" in done.stderr and done.stdout == ""

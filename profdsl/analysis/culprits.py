@@ -19,6 +19,7 @@ from collections.abc import Collection, Sequence
 from profdsl.analysis.catalog import FolderError, catalog
 from profdsl.analysis.collectives import Blame, blame, load_matches
 from profdsl.collect.manifest import read_records
+from profdsl.core.log import printable
 
 __all__ = [
     "DEFAULT_LATE_MS",
@@ -116,7 +117,8 @@ def follow_up(
 
 def culprit_lines(items: Sequence[Blame]) -> list[str]:
     """Per role, stage and culprit: the steps it made the others wait at, and its largest excess
-    over the median rank; ``[]`` when no rank stands out anywhere."""
+    over the median rank; ``[]`` when no rank stands out anywhere. Each line is one line, its
+    control characters escaped (:func:`~profdsl.core.log.printable`)."""
     found: dict[tuple[str, str, int], list[Blame]] = defaultdict(list)
     for item in items:
         if item.culprit is not None:
@@ -126,7 +128,9 @@ def culprit_lines(items: Sequence[Blame]) -> list[str]:
         steps = ", ".join(str(b.step) for b in sorted(blames, key=lambda b: -1 if b.step is None else b.step))
         most = max(b.excess_us for b in blames) / 1000
         plural = "s" if len(blames) > 1 else ""
-        lines.append(
-            f"{role} {stage}: rank {rank} at step{plural} {steps} ({most:.3f} ms over the median rank at most)"
+        lines.append(  # role and stage come from the files: escaped before a driver logs them
+            printable(
+                f"{role} {stage}: rank {rank} at step{plural} {steps} ({most:.3f} ms over the median rank at most)"
+            )
         )
     return lines

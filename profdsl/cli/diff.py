@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -153,8 +154,8 @@ def _culprit_text(culprits: dict[str, Any] | None, late_ms: float) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Print the diff; 0 when done (changes are no error), 1 when input was skipped, 2 for usage
     errors."""
-    if not args.late_ms >= 0:
-        return fail(f"diff: --late-ms must be a number of ms >= 0, got {args.late_ms}")
+    if not 0 <= args.late_ms < math.inf:  # also refuses NaN: inf would reach --json as Infinity
+        return fail(f"diff: --late-ms must be a finite number of ms >= 0, got {args.late_ms}")
     if args.plot is not None:
         try:
             for folder in (args.run_a, args.run_b):
