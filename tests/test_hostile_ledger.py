@@ -237,3 +237,42 @@ def test_diff_late_ms_must_be_a_finite_number(tmp_path: Path) -> None:
     assert done.returncode == 0 and _strict_json(done.stdout)["culprits"]["a"]["blamed"], done.stderr
     done = subprocess.run([*argv, "--late-ms", "inf"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 2 and "--late-ms must be" in done.stderr and done.stdout == ""
+
+
+# --- kind=: only the kinds themselves ----------------------------------------------------------------
+
+
+class _EqualsAnything:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+class _StrEqualsAnything(str):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.parametrize("kind", [_EqualsAnything(), _StrEqualsAnything("made up")], ids=["object", "str"])
+def test_a_kind_that_claims_to_equal_every_kind_is_refused(kind: object) -> None:
+    """A value equal to everything is no kind: it would become a bucket and a label of its own."""
+    from profdsl import profile_stage
+    from profdsl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="profile_stage kind must be one of"):
+        profile_stage("x", kind=kind)  # type: ignore[arg-type]
+
+
+def test_a_kind_given_as_a_str_enum_is_its_plain_name() -> None:
+    import enum
+
+    from profdsl import profile_stage
+
+    class Kind(enum.StrEnum):
+        UPDATE = "update"
+
+    stage = profile_stage("x", kind=Kind.UPDATE)  # type: ignore[arg-type]
+    assert stage.kind == "update" and type(stage.kind) is str

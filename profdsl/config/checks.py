@@ -285,10 +285,14 @@ def text(*, optional: bool = False, blank: bool = True) -> Validator:
 
 
 def require_choice(label: str, value: object, choices: Iterable[str], *, optional: bool = False) -> str:
-    """Return ``value`` if it is one of ``choices``, suggesting the closest one on a typo."""
+    """Return ``value`` if it is one of ``choices`` (as the plain string: a ``str`` subclass, an
+    enum's member, is compared and returned by its text, and a value that only claims equality
+    is refused), suggesting the closest one on a typo."""
     allowed = tuple(choices)
-    if (optional and value is None) or value in allowed:
+    if optional and value is None:
         return value  # type: ignore[return-value]
+    if isinstance(value, str) and str.__str__(value) in allowed:
+        return str.__str__(value)
     refuse(label, f"one of {', '.join(map(repr, allowed))}", value, optional=optional, tail=suggest(value, allowed))
 
 
