@@ -131,6 +131,19 @@ def test_a_metrics_line_with_times_beyond_any_clock_gets_no_ledger(tmp_path: Pat
         assert by_rank[0]["buckets_ms"] is None and "beyond" in by_rank[0]["why"]
 
 
+@pytest.mark.parametrize("buckets", [{"update": 5.0}, {"update": 0.25}, {"update": 0.5, "outside": 0.5, "other": 0.5}])
+def test_a_metrics_ledger_whose_buckets_do_not_add_up_to_its_wall_time_is_not_shown(
+    tmp_path: Path, buckets: dict[str, float]
+) -> None:
+    """The view says its columns add up to the wall time: a line whose buckets do not is not shown as a ledger."""
+    _log(tmp_path, _line(ledger=buckets), _line(rank=1, wall_s=0.3, ledger={"update": 0.1, "outside": 0.2}))
+    for extra in ([], ["--json"]):
+        _ends_well(done := _summary(tmp_path, "--ledger", *extra))
+    by_rank = {r["rank"]: r for r in _strict_json(done.stdout)["metrics"]["ranks"]}
+    assert by_rank[1]["buckets_ms"] == {**by_rank[1]["buckets_ms"], "update": 100.0, "outside": 200.0}
+    assert by_rank[0]["buckets_ms"] is None and "add up" in by_rank[0]["why"]
+
+
 def test_a_step_that_began_beyond_any_clock_is_not_placed(tmp_path: Path) -> None:
     _log(tmp_path, _line(began_s=HUGE), _line(rank=1))
     for extra in ([], ["--json"]):

@@ -58,6 +58,8 @@ FROM_TRACE, FROM_METRICS = "trace", "metrics"
 UNPLACED = "its metrics do not say where its stages ran (an older profdsl, or more intervals than a step places)"
 #: Why a step from the metrics has no ledger when one of its times is beyond any clock.
 BEYOND = "its metrics hold a time beyond any clock (over 1e12 s, what a trace may hold): no number of it is right"
+#: Why a step from the metrics has no ledger when its buckets do not add up to its wall time.
+NOT_ADDING_UP = "its metrics' buckets add up to {sum:.9f} s, not its wall time {wall:.9f} s: one of them is wrong"
 
 
 def to_ns(value: float, ns_per_unit: float = 1e9) -> int | None:
@@ -139,7 +141,8 @@ def from_metrics(
     ledger in ns, and, when its spans and beginning are known, where it worked, in ns from
     ``origin_s`` (seconds since 1970). A step that cannot be placed has no busy time and says
     why (it counts in its group's buckets, not its idle times). ``device_s``: its device split.
-    A step with a time beyond any clock (:func:`to_ns`) has no ledger, and says so."""
+    A step with a time beyond any clock (:func:`to_ns`), or whose buckets do not add up to its
+    wall time (to the ns each bucket's seconds may lose), has no ledger, and says so."""
     wall = to_ns(wall_s)
     buckets = _all_ns(buckets_s)
     beside = _all_ns(beside_s or {})
@@ -147,6 +150,8 @@ def from_metrics(
     ends = [to_ns(end) for spans in (spans_s or {}).values() for _, end in spans]  # starts are <= their end
     if wall is None or buckets is None or beside is None or None in ends or (began_s is not None and at is None):
         return unsplit(role, step, rank, BEYOND)
+    if abs(sum(buckets.values()) - wall) > len(buckets):
+        return unsplit(role, step, rank, NOT_ADDING_UP.format(sum=sum(buckets.values()) / 1e9, wall=wall / 1e9))
     for key in (*STAGE_KINDS, OVERHEAD, OUTSIDE):
         buckets.setdefault(key, 0)
     ledger = Ledger(
