@@ -289,3 +289,29 @@ def test_a_kind_given_as_a_str_enum_is_its_plain_name() -> None:
 
     stage = profile_stage("x", kind=Kind.UPDATE)  # type: ignore[arg-type]
     assert stage.kind == "update" and type(stage.kind) is str
+
+
+# --- plot --ledger ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        _line(wall_s=0.0, ledger={"update": 0.0}, ledger_spans={"update": [[0.0, 0.0]]}),
+        _line(role="$\\frac{$"),
+        _line(role=f"ac{ESC}tor"),
+    ],
+    ids=["zero wall", "math", "escape"],
+)
+def test_plot_ledger_draws_a_zero_step_and_any_role(tmp_path: Path, line: dict[str, Any]) -> None:
+    (tmp_path / "in").mkdir()
+    _log(tmp_path / "in", line)
+    done = subprocess.run(
+        [sys.executable, "-m", "profdsl", "plot", str(tmp_path / "in"), "--ledger", "-o", str(tmp_path / "l.png")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0 and (tmp_path / "l.png").stat().st_size > 0, done.stderr[-2000:]
+    assert "\x1b" not in done.stderr and "Traceback" not in done.stderr

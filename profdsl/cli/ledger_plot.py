@@ -64,6 +64,8 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    from profdsl.cli.plot import _plain  # a role from the files, drawn as it is
+
     bars = ledger_bars(found)
     if not bars:
         return None
@@ -74,7 +76,9 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     for panel, role in zip(panels, roles):
         mine = [bar for bar in bars if bar[0] == role]
         _stack(panel, mine, used)
-        panel.set_title(f"{role}: where each step's wall time went (mean over its ranks)", fontsize=9, loc="left")
+        panel.set_title(
+            f"{_plain(role)}: where each step's wall time went (mean over its ranks)", fontsize=9, loc="left"
+        )
         panel.set_ylabel("ms per step")
         for side in ("top", "right"):
             panel.spines[side].set_visible(False)
@@ -89,7 +93,7 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     top = 1 - 0.9 / figure.get_figheight()
     figure.legend(
         handles, used, loc="upper left", bbox_to_anchor=(0.01, top + 0.35 / figure.get_figheight()), fontsize=8,
-        ncol=len(used), frameon=False,
+        ncol=max(1, len(used)), frameon=False,  # none used: every step of 0 ns
     )  # fmt: skip
     figure.tight_layout(rect=(0, 0, 1, top))
     return figure
