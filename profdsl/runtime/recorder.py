@@ -193,7 +193,7 @@ class Recorder:
             current.stages.add(name)
             current.book.declare(name, kind)
             if not current.owned_here():
-                current.missed = True  # its trace may hold nothing: this record says why
+                current.traces.missed = True  # its trace may hold nothing: this record says why
                 self._missed(name, None)
         elif claim not in self._slot.claims.refused:  # a refused capture is recorded already
             self._missed(name, _elsewhere(current, claim in self._slot.claims.ended))
@@ -326,18 +326,18 @@ class Recorder:
         if session.kind == "stage":
             session.note(base, mini_batch=True)
             if batches.schedule is None:  # its end is counted by the stage's trace-size budget
-                return OwningHandle(annotator, name, None, self, finish=session.batch_recorded)
+                return OwningHandle(annotator, name, None, self, finish=session.recording.batch_recorded)
             return OwningHandle(
                 annotator, name, None, self, finish=functools.partial(_advance_outside, session, index, context, owner)
             )
-        session.mini_batch_began(recorded)
+        session.recording.mini_batch_began(recorded)
         parent = getattr(getattr(context, "key", None), "name", None)
         if isinstance(parent, str) and parent not in self._stepped_in:
             self._stepped_in.append(parent)
         if recorded:
             session.note(base, mini_batch=True)
         schedule = batches.schedule if session.capture is not None and session.capture.pausable else None
-        finish = functools.partial(session.mini_batch_ended, self.role, self.step, schedule, index, recorded)
+        finish = functools.partial(session.recording.mini_batch_ended, self.role, self.step, schedule, index, recorded)
         # A left-out mini-batch opens no region: the trace holds exactly the windows it lists.
         return OwningHandle(
             annotator if recorded else None,
@@ -345,7 +345,7 @@ class Recorder:
             None,
             self,
             finish=finish,
-            unfinish=functools.partial(session.mini_batch_withdrawn, recorded),
+            unfinish=functools.partial(session.recording.mini_batch_withdrawn, recorded),
         )
 
     def _foreign(self, base: str) -> None:
@@ -367,7 +367,7 @@ class Recorder:
         piece of an earlier entry, not an entry, at the path it sits at."""
         current = self._slot.current
         if current is not None:
-            current.continued(handle.name, _path(handle))
+            current.recording.continued(handle.name, _path(handle))
 
     def _note(self, name: str, *, mini_batch: bool, kind: str | None = None) -> None:
         current = self._slot.current
