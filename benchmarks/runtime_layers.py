@@ -33,6 +33,7 @@ FLOORS = (
     "metrics_log",
     "context",
     "handles",
+    "step_report",
     "recorder",
     "step",
     "registry",
