@@ -28,6 +28,7 @@ RUNTIME = "profdsl.runtime"
 FLOORS = (
     "writer",
     "slot",
+    "request_files",
     "inbox",
     "plan",
     "metrics_log",
