@@ -28,11 +28,13 @@ RUNTIME = "profdsl.runtime"
 FLOORS = (
     "writer",
     "slot",
+    "request_files",
     "inbox",
     "plan",
     "metrics_log",
     "context",
     "handles",
+    "step_report",
     "recorder",
     "step",
     "registry",

@@ -2,8 +2,9 @@
 ``docs/architecture.md``).
 
 A request reaches a process in one of four ways: a request file its profilers find at a step
-boundary (:meth:`Inbox.check`: one ``stat`` per check), the body of ``POST /profile`` on the
-metrics endpoint (:meth:`Inbox.from_http`, on the endpoint's thread), a Ray trainer's driver
+boundary (:meth:`Inbox.check`: one ``stat`` per check; the folders watched are
+:mod:`profdsl.runtime.request_files`), the body of ``POST /profile`` on the metrics endpoint
+(:meth:`Inbox.from_http`, on the endpoint's thread), a Ray trainer's driver
 (``ProfiledWorker.start_profile(step, requests=...)``) or the process itself (``Profiler.request``,
 an automatic capture). Each is *delivered* once (:meth:`Inbox.deliver`): a request id seen before
 is a duplicate and changes nothing, so a request is idempotent whatever carries it. Delivery
@@ -22,10 +23,11 @@ from typing import Any, Protocol
 
 import attrs
 
-from profdsl.collect.requests import RequestFolder, new_id
+from profdsl.collect.requests import new_id
 from profdsl.core.log import counted, logger, once, printable
 from profdsl.records.fields import RecordError
 from profdsl.records.requests import CaptureRequest, parse_request
+from profdsl.runtime.request_files import RequestFiles
 
 __all__ = ["MAX_SEEN", "Answer", "Inbox", "Member"]
 
@@ -78,7 +80,7 @@ class Inbox:
         self._members: list[Member] = []
         self._listeners: list[Callable[[CaptureRequest], None]] = []
         self._answers: dict[str, Answer | None] = {}  # None: being delivered
-        self._folders: dict[str, tuple[RequestFolder, threading.Lock]] = {}
+        self._files = RequestFiles()  # the request folders watched
 
     # -- who takes requests -----------------------------------------------------------------
     def subscribe(self, member: Member, *, watch: bool) -> None:
@@ -86,8 +88,8 @@ class Inbox:
         is watched (from now on: files older than this are not taken)."""
         with self._lock:
             self._members.append(member)
-            if watch and member.save_path not in self._folders:
-                self._folders[member.save_path] = (RequestFolder(member.save_path), threading.Lock())
+            if watch:
+                self._files.watch(member.save_path)
 
     def unsubscribe(self, member: Member) -> None:
         """``member`` takes no more requests."""
@@ -111,46 +113,7 @@ class Inbox:
     def check(self, save_path: str) -> None:
         """Look for new request files in ``save_path`` (one ``stat`` when nothing changed) and
         deliver them. Another thread checking the same folder is not waited for."""
-        entry = self._folders.get(save_path)
-        if entry is None:
-            return
-        folder, lock = entry
-        if not lock.acquire(blocking=False):
-            return
-        try:
-            if not folder.changed():
-                return
-            for found in folder.scan():
-                path = f"{folder.path}/{found.name}"
-                if found.request is None:
-                    counted(
-                        "request files that are no capture request",
-                        logging.WARNING,
-                        "profdsl: %s is not a capture request (%s): ignored",
-                        printable(path),
-                        printable(str(found.error)),
-                    )
-                    continue
-                made = found.request.created if found.request.created is not None else found.mtime
-                if made < folder.began:
-                    once(
-                        f"request-old:{path}",
-                        logging.INFO,
-                        "profdsl: %s was made before this process watched its folder (an earlier run's): not taken",
-                        path,
-                    )
-                    continue
-                self.deliver(attrs.evolve(found.request, source="file"))
-        except Exception as exc:  # a request must never reach the training loop as an error
-            once(
-                f"request-folder:{save_path}",
-                logging.ERROR,
-                "profdsl: reading capture requests in %s failed: %r",
-                save_path,
-                exc,
-            )
-        finally:
-            lock.release()
+        self._files.check(save_path, self.deliver)
 
     def gate(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The tokens (any one will do; none: no token needed) and the extra host names the
@@ -240,4 +203,4 @@ class Inbox:
     def clear(self) -> None:
         """Forget every member, listener, folder and request (tests; a forked child)."""
         self._lock = threading.Lock()
-        self._members, self._listeners, self._answers, self._folders = [], [], {}, {}
+        self._members, self._listeners, self._answers, self._files = [], [], {}, RequestFiles()

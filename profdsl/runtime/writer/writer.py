@@ -32,13 +32,12 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from profdsl.core.log import once
+from profdsl.runtime.writer.waits import Waits
 
 __all__ = ["Job", "CommitGuard", "Writer"]
 
 T = TypeVar("T")
 
-#: The longest a wait goes without looking for a signal delivered to another thread.
-_SLICE_S = 0.2
 #: How long a give-up waits for a commit in progress (a rename, an append) before leaving the job
 #: that makes it to finish on its own.
 COMMIT_WAIT_S = 5.0
@@ -89,17 +88,17 @@ class CommitGuard:
         self._writer, self.ticket = writer, ticket
 
     def waited(self) -> float:
-        """Seconds a caller has waited for this job (:meth:`Writer.waited`): before it settled,
+        """Seconds a caller has waited for this job (:meth:`Waits.waited`): before it settled,
         and since (a wait that went on past the settling counted once)."""
         ticket = self.ticket
         if ticket.settled is None:
-            return self._writer.waited(ticket.started)
-        return ticket.waited_before + self._writer.waited(ticket.settled)
+            return self._writer.waits.waited(ticket.started)
+        return ticket.waited_before + self._writer.waits.waited(ticket.settled)
 
     def settle(self) -> None:
         """What only this process can do for the job is done (an export: torch's events are on
         disk): a caller waiting for that (:meth:`Writer.wait_settled`) goes on."""
-        self._writer.settle(self.ticket)
+        self._writer.waits.settle(self.ticket)
 
     def commit(self, action: Callable[[], T]) -> T | None:
         """Run ``action`` (a rename, a record) unless the job was revoked; None when revoked."""
@@ -150,7 +149,7 @@ class Writer:
         self._queue: collections.deque[_Ticket] = collections.deque()
         self._running: _Ticket | None = None
         self._thread: threading.Thread | None = None
-        self._waiters: dict[int, float] = {}  # thread ident -> when it began waiting
+        self.waits = Waits(self._cond)  # the callers waiting on its jobs
 
     # -- submitting and looking ---------------------------------------------------------------
     def submit(self, job: Job) -> _Ticket:
@@ -202,13 +201,13 @@ class Writer:
     def wait(self, ticket: _Ticket | None = None, *, timeout: float) -> bool:
         """Wait until ``ticket``'s job is done (None: every job submitted so far), at most
         ``timeout`` seconds; False when the wait ran out. The wait is charged to the jobs it
-        waited for (:meth:`waited`)."""
+        waited for (:meth:`Waits.waited <profdsl.runtime.writer.waits.Waits.waited>`)."""
         target = self.tail() if ticket is None else ticket
-        return target is None or self._waiting(target.done.is_set, timeout)
+        return target is None or self.waits.until(target.done.is_set, timeout)
 
     def wait_kind(self, kind: str, *, timeout: float) -> bool:
         """Wait until no job of ``kind`` is queued or running, at most ``timeout`` seconds."""
-        return self._waiting(lambda: self.in_flight(kind) == 0, timeout)
+        return self.waits.until(lambda: self.in_flight(kind) == 0, timeout)
 
     def wait_settled(self, ticket: _Ticket, *, timeout: float) -> bool:
         """Wait until every job up to ``ticket``'s has settled (an export once torch's events are
@@ -220,57 +219,14 @@ class Writer:
                 upto = tickets[: tickets.index(ticket) + 1] if ticket in tickets else []
                 return all(e.settled is not None for e in upto)
 
-        return self._waiting(settled, timeout)
-
-    def settle(self, ticket: _Ticket) -> None:
-        """``ticket``'s job settled (:meth:`CommitGuard.settle`): the time waited for it so far
-        is kept as its own, and the callers waiting look again."""
-        with self._cond:
-            ticket.waited_before, ticket.settled = self.waited(ticket.started), time.perf_counter()
-            self._cond.notify_all()
+        return self.waits.until(settled, timeout)
 
     def wait_below(self, kind: str, limit: int, timeout: float) -> bool:
         """Wait until fewer than ``limit`` jobs of ``kind`` are in flight, at most ``timeout``
         seconds; False when the wait ran out."""
-        return self._waiting(lambda: self.in_flight(kind) < limit, timeout, charged=False)
+        return self.waits.until(lambda: self.in_flight(kind) < limit, timeout, charged=False)
 
-    @staticmethod
-    def wait_event(event: threading.Event, *, timeout: float) -> bool:
-        """Wait until ``event`` is set, at most ``timeout`` seconds, in slices."""
-        deadline = time.monotonic() + timeout
-        while not event.wait(min(_SLICE_S, max(0.0, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline:
-                return False
-        return True
-
-    def _waiting(self, done: Callable[[], bool], timeout: float, *, charged: bool = True) -> bool:
-        if done():
-            return True
-        me = threading.get_ident()
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            if charged:
-                self._waiters.setdefault(me, time.perf_counter())
-            try:
-                while not done():
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                    self._cond.wait(min(_SLICE_S, remaining))
-                return True
-            finally:
-                if charged:
-                    self._waiters.pop(me, None)
-
-    def waited(self, started: float) -> float:
-        """Seconds a caller has waited for the job that began running at ``started`` (the
-        earliest wait still going on, from when it or the job began): a job's share of the
-        training thread's blocked time."""
-        with self._cond:
-            if not self._waiters:
-                return 0.0
-            since = max(min(self._waiters.values()), started)
-        return max(0.0, time.perf_counter() - since)
+    wait_event = staticmethod(Waits.wait_event)
 
     # -- giving up ----------------------------------------------------------------------------
     def give_up(self, kinds: frozenset[str] = frozenset({"export"})) -> int:
