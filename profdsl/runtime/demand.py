@@ -2,18 +2,21 @@
 takes, and the slow steps it finds itself (``ProfilerConfig.auto``).
 
 A request is *offered* by the process's :class:`~profdsl.runtime.inbox.Inbox` on whatever
-thread carried it; the role decides at once whether it takes it (on-demand captures on, one of
-the roles asked, at most ``max_steps`` steps and ``max_requests`` requests, this rank asked, or
-this rank runs the hook for it), joins the request's finish-hook round, and notes it. At its
-next step boundary, on its own thread, the role *resolves* it into steps (``at_step`` when that
-is still to come, else the step beginning) and asks its :class:`~profdsl.core.step_plan.StepTracker`
-for them. After the request's last step (or at ``close()``), the role arrives at the round: the
-hook runs once every role that took it is done (once per completed request), in the
-background (no step waits for it; ``close()`` does).
+thread carried it, to the role's :class:`Demand`, which decides at once whether it takes it
+(on-demand captures on, one of the roles asked, at most ``max_steps`` steps and
+``max_requests`` requests, this rank asked, or this rank runs the hook for it), joins the
+request's finish-hook round, and notes it. At its next step boundary, on its own thread, its
+:class:`DemandSteps` *resolves* it into steps (``at_step`` when that is still to come, else the
+step beginning), which the role's step events ask their
+:class:`~profdsl.core.step_plan.StepTracker` for. After the request's last step (or at
+``close()``), the role arrives at the round: the hook runs once every role that took it is done
+(once per completed request), in the background (no step waits for it; ``close()`` does).
 
 A step clock (a driver's: it captures nothing and runs no hook) takes the requests meant for
 the rollout engines (``roles`` empty, or naming ``rollout``), whatever rank they name, so that
 ``rollout_window`` profiles the engines on those steps.
+
+A slow step (:class:`SlowStepRequests`) becomes a request delivered to the inbox like any other.
 """
 
 from __future__ import annotations
@@ -21,22 +24,26 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Iterable
+from typing import SupportsIndex
 
 import attrs
 
+from profdsl.collect.requests import new_id
+from profdsl.config import AutoCapture
 from profdsl.core.log import logger, once
-from profdsl.core.step_plan import StepTracker
 from profdsl.errors import ConfigError
 from profdsl.metrics.slow import SlowSteps
 from profdsl.metrics.timings import StepTimings
-from profdsl.records.requests import CaptureNote, CaptureRequest
+from profdsl.records.fields import RecordError
+from profdsl.records.requests import CaptureNote, CaptureRequest, capture_request
 from profdsl.runtime.inbox import Inbox
 from profdsl.runtime.plan import RolePlan
 from profdsl.runtime.role_capture import RoleCapture
 from profdsl.runtime.writer.hook import HookPlan
 from profdsl.runtime.writer.rounds import HookRounds
 
-__all__ = ["Demand", "ROLLOUT"]
+__all__ = ["ROLLOUT", "Demand", "DemandSteps", "SlowStepRequests", "ask"]
 
 #: The role name a request uses for the rollout engines (driven by a driver's step clock).
 ROLLOUT = "rollout"
@@ -56,36 +63,23 @@ class _Taken:
 
 
 class Demand:
-    """One role's requested and automatic captures (see the module docstring)."""
+    """The capture requests one role takes: the inbox's member, answering offers on any thread
+    (see the module docstring); what it takes waits in ``pending`` for the role's thread."""
 
-    def __init__(
-        self,
-        plan: RolePlan,
-        capture: RoleCapture,
-        tracker: StepTracker,
-        *,
-        rounds: HookRounds,
-        member: object,
-        inbox: Inbox,
-    ) -> None:
+    def __init__(self, plan: RolePlan, *, rounds: HookRounds, member: object, inbox: Inbox) -> None:
         self.role, self.save_path = plan.role, plan.save_path
         self.token, self.hosts = plan.demand.on_demand.token, plan.demand.on_demand.hosts
-        self._plan, self._capture, self._tracker = plan, capture, tracker
-        self._rounds, self._member, self._inbox = rounds, member, inbox
-        self._clock = not plan.member and plan.demand.enabled  # a driver's step clock
-        self._names = {plan.role, ROLLOUT} if self._clock else {plan.role}
+        self._plan, self._rounds, self.member, self._inbox = plan, rounds, member, inbox
+        self.clock = not plan.member and plan.demand.enabled  # a driver's step clock
+        self._names = {plan.role, ROLLOUT} if self.clock else {plan.role}
         self._lock = threading.Lock()
-        self._pending: collections.deque[_Taken] = collections.deque()
-        self._active: dict[str, _Taken] = {}
+        self.pending: collections.deque[_Taken] = collections.deque()
         self._taken = 0
-        config = plan.demand
-        self.slow = SlowSteps(config.auto) if config.auto is not None and plan.member else None
-        self._subscribed = config.enabled
-        self._watching = config.enabled and config.on_demand.enabled
+        self._subscribed = plan.demand.enabled
+        self._watching = plan.demand.enabled and plan.demand.on_demand.enabled
         if self._subscribed:
             inbox.subscribe(self, watch=self._watching)
 
-    # -- offered (any thread) ---------------------------------------------------------------
     def offer(self, request: CaptureRequest) -> str | None:
         """Take ``request`` (None) or say why not; never waits for the role's thread."""
         config, who = self._plan.demand, f"{self.role} (rank {self._plan.rank})"
@@ -97,7 +91,7 @@ class Demand:
         if (request.steps or 0) > config.on_demand.max_steps:
             return f"{who}: {request.steps} steps asked, at most {config.on_demand.max_steps} (OnDemand.max_steps)"
         try:
-            traced = self._clock or self._asked(request)
+            traced = self.clock or self._asked(request)
         except ConfigError as exc:
             return f"{who}: {exc}"
         hook = self._plan.request_hook(traced)
@@ -111,8 +105,8 @@ class Demand:
                 )
             self._taken += not auto
         if self._plan.member:
-            self._rounds.join(self.save_path, self._member, tag=request.id)
-        self._pending.append(_Taken(request, traced, hook))
+            self._rounds.join(self.save_path, self.member, tag=request.id)
+        self.pending.append(_Taken(request, traced, hook))
         return None
 
     def _asked(self, request: CaptureRequest) -> bool:
@@ -120,14 +114,33 @@ class Demand:
         plan = self._plan
         return plan.selection.asks(request.ranks, plan.topology, plan.traced)
 
-    # -- at step boundaries (the role's thread) ---------------------------------------------
-    def poll(self, step: int) -> None:
-        """Step ``step`` begins: look for request files (one ``stat``), and turn the requests
-        taken since the last boundary into steps."""
+    def check(self) -> None:
+        """Look for request files in the save_path (one ``stat``), when the role watches it."""
         if self._watching:
             self._inbox.check(self.save_path)
-        while self._pending:
-            self._resolve(self._pending.popleft(), step)
+
+    def close(self) -> None:
+        """No more requests are taken."""
+        if self._subscribed:
+            self._subscribed = self._watching = False
+            self._inbox.unsubscribe(self)
+
+
+class DemandSteps:
+    """The requests one role took, at its step boundaries (its thread): each resolved into steps,
+    noted, and arrived at its round once its last step ended (see the module docstring)."""
+
+    def __init__(self, demand: Demand, plan: RolePlan, capture: RoleCapture, *, rounds: HookRounds) -> None:
+        self.demand, self._plan, self._capture, self._rounds = demand, plan, capture, rounds
+        self._active: dict[str, _Taken] = {}
+
+    def poll(self, step: int) -> list[tuple[range, str]]:
+        """Step ``step`` begins: look for request files, and turn the requests taken since the
+        last boundary into steps; the steps to trace here, each with its request's id."""
+        self.demand.check()
+        asked: list[tuple[range, str]] = []
+        while self.demand.pending:
+            self._resolve(self.demand.pending.popleft(), step, asked)
         for taken in self._active.values():
             if (
                 taken.note is not None
@@ -135,8 +148,9 @@ class Demand:
                 and taken.note.steps[0] <= step <= taken.note.steps[1]
             ):
                 taken.began.append(step)
+        return asked
 
-    def _resolve(self, taken: _Taken, step: int) -> None:
+    def _resolve(self, taken: _Taken, step: int, asked: list[tuple[range, str]]) -> None:
         request = taken.request
         start = request.at_step if request.at_step is not None else step
         first, last = max(start, step), start + (request.steps or 1) - 1
@@ -148,7 +162,7 @@ class Demand:
                 "[profdsl rank %s] %s: capture request %s asked for steps %s-%s, which this process "
                 "has passed (it is at step %s): nothing traced",
                 self._plan.rank,
-                self.role,
+                self._plan.role,
                 request.id,
                 start,
                 last,
@@ -156,14 +170,14 @@ class Demand:
             )
             self._arrive(taken)
             return
-        if taken.traced and not self._clock and not self._capture.enable():
+        if taken.traced and not self.demand.clock and not self._capture.enable():
             taken.traced = False  # no backend (torch missing: logged once)
         covering = self._covering(taken, first, last)
         if covering is not None:  # one slow step, one capture: the rank's own and the driver's
             logger.info(
                 "[profdsl rank %s] %s: automatic capture %s of steps %s-%s is %s's: one capture, one hook run",
                 self._plan.rank,
-                self.role,
+                self._plan.role,
                 request.id,
                 first,
                 last,
@@ -174,12 +188,12 @@ class Demand:
         taken.note = request.note(first, last)
         self._active[str(request.id)] = taken
         if taken.traced:
-            self._tracker.request(range(first, last + 1), str(request.id))
-        if not self._clock:
+            asked.append((range(first, last + 1), str(request.id)))
+        if not self.demand.clock:
             logger.info(
                 "[profdsl rank %s] %s: capture request %s: %s steps %s-%s%s",
                 self._plan.rank,
-                self.role,
+                self._plan.role,
                 request.id,
                 "tracing" if taken.traced else "runs the hook after",
                 first,
@@ -218,9 +232,9 @@ class Demand:
     def finish(self) -> None:
         """Training is over: every request taken is done here (its hook runs if any of its
         steps ran); no more requests are taken."""
-        self._unsubscribe()
-        while self._pending:
-            self._arrive(self._pending.popleft())
+        self.demand.close()
+        while self.demand.pending:
+            self._arrive(self.demand.pending.popleft())
         for taken in list(self._active.values()):
             self._arrive(taken)
 
@@ -228,25 +242,43 @@ class Demand:
         self._active.pop(str(taken.request.id), None)
         if self._plan.member:
             self._rounds.arrive(
-                self.save_path,
-                self._member,
+                self._plan.save_path,
+                self.demand.member,
                 taken.hook if taken.began else None,
                 taken.began if taken.traced else (),
                 tag=taken.request.id,
                 note=taken.note,
             )
 
-    def _unsubscribe(self) -> None:
-        if self._subscribed:
-            self._subscribed = self._watching = False
-            self._inbox.unsubscribe(self)
 
-    # -- slow steps -------------------------------------------------------------------------
+class SlowStepRequests:
+    """One role's slow steps, requested (``ProfilerConfig.auto``): a step with a slow watched
+    stage asks, through the inbox, for this rank's next step."""
+
+    def __init__(self, plan: RolePlan, auto: AutoCapture, inbox: Inbox) -> None:
+        self.role, self._plan, self._inbox = plan.role, plan, inbox
+        self.slow = SlowSteps(auto)
+
     def after_step(self, timings: StepTimings | None, *, traced: bool) -> None:
         """A step's timings are out: when a watched stage was slow against this rank's earlier
-        steps, the next step of this rank is requested (``ProfilerConfig.auto``)."""
-        if self.slow is None or timings is None:
+        steps, the next step of this rank is requested (``ProfilerConfig.auto``). Never raises
+        (a failure is logged once)."""
+        if timings is None:
             return
+        try:
+            self._check(timings, traced)
+        except Exception as exc:  # a slow-step check never reaches the training loop
+            once(
+                f"auto-capture:{self.role}",
+                logging.ERROR,
+                "[profdsl rank %s] %s: checking step %s for slow stages failed: %r",
+                self._plan.rank,
+                self.role,
+                timings.step,
+                exc,
+            )
+
+    def _check(self, timings: StepTimings, traced: bool) -> None:
         found = self.slow.observe(timings.step, {p: t.total_s for p, t in timings.stages.items()}, traced=traced)
         if found is None:
             return
@@ -274,3 +306,28 @@ class Demand:
                 step,
                 "; ".join(answer.why) or answer.status,
             )
+
+
+def ask(
+    inbox: Inbox,
+    steps: SupportsIndex,
+    *,
+    ranks: Iterable[SupportsIndex] | str | None,
+    roles: Iterable[str] | None,
+    at_step: SupportsIndex | None,
+    reason: str | None,
+    who: RolePlan,
+) -> str | None:
+    """``Profiler.request``: a capture request made through the API, delivered to this
+    process's ``inbox``; its id, or None when it is malformed (logged as ``who``'s). Never raises."""
+    try:
+        request = capture_request(
+            steps, ranks=ranks, roles=roles, at_step=at_step, reason=reason, source="api", request_id=new_id("api")
+        )
+    except RecordError as exc:
+        logger.warning(
+            "[profdsl rank %s] %s: request(...) is no capture request (%s): ignored", who.rank, who.role, exc
+        )
+        return None
+    inbox.deliver(request)
+    return request.id

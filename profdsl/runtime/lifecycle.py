@@ -15,29 +15,35 @@ and ignored, never raised into training.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple, SupportsIndex
 
 import attrs
 
+from profdsl.config.checks import to_index
 from profdsl.core.log import logger, once
+from profdsl.errors import ConfigError
+from profdsl.runtime.meter import make_meter
+from profdsl.runtime.role_capture import RoleCapture
 from profdsl.runtime.step import StepContext
+from profdsl.runtime.step_events import StepEvents
 from profdsl.runtime.writer.jobs import traces_into
 
 if TYPE_CHECKING:
     from profdsl.config import ProfilerConfig
+    from profdsl.metrics.exporters import OnStep
     from profdsl.metrics.timings import StepTimings
-    from profdsl.runtime.meter import NullMeter, StepMeter
     from profdsl.runtime.plan import RolePlan
     from profdsl.runtime.process import Process
-    from profdsl.runtime.role_capture import RoleCapture
     from profdsl.runtime.step import Closable
-    from profdsl.runtime.step_events import Outstanding, StepEvents
+    from profdsl.runtime.step_events import Outstanding
 
-__all__ = ["TABLE", "Call", "Lifecycle", "Phase", "State", "Where"]
+__all__ = ["TABLE", "TURN_WAIT_S", "Call", "Lifecycle", "Phase", "State", "Turns", "Where"]
 
 
 class State(enum.Enum):
@@ -114,7 +120,9 @@ class Boundary(NamedTuple):
 
 class Lifecycle:
     """One role's lifecycle in one process: ``where`` it is, the step registered where the DSL
-    finds it (``step``), and the parts each boundary drives."""
+    finds it (``step``), the calls' ``turns``, and the parts each boundary drives, built here
+    from the plan: ``capture``, ``steps`` and ``meter`` (``device``: whether it times device
+    work). ``config`` is only handed to each step (``rollout_window`` reads it)."""
 
     def __init__(
         self,
@@ -123,14 +131,33 @@ class Lifecycle:
         config: ProfilerConfig,
         plan: RolePlan,
         process: Process,
-        capture: RoleCapture,
-        steps: StepEvents,
-        meter: StepMeter | NullMeter,
+        on_step: OnStep | None = None,
+        device: bool = True,
     ) -> None:
         self.owner, self.config, self.plan, self.process = owner, config, plan, process
-        self.capture, self.steps, self.meter = capture, steps, meter
+        self.turns = Turns()
+        self.capture = RoleCapture(plan, process.slot)
+        self.steps = StepEvents(
+            plan, self.capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
+        )
+        self.meter = make_meter(
+            plan.metrics, plan.role, plan.rank, plan.local_rank, on_step, device=device, servers=process.servers
+        )
         self.where = Where()
         self.step: StepContext | None = None  # the step open, while it has anything on
+
+    def call(self, call: Call, asked: SupportsIndex | None = None) -> StepTimings | None:
+        """The loop's ``call`` (``asked``: ``start``'s argument), in its turn (nothing in a forked
+        child): ``start(S)`` while step S is open is its own column; the timings of a step it
+        ended, if any."""
+        if self.turns.inherited:
+            return None
+        with self.turns.turn(self.plan):
+            number = None
+            if call is Call.START and self.where.phase is not Phase.CLOSED:
+                number = _step_number(self, asked)
+                call = Call.START_OPEN if number is not None and number == self.where.step else call
+            return self.run(call, asked, number)
 
     def run(self, call: Call, asked: SupportsIndex | None = None, number: int | None = None) -> StepTimings | None:
         """Carry out ``call`` from where the profiler is (``asked``: ``start``'s argument,
@@ -140,22 +167,12 @@ class Lifecycle:
             if isinstance(action, Boundary):
                 with self.process.signals.deferred():  # a signal meanwhile: delivered once it is crossed
                     outstanding, what = action.cross(self, number)
-                self._wait(outstanding, closing=action.closing)
+                if outstanding is not None:  # bounded: docs/architecture.md, "What a caller waits for"
+                    outstanding.wait(self.process, closing=action.closing)
                 ended = action.after(self, what)
             else:
                 action(self, asked, number)
         return ended
-
-    def _wait(self, outstanding: Outstanding | None, *, closing: bool) -> None:
-        """Wait, bounded, for what the last profiled step (or ``close()``) left on the writer:
-        its artifacts, then the hook it made due; with no hook to wait for (none, or one in the
-        background), only until its artifacts settle (its traces' events on disk), ``close()``
-        waiting for the rest."""
-        if outstanding is not None:
-            due = outstanding.due
-            self.process.wait_for(
-                outstanding.until, due, hook=due is not None and (closing or not due.job.background), closing=closing
-            )
 
     def _begin(self, number: int | None) -> tuple[Outstanding | None, Ended | None]:
         """Step ``number`` begins (None: a step with no number, never profiled). What is
@@ -173,7 +190,7 @@ class Lifecycle:
         self.where = Where(self.where.state, number, True)
         recorder = None
         if self.capture.selected and self.steps.tracker.is_open:
-            self.where = Where(State.ARMED if self.config.discrete else State.RECORDING, number, True)
+            self.where = Where(State.ARMED if self.plan.capture.discrete else State.RECORDING, number, True)
             recorder = self.capture.open(number, self.steps.claim, self.steps.note)
         root = self.meter.begin(number)
         if profiled or recorder is not None or root is not None:
@@ -213,20 +230,9 @@ class Lifecycle:
         self.meter.publish(timings)
         if timings is None:
             return None
-        if self.config.metrics.log:
+        if self.plan.metrics.log:
             self.process.logs.write(self.plan, timings, traced=traced)
-        try:
-            self.steps.demand.after_step(timings, traced=traced)
-        except Exception as exc:  # a slow-step check never reaches the training loop
-            once(
-                f"auto-capture:{self.plan.role}",
-                logging.ERROR,
-                "[profdsl rank %s] %s: checking step %s for slow stages failed: %r",
-                self.plan.rank,
-                self.plan.role,
-                timings.step,
-                exc,
-            )
+        self.steps.timed(timings, traced=traced)
         return timings
 
     def _finish(self, number: int | None) -> tuple[Outstanding | None, Ended | None]:
@@ -260,6 +266,63 @@ class Lifecycle:
         return None
 
     def _nothing(self, ended: Ended | None) -> None:
+        return None
+
+
+#: How long a call waits for another thread's call on the same profiler before going on anyway
+#: (a thread stuck inside one must not hang the others, or the exit).
+TURN_WAIT_S = 60.0
+
+
+class Turns:
+    """A profiler's calls, one at a time when several threads make them (bounded:
+    :data:`TURN_WAIT_S`; re-entrant: a signal handler on the main thread may call ``close()``
+    inside one of them), and none in a forked child: it inherits the profiler but no duty (the
+    parent profiles, stops and owes the hook)."""
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.RLock()
+
+    @property
+    def inherited(self) -> bool:
+        """Whether this is a forked child's copy."""
+        return os.getpid() != self._pid
+
+    @contextlib.contextmanager
+    def turn(self, plan: RolePlan) -> Iterator[None]:
+        """This call's turn (``plan``: whose, for the log)."""
+        mine = self._lock.acquire(timeout=TURN_WAIT_S)
+        if not mine:
+            once(
+                f"turn:{id(self)}",
+                logging.ERROR,
+                "[profdsl rank %s] %s: another thread's call on this "
+                "Profiler has not returned for %gs; going on without waiting for it",
+                plan.rank,
+                plan.role,
+                TURN_WAIT_S,
+            )
+        try:
+            yield
+        finally:
+            if mine:
+                self._lock.release()
+
+
+def _step_number(lifecycle: Lifecycle, step: SupportsIndex | None) -> int | None:
+    """``step`` as a plain int, or None (logged once per profiler) when it is no step number."""
+    try:
+        return to_index("step", step)
+    except ConfigError as exc:
+        once(
+            f"step-number:{id(lifecycle.owner)}",
+            logging.WARNING,
+            "[profdsl rank %s] %s: not a step number (%s): such a step is not profiled",
+            lifecycle.plan.rank,
+            lifecycle.plan.role,
+            exc,
+        )
         return None
 
 

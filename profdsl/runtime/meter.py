@@ -15,7 +15,6 @@ import time
 from typing import TYPE_CHECKING
 
 from profdsl.config import Metrics
-from profdsl.core.discovery import discover_rank
 from profdsl.core.log import internal_error
 from profdsl.metrics import device as device_time
 from profdsl.metrics import tree
@@ -46,14 +45,13 @@ class StepMeter:
         *,
         role: str,
         rank: int,
-        world_size: int,
+        local_rank: int,
         on_step: OnStep | None = None,
         device: bool = True,
         servers: Servers,
     ) -> None:
         self.config, self.role, self.rank, self.on_step = config, role, rank, on_step
         self._paths = Paths(config.max_stages, config.stages)
-        local_rank = discover_rank(rank, world_size).local_rank
         self.exporters: list[Exporter] = make_exporters(config, role=role, local_rank=local_rank, servers=servers)
         self._device: device_time.DeviceTimes | None | bool = device and config.device_time
         self.root: Root | None = None
@@ -167,18 +165,19 @@ def make_meter(
     config: Metrics,
     role: str,
     rank: int,
-    world_size: int,
+    local_rank: int,
     on_step: OnStep | None = None,
     *,
     device: bool = True,
     servers: Servers,
 ) -> StepMeter | NullMeter:
-    """A :class:`StepMeter` when ``config.enabled``, else :data:`NULL_METER` (``servers``: the
-    process's Prometheus endpoints)."""
+    """A :class:`StepMeter` when ``config.enabled``, else :data:`NULL_METER` (``local_rank``: the
+    process's rank on its node, for the Prometheus port; ``servers``: the process's Prometheus
+    endpoints)."""
     if not config.enabled:
         return NULL_METER
     return StepMeter(
-        config, role=role, rank=rank, world_size=world_size, on_step=on_step, device=device, servers=servers
+        config, role=role, rank=rank, local_rank=local_rank, on_step=on_step, device=device, servers=servers
     )
 
 

@@ -18,7 +18,7 @@ from profdsl.collect.export import ExportPolicy, TraceLabel
 from profdsl.config import AutoCapture, Metrics, OnDemand, ProfilerConfig, TorchOptions
 from profdsl.config.checks import text_without_nul
 from profdsl.core.decide import decide
-from profdsl.core.discovery import discover_world
+from profdsl.core.discovery import discover_local_rank, discover_world
 from profdsl.core.parallel_discovery import process_topology
 from profdsl.core.selection import Selection
 from profdsl.core.step_plan import StepPlan
@@ -73,6 +73,8 @@ class RolePlan:
         demand: which capture requests it takes.
         metrics: the always-on metrics options.
         topology: this process's rank, world size and parallel coordinates.
+        local_rank: this process's rank on its node (``LOCAL_RANK``, else ``rank``; read only
+            when metrics are on): its metrics endpoint's port is ``Metrics.port`` plus it.
         traced: whether this role captures anything here (enabled, its rank selected, a
             capturing profiler).
         member: whether it takes part in its save_path's finish-hook round (enabled and
@@ -91,6 +93,7 @@ class RolePlan:
     demand: DemandSpec
     metrics: Metrics
     topology: Topology
+    local_rank: int
     traced: bool
     member: bool
     hook: HookPlan | None
@@ -137,8 +140,11 @@ def resolve(
     text_without_nul("Profiler role", role, blank=False)
     rank, world_size = discover_world(rank, world_size)
     topology = process_topology(rank, world_size, parallel, select=config.select)
-    decided = decide(config, topology, capture=capture)
+    local_rank = topology.local_rank
+    if local_rank is None and config.metrics.enabled:  # read only when needed (the metrics port)
+        local_rank = discover_local_rank()
     host = socket.gethostname()
+    hook_plan = _hook_plan(config, role, topology, host) if config.finish_hook.cmd else None
     hashed = config.to_mapping()
     hashed.get("on_demand", {}).pop("token", None)  # a secret: not even hashed into traces
     config_hash = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
@@ -155,7 +161,8 @@ def resolve(
         export=ExportPolicy.of(config.torch),
         parallel=topology.parallel,
     )
-    hook_plan = _hook_plan(config, role, topology, host) if decided.member and config.finish_hook.cmd else None
+    decided = decide(config, topology, capture=capture)
+    hook_plan = hook_plan if decided.member else None
     return RolePlan(
         role=role,
         save_path=config.save_path,
@@ -163,6 +170,7 @@ def resolve(
         demand=DemandSpec(enabled=config.enable, on_demand=config.on_demand, auto=config.auto),
         metrics=config.metrics,
         topology=topology,
+        local_rank=rank if local_rank is None else local_rank,
         traced=decided.traced,
         member=decided.member,
         hook=hook_plan if decided.runs_hook else None,

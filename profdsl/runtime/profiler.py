@@ -14,26 +14,16 @@ docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
-import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
-from profdsl.collect.requests import new_id
 from profdsl.config import ProfilerConfig
-from profdsl.config.checks import to_index
-from profdsl.core.log import logger, once
-from profdsl.errors import ConfigError
-from profdsl.records.fields import RecordError
-from profdsl.records.requests import capture_request
-from profdsl.runtime.lifecycle import Call, Lifecycle, Phase, State
-from profdsl.runtime.meter import make_meter
+from profdsl.core.log import logger
+from profdsl.runtime.demand import ask
+from profdsl.runtime.lifecycle import Call, Lifecycle, State
 from profdsl.runtime.plan import resolve
 from profdsl.runtime.process import PROCESS, Process
 from profdsl.runtime.recorder import NullRecorder, Recorder
-from profdsl.runtime.role_capture import RoleCapture
-from profdsl.runtime.step_events import StepEvents
 
 if TYPE_CHECKING:
     from profdsl.metrics.exporters import OnStep
@@ -93,28 +83,11 @@ class Profiler:
         )
         self.config, self.role, self.rank, self.world_size = config, role, plan.rank, plan.world_size
         self.topology = plan.topology
-        self._capture = RoleCapture(plan, process.slot)
-        self._pid = os.getpid()  # a forked child inherits this object, but no duty: see _inherited
-        # start/stop/close of one profiler from several threads at once take turns (re-entrant:
-        # a signal handler on the main thread may call close() inside one of them)
-        self._lock = threading.RLock()
-        self.meter = make_meter(
-            config.metrics, role, self.rank, self.world_size, on_step, device=capture, servers=process.servers
-        )
-        steps = StepEvents(
-            plan, self._capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
-        )
-        self._lifecycle = Lifecycle(
-            self, config=config, plan=plan, process=process, capture=self._capture, steps=steps, meter=self.meter
-        )
+        self._lifecycle = Lifecycle(self, config=config, plan=plan, process=process, on_step=on_step, device=capture)
+        self._capture, self.meter = self._lifecycle.capture, self._lifecycle.meter
         if plan.member:
             _supersede(self)
         process.live.add(self)
-
-    def _inherited(self) -> bool:
-        """Whether this is a forked child's copy: it profiles nothing, stops nothing, owes no
-        hook (the parent does all of that)."""
-        return os.getpid() != self._pid
 
     @property
     def selected(self) -> bool:
@@ -158,26 +131,14 @@ class Profiler:
         ``step`` is any integer, plain or not (``numpy.int64``, a 0-d integer tensor). Anything
         else (``-1``, ``True``, ``1.5``, ``"3"``) is logged once and begins a step that is not
         profiled. ``start(S)`` while step S is open changes nothing (logged once)."""
-        if self._inherited():
-            return
-        with _one_call_at_a_time(self):
-            lifecycle = self._lifecycle
-            if lifecycle.where.phase is Phase.CLOSED:
-                lifecycle.run(Call.START, step)
-                return
-            number = _step_number(self, step)
-            again = number is not None and number == lifecycle.where.step
-            lifecycle.run(Call.START_OPEN if again else Call.START, step, number)
+        self._lifecycle.call(Call.START, step)
 
     def stop(self) -> StepTimings | None:
         """End the current step: hand its traces to the writer and, after the last profiled
         step, run the finish hook (waiting for it unless it runs in the background). Then the
         step's timings go to the exporters and ``on_step``; returned with
         ``config.metrics.enabled`` (else None)."""
-        if self._inherited():
-            return None
-        with _one_call_at_a_time(self):
-            return self._lifecycle.run(Call.STOP)
+        return self._lifecycle.call(Call.STOP)
 
     def request(
         self,
@@ -193,17 +154,7 @@ class Profiler:
         names this process's rank (a list, ``"all"`` or a rank selector; default: the ranks the
         config traces). What the roles said is logged; never raises. Returns the request's id,
         or None when the request is malformed (logged). See ``docs/on-demand.md``."""
-        try:
-            request = capture_request(
-                steps, ranks=ranks, roles=roles, at_step=at_step, reason=reason, source="api", request_id=new_id("api")
-            )
-        except RecordError as exc:
-            logger.warning(
-                "[profdsl rank %s] %s: request(...) is no capture request (%s): ignored", self.rank, self.role, exc
-            )
-            return None
-        self.process.inbox.deliver(request)
-        return request.id
+        return ask(self.process.inbox, steps, ranks=ranks, roles=roles, at_step=at_step, reason=reason, who=self.plan)
 
     @contextlib.contextmanager
     def step(self, step: SupportsIndex) -> Iterator[Profiler]:
@@ -217,10 +168,7 @@ class Profiler:
     def close(self) -> None:
         """Close what is open, record what cannot be ended here, and run a finish hook that is
         still owed, waiting for it (bounded). Idempotent."""
-        if self._inherited():
-            return
-        with _one_call_at_a_time(self):
-            self._lifecycle.run(Call.CLOSE)
+        self._lifecycle.call(Call.CLOSE)
 
     def __enter__(self) -> Profiler:
         return self
@@ -241,7 +189,7 @@ def _supersede(profiler: Profiler) -> None:
     and it no longer holds up the finish hook, which the new one's last step owes. Only
     profilers that take part in a round count."""
     rounds = profiler.process.rounds
-    key = rounds.key(profiler.config.save_path)
+    key = rounds.key(profiler.plan.save_path)
     for other in list(profiler.process.live):
         if (
             isinstance(other, Profiler)
@@ -249,7 +197,7 @@ def _supersede(profiler: Profiler) -> None:
             and other.role == profiler.role
             and other.rank == profiler.rank
             and other.plan.member
-            and rounds.key(other.config.save_path) == key
+            and rounds.key(other.plan.save_path) == key
         ):
             logger.info(
                 "[profdsl rank %s] %s: a new Profiler for this role and save_path closes an earlier one",
@@ -262,45 +210,3 @@ def _supersede(profiler: Profiler) -> None:
                 logger.error(
                     "[profdsl rank %s] %s: closing the earlier Profiler failed: %r", profiler.rank, profiler.role, exc
                 )
-
-
-#: How long a call waits for another thread's call on the same profiler before going on anyway
-#: (a thread stuck inside one must not hang the others, or the exit).
-TURN_WAIT_S = 60.0
-
-
-@contextlib.contextmanager
-def _one_call_at_a_time(profiler: Profiler) -> Iterator[None]:
-    """The profiler's calls, one at a time (bounded: ``TURN_WAIT_S``)."""
-    mine = profiler._lock.acquire(timeout=TURN_WAIT_S)
-    if not mine:
-        once(
-            f"turn:{id(profiler)}",
-            logging.ERROR,
-            "[profdsl rank %s] %s: another thread's call on this "
-            "Profiler has not returned for %gs; going on without waiting for it",
-            profiler.rank,
-            profiler.role,
-            TURN_WAIT_S,
-        )
-    try:
-        yield
-    finally:
-        if mine:
-            profiler._lock.release()
-
-
-def _step_number(profiler: Profiler, step: SupportsIndex) -> int | None:
-    """``step`` as a plain int, or None (logged once per profiler) when it is no step number."""
-    try:
-        return to_index("step", step)
-    except ConfigError as exc:
-        once(
-            f"step-number:{id(profiler)}",
-            logging.WARNING,
-            "[profdsl rank %s] %s: not a step number (%s): such a step is not profiled",
-            profiler.rank,
-            profiler.role,
-            exc,
-        )
-        return None

@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 import attrs
 
 from profdsl.collect import relocate
 from profdsl.core.log import once
 from profdsl.core.step_plan import Event, StepTracker
+from profdsl.metrics.timings import StepTimings
 from profdsl.records.requests import CaptureNote
-from profdsl.runtime.demand import Demand
+from profdsl.runtime.demand import Demand, DemandSteps, SlowStepRequests
 from profdsl.runtime.inbox import Inbox
 from profdsl.runtime.plan import RolePlan
 from profdsl.runtime.role_capture import RoleCapture
@@ -29,7 +31,10 @@ from profdsl.runtime.writer.jobs import MoveJob
 from profdsl.runtime.writer.rounds import DueHook, HookRounds
 from profdsl.runtime.writer.writer import Writer
 
-__all__ = ["Outstanding", "StepEvents"]
+if TYPE_CHECKING:
+    from profdsl.runtime.process import Process
+
+__all__ = ["NsysReports", "Outstanding", "StepEvents"]
 
 #: At each stop, how long the move of nsys reports waits for them; at the last profiled step
 #: (before the hook), how long it waits for nsys to finish converting and writing them: nsys
@@ -49,6 +54,14 @@ class Outstanding:
     until: object | None
     due: DueHook | None = None
 
+    def wait(self, process: Process, *, closing: bool) -> None:
+        """Wait, bounded, for the artifacts, then the hook made due; with no hook to wait for
+        (none, or one in the background), only until the artifacts settle (their events on
+        disk), ``close()`` waiting for the rest (docs/architecture.md, "What a caller waits for")."""
+        due = self.due
+        hook = due is not None and (closing or not due.job.background)
+        process.wait_for(self.until, due, hook=hook, closing=closing)
+
 
 class StepEvents:
     """One profiler's step events, carried out: the step plan's (:class:`StepTracker`) and the
@@ -65,18 +78,20 @@ class StepEvents:
         rounds: HookRounds,
         inbox: Inbox,
     ) -> None:
-        self.tracker = StepTracker(plan.steps)
         self.profiled_steps: list[int] = []
         self.claim: Claim | None = None  # continuous mode: this role's hold on the capture
         self._plan, self._capture = plan, capture
         self._slot, self._writer, self._rounds = slot, writer, rounds
         self._hook_owed = False  # the hook event was interrupted before it was carried out
         self._arrived = not plan.member  # a step clock never holds up another role's hook
-        self._waited = False  # a final nsys pass waited for conversions already
         self._step: int | None = None  # the step begun last
+        self.nsys = NsysReports(plan, writer)
         if plan.member:
             rounds.join(plan.save_path, self)
-        self.demand = Demand(plan, capture, self.tracker, rounds=rounds, member=self, inbox=inbox)
+        self.demand = DemandSteps(Demand(plan, rounds=rounds, member=self, inbox=inbox), plan, capture, rounds=rounds)
+        auto = plan.demand.auto
+        self.auto = SlowStepRequests(plan, auto, inbox) if auto is not None and plan.member else None
+        self.tracker = StepTracker(plan.steps)
 
     @property
     def _continuous(self) -> bool:
@@ -93,7 +108,8 @@ class StepEvents:
         profiled one."""
         self._slot.flush()
         if step is not None:
-            self.demand.poll(step)
+            for steps, tag in self.demand.poll(step):
+                self.tracker.request(steps, tag)
         events = self.tracker.begin(step)
         self._step = step
         profiled = self.tracker.profiling
@@ -129,6 +145,11 @@ class StepEvents:
         self.demand.finish()
         due = self._arrive(hook=False) or (outstanding.due if outstanding is not None else None)
         return Outstanding(self._writer.tail(), due)
+
+    def timed(self, timings: StepTimings | None, *, traced: bool) -> None:
+        """A step's timings are out: a slow step requests the next one (``ProfilerConfig.auto``)."""
+        if self.auto is not None:
+            self.auto.after_step(timings, traced=traced)
 
     def _apply(self, events: list[Event], step: int | None) -> Outstanding | None:
         """Carry out ``events`` in order. When one is interrupted, a hook event after it stays
@@ -166,12 +187,25 @@ class StepEvents:
         return self._rounds.arrive(self._plan.save_path, self, self._plan.hook if hook else None, self.profiled_steps)
 
     def _move_nsys(self, *, final: bool) -> None:
+        if self._capture.selected:
+            self.nsys.move(final=final)
+
+
+class NsysReports:
+    """One role's nsys reports, moved into its save_path by the writer after each capture (nsys
+    writes them in its own folder, after its range ends)."""
+
+    def __init__(self, plan: RolePlan, writer: Writer) -> None:
+        self._plan, self._writer = plan, writer
+        self._waited = False  # a final pass waited for conversions already
+
+    def move(self, *, final: bool) -> None:
         """After a capture: have the writer move this process's finished nsys reports in. A
         final pass (the last profiled step, and close) waits for reports still converting and
         records those it gave up on (once: an unchanged report recorded so is not waited for
         again); a later pass still moves a late one in (its record then supersedes the loss)."""
         plan, config = self._plan, self._plan.capture
-        if not (self._capture.selected and config.tool == "nsys" and config.relocate_results):
+        if not (config.tool == "nsys" and config.relocate_results):
             return
         record_incomplete = final
         wait_s = NSYS_FINAL_WAIT_S if final and not self._waited else 0.0  # once: at the first final pass
