@@ -87,22 +87,25 @@ class Entry:
             try:
                 start = self.start
                 root = node.root
-                spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
                 if start is not None and root.device is None:  # pause(), inlined
                     now = tree.clock()
-                    self.spent += now - start
+                    spent = self.spent + (now - start)
                     self.start = None
+                    spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
                 else:
                     self.pause()  # (which keeps the stretch)
-                    spans = None
-                lock = root.lock  # node.add(self.spent), inlined: this runs for every timed entry
+                    spent, spans = self.spent, None
+                self.spent = spent
+                lock = root.lock  # node.add(spent), inlined: this runs for every timed entry
                 lock.acquire()
                 if not node.closed:
-                    node.total += self.spent
+                    node.total += spent
                     node.count += 1
                     if spans is not None:  # tree.stretch(), inlined
-                        if len(spans) < _KEPT:
-                            spans += (start, now, node)  # type: ignore[arg-type]  # (start: not None here)
+                        if len(spans) < root.room:
+                            spans.append(start)  # type: ignore[arg-type]  # (start: not None here)
+                            spans.append(now)
+                            spans.append(node)
                         else:
                             root.dropped += 1
                 lock.release()
@@ -118,9 +121,6 @@ class Entry:
         elif top is not None and not top.live:
             remove(self)
 
-
-#: The most items of a step's stretches (three per stretch: :data:`profdsl.metrics.tree.MAX_SPANS`).
-_KEPT = 3 * tree.MAX_SPANS
 
 #: The current context's innermost entry.
 STACK: ContextVar[Entry | None] = ContextVar("profdsl_entries", default=None)
