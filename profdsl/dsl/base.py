@@ -23,7 +23,7 @@ from profdsl.core.log import internal_error
 from profdsl.dsl.decorate import decorate
 from profdsl.metrics import tree
 from profdsl.runtime import context
-from profdsl.runtime.context import Entry
+from profdsl.runtime.context import Entry, make
 from profdsl.runtime.meter import node_for
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.registry import stray, unbound
@@ -41,7 +41,6 @@ __all__ = ["FROM_RECORDER", "Annotation", "Entries", "registry_of", "stop"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _STACK = context.STACK
-_new = object.__new__
 #: The default of :meth:`Entries._begin`'s ``handle``: ask the entry's recorder for it (an
 #: async entry asks first, awaiting, and passes what it got, None included).
 FROM_RECORDER = object()
@@ -179,19 +178,7 @@ class Entries:
                 node = node_for(self.name, self.role, None, steps, below, PROCESS.live, self.kind)
         while below is not None and below.handle is None and below.node is not None and below.node.closed:
             below = below.below
-        entry = _new(Entry)  # Entry(self, handle, node, below), inlined: this runs for every entry
-        entry.key = self
-        entry.handle = handle
-        entry.node = node
-        entry.below = below
-        entry.live = True
-        entry.spent = 0.0
-        entry.mark = entry.start = None
-        if node is not None:
-            if node.root.device is None:
-                entry.start = tree.clock()
-            else:
-                entry.run()
+        entry = make(self, handle, node, below)
         _STACK.set(entry)
         if listed and handle is not None:
             registry.opened[entry] = None
@@ -270,7 +257,7 @@ class Annotation(Entries):
                 node = node_for(self.name, None, None, registry.steps, below, PROCESS.live, self.kind)
             while below is not None and below.handle is None and below.node is not None and below.node.closed:
                 below = below.below
-            entry = _new(Entry)
+            entry = Entry()  # context.make(), inlined
             entry.key = self
             entry.handle = None
             entry.node = node

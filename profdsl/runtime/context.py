@@ -26,7 +26,7 @@ from profdsl.metrics import tree
 if TYPE_CHECKING:
     from profdsl.metrics.tree import Node
 
-__all__ = ["STACK", "Entry", "clear", "detach", "find", "push", "reattach", "remove", "segment", "top", "walk"]
+__all__ = ["STACK", "Entry", "clear", "detach", "find", "make", "push", "reattach", "remove", "segment", "top", "walk"]
 
 
 class Entry:
@@ -36,21 +36,16 @@ class Entry:
     stretches, ``mark`` the device event of the stretch (CUDA device time)."""
 
     __slots__ = ("below", "handle", "key", "live", "mark", "node", "spent", "start")
+    # No __init__: made by :func:`make` (or inlined: a plain `Entry()` is the cheapest object).
 
-    def __init__(self, key: object, handle: Any, node: Node | None, below: Entry | None) -> None:
-        self.key = key
-        self.handle = handle
-        self.node = node
-        self.below = below
-        self.live = True
-        self.spent = 0.0
-        self.mark: Any = None
-        self.start: float | None = None
-        if node is not None:
-            if node.root.device is None:
-                self.start = tree.clock()  # run(), inlined: this runs for every timed entry
-            else:
-                self.run()
+    key: object
+    handle: Any
+    node: Node | None
+    below: Entry | None
+    live: bool
+    spent: float
+    mark: Any
+    start: float | None
 
     def run(self) -> None:
         """Start (or restart) the clock of a timed entry."""
@@ -139,9 +134,28 @@ def walk(entry: Entry | None) -> Iterator[Entry]:
         entry = entry.below
 
 
+def make(key: object, handle: Any, node: Node | None, below: Entry | None) -> Entry:
+    """A new entry of ``key`` above ``below`` (not yet on the stack), its clock started when it
+    is timed (``node`` not None)."""
+    entry = Entry()
+    entry.key = key
+    entry.handle = handle
+    entry.node = node
+    entry.below = below
+    entry.live = True
+    entry.spent = 0.0
+    entry.mark = entry.start = None
+    if node is not None:
+        if node.root.device is None:
+            entry.start = tree.clock()  # run(), inlined: this runs for every timed entry
+        else:
+            entry.run()
+    return entry
+
+
 def push(key: object, handle: Any = None, node: Node | None = None) -> Entry:
     """A new entry on top of the current context's stack."""
-    entry = Entry(key, handle, node, STACK.get())
+    entry = make(key, handle, node, STACK.get())
     STACK.set(entry)
     return entry
 
