@@ -77,6 +77,17 @@ def _unlist(entry: Entry, registry: Registry) -> None:
         registry.refresh()
 
 
+def _finish(entry: Entry | None, innermost: bool, registry: Registry) -> None:
+    """A ``with`` exit's end of ``entry`` (None: none to end), ``innermost`` when on top of this
+    context's stack; its handle, if any, is closed and off ``registry``'s open entries."""
+    if entry is not None:
+        entry.end(innermost)
+        handle = entry.handle
+        if handle is not None:
+            _unlist(entry, registry)
+            handle.close()
+
+
 def _elsewhere(key: object, registry: Registry) -> Entry | None:
     """The latest open ``with`` entry of ``key`` in another context (a generator whose block
     began on one thread and ends on another): marked done there, to be ended here."""
@@ -231,8 +242,7 @@ class Annotation(Entries):
         return context.find(self) or _elsewhere(self, registry_of(self.profiler))
 
     def __enter__(self) -> Any:
-        # The switch is read through the process state (a reset replaces the registry): this
-        # process's, or a bound profiler's own (which may live in other state).
+        # The switch, read through the process state: this process's, or a bound profiler's own.
         registry = PROCESS.registry
         if registry.on or self.profiler is not None:
             profiler = self.profiler
@@ -258,12 +268,9 @@ class Annotation(Entries):
             while below is not None and below.handle is None and below.node is not None and below.node.closed:
                 below = below.below
             entry = Entry()  # context.make(), inlined
-            entry.key = self
-            entry.handle = None
-            entry.node = node
-            entry.below = below
-            entry.live = True
-            entry.spent = 0.0
+            entry.key, entry.handle = self, None
+            entry.node, entry.below = node, below
+            entry.live, entry.spent = True, 0.0
             entry.mark = entry.start = None
             if node is not None:
                 if node.root.device is None:
@@ -282,45 +289,37 @@ class Annotation(Entries):
                 if not registry.on:
                     return
             entry = _STACK.get()
-            if entry is not None and entry.key is self and entry.live:
-                start = entry.start
-                if start is not None and entry.handle is None:
-                    node: Node = entry.node  # type: ignore[assignment]  # (timed: start is not None)
-                    root = node.root
-                    if root.device is None:  # Entry.end(), inlined for a timed entry on top
-                        now = tree.clock()
-                        entry.spent = spent = entry.spent + (now - start)
-                        entry.start = None
-                        spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
-                        lock = root.lock
-                        lock.acquire()
-                        if not node.closed:
-                            node.total += spent
-                            node.count += 1
-                            if spans is not None:
-                                if len(spans) < root.room:
-                                    spans.append(start)
-                                    spans.append(now)
-                                    spans.append(node)
-                                else:
-                                    root.dropped += 1
-                        lock.release()
-                        entry.live = False
-                        top = entry.below
-                        while top is not None and not top.live:
-                            top = top.below
-                        _STACK.set(top)
-                        return
-                entry.end(True)
-            else:
-                entry = self._leaving()
-                if entry is None:
-                    return
-                entry.end()
-            handle = entry.handle
-            if handle is not None:
-                _unlist(entry, registry)
-                handle.close()
+            if entry is None or entry.key is not self or not entry.live:
+                _finish(self._leaving(), False, registry)
+                return
+            start = entry.start
+            node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
+            if start is None or entry.handle is not None or node.root.device is not None:
+                _finish(entry, True, registry)
+                return
+            now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
+            entry.spent = spent = entry.spent + (now - start)
+            entry.start = None
+            root = node.root
+            spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
+            lock = root.lock
+            lock.acquire()
+            if not node.closed:
+                node.total += spent
+                node.count += 1
+                if spans is not None:
+                    if len(spans) < root.room:
+                        spans.append(start)
+                        spans.append(now)
+                        spans.append(node)
+                    else:
+                        root.dropped += 1
+            lock.release()
+            entry.live = False
+            top = entry.below
+            while top is not None and not top.live:
+                top = top.below
+            _STACK.set(top)
 
     def __call__(self, func: F) -> F:
         """Decorate a function, method, ``staticmethod`` or ``classmethod`` (either order),

@@ -74,9 +74,8 @@ class Entry:
                     tree.stretch(node, start, now)
 
     def end(self, innermost: bool = False) -> None:
-        """The entry ended: its node gets one entry of the seconds it ran (unless its step has
-        ended since), and it leaves the stack (``innermost``: the caller found it on top of the
-        current context's stack). Never raises."""
+        """The entry ended: its node gets one entry of the seconds it ran (unless its step has ended
+        since); it leaves the stack (``innermost``: found on top of this context's). Never raises."""
         node = self.node
         if node is not None:
             try:
@@ -84,13 +83,12 @@ class Entry:
                 root = node.root
                 if start is not None and root.device is None:  # pause(), inlined
                     now = tree.clock()
-                    spent = self.spent + (now - start)
+                    self.spent = spent = self.spent + (now - start)
                     self.start = None
                     spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
                 else:
                     self.pause()  # (which keeps the stretch)
                     spent, spans = self.spent, None
-                self.spent = spent
                 lock = root.lock  # node.add(spent), inlined: this runs for every timed entry
                 lock.acquire()
                 if not node.closed:
