@@ -243,8 +243,8 @@ class Annotation(Entries):
 
     def __enter__(self) -> Any:
         # The switch, read through the process state: this process's, or a bound profiler's own.
-        registry = PROCESS.registry
-        if registry.on or self.profiler is not None:
+        if PROCESS.registry.on or self.profiler is not None:
+            registry = PROCESS.registry
             profiler = self.profiler
             if profiler is not None or registry.profiled or self.role is not None or not registry.timed:
                 if profiler is None or profiler.process.registry.on:
@@ -281,13 +281,11 @@ class Annotation(Entries):
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        registry = PROCESS.registry
-        if registry.on or self.profiler is not None:
+        if PROCESS.registry.on or self.profiler is not None:
             profiler = self.profiler
-            if profiler is not None:
-                registry = profiler.process.registry
-                if not registry.on:
-                    return
+            registry = PROCESS.registry if profiler is None else profiler.process.registry
+            if not registry.on:
+                return
             entry = _STACK.get()
             if entry is None or entry.key is not self or not entry.live:
                 _finish(self._leaving(), False, registry)
