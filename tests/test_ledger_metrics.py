@@ -202,6 +202,30 @@ def test_past_the_bound_a_step_has_no_ledger_and_says_why() -> None:
     assert second is not None and second.ledger is not None and second.ledger_why is None
 
 
+def test_the_bound_is_the_one_the_step_began_with_for_every_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tree.MAX_SPANS`` as it is when a step begins bounds that step's stretches, whichever form
+    the top-level entries take (a ``with`` block, a decorated call): three stretches past a bound
+    of two, no ledger, and the reason names both."""
+    monkeypatch.setattr(tree, "MAX_SPANS", 2)
+    stage = profile_stage("update")
+
+    @profile_stage("generate")
+    def generate() -> None:
+        return None
+
+    with metered() as profiler:
+        with profiler.step(1):
+            with stage:
+                pass
+            generate()
+            with stage:
+                pass
+        first = profiler.meter.timings
+    assert first is not None and first.ledger is None and first.ledger_why is not None
+    assert "3 stretches" in first.ledger_why and "the 2 a step" in first.ledger_why
+    assert first.stages["update"].count == 2 and first.stages["generate"].count == 1
+
+
 def test_a_generator_stage_leaves_each_stretch(monkeypatch: pytest.MonkeyPatch) -> None:
     """A decorated generator stage is suspended at each ``yield``: its stretches, not the time
     the consumer spent between them, are its bucket's."""

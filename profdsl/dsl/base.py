@@ -2,8 +2,11 @@
 
 One entry is one :class:`~profdsl.runtime.context.Entry` on the entering context's stack: what
 it opened in the trace (a handle from its role's recorder), the metrics node its time goes to,
-and its clock. Every form goes through :meth:`Annotation._begin` and :meth:`Annotation._end`;
-the decorator (:mod:`profdsl.dsl.decorate`) picks the piece for the callable's kind.
+and its clock. Every form goes through :meth:`Entries._begin` and :meth:`Entries._end`, but
+for a ``with`` block's usual timed entry (a step timed, nothing profiled, the word bound to no
+role or profiler), which :meth:`Annotation.__enter__` and :meth:`Annotation.__exit__` begin and
+end without a call (the same steps, inlined: this runs for every timed ``with`` block); the
+decorator (:mod:`profdsl.dsl.decorate`) picks the piece for the callable's kind.
 
 When nothing is profiled or timed (``Registry.on`` is false), a ``with`` block costs one
 attribute check at entry and one at exit, and a decorated call one: no torch call, no
@@ -18,8 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from profdsl.core.log import internal_error
 from profdsl.dsl.decorate import decorate
+from profdsl.metrics import tree
 from profdsl.runtime import context
-from profdsl.runtime.context import Entry
+from profdsl.runtime.context import Entry, make
 from profdsl.runtime.meter import node_for
 from profdsl.runtime.process import PROCESS
 from profdsl.runtime.registry import stray, unbound
@@ -32,12 +36,12 @@ if TYPE_CHECKING:
     from profdsl.runtime.registry import Registry
     from profdsl.runtime.step import StepContext
 
-__all__ = ["FROM_RECORDER", "Annotation", "registry_of", "stop"]
+__all__ = ["FROM_RECORDER", "Annotation", "Entries", "registry_of", "stop"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _STACK = context.STACK
-#: The default of :meth:`Annotation._begin`'s ``handle``: ask the entry's recorder for it (an
+#: The default of :meth:`Entries._begin`'s ``handle``: ask the entry's recorder for it (an
 #: async entry asks first, awaiting, and passes what it got, None included).
 FROM_RECORDER = object()
 
@@ -73,6 +77,17 @@ def _unlist(entry: Entry, registry: Registry) -> None:
         registry.refresh()
 
 
+def _finish(entry: Entry | None, innermost: bool, registry: Registry) -> None:
+    """A ``with`` exit's end of ``entry`` (None: none to end), ``innermost`` when on top of this
+    context's stack; its handle, if any, is closed and off ``registry``'s open entries."""
+    if entry is not None:
+        entry.end(innermost)
+        handle = entry.handle
+        if handle is not None:
+            _unlist(entry, registry)
+            handle.close()
+
+
 def _elsewhere(key: object, registry: Registry) -> Entry | None:
     """The latest open ``with`` entry of ``key`` in another context (a generator whose block
     began on one thread and ends on another): marked done there, to be ended here."""
@@ -93,9 +108,9 @@ def _nesting(top: Entry | None) -> Recorder | None:
     return None
 
 
-class Annotation:
-    """A DSL word. Subclasses fill ``name``, ``role`` and ``profiler`` and say what one entry
-    opens in the trace (:meth:`_open`); the rest is shared."""
+class Entries:
+    """One DSL word's entries: what one opens (its handle from its role's recorder, its metrics
+    node) and how it ends, for every form (:class:`Annotation`, the forms)."""
 
     __slots__ = ("profiler", "role")
     profiler: Profiler | None
@@ -174,7 +189,7 @@ class Annotation:
                 node = node_for(self.name, self.role, None, steps, below, PROCESS.live, self.kind)
         while below is not None and below.handle is None and below.node is not None and below.node.closed:
             below = below.below
-        entry = Entry(self, handle, node, below)
+        entry = make(self, handle, node, below)
         _STACK.set(entry)
         if listed and handle is not None:
             registry.opened[entry] = None
@@ -209,7 +224,17 @@ class Annotation:
         try:
             return func(*args, **kwargs)
         finally:
-            self._end(entry)
+            handle = stop(entry)  # _end(), inlined
+            if handle is not None:
+                handle.close()
+
+
+class Annotation(Entries):
+    """A DSL word. Subclasses fill ``name``, ``role`` and ``profiler`` and say what one entry
+    opens in the trace (:meth:`_open`); the rest is shared: the ``with`` block (whose usual
+    timed entry, nothing profiled, is begun and ended here without a call) and the decorator."""
+
+    __slots__ = ()
 
     def _leaving(self) -> Entry | None:
         """The entry a ``with`` exit ends: the innermost of this object in this context, else
@@ -217,12 +242,42 @@ class Annotation:
         return context.find(self) or _elsewhere(self, registry_of(self.profiler))
 
     def __enter__(self) -> Any:
-        # The switch is read through the process state (a reset replaces the registry): this
-        # process's, or a bound profiler's own (which may live in other state).
+        # The switch, read through the process state: this process's, or a bound profiler's own.
         if PROCESS.registry.on or self.profiler is not None:
+            registry = PROCESS.registry
             profiler = self.profiler
-            if profiler is None or profiler.process.registry.on:
-                self._begin(profiler, True)
+            if profiler is not None or registry.profiled or self.role is not None or not registry.timed:
+                if profiler is None or profiler.process.registry.on:
+                    self._begin(profiler, True)
+                return self
+            # A timed step, nothing profiled, an entry bound to nothing: _begin(), inlined.
+            below = _STACK.get()
+            node = None
+            if below is not None:
+                parent = below.node  # nested in an open timed entry
+                if parent is not None and below.live and not parent.closed:
+                    node = parent.children.get(self.name)
+            else:
+                steps = registry.steps
+                if len(steps) == 1:
+                    root = steps[0].root
+                    if root is not None:  # the top of the one tree
+                        node = root.children.get(self.name)
+            if node is None:
+                node = node_for(self.name, None, None, registry.steps, below, PROCESS.live, self.kind)
+            while below is not None and below.handle is None and below.node is not None and below.node.closed:
+                below = below.below
+            entry = Entry()  # context.make(), inlined
+            entry.key, entry.handle = self, None
+            entry.node, entry.below = node, below
+            entry.live, entry.spent = True, 0.0
+            entry.mark = entry.start = None
+            if node is not None:
+                if node.root.device is None:
+                    entry.start = tree.clock()
+                else:
+                    entry.run()
+            _STACK.set(entry)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -232,15 +287,37 @@ class Annotation:
             if not registry.on:
                 return
             entry = _STACK.get()
-            innermost = entry is not None and entry.key is self and entry.live
-            if not innermost:
-                entry = self._leaving()
-            if entry is not None:  # _end() and stop(), inlined: this runs for every `with` block
-                entry.end(innermost)
-                handle = entry.handle
-                if handle is not None:
-                    _unlist(entry, registry)
-                    handle.close()
+            if entry is None or entry.key is not self or not entry.live:
+                _finish(self._leaving(), False, registry)
+                return
+            start = entry.start
+            node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
+            if start is None or entry.handle is not None or node.root.device is not None:
+                _finish(entry, True, registry)
+                return
+            now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
+            entry.spent = spent = entry.spent + (now - start)
+            entry.start = None
+            root = node.root
+            spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
+            lock = root.lock
+            lock.acquire()
+            if not node.closed:
+                node.total += spent
+                node.count += 1
+                if spans is not None:
+                    if len(spans) < root.room:
+                        spans.append(start)
+                        spans.append(now)
+                        spans.append(node)
+                    else:
+                        root.dropped += 1
+            lock.release()
+            entry.live = False
+            top = entry.below
+            while top is not None and not top.live:
+                top = top.below
+            _STACK.set(top)
 
     def __call__(self, func: F) -> F:
         """Decorate a function, method, ``staticmethod`` or ``classmethod`` (either order),

@@ -4,8 +4,8 @@ Every piece keeps the wrapped function's name, docstring, signature and kind (a 
 function stays one, a generator function stays one), returns its results and raises its
 exceptions. When nothing is profiled or timed, a call costs one attribute check
 (``Registry.on``, read through the process state at every call: a reset replaces the registry);
-otherwise the call is one entry (:meth:`Annotation._begin` /
-:meth:`Annotation._end`), begun when the body first runs: an ``async def`` entry spans its
+otherwise the call is one entry (:meth:`Entries._begin` /
+:meth:`Entries._end`), begun when the body first runs: an ``async def`` entry spans its
 awaits, a generator's spans its life from the first item, and the bodies of both run in slices
 (:mod:`profdsl.dsl.slices`).
 

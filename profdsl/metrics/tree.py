@@ -130,7 +130,8 @@ class Root(Node):
     """One step of one role: the top of its tree, what the registry lists while the step runs.
 
     For its ledger: ``stretches`` (its top-level entries', :data:`Stretches`; ``spans`` of its
-    top-level nodes is this list), ``dropped`` (those beyond :data:`MAX_SPANS`), ``waited``
+    top-level nodes is this list), ``room`` (the most items it holds: three per stretch, for
+    :data:`MAX_SPANS` as it was when the step began), ``dropped`` (those beyond), ``waited``
     (seconds profiling held the step up: a discrete stage's capture start and stop, a rollout
     engine's profiler start and stop), of which ``engines`` the rollout engines'.
     Entries of top-level paths beyond the cap go to ``overflow_top``, nested ones to ``overflow``."""
@@ -144,6 +145,7 @@ class Root(Node):
         "overflow_top",
         "paths",
         "role",
+        "room",
         "step",
         "stretches",
         "waited",
@@ -154,6 +156,7 @@ class Root(Node):
         super().__init__("", "", None)
         self.role, self.step, self.paths, self.device = role, step, paths, device
         self.stretches: Stretches = []
+        self.room = 3 * MAX_SPANS
         self.dropped = 0
         self.waited = 0.0
         self.engines = 0.0
@@ -176,7 +179,7 @@ def stretch(node: Node, start: float, end: float) -> None:
     the step is open): kept for the ledger, or counted beyond :data:`MAX_SPANS`."""
     spans = node.spans
     if spans is not None:
-        if len(spans) < 3 * MAX_SPANS:
+        if len(spans) < node.root.room:
             spans += (start, end, node)
         else:
             node.root.dropped += 1

@@ -26,7 +26,7 @@ from profdsl.metrics import tree
 if TYPE_CHECKING:
     from profdsl.metrics.tree import Node
 
-__all__ = ["STACK", "Entry", "clear", "detach", "find", "push", "reattach", "remove", "segment", "top", "walk"]
+__all__ = ["STACK", "Entry", "clear", "detach", "find", "make", "push", "reattach", "remove", "segment", "top", "walk"]
 
 
 class Entry:
@@ -36,21 +36,16 @@ class Entry:
     stretches, ``mark`` the device event of the stretch (CUDA device time)."""
 
     __slots__ = ("below", "handle", "key", "live", "mark", "node", "spent", "start")
+    # No __init__: made by :func:`make` (or inlined: a plain `Entry()` is the cheapest object).
 
-    def __init__(self, key: object, handle: Any, node: Node | None, below: Entry | None) -> None:
-        self.key = key
-        self.handle = handle
-        self.node = node
-        self.below = below
-        self.live = True
-        self.spent = 0.0
-        self.mark: Any = None
-        self.start: float | None = None
-        if node is not None:
-            if node.root.device is None:
-                self.start = tree.clock()  # run(), inlined: this runs for every timed entry
-            else:
-                self.run()
+    key: object
+    handle: Any
+    node: Node | None
+    below: Entry | None
+    live: bool
+    spent: float
+    mark: Any
+    start: float | None
 
     def run(self) -> None:
         """Start (or restart) the clock of a timed entry."""
@@ -79,30 +74,31 @@ class Entry:
                     tree.stretch(node, start, now)
 
     def end(self, innermost: bool = False) -> None:
-        """The entry ended: its node gets one entry of the seconds it ran (unless its step has
-        ended since), and it leaves the stack (``innermost``: the caller found it on top of the
-        current context's stack). Never raises."""
+        """The entry ended: its node gets one entry of the seconds it ran (unless its step has ended
+        since); it leaves the stack (``innermost``: found on top of this context's). Never raises."""
         node = self.node
         if node is not None:
             try:
                 start = self.start
                 root = node.root
-                spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
                 if start is not None and root.device is None:  # pause(), inlined
                     now = tree.clock()
-                    self.spent += now - start
+                    self.spent = spent = self.spent + (now - start)
                     self.start = None
+                    spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
                 else:
                     self.pause()  # (which keeps the stretch)
-                    spans = None
-                lock = root.lock  # node.add(self.spent), inlined: this runs for every timed entry
+                    spent, spans = self.spent, None
+                lock = root.lock  # node.add(spent), inlined: this runs for every timed entry
                 lock.acquire()
                 if not node.closed:
-                    node.total += self.spent
+                    node.total += spent
                     node.count += 1
                     if spans is not None:  # tree.stretch(), inlined
-                        if len(spans) < _KEPT:
-                            spans += (start, now, node)  # type: ignore[arg-type]  # (start: not None here)
+                        if len(spans) < root.room:
+                            spans.append(start)  # type: ignore[arg-type]  # (start: not None here)
+                            spans.append(now)
+                            spans.append(node)
                         else:
                             root.dropped += 1
                 lock.release()
@@ -118,9 +114,6 @@ class Entry:
         elif top is not None and not top.live:
             remove(self)
 
-
-#: The most items of a step's stretches (three per stretch: :data:`profdsl.metrics.tree.MAX_SPANS`).
-_KEPT = 3 * tree.MAX_SPANS
 
 #: The current context's innermost entry.
 STACK: ContextVar[Entry | None] = ContextVar("profdsl_entries", default=None)
@@ -139,9 +132,28 @@ def walk(entry: Entry | None) -> Iterator[Entry]:
         entry = entry.below
 
 
+def make(key: object, handle: Any, node: Node | None, below: Entry | None) -> Entry:
+    """A new entry of ``key`` above ``below`` (not yet on the stack), its clock started when it
+    is timed (``node`` not None)."""
+    entry = Entry()
+    entry.key = key
+    entry.handle = handle
+    entry.node = node
+    entry.below = below
+    entry.live = True
+    entry.spent = 0.0
+    entry.mark = entry.start = None
+    if node is not None:
+        if node.root.device is None:
+            entry.start = tree.clock()  # run(), inlined: this runs for every timed entry
+        else:
+            entry.run()
+    return entry
+
+
 def push(key: object, handle: Any = None, node: Node | None = None) -> Entry:
     """A new entry on top of the current context's stack."""
-    entry = Entry(key, handle, node, STACK.get())
+    entry = make(key, handle, node, STACK.get())
     STACK.set(entry)
     return entry
 
