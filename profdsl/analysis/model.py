@@ -334,14 +334,6 @@ class StageModel:
         module docstring): their totals add overlapping time."""
         return {node.stage for node in self.nodes if node.interleaved}
 
-    def stage_totals(self, key: Key) -> dict[str, float]:
-        """Outermost stage label → µs, for one (role, step, rank): what stacks to its step time."""
-        totals: dict[str, float] = defaultdict(float)
-        for path, acc in self._acc.get(key, {}).items():
-            if len(path) == 1:
-                totals[path[0]] += acc.total_us
-        return dict(totals)
-
     def keys(self) -> list[Key]:
         """Every (role, step, rank) with stage time."""
         return sorted(self._acc, key=lambda k: (k[0], _number(k[1]), _number(k[2])))
