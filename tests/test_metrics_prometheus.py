@@ -207,7 +207,7 @@ def test_a_failing_exporter_is_logged_once(monkeypatch: pytest.MonkeyPatch, capl
         def broken(timings: object) -> None:
             raise RuntimeError("collector broke")
 
-        monkeypatch.setattr(endpoint(profiler).server, "observe", broken)
+        monkeypatch.setattr(endpoint(profiler).server.families, "observe", broken)
         with caplog.at_level(logging.ERROR, logger="profdsl"):
             for step in range(3):
                 with profiler.step(step), profile_stage("gen"):

@@ -113,21 +113,22 @@ def from_record(record: object) -> Artifact:
     return Artifact(
         kind=parsed.kind,
         path=parsed.path,
-        role=parsed.role,
-        stage=parsed.stage,
-        step=parsed.step,
-        rank=parsed.rank,
-        world_size=parsed.world_size,
-        replica=parsed.replica,
-        window=parsed.window,
         bytes=parsed.bytes,
         status=parsed.status,
         blocked_ms=blocked,
         export_ms=export,
-        host=parsed.host,
         record=parsed,
         parallel=parsed.parallel(),
+        **_coordinates(parsed),
     )
+
+
+#: What a record and a trace name both say of an artifact.
+_COORDINATES = ("role", "stage", "step", "rank", "world_size", "replica", "window", "host")
+
+
+def _coordinates(source: object) -> dict[str, Any]:
+    return {name: getattr(source, name) for name in _COORDINATES}
 
 
 def _from_name(folder: Path, name: str) -> tuple[Artifact | None, str | None]:
@@ -150,20 +151,7 @@ def _from_name(folder: Path, name: str) -> tuple[Artifact | None, str | None]:
         )
     kind = "nsys" if parsed.ext == NSYS_EXT else "rollout" if parsed.role == "rollout" else "trace"
     coords = tuple((d, v) for d in DIMS if (v := getattr(parsed, d)) is not None)
-    return Artifact(
-        parallel=coords,
-        kind=kind,
-        path=name,
-        role=parsed.role,
-        stage=parsed.stage,
-        step=parsed.step,
-        rank=parsed.rank,
-        world_size=parsed.world_size,
-        replica=parsed.replica,
-        window=parsed.window,
-        bytes=info.st_size,
-        host=parsed.host,
-    ), None
+    return Artifact(parallel=coords, kind=kind, path=name, bytes=info.st_size, **_coordinates(parsed)), None
 
 
 def catalog(folder: str | os.PathLike[str]) -> Catalog:

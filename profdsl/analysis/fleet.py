@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import attrs
 
@@ -50,6 +51,8 @@ __all__ = [
     "to_ns",
     "unsplit",
 ]
+
+T = TypeVar("T")
 
 Group = tuple[str, "int | None"]  # role, replica (None: a trainer role)
 #: Where a rank's ledger came from.
@@ -275,30 +278,31 @@ def _ms(ns: float) -> str:
 def headlines(step: int | None, span: int, groups: Sequence[GroupStep]) -> list[str]:
     """Per group, the other group it sat idle longest while it worked: ``actor ranks idle 92.0%
     of step 7 while rollout replica 0 ran (118.000 of 130.000 ms)``."""
-    lines = []
-    for waiting in groups:
-        worst = max(waiting.idle_while.items(), key=lambda item: item[1], default=None)
-        if worst is None or worst[1] <= 0 or not span:
-            continue
-        other, idle = worst
-        lines.append(
-            f"{group_name(waiting.group)} ranks idle {100 * idle / span:.1f}% of step {step} while "
-            f"{group_name(other)} ran ({_ms(idle)} of {_ms(span)} ms)"
-        )
-    return lines
+    return _idle_lines(step, span, groups, lambda g: g.idle_while, group_name)
 
 
 def kind_headlines(step: int | None, span: int, groups: Sequence[GroupStep]) -> list[str]:
     """Per group, the kind of work other groups did while it sat idle longest: ``actor ranks idle
     92.0% of step 7 while generation ran (118.000 of 130.000 ms)``."""
+    return _idle_lines(step, span, groups, lambda g: g.idle_while_kind, str)
+
+
+def _idle_lines(
+    step: int | None,
+    span: int,
+    groups: Sequence[GroupStep],
+    idle_while: Callable[[GroupStep], Mapping[T, float]],
+    name: Callable[[T], str],
+) -> list[str]:
+    """Per group, what (``idle_while``, shown by ``name``) it sat idle longest while it ran."""
     lines = []
     for waiting in groups:
-        worst = max(waiting.idle_while_kind.items(), key=lambda item: item[1], default=None)
+        worst = max(idle_while(waiting).items(), key=lambda item: item[1], default=None)
         if worst is None or worst[1] <= 0 or not span:
             continue
-        kind, idle = worst
+        other, idle = worst
         lines.append(
             f"{group_name(waiting.group)} ranks idle {100 * idle / span:.1f}% of step {step} while "
-            f"{kind} ran ({_ms(idle)} of {_ms(span)} ms)"
+            f"{name(other)} ran ({_ms(idle)} of {_ms(span)} ms)"
         )
     return lines

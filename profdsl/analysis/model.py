@@ -116,6 +116,13 @@ class _Acc:
         self.first = float("inf")
         self.crossed = False
 
+    def add(self, dur_us: float, start_us: float) -> None:
+        """One more region event of the path, ``dur_us`` long, beginning at ``start_us``."""
+        self.pieces += 1
+        self.total_us += dur_us
+        self.self_us += dur_us
+        self.first = min(self.first, start_us)
+
 
 def _rooted(artifact: Artifact, scan: TraceScan) -> tuple[list[Piece], str | None]:
     """The trace's pieces, and the label of the region over its whole span (None: none): an
@@ -128,26 +135,22 @@ def _rooted(artifact: Artifact, scan: TraceScan) -> tuple[list[Piece], str | Non
     return pieces, (artifact.stage or WHOLE_TRACE) if not pieces else None
 
 
-class StageModel:
-    """Stage times of a folder's traces (see the module docstring)."""
+class _Trees:
+    """The sums of every path of every (role, step, rank), and every trace's regions, as traces
+    are added (see the module docstring)."""
 
-    def __init__(self, scans: Iterable[tuple[Artifact, TraceScan]], walls: Mapping[Key, float] | None = None) -> None:
-        self._walls: dict[Key, float] = dict(walls or {})
-        self._acc: dict[Key, dict[tuple[str, ...], _Acc]] = defaultdict(dict)
-        self._spans: list[tuple[Artifact, list[Span]]] = []
-        self._regions: list[tuple[Artifact, list[Span]]] = []
-        self._parallel: dict[Key, dict[str, int]] = {}
-        self._placed: list[tuple[Artifact, tuple[str, ...], Piece]] = []
-        for artifact, scan in scans:
-            self._add(artifact, scan)
-        self.nodes: list[StageNode] = self._nodes()
+    def __init__(self) -> None:
+        self.acc: dict[Key, dict[tuple[str, ...], _Acc]] = defaultdict(dict)
+        self.spans: list[tuple[Artifact, list[Span]]] = []
+        self.regions: list[tuple[Artifact, list[Span]]] = []
+        self.parallel: dict[Key, dict[str, int]] = {}
+        self.placed: list[tuple[Artifact, tuple[str, ...], Piece]] = []
 
-    # -- building ---------------------------------------------------------------------------
-    def _add(self, artifact: Artifact, scan: TraceScan) -> None:
+    def add(self, artifact: Artifact, scan: TraceScan) -> None:
         key: Key = (artifact.role or "unknown", artifact.step, artifact.rank)
-        tree = self._acc[key]
+        tree = self.acc[key]
         if artifact.parallel:
-            self._parallel.setdefault(key, {}).update(artifact.parallel)
+            self.parallel.setdefault(key, {}).update(artifact.parallel)
         base_us = scan.base_ns / 1000
         pieces, root = _rooted(artifact, scan)
         outer: list[Span] = []
@@ -156,11 +159,7 @@ class StageModel:
         if root is not None and scan.span is not None:
             start, end = scan.span
             root_path = (root,)
-            acc = tree.setdefault(root_path, _Acc())
-            acc.pieces += 1
-            acc.total_us += end - start
-            acc.self_us += end - start
-            acc.first = min(acc.first, base_us + start)
+            tree.setdefault(root_path, _Acc()).add(end - start, base_us + start)
             outer.append(Span(root, base_us + start, base_us + end))
             every.append(outer[-1])
         used: dict[tuple[str, ...], int] = defaultdict(int)
@@ -174,12 +173,9 @@ class StageModel:
             path = (*parent, piece.label)
             acc = tree.setdefault(path, _Acc())
             acc.crossed = acc.crossed or crossed
-            acc.pieces += 1
-            acc.total_us += piece.dur
-            acc.self_us += piece.dur
-            acc.first = min(acc.first, base_us + piece.ts)
+            acc.add(piece.dur, base_us + piece.ts)
             used[path] += 1
-            self._placed.append((artifact, path, piece))
+            self.placed.append((artifact, path, piece))
             if parent:
                 tree[parent].self_us -= piece.dur
             every.append(Span("/".join(path), base_us + piece.ts, base_us + piece.ts + piece.dur, len(path) - 1))
@@ -187,8 +183,8 @@ class StageModel:
                 outer.append(Span(piece.label, base_us + piece.ts, base_us + piece.ts + piece.dur))
             stack.append((piece.ts + piece.dur, path, piece.dur))
         self._discount(tree, used, scan)
-        self._spans.append((artifact, outer))
-        self._regions.append((artifact, every))
+        self.spans.append((artifact, outer))
+        self.regions.append((artifact, every))
 
     @staticmethod
     def _discount(tree: dict[tuple[str, ...], _Acc], used: dict[tuple[str, ...], int], scan: TraceScan) -> None:
@@ -207,26 +203,40 @@ class StageModel:
                 if not count:
                     break
 
-    def _nodes(self) -> list[StageNode]:
-        nodes = []
-        for (role, step, rank), tree in self._acc.items():
-            overlapped = {path[:-1] for path, acc in tree.items() if acc.crossed}
-            for path, acc in tree.items():
-                self_us = max(acc.self_us, 0.0) if acc.crossed or path in overlapped else acc.self_us
-                nodes.append(
-                    StageNode(
-                        role,
-                        step,
-                        rank,
-                        path,
-                        max(acc.pieces - acc.continued, 1 if acc.pieces else 0),
-                        acc.total_us,
-                        self_us,
-                        acc.first,
-                        acc.crossed,
-                    )
+
+def _nodes(trees: dict[Key, dict[tuple[str, ...], _Acc]]) -> list[StageNode]:
+    nodes = []
+    for (role, step, rank), tree in trees.items():
+        overlapped = {path[:-1] for path, acc in tree.items() if acc.crossed}
+        for path, acc in tree.items():
+            self_us = max(acc.self_us, 0.0) if acc.crossed or path in overlapped else acc.self_us
+            nodes.append(
+                StageNode(
+                    role,
+                    step,
+                    rank,
+                    path,
+                    max(acc.pieces - acc.continued, 1 if acc.pieces else 0),
+                    acc.total_us,
+                    self_us,
+                    acc.first,
+                    acc.crossed,
                 )
-        return sorted(nodes, key=_node_order)
+            )
+    return sorted(nodes, key=_node_order)
+
+
+class StageModel:
+    """Stage times of a folder's traces (see the module docstring)."""
+
+    def __init__(self, scans: Iterable[tuple[Artifact, TraceScan]], walls: Mapping[Key, float] | None = None) -> None:
+        self._walls: dict[Key, float] = dict(walls or {})
+        trees = _Trees()
+        for artifact, scan in scans:
+            trees.add(artifact, scan)
+        self._acc, self._spans, self._regions = trees.acc, trees.spans, trees.regions
+        self._parallel, self._placed = trees.parallel, trees.placed
+        self.nodes: list[StageNode] = _nodes(self._acc)
 
     # -- reading ----------------------------------------------------------------------------
     def parallel(self, role: str, step: int | None, rank: int | None) -> dict[str, int]:
@@ -323,14 +333,6 @@ class StageModel:
         """The labels of stages whose regions cross others on their thread somewhere (see the
         module docstring): their totals add overlapping time."""
         return {node.stage for node in self.nodes if node.interleaved}
-
-    def stage_totals(self, key: Key) -> dict[str, float]:
-        """Outermost stage label → µs, for one (role, step, rank): what stacks to its step time."""
-        totals: dict[str, float] = defaultdict(float)
-        for path, acc in self._acc.get(key, {}).items():
-            if len(path) == 1:
-                totals[path[0]] += acc.total_us
-        return dict(totals)
 
     def keys(self) -> list[Key]:
         """Every (role, step, rank) with stage time."""

@@ -24,11 +24,13 @@ from profdsl.config.checks import (
     number_in,
     one_of,
     positive_finite,
+    refuse,
     text,
     text_without_nul,
     to_int_set,
     to_name_set,
     to_nested,
+    valid,
 )
 from profdsl.config.selector import parse_selector
 from profdsl.errors import ConfigError
@@ -175,7 +177,7 @@ def _names_of(where: str, value: object) -> frozenset[str]:
     if value is None:
         return frozenset()
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise ConfigError(f"{where} must be a list of stage names or paths, got {value!r}")
+        refuse(where, "a list of stage names or paths", value)
     names = list(value)
     for name in names:
         if not isinstance(name, str) or not name:
@@ -265,7 +267,7 @@ def _save_path(where: str, value: object) -> str:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where} must be a non-empty local path, got {value!r}")
+        refuse(where, "a non-empty local path", value)
     text_without_nul(where, value)
     if _URL.match(value):
         raise ConfigError(
@@ -280,12 +282,25 @@ def _select(where: str, value: object) -> str | None:
     return None if value is None else parse_selector(value, where=where).format()
 
 
-def _hosts_field(value: object) -> tuple[str, ...]:
-    return _hosts(value)
+_TOKEN = re.compile(r"[\x21-\x7e]{8,256}")
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?|\[[0-9A-Fa-f:.]{2,45}\]")
 
 
-def _token_field(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    _token(value)
+def _token(label: str, value: object) -> None:
+    if value is not None and not (isinstance(value, str) and _TOKEN.fullmatch(value)):
+        raise ConfigError(
+            f"{label} must be None or 8 to 256 printable characters without spaces, "
+            f"got {'a ' + type(value).__name__ if not isinstance(value, str) else f'{len(value)} characters'}"
+        )  # the value itself is a secret: never in a message
+
+
+def _hosts(label: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple, frozenset, set)):
+        refuse(label, "a list of host names", value)
+    for host in value:
+        if not (isinstance(host, str) and _HOST.fullmatch(host)):
+            raise ConfigError(f"{label} must hold host names or [IPv6] addresses, got {host!r}")
+    return tuple(sorted({h.lower() for h in value}))
 
 
 @attrs.frozen(kw_only=True)
@@ -308,30 +323,9 @@ class OnDemand(_Mappable):
     max_steps: int = attrs.field(default=10, validator=int_in(1, 10_000))
     max_requests: int = attrs.field(default=10, validator=int_in(0, 10_000))
     #: A shared secret ``POST /profile`` must carry (header ``X-Profdsl-Token``); None: none.
-    token: str | None = attrs.field(default=None, validator=_token_field, repr=False)
+    token: str | None = attrs.field(default=None, validator=valid(_token), repr=False)
     #: Names besides the bound address and loopback by which the endpoint may be reached.
-    hosts: tuple[str, ...] = attrs.field(default=(), converter=_hosts_field)
-
-
-_TOKEN = re.compile(r"[\x21-\x7e]{8,256}")
-_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?|\[[0-9A-Fa-f:.]{2,45}\]")
-
-
-def _token(value: object) -> None:
-    if value is not None and not (isinstance(value, str) and _TOKEN.fullmatch(value)):
-        raise ConfigError(
-            "OnDemand.token must be None or 8 to 256 printable characters without spaces, "
-            f"got {'a ' + type(value).__name__ if not isinstance(value, str) else f'{len(value)} characters'}"
-        )  # the value itself is a secret: never in a message
-
-
-def _hosts(value: object) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple, frozenset, set)):
-        raise ConfigError(f"OnDemand.hosts must be a list of host names, got {value!r}")
-    for host in value:
-        if not (isinstance(host, str) and _HOST.fullmatch(host)):
-            raise ConfigError(f"OnDemand.hosts must hold host names or [IPv6] addresses, got {host!r}")
-    return tuple(sorted({h.lower() for h in value}))
+    hosts: tuple[str, ...] = attrs.field(default=(), converter=named(_hosts))
 
 
 @attrs.frozen(kw_only=True)
@@ -358,11 +352,10 @@ class AutoCapture(_Mappable):
     min_seconds: float = attrs.field(default=0.0, validator=number_in(0.0, MAX_SECONDS))
 
 
-def _optional_dir(inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    where = f"{type(inst).__name__}.{attribute.name}"
+def _folder(label: str, value: object) -> None:
     if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ConfigError(f"{where} must be a folder path or None, got {value!r}")
-    text_without_nul(where, value, optional=True)
+        refuse(label, "a folder path", value, optional=True)
+    text_without_nul(label, value, optional=True)
 
 
 @attrs.frozen(kw_only=True)
@@ -400,7 +393,7 @@ class ProfilerConfig(_Mappable):
     torch: TorchOptions = attrs.field(factory=TorchOptions, converter=named(to_nested, TorchOptions))
     relocate_results: bool = attrs.field(default=True, validator=boolean)
     finish_hook: FinishHook = attrs.field(factory=FinishHook, converter=named(to_nested, FinishHook))
-    nsys_report_dir: str | None = attrs.field(default=None, validator=_optional_dir)
+    nsys_report_dir: str | None = attrs.field(default=None, validator=valid(_folder))
     rollout: RolloutOptions = attrs.field(factory=RolloutOptions, converter=named(to_nested, RolloutOptions))
     metrics: Metrics = attrs.field(factory=Metrics, converter=named(to_nested, Metrics))
     on_demand: OnDemand = attrs.field(factory=OnDemand, converter=named(to_nested, OnDemand))

@@ -231,6 +231,136 @@ class _FollowUps:
         self._threads = [t for t in self._threads if t.is_alive()]
 
 
+class _Requests:
+    """The capture requests the driver passes on to its workers (docs/on-demand.md)."""
+
+    def __init__(self) -> None:
+        self.heard: list[CaptureRequest] = []  # requests delivered here, to pass on at the next step
+        self.requested: set[int] = set()  # steps requests passed on asked for
+        self.asked: set[int] = set()  # of those, the steps a person's request asked for
+
+    def hear(self, request: CaptureRequest) -> None:
+        """A request was delivered in this process (``request()``, a request file, an automatic
+        capture): pass it on at the next step (never waits: on any thread)."""
+        self.heard.append(request)
+
+    def pass_on(self, step: int) -> list[CaptureRequest]:
+        """The requests heard since the last step, each pinned to the steps it traces (from
+        ``step``, or its own ``at_step`` when later), noted as requested."""
+        heard, self.heard = self.heard, []
+        pinned = []
+        for request in heard:
+            start = request.at_step if request.at_step is not None else step
+            pinned.append(attrs.evolve(request, at_step=start))
+            steps = range(max(start, step), start + (request.steps or 1))
+            self.requested.update(steps)
+            if request.source != "auto":  # a person's request: its capture is no alert's follow-up
+                self.asked.update(steps)
+        self.requested = {s for s in self.requested if s >= step}
+        self.asked = {s for s in self.asked if s >= step}
+        return pinned
+
+
+class _RankWatch:
+    """The driver's comparison of its ranks, step by step: stragglers (``metrics.stragglers``)
+    and a slow rank (``auto``), from each step's timings."""
+
+    def __init__(self, config: ProfilerConfig) -> None:
+        self.alerts: list[StragglerAlert] = []  # straggler episodes begun or ended, to pass on
+        self._slow = SlowRanks(config.auto) if config.enable and config.auto is not None else None
+        stragglers = config.metrics.stragglers
+        self._stragglers = StragglerWatch(stragglers) if config.metrics.enabled and stragglers.enabled else None
+
+    def summary(self, step: int, own: StepTimings, answers: list[Any], *, traced: bool) -> StepSummary:
+        """The step's summary over the driver's timings (``own``) and the workers' (their
+        ``stop_profile`` answers), its ranks compared; its fleet lines logged."""
+        timings = [own] + [
+            t for answer in answers if isinstance(answer, list) for t in answer if isinstance(t, StepTimings)
+        ]
+        summary = aggregate(step, timings)
+        try:
+            summary = self.compare(step, summary, traced=traced)
+        except Exception as exc:  # never into training
+            once("ray-compare-ranks", logging.ERROR, "profdsl: comparing the ranks of step %s failed: %r", step, exc)
+        for line in summary.fleet:  # where the fleet sat idle (docs/ledger.md): said, never loud
+            logger.info("profdsl: fleet: %s", line)
+        return summary
+
+    def compare(self, step: int, summary: StepSummary, *, traced: bool) -> StepSummary:
+        """Stragglers (logged once per episode, passed on to the workers' exporters) and a slow
+        rank (its next step and a typical rank's requested), from one step's timings."""
+        times = rank_times(t for t in summary.timings if t.role != "driver")
+        if self._stragglers is not None:
+            for alert in self._stragglers.observe(step, times, traced=traced):
+                logger.log(logging.WARNING if alert.active else logging.INFO, "profdsl: %s", alert.message())
+                self.alerts.append(alert)
+            summary = attrs.evolve(summary, stragglers=tuple(self._stragglers.active()))
+        if self._slow is not None:
+            found = self._slow.observe(step, times, traced=traced)
+            if found is not None:
+                roles = sorted({t.role for t in summary.timings if t.role != "driver"})
+                logger.warning(
+                    "profdsl: slow rank: %s; tracing step %s on ranks %s (automatic capture %s of %s)",
+                    found.reason(),
+                    step + 1,
+                    ", ".join(map(str, found.ranks())),
+                    self._slow.captures,
+                    self._slow.auto.max_captures,
+                )
+                PROCESS.inbox.deliver(
+                    CaptureRequest(
+                        id=f"auto-ranks-s{step + 1}",
+                        steps=1,
+                        ranks=found.ranks(),
+                        roles=tuple(roles) or None,
+                        at_step=step + 1,
+                        reason=found.reason(),
+                        source="auto",
+                    )
+                )
+        return summary
+
+
+def _call_each(
+    workers: list[Any],
+    errors: list[WorkerCallError],
+    method: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    timeout: float,
+) -> list[Any]:
+    """Call ``method`` on every worker; the answers (None for a worker that failed, noted in
+    ``errors``)."""
+    if not workers:
+        return []
+    import ray
+
+    refs = [getattr(w, method).remote(*args, **kwargs) for w in workers]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    answers: list[Any] = []
+    for index, ref in enumerate(refs):
+        answers.append(None)
+        if ref not in ready:
+            error = f"no answer within {timeout:g}s"
+        else:
+            try:
+                answers[-1] = ray.get(ref)
+                continue
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        errors.append(WorkerCallError(index, method, error))
+        once(
+            f"ray-{method}-{index}",
+            logging.ERROR,
+            "profdsl: worker %s (%r) %s failed: %s",
+            index,
+            workers[index],
+            method,
+            error,
+        )
+    return answers
+
+
 class RayStepProfiler:
     """The trainer's side: drives worker actors and rollout engines on the profiled steps.
 
@@ -296,22 +426,11 @@ class RayStepProfiler:
             config, finish_hook=FinishHook(), metrics=attrs.evolve(config.metrics, exporters=())
         )
         self.clock = Profiler(clock_config, role="driver", rank=0, world_size=1, capture=False)
-        self._heard: list[CaptureRequest] = []  # requests delivered here, to pass on at the next step
-        self._requested: set[int] = set()  # steps requests passed on asked for
-        self._asked: set[int] = set()  # of those, the steps a person's request asked for
+        self._requests = _Requests()
         self._follow = _FollowUps(config.save_path, min(config.torch.export_timeout_s, FOLLOW_UP_WAIT_S))
-        self._alerts: list[StragglerAlert] = []  # straggler episodes begun or ended, to pass on
+        self._watch = _RankWatch(config)
         self._traced = False  # whether the step going on is traced somewhere (skewed times)
-        enabled = config.enable
-        self._slow = SlowRanks(config.auto) if enabled and config.auto is not None else None
-        stragglers = config.metrics.stragglers
-        self._stragglers = StragglerWatch(stragglers) if config.metrics.enabled and stragglers.enabled else None
-        PROCESS.inbox.listen(self._hear)
-
-    def _hear(self, request: CaptureRequest) -> None:
-        """A request was delivered in this process (``request()``, a request file, an automatic
-        capture): pass it on at the next step (never waits: on any thread)."""
-        self._heard.append(request)
+        PROCESS.inbox.listen(self._requests.hear)
 
     def request(
         self,
@@ -335,51 +454,9 @@ class RayStepProfiler:
         PROCESS.inbox.deliver(request)
         return request.id
 
-    def _pass_on(self, step: int) -> list[CaptureRequest]:
-        """The requests heard since the last step, each pinned to the steps it traces (from
-        ``step``, or its own ``at_step`` when later), noted as requested."""
-        heard, self._heard = self._heard, []
-        pinned = []
-        for request in heard:
-            start = request.at_step if request.at_step is not None else step
-            pinned.append(attrs.evolve(request, at_step=start))
-            self._requested.update(range(max(start, step), start + (request.steps or 1)))
-            if request.source != "auto":  # a person's request: its capture is no alert's follow-up
-                self._asked.update(range(max(start, step), start + (request.steps or 1)))
-        self._requested = {s for s in self._requested if s >= step}
-        self._asked = {s for s in self._asked if s >= step}
-        return pinned
-
     def _call(self, method: str, *args: Any, timeout: float, **kwargs: Any) -> list[Any]:
         """Call ``method`` on every worker; the answers (None for a worker that failed)."""
-        if not self.workers:
-            return []
-        import ray
-
-        refs = [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-        answers: list[Any] = []
-        for index, ref in enumerate(refs):
-            answers.append(None)
-            if ref not in ready:
-                error = f"no answer within {timeout:g}s"
-            else:
-                try:
-                    answers[-1] = ray.get(ref)
-                    continue
-                except Exception as exc:
-                    error = f"{type(exc).__name__}: {exc}"
-            self.errors.append(WorkerCallError(index, method, error))
-            once(
-                f"ray-{method}-{index}",
-                logging.ERROR,
-                "profdsl: worker %s (%r) %s failed: %s",
-                index,
-                self.workers[index],
-                method,
-                error,
-            )
-        return answers
+        return _call_each(self.workers, self.errors, method, args, kwargs, timeout)
 
     def _stop_timeout(self) -> float:
         return self.config.finish_hook.timeout_s + self.config.rollout.stop_timeout_s
@@ -390,25 +467,25 @@ class RayStepProfiler:
         it is a profiled step."""
         self.clock.start(step)
         number = self.clock.current_step
-        passed = self._pass_on(number) if number is not None else []
+        passed = self._requests.pass_on(number) if number is not None else []
         stepping = self.clock.step_context
         planned = number is not None and stepping is not None and stepping.profiled
-        driven = number is not None and (planned or number in self._requested or self.config.metrics.enabled)
+        driven = number is not None and (planned or number in self._requests.requested or self.config.metrics.enabled)
         self._traced = planned
         started: list[Any] = []
         if driven:  # the workers get the step as a plain int
             extra: dict[str, Any] = {}
             if passed:
                 extra.update(requests=passed)
-            if self._alerts:
-                extra.update(alerts=self._alerts)
-                self._alerts = []
+            if self._watch.alerts:
+                extra.update(alerts=self._watch.alerts)
+                self._watch.alerts = []
             started = self._call("start_profile", number, timeout=self.call_timeout_s, **extra)
             # a requested step is traced where a worker took the request: one every worker
             # refused (too many steps, a rank or role no worker has) leaves the times untouched
             self._traced = planned or any(answer is True for answer in started)
         elif passed:
-            self._heard = passed + self._heard  # not driven (no step number): the next step passes them on
+            self._requests.heard[:0] = passed  # not driven (no step number): the next step passes them on
         captured = self._traced and not planned  # a capture asked for: an alert's, or a person's
         try:
             yield self
@@ -418,55 +495,11 @@ class RayStepProfiler:
             if own is not None and number is not None:
                 self._gathered(number, own, answers)
             if captured and number is not None:
-                self._follow.start(number, _ranks(started, answers), asked=number in self._asked)
+                self._follow.start(number, _ranks(started, answers), asked=number in self._requests.asked)
 
     def _gathered(self, step: int, own: StepTimings, answers: list[Any]) -> None:
-        timings = [own] + [
-            t for answer in answers if isinstance(answer, list) for t in answer if isinstance(t, StepTimings)
-        ]
-        summary = aggregate(step, timings)
-        try:
-            summary = self._compare_ranks(step, summary)
-        except Exception as exc:  # never into training
-            once("ray-compare-ranks", logging.ERROR, "profdsl: comparing the ranks of step %s failed: %r", step, exc)
-        self.metrics = summary
-        for line in summary.fleet:  # where the fleet sat idle (docs/ledger.md): said, never loud
-            logger.info("profdsl: fleet: %s", line)
+        self.metrics = self._watch.summary(step, own, answers, traced=self._traced)
         call_on_step(self._on_step, step, self.metrics.flat(), "RayStepProfiler")
-
-    def _compare_ranks(self, step: int, summary: StepSummary) -> StepSummary:
-        """Stragglers (logged once per episode, passed on to the workers' exporters) and a slow
-        rank (its next step and a typical rank's requested), from one step's timings."""
-        times = rank_times(t for t in summary.timings if t.role != "driver")
-        if self._stragglers is not None:
-            for alert in self._stragglers.observe(step, times, traced=self._traced):
-                logger.log(logging.WARNING if alert.active else logging.INFO, "profdsl: %s", alert.message())
-                self._alerts.append(alert)
-            summary = attrs.evolve(summary, stragglers=tuple(self._stragglers.active()))
-        if self._slow is not None:
-            found = self._slow.observe(step, times, traced=self._traced)
-            if found is not None:
-                roles = sorted({t.role for t in summary.timings if t.role != "driver"})
-                logger.warning(
-                    "profdsl: slow rank: %s; tracing step %s on ranks %s (automatic capture %s of %s)",
-                    found.reason(),
-                    step + 1,
-                    ", ".join(map(str, found.ranks())),
-                    self._slow.captures,
-                    self._slow.auto.max_captures,
-                )
-                PROCESS.inbox.deliver(
-                    CaptureRequest(
-                        id=f"auto-ranks-s{step + 1}",
-                        steps=1,
-                        ranks=found.ranks(),
-                        roles=tuple(roles) or None,
-                        at_step=step + 1,
-                        reason=found.reason(),
-                        source="auto",
-                    )
-                )
-        return summary
 
     def rollout(self, name: str = "rollout") -> rollout_window:
         """``rollout_window`` over the engines, for the current step (timed as stage ``name``)."""
@@ -481,7 +514,7 @@ class RayStepProfiler:
     def close(self) -> None:
         """Training is over: every worker closes, running a finish hook still owed; the
         captures' follow-ups still going are waited for (bounded)."""
-        PROCESS.inbox.unlisten(self._hear)
+        PROCESS.inbox.unlisten(self._requests.hear)
         self._call("finish_profile", timeout=self._stop_timeout())
         self.clock.close()
         self._follow.close()

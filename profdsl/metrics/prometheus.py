@@ -266,6 +266,70 @@ def _show(gauge: Any, shown: set[str], role: str, extra: tuple[str, ...], bucket
         shown.add(label)
 
 
+class _Families:
+    """One endpoint's metric families: stage and step times, the ledger, stragglers."""
+
+    def __init__(self, client: Any, registry: Any, rank_label: bool) -> None:
+        self.rank_label = rank_label
+        extra = ("rank",) if rank_label else ()
+        self.stage_seconds = client.Histogram(
+            "profdsl_stage_seconds",
+            "Seconds inside a stage in one training step (all its entries), one observation per stage and step",
+            ("role", "stage", *extra),
+            registry=registry,
+            buckets=BUCKETS,
+        )
+        self.stage_entries = client.Counter(
+            "profdsl_stage_entries", "Entries of a stage", ("role", "stage", *extra), registry=registry
+        )
+        self.step_seconds = client.Histogram(
+            "profdsl_step_seconds",
+            "Wall time of a training step, start() to stop()",
+            ("role", *extra),
+            registry=registry,
+            buckets=BUCKETS,
+        )
+        self.overflow = client.Counter(
+            "profdsl_stage_overflow",
+            "Entries of stage paths beyond Metrics.max_stages",
+            ("role", *extra),
+            registry=registry,
+        )
+        self.ledger = LedgerGauges(client, registry, extra)
+        self.straggler_factor = client.Gauge(
+            "profdsl_straggler_factor",
+            "A straggling rank's stage time over the other ranks' median, while its straggler episode lasts (0 after)",
+            ("role", "stage", "rank"),
+            registry=registry,
+        )
+        self.straggler_steps = client.Gauge(
+            "profdsl_straggler_steps",
+            "Consecutive slow steps of a straggling rank's stage (0 after its episode)",
+            ("role", "stage", "rank"),
+            registry=registry,
+        )
+
+    def observe(self, timings: StepTimings) -> None:
+        """Add one step of one role."""
+        extra = (str(timings.rank),) if self.rank_label else ()
+        role = label_value(timings.role)
+        for path, timing in timings.stages.items():
+            labels = (role, label_value(path), *extra)
+            self.stage_seconds.labels(*labels).observe(timing.total_s)
+            self.stage_entries.labels(*labels).inc(timing.count)
+        self.step_seconds.labels(role, *extra).observe(timings.wall_s)
+        self.ledger.observe(role, extra, timings)
+        if timings.overflow:
+            self.overflow.labels(role, *extra).inc(timings.overflow)
+
+    def alert(self, alert: StragglerAlert) -> None:
+        """A straggler episode of this process's rank began (the gauges show its factor and
+        steps) or ended (both back to 0)."""
+        labels = (label_value(alert.role), label_value(alert.stage), str(alert.rank))
+        self.straggler_factor.labels(*labels).set(alert.factor if alert.active else 0.0)
+        self.straggler_steps.labels(*labels).set(alert.count if alert.active else 0)
+
+
 class Server:
     """One endpoint: a registry with profdsl's metrics, served on a daemon thread, and
     ``POST /profile`` handed to ``on_profile``."""
@@ -276,46 +340,9 @@ class Server:
         import prometheus_client as client
 
         self.gate = gate
-
         self.rank_label = rank_label
         self.registry = client.CollectorRegistry(auto_describe=True)
-        extra = ("rank",) if rank_label else ()
-        self.stage_seconds = client.Histogram(
-            "profdsl_stage_seconds",
-            "Seconds inside a stage in one training step (all its entries), one observation per stage and step",
-            ("role", "stage", *extra),
-            registry=self.registry,
-            buckets=BUCKETS,
-        )
-        self.stage_entries = client.Counter(
-            "profdsl_stage_entries", "Entries of a stage", ("role", "stage", *extra), registry=self.registry
-        )
-        self.step_seconds = client.Histogram(
-            "profdsl_step_seconds",
-            "Wall time of a training step, start() to stop()",
-            ("role", *extra),
-            registry=self.registry,
-            buckets=BUCKETS,
-        )
-        self.overflow = client.Counter(
-            "profdsl_stage_overflow",
-            "Entries of stage paths beyond Metrics.max_stages",
-            ("role", *extra),
-            registry=self.registry,
-        )
-        self.ledger = LedgerGauges(client, self.registry, extra)
-        self.straggler_factor = client.Gauge(
-            "profdsl_straggler_factor",
-            "A straggling rank's stage time over the other ranks' median, while its straggler episode lasts (0 after)",
-            ("role", "stage", "rank"),
-            registry=self.registry,
-        )
-        self.straggler_steps = client.Gauge(
-            "profdsl_straggler_steps",
-            "Consecutive slow steps of a straggling rank's stage (0 after its episode)",
-            ("role", "stage", "rank"),
-            registry=self.registry,
-        )
+        self.families = _Families(client, self.registry, rank_label)
         self.on_profile = on_profile
         self._metrics_app = client.make_wsgi_app(self.registry)
         self.address = address
@@ -388,26 +415,6 @@ class Server:
         if self.address in ("0.0.0.0", "::", ""):  # reached by this machine's own names too
             hosts = (*hosts, socket.gethostname().lower(), socket.getfqdn().lower())
         return admit(headers, bound=self.address, port=self.port, hosts=hosts, tokens=tokens)
-
-    def observe(self, timings: StepTimings) -> None:
-        """Add one step of one role."""
-        extra = (str(timings.rank),) if self.rank_label else ()
-        role = label_value(timings.role)
-        for path, timing in timings.stages.items():
-            labels = (role, label_value(path), *extra)
-            self.stage_seconds.labels(*labels).observe(timing.total_s)
-            self.stage_entries.labels(*labels).inc(timing.count)
-        self.step_seconds.labels(role, *extra).observe(timings.wall_s)
-        self.ledger.observe(role, extra, timings)
-        if timings.overflow:
-            self.overflow.labels(role, *extra).inc(timings.overflow)
-
-    def alert(self, alert: StragglerAlert) -> None:
-        """A straggler episode of this process's rank began (the gauges show its factor and
-        steps) or ended (both back to 0)."""
-        labels = (label_value(alert.role), label_value(alert.stage), str(alert.rank))
-        self.straggler_factor.labels(*labels).set(alert.factor if alert.active else 0.0)
-        self.straggler_steps.labels(*labels).set(alert.count if alert.active else 0)
 
     def close(self) -> None:
         """Stop serving and release the port."""
@@ -482,10 +489,10 @@ class PrometheusExporter:
         self.server = server
 
     def export(self, timings: StepTimings) -> None:
-        self.server.observe(timings)
+        self.server.families.observe(timings)
 
     def alert(self, alert: StragglerAlert) -> None:
-        self.server.alert(alert)
+        self.server.families.alert(alert)
 
     def __repr__(self) -> str:
         return f"PrometheusExporter({host_port(self.server.address, self.server.port)})"

@@ -46,14 +46,20 @@ class _Engines(Handle):
         self.run = run
         super().__init__(annotator, name, color, owner)
 
+    def _close_region(self) -> RolloutRun | None:
+        """Close the region, once; the run whose replicas are still to stop (None: none, or
+        closed already)."""
+        if self.closed:
+            return None
+        super().close()
+        run, self.run = self.run, None
+        return run
+
     def close(self) -> None:
         """Close the region (what stopping the engines costs is not generation), then stop the
         started replicas and move their traces into save_path (the step's profiling overhead);
         once."""
-        if self.closed:
-            return
-        super().close()
-        run, self.run = self.run, None
+        run = self._close_region()
         if run is not None:
             began = clock()
             run.record(call_all(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s), "stop_profile")
@@ -62,10 +68,7 @@ class _Engines(Handle):
 
     async def aclose(self) -> None:
         """:meth:`close` for an event loop."""
-        if self.closed:
-            return
-        super().close()
-        run, self.run = self.run, None
+        run = self._close_region()
         if run is not None:
             began = clock()
             run.record(

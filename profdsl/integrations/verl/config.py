@@ -114,15 +114,21 @@ def _convert(where: str, build: Callable[[], T]) -> T:
 
 
 @attrs.frozen
-class _Global:
-    """``global_profiler``, checked."""
+class _Values:
+    """A checked verl block's values; ``get`` reads one left at ``MISSING`` as ``default``."""
 
-    block: dict[str, Any]
-    nsys: dict[str, Any]
+    values: dict[str, Any]
 
     def get(self, key: str, default: Any = None) -> Any:
-        value = self.block.get(key, default)
+        value = self.values.get(key, default)
         return default if _unset(value) and value is not None else value
+
+
+@attrs.frozen
+class _Global(_Values):
+    """``global_profiler``, checked."""
+
+    nsys: dict[str, Any]
 
 
 def _global(cfg: Mapping[str, Any]) -> _Global:
@@ -164,17 +170,12 @@ def _at(cfg: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
 
 
 @attrs.frozen
-class _Role:
+class _Role(_Values):
     """A role block's effective verl values (after verl's inheritance), and where it came from."""
 
     where: str
-    values: dict[str, Any]
     torch: dict[str, Any]
     nsys_discrete: Any
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = self.values.get(key, default)
-        return default if _unset(value) and value is not None else value
 
 
 #: Role keys a rollout block takes from the actor's when it lacks them (the rest: global).
@@ -247,7 +248,7 @@ def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role 
         torch = {**{k: actor.torch[k] for k in ("contents", "discrete") if k in actor.torch}, **torch}
     nsys = _block(tools.get("nsys"), f"{where}.tool_config.nsys")
     nsys_discrete = nsys.get("discrete", g.nsys.get("discrete", False))
-    return _Role(where, values, torch, nsys_discrete)
+    return _Role(values, where, torch, nsys_discrete)
 
 
 def _schedule(role: _Role, discrete: bool) -> Schedule | None:

@@ -142,6 +142,31 @@ def _color(value: object) -> int | None:
     return to_color("DistProfiler.annotate color", value)
 
 
+def annotate(
+    message: str | None = None,
+    color: str | int | None = None,
+    domain: str | None = None,
+    category: str | None = None,
+    **kwargs_outer: Any,
+) -> Callable[[F], F]:
+    """Decorate a worker method as a stage: ``@DistProfiler.annotate(role="actor_update",
+    color="red", scheduled=True)``. The stage is named ``message or role or`` the method's
+    name, and uses the instance's ``self.profiler``; ``domain`` and ``category`` are NVTX
+    details profdsl does not use (its ranges live in the ``profdsl`` domain).
+
+    Raises:
+        ConfigError: a colour that is neither a colour name nor ``#RRGGBB``.
+    """
+    scheduled = bool(kwargs_outer.get("scheduled", False))
+    ink = None if color is None else _color(color)
+
+    def decorate(func: F) -> F:
+        name = message or kwargs_outer.get("role") or func.__name__
+        return _Annotated(name, scheduled=scheduled, color=ink)(func)
+
+    return decorate
+
+
 class DistProfiler:
     """verl's per-worker profiler, backed by a profdsl :class:`Profiler`.
 
@@ -203,6 +228,9 @@ class DistProfiler:
         # TrainingWorker's), which must not hold the finish hook of this save_path back.
         self.profiler: Profiler | None = None
         self._steps = TrainerSteps()  # the steps verl's calls leave without a call of their own
+
+    #: ``@DistProfiler.annotate(...)``: a worker method as a stage (:func:`annotate`).
+    annotate = staticmethod(annotate)
 
     @property
     def role(self) -> str:
@@ -283,33 +311,6 @@ class DistProfiler:
         if self.profiler is not None:
             self.profiler.close()
 
-    # -- stages --------------------------------------------------------------------------------
-    @classmethod
-    def annotate(
-        cls,
-        message: str | None = None,
-        color: str | int | None = None,
-        domain: str | None = None,
-        category: str | None = None,
-        **kwargs_outer: Any,
-    ) -> Callable[[F], F]:
-        """Decorate a worker method as a stage: ``@DistProfiler.annotate(role="actor_update",
-        color="red", scheduled=True)``. The stage is named ``message or role or`` the method's
-        name, and uses the instance's ``self.profiler``; ``domain`` and ``category`` are NVTX
-        details profdsl does not use (its ranges live in the ``profdsl`` domain).
-
-        Raises:
-            ConfigError: a colour that is neither a colour name nor ``#RRGGBB``.
-        """
-        scheduled = bool(kwargs_outer.get("scheduled", False))
-        ink = None if color is None else _color(color)
-
-        def decorate(func: F) -> F:
-            name = message or kwargs_outer.get("role") or func.__name__
-            return _Annotated(name, scheduled=scheduled, color=ink)(func)
-
-        return decorate
-
 
 def _config_of(
     config: object, tool_config: Mapping[str, Any] | None, steps: Any, continuous_steps: bool
@@ -368,10 +369,6 @@ class DistProfilerExtension:
     def finish_profile(self) -> None:
         """Training is over: close, running a finish hook still owed."""
         self.profiler.close()
-
-
-#: ``annotate(...)``, as verl's ``DistProfiler.annotate``.
-annotate = DistProfiler.annotate
 
 
 def _world_holding(rank: int | None, world_size: int | None) -> int | None:
