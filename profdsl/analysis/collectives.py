@@ -14,6 +14,16 @@ step; where the ranks' sequences differ (a count, or an op's name), matching sto
 says so. Each collective sits in the outermost stage of its trace running when it began (the
 one that began last: the ledger's rule).
 
+On a GPU run, NCCL's kernels (category ``kernel``, ``ncclDevKernel_<Op>_...`` or
+``ncclKernel_<Op>_...``; op ``nccl:<Op>``): a kernel lasts from when it began waiting for its
+peers to the collective's end, the rank's wait. Its process group and sequence number come from
+its own args (``Process Group Name``, ``Seq``) or from torch's ``record_param_comms`` CPU event
+around its launch (the ``cuda_runtime`` event of the same ``correlation``, on the same thread);
+kernels that have them are matched across the ranks that hold the same group, sequence number
+and op, the others by their order, apart from gloo's. A kernel sits in the stage running when
+it was launched (else when it began). A trace holding both (gloo for CPU tensors, NCCL for GPU
+ones) gives both.
+
 **The rule: the shortest wait arrived last.** The rank that arrived last waits least: its
 lateness is the median of the other ranks' waits less its own. This needs no clock shared by
 the hosts (each wait is measured on its own host), which a comparison of arrival times would;
@@ -41,10 +51,14 @@ from profdsl.analysis.load import scan_artifacts
 from profdsl.analysis.model import Span, StageModel
 from profdsl.analysis.reader import TraceError, events
 
-__all__ = ["PREFIXES", "Arrival", "Blame", "Match", "blame", "load_matches", "match"]
+__all__ = ["NCCL_KERNELS", "PREFIXES", "Arrival", "Blame", "Match", "blame", "load_matches", "match"]
 
 #: The events that are one rank's wait at a collective, by name prefix.
 PREFIXES = ("gloo:",)
+#: NCCL's kernels (category ``kernel``), by name prefix: one rank's wait at a collective on its GPU.
+NCCL_KERNELS = ("ncclDevKernel_", "ncclKernel_")
+#: torch's CPU event around a collective's call, whose args say its process group and sequence number.
+COMMS = "record_param_comms"
 #: A collective outside any stage of its trace.
 NO_STAGE = "(outside any stage)"
 
@@ -54,13 +68,15 @@ Key = tuple[str, "int | None"]  # role, step
 @attrs.frozen
 class Arrival:
     """One rank's event of one collective: its op, when it began (wall-clock µs, its host's
-    clock), how long the rank waited (µs), and the stage it sat in."""
+    clock), how long the rank waited (µs), and the stage it sat in; ``key``: its process group
+    and sequence number where the trace says them (NCCL), which match it across ranks."""
 
     rank: int
     name: str
     start_us: float
     wait_us: float
     stage: str
+    key: tuple[str, int] | None = None
 
 
 @attrs.frozen
@@ -118,8 +134,48 @@ def _last(arrivals: Sequence[Arrival]) -> tuple[int, float]:
 
 
 def match(role: str, step: int | None, per_rank: Mapping[int, Sequence[Arrival]]) -> tuple[list[Match], str | None]:
-    """The collectives of a role's step across its ranks (each rank's in time order), matched by
-    their order; and a note when the ranks' sequences differ (matched up to there)."""
+    """The collectives of a role's step across its ranks: those with a ``key`` (process group,
+    sequence number) by it, over the ranks that hold it; the others by their order on each rank
+    (in time order), each backend's (``gloo:``, ``nccl:``) apart; and a note when the ranks'
+    sequences differ (matched up to there)."""
+    keyed: dict[tuple[tuple[str, int], str], list[Arrival]] = defaultdict(list)
+    backends = set()
+    for arrivals in per_rank.values():
+        for a in arrivals:
+            if a.key is None:
+                backends.add(_backend(a))
+            else:
+                keyed[(a.key, a.name)].append(a)
+    found: list[Match] = []
+    notes = []
+    for backend in sorted(backends):  # every rank of the step, so that one without the backend's events says so
+        mine = {
+            r: [a for a in arrivals if a.key is None and _backend(a) == backend] for r, arrivals in per_rank.items()
+        }
+        here, note = _by_order(role, step, mine, len(found))
+        found += here
+        notes += [note] if note else []
+    for key in sorted(keyed, key=lambda k: min(a.start_us for a in keyed[k])):
+        arrivals = sorted(keyed[key], key=lambda a: a.rank)
+        if len({a.rank for a in arrivals}) == len(arrivals) > 1:
+            found.append(_match(role, step, len(found), arrivals))
+    return found, "; ".join(notes) or None
+
+
+def _backend(arrival: Arrival) -> str:
+    return arrival.name.partition(":")[0]
+
+
+def _match(role: str, step: int | None, index: int, here: Sequence[Arrival]) -> Match:
+    last, late = _last(here)
+    stage = Counter(a.stage for a in here).most_common(1)[0][0]
+    return Match(role, step, index, stage, tuple(here), last, late)
+
+
+def _by_order(
+    role: str, step: int | None, per_rank: Mapping[int, Sequence[Arrival]], first: int
+) -> tuple[list[Match], str | None]:
+    """The ``i``-th collective on each rank taken as the same one (numbered from ``first``)."""
     ranks = sorted(per_rank)
     if len(ranks) < 2:
         return [], None
@@ -138,9 +194,7 @@ def match(role: str, step: int | None, per_rank: Mapping[int, Sequence[Arrival]]
                 f"matched up to there"
             )
             break
-        last, late = _last(here)
-        stage = Counter(a.stage for a in here).most_common(1)[0][0]
-        found.append(Match(role, step, index, stage, tuple(here), last, late))
+        found.append(_match(role, step, first + index, here))
     return found, note
 
 
@@ -175,16 +229,71 @@ def _stage_at(spans: Sequence[Span], ts: float) -> str:
 
 
 def _arrivals(folder: str, artifact: Artifact, rank: int, base_us: float, spans: Sequence[Span]) -> list[Arrival]:
-    """The collective events of one trace of ``rank`` (raises TraceError as the streaming
-    reader does)."""
+    """The collective events of one trace of ``rank``: gloo's, and NCCL's kernels (raises
+    TraceError as the streaming reader does)."""
     found = []
+    kernels: list[Mapping[str, Any]] = []
+    launches: dict[Any, Mapping[str, Any]] = {}  # correlation id: the CUDA runtime call that launched a kernel
+    comms: list[Mapping[str, Any]] = []  # record_param_comms events that say their group and sequence number
     for event in events(os.path.join(folder, str(artifact.path))):
         name = event.get("name")
-        if event.get("ph") != "X" or not isinstance(name, str) or not name.startswith(PREFIXES):
+        if event.get("ph") != "X" or not isinstance(name, str):
             continue
-        start = base_us + float(event.get("ts", 0))
-        found.append(Arrival(rank, name, start, float(event.get("dur", 0)), _stage_at(spans, start)))
+        category, args = event.get("cat"), _args(event)
+        if name.startswith(PREFIXES):
+            start = base_us + float(event.get("ts", 0))
+            found.append(Arrival(rank, name, start, float(event.get("dur", 0)), _stage_at(spans, start)))
+        elif category == "kernel" and name.startswith(NCCL_KERNELS):
+            kernels.append(event)
+        elif category == "cuda_runtime" and "correlation" in args:
+            launches[args["correlation"]] = event
+        elif name == COMMS and _key(args) is not None:
+            comms.append(event)
+    for kernel in kernels:
+        args = _args(kernel)
+        launch = launches.get(args.get("correlation"))
+        key = _key(args)
+        if key is None and launch is not None:
+            key = _key(_args(_enclosing(comms, launch)))
+        start = base_us + float(kernel.get("ts", 0))
+        placed = base_us + float((launch or kernel).get("ts", 0))
+        wait = float(kernel.get("dur", 0))
+        found.append(Arrival(rank, _nccl_op(str(kernel["name"])), start, wait, _stage_at(spans, placed), key))
     return found
+
+
+def _enclosing(comms: Sequence[Mapping[str, Any]], launch: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The innermost of ``comms`` on the launch's thread running when it launched ({}: none)."""
+    ts = float(launch.get("ts", 0))
+    around = [
+        c
+        for c in comms
+        if (c.get("pid"), c.get("tid")) == (launch.get("pid"), launch.get("tid"))
+        and float(c.get("ts", 0)) <= ts <= float(c.get("ts", 0)) + float(c.get("dur", 0))
+    ]
+    return max(around, key=lambda c: float(c.get("ts", 0)), default={})
+
+
+def _args(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    args = event.get("args")
+    return args if isinstance(args, Mapping) else {}
+
+
+def _key(args: Mapping[str, Any]) -> tuple[str, int] | None:
+    """An NCCL collective's process group and sequence number, where its event's args say them
+    (``Process Group Name``, ``Seq``: torch's ``saveNcclMeta``)."""
+    group, seq = args.get("Process Group Name"), args.get("Seq")
+    try:
+        return (str(group), int(seq)) if group is not None and seq is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _nccl_op(kernel: str) -> str:
+    """``nccl:AllReduce`` for ``ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`` or
+    ``ncclKernel_AllReduce_RING_LL_Sum_float(...)``."""
+    rest = kernel.partition("_")[2]
+    return "nccl:" + rest.split("(")[0].split("_")[0]
 
 
 def load_matches(
