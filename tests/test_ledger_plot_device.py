@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,35 @@ def test_plot_ledger_draws_a_thin_device_bar_beside_each_step_that_has_one(logge
     )
     assert done.returncode == 0, done.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _timings(rank: int, step: int, device: dict[str, float] | None) -> Any:
+    from profdsl.metrics import StepTimings
+
+    ledger = {"generation": 0.02, "update": 0.01, "overhead": 0.0, "outside": 0.01}
+    return StepTimings(role="actor", rank=rank, step=step, wall_s=0.04, ledger=ledger, ledger_device=device)
+
+
+def test_the_demos_report_names_the_device_split_when_the_steps_have_one() -> None:
+    """The closing report's ledger, from step timings as the demo's metrics log reads them: with a
+    device split, a table under the wall-time one of each step's device span, per kind, outside
+    and its share (the mean over the ranks with one); on CPU (none), no such lines."""
+    from profdsl.demo.ledger_table import DEVICE_TITLE, ledger_lines
+
+    cpu = [_timings(0, 1, None), _timings(1, 1, None)]
+    plain = ledger_lines(cpu)
+    assert plain and not [line for line in plain if "device" in line]
+    cuda = [
+        _timings(0, 1, {"generation": 0.018, "update": 0.03, "outside": 0.012}),
+        _timings(1, 1, {"generation": 0.022, "update": 0.03, "outside": 0.008}),
+        _timings(0, 2, {"generation": 0.02, "update": 0.02, "outside": 0.0}),
+        _timings(1, 2, None),
+    ]
+    lines = ledger_lines(cuda)
+    assert lines[: len(plain[:2])] == plain[:2]  # the wall-time table comes first, as on CPU
+    at = lines.index(f"{DEVICE_TITLE}:")
+    header, _, one, two = lines[at + 1 : at + 5]
+    assert header.split() == ["step", "role", "ranks", "span", "ms", "generation", "ms", "update", "ms", "outside",
+                              "ms", "outside", "%"]  # fmt: skip
+    assert one.split() == ["1", "actor", "2", "60.00", "20.00", "30.00", "10.00", "16.7"]
+    assert two.split() == ["2", "actor", "1", "40.00", "20.00", "20.00", "0.00", "0.0"]
