@@ -32,7 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profdsl.analysis.collectives import Arrival, _nccl_op, blame, match
+from profdsl.analysis.collectives import Arrival, blame, match
+from profdsl.analysis.nccl import op_name
 from profdsl.collect.manifest import append_record, make_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,6 +162,6 @@ def test_keyed_collectives_match_over_the_ranks_that_hold_them() -> None:
 
 
 def test_a_kernels_op_is_read_from_its_name() -> None:
-    assert _nccl_op(KERNEL) == "nccl:AllReduce"
-    assert _nccl_op("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)") == "nccl:AllGather"
-    assert _nccl_op("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)") == "nccl:SendRecv"
+    assert op_name(KERNEL) == "nccl:AllReduce"
+    assert op_name("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)") == "nccl:AllGather"
+    assert op_name("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)") == "nccl:SendRecv"

@@ -14,7 +14,7 @@ step; where the ranks' sequences differ (a count, or an op's name), matching sto
 says so. Each collective sits in the outermost stage of its trace running when it began (the
 one that began last: the ledger's rule).
 
-On a GPU run, NCCL's kernels (category ``kernel``, ``ncclDevKernel_<Op>_...`` or
+On a GPU run, NCCL's kernels (:mod:`profdsl.analysis.nccl`; ``ncclDevKernel_<Op>_...`` or
 ``ncclKernel_<Op>_...``; op ``nccl:<Op>``): a kernel lasts from when it began waiting for its
 peers to the collective's end, the rank's wait. Its process group and sequence number come from
 its own args (``Process Group Name``, ``Seq``) or from torch's ``record_param_comms`` CPU event
@@ -49,16 +49,13 @@ import attrs
 from profdsl.analysis.catalog import Artifact
 from profdsl.analysis.load import scan_artifacts
 from profdsl.analysis.model import Span, StageModel
+from profdsl.analysis.nccl import NCCL_KERNELS, NcclEvents
 from profdsl.analysis.reader import TraceError, events
 
 __all__ = ["NCCL_KERNELS", "PREFIXES", "Arrival", "Blame", "Match", "blame", "load_matches", "match"]
 
 #: The events that are one rank's wait at a collective, by name prefix.
 PREFIXES = ("gloo:",)
-#: NCCL's kernels (category ``kernel``), by name prefix: one rank's wait at a collective on its GPU.
-NCCL_KERNELS = ("ncclDevKernel_", "ncclKernel_")
-#: torch's CPU event around a collective's call, whose args say its process group and sequence number.
-COMMS = "record_param_comms"
 #: A collective outside any stage of its trace.
 NO_STAGE = "(outside any stage)"
 
@@ -232,68 +229,19 @@ def _arrivals(folder: str, artifact: Artifact, rank: int, base_us: float, spans:
     """The collective events of one trace of ``rank``: gloo's, and NCCL's kernels (raises
     TraceError as the streaming reader does)."""
     found = []
-    kernels: list[Mapping[str, Any]] = []
-    launches: dict[Any, Mapping[str, Any]] = {}  # correlation id: the CUDA runtime call that launched a kernel
-    comms: list[Mapping[str, Any]] = []  # record_param_comms events that say their group and sequence number
+    nccl = NcclEvents()
     for event in events(os.path.join(folder, str(artifact.path))):
         name = event.get("name")
         if event.get("ph") != "X" or not isinstance(name, str):
             continue
-        category, args = event.get("cat"), _args(event)
         if name.startswith(PREFIXES):
             start = base_us + float(event.get("ts", 0))
             found.append(Arrival(rank, name, start, float(event.get("dur", 0)), _stage_at(spans, start)))
-        elif category == "kernel" and name.startswith(NCCL_KERNELS):
-            kernels.append(event)
-        elif category == "cuda_runtime" and "correlation" in args:
-            launches[args["correlation"]] = event
-        elif name == COMMS and _key(args) is not None:
-            comms.append(event)
-    for kernel in kernels:
-        args = _args(kernel)
-        launch = launches.get(args.get("correlation"))
-        key = _key(args)
-        if key is None and launch is not None:
-            key = _key(_args(_enclosing(comms, launch)))
-        start = base_us + float(kernel.get("ts", 0))
-        placed = base_us + float((launch or kernel).get("ts", 0))
-        wait = float(kernel.get("dur", 0))
-        found.append(Arrival(rank, _nccl_op(str(kernel["name"])), start, wait, _stage_at(spans, placed), key))
+        else:
+            nccl.feed(name, event)
+    for op, ts, wait, key, launched in nccl.kernels():
+        found.append(Arrival(rank, op, base_us + ts, wait, _stage_at(spans, base_us + launched), key))
     return found
-
-
-def _enclosing(comms: Sequence[Mapping[str, Any]], launch: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The innermost of ``comms`` on the launch's thread running when it launched ({}: none)."""
-    ts = float(launch.get("ts", 0))
-    around = [
-        c
-        for c in comms
-        if (c.get("pid"), c.get("tid")) == (launch.get("pid"), launch.get("tid"))
-        and float(c.get("ts", 0)) <= ts <= float(c.get("ts", 0)) + float(c.get("dur", 0))
-    ]
-    return max(around, key=lambda c: float(c.get("ts", 0)), default={})
-
-
-def _args(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    args = event.get("args")
-    return args if isinstance(args, Mapping) else {}
-
-
-def _key(args: Mapping[str, Any]) -> tuple[str, int] | None:
-    """An NCCL collective's process group and sequence number, where its event's args say them
-    (``Process Group Name``, ``Seq``: torch's ``saveNcclMeta``)."""
-    group, seq = args.get("Process Group Name"), args.get("Seq")
-    try:
-        return (str(group), int(seq)) if group is not None and seq is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _nccl_op(kernel: str) -> str:
-    """``nccl:AllReduce`` for ``ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`` or
-    ``ncclKernel_AllReduce_RING_LL_Sum_float(...)``."""
-    rest = kernel.partition("_")[2]
-    return "nccl:" + rest.split("(")[0].split("_")[0]
 
 
 def load_matches(
