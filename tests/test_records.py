@@ -314,6 +314,7 @@ OTHER_FORMATS = {
 NOT_RECORD_KEYS = {
     ("analysis/merge.py", "pid"): "a Chrome event's pid",
     ("analysis/hta.py", "pid"): "a Chrome event's pid",
+    ("analysis/nccl.py", "pid"): "a Chrome event's pid",
     ("analysis/merge.py", "host"): "merge's alignment object",
     ("analysis/merge.py", "traces"): "merge's alignment object",
     ("collect/relocate.py", "pid"): "a regular expression's group",

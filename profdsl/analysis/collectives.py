@@ -14,6 +14,16 @@ step; where the ranks' sequences differ (a count, or an op's name), matching sto
 says so. Each collective sits in the outermost stage of its trace running when it began (the
 one that began last: the ledger's rule).
 
+On a GPU run, NCCL's kernels (:mod:`profdsl.analysis.nccl`; ``ncclDevKernel_<Op>_...`` or
+``ncclKernel_<Op>_...``; op ``nccl:<Op>``): a kernel lasts from when it began waiting for its
+peers to the collective's end, the rank's wait. Its process group and sequence number come from
+its own args (``Process Group Name``, ``Seq``) or from torch's ``record_param_comms`` CPU event
+around its launch (the ``cuda_runtime`` event of the same ``correlation``, on the same thread);
+kernels that have them are matched across the ranks that hold the same group, sequence number
+and op, the others by their order, apart from gloo's. A kernel sits in the stage running when
+it was launched (else when it began). A trace holding both (gloo for CPU tensors, NCCL for GPU
+ones) gives both.
+
 **The rule: the shortest wait arrived last.** The rank that arrived last waits least: its
 lateness is the median of the other ranks' waits less its own. This needs no clock shared by
 the hosts (each wait is measured on its own host), which a comparison of arrival times would;
@@ -39,9 +49,10 @@ import attrs
 from profdsl.analysis.catalog import Artifact
 from profdsl.analysis.load import scan_artifacts
 from profdsl.analysis.model import Span, StageModel
+from profdsl.analysis.nccl import NCCL_KERNELS, NcclEvents
 from profdsl.analysis.reader import TraceError, events
 
-__all__ = ["PREFIXES", "Arrival", "Blame", "Match", "blame", "load_matches", "match"]
+__all__ = ["NCCL_KERNELS", "PREFIXES", "Arrival", "Blame", "Match", "blame", "load_matches", "match"]
 
 #: The events that are one rank's wait at a collective, by name prefix.
 PREFIXES = ("gloo:",)
@@ -54,13 +65,15 @@ Key = tuple[str, "int | None"]  # role, step
 @attrs.frozen
 class Arrival:
     """One rank's event of one collective: its op, when it began (wall-clock µs, its host's
-    clock), how long the rank waited (µs), and the stage it sat in."""
+    clock), how long the rank waited (µs), and the stage it sat in; ``key``: its process group
+    and sequence number where the trace says them (NCCL), which match it across ranks."""
 
     rank: int
     name: str
     start_us: float
     wait_us: float
     stage: str
+    key: tuple[str, int] | None = None
 
 
 @attrs.frozen
@@ -118,8 +131,48 @@ def _last(arrivals: Sequence[Arrival]) -> tuple[int, float]:
 
 
 def match(role: str, step: int | None, per_rank: Mapping[int, Sequence[Arrival]]) -> tuple[list[Match], str | None]:
-    """The collectives of a role's step across its ranks (each rank's in time order), matched by
-    their order; and a note when the ranks' sequences differ (matched up to there)."""
+    """The collectives of a role's step across its ranks: those with a ``key`` (process group,
+    sequence number) by it, over the ranks that hold it; the others by their order on each rank
+    (in time order), each backend's (``gloo:``, ``nccl:``) apart; and a note when the ranks'
+    sequences differ (matched up to there)."""
+    keyed: dict[tuple[tuple[str, int], str], list[Arrival]] = defaultdict(list)
+    backends = set()
+    for arrivals in per_rank.values():
+        for a in arrivals:
+            if a.key is None:
+                backends.add(_backend(a))
+            else:
+                keyed[(a.key, a.name)].append(a)
+    found: list[Match] = []
+    notes = []
+    for backend in sorted(backends):  # every rank of the step, so that one without the backend's events says so
+        mine = {
+            r: [a for a in arrivals if a.key is None and _backend(a) == backend] for r, arrivals in per_rank.items()
+        }
+        here, note = _by_order(role, step, mine, len(found))
+        found += here
+        notes += [note] if note else []
+    for key in sorted(keyed, key=lambda k: min(a.start_us for a in keyed[k])):
+        arrivals = sorted(keyed[key], key=lambda a: a.rank)
+        if len({a.rank for a in arrivals}) == len(arrivals) > 1:
+            found.append(_match(role, step, len(found), arrivals))
+    return found, "; ".join(notes) or None
+
+
+def _backend(arrival: Arrival) -> str:
+    return arrival.name.partition(":")[0]
+
+
+def _match(role: str, step: int | None, index: int, here: Sequence[Arrival]) -> Match:
+    last, late = _last(here)
+    stage = Counter(a.stage for a in here).most_common(1)[0][0]
+    return Match(role, step, index, stage, tuple(here), last, late)
+
+
+def _by_order(
+    role: str, step: int | None, per_rank: Mapping[int, Sequence[Arrival]], first: int
+) -> tuple[list[Match], str | None]:
+    """The ``i``-th collective on each rank taken as the same one (numbered from ``first``)."""
     ranks = sorted(per_rank)
     if len(ranks) < 2:
         return [], None
@@ -138,9 +191,7 @@ def match(role: str, step: int | None, per_rank: Mapping[int, Sequence[Arrival]]
                 f"matched up to there"
             )
             break
-        last, late = _last(here)
-        stage = Counter(a.stage for a in here).most_common(1)[0][0]
-        found.append(Match(role, step, index, stage, tuple(here), last, late))
+        found.append(_match(role, step, first + index, here))
     return found, note
 
 
@@ -175,15 +226,21 @@ def _stage_at(spans: Sequence[Span], ts: float) -> str:
 
 
 def _arrivals(folder: str, artifact: Artifact, rank: int, base_us: float, spans: Sequence[Span]) -> list[Arrival]:
-    """The collective events of one trace of ``rank`` (raises TraceError as the streaming
-    reader does)."""
+    """The collective events of one trace of ``rank``: gloo's, and NCCL's kernels (raises
+    TraceError as the streaming reader does)."""
     found = []
+    nccl = NcclEvents()
     for event in events(os.path.join(folder, str(artifact.path))):
         name = event.get("name")
-        if event.get("ph") != "X" or not isinstance(name, str) or not name.startswith(PREFIXES):
+        if event.get("ph") != "X" or not isinstance(name, str):
             continue
-        start = base_us + float(event.get("ts", 0))
-        found.append(Arrival(rank, name, start, float(event.get("dur", 0)), _stage_at(spans, start)))
+        if name.startswith(PREFIXES):
+            start = base_us + float(event.get("ts", 0))
+            found.append(Arrival(rank, name, start, float(event.get("dur", 0)), _stage_at(spans, start)))
+        else:
+            nccl.feed(name, event)
+    for op, ts, wait, key, launched in nccl.kernels():
+        found.append(Arrival(rank, op, base_us + ts, wait, _stage_at(spans, base_us + launched), key))
     return found
 
 

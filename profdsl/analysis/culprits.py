@@ -37,8 +37,8 @@ DEFAULT_LATE_MS = 10.0
 #: Why a run has no culprit to name.
 NO_TRACE = "no trace"
 NO_COLLECTIVE = (
-    "no collective in its traces (gloo's CPU events): wall-time alerts cannot tell the culprit from its "
-    "victims when collectives equalise their stage times"
+    "no collective in its traces (gloo's CPU events, NCCL's kernels): wall-time alerts cannot tell the culprit "
+    "from its victims when collectives equalise their stage times"
 )
 
 

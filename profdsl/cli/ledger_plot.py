@@ -1,12 +1,15 @@
 """``profdsl plot DIR --ledger``: the step ledger as stacked bars, one panel per role, one bar per
 step: each bucket's mean over the role's ranks (:mod:`profdsl.analysis.ledger`, the numbers of
 ``profdsl summary --ledger``: traced steps from their traces, the others from the metrics log).
-matplotlib is imported by the caller's figure only."""
+Where the ranks' metrics log lines carry a device split (``ledger_device``: ``Metrics(device_time=True)``
+on CUDA), a thinner hatched bar beside each step's stacks its device time per kind and
+``outside``, the mean over the ranks with one (:func:`device_bars`). matplotlib is imported by
+the caller's figure only."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from profdsl.analysis.fleet import FROM_TRACE, RankLedger
@@ -18,10 +21,16 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["BUCKETS", "ledger_bars", "ledger_figure"]
+__all__ = ["BUCKETS", "DEVICE_BUCKETS", "device_bars", "ledger_bars", "ledger_figure"]
 
 #: The buckets in the order they are stacked, bottom up.
 BUCKETS = (*STAGE_KINDS, OVERHEAD, OUTSIDE)
+#: A device split's buckets, bottom up (no overhead: profiling's waits are the host's).
+DEVICE_BUCKETS = (*STAGE_KINDS, OUTSIDE)
+#: The wall-time bar's width, alone and beside a device bar (then shifted left of the step's tick
+#: by ``WALL_SHIFT``), and the device bar's left edge from the tick, width and hatching.
+WALL_WIDTH, WALL_BESIDE, WALL_SHIFT = 0.7, 0.5, 0.13
+DEVICE_LEFT, DEVICE_WIDTH, DEVICE_HATCH = 0.15, 0.22, "////"
 #: Fixed colours, so that a bucket keeps its colour in every plot (``outside`` a light grey).
 COLOURS = {
     "generation": "#1f77b4",
@@ -59,6 +68,19 @@ def ledger_bars(found: FolderLedger) -> list[Bar]:
     return bars
 
 
+def device_bars(found: FolderLedger) -> dict[tuple[str, int], dict[str, float]]:
+    """Per role and step: each device bucket's mean over the ranks with a device split (ms);
+    steps without one are left out."""
+    ranks: dict[tuple[str, int], list[Mapping[str, int]]] = defaultdict(list)
+    for rank in (*found.ranks, *found.metrics):
+        if rank.device is not None and rank.ledger is not None and rank.step is not None:
+            ranks[(rank.role, rank.step)].append(rank.device)
+    return {
+        key: {bucket: sum(d.get(bucket, 0) for d in splits) / len(splits) / 1e6 for bucket in DEVICE_BUCKETS}
+        for key, splits in sorted(ranks.items())
+    }
+
+
 def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     """One panel per role, a stacked bar per step (None when no step has a ledger)."""
     import matplotlib.pyplot as plt
@@ -72,17 +94,26 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     roles = sorted({role for role, *_ in bars})
     figure, axes = plt.subplots(len(roles), 1, figsize=(max(6.0, 0.5 * len(bars) + 3), 2.6 * len(roles) + 0.6))
     panels = [axes] if len(roles) == 1 else list(axes)
-    used = [b for b in BUCKETS if any(means[b] > 0 for *_, means in bars)]
+    device = device_bars(found)
+    stacks = [*(means for *_, means in bars), *device.values()]
+    used = [b for b in BUCKETS if any(stack.get(b, 0) > 0 for stack in stacks)]
     for panel, role in zip(panels, roles):
         mine = [bar for bar in bars if bar[0] == role]
-        _stack(panel, mine, used)
+        beside = [device.get((role, step)) for _, step, _, _ in mine]
+        _stack(panel, mine, used, beside=any(beside))
+        _stack_device(panel, beside, [b for b in used if b in DEVICE_BUCKETS])
+        what = "; hatched: the device span of its stages (CUDA)" if any(beside) else ""
         panel.set_title(
-            f"{_plain(role)}: where each step's wall time went (mean over its ranks)", fontsize=9, loc="left"
+            f"{_plain(role)}: where each step's wall time went (mean over its ranks){what}", fontsize=9, loc="left"
         )
         panel.set_ylabel("ms per step")
         for side in ("top", "right"):
             panel.spines[side].set_visible(False)
     handles = [Patch(color=COLOURS.get(b, "#7f7f7f")) for b in used]
+    labels = list(used)
+    if device:
+        handles.append(Patch(facecolor="white", edgecolor="#555555", hatch=DEVICE_HATCH))
+        labels.append("device time (thin bar)")
     figure.suptitle(
         f"{title}: the step ledger (bars add up to the step's wall time; * from traces, else the metrics log)",
         fontsize=10,
@@ -92,21 +123,38 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     )
     top = 1 - 0.9 / figure.get_figheight()
     figure.legend(
-        handles, used, loc="upper left", bbox_to_anchor=(0.01, top + 0.35 / figure.get_figheight()), fontsize=8,
-        ncol=max(1, len(used)), frameon=False,  # none used: every step of 0 ns
+        handles, labels, loc="upper left", bbox_to_anchor=(0.01, top + 0.35 / figure.get_figheight()), fontsize=8,
+        ncol=max(1, len(labels)), frameon=False,  # none used: every step of 0 ns
     )  # fmt: skip
     figure.tight_layout(rect=(0, 0, 1, top))
     return figure
 
 
-def _stack(panel: Axes, bars: Sequence[Bar], used: Sequence[str]) -> None:
-    """Stack ``used`` buckets of ``bars`` on ``panel``, one bar per step, labelled by step."""
-    positions = list(range(len(bars)))
+def _stack(panel: Axes, bars: Sequence[Bar], used: Sequence[str], beside: bool = False) -> None:
+    """Stack ``used`` buckets of ``bars`` on ``panel``, one bar per step, labelled by step
+    (``beside``: narrower and left of the tick, leaving room for a device bar)."""
+    ticks = list(range(len(bars)))
+    positions = [t - WALL_SHIFT for t in ticks] if beside else ticks
+    width = WALL_BESIDE if beside else WALL_WIDTH
     bottoms = [0.0] * len(bars)
     for bucket in used:
         heights = [means[bucket] for *_, means in bars]
-        panel.bar(positions, heights, bottom=bottoms, color=COLOURS.get(bucket, "#7f7f7f"), width=0.7)
+        panel.bar(positions, heights, bottom=bottoms, color=COLOURS.get(bucket, "#7f7f7f"), width=width)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
-    panel.set_xticks(positions)
+    panel.set_xticks(ticks)
     panel.set_xticklabels([f"{step}*" if FROM_TRACE in source else str(step) for _, step, source, _ in bars])
     panel.set_xlabel("step")
+
+
+def _stack_device(panel: Axes, splits: Sequence[dict[str, float] | None], used: Sequence[str]) -> None:
+    """Beside each step's bar, its device split (ms per bucket) as a thin hatched stacked bar."""
+    positions = [i + DEVICE_LEFT for i, split in enumerate(splits) if split is not None]
+    present = [split for split in splits if split is not None]
+    bottoms = [0.0] * len(present)
+    for bucket in used:
+        heights = [split[bucket] for split in present]
+        panel.bar(
+            positions, heights, bottom=bottoms, color=COLOURS.get(bucket, "#7f7f7f"), width=DEVICE_WIDTH,
+            align="edge", hatch=DEVICE_HATCH, edgecolor="#555555", linewidth=0.3, label=f"device {bucket}",
+        )  # fmt: skip
+        bottoms = [b + h for b, h in zip(bottoms, heights)]

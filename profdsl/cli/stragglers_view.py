@@ -20,7 +20,7 @@ TITLE = (
     "sum over the stage's collectives; the culprit exceeds the median rank by at least {late:g} ms"
 )
 NOTHING_TRACED = (
-    "no collective found in the readable traces (profdsl reads gloo's CPU events, gloo:<op>). "
+    "no collective found in the readable traces (profdsl reads gloo's CPU events, gloo:<op>, and NCCL's kernels). "
     "Where nothing is traced, wall-time alerts (the straggler watch, the slowest rank of `profdsl "
     "summary`) cannot tell the culprit from its victims: a collective makes every rank wait for "
     "the last, so their stage times come out equal"

@@ -210,7 +210,7 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stragglers",
         action="store_true",
-        help="at the collectives of each traced step (gloo's), which rank arrived last and how long it "
+        help="at the collectives of each traced step (gloo's and NCCL's), which rank arrived last and how long it "
         "made the others wait, per role, step and stage: the culprit, not its victims (docs/ledger.md)",
     )
     parser.add_argument(
