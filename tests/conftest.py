@@ -1,8 +1,11 @@
-"""Shared test configuration: hypothesis profiles."""
+"""Shared test configuration: hypothesis profiles, the session's one local Ray cluster."""
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 
@@ -42,3 +45,40 @@ def _reset_profdsl():
     reset_for_tests()
     yield
     reset_for_tests()
+
+
+@pytest.fixture(scope="session")
+def _ray_session() -> Iterator[Callable[[], Any]]:
+    """The session's one local Ray cluster of 2 CPUs, started by the first test that asks for it
+    (``ray_cluster``) and shut down at the session's end. A test that needs a cluster of another
+    shape (tests/test_ray_nodes.py) shuts it down; the next test that asks starts it again."""
+    ray = pytest.importorskip("ray")
+
+    def started() -> Any:
+        if not ray.is_initialized():
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="profdsl-tests")
+        return ray
+
+    try:
+        yield started
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+@pytest.fixture
+def ray_cluster(_ray_session: Callable[[], Any], request: pytest.FixtureRequest) -> Iterator[str]:
+    """The session's local Ray cluster (one for every test that runs Ray in this process: each
+    cluster costs seconds to start). Yields this test's own namespace: a named actor is made and
+    looked up in it (``.options(name=..., namespace=...)``, ``ray.get_actor(name, namespace=...)``),
+    so no test sees another's; any named actor left there is killed after the test. Unnamed actors
+    end with their last handle, at the latest at the session's end."""
+    ray = _ray_session()
+    namespace = "profdsl-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.nodeid)
+    try:
+        yield namespace
+    finally:
+        if ray.is_initialized():
+            for entry in ray.util.list_named_actors(all_namespaces=True):
+                if entry["namespace"] == namespace:
+                    ray.kill(ray.get_actor(entry["name"], namespace=namespace))
