@@ -1,10 +1,14 @@
-"""Shared test configuration: hypothesis profiles, the session's one local Ray cluster."""
+"""Shared test configuration: hypothesis profiles, the session's one local Ray cluster, the
+session's one run of ``profdsl demo``."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -82,3 +86,13 @@ def ray_cluster(_ray_session: Callable[[], Any], request: pytest.FixtureRequest)
             for entry in ray.util.list_named_actors(all_namespaces=True):
                 if entry["namespace"] == namespace:
                     ray.kill(ray.get_actor(entry["name"], namespace=namespace))
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``profdsl demo --out DIR`` as the README runs it (a real subprocess, without ``--ray``), once
+    for the session: its result and its folder, which tests only read (copy it to change it)."""
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("demo") / "profiles"
+    command = [sys.executable, "-m", "profdsl", "demo", "--out", str(out)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600), out
