@@ -14,11 +14,19 @@ profile_stage`` block at most 1.0 us more than ``with nullcontext()`` and a deco
 1.0 us more than the pass-through wrapper (the baselines and the metered forms take turns, each
 keeping its best); 10,000 metered steps in flat memory (traced Python memory after step 10,000
 within 64 KiB of what it was after step 1,000).
+
+And the cost of the step ledger's recording (issue 32): with metrics on, each top-level entry
+keeps its stretch of time for the step's ledger. Within one metered step, the same forms run with
+their node keeping stretches (``ledger on``) and with it keeping none (``ledger off``, the node's
+``spans`` set to None), taking turns; the difference is the ledger's cost per entry (goal: at most
+200 ns). Also the split at the step's end (``stop()``) for a step of 16 and of 4,096 top-level
+stretches.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import tempfile
 import timeit
@@ -26,6 +34,7 @@ from collections.abc import Callable
 
 import profdsl
 from profdsl import Metrics, Profiler, ProfilerConfig, TorchOptions, mini_batch_window, profile_stage
+from profdsl.metrics import tree
 
 
 def ns_per_call(stmt: Callable[[], object], number: int, repeat: int = 7) -> float:
@@ -110,6 +119,7 @@ def main(quick: bool) -> int:
                     rows[name] = min(rows[name], ns_per_call(stmt, n_slow, repeat=1))
 
     metered_rows(rows, staged, passthrough, with_null, with_stage, with_window, quick)
+    ledger_rows(rows, f, quick)
     memory = metered_memory(2_000 if quick else 10_000)
 
     width = max(map(len, rows))
@@ -177,6 +187,16 @@ def main(quick: bool) -> int:
     ):
         extra = rows[form] - rows[base]
         print(f"  {name:<56} {extra:6.1f} ns (<= 1000 ns) {'ok' if extra <= 1000 else 'OVER'}")
+    print("the step ledger's recording, metrics on (goal):")
+    for name, form in (
+        ("with profile_stage: ledger on - ledger off", "with profile_stage"),
+        ("@profile_stage call: ledger on - ledger off", "@profile_stage call"),
+    ):
+        on, off = rows[f"{form}, ledger on"], rows[f"{form}, ledger off"]
+        extra = on - off
+        print(f"  {name:<56} {extra:6.1f} ns, {on / off:5.3f}x (goal 200 ns) {'ok' if extra <= 200 else 'OVER'}")
+    for count in (16, 4096):
+        print(f"  {f'the split at stop(), {count:,} stretches':<56} {rows[f'split, {count} stretches'] / 1e3:8.1f} us")
     early, late, steps = memory
     growth = late - early
     print(
@@ -225,6 +245,58 @@ def metered_rows(
         for turn in range(5 if quick else 15):
             for name, stmt in turns[turn % len(turns) :] + turns[: turn % len(turns)]:
                 rows[name] = min(rows[name], ns_per_call(stmt, n, repeat=1))
+
+
+def ledger_rows(rows: dict[str, float], f: Callable[[], None], quick: bool) -> None:
+    """A top-level ``with profile_stage`` and decorated call in one metered step, with their nodes
+    keeping their stretches for the ledger (on) and keeping none (off), taking turns; and the
+    ledger's split of a step of 16 and of 4,096 stretches."""
+    from profdsl.metrics.ledger import step_ledger
+    from profdsl.metrics.tree import Paths, Root, child
+
+    n = 20_000 if quick else 100_000
+    stage = profile_stage("bench_ledger")
+    staged = profile_stage("bench_ledger_call")(f)
+
+    def with_stage() -> None:
+        with stage:
+            pass
+
+    saved = tree.MAX_SPANS
+    tree.MAX_SPANS = 10**9  # every entry keeps its stretch (the list is emptied between rounds)
+    try:
+        with Profiler(ProfilerConfig(metrics=Metrics(enabled=True)), role="bench", rank=0, world_size=1) as profiler:
+            with profiler.step(1):
+                with_stage()
+                staged()
+                root = profiler.meter.root
+                assert root is not None
+                nodes = {
+                    "with profile_stage": root.children["bench_ledger"],
+                    "@profile_stage call": root.children["bench_ledger_call"],
+                }
+                forms = [
+                    (f"{form}, ledger {state}", stmt, nodes[form], state == "on")
+                    for form, stmt in (("with profile_stage", with_stage), ("@profile_stage call", staged))
+                    for state in ("on", "off")
+                ]
+                for name, *_ in forms:
+                    rows[name] = float("inf")
+                for turn in range(5 if quick else 15):
+                    for name, stmt, node, on in forms[turn % len(forms) :] + forms[: turn % len(forms)]:
+                        node.spans = root.stretches if on else None
+                        root.stretches.clear()
+                        rows[name] = min(rows[name], ns_per_call(stmt, n, repeat=1))
+                root.stretches.clear()
+    finally:
+        tree.MAX_SPANS = saved
+    for count in (16, 4096):
+        step = Root("bench", 1, Paths(16))
+        kinds = [child(step, name) for name in ("generate", "update_actor", "compute_log_prob", "sync_weights")]
+        for i in range(count):  # each overlaps the next
+            step.stretches += (i * 1e-3, i * 1e-3 + 1.5e-3, kinds[i % 4])
+        split = functools.partial(step_ledger, step, began=0.0, wall_s=count * 1e-3 + 1.0)
+        rows[f"split, {count} stretches"] = ns_per_call(split, 3 if count > 100 else 300, repeat=3)
 
 
 def metered_memory(steps: int) -> tuple[int, int, int]:

@@ -108,6 +108,16 @@ def test_demo(tmp_path: Path, mode: str, request: pytest.FixtureRequest) -> None
     ], result.stdout
     went = result.stdout.split("where the slow step's time went", 1)[1].split("\n\n", 1)[0].splitlines()
     assert f"step 5 on rank {slow_rank}" in went[0]
+    # the step ledger of every step (the metrics'), each row adding up, and each step's fleet lines
+    ledger = result.stdout.split("the step ledger (every step", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
+    rows = [line.split() for line in ledger if line.split()[0].isdigit()]
+    roles = {"actor", "critic", "ref"} | ({"driver"} if mode == "ray" else set())
+    assert {(int(r[0]), r[1]) for r in rows} == {(s, role) for s in range(8) for role in roles}, result.stdout
+    for row in rows:
+        assert sum(map(float, row[4:])) == pytest.approx(float(row[3]), abs=0.02 * len(row[4:]))
+    assert any("ranks idle" in line and "of step 5 while" in line for line in ledger), result.stdout
+    if mode == "ray":  # the driver's fleet line, after each step
+        assert "  fleet: actor ranks idle " in result.stdout
     assert went[3].split()[:2] in (["actor", "update_actor"], ["actor", "update_actor/mini_batch"]), result.stdout
     check = subprocess.run(
         [sys.executable, "-m", "profdsl", "check", str(out)], capture_output=True, text=True, timeout=600

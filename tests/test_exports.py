@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from profdsl import ConfigError, ProfilerConfig, TorchOptions
@@ -205,6 +206,69 @@ def test_waiting_for_an_export_counts_as_blocked(tmp_path: Path, gated: tuple[th
     [record] = read_manifest(tmp_path)
     assert record["blocked_ms"] >= 1.0 + held_ms / 2  # the 1 ms before it, and the wait
     assert record["blocked_ms"] <= 1.0 + waited[0] + 1
+
+
+def held_write(trace: PendingTrace, gate: threading.Event) -> PendingTrace:
+    """``trace`` with its events still to be written, by a write that waits for ``gate`` (torch
+    writing a large trace)."""
+    events = Path(trace.events)
+    text = events.read_text()
+    events.unlink()
+
+    def write(path: str) -> None:
+        assert gate.wait(60)
+        Path(path).write_text(text)
+
+    return attrs.evolve(trace, write=write)
+
+
+def test_a_trace_settles_once_its_events_are_on_disk(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """``wait_settled`` returns once torch's events are written, while the trace is still being
+    compressed; ``wait`` waits for the record."""
+    gate, _ = gated
+    writer = Writer()
+    ticket = submit(writer, pending(tmp_path, 1))
+    assert writer.wait_settled(ticket, timeout=60)  # type: ignore[arg-type]
+    assert (tmp_path / ".profdsl-tmp-1-1.json").exists() and read_manifest(tmp_path) == []
+    assert not writer.wait(ticket, timeout=0.2)  # type: ignore[arg-type]
+    gate.set()
+    assert writer.wait(ticket, timeout=60)  # type: ignore[arg-type]
+    assert [r["status"] for r in read_manifest(tmp_path)] == ["ok"]
+
+
+def test_jobs_settle_in_order(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """Every job up to the ticket settles first: a trace behind one still being compressed has
+    not settled (the writer takes them in order), and a job that is not an export settles when
+    it is done."""
+    gate, _ = gated
+    writer = Writer()
+    submit(writer, pending(tmp_path, 1))
+    second = submit(writer, pending(tmp_path, 2))
+    assert not writer.wait_settled(second, timeout=0.2)  # type: ignore[arg-type]
+    gate.set()
+    assert writer.wait_settled(second, timeout=60)  # type: ignore[arg-type]
+    assert writer.wait(timeout=60)
+    assert writer.wait_settled(second, timeout=0)  # type: ignore[arg-type]  # done: settled
+
+
+def test_waits_before_and_after_settling_count_once(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """A caller that waits for the events (the last step), then for the rest (close()): both
+    waits are in the trace's ``blocked_ms``, each once."""
+    gate, _ = gated
+    events_gate = threading.Event()
+    writer = Writer()
+    ticket = submit(writer, held_write(pending(tmp_path, 1), events_gate))
+    threading.Timer(0.3, events_gate.set).start()
+    began = time.perf_counter()
+    assert writer.wait_settled(ticket, timeout=60)  # type: ignore[arg-type]
+    first_ms = (time.perf_counter() - began) * 1000
+    threading.Timer(0.3, gate.set).start()
+    began = time.perf_counter()
+    assert writer.wait(ticket, timeout=60)  # type: ignore[arg-type]
+    second_ms = (time.perf_counter() - began) * 1000
+    [record] = read_manifest(tmp_path)
+    assert record["blocked_ms"] >= 1.0 + (first_ms + second_ms) / 2
+    assert record["blocked_ms"] <= 1.0 + first_ms + second_ms + 1
 
 
 def test_budget_is_the_traces_own_timeout(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:

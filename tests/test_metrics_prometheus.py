@@ -276,3 +276,76 @@ def test_an_ipv6_address_is_logged_as_a_url(caplog: pytest.LogCaptureFixture) ->
     port = endpoint(profiler).server.port
     assert f"http://[::]:{port}/metrics" in caplog.text
     assert ":::" not in caplog.text and repr(endpoint(profiler)) == f"PrometheusExporter([::]:{port})"
+
+
+def test_the_step_ledger_gauges(clock: FakeClock) -> None:
+    """The last step's ledger as gauges per bucket, adding up to its wall time; a step without a
+    ledger (more stretches than a step keeps) removes them rather than show the older step's."""
+    actor = metered("actor", exporters=["prometheus"], port=0)
+    port = endpoint(actor).server.port
+    actor.start(1)
+    with profile_stage("gen"):
+        clock.advance(1.0)
+    with profile_stage("update_actor"):
+        clock.advance(0.5)
+    clock.advance(0.25)
+    actor.stop()
+    families = scrape(port)
+    ledger = families["profdsl_step_ledger_seconds"]
+    assert ledger.type == "gauge"
+    got = {s.labels["bucket"]: s.value for s in ledger.samples if s.labels["role"] == "actor"}
+    assert {k: v for k, v in got.items() if v} == {"generation": 1.0, "update": 0.5, "outside": 0.25}
+    assert set(got) == {
+        "generation",
+        "inference",
+        "update",
+        "weight_sync",
+        "reward",
+        "data",
+        "other",
+        "overhead",
+        "outside",
+    }
+    assert value(families["profdsl_step_ledger_concurrent_seconds"], "", role="actor") == 0.0
+    from profdsl.metrics import tree
+
+    actor.start(2)
+    for _ in range(tree.MAX_SPANS + 1):
+        with profile_stage("gen"):
+            pass
+    actor.stop()
+    families = scrape(port)
+    assert not families["profdsl_step_ledger_seconds"].samples
+    assert not families["profdsl_step_ledger_concurrent_seconds"].samples
+    actor.close()
+
+
+def test_the_device_ledger_gauges(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With device time (a fake CUDA device, ``tests/cuda_fake.py``), the last step's device
+    split per bucket; a step without one (no stage ended in it) removes them."""
+    pytest.importorskip("torch")  # the meter looks for device time only in a process that uses torch
+    from profdsl.metrics import device
+    from profdsl.metrics.device import CudaEvents
+
+    from .cuda_fake import FakeCuda
+
+    gpu = FakeCuda(clock)
+    monkeypatch.setattr(device, "cuda_source", lambda: CudaEvents(gpu.event, gpu.synchronize))
+    actor = metered("actor", exporters=["prometheus"], port=0)
+    port = endpoint(actor).server.port
+    actor.start(1)
+    with profile_stage("update_actor"):
+        gpu.launch(2.0)
+    clock.advance(0.5)
+    with profile_stage("gen"):
+        gpu.launch(1.0)
+    actor.stop()
+    family = scrape(port)["profdsl_step_ledger_device_seconds"]
+    assert family.type == "gauge"
+    got = {s.labels["bucket"]: s.value for s in family.samples if s.labels["role"] == "actor"}
+    assert {k: v for k, v in got.items() if v} == {"update": 2.0, "generation": 1.0}
+    assert set(got) == {"generation", "inference", "update", "weight_sync", "reward", "data", "other", "outside"}
+    actor.start(2)
+    actor.stop()
+    assert not scrape(port)["profdsl_step_ledger_device_seconds"].samples
+    actor.close()

@@ -65,6 +65,18 @@ def test_every_step_every_rank(ray_cluster: str, tmp_path: Path) -> None:
         assert flat["timing_slowest_rank/actor/update_actor"] == 1
         assert flat["timing_s_max/actor/update_actor"] == update.max_s
         assert flat == summary.flat()
+        # the step ledger of every rank, and the driver's fleet line (docs/ledger.md)
+        for timings in summary.timings:
+            assert timings.ledger is not None and timings.began_s is not None
+            assert sum(round(v * 1e9) for v in timings.ledger.values()) == round(timings.wall_s * 1e9)
+        worker = next(t for t in summary.timings if (t.role, t.rank) == ("actor", 1))
+        assert worker.ledger is not None and worker.ledger["update"] >= 0.5
+        assert any(
+            line.startswith("driver ranks idle ")
+            and line.endswith(" ms)")
+            and f"of step {summary.step} while update ran" in line
+            for line in summary.fleet
+        ), summary.fleet
     traces = [(r["role"], r["step"], r["rank"]) for r in read_manifest(tmp_path) if r["kind"] == "trace"]
     assert set(traces) == {("actor", 1, 0), ("ref", 1, 0)}  # profiling itself is unchanged
 

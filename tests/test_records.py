@@ -131,7 +131,9 @@ META_FIELDS: dict[str, st.SearchStrategy[Any]] = {
         stages=st.none() | st.lists(st.text(max_size=5), max_size=3).map(tuple),
         mini_batches=st.none() | st.lists(st.text(max_size=5), max_size=2).map(tuple),
         continued=st.none() | st.dictionaries(st.text(max_size=5), st.integers(0, 9), max_size=2),
-        kinds=st.none() | st.dictionaries(st.text(max_size=5), st.text(max_size=8).filter(str.strip), max_size=2),
+        # a kind is a name, never blank (text_map refuses blank values, as a reader must)
+        kinds=st.none()
+        | st.dictionaries(st.text(max_size=5), st.text(min_size=1, max_size=8).filter(str.strip), max_size=2),
     ),
     "parallel": coords,
     "parallel_sizes": sizes,

@@ -263,6 +263,9 @@ class TestRegistry:
         with actor.step(1), ref.step(1):
             profile_stage("a", role="actor")(work)()
             profile_stage("r", role="ref")(work)()
+        # the last profiled step returns once torch's events are on disk; the writer finishes
+        # the trace behind it (docs/architecture.md, "What a caller waits for")
+        assert PROCESS.writer.wait(timeout=120)
         files = parsed(tmp_path)
         assert len(files) == 1
         trace = files[0][1]

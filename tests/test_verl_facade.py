@@ -15,6 +15,7 @@ import pytest
 from profdsl import ConfigError, Profiler, ProfilerConfig, mini_batch_window, profile_stage
 from profdsl.integrations.verl import DistProfiler, DistProfilerExtension, profiler_configs
 from profdsl.manifest import read_manifest
+from profdsl.runtime.process import PROCESS
 
 from .traces import names, parsed
 
@@ -320,6 +321,9 @@ def test_start_without_a_step_profiles_nothing(tmp_path: Path, caplog: pytest.Lo
     verl's SFT trainers need: tests/test_verl_trainers.py), it profiles nothing, and says so."""
     worker = ActorRolloutRefWorker(verl_actor_config(tmp_path), rank=0, world_size=1)
     drive(worker, [1, 2], 1)
+    # the last profiled step returns once torch's events are on disk; the writer finishes the
+    # trace behind it (docs/architecture.md, "What a caller waits for")
+    assert PROCESS.writer.wait(timeout=120)
     before = len(parsed(tmp_path))
     with caplog.at_level(logging.WARNING, logger="profdsl"):
         worker.start_profile()

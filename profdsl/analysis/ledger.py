@@ -13,23 +13,22 @@ What it reads, each from its one home:
   they fit in it (they are inside ``start()`` .. ``stop()``); stages that spread over more than
   the wall time cannot be placed, and that rank's step gets no ledger;
 - profiling's overhead: the ``blocked_ms`` of the step's discrete (stage) traces
-  (:mod:`profdsl.analysis.cost`): a stage's capture starts and stops inside the step. A
-  continuous step's capture starts before the step's clock and stops after it, so its
-  ``blocked_ms`` is shown beside the ledger (``overhead_outside``), not in it.
+  (:mod:`profdsl.analysis.cost`): a stage's capture starts and stops inside the step; and the
+  seconds the step waited on rollout engines' profilers, from its metrics log line
+  (``ledger_engines_s``). A continuous step's capture starts before the step's clock and stops
+  after it, so its ``blocked_ms`` is shown beside the ledger (``overhead_outside``), not in it;
+- with device time on CUDA, the device split of its metrics log line (``ledger_device``).
 
-A **group** is a role's ranks, or one engine replica's. Its **busy** time on a rank is the time
-any of the rank's outermost stages ran; a group works while any of its ranks is busy. The
-step's **traced span** runs from the first stage any group began to the last to end. A group's
-idle time is the part of the span its rank was not busy (the mean over its ranks), and, for
-each other group, the part of that during which the other group worked: the time it waited
-while the other worked, as seen on the hosts' clocks (different hosts' clocks differ by their
-skew).
+Steps and ranks no trace splits get their ledger from the metrics log instead (each line's
+``ledger``, split by :mod:`profdsl.metrics.ledger` when the step ended, and where each kind
+worked, ``ledger_spans`` from ``began_s``), kept apart (``FolderLedger.metrics``).
+
+Groups, busy and idle times: :mod:`profdsl.analysis.fleet`.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -38,85 +37,69 @@ import attrs
 
 from profdsl.analysis import cost
 from profdsl.analysis.catalog import Artifact
+from profdsl.analysis.fleet import (
+    Group,
+    GroupStep,
+    RankLedger,
+    device_ns,
+    fleet,
+    from_metrics,
+    group_name,
+    unsplit,
+)
 from profdsl.analysis.load import scan_artifacts
 from profdsl.analysis.model import StageModel
 from profdsl.analysis.walls import step_walls
+from profdsl.collect.metrics_log import read_log
 from profdsl.core import intervals
 from profdsl.core.kinds import kind_of
 from profdsl.core.ledger import Ledger, Stage, split
+from profdsl.records.metrics_log import MetricsLine
 
 __all__ = ["FolderLedger", "GroupStep", "RankLedger", "group_name", "load_ledger"]
 
 Key = tuple[str, "int | None", "int | None"]  # role, step, rank
-Group = tuple[str, "int | None"]  # role, replica (None: a trainer role)
 #: Why a rank's step has no ledger.
 NO_WALL = "no wall time: no metrics log line for it (Metrics(log=True) writes one per step)"
 ENGINE = "an engine replica has no steps of its own: its busy time is in the step's fleet view only"
 
 
-def group_name(group: Group) -> str:
-    """``actor``, or ``rollout replica 0``."""
-    role, replica = group
-    return role if replica is None else f"{role} replica {replica}"
-
-
-@attrs.frozen
-class RankLedger:
-    """One role's step on one rank: its ledger, or why there is none (``why``); the stage
-    intervals it was made of (ns) and ``overhead_outside`` (ns of continuous traces' waits)."""
-
-    role: str
-    step: int | None
-    rank: int | None
-    group: Group
-    ledger: Ledger | None
-    why: str | None
-    busy: intervals.Intervals
-    overhead_outside: int = 0
-
-
-@attrs.frozen
-class GroupStep:
-    """One group at one step: ``ranks`` that have traces, ``ledgers`` of them that have a
-    ledger, the mean per rank of each bucket over those (ns, empty when none), and over the
-    step's traced span: the mean busy and idle ns per rank, and ``idle_while``: per other
-    group, the mean ns a rank sat idle while that group worked."""
-
-    step: int | None
-    group: Group
-    ranks: int
-    ledgers: int
-    buckets: Mapping[str, float]
-    busy: float
-    idle: float
-    idle_while: Mapping[Group, float]
-
-
 @attrs.frozen
 class FolderLedger:
     """Every traced (role, step, rank), every step's groups and traced span, and the steps the
-    metrics log has that no trace holds. Times are ns from ``origin_us`` (wall-clock µs)."""
+    metrics log has that no trace holds. Times are ns from ``origin_us`` (wall-clock µs).
+
+    ``metrics``: the ledgers of the (role, step, rank)s no trace splits, from the metrics log
+    (``Metrics(log=True)``: every step), with their groups and spans (``metric_groups``,
+    ``metric_spans``: over every rank the log places at the step, traced or not)."""
 
     ranks: list[RankLedger]
     groups: list[GroupStep]
     spans: Mapping[int | None, tuple[int, int]]
     untraced: list[int]
     origin_us: float = 0.0
+    metrics: list[RankLedger] = attrs.field(factory=list)
+    metric_groups: list[GroupStep] = attrs.field(factory=list)
+    metric_spans: Mapping[int | None, tuple[int, int]] = attrs.field(factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (``profdsl summary --ledger --json``), in milliseconds."""
         return {
             "ranks": [_rank_dict(r) for r in self.ranks],
-            "steps": [
-                {
-                    "step": step,
-                    "span_ms": _ms(end - start),
-                    "groups": [_group_dict(g) for g in self.groups if g.step == step],
-                }
-                for step, (start, end) in self.spans.items()
-            ],
+            "steps": _steps_dict(self.spans, self.groups),
             "untraced_steps": self.untraced,
+            "metrics": {
+                "ranks": [_rank_dict(r) for r in self.metrics],
+                "steps": _steps_dict(self.metric_spans, self.metric_groups),
+            },
         }
+
+
+def _steps_dict(spans: Mapping[int | None, tuple[int, int]], groups: Sequence[GroupStep]) -> list[dict[str, Any]]:
+    return [
+        {"step": step, "span_ms": _ms(end - start), "groups": [_group_dict(g) for g in groups if g.step == step]}
+        for step, (start, end) in spans.items()
+    ]
 
 
 def _ms(ns: float) -> float:
@@ -138,7 +121,10 @@ def _rank_dict(rank: RankLedger) -> dict[str, Any]:
         "concurrent_ms": None if ledger is None else _ms(ledger.concurrent),
         "overhead_unplaced_ms": None if ledger is None else _ms(ledger.overhead_unplaced),
         "overhead_outside_ms": _ms(rank.overhead_outside),
+        "device_ms": None if rank.device is None else {k: _ms(v) for k, v in rank.device.items()},
+        "device_span_ms": None if rank.device is None else _ms(sum(rank.device.values())),
         "why": rank.why,
+        "source": rank.source,
     }
 
 
@@ -151,6 +137,7 @@ def _group_dict(group: GroupStep) -> dict[str, Any]:
         "busy_ms": _ms(group.busy),
         "idle_ms": _ms(group.idle),
         "idle_while_ms": {group_name(g): _ms(v) for g, v in group.idle_while.items()},
+        "idle_while_kind_ms": {k: _ms(v) for k, v in group.idle_while_kind.items()},
     }
 
 
@@ -187,8 +174,20 @@ def _stages(
     return found
 
 
-def _rank(key: Key, group: Group, stages: list[Stage], wall_us: float | None, inside: int, outside: int) -> RankLedger:
+def _rank(
+    key: Key,
+    group: Group,
+    stages: list[Stage],
+    wall_us: float | None,
+    inside: int,
+    outside: int,
+    line: MetricsLine | None,
+) -> RankLedger:
     busy = intervals.union((s.start, s.end) for s in stages)
+    by_kind: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for stage in stages:
+        by_kind[stage.kind].append((stage.start, stage.end))
+    work = {kind: intervals.union(spans) for kind, spans in by_kind.items()}
     first, last = min(s.start for s in stages), max(s.end for s in stages)
     why: str | None = None
     ledger: Ledger | None = None
@@ -202,51 +201,10 @@ def _rank(key: Key, group: Group, stages: list[Stage], wall_us: float | None, in
             f"({wall_us / 1000:.3f} ms): where the step sat among them is unknown"
         )
     else:
-        ledger = split(first, first + round(wall_us * 1000), stages, inside)
-    return RankLedger(key[0], key[1], key[2], group, ledger, why, busy, outside)
-
-
-def _groups(ranks: Sequence[RankLedger]) -> tuple[list[GroupStep], dict[int | None, tuple[int, int]]]:
-    """Per step: each group's buckets and idle time over the step's traced span."""
-    by_step: dict[int | None, dict[Group, list[RankLedger]]] = defaultdict(lambda: defaultdict(list))
-    for rank in ranks:
-        by_step[rank.step][rank.group].append(rank)
-    result: list[GroupStep] = []
-    spans: dict[int | None, tuple[int, int]] = {}
-    for step in sorted(by_step, key=lambda s: -1 if s is None else s):
-        groups = by_step[step]
-        busy = {g: intervals.union(span for r in members for span in r.busy) for g, members in groups.items()}
-        if not any(busy.values()):
-            continue
-        start = min(b[0][0] for b in busy.values() if b)
-        end = max(b[-1][1] for b in busy.values() if b)
-        spans[step] = (start, end)
-        for group, members in groups.items():
-            ledgers = [r.ledger for r in members if r.ledger is not None]
-            idle = [intervals.subtract([(start, end)], r.busy) for r in members]
-            result.append(
-                GroupStep(
-                    step,
-                    group,
-                    len(members),
-                    len(ledgers),
-                    _mean_buckets(ledgers),
-                    statistics.fmean(intervals.length(r.busy) for r in members),
-                    statistics.fmean(intervals.length(i) for i in idle),
-                    {
-                        other: statistics.fmean(intervals.length(intervals.subtract(work, r.busy)) for r in members)
-                        for other, work in busy.items()
-                        if other != group
-                    },
-                )
-            )
-    return result, spans
-
-
-def _mean_buckets(ledgers: Sequence[Ledger]) -> dict[str, float]:
-    """Each bucket's mean over ``ledgers`` (empty when there are none)."""
-    keys = dict.fromkeys(k for ledger in ledgers for k in ledger.buckets)
-    return {k: statistics.fmean(ledger.buckets.get(k, 0) for ledger in ledgers) for k in keys} if ledgers else {}
+        engines = round((line.ledger_engines_s or 0.0) * 1e9) if line is not None else 0
+        ledger = split(first, first + round(wall_us * 1000), stages, inside + engines)
+    device = None if line is None or ledger is None else device_ns(line.ledger_device)
+    return RankLedger(key[0], key[1], key[2], group, ledger, why, busy, outside, work, device=device)
 
 
 def load_ledger(folder: str, artifacts: Sequence[Artifact], skipped: list[str] | None = None) -> FolderLedger:
@@ -258,15 +216,59 @@ def load_ledger(folder: str, artifacts: Sequence[Artifact], skipped: list[str] |
     kinds = {id(artifact): scan.kinds for artifact, scan in scans}
     inside, outside = _overheads(artifacts)
     origin_us = math.floor(min((s.start_us for _, spans in model.spans() for s in spans), default=0.0))
+    lines = _lines(folder)
     ranks = [
-        _rank(key, group, stages, model.wall_us(*key), inside.get(key, 0), outside.get(key, 0))
+        _rank(key, group, stages, model.wall_us(*key), inside.get(key, 0), outside.get(key, 0), lines.get(key))
         for key, (group, stages) in sorted(_stages(model, kinds, origin_us).items(), key=lambda kv: _order(kv[0]))
         if stages
     ]
-    groups, spans = _groups(ranks)
+    groups, spans = fleet(ranks)
     traced = {r.step for r in ranks}
     untraced = sorted({step for _, step, _ in walls if step is not None and step not in traced})
-    return FolderLedger(ranks, groups, spans, untraced, origin_us)
+    split_here = {(r.role, r.step, r.rank) for r in ranks if r.ledger is not None}
+    metrics = _from_log(lines, split_here, origin_us)
+    placed = {(r.role, r.step, r.rank) for r in metrics}
+    beside = [r for r in ranks if (r.role, r.step, r.rank) not in placed and r.step in {m.step for m in metrics}]
+    metric_groups, metric_spans = fleet([*metrics, *beside])
+    return FolderLedger(ranks, groups, spans, untraced, origin_us, metrics, metric_groups, metric_spans)
+
+
+def _lines(folder: str) -> dict[Key, MetricsLine]:
+    """Per (role, step, rank), the metrics log's line that has a ledger or says why not (the
+    longest wall time where several processes of one rank logged one)."""
+    best: dict[Key, MetricsLine] = {}
+    for line in read_log(folder)[0]:
+        key: Key = (line.role or "unknown", line.step, line.rank)
+        if (line.ledger is None and line.ledger_why is None) or line.wall_s is None:
+            continue
+        if key not in best or line.wall_s > (best[key].wall_s or 0.0):
+            best[key] = line
+    return best
+
+
+def _from_log(lines: Mapping[Key, MetricsLine], split_here: set[Key], origin_us: float) -> list[RankLedger]:
+    """The ledgers the metrics log holds for the (role, step, rank)s no trace splits, or why a
+    line has none."""
+    best = {key: line for key, line in lines.items() if key not in split_here}
+    if not origin_us:
+        origin_us = math.floor(min((line.began_s or 0.0 for line in best.values()), default=0.0) * 1e6)
+    return [
+        unsplit(key[0], key[1], key[2], line.ledger_why or "")
+        if line.ledger is None
+        else from_metrics(
+            key[0],
+            key[1],
+            key[2],
+            line.wall_s or 0.0,
+            line.ledger,
+            beside_s=line.ledger_beside,
+            spans_s=line.ledger_spans,
+            began_s=line.began_s,
+            origin_s=origin_us / 1e6,
+            device_s=line.ledger_device,
+        )
+        for key, line in sorted(best.items(), key=lambda kv: _order(kv[0]))
+    ]
 
 
 def _order(key: Key) -> tuple[Any, ...]:

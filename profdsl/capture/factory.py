@@ -7,6 +7,7 @@ from typing import Protocol
 
 from profdsl.capture.annotators import Annotator, MultiAnnotator, TorchAnnotator, nvtx_or_none
 from profdsl.capture.base import Backend
+from profdsl.capture.torch_session import TorchBackend  # (no torch at its import: torch is imported by a capture)
 from profdsl.config import TorchOptions
 from profdsl.core.log import once
 
@@ -38,8 +39,6 @@ def make_backend(config: CaptureOptions) -> Backend | None:
             "torch-missing", logging.ERROR, "profdsl: tool='torch' but torch is not installed; nothing will be captured"
         )
         return None
-    from profdsl.capture.torch_session import TorchBackend
-
     return TorchBackend(config.torch)
 
 

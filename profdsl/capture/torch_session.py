@@ -410,9 +410,29 @@ def _bounded_exit(options: TorchOptions, *, every_thread: bool) -> dict[str, Any
     experimental = _experimental_config(every_thread=every_thread, trace_only="stack" not in options.contents)
     if experimental is not None:
         kwargs["experimental_config"] = experimental
-    if "post_processing_timeout_s" in inspect.signature(profile.__init__).parameters:
+    if _takes_post_processing_timeout(profile):
         kwargs["post_processing_timeout_s"] = float(options.export_timeout_s)
     return kwargs
+
+
+@functools.cache
+def _takes_post_processing_timeout(profile: Any) -> bool:
+    """Whether this torch's ``profile`` bounds its post-processing (torch >= 2.13); asked once
+    (a capture's start is on the training thread's clock)."""
+    return "post_processing_timeout_s" in inspect.signature(profile.__init__).parameters
+
+
+@functools.cache
+def _trace_only_possible() -> bool:
+    """Whether this torch's ``_ExperimentalConfig`` takes ``trace_only`` (torch >= 2.13); asked
+    once."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        _ExperimentalConfig(trace_only=True)
+    except (ImportError, TypeError):  # torch < 2.13: events are built at stop
+        return False
+    return True
 
 
 def _experimental_config(*, every_thread: bool, trace_only: bool) -> Any:
@@ -421,14 +441,8 @@ def _experimental_config(*, every_thread: bool, trace_only: bool) -> Any:
     flags: dict[str, bool] = {}
     if every_thread and _all_threads_config() is not None:
         flags["profile_all_threads"] = True
-    if trace_only:
-        try:
-            from torch._C._profiler import _ExperimentalConfig
-
-            _ExperimentalConfig(trace_only=True)
-            flags["trace_only"] = True
-        except (ImportError, TypeError):  # torch < 2.13: events are built at stop
-            pass
+    if trace_only and _trace_only_possible():
+        flags["trace_only"] = True
     if not flags:
         return None
     from torch._C._profiler import _ExperimentalConfig

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 import attrs
 
 from profdsl.analysis.catalog import FolderError
+from profdsl.analysis.culprits import DEFAULT_LATE_MS, NO_TRACE, culprit_lines, run_culprits
 from profdsl.analysis.diff import Comparison, Row, describe_noise, load_samples, top
 from profdsl.analysis.outputs import OutputError, check_output
 from profdsl.cli.common import fail, printable, skipped, table
@@ -54,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="also draw the largest changes, with their noise")
     parser.add_argument("--top", type=int, default=20, help="how many rows the plot shows (default 20)")
+    parser.add_argument(
+        "--late-ms",
+        type=float,
+        default=DEFAULT_LATE_MS,
+        help="where both runs are traced, name each run's culprits at collectives: a rank whose lateness "
+        f"exceeds the median rank's by this much (default {DEFAULT_LATE_MS:g}; docs/ledger.md)",
+    )
 
 
 def _ms(value: float | None, digits: int = 3) -> str:
@@ -118,9 +127,34 @@ def plot(comparison: Comparison, output: str, limit: int) -> None:
     plt.close(figure)
 
 
+def _culprits(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Each run's culprits at collectives, where both runs are traced (None otherwise): per run
+    its blamed stages (``summary --stragglers --json``'s) and why a run has none."""
+    found = {run: run_culprits(folder, args.late_ms * 1000) for run, folder in (("a", args.run_a), ("b", args.run_b))}
+    if any(why == NO_TRACE for _, why in found.values()):
+        return None
+    return {
+        run: {"blamed": [b.as_dict(args.late_ms) for b in items or []], "lines": culprit_lines(items or []), "why": why}
+        for run, (items, why) in found.items()
+    }
+
+
+def _culprit_text(culprits: dict[str, Any] | None, late_ms: float) -> list[str]:
+    if culprits is None:
+        return []
+    lines = [f"\nculprits at collectives (both runs traced; a rank late by {late_ms:g} ms over the median rank):"]
+    for run in ("a", "b"):
+        found = culprits[run]
+        said = found["lines"] or [found["why"] or "no rank stands out"]
+        lines += [f"  {run.upper()}: {line}" for line in said]
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the diff; 0 when done (changes are no error), 1 when input was skipped, 2 for usage
     errors."""
+    if not args.late_ms >= 0:
+        return fail(f"diff: --late-ms must be a number of ms >= 0, got {args.late_ms}")
     if args.plot is not None:
         try:
             for folder in (args.run_a, args.run_b):
@@ -134,14 +168,17 @@ def run(args: argparse.Namespace) -> int:
     code = skipped("diff", comparison.skipped)
     if not comparison.rows:
         return fail("diff: neither run holds stage times (Metrics(log=True) or traces)")
+    culprits = _culprits(args)
     if args.json:
-        json.dump(attrs.asdict(comparison), sys.stdout, indent=1)
+        json.dump({**attrs.asdict(comparison), "culprits": culprits}, sys.stdout, indent=1)
         print()
     else:
         for line in _summary(comparison).splitlines():  # printable() would escape the newline
             print(printable(line))
         print()
         print(table(HEADERS, [_cells(row) for row in comparison.rows]))
+        for line in _culprit_text(culprits, args.late_ms):
+            print(printable(line))
     if args.plot is not None:
         try:
             plot(comparison, args.plot, args.top)

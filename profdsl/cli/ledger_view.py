@@ -1,5 +1,6 @@
-"""``profdsl summary DIR --ledger``: where each traced step's wall time went, per role and rank,
-and how long each group of ranks sat idle while another worked (:mod:`profdsl.analysis.ledger`)."""
+"""``profdsl summary DIR --ledger``: where each step's wall time went, per role and rank, and how
+long each group of ranks sat idle while another worked (:mod:`profdsl.analysis.ledger`): from
+the traces where a trace splits the step, else from the metrics log."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 from collections.abc import Sequence
 
 from profdsl.analysis.catalog import Artifact
-from profdsl.analysis.ledger import FolderLedger, GroupStep, RankLedger, group_name, load_ledger
+from profdsl.analysis.fleet import GroupStep, RankLedger, group_name, headlines, kind_headlines
+from profdsl.analysis.ledger import FolderLedger, load_ledger
 from profdsl.cli.common import table
 from profdsl.core.kinds import STAGE_KINDS
 from profdsl.core.ledger import OUTSIDE, OVERHEAD
@@ -20,12 +22,23 @@ TITLE = (
     "to it; concurrent: stage time that ran beside the stage its time went to, not in the sum"
 )
 UNTRACED = (
-    "not traced: {steps}. The ledger splits traced steps only; their stage totals are in "
-    "`profdsl summary --by role,stage,step` when the metrics log has them"
+    "not traced: {steps}. The traces split traced steps only; the metrics log's ledgers of every step "
+    "it logged follow{where}"
 )
+METRICS_TITLE = (
+    "from the metrics log (Metrics(log=True): every step, split when it ended): where the wall time went of "
+    "each step, role and rank no trace splits (ms); the columns after wall ms add up to it"
+)
+NO_METRICS = " (none here: no metrics log line carries a ledger; Metrics(log=True) writes them)"
 OUTSIDE_NOTE = (
     "{role} rank {rank} step {step}: profiling held the step up {ms:.3f} ms more before its start and "
     "after its end (a continuous capture's start and stop), not in its wall time"
+)
+DEVICE_TITLE = (
+    "on the device (Metrics(device_time=True): CUDA events at each stage's entry and exit, from the metrics): "
+    "per role and rank, the device span of its stages, from the first one's entry to the last one's exit (ms); "
+    "the columns after span ms add up to it, one instant to one stage as above; outside: no stage's work "
+    "(the device idle, or running work queued outside every stage)"
 )
 UNPLACED_NOTE = (
     "{role} rank {rank} step {step}: {ms:.3f} ms of profiling's recorded waits exceed the time outside its "
@@ -55,6 +68,8 @@ def _rank_rows(ranks: Sequence[RankLedger], columns: Sequence[str]) -> tuple[lis
             continue
         cells: list[object] = [rank.role, rank.rank, _ms(ledger.wall)]
         rows.append([*cells, *(_ms(ledger.buckets.get(c, 0)) for c in columns), _ms(ledger.concurrent)])
+        if rank.why:  # a step from the metrics that cannot be placed beside the others
+            notes.append(f"{where}: not in the groups' idle times: {rank.why}")
         if rank.overhead_outside:
             notes.append(
                 OUTSIDE_NOTE.format(role=rank.role, rank=rank.rank, step=rank.step, ms=rank.overhead_outside / 1e6)
@@ -66,24 +81,25 @@ def _rank_rows(ranks: Sequence[RankLedger], columns: Sequence[str]) -> tuple[lis
     return rows, notes
 
 
-def _headlines(step: int | None, span: int, groups: Sequence[GroupStep]) -> list[str]:
-    """Per group, the other group it sat idle longest while it worked: ``actor ranks idle 92.0%
-    of step 7 while rollout replica 0 ran (118.000 of 130.000 ms)``."""
-    lines = []
-    for waiting in groups:
-        worst = max(waiting.idle_while.items(), key=lambda item: item[1], default=None)
-        if worst is None or worst[1] <= 0 or not span:
-            continue
-        other, idle = worst
-        lines.append(
-            f"{group_name(waiting.group)} ranks idle {100 * idle / span:.1f}% of step {step} while "
-            f"{group_name(other)} ran ({_ms(idle)} of {_ms(span)} ms)"
-        )
-    return lines
+def _device_rows(ranks: Sequence[RankLedger]) -> list[str]:
+    """The device split of the ranks that have one: a table, or nothing."""
+    found = [r for r in ranks if r.device is not None and any(r.device.values())]
+    if not found:
+        return []
+    used = {k for r in found for k, v in (r.device or {}).items() if v and k != OUTSIDE}
+    kinds = [k for k in STAGE_KINDS if k in used] + sorted(used - set(STAGE_KINDS))
+    rows: list[list[object]] = []
+    for rank in found:
+        device = rank.device or {}
+        span = sum(device.values())
+        cells = [_ms(device.get(k, 0)) for k in [*kinds, OUTSIDE]]
+        rows.append([rank.role, rank.rank, _ms(span), *cells, f"{100 * device.get(OUTSIDE, 0) / span:.1f}%"])
+    headers = ["role", "rank", "span ms", *(f"{k} ms" for k in kinds), "outside ms", "outside %"]
+    return [DEVICE_TITLE, table(headers, rows)]
 
 
-def _fleet(step: int | None, span: int, groups: Sequence[GroupStep]) -> list[str]:
-    """The groups' busy and idle time over the step's traced span, and what each waited for."""
+def _fleet(step: int | None, span: int, groups: Sequence[GroupStep], what: str) -> list[str]:
+    """The groups' busy and idle time over the step's ``what`` span, and what each waited for."""
     names = [group_name(g.group) for g in groups]
     rows = [
         [
@@ -97,33 +113,50 @@ def _fleet(step: int | None, span: int, groups: Sequence[GroupStep]) -> list[str
         for g in groups
     ]
     return [
-        f"\nacross groups: the step's traced span (from the first stage any group began to the last to end) is "
+        f"\nacross groups: the step's {what} span (from the first stage any group began to the last to end) is "
         f"{_ms(span)} ms; busy: in a stage; idle: not; idle while X ran: idle while any rank of X was busy "
         "(mean per rank, ms)",
         table(["group", "ranks", "busy ms", "idle ms", "idle %", *(f"while {n} ran" for n in names)], rows),
-        *_headlines(step, span, groups),
+        *headlines(step, span, groups),
+        *kind_headlines(step, span, groups),
     ]
 
 
-def ledger_text(found: FolderLedger) -> str:
-    """The text view: per traced step, the ranks' ledgers, then its groups' busy and idle time."""
+def _blocks(
+    ranks: Sequence[RankLedger], groups: Sequence[GroupStep], spans: dict[int | None, tuple[int, int]], what: str
+) -> list[str]:
+    """Per step: its ranks' ledgers, then (where they are placed) its groups' busy and idle time."""
     blocks = []
-    columns = _columns(found.ranks)
+    columns = _columns(ranks)
     headers = ["role", "rank", "wall ms", *(f"{c} ms" for c in columns), "concurrent ms"]
-    for step, (start, end) in found.spans.items():
-        rows, notes = _rank_rows([r for r in found.ranks if r.step == step], columns)
-        groups = [g for g in found.groups if g.step == step]
-        span = end - start
+    steps = sorted({r.step for r in ranks} | set(spans), key=lambda s: -1 if s is None else s)
+    for step in steps:
+        rows, notes = _rank_rows([r for r in ranks if r.step == step], columns)
         title = "traces without a step" if step is None else f"step {step}"
         lines = [title]
         lines += [table(headers, rows)] if rows else ["no role's step has a ledger here:"]
         lines += notes
-        lines += _fleet(step, span, groups)
+        lines += _device_rows([r for r in ranks if r.step == step])
+        if step in spans:
+            start, end = spans[step]
+            lines += _fleet(step, end - start, [g for g in groups if g.step == step], what)
         blocks.append("\n".join(lines))
+    return blocks
+
+
+def ledger_text(found: FolderLedger) -> str:
+    """The text view: per traced step, the ranks' ledgers, then its groups' busy and idle time;
+    then the same from the metrics log for what no trace splits."""
+    blocks = _blocks(found.ranks, found.groups, dict(found.spans), "traced")
     if not blocks:
         blocks.append("no stage time found in any readable trace: no traced step to split")
     if found.untraced:
-        blocks.append(UNTRACED.format(steps=", ".join(map(str, found.untraced))))
+        blocks.append(
+            UNTRACED.format(steps=", ".join(map(str, found.untraced)), where="" if found.metrics else NO_METRICS)
+        )
+    if found.metrics:
+        blocks.append(METRICS_TITLE)
+        blocks += _blocks(found.metrics, found.metric_groups, dict(found.metric_spans), "timed")
     return "\n\n".join([TITLE, *blocks])
 
 

@@ -5,7 +5,8 @@ Two views: stacked bars of time per stage for each (role, rank, step) (the defau
 named. Both draw stages down to ``--depth`` levels of nesting (by default the outermost, or two
 levels for a role whose every step is one stage with stages inside). The numbers are the
 stage-time model's (:mod:`profdsl.analysis.model`), the same as ``profdsl summary``'s;
-matplotlib is imported only when the command runs.
+matplotlib is imported only when the command runs. With ``--ledger``, the step ledger instead
+(:mod:`profdsl.cli.ledger_plot`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from profdsl.analysis.catalog import FolderError, catalog
+from profdsl.analysis.catalog import Catalog, FolderError, catalog
 from profdsl.analysis.load import load_model
 from profdsl.analysis.model import Span, StageModel
 from profdsl.analysis.outputs import OutputError, check_output
 from profdsl.cli.common import printable, skipped
+from profdsl.collect.metrics_log import log_files
 from profdsl.config.parallel import DIMS
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ EXAMPLES = """examples:
   profdsl plot profiles -o stages.png --dpi 200
   profdsl plot profiles -o stages.png --depth 3     stages nested three deep, each parent's self time
   profdsl plot profiles -o stages.png --by pp,tp    ranks grouped by pipeline, then tensor coordinate
+  profdsl plot profiles -o ledger.png --ledger      every step's wall time by kind of work, per role
 
 for numbers rather than pictures, use: profdsl summary profiles --json
 """
@@ -62,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeline", action="store_true", help="draw when each stage ran (one row per process) instead of stacked bars"
+    )
+    parser.add_argument(
+        "--ledger",
+        action="store_true",
+        help="draw the step ledger: per role, one bar per step stacked by kind of work, overhead and time "
+        "outside any stage (traced steps from their traces, the others from the metrics log; docs/ledger.md)",
     )
     parser.add_argument("--dpi", type=_positive_int, default=150, help="image resolution (default 150)")
     parser.add_argument(
@@ -110,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     """
     try:
         check_output(args.output, args.folder)
-        found = catalog(args.folder)
+        found = _catalog(args)
     except (FolderError, OutputError) as exc:
         print(printable(f"profdsl plot: {exc}"), file=sys.stderr)
         return 2
@@ -119,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"profdsl plot: {_INSTALL_HINT}", file=sys.stderr)
         return 2
+    if args.ledger:
+        return _ledger(args, found)
     failures = list(found.problems)
     model = load_model(args.folder, found.artifacts, failures)
     failed = skipped("plot", failures)
@@ -126,6 +137,42 @@ def run(args: argparse.Namespace) -> int:
         print(f"profdsl plot: {args.folder}: no stage time found in any readable trace", file=sys.stderr)
         return 1
     figure = build_figure(model, args)
+    return _save(figure, args) or failed
+
+
+def _catalog(args: argparse.Namespace) -> Catalog:
+    """The folder's catalog; with ``--ledger``, an empty one for a folder of metrics logs only."""
+    try:
+        return catalog(args.folder)
+    except FolderError:
+        if args.ledger and log_files(args.folder):
+            return Catalog([], [])
+        raise
+
+
+def _ledger(args: argparse.Namespace, found: Catalog) -> int:
+    """``--ledger``: the step ledger's bars (:mod:`profdsl.cli.ledger_plot`)."""
+    from profdsl.analysis.ledger import load_ledger
+    from profdsl.cli.ledger_plot import ledger_figure
+
+    if args.timeline:
+        print("profdsl plot: --ledger draws bars; it does not take --timeline", file=sys.stderr)
+        return 2
+    failures = list(found.problems)
+    ledger = load_ledger(args.folder, found.artifacts, failures)
+    failed = skipped("plot", failures)
+    figure = ledger_figure(ledger, _plain(Path(args.folder).resolve().name))
+    if figure is None:
+        print(
+            f"profdsl plot: {args.folder}: no step has a ledger (no trace splits one, no metrics log has one)",
+            file=sys.stderr,
+        )
+        return 1
+    return _save(figure, args) or failed
+
+
+def _save(figure: Figure, args: argparse.Namespace) -> int:
+    """Write ``figure`` to ``args.output``: 0, or 2 when it cannot be written (said)."""
     try:
         figure.savefig(args.output, dpi=args.dpi, bbox_inches="tight")
     except (OSError, ValueError) as exc:
@@ -133,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         print(printable(f"profdsl plot: cannot write {args.output}: {reason}"), file=sys.stderr)
         return 2
     print(args.output)
-    return failed
+    return 0
 
 
 def build_figure(model: StageModel, args: argparse.Namespace) -> Figure:

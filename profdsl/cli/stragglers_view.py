@@ -8,12 +8,11 @@ import json
 
 from profdsl.analysis.catalog import Artifact
 from profdsl.analysis.collectives import Blame, blame, load_matches
+from profdsl.analysis.culprits import DEFAULT_LATE_MS
 from profdsl.cli.common import table
 
 __all__ = ["DEFAULT_LATE_MS", "NOTHING_TRACED", "run", "stragglers_text"]
 
-#: A rank is named the culprit of a stage when its lateness exceeds the median rank's by this much.
-DEFAULT_LATE_MS = 10.0
 TITLE = (
     "who made the others wait at collectives (traced steps): at each collective the rank with the "
     "shortest wait arrived last, late by the others' median wait less its own; late ms: each rank's "

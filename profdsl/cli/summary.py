@@ -13,11 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 from profdsl.analysis import cost
-from profdsl.analysis.catalog import Artifact, FolderError, catalog
+from profdsl.analysis.catalog import Artifact, Catalog, FolderError, catalog
 from profdsl.analysis.load import load_model
 from profdsl.analysis.model import StageModel, StageSpread
 from profdsl.cli import ledger_view, stragglers_view
 from profdsl.cli.common import fail, skipped, table
+from profdsl.collect.metrics_log import log_files
 from profdsl.config.parallel import DIMS
 
 HELP = (
@@ -167,7 +168,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         found = catalog(args.dir)
     except FolderError as exc:
-        return fail(str(exc))
+        if view is not ledger_view.run or not log_files(args.dir):
+            return fail(str(exc))
+        found = Catalog([], [])  # a folder of metrics logs only (Metrics(log=True)): every step's ledger
     bad = list(found.problems)
     if view is not None:
         view(args, args.dir, found.artifacts, bad)

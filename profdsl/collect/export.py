@@ -257,13 +257,18 @@ def events_owner(name: str) -> int | None:
 
 
 def finish(
-    pending: PendingTrace, *, commit: Commit[Any] = direct, waited: Callable[[], float] = lambda: 0.0
+    pending: PendingTrace,
+    *,
+    commit: Commit[Any] = direct,
+    waited: Callable[[], float] = lambda: 0.0,
+    settled: Callable[[], object] = lambda: None,
 ) -> str | None:
     """The second step: write the events if not yet written, splice, compress and check the
     trace, move it under its final name and record it; the trace's path, or None when it failed
     (recorded ``failed``) or ``commit`` refused it (nothing recorded: whoever refused records
     the loss; the events file stays for that record to name). ``waited()``: seconds the
-    training thread has waited for this trace here, added to its ``blocked_ms``. The record's
+    training thread has waited for this trace here, added to its ``blocked_ms``; ``settled()``
+    is called once the events are on disk (what is left needs only the files). The record's
     ``export_cpu_ms`` is the CPU time of the thread that runs this (the writer's), up to the
     record.
 
@@ -278,6 +283,7 @@ def finish(
     census = Census(device=pending.expect is not None and pending.expect.device is not None)
     try:
         pending = write_events(pending)
+        settled()
         compress_trace(pending.events, packed, pending.header, level=label.export.level, census=census)
     except BaseException as exc:
         _remove_quietly(packed)

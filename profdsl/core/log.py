@@ -57,6 +57,11 @@ class OnceLog:
             self._seen.add(key)
             return True
 
+    def seen(self, key: str) -> bool:
+        """Whether ``key`` was seen (without marking it)."""
+        with self._lock:
+            return key in self._seen
+
     def clear(self) -> None:
         """Forget every key and count."""
         with self._lock:

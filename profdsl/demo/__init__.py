@@ -165,6 +165,8 @@ def _ray(config: ProfilerConfig, args: argparse.Namespace, log: MetricsLog) -> N
                 losses = ray.get([w.train_step.remote(p, a, step) for w, p, a in zip(workers, prompts, actions)])
             log.add(trainer.metrics.timings if trainer.metrics else ())
             _progress(step, args, sum(losses) / len(losses))
+            for line in trainer.metrics.fleet if trainer.metrics else ():  # the driver's fleet line
+                print(f"  fleet: {line}", flush=True)
         trainer.close()
     finally:
         ray.shutdown()
@@ -199,6 +201,16 @@ def _always_on(log: MetricsLog, stages: list[tuple[str, str, int, float]]) -> No
     print(f"\n{TITLE}:")
     for line in log.lines(stages):
         print("  " + line)
+
+
+def _ledger(log: MetricsLog) -> None:
+    from profdsl.demo.ledger_table import TITLE, ledger_lines
+
+    lines = ledger_lines(log.timings)
+    if lines:
+        print(f"\n{TITLE}:")
+        for line in lines:
+            print("  " + line)
 
 
 def _slow_story(save_path: str, args: argparse.Namespace) -> None:
@@ -250,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
     for line in stage_table(config.save_path):
         print("  " + line if line else "")
     _always_on(log, traced_totals(config.save_path))
+    _ledger(log)
     _slow_story(config.save_path, args)
     costs = cost_table(config.save_path)
     if costs:

@@ -101,6 +101,9 @@ class Annotation:
     profiler: Profiler | None
     role: str | None
     name: str
+    #: The kind of work an entry is, when the word declares one (the step ledger's:
+    #: :mod:`profdsl.core.kinds`); None: by its name.
+    kind: str | None = None
     #: Whether a decorated call's arguments say which profiler it uses (:meth:`_bound`).
     _binds = False
 
@@ -168,7 +171,7 @@ class Annotation:
                 elif len(steps) == 1 and steps[0].root is not None:  # the top of the one tree
                     node = steps[0].root.children.get(self.name)
             if node is None:
-                node = node_for(self.name, self.role, None, steps, below, PROCESS.live)
+                node = node_for(self.name, self.role, None, steps, below, PROCESS.live, self.kind)
         while below is not None and below.handle is None and below.node is not None and below.node.closed:
             below = below.below
         entry = Entry(self, handle, node, below)
@@ -182,7 +185,7 @@ class Annotation:
         """The metrics node of an entry bound to ``profiler``: in its step's tree, if timed."""
         step = profiler.step_context
         root = None if step is None else step.root
-        return None if root is None else node_for(self.name, None, root, steps, below)
+        return None if root is None else node_for(self.name, None, root, steps, below, kind=self.kind)
 
     async def _abegin(self, profiler: Profiler | None, listed: bool = False) -> Entry:
         registry = registry_of(profiler)

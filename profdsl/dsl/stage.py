@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from profdsl.config.checks import to_color
+from profdsl.config.checks import require_choice, to_color
+from profdsl.core.kinds import STAGE_KINDS
 from profdsl.dsl.base import Annotation
 from profdsl.errors import ConfigError
 
@@ -56,10 +57,15 @@ class profile_stage(Annotation):
         profiler: an explicit profiler (otherwise the one started for ``role``).
         color: the NVTX range's colour: an ARGB integer, ``"#RRGGBB"``, ``"#AARRGGBB"`` or an
             NVTX colour name such as ``"green"`` (default: the role's colour).
+        kind: the kind of work the stage is, for the step ledger (``docs/ledger.md``): one of
+            ``generation``, ``inference``, ``update``, ``weight_sync``, ``reward``, ``data``,
+            ``other``. Default: by its name (``update_actor`` is ``update``, ``compute_log_prob``
+            ``inference``; :mod:`profdsl.core.kinds`).
 
     Raises:
         ConfigError: an empty or non-string name or ``role``, a ``profiler`` that is not a
-            :class:`~profdsl.runtime.profiler.Profiler`, or a colour that is none of the above.
+            :class:`~profdsl.runtime.profiler.Profiler`, a colour that is none of the above, or
+            a ``kind`` that is not one of the kinds above.
 
     Examples:
         >>> with profile_stage("compute_values"):
@@ -69,9 +75,11 @@ class profile_stage(Annotation):
         ...     return len(batch)
         >>> update_actor([1, 2])
         2
+        >>> with profile_stage("score_with_judge", kind="reward"):
+        ...     pass
     """
 
-    __slots__ = ("color", "name", "scheduled")
+    __slots__ = ("color", "kind", "name", "scheduled")
 
     def __init__(
         self,
@@ -81,6 +89,7 @@ class profile_stage(Annotation):
         role: str | None = None,
         profiler: Profiler | None = None,
         color: int | str | None = None,
+        kind: str | None = None,
     ) -> None:
         # Kept flat (no helper call on the common path): this runs for every `with` block.
         if name.__class__ is not str or not name:
@@ -92,6 +101,7 @@ class profile_stage(Annotation):
         self.role = role
         self.profiler = profiler
         self.color = None if color is None else to_color("profile_stage color", color)
+        self.kind = None if kind is None else require_choice("profile_stage kind", kind, STAGE_KINDS)
 
     def _open(self, recorder: Recorder | NullRecorder, top: Entry | None) -> Handle | None:
-        return recorder.stage(self.name, self.scheduled, self.color, top)
+        return recorder.stage(self.name, self.scheduled, self.color, top, self.kind)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, SupportsIndex
 
@@ -157,6 +159,18 @@ class ProfiledWorker:
             profiler.close()
 
 
+def _ranks(started: list[Any], stopped: list[Any]) -> set[int]:
+    """The ranks of the workers that said they trace the step (``start_profile``'s answers),
+    from their step timings (``stop_profile``'s)."""
+    return {
+        t.rank
+        for index, answer in enumerate(started)
+        if answer is True and index < len(stopped) and isinstance(stopped[index], list)
+        for t in stopped[index]
+        if isinstance(t, StepTimings)
+    }
+
+
 def _actor_id(handle: Any) -> Any:
     actor_id = getattr(handle, "_actor_id", None)
     return actor_id.hex() if actor_id is not None else id(handle)
@@ -169,6 +183,52 @@ class WorkerCallError:
     worker: int
     call: str
     error: str
+
+
+#: How long a capture's follow-up waits for the traced ranks' traces to be written, at most (the
+#: config's ``export_timeout_s`` when shorter), and how long ``close()`` waits for follow-ups.
+FOLLOW_UP_WAIT_S, FOLLOW_UP_CLOSE_S = 300.0, 60.0
+
+
+class _FollowUps:
+    """The follow-up of each capture asked for (docs/ledger.md): once the traced ranks' traces of
+    the step are written (their writers export after the step), what they say about who made
+    the others wait, logged as a warning when an alert asked for the capture (a worker's slow
+    step, the driver's slow rank), at INFO when a person did. Each runs on a daemon thread:
+    training never waits for it; ``close()`` waits for them, bounded."""
+
+    def __init__(self, save_path: str, timeout_s: float) -> None:
+        self.save_path, self.timeout_s = save_path, timeout_s
+        self.lines: list[str] = []
+        self._threads: list[threading.Thread] = []
+
+    def start(self, step: int, ranks: set[int], *, asked: bool) -> None:
+        thread = threading.Thread(
+            target=self._run, args=(step, ranks, asked), name=f"profdsl-follow-up-{step}", daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
+
+    def _run(self, step: int, ranks: set[int], asked: bool) -> None:
+        try:
+            from profdsl.analysis.culprits import await_traces, follow_up  # (the trace reader: only when needed)
+
+            missing = await_traces(self.save_path, step, ranks, self.timeout_s)
+            lines = follow_up(self.save_path, step, missing=missing)
+        except Exception as exc:  # never into training
+            once("ray-follow-up", logging.ERROR, "profdsl: reading the capture of step %s failed: %r", step, exc)
+            return
+        for line in lines:
+            logger.log(logging.INFO if asked else logging.WARNING, "profdsl: follow-up: %s", line)
+        self.lines += lines
+
+    def close(self) -> None:
+        """Wait for the follow-ups still going, at most :data:`FOLLOW_UP_CLOSE_S` (a daemon thread
+        left then ends with the process)."""
+        deadline = time.monotonic() + FOLLOW_UP_CLOSE_S
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._threads = [t for t in self._threads if t.is_alive()]
 
 
 class RayStepProfiler:
@@ -195,7 +255,10 @@ class RayStepProfiler:
     With ``config.metrics.enabled`` every step starts and stops the workers (not only profiled
     steps), and ``metrics`` is the last step's :class:`~profdsl.metrics.StepSummary`: each
     rank's stage timings, gathered at stop, and per role and stage their min, mean, max and
-    slowest rank, with the driver's own (``rollout``) as role ``"driver"``.
+    slowest rank, with the driver's own (``rollout``) as role ``"driver"``; and its fleet lines
+    (``metrics.fleet``, logged at INFO): per role, the kind of work the others did while its
+    ranks sat idle longest (``actor ranks idle 92.0% of step 7 while generation ran (...)``:
+    the step ledger, docs/ledger.md).
 
     Examples:
         >>> from profdsl import ProfilerConfig
@@ -235,6 +298,8 @@ class RayStepProfiler:
         self.clock = Profiler(clock_config, role="driver", rank=0, world_size=1, capture=False)
         self._heard: list[CaptureRequest] = []  # requests delivered here, to pass on at the next step
         self._requested: set[int] = set()  # steps requests passed on asked for
+        self._asked: set[int] = set()  # of those, the steps a person's request asked for
+        self._follow = _FollowUps(config.save_path, min(config.torch.export_timeout_s, FOLLOW_UP_WAIT_S))
         self._alerts: list[StragglerAlert] = []  # straggler episodes begun or ended, to pass on
         self._traced = False  # whether the step going on is traced somewhere (skewed times)
         enabled = config.enable
@@ -279,7 +344,10 @@ class RayStepProfiler:
             start = request.at_step if request.at_step is not None else step
             pinned.append(attrs.evolve(request, at_step=start))
             self._requested.update(range(max(start, step), start + (request.steps or 1)))
+            if request.source != "auto":  # a person's request: its capture is no alert's follow-up
+                self._asked.update(range(max(start, step), start + (request.steps or 1)))
         self._requested = {s for s in self._requested if s >= step}
+        self._asked = {s for s in self._asked if s >= step}
         return pinned
 
     def _call(self, method: str, *args: Any, timeout: float, **kwargs: Any) -> list[Any]:
@@ -327,6 +395,7 @@ class RayStepProfiler:
         planned = number is not None and stepping is not None and stepping.profiled
         driven = number is not None and (planned or number in self._requested or self.config.metrics.enabled)
         self._traced = planned
+        started: list[Any] = []
         if driven:  # the workers get the step as a plain int
             extra: dict[str, Any] = {}
             if passed:
@@ -340,6 +409,7 @@ class RayStepProfiler:
             self._traced = planned or any(answer is True for answer in started)
         elif passed:
             self._heard = passed + self._heard  # not driven (no step number): the next step passes them on
+        captured = self._traced and not planned  # a capture asked for: an alert's, or a person's
         try:
             yield self
         finally:
@@ -347,6 +417,8 @@ class RayStepProfiler:
             own = self.clock.stop()
             if own is not None and number is not None:
                 self._gathered(number, own, answers)
+            if captured and number is not None:
+                self._follow.start(number, _ranks(started, answers), asked=number in self._asked)
 
     def _gathered(self, step: int, own: StepTimings, answers: list[Any]) -> None:
         timings = [own] + [
@@ -358,6 +430,8 @@ class RayStepProfiler:
         except Exception as exc:  # never into training
             once("ray-compare-ranks", logging.ERROR, "profdsl: comparing the ranks of step %s failed: %r", step, exc)
         self.metrics = summary
+        for line in summary.fleet:  # where the fleet sat idle (docs/ledger.md): said, never loud
+            logger.info("profdsl: fleet: %s", line)
         call_on_step(self._on_step, step, self.metrics.flat(), "RayStepProfiler")
 
     def _compare_ranks(self, step: int, summary: StepSummary) -> StepSummary:
@@ -398,8 +472,16 @@ class RayStepProfiler:
         """``rollout_window`` over the engines, for the current step (timed as stage ``name``)."""
         return rollout_window(self.engines, replica_world_size=self.replica_world_size, profiler=self.clock, name=name)
 
+    @property
+    def follow_ups(self) -> list[str]:
+        """The follow-up lines of the captures asked for so far (docs/ledger.md): each capture's
+        culprit at collectives, or why none; complete after :meth:`close`."""
+        return self._follow.lines
+
     def close(self) -> None:
-        """Training is over: every worker closes, running a finish hook still owed."""
+        """Training is over: every worker closes, running a finish hook still owed; the
+        captures' follow-ups still going are waited for (bounded)."""
         PROCESS.inbox.unlisten(self._hear)
         self._call("finish_profile", timeout=self._stop_timeout())
         self.clock.close()
+        self._follow.close()

@@ -22,7 +22,7 @@ from profdsl.metrics.slow import StragglerAlert
 from profdsl.metrics.timings import NAMES, StepTimings
 from profdsl.metrics.tree import segment
 
-__all__ = ["Figures", "Spread", "StepSummary", "aggregate", "over_ranks"]
+__all__ = ["Figures", "Spread", "StepSummary", "aggregate", "fleet_lines", "over_ranks"]
 
 
 class Figures(NamedTuple):
@@ -85,6 +85,10 @@ class StepSummary:
     spreads: tuple[Spread, ...]
     timings: tuple[StepTimings, ...]
     stragglers: tuple[StragglerAlert, ...] = ()
+    #: The step's fleet lines: per role, the kind of work other roles did while its ranks sat
+    #: idle longest (``actor ranks idle 92.0% of step 7 while generation ran (...)``; the step
+    #: ledger, ``docs/ledger.md``); derived from ``timings``, so not compared.
+    fleet: tuple[str, ...] = attrs.field(default=(), eq=False)
 
     def flat(self) -> dict[str, float]:
         """The flat mapping for a logger: ``timing_s_{min,mean,max}/<role>/<stage>`` and
@@ -127,4 +131,35 @@ def aggregate(step: int, timings: Iterable[StepTimings]) -> StepSummary:
     for (role, stage), samples in stages.items():
         f = over_ranks(samples)
         spreads.append(Spread(role, stage, f.ranks, f.least, f.mean, f.most, cast(int, f.slowest)))
-    return StepSummary(step=step, spreads=tuple(spreads), timings=gathered)
+    return StepSummary(step=step, spreads=tuple(spreads), timings=gathered, fleet=fleet_lines(step, gathered))
+
+
+def fleet_lines(step: int, timings: Iterable[StepTimings]) -> tuple[str, ...]:
+    """Per role of ``step``, the kind of work the other roles did while its ranks sat idle
+    longest, from each rank's ledger placed by its beginning on the wall clock (hosts' clocks
+    differ by their skew); none when no rank's step has a ledger placed in time."""
+    placed = [t for t in timings if t.step == step and t.ledger is not None and t.began_s is not None]
+    if not placed:
+        return ()
+    from profdsl.analysis.fleet import fleet, from_metrics, kind_headlines  # (not at `import profdsl`)
+
+    origin = min(t.began_s for t in placed if t.began_s is not None)
+    ranks = [
+        from_metrics(
+            t.role,
+            t.step,
+            t.rank,
+            t.wall_s,
+            t.ledger or {},
+            beside_s=t.ledger_beside,
+            spans_s=t.ledger_spans,
+            began_s=t.began_s,
+            origin_s=origin,
+        )
+        for t in placed
+    ]
+    groups, spans = fleet(ranks)
+    if step not in spans:
+        return ()
+    start, end = spans[step]
+    return tuple(kind_headlines(step, end - start, groups))

@@ -29,7 +29,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -213,6 +213,59 @@ def _serve(address: str, port: int, app: Callable[..., Iterable[bytes]]) -> tupl
     return httpd, thread
 
 
+class LedgerGauges:
+    """The step ledger's gauges of one endpoint: the last step's buckets per role (and rank)."""
+
+    def __init__(self, client: Any, registry: Any, extra: tuple[str, ...]) -> None:
+        self.seconds = client.Gauge(
+            "profdsl_step_ledger_seconds",
+            "The last step's wall time split into buckets that add up to it: seconds per kind of work "
+            "(generation, inference, update, weight_sync, reward, data, other), overhead and outside",
+            ("role", "bucket", *extra),
+            registry=registry,
+        )
+        self.concurrent = client.Gauge(
+            "profdsl_step_ledger_concurrent_seconds",
+            "The last step's stage time that ran beside the stage its instant went to (not in the ledger's sum)",
+            ("role", *extra),
+            registry=registry,
+        )
+        self.device = client.Gauge(
+            "profdsl_step_ledger_device_seconds",
+            "With device time on CUDA, the last step's device span of its stages (from the first one's entry "
+            "to the last one's exit, on the device) split: seconds per kind of work, and outside (no stage's work)",
+            ("role", "bucket", *extra),
+            registry=registry,
+        )
+        self._shown: dict[tuple[str, ...], set[str]] = {}  # per (role, rank): the buckets shown
+        self._device_shown: dict[tuple[str, ...], set[str]] = {}  # the same, of the device split
+
+    def observe(self, role: str, extra: tuple[str, ...], timings: StepTimings) -> None:
+        """One step of ``role``: its buckets; a step without a ledger removes them (an older
+        step's figures are not shown as this one's), and one without a device split its
+        device buckets."""
+        shown = self._shown.setdefault((role, *extra), set())
+        _show(self.device, self._device_shown.setdefault((role, *extra), set()), role, extra, timings.ledger_device)
+        if timings.ledger is None and shown:
+            self.concurrent.remove(role, *extra)
+        _show(self.seconds, shown, role, extra, timings.ledger)
+        if timings.ledger is not None:
+            self.concurrent.labels(role, *extra).set(timings.concurrent_s or 0.0)
+
+
+def _show(gauge: Any, shown: set[str], role: str, extra: tuple[str, ...], buckets: Mapping[str, float] | None) -> None:
+    """Set ``gauge`` per bucket of ``buckets``; None removes the buckets shown before."""
+    if buckets is None:
+        for bucket in shown:
+            gauge.remove(role, bucket, *extra)
+        shown.clear()
+        return
+    for bucket, seconds in buckets.items():
+        label = label_value(bucket)
+        gauge.labels(role, label, *extra).set(seconds)
+        shown.add(label)
+
+
 class Server:
     """One endpoint: a registry with profdsl's metrics, served on a daemon thread, and
     ``POST /profile`` handed to ``on_profile``."""
@@ -250,6 +303,7 @@ class Server:
             ("role", *extra),
             registry=self.registry,
         )
+        self.ledger = LedgerGauges(client, self.registry, extra)
         self.straggler_factor = client.Gauge(
             "profdsl_straggler_factor",
             "A straggling rank's stage time over the other ranks' median, while its straggler episode lasts (0 after)",
@@ -344,6 +398,7 @@ class Server:
             self.stage_seconds.labels(*labels).observe(timing.total_s)
             self.stage_entries.labels(*labels).inc(timing.count)
         self.step_seconds.labels(role, *extra).observe(timings.wall_s)
+        self.ledger.observe(role, extra, timings)
         if timings.overflow:
             self.overflow.labels(role, *extra).inc(timings.overflow)
 

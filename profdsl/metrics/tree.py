@@ -11,6 +11,13 @@ changed only by :meth:`Node.add`, under its step's lock (a read-modify-write suc
 seconds`` is not atomic: a thread switch, or another core on free-threaded Python, may fall
 between the read and the write). Finding a child is one ``dict.get``; creating one
 (:func:`child`) takes the role's lock, since it also checks the role's cap on distinct paths.
+
+For the step ledger (``docs/ledger.md``), the entries of the top-level stages (the root's
+children: a role's outermost stages on each thread or task) also leave their stretches of time,
+``start, end, node`` on the metrics clock, in the step's ``stretches`` (flat: three items per
+stretch, no object made for it): at most :data:`MAX_SPANS` per step, further ones are counted
+(``dropped``) and the step gets no ledger.
+Nested entries leave none: their time is their outermost stage's.
 """
 
 from __future__ import annotations
@@ -22,13 +29,31 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from profdsl.metrics.device import DeviceTimes
 
-__all__ = ["OVERFLOW", "Node", "Paths", "Root", "child", "clock", "close", "segment"]
+__all__ = [
+    "MAX_SPANS",
+    "OVERFLOW",
+    "Node",
+    "Paths",
+    "Root",
+    "Stretches",
+    "child",
+    "clock",
+    "close",
+    "segment",
+    "stretch",
+]
 
 #: The metrics' clock: monotonic (CLOCK_MONOTONIC on Linux), in seconds, cheaper than ``_ns``.
 clock = time.perf_counter
 
 #: The name of the node that counts the entries of stage paths beyond the cap.
 OVERFLOW = "(overflow)"
+#: The most stretches of top-level entries one step keeps for its ledger (about 100 bytes each).
+MAX_SPANS = 4096
+
+#: A step's stretches of top-level entries, flat: ``[start, end, node, start, end, node, ...]``
+#: (start and end on :data:`clock`).
+Stretches = list["float | Node"]
 
 
 def segment(name: str) -> str:
@@ -40,17 +65,20 @@ def segment(name: str) -> str:
 
 
 class Node:
-    """One stage path's entries in one step: ``total`` seconds and ``count``."""
+    """One stage path's entries in one step: ``total`` seconds and ``count``; ``kind``: the kind
+    of work its first entry declared (None: by its name); ``spans``: its step's stretches of
+    top-level entries, when it is a top-level stage (else None: its entries leave none)."""
 
-    __slots__ = ("children", "closed", "count", "name", "path", "reported", "root", "total")
+    __slots__ = ("children", "closed", "count", "kind", "name", "path", "reported", "root", "spans", "total")
 
-    def __init__(self, name: str, path: str, root: Root | None, reported: bool = True) -> None:
-        self.name, self.path, self.reported = name, path, reported
+    def __init__(self, name: str, path: str, root: Root | None, reported: bool = True, kind: str | None = None) -> None:
+        self.name, self.path, self.reported, self.kind = name, path, reported, kind
         self.root: Root = self if root is None else root  # type: ignore[assignment]
         self.children: dict[str, Node] = {}
         self.total = 0.0
         self.count = 0
         self.closed = False
+        self.spans: Stretches | None = None
 
     def add(self, seconds: float) -> None:
         """One entry of ``seconds`` ended; nothing once the step has ended (it is not counted)."""
@@ -76,12 +104,13 @@ class Paths:
     """The distinct stage paths one role has seen, across its steps: at most ``limit``; names in
     ``stages`` (or every name, when empty) are reported."""
 
-    __slots__ = ("limit", "lock", "seen", "stages")
+    __slots__ = ("kinds", "limit", "lock", "seen", "stages")
 
     def __init__(self, limit: int, stages: frozenset[str] = frozenset()) -> None:
         self.limit, self.stages = limit, stages
         self.seen: set[str] = set()
         self.lock = threading.Lock()
+        self.kinds: dict[tuple[str, str | None], str] = {}  # (name, declared) -> kind, for the ledger
 
     def admit(self, path: str) -> bool:
         """Whether ``path`` may have a node (seen before, or room for one more)."""
@@ -98,31 +127,79 @@ class Paths:
 
 
 class Root(Node):
-    """One step of one role: the top of its tree, what the registry lists while the step runs."""
+    """One step of one role: the top of its tree, what the registry lists while the step runs.
 
-    __slots__ = ("device", "lock", "overflow", "paths", "role", "step")
+    For its ledger: ``stretches`` (its top-level entries', :data:`Stretches`; ``spans`` of its
+    top-level nodes is this list), ``dropped`` (those beyond :data:`MAX_SPANS`), ``waited``
+    (seconds profiling held the step up: a discrete stage's capture start and stop, a rollout
+    engine's profiler start and stop), of which ``engines`` the rollout engines'.
+    Entries of top-level paths beyond the cap go to ``overflow_top``, nested ones to ``overflow``."""
+
+    __slots__ = (
+        "device",
+        "dropped",
+        "engines",
+        "lock",
+        "overflow",
+        "overflow_top",
+        "paths",
+        "role",
+        "step",
+        "stretches",
+        "waited",
+    )
 
     def __init__(self, role: str, step: int, paths: Paths, device: DeviceTimes | None = None) -> None:
         self.lock = threading.Lock()  # every node's total and count (Node.add)
         super().__init__("", "", None)
         self.role, self.step, self.paths, self.device = role, step, paths, device
+        self.stretches: Stretches = []
+        self.dropped = 0
+        self.waited = 0.0
+        self.engines = 0.0
         self.overflow = Node(OVERFLOW, OVERFLOW, self, reported=False)
+        self.overflow_top = Node(OVERFLOW, OVERFLOW, self, reported=False)
+        self.overflow_top.spans = self.stretches
+
+    def wait(self, seconds: float, engines: bool = False) -> None:
+        """Profiling held the step up ``seconds`` (a capture's start or stop; ``engines``: a
+        rollout engine's profiler start or stop), not in any stage."""
+        with self.lock:
+            if not self.closed:
+                self.waited += seconds
+                if engines:
+                    self.engines += seconds
 
 
-def child(parent: Node, name: str) -> Node:
-    """The node of ``name`` nested in ``parent``, made on first use; the overflow node when the
-    role's cap on distinct paths is reached (entries nested in it count as overflow too)."""
+def stretch(node: Node, start: float, end: float) -> None:
+    """A top-level entry of ``node`` ran ``[start, end)`` (call with its step's lock held, while
+    the step is open): kept for the ledger, or counted beyond :data:`MAX_SPANS`."""
+    spans = node.spans
+    if spans is not None:
+        if len(spans) < 3 * MAX_SPANS:
+            spans += (start, end, node)
+        else:
+            node.root.dropped += 1
+
+
+def child(parent: Node, name: str, kind: str | None = None) -> Node:
+    """The node of ``name`` nested in ``parent``, made on first use (of ``kind``: its first
+    entry's declared kind); an overflow node when the role's cap on distinct paths is reached
+    (entries nested in it count as overflow too)."""
     root = parent.root
-    if parent is root.overflow:
-        return parent
+    if parent is root.overflow or parent is root.overflow_top:
+        return root.overflow
     node = parent.children.get(name)
     if node is not None:
         return node
     part = segment(name)
-    path = part if parent is root else f"{parent.path}/{part}"
+    top = parent is root
+    path = part if top else f"{parent.path}/{part}"
     if not root.paths.admit(path):
-        return root.overflow
-    made = Node(name, path, root, root.paths.reported(name, path))
+        return root.overflow_top if top else root.overflow
+    made = Node(name, path, root, root.paths.reported(name, path), kind)
+    if top:
+        made.spans = root.stretches
     with root.lock:  # against the step's end walking the tree (and two threads making it: one wins)
         made.closed = parent.closed
         return parent.children.setdefault(name, made)
@@ -135,5 +212,5 @@ def close(root: Root) -> list[Node]:
         root.closed = True
         for node in nodes:
             node.closed = True
-        root.overflow.closed = True
+        root.overflow.closed = root.overflow_top.closed = True
     return nodes

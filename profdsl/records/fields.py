@@ -124,6 +124,36 @@ def counts_of(key_check: Callable[[str, Any], None], low: int) -> Check:
     return check
 
 
+def seconds_map(key: str, value: Any) -> dict[str, float] | None:
+    """A mapping of strings to finite numbers >= 0 (seconds)."""
+    mapping = require_mapping(key, value, optional=True)
+    for name, number in (mapping or {}).items():
+        require_number(f"{key}.{name}", number, 0, sys.float_info.max, what="a finite number >= 0")
+    return mapping
+
+
+def spans_map(key: str, value: Any) -> dict[str, tuple[tuple[float, float], ...]] | None:
+    """A mapping of strings to lists of ``[start, end]`` pairs of finite numbers >= 0, start <= end."""
+    mapping = require_mapping(key, value, optional=True)
+    if mapping is None:
+        return None
+    out: dict[str, tuple[tuple[float, float], ...]] = {}
+    for name, spans in mapping.items():
+        pairs = require_list(
+            f"{key}.{name}",
+            spans,
+            lambda v: isinstance(v, (list, tuple)) and len(v) == 2,
+            "a list of [start, end] pairs",
+        )
+        checked = []
+        for start, end in pairs:
+            a = require_number(f"{key}.{name}", start, 0, sys.float_info.max, what="a finite number >= 0")
+            b = require_number(f"{key}.{name}", end, a, sys.float_info.max, what="a finite number >= its start")
+            checked.append((float(a), float(b)))
+        out[name] = tuple(checked)
+    return out
+
+
 def text_map(key: str, value: Any) -> dict[str, str] | None:
     """A mapping of strings to strings."""
     mapping = require_mapping(key, value, optional=True)

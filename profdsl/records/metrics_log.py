@@ -24,6 +24,8 @@ from profdsl.records.fields import (
     decode,
     field,
     nested_map,
+    seconds_map,
+    spans_map,
     unknown_field,
 )
 
@@ -38,6 +40,7 @@ class StageLine:
     self_s: float | None = field(DURATION, "of which not inside a nested stage", always=True)
     count: int | None = field(count(0), "its entries this step", always=True)
     device_s: float | None = field(DURATION, "CUDA time between entry and exit (CUDA only)")
+    kind: str | None = field(TEXT, "its kind of work, declared or by its name (`generation`, `update`, ...)")
     unknown: Mapping[str, Any] = unknown_field()
 
 
@@ -55,6 +58,29 @@ class MetricsLine:
         nested_map(StageLine), "per stage path (`/` between nested stages), its timing", always=True
     )
     overflow: int | None = field(count(0), "entries of stage paths beyond `Metrics.max_stages`")
+    ledger: Mapping[str, float] | None = field(
+        seconds_map,
+        "the step's wall time split: seconds per kind of work, `overhead` and `outside` (they add up to `wall_s`)",
+    )
+    ledger_beside: Mapping[str, float] | None = field(
+        seconds_map, "per kind, its stage time that ran beside the stage its instant went to (not in `ledger`'s sum)"
+    )
+    ledger_why: str | None = field(TEXT, "why the step has no `ledger`")
+    ledger_spans: Mapping[str, tuple[tuple[float, float], ...]] | None = field(
+        spans_map,
+        "per kind, `[[start, end], ...]`: where it worked, seconds from `began_s` (absent beyond 256 intervals)",
+    )
+    ledger_engines_s: float | None = field(
+        DURATION,
+        "of `ledger`'s `overhead`, the seconds the step waited on rollout engines' profilers "
+        "(`rollout_window`: their start and stop, moving their traces)",
+    )
+    ledger_device: Mapping[str, float] | None = field(
+        seconds_map,
+        "with `Metrics(device_time=True)` on CUDA: the device span of the step's stages (from the first one's "
+        "entry to the last one's exit, on the device) split: seconds per kind of work and `outside` (no stage's work)",
+    )
+    began_s: float | None = field(DURATION, "when the step began, seconds since 1970 (places it beside other ranks')")
     traced: bool | None = field(FLAG, "whether the step was traced on this rank (its times include profiling's cost)")
     host: str | None = field(TEXT, "the host")
     pid: int | None = field(count(0), "the process")

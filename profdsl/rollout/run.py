@@ -23,6 +23,7 @@ from profdsl.collect import relocate
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import once
 from profdsl.core.selection import Selection
+from profdsl.metrics.tree import clock
 from profdsl.records.manifest import RolloutRecord
 from profdsl.rollout import rollout_trace_dir, trace_prefix
 from profdsl.rollout.calls import Outcome, accepts
@@ -52,6 +53,13 @@ class RolloutRun:
         self.world_size = len(engines) * replica_world_size
         self.selected = {r: engines[r] for r in replicas}
         self.started: dict[int, Any] = {}
+        self.root = step.root  # the step's metrics tree, when it is timed
+
+    def waited(self, began: float) -> None:
+        """The caller waited on the engines' profilers since ``began`` (``tree.clock``): the
+        step's ledger's overhead, when the step is timed (profiling's cost, not generation)."""
+        if self.root is not None:
+            self.root.wait(clock() - began, engines=True)
 
     def start_kwargs(self) -> dict[int, dict[str, Any]]:
         return {

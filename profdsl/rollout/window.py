@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from profdsl.config.checks import MAX_WIDE_INDEX, require_int
+from profdsl.core.kinds import GENERATION
 from profdsl.core.log import internal_error
 from profdsl.dsl.base import Annotation, registry_of, stop
 from profdsl.dsl.stage import check_binding, check_name
+from profdsl.metrics.tree import clock
 from profdsl.rollout.calls import call_all, call_all_async, in_daemon_thread
 from profdsl.rollout.run import RolloutRun
 from profdsl.runtime import context
@@ -46,14 +48,17 @@ class _Engines(Handle):
 
     def close(self) -> None:
         """Close the region (what stopping the engines costs is not generation), then stop the
-        started replicas and move their traces into save_path; once."""
+        started replicas and move their traces into save_path (the step's profiling overhead);
+        once."""
         if self.closed:
             return
         super().close()
         run, self.run = self.run, None
         if run is not None:
+            began = clock()
             run.record(call_all(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s), "stop_profile")
             run.relocate()
+            run.waited(began)
 
     async def aclose(self) -> None:
         """:meth:`close` for an event loop."""
@@ -62,11 +67,13 @@ class _Engines(Handle):
         super().close()
         run, self.run = self.run, None
         if run is not None:
+            began = clock()
             run.record(
                 await call_all_async(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s),
                 "stop_profile",
             )
             await in_daemon_thread(run.relocate)
+            run.waited(began)
 
 
 class rollout_window(Annotation):
@@ -80,7 +87,9 @@ class rollout_window(Annotation):
     An unprofiled step, a disabled config or no started profiler touches no engine. One object
     may be entered from several threads or tasks: each entry keeps its own state. With
     ``Metrics(enabled=True)`` every entry is also timed as stage ``name`` (docs/metrics.md),
-    profiled step or not.
+    profiled step or not. Its kind of work in the step ledger is ``generation``
+    (``docs/ledger.md``), whatever its name; the time the caller waits on the engines' profilers
+    (their start, their stop and moving their traces) is the step's profiling ``overhead``.
 
     Args:
         engines: the replicas, in replica order.
@@ -107,6 +116,8 @@ class rollout_window(Annotation):
     """
 
     __slots__ = ("engines", "name", "replica_world_size")
+    #: Its region and timing are generation in the step ledger (``docs/ledger.md``).
+    kind = GENERATION
 
     def __init__(
         self,
@@ -167,7 +178,7 @@ class rollout_window(Annotation):
                         recorder = step.recorder
                         break
             if recorder is not None and recorder.active:
-                handle = recorder.region(self.name, top, functools.partial(_Engines, run))
+                handle = recorder.region(self.name, top, functools.partial(_Engines, run), self.kind)
                 if handle is not None:
                     return handle
         except Exception as exc:
@@ -177,9 +188,11 @@ class rollout_window(Annotation):
     def _handle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> _Engines | None:
         run = self._run(profiler, steps, top)
         if run is not None:
+            began = clock()
             run.started_from(
                 call_all(run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s)
             )
+            run.waited(began)
         return self._opened(run, profiler, steps, top)
 
     async def _ahandle(
@@ -187,11 +200,13 @@ class rollout_window(Annotation):
     ) -> _Engines | None:
         run = self._run(profiler, steps, top)
         if run is not None:
+            began = clock()
             run.started_from(
                 await call_all_async(
                     run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s
                 )
             )
+            run.waited(began)
         return self._opened(run, profiler, steps, top)
 
     async def _aend(self, entry: Entry) -> None:

@@ -60,17 +60,23 @@ class Entry:
         self.start = tree.clock()
 
     def pause(self) -> None:
-        """Stop the clock, keeping the stretch's seconds (a generator's ``yield``)."""
+        """Stop the clock, keeping the stretch's seconds (a generator's ``yield``), and the
+        stretch itself for the ledger when the entry is a top-level stage."""
         start = self.start
         if start is None:
             return
-        self.spent += tree.clock() - start
+        now = tree.clock()
+        self.spent += now - start
         self.start = None
-        root = self.node.root  # type: ignore[union-attr]
-        if root.device is not None:
-            end = root.device.mark()
+        node: Node = self.node  # type: ignore[assignment]
+        root = node.root
+        if root.device is not None or node.spans is not None:
+            end = None if root.device is None else root.device.mark()
             with root.lock:  # its count of dropped pairs, like the node's sums
-                root.device.add(self.node, self.mark, end)  # type: ignore[arg-type]
+                if end is not None:
+                    root.device.add(node, self.mark, end)  # type: ignore[union-attr]
+                if not node.closed:
+                    tree.stretch(node, start, now)
 
     def end(self, innermost: bool = False) -> None:
         """The entry ended: its node gets one entry of the seconds it ran (unless its step has
@@ -81,16 +87,24 @@ class Entry:
             try:
                 start = self.start
                 root = node.root
+                spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
                 if start is not None and root.device is None:  # pause(), inlined
-                    self.spent += tree.clock() - start
+                    now = tree.clock()
+                    self.spent += now - start
                     self.start = None
                 else:
-                    self.pause()
+                    self.pause()  # (which keeps the stretch)
+                    spans = None
                 lock = root.lock  # node.add(self.spent), inlined: this runs for every timed entry
                 lock.acquire()
                 if not node.closed:
                     node.total += self.spent
                     node.count += 1
+                    if spans is not None:  # tree.stretch(), inlined
+                        if len(spans) < _KEPT:
+                            spans += (start, now, node)  # type: ignore[arg-type]  # (start: not None here)
+                        else:
+                            root.dropped += 1
                 lock.release()
             except Exception as exc:  # a device error
                 internal_error("metrics exit", exc)
@@ -104,6 +118,9 @@ class Entry:
         elif top is not None and not top.live:
             remove(self)
 
+
+#: The most items of a step's stretches (three per stretch: :data:`profdsl.metrics.tree.MAX_SPANS`).
+_KEPT = 3 * tree.MAX_SPANS
 
 #: The current context's innermost entry.
 STACK: ContextVar[Entry | None] = ContextVar("profdsl_entries", default=None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, SupportsIndex
 
@@ -24,6 +25,7 @@ import attrs
 
 from profdsl.core.log import logger, once
 from profdsl.runtime.step import StepContext
+from profdsl.runtime.writer.jobs import traces_into
 
 if TYPE_CHECKING:
     from profdsl.config import ProfilerConfig
@@ -146,8 +148,9 @@ class Lifecycle:
 
     def _wait(self, outstanding: Outstanding | None, *, closing: bool) -> None:
         """Wait, bounded, for what the last profiled step (or ``close()``) left on the writer:
-        its artifacts, then the hook it made due, unless that runs in the background (then
-        ``close()`` waits for it)."""
+        its artifacts, then the hook it made due; with no hook to wait for (none, or one in the
+        background), only until its artifacts settle (its traces' events on disk), ``close()``
+        waiting for the rest."""
         if outstanding is not None:
             due = outstanding.due
             self.process.wait_for(
@@ -244,6 +247,16 @@ class Lifecycle:
     def _closed(self, ended: Ended | None) -> None:
         self.where = Where(State.CLOSED)
         self.process.live.discard(self.owner)
+        folder = os.path.abspath(self.plan.save_path)
+        if self.process.log.seen(traces_into(folder)):  # this process wrote traces there
+            once(
+                f"closed-into:{folder}",
+                logging.INFO,
+                "[profdsl rank %s] %s: closed; the traces are in %s (profdsl ls, check, summary)",
+                self.plan.rank,
+                self.plan.role,
+                folder,
+            )
         return None
 
     def _nothing(self, ended: Ended | None) -> None:

@@ -3,14 +3,15 @@
 With ``Metrics(enabled=True)`` every numbered step of the profiler is timed, profiled or not and
 whatever the rank: ``begin`` makes the step's tree (:class:`~profdsl.metrics.tree.Root`), which
 the profiler registers with the step (:class:`~profdsl.runtime.step.StepContext`), where the DSL
-finds it; ``end`` closes it, turns it into :class:`~profdsl.metrics.timings.StepTimings`, and
-publishes them (exporters, ``on_step``). A disabled config gets :data:`NULL_METER`, which does
-nothing.
+finds it; ``end`` closes it, turns it into :class:`~profdsl.metrics.timings.StepTimings` with
+the step's ledger (:mod:`profdsl.metrics.ledger`), and publishes them (exporters, ``on_step``).
+A disabled config gets :data:`NULL_METER`, which does nothing.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from profdsl.config import Metrics
@@ -19,6 +20,7 @@ from profdsl.core.log import internal_error
 from profdsl.metrics import device as device_time
 from profdsl.metrics import tree
 from profdsl.metrics.exporters import Exporter, OnStep, make_exporters, publish
+from profdsl.metrics.ledger import StepLedger, step_ledger
 from profdsl.metrics.timings import StepTimings, from_tree
 from profdsl.metrics.tree import Node, Paths, Root, child, close
 from profdsl.runtime.registry import stray, unbound
@@ -56,6 +58,7 @@ class StepMeter:
         self._device: device_time.DeviceTimes | None | bool = device and config.device_time
         self.root: Root | None = None
         self._began = 0.0
+        self._began_s = 0.0
         self.timings: StepTimings | None = None
 
     @property
@@ -75,6 +78,7 @@ class StepMeter:
         if self.root is not None:
             self.close()
         self.root = root = Root(self.role, step, self._paths, self._device_times())
+        self._began_s = time.time()  # where the step sits beside other ranks' (the fleet view)
         self._began = tree.clock()
         return root
 
@@ -87,7 +91,16 @@ class StepMeter:
         wall_s = tree.clock() - self._began
         nodes = close(root)
         device = None if root.device is None else _settled(root)
-        self.timings = from_tree(root, nodes, rank=self.rank, wall_s=wall_s, device=device)
+        ledger = _ledger(root, self._began, wall_s, None if device is None else device.placed)
+        self.timings = from_tree(
+            root,
+            nodes,
+            rank=self.rank,
+            wall_s=wall_s,
+            device=None if device is None else device.seconds,
+            ledger=ledger,
+            began_s=self._began_s,
+        )
         return self.timings
 
     def publish(self, timings: StepTimings | None) -> None:
@@ -102,10 +115,20 @@ class StepMeter:
             close(root)
 
 
-def _settled(root: Root) -> dict[Node, float] | None:
+def _ledger(
+    root: Root, began: float, wall_s: float, device: list[tuple[Node, float, float]] | None
+) -> StepLedger | None:
+    try:
+        return step_ledger(root, began=began, wall_s=wall_s, device=device)
+    except Exception as exc:  # never reaches the training loop: the step has no ledger
+        internal_error("step ledger", exc)
+        return None
+
+
+def _settled(root: Root) -> device_time.StepDevice | None:
     assert root.device is not None
     try:
-        return root.device.settle()
+        return root.device.read_step(root)
     except Exception as exc:  # a CUDA error at step end: no device time this step
         internal_error("device time", exc)
         return None
@@ -166,6 +189,7 @@ def node_for(
     steps: tuple[StepContext, ...],
     top: Entry | None,
     live: Iterable[Closable] = (),
+    kind: str | None = None,
 ) -> Node | None:
     """The node an entry of ``name`` adds its time to, or None when no role of it is timing a
     step. An entry bound to a profiler (whose step's tree is ``root``) or to a ``role`` (the
@@ -173,7 +197,8 @@ def node_for(
     its context (entries of other roles in between are skipped), else at the top of that tree;
     an unbound entry nests in the innermost open timed entry of its context, else at the top of
     the first tree of ``steps``. ``live``: the process's profilers (a ``role`` none of them has
-    is said once). Never raises."""
+    is said once); ``kind``: the entry's declared kind of work (a node made for it keeps it).
+    Never raises."""
     try:
         if root is None and role is None:  # unbound: any tree
             entry = top
@@ -193,7 +218,7 @@ def node_for(
                     timed = [step.role for step in steps if step.root is not None]
                     if len(timed) > 1:
                         unbound(name, False, timed, parent.role)
-            return parent.children.get(name) or child(parent, name)
+            return parent.children.get(name) or child(parent, name, kind)
         if root is None:
             for step in steps:
                 if step.root is not None and step.role == role:
@@ -211,7 +236,7 @@ def node_for(
             entry = entry.below
         else:
             parent = root
-        return parent.children.get(name) or child(parent, name)
+        return parent.children.get(name) or child(parent, name, kind)
     except Exception as exc:
         internal_error("metrics entry", exc)
         return None

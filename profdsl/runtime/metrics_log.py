@@ -50,12 +50,21 @@ class MetricsLogs:
                 step=timings.step,
                 wall_s=timings.wall_s,
                 overflow=timings.overflow or None,
+                ledger=timings.ledger,
+                ledger_beside=timings.ledger_beside or None,
+                ledger_why=timings.ledger_why,
+                ledger_spans=timings.ledger_spans or None,
+                ledger_engines_s=timings.ledger_engines_s or None,
+                ledger_device=timings.ledger_device,
+                began_s=timings.began_s,
                 traced=traced,
                 host=plan.label.host,
                 pid=pid,
                 time_ms=time.time_ns() // 1_000_000,
                 stages={
-                    stage: StageLine(total_s=t.total_s, self_s=t.self_s, count=t.count, device_s=t.device_s)
+                    stage: StageLine(
+                        total_s=t.total_s, self_s=t.self_s, count=t.count, device_s=t.device_s, kind=t.kind
+                    )
                     for stage, t in timings.stages.items()
                 },
             )

@@ -12,6 +12,7 @@ import functools
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -31,6 +32,7 @@ from profdsl.runtime.slot.slot import Busy, CaptureSlot, holder
 from profdsl.runtime.writer.jobs import RecordJob
 
 if TYPE_CHECKING:
+    from profdsl.metrics.tree import Root
     from profdsl.runtime.slot.session import Session
 
 H = TypeVar("H", bound=Handle)
@@ -129,6 +131,7 @@ class Recorder:
         "active",
         "role",
         "step",
+        "tree",
     )
 
     def __init__(
@@ -157,46 +160,54 @@ class Recorder:
         # Continuous: the step's mini-batches follow the role's schedule in the shared session
         # (a capture that cannot pause records them all: see Batches.begin).
         self._batches = Batches(None if discrete else schedule, find=find)
+        #: The step's metrics tree, when it is timed (set by its StepContext): a stage
+        #: capture's start and stop are the step's profiling waits in its ledger.
+        self.tree: Root | None = None
 
-    def stage(self, name: str, scheduled: bool, color: int | None, context: Entry | None) -> Handle:
-        """Open stage ``name``: a region and, for a discrete outermost stage, its own capture."""
+    def stage(
+        self, name: str, scheduled: bool, color: int | None, context: Entry | None, kind: str | None = None
+    ) -> Handle:
+        """Open stage ``name`` (of ``kind``, when it declares one): a region and, for a discrete
+        outermost stage, its own capture."""
         owner = None if context is None else _owner(context)
         if owner is not None and owner.opaque:  # inside a stage refused its capture: nothing
             return opaque()
         if self._discrete and owner is None:
-            return self._stage_capture(name, scheduled, color)
-        self._seen(name)
+            return self._stage_capture(name, scheduled, color, kind)
+        self._seen(name, kind)
         return Handle(self._annotator, name, color, self)
 
-    def _seen(self, name: str) -> None:
-        """A region ``name`` opens in this step's session (listed among its stages), or is said
-        missed when the session cannot record it."""
+    def _seen(self, name: str, kind: str | None = None) -> None:
+        """A region ``name`` opens in this step's session (listed among its stages, with its
+        declared ``kind``), or is said missed when the session cannot record it."""
         current = self._slot.current
         claim = self._claim
         if claim is None:  # a stage nested in a discrete stage's own capture
             if current is not None:
                 current.stages.add(name)
+                current.book.declare(name, kind)
             return
         if current is None:
             current = self._slot.step_session(claim)  # a step that waited for its thread
         if current is not None and current.kind == "step" and self.role in current.roles:
             current.stages.add(name)
+            current.book.declare(name, kind)
             if not current.owned_here():
                 current.missed = True  # its trace may hold nothing: this record says why
                 self._missed(name, None)
         elif claim not in self._slot.claims.refused:  # a refused capture is recorded already
             self._missed(name, _elsewhere(current, claim in self._slot.claims.ended))
 
-    def region(self, name: str, context: Entry | None, make: Callable[..., H]) -> H | None:
-        """Open a region ``name`` in what this step records, never a capture of its own: the
-        handle ``make(annotator, name, color, recorder)`` (a :class:`Handle` subclass); in
+    def region(self, name: str, context: Entry | None, make: Callable[..., H], kind: str | None = None) -> H | None:
+        """Open a region ``name`` (of ``kind``) in what this step records, never a capture of its
+        own: the handle ``make(annotator, name, color, recorder)`` (a :class:`Handle` subclass); in
         discrete mode outside every stage, or inside a stage refused its capture, nothing
         (``rollout_window``: generation shows in the trainer's trace where it ran; its engines
         record themselves)."""
         owner = None if context is None else _owner(context)
         if (self._discrete and owner is None) or (owner is not None and owner.opaque):
             return None
-        self._seen(name)
+        self._seen(name, kind)
         return make(self._annotator, name, None, self)
 
     def _missed(self, name: str, why: str | None) -> None:
@@ -220,25 +231,37 @@ class Recorder:
     def _record(self, record: TraceRecord) -> None:
         self._slot.writer.submit(RecordJob(self._label.save_path, record))
 
-    def _stage_capture(self, name: str, scheduled: bool, color: int | None) -> Handle:
+    def _stage_capture(self, name: str, scheduled: bool, color: int | None, kind: str | None) -> Handle:
         schedule = self._schedule if scheduled else None
         label = attrs.evolve(self._label, stage=name)
+        began = time.perf_counter()
         session = self._slot.begin_stage(label, self._backend, schedule)
+        self._waited(began)
         if isinstance(session, Busy):
             self._refused(name, scheduled, session)
             if scheduled:  # its mini-batches must not drive (or mislabel) another stage's windows
                 return opaque()
         elif session is not None:
+            session.book.declare(name, kind)
             self._sessions.append(session)
             batches = Batches(schedule, session=session)
             finish = functools.partial(self._stage_ended, session, batches, name)
             return OwningHandle(self._annotator, name, color, self, batches=batches, finish=finish)
-        self._note(name, mini_batch=False)
+        self._note(name, mini_batch=False, kind=kind)
         return Handle(self._annotator, name, color, self)
 
     def _stage_ended(self, session: Session, batches: Batches, name: str) -> None:
+        began = time.perf_counter()
         self._slot.end_stage(session)
+        self._waited(began)
         self._windowless(batches, name)
+
+    def _waited(self, began: float) -> None:
+        """A stage capture's start or stop held the step up since ``began``: its ledger's
+        overhead, when the step is timed."""
+        tree = self.tree
+        if tree is not None:
+            tree.wait(time.perf_counter() - began)
 
     def _windowless(self, batches: Batches, stage: str | None) -> None:
         """Say (once per role and stage), and record, a schedule that recorded no window over
@@ -346,10 +369,11 @@ class Recorder:
         if current is not None:
             current.continued(handle.name, _path(handle))
 
-    def _note(self, name: str, *, mini_batch: bool) -> None:
+    def _note(self, name: str, *, mini_batch: bool, kind: str | None = None) -> None:
         current = self._slot.current
         if current is not None:
             current.note(name, mini_batch=mini_batch)
+            current.book.declare(name, kind)
 
     def close(self) -> None:
         """The step is over: end the stage captures it opened that are still open here."""
@@ -370,7 +394,9 @@ class NullRecorder:
     role: str | None = None
     active = False
 
-    def stage(self, name: str, scheduled: bool, color: int | None, context: Entry | None) -> None:
+    def stage(
+        self, name: str, scheduled: bool, color: int | None, context: Entry | None, kind: str | None = None
+    ) -> None:
         """Open nothing."""
         return None
 
@@ -378,7 +404,7 @@ class NullRecorder:
         """Open nothing."""
         return None
 
-    def region(self, name: str, context: Entry | None, make: Callable[..., object]) -> None:
+    def region(self, name: str, context: Entry | None, make: Callable[..., object], kind: str | None = None) -> None:
         """Open nothing."""
         return None
 

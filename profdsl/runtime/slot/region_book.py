@@ -1,7 +1,7 @@
 """What a session's traces say about the regions they hold (the ``profdsl`` metadata): the stage
 and mini-batch names seen, the mini-batch windows a continuous step recorded, and the region
 events that continue an entry (reopened around a schedule step, a ``yield`` or an ``await``), by
-name and by the path of labels they sit at."""
+name and by the path of labels they sit at, and the kind of work each stage declared."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ class RegionBook:
         self.schedule = schedule
         self.stages: set[str] = set() if stage is None else {stage}
         self.bases: set[str] = set()
+        self.kinds: dict[str, str] = {}  # label -> its declared kind of work (the first declared)
         self._recorded: dict[tuple[str, int | None], tuple[Schedule | None, list[int]]] = {}
         self._continued: dict[int | None, dict[str, int]] = {}  # per schedule cycle
         self._continued_at: dict[int | None, dict[tuple[str, ...], int]] = {}
@@ -26,6 +27,12 @@ class RegionBook:
     def note(self, name: str, *, mini_batch: bool) -> None:
         """A region opened while the session recorded (a stage, or a mini-batch base name)."""
         (self.bases if mini_batch else self.stages).add(name)
+
+    def declare(self, name: str, kind: str | None) -> None:
+        """Region ``name`` declared its kind of work (``profile_stage(kind=...)``,
+        ``rollout_window``); None: it declared none. The first declaration of a label stands."""
+        if kind is not None:
+            self.kinds.setdefault(name, kind)
 
     def recorded(self, role: str, step: int | None, schedule: Schedule | None, index: int) -> None:
         """A mini-batch of a continuous role's step was recorded."""
@@ -62,4 +69,5 @@ class RegionBook:
             mini_batches=tuple(sorted(self.bases)),
             continued=dict(sorted(continued.items())),
             continued_at=tuple(sorted(at.items())) or None,
+            kinds=dict(sorted(self.kinds.items())) or None,
         )

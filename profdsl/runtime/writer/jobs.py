@@ -18,10 +18,16 @@ from profdsl.core.log import once
 from profdsl.records.manifest import Record
 from profdsl.runtime.writer.writer import CommitGuard
 
-__all__ = ["ExportJob", "LineJob", "MoveJob", "RecordJob"]
+__all__ = ["ExportJob", "LineJob", "MoveJob", "RecordJob", "traces_into"]
 
 #: How long a wait for a record or a move's bookkeeping may last (a disk that stops answering).
 RECORD_BUDGET_S = 60.0
+
+
+def traces_into(folder: str) -> str:
+    """The logged-once key of the line naming ``folder`` (absolute) at its first trace: a
+    process that said it also names the folder when it closes."""
+    return f"traces-into:{folder}"
 
 
 class ExportJob:
@@ -38,14 +44,14 @@ class ExportJob:
     def run(self, guard: CommitGuard) -> None:
         self.started = True
         try:
-            path = finish(self.pending, commit=guard.commit, waited=guard.waited)
+            path = finish(self.pending, commit=guard.commit, waited=guard.waited, settled=guard.settle)
         except BaseException as exc:  # finish raises only what is no Exception; never here
             once("export-thread", logging.ERROR, "profdsl: finishing a trace failed: %r", exc)
             return
         label = self.pending.label
         if path is not None and label.manifest:  # where the traces go, said once (tests/test_where_traces_went.py)
             folder = os.path.abspath(label.save_path)
-            once(f"traces-into:{folder}", logging.INFO, "[profdsl rank %s] traces go into %s", label.rank, folder)
+            once(traces_into(folder), logging.INFO, "[profdsl rank %s] traces go into %s", label.rank, folder)
 
     def revoke(self, guard: CommitGuard) -> None:
         """Given up: recorded ``incomplete``, naming torch's events file, which is written first

@@ -14,6 +14,12 @@ file into save_path, append a record: both go through :meth:`CommitGuard.commit`
 commit lock)
 and records its own loss instead; when the running job is revoked, a fresh thread goes on with
 the queue and the stuck one ends after its job. So each job ends in exactly one record.
+
+An export *settles* once the part of it that only this process can do is done: torch's events
+are on disk (:meth:`CommitGuard.settle`); what is left (compressing, naming, recording) needs
+nothing but that file. Any other job settles when it is done. The last profiled step with no
+finish hook to wait for waits until its jobs settle (:meth:`Writer.wait_settled`;
+docs/architecture.md, "What a caller waits for").
 """
 
 from __future__ import annotations
@@ -60,14 +66,16 @@ class Job(Protocol):
 
 class _Ticket:
     """A submitted job's ticket (what :meth:`Writer.submit` returns and :meth:`Writer.wait`
-    takes): the job, whether it was revoked or committed, when it is done, and when it began
-    running."""
+    takes): the job, whether it was revoked or committed, when it is done, when it began
+    running, and when it settled (None: not yet) with the seconds waited for it until then."""
 
-    __slots__ = ("committed", "done", "job", "revoked", "started")
+    __slots__ = ("committed", "done", "job", "revoked", "settled", "started", "waited_before")
 
     def __init__(self, job: Job) -> None:
         self.job, self.done, self.started = job, threading.Event(), 0.0
         self.revoked = self.committed = False
+        self.settled: float | None = None
+        self.waited_before = 0.0
 
 
 class CommitGuard:
@@ -81,8 +89,17 @@ class CommitGuard:
         self._writer, self.ticket = writer, ticket
 
     def waited(self) -> float:
-        """Seconds a caller has waited for this job (:meth:`Writer.waited`)."""
-        return self._writer.waited(self.ticket.started)
+        """Seconds a caller has waited for this job (:meth:`Writer.waited`): before it settled,
+        and since (a wait that went on past the settling counted once)."""
+        ticket = self.ticket
+        if ticket.settled is None:
+            return self._writer.waited(ticket.started)
+        return ticket.waited_before + self._writer.waited(ticket.settled)
+
+    def settle(self) -> None:
+        """What only this process can do for the job is done (an export: torch's events are on
+        disk): a caller waiting for that (:meth:`Writer.wait_settled`) goes on."""
+        self._writer.settle(self.ticket)
 
     def commit(self, action: Callable[[], T]) -> T | None:
         """Run ``action`` (a rename, a record) unless the job was revoked; None when revoked."""
@@ -192,6 +209,25 @@ class Writer:
     def wait_kind(self, kind: str, *, timeout: float) -> bool:
         """Wait until no job of ``kind`` is queued or running, at most ``timeout`` seconds."""
         return self._waiting(lambda: self.in_flight(kind) == 0, timeout)
+
+    def wait_settled(self, ticket: _Ticket, *, timeout: float) -> bool:
+        """Wait until every job up to ``ticket``'s has settled (an export once torch's events are
+        on disk, any other job once done), at most ``timeout`` seconds; False when it ran out."""
+
+        def settled() -> bool:
+            with self._cond:
+                tickets = self._entries()
+                upto = tickets[: tickets.index(ticket) + 1] if ticket in tickets else []
+                return all(e.settled is not None for e in upto)
+
+        return self._waiting(settled, timeout)
+
+    def settle(self, ticket: _Ticket) -> None:
+        """``ticket``'s job settled (:meth:`CommitGuard.settle`): the time waited for it so far
+        is kept as its own, and the callers waiting look again."""
+        with self._cond:
+            ticket.waited_before, ticket.settled = self.waited(ticket.started), time.perf_counter()
+            self._cond.notify_all()
 
     def wait_below(self, kind: str, limit: int, timeout: float) -> bool:
         """Wait until fewer than ``limit`` jobs of ``kind`` are in flight, at most ``timeout``

@@ -1,0 +1,103 @@
+"""A rollout engine's profiler start and stop are the step's profiling overhead, not ``outside``:
+engines whose ``start_profile`` and ``stop_profile`` each sleep a known time, plain and async,
+through the real profiler; the every-step ledger from the metrics, the metrics log and the
+traced step's ledger from its folder each hold at least those sleeps in ``overhead`` (a lower
+bound: no wall-clock upper bound)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from profdsl import Metrics, Profiler, rollout_window
+from profdsl.analysis.catalog import catalog
+from profdsl.analysis.ledger import load_ledger
+from profdsl.collect.metrics_log import read_log
+
+from .profiling import config
+
+pytest.importorskip("torch")
+
+SLEEP_S = 0.05  # each start and each stop
+
+
+class Sleepy:
+    """An engine whose profiler takes ``SLEEP_S`` to start and as long to stop."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def start_profile(self) -> None:
+        time.sleep(SLEEP_S)
+        self.calls.append("start")
+
+    def stop_profile(self) -> None:
+        time.sleep(SLEEP_S)
+        self.calls.append("stop")
+
+
+class AsyncSleepy:
+    """The same with ``async`` methods (an engine such as vLLM's ``AsyncLLM``)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def start_profile(self) -> None:
+        await asyncio.sleep(SLEEP_S)
+        self.calls.append("start")
+
+    async def stop_profile(self) -> None:
+        await asyncio.sleep(SLEEP_S)
+        self.calls.append("stop")
+
+
+def test_engine_start_and_stop_are_overhead(tmp_path: Path) -> None:
+    """Step 1 is profiled: two engines start and stop concurrently, so the step waits at least
+    one sleep for each; step 2 is not: no engine is touched and no overhead is charged."""
+    cfg = config(tmp_path, steps=[1], ranks=[0, 1], metrics=Metrics(enabled=True, log=True))  # replicas 0, 1
+    engines = [Sleepy(), Sleepy()]
+    ledgers = []
+    with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
+        for step in (1, 2):
+            with profiler.step(step), rollout_window(engines, name="gen"):
+                pass
+            ledgers.append(profiler.meter.timings)
+    first, second = ledgers
+    assert [e.calls for e in engines] == [["start", "stop"]] * 2
+    assert first.ledger is not None and first.ledger_engines_s is not None
+    assert first.ledger_engines_s >= 2 * SLEEP_S
+    assert first.ledger["overhead"] >= 2 * SLEEP_S  # not in outside, nor in generation
+    assert sum(round(v * 1e9) for v in first.ledger.values()) == round(first.wall_s * 1e9)
+    assert second.ledger is not None and second.ledger["overhead"] == 0.0 and second.ledger_engines_s == 0.0
+
+    lines, problems = read_log(tmp_path)
+    assert not problems
+    logged = {line.step: line for line in lines}
+    assert (logged[1].ledger_engines_s or 0.0) >= 2 * SLEEP_S and logged[2].ledger_engines_s is None
+
+    # The traced step's ledger from its trace: the engines' waits from its metrics log line.
+    bad: list[str] = []
+    found = load_ledger(str(tmp_path), catalog(tmp_path).artifacts, bad)
+    assert bad == []
+    [traced] = [r for r in found.ranks if r.role == "actor" and r.step == 1]
+    assert traced.ledger is not None and traced.ledger.buckets["overhead"] >= round(2 * SLEEP_S * 1e9)
+
+
+def test_async_engines_are_overhead_too(tmp_path: Path) -> None:
+    cfg = config(tmp_path, steps=[1], metrics=Metrics(enabled=True))
+    engines = [AsyncSleepy()]
+
+    async def loop(profiler: Profiler) -> None:
+        with profiler.step(1):
+            async with rollout_window(engines, name="gen"):
+                await asyncio.sleep(0)
+
+    with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
+        asyncio.run(loop(profiler))
+        timings = profiler.meter.timings
+    assert engines[0].calls == ["start", "stop"]
+    assert timings is not None and timings.ledger is not None
+    assert timings.ledger["overhead"] >= 2 * SLEEP_S and (timings.ledger_engines_s or 0.0) >= 2 * SLEEP_S
