@@ -30,6 +30,7 @@ def test_demo(tmp_path: Path, mode: str, request: pytest.FixtureRequest) -> None
     time is shown in its actor update, from the metrics log."""
     if mode == "ray":
         pytest.importorskip("ray")
+        request.getfixturevalue("own_ray_cluster")  # its own, in the subprocess (tests/conftest.py)
         out = tmp_path / "profiles"
         command = [sys.executable, "-m", "profdsl", "demo", "--out", str(out), "--ray"]
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
