@@ -65,12 +65,12 @@ def _reset_profdsl():
 # - ``ray_session`` (a module-scoped fixture that runs Ray once for its tests): ``start()``, then
 #   ``clear()`` once its actors are done with.
 # - ``own_ray_cluster``: a test that needs a cluster of another shape (several nodes:
-#   tests/test_ray_nodes.py) or its own ``ray.init`` arguments. The session's cluster is shut down
-#   before it; whatever the test started is shut down after it, and the next test that asks for
-#   ``ray_cluster`` starts the session's again.
-#
-# A test that runs Ray in a subprocess (``profdsl demo --ray``, examples/ray_ppo.py) starts its own
-# cluster there, beside this one; they share nothing.
+#   tests/test_ray_nodes.py) or its own ``ray.init`` arguments (a ``runtime_env``, variables),
+#   here or in a subprocess (``profdsl demo --ray``, examples/ray_ppo.py: two clusters side by
+#   side would compete for the 2 cores). The session's cluster is shut down before it; whatever
+#   the test started here is shut down after it, and the next test that asks for ``ray_cluster``
+#   starts the session's again (seconds: keep such tests after the shared ones where the order
+#   allows; pytest runs files in name order).
 
 
 class RaySession:
