@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +60,6 @@ def in_forked_child(report: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         state: dict[str, Any] = json.loads(pipe.read())
     os.waitpid(pid, 0)
     return state
-
-
-@contextlib.contextmanager
-def ray_cluster(namespace: str) -> Iterator[None]:
-    """A local Ray cluster of 2 CPUs for the block, always shut down after it."""
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=namespace)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def records(folder: str | Path, kind: str | None = None) -> list[dict[str, Any]]:

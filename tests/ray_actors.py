@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import torch
 
-from profdsl import ProfilerConfig, mini_batch_window, profile_stage
+from profdsl import FinishHook, ProfilerConfig, TorchOptions, mini_batch_window, profile_stage
 from profdsl.ray import ProfiledWorker
 from profdsl.rollout.torch_sampler import TorchSamplerEngine
 
@@ -61,3 +62,27 @@ class SamplerActor:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+
+class ThreadedWorker(ProfiledWorker):
+    """A worker of one role whose calls run on Ray's pool threads (made ``max_concurrency=4``):
+    steps 1-3 profiled into ``save``, a finish hook."""
+
+    def __init__(self, save: str, discrete: bool) -> None:
+        config = ProfilerConfig(
+            enable=True,
+            steps=[1, 2, 3],
+            save_path=save,
+            discrete=discrete,
+            torch=TorchOptions(contents=["cpu"]),
+            finish_hook=FinishHook(cmd="true"),
+        )
+        self.init_profiler(config, role="actor", rank=0, world_size=1)
+
+    @profile_stage("update_actor")
+    def update(self) -> int:
+        torch.ones(64).mul(2).sum()
+        return threading.get_ident()
+
+    def pid(self) -> int:
+        return os.getpid()

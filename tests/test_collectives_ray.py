@@ -19,7 +19,7 @@ import pytest
 from profdsl import AutoCapture
 
 from .collective_worker import GlooRank, traced_config
-from .profiling import ray_cluster, records
+from .profiling import records
 from .test_collectives import AT_LEAST_MS, DELAY_S, LATE_MS, LATE_RANK, WORLD
 
 #: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
@@ -35,9 +35,9 @@ AUTO = AutoCapture(stages=["update_actor"], slower_than=3.0, baseline_steps=3, m
 
 
 @pytest.fixture(scope="module")
-def ray_gloo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], list[str]]:
-    """The run's folder, the driver's follow-up lines and its log; the actors leave the group
-    and are killed, and the cluster shut down, whatever happens."""
+def ray_gloo_run(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], list[str]]:
+    """The run's folder, the driver's follow-up lines and its log, on the session's local Ray
+    cluster (tests/conftest.py); the actors leave the group and are killed whatever happens."""
     from profdsl.ray import RayStepProfiler
 
     base = tmp_path_factory.mktemp("ray-gloo")
@@ -55,7 +55,8 @@ def ray_gloo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[s
     level = profdsl_logger.level
     profdsl_logger.setLevel(logging.INFO)
     try:
-        with ray_cluster("profdsl-gloo-tests"):
+        ray_session.start()
+        try:
             actor = ray.remote(num_cpus=0)(GlooRank)
             store = str(base / "store")
             ranks = [actor.remote(config, rank, WORLD, store, LATE_RANK, DELAY_S, LATE_STEPS) for rank in range(WORLD)]
@@ -71,6 +72,8 @@ def ray_gloo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[s
             finally:
                 for rank in ranks:
                     ray.kill(rank)
+        finally:
+            ray_session.clear()
     finally:
         profdsl_logger.removeHandler(handler)
         profdsl_logger.setLevel(level)

@@ -4,7 +4,8 @@ the background writer meet.
 Each case is one of the faults found at these seams (pool threads, a fork during an append, exit
 with a slow export or a hung hook, Ctrl-C inside torch's stop, a step started twice, ``on_step``
 inside the capture, the cost of the last step, nsys reports at the last step); cases that need a
-signal, a fork or an exit run in a fresh interpreter.
+signal, a fork or an exit run in a fresh interpreter; the threaded Ray actor runs on the session's
+local Ray cluster (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -137,50 +138,28 @@ class TestPoolThreads:
         assert "every thread" in losses[0]["reason"]
 
 
-RAY_ACTOR = """
-import json, sys, threading, ray
-from profdsl import FinishHook, ProfilerConfig, TorchOptions, profile_stage
-from profdsl.ray import ProfiledWorker
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["continuous", "discrete"])
+def test_threaded_ray_actor_traces_every_step(ray_cluster: str, tmp_path: Path, mode: str) -> None:
+    """A real threaded Ray actor (``max_concurrency=4``), killed right after finish_profile():
+    every profiled step has its trace with its stage, nothing is lost, the hook ran once."""
+    import ray
 
-save, discrete = sys.argv[1], sys.argv[2] == "discrete"
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from .ray_actors import ThreadedWorker
 
-@ray.remote(max_concurrency=4)
-class Threaded(ProfiledWorker):
-    def __init__(self):
-        config = ProfilerConfig(enable=True, steps=[1, 2, 3], save_path=save, discrete=discrete,
-                                torch=TorchOptions(contents=["cpu"]),
-                                finish_hook=FinishHook(cmd="true"))
-        self.init_profiler(config, role="actor", rank=0, world_size=1)
-
-    @profile_stage("update_actor")
-    def update(self):
-        import torch
-        torch.ones(64).mul(2).sum()
-        return threading.get_ident()
-
-try:
-    actor = Threaded.remote()
-    threads = set()
+    actor = ray.remote(max_concurrency=4)(ThreadedWorker).remote(str(tmp_path), mode == "discrete")
     for step in (1, 2, 3, 4):
         ray.get(actor.start_profile.remote(step))
-        threads.add(ray.get(actor.update.remote()))
+        ray.get(actor.update.remote())
         ray.get(actor.stop_profile.remote())
     ray.get(actor.finish_profile.remote())
     ray.kill(actor)  # no exit handler runs: close() must have done everything
-    print(json.dumps({"threads": len(threads)}))
-finally:
-    ray.shutdown()
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["continuous", "discrete"])
-def test_threaded_ray_actor_traces_every_step(tmp_path: Path, mode: str) -> None:
-    """A real threaded Ray actor (``max_concurrency=4``), killed right after finish_profile():
-    every profiled step has its trace with its stage, nothing is lost, the hook ran once."""
-    done = script(tmp_path, RAY_ACTOR, mode, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
+    for _ in range(120):  # ray.kill is asynchronous: read the folder once the actor is gone
+        try:
+            ray.get(actor.pid.remote(), timeout=30)
+        except ray.exceptions.RayActorError:
+            break
+        time.sleep(0.5)
     assert sorted((n.step, names(t, "update_actor")) for n, t in parsed(tmp_path)) == [
         (1, ["update_actor"]),
         (2, ["update_actor"]),

@@ -22,7 +22,7 @@ pytest.importorskip("torch")
 
 
 @pytest.mark.parametrize("mode", ["local", "ray"])
-def test_demo(tmp_path: Path, mode: str) -> None:
+def test_demo(tmp_path: Path, mode: str, request: pytest.FixtureRequest) -> None:
     """The demo profiles steps 2 and 3 of 0..7 on rank 0: each stage's trace, the scheduled
     update's window, replica 0's rollout trace, one hook run that packs the folder. Step 5 is
     made slow on the last rank: the run alerts, traces step 6 once (on Ray: the slow rank and
@@ -30,9 +30,12 @@ def test_demo(tmp_path: Path, mode: str) -> None:
     time is shown in its actor update, from the metrics log."""
     if mode == "ray":
         pytest.importorskip("ray")
-    out = tmp_path / "profiles"
-    command = [sys.executable, "-m", "profdsl", "demo", "--out", str(out)] + (["--ray"] if mode == "ray" else [])
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        request.getfixturevalue("own_ray_cluster")  # its own, in the subprocess (tests/conftest.py)
+        out = tmp_path / "profiles"
+        command = [sys.executable, "-m", "profdsl", "demo", "--out", str(out), "--ray"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    else:  # the session's run (tests/conftest.py), which tests/test_stage_model.py reads too
+        result, out = request.getfixturevalue("demo_run")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "step 7 of 0..7" in result.stdout and "where each step went" in result.stdout
     assert "step 5 of 0..7 (made slow)" in result.stdout

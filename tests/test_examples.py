@@ -78,9 +78,10 @@ def test_train_loop_runs(tmp_path: Path) -> None:
     assert [r["window"] for r in records if r["stage"] == "update_actor"] == [[2, 3], [6, 7]] * 2
 
 
-def test_ray_ppo_runs(tmp_path: Path) -> None:
+def test_ray_ppo_runs(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """examples/ray_ppo.py profiles steps 1 and 2 on rank 0 and replica 0, and runs its hook."""
     pytest.importorskip("ray")
+    request.getfixturevalue("own_ray_cluster")  # its own, in the subprocess (tests/conftest.py)
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "ray_ppo.py"), "--out", str(tmp_path / "p")],
         capture_output=True,

@@ -544,18 +544,8 @@ class TestRelativeSavePath:
         assert sorted(n for n in listing if n.endswith(".json.gz")) == sorted(p.name for p in trace_files(folder))
 
 
-@pytest.fixture
-def ray_cluster() -> Iterator[Any]:
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="profdsl-inputs")
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
 @pytest.mark.slow
-def test_ray_worker_writes_where_the_driver_resolved(ray_cluster: Any, cwd: Path) -> None:
+def test_ray_worker_writes_where_the_driver_resolved(ray_cluster: str, cwd: Path) -> None:
     """A config built on the driver with a relative save_path reaches a worker (whose working
     directory differs) as the driver's absolute path; the worker's traces land there, for a step
     number the trainer got as numpy or tensor."""
@@ -575,7 +565,8 @@ def test_ray_worker_writes_where_the_driver_resolved(ray_cluster: Any, cwd: Path
         def update(self) -> None:
             torch.ones(4).mul(2)
 
-    ray = ray_cluster
+    import ray
+
     cfg = config("rel", steps=[1, 2], discrete=True)
     worker = ray.remote(num_cpus=0)(Worker).remote(cfg)
     assert ray.get(worker.save_path.remote()) == (str(cwd / "a" / "rel"), elsewhere)

@@ -14,7 +14,6 @@ from profdsl.metrics import StepSummary, StepTimings
 from profdsl.ray import RayStepProfiler
 
 from .metrics_actors import MeteredWorker
-from .profiling import ray_cluster
 
 #: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
 pytestmark = pytest.mark.slow
@@ -23,13 +22,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with ray_cluster("profdsl-metrics-tests"):
-        yield
-
-
-def test_every_step_every_rank(cluster: None, tmp_path: Path) -> None:
+def test_every_step_every_rank(ray_cluster: str, tmp_path: Path) -> None:
     """Profiling step 1 on rank 0 only; metrics on: all four steps of both ranks are gathered,
     rank 1 (0.25 s per mini-batch more) is the slowest in update_actor every step, and the
     driver's rollout is its own role."""
@@ -88,7 +81,7 @@ def test_every_step_every_rank(cluster: None, tmp_path: Path) -> None:
     assert set(traces) == {("actor", 1, 0), ("ref", 1, 0)}  # profiling itself is unchanged
 
 
-def test_without_metrics_workers_are_driven_on_profiled_steps_only(cluster: None, tmp_path: Path) -> None:
+def test_without_metrics_workers_are_driven_on_profiled_steps_only(ray_cluster: str, tmp_path: Path) -> None:
     config = ProfilerConfig(enable=True, steps=[2], save_path=str(tmp_path), tool="nsys")
     worker: Any = ray.remote(num_cpus=0)(MeteredWorker).remote(config, 0, 1, 0.0)
     trainer = RayStepProfiler(config, workers=[worker])

@@ -1,4 +1,4 @@
-"""On-demand and automatic captures on a real local Ray cluster (ray.init(num_cpus=2)): the
+"""On-demand and automatic captures on a real local Ray cluster (the session's: tests/conftest.py): the
 driver's request() and a request file trace exactly the steps, ranks and roles asked on every
 worker and engine; the driver traces a slow rank beside a typical one once within max_captures;
 a straggler is logged once per episode, in the flat metrics and on its rank's endpoint."""
@@ -20,7 +20,6 @@ from profdsl.ray import RayStepProfiler
 from profdsl.records.requests import CaptureRequest
 
 from .metrics_actors import PacedWorker
-from .profiling import ray_cluster
 from .ray_actors import SamplerActor
 
 #: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
@@ -28,12 +27,6 @@ pytestmark = pytest.mark.slow
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with ray_cluster("profdsl-on-demand-tests"):
-        yield
 
 
 def remote(cls: type, *args: Any) -> Any:
@@ -46,7 +39,7 @@ def traces(save: Path) -> set[tuple[str, int, int]]:
     }
 
 
-def test_request_and_request_file_trace_exactly_what_was_asked(cluster: None, tmp_path: Path) -> None:
+def test_request_and_request_file_trace_exactly_what_was_asked(ray_cluster: str, tmp_path: Path) -> None:
     """Nothing planned, metrics off (workers are driven only when something is traced).
     ``request(2, ranks=[1], roles=["actor"])`` before step 2: rank 1's actor at steps 2 and 3,
     no engine. A request file (every rank and role) before step 5: both ranks and roles at step
@@ -85,7 +78,7 @@ def test_request_and_request_file_trace_exactly_what_was_asked(cluster: None, tm
         assert trace[(5, rank)]["capture"] == {"source": "file", "request": "everyone", "steps": [5, 5]}
 
 
-def test_slow_rank_and_straggler(cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_slow_rank_and_straggler(ray_cluster: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Rank 1's update takes 0.5 s at steps 6 and 10 (else 20 ms) and 0.3 s at steps 12-14. The
     slow step 6 traces step 7 on rank 1 (its own rolling median) and on rank 0, the typical rank
     (the driver's comparison), once: step 10 is not captured (max_captures=1). Steps 12-14 make
@@ -160,7 +153,7 @@ def _gauge(port: int) -> float:
 
 
 def test_a_request_every_worker_refused_blinds_nothing(
-    cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ray_cluster: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``request(50)`` (over ``OnDemand.max_steps``: every worker refuses it) before step 0 traces
     nothing; the driver still counts steps 0-49 as untraced, so rank 1's straggler episode at steps
@@ -186,7 +179,7 @@ def test_a_request_every_worker_refused_blinds_nothing(
 
 
 def test_a_straggler_that_stops_reporting_has_not_recovered(
-    cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ray_cluster: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Rank 1 is slow at steps 2-4 (an episode), then its reports are lost from step 5: the
     driver says once that it stopped reporting, and never that it is back within the median."""

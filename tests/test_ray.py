@@ -1,4 +1,4 @@
-"""profdsl.ray on a real local Ray cluster (ray.init(num_cpus=2))."""
+"""profdsl.ray on a real local Ray cluster (ray.init(num_cpus=2), the session's: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
 from profdsl.ray import RayStepProfiler, runtime_env
 
-from .profiling import ray_cluster
 from .ray_actors import SamplerActor, TrainWorker
 
 #: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
@@ -21,12 +20,6 @@ pytestmark = pytest.mark.slow
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with ray_cluster("profdsl-tests"):
-        yield
 
 
 def remote(cls: type, *args: Any, **options: Any) -> Any:
@@ -38,7 +31,7 @@ def make_config(save: Path, **kwargs: Any) -> ProfilerConfig:
     return ProfilerConfig(enable=True, save_path=str(save), discrete=True, **kwargs)
 
 
-def test_workers_engines_and_hooks(cluster: None, tmp_path: Path) -> None:
+def test_workers_engines_and_hooks(ray_cluster: str, tmp_path: Path) -> None:
     """Two ranks of a fused actor+ref worker (one listed twice), two rollout replicas: profiled
     steps 1 and 2 only, on rank 0 and replica 0 only; hooks run once per process, after the last
     step's rollout traces landed; a stage that raises does not stop profiling."""
@@ -87,7 +80,7 @@ def test_workers_engines_and_hooks(cluster: None, tmp_path: Path) -> None:
         ray.kill(handle)
 
 
-def test_run_ends_before_last_profiled_step(cluster: None, tmp_path: Path) -> None:
+def test_run_ends_before_last_profiled_step(ray_cluster: str, tmp_path: Path) -> None:
     """Steps (1, 9) but training stops after step 2: close() runs the owed hooks."""
     save = tmp_path / "save"
     config = make_config(save, steps=[1, 9], all_ranks=True, finish_hook=FinishHook(cmd="true"))
@@ -104,7 +97,7 @@ def test_run_ends_before_last_profiled_step(cluster: None, tmp_path: Path) -> No
         ray.kill(handle)
 
 
-def test_dead_worker_does_not_hang_the_driver(cluster: None, tmp_path: Path) -> None:
+def test_dead_worker_does_not_hang_the_driver(ray_cluster: str, tmp_path: Path) -> None:
     """A worker that died is reported with its index and call; the driver goes on."""
     config = make_config(tmp_path / "save", steps=[1])
     workers = [remote(TrainWorker, config, 0, 1, ("actor",))]
@@ -123,11 +116,12 @@ def test_dead_worker_does_not_hang_the_driver(cluster: None, tmp_path: Path) -> 
     assert {e.call for e in trainer.errors} == {"start_profile", "stop_profile", "finish_profile"}
 
 
-def test_same_actor_through_two_handles_driven_once(cluster: None, tmp_path: Path) -> None:
+def test_same_actor_through_two_handles_driven_once(ray_cluster: str, tmp_path: Path) -> None:
     """Two handle objects of one named actor are one worker (compared by actor id, not object)."""
     config = make_config(tmp_path / "save", steps=[1])
-    handle = ray.remote(num_cpus=0)(TrainWorker).options(name="fused-worker").remote(config, 0, 1, ("actor",))
-    again = ray.get_actor("fused-worker")
+    named = ray.remote(num_cpus=0)(TrainWorker).options(name="fused-worker", namespace=ray_cluster)
+    handle = named.remote(config, 0, 1, ("actor",))
+    again = ray.get_actor("fused-worker", namespace=ray_cluster)
     assert again is not handle
     assert len(RayStepProfiler(config, workers=[handle, again]).workers) == 1
     ray.kill(handle)

@@ -3,7 +3,9 @@ second node has its traces moved by a task on that node, and each node's hook ra
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,9 +24,8 @@ pytest.importorskip("torch")
 
 
 @pytest.fixture
-def two_nodes():
-    if ray.is_initialized():
-        ray.shutdown()
+def two_nodes(own_ray_cluster: Any) -> Iterator[Any]:
+    """Two nodes of 1 CPU each, in place of the session's cluster (tests/conftest.py)."""
     cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1}})
     cluster.add_node(num_cpus=1, resources={"node_b": 1})
     ray.init(address=cluster.address, log_to_driver=False)

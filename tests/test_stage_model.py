@@ -106,12 +106,10 @@ def continuous(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _build(_continuous, tmp_path_factory, "continuous")
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("demo") / "profiles"
-    done = subprocess.run(
-        [sys.executable, "-m", "profdsl", "demo", "--out", str(out)], capture_output=True, text=True, timeout=600
-    )
+@pytest.fixture
+def demo(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> Path:
+    """The folder of the session's ``profdsl demo`` run (tests/conftest.py), read only."""
+    done, out = demo_run
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
