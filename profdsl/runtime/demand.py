@@ -43,7 +43,7 @@ from profdsl.runtime.role_capture import RoleCapture
 from profdsl.runtime.writer.hook import HookPlan
 from profdsl.runtime.writer.rounds import HookRounds
 
-__all__ = ["ROLLOUT", "Demand", "DemandSteps", "SlowStepRequests", "ask"]
+__all__ = ["ROLLOUT", "Demand", "DemandSteps", "SlowStepRequests", "deliver_request"]
 
 #: The role name a request uses for the rollout engines (driven by a driver's step clock).
 ROLLOUT = "rollout"
@@ -308,7 +308,7 @@ class SlowStepRequests:
             )
 
 
-def ask(
+def deliver_request(
     inbox: Inbox,
     steps: SupportsIndex,
     *,

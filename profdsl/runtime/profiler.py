@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from profdsl.config import ProfilerConfig
 from profdsl.core.log import logger
-from profdsl.runtime.demand import ask
+from profdsl.runtime.demand import deliver_request
 from profdsl.runtime.lifecycle import Call, Lifecycle, State
 from profdsl.runtime.plan import resolve
 from profdsl.runtime.process import PROCESS, Process
@@ -154,7 +154,9 @@ class Profiler:
         names this process's rank (a list, ``"all"`` or a rank selector; default: the ranks the
         config traces). What the roles said is logged; never raises. Returns the request's id,
         or None when the request is malformed (logged). See ``docs/on-demand.md``."""
-        return ask(self.process.inbox, steps, ranks=ranks, roles=roles, at_step=at_step, reason=reason, who=self.plan)
+        return deliver_request(
+            self.process.inbox, steps, ranks=ranks, roles=roles, at_step=at_step, reason=reason, who=self.plan
+        )
 
     @contextlib.contextmanager
     def step(self, step: SupportsIndex) -> Iterator[Profiler]:
