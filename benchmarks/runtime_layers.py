@@ -35,6 +35,7 @@ FLOORS = (
     "context",
     "handles",
     "step_report",
+    "stage_captures",
     "recorder",
     "step",
     "registry",

@@ -132,15 +132,15 @@ def test_a_foreground_hook_still_waits_for_the_whole_trace(tmp_path: Path, gate:
 def test_blocked_ms_counts_the_wait_for_the_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The step's wait for torch's events is the training thread's, and is in the trace's
     ``blocked_ms``, as is close()'s wait for the rest."""
-    import profdsl.capture.torch_session as torch_session
+    import profdsl.capture.torch_traces as torch_traces
 
-    real = torch_session._write_events
+    real = torch_traces._write_events
 
     def slow(*args: Any, **kwargs: Any) -> Any:  # an events write that dominates the step's stop
         time.sleep(1.5)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(torch_session, "_write_events", slow)
+    monkeypatch.setattr(torch_traces, "_write_events", slow)
     profiler = Profiler(config(tmp_path), role="actor", rank=0, world_size=1)
     first = time.perf_counter()
     profiler.start(1)  # its capture's start is the trace's blocked time too

@@ -21,7 +21,7 @@ import pytest
 
 import profdsl.cli
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
-from profdsl.capture import torch_session
+from profdsl.capture import torch_args, torch_traces
 from profdsl.collect.export import ExportPolicy, TraceLabel, finish, pending_trace
 from profdsl.core.completeness import Expect
 from profdsl.runtime.process import PROCESS
@@ -120,8 +120,8 @@ class TestAskedDevice:
     ) -> None:
         """On a machine where CUDA is present (faked: the capture believes it records CUDA, torch
         records CPU), a trace holding the stage's regions but no device event is ``incomplete``."""
-        monkeypatch.setattr(torch_session, "_device_recorded", lambda options, rank: "cuda")
-        monkeypatch.setattr(torch_session, "_activities", lambda device: [torch.profiler.ProfilerActivity.CPU])
+        monkeypatch.setattr(torch_args, "_device_recorded", lambda options, rank: "cuda")
+        monkeypatch.setattr(torch_args, "_activities", lambda device: [torch.profiler.ProfilerActivity.CPU])
         with Profiler(config(tmp_path), role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
             with profile_stage("update_actor"):
                 work()
@@ -220,9 +220,9 @@ class TestDeviceStopped:
         class State:
             current_action = action
 
-        assert torch_session._device_stopped(State())
+        assert torch_traces._device_stopped(State())
         State.current_action = torch.profiler.ProfilerAction.RECORD
-        assert not torch_session._device_stopped(State())
+        assert not torch_traces._device_stopped(State())
 
 
 def test_check_reads_the_file_of_a_partial_trace(
@@ -230,8 +230,8 @@ def test_check_reads_the_file_of_a_partial_trace(
 ) -> None:
     """An ``incomplete`` trace with a file is read like an ``ok`` one: a cut-short file is
     reported as well as the loss."""
-    monkeypatch.setattr(torch_session, "_device_recorded", lambda options, rank: "cuda")
-    monkeypatch.setattr(torch_session, "_activities", lambda device: [torch.profiler.ProfilerActivity.CPU])
+    monkeypatch.setattr(torch_args, "_device_recorded", lambda options, rank: "cuda")
+    monkeypatch.setattr(torch_args, "_activities", lambda device: [torch.profiler.ProfilerActivity.CPU])
     with Profiler(config(tmp_path), role="actor", rank=0, world_size=1) as profiler, profiler.step(1):
         profile_stage("update_actor")(work)()
     (path,) = [p for p in tmp_path.iterdir() if p.name.endswith(".json.gz")]

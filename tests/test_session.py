@@ -91,9 +91,9 @@ class TestDiscrete:
 
     def test_same_millisecond_stages_get_unique_names(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Unscheduled stages starting in the same millisecond never share a name (verl B8)."""
-        from profdsl.capture import torch_session
+        from profdsl.capture import torch_traces
 
-        monkeypatch.setattr(torch_session, "now_ms", lambda: 1_795_000_000_000)
+        monkeypatch.setattr(torch_traces, "now_ms", lambda: 1_795_000_000_000)
         cfg = config(tmp_path, discrete=True)
         with Profiler(cfg, role="critic", rank=0, world_size=1) as profiler, profiler.step(1):
             for _ in range(3):

@@ -171,6 +171,22 @@ def _ranks(started: list[Any], stopped: list[Any]) -> set[int]:
     }
 
 
+def _distinct(workers: Sequence[Any]) -> list[Any]:
+    """The worker actors, each once (an actor listed twice, compared by actor id, is driven once),
+    in the order first listed."""
+    distinct: dict[Any, Any] = {}
+    for handle in workers:
+        distinct.setdefault(_actor_id(handle), handle)
+    return list(distinct.values())
+
+
+def _driver_clock(config: ProfilerConfig) -> Profiler:
+    """The driver's step clock: it follows the profiled steps but captures nothing itself (and
+    exports nothing: a worker of this host may listen on the metrics port)."""
+    clock_config = attrs.evolve(config, finish_hook=FinishHook(), metrics=attrs.evolve(config.metrics, exporters=()))
+    return Profiler(clock_config, role="driver", rank=0, world_size=1, capture=False)
+
+
 def _actor_id(handle: Any) -> Any:
     actor_id = getattr(handle, "_actor_id", None)
     return actor_id.hex() if actor_id is not None else id(handle)
@@ -270,6 +286,11 @@ class _RankWatch:
         self._slow = SlowRanks(config.auto) if config.enable and config.auto is not None else None
         stragglers = config.metrics.stragglers
         self._stragglers = StragglerWatch(stragglers) if config.metrics.enabled and stragglers.enabled else None
+
+    def pass_on(self) -> list[StragglerAlert]:
+        """The straggler episodes begun or ended since the last call, for the workers' exporters."""
+        alerts, self.alerts = self.alerts, []
+        return alerts
 
     def summary(self, step: int, own: StepTimings, answers: list[Any], *, traced: bool) -> StepSummary:
         """The step's summary over the driver's timings (``own``) and the workers' (their
@@ -410,22 +431,14 @@ class RayStepProfiler:
         on_step: OnStep | None = None,
     ) -> None:
         self.config = config
-        distinct: dict[Any, Any] = {}
-        for handle in workers:
-            distinct.setdefault(_actor_id(handle), handle)
-        self.workers = list(distinct.values())
+        self.workers = _distinct(workers)
         self.engines = list(engines)
         self.replica_world_size = replica_world_size
         self.call_timeout_s = call_timeout_s
         self.errors: list[WorkerCallError] = []
         self.metrics: StepSummary | None = None
         self._on_step = on_step
-        # The driver's step clock: it follows the profiled steps but captures nothing itself (and
-        # exports nothing: a worker of this host may listen on the metrics port).
-        clock_config = attrs.evolve(
-            config, finish_hook=FinishHook(), metrics=attrs.evolve(config.metrics, exporters=())
-        )
-        self.clock = Profiler(clock_config, role="driver", rank=0, world_size=1, capture=False)
+        self.clock = _driver_clock(config)
         self._requests = _Requests()
         self._follow = _FollowUps(config.save_path, min(config.torch.export_timeout_s, FOLLOW_UP_WAIT_S))
         self._watch = _RankWatch(config)
@@ -477,9 +490,8 @@ class RayStepProfiler:
             extra: dict[str, Any] = {}
             if passed:
                 extra.update(requests=passed)
-            if self._watch.alerts:
-                extra.update(alerts=self._watch.alerts)
-                self._watch.alerts = []
+            if alerts := self._watch.pass_on():
+                extra.update(alerts=alerts)
             started = self._call("start_profile", number, timeout=self.call_timeout_s, **extra)
             # a requested step is traced where a worker took the request: one every worker
             # refused (too many steps, a rank or role no worker has) leaves the times untouched

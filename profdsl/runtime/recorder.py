@@ -9,11 +9,8 @@ its context, and gets back a :class:`~profdsl.runtime.handles.Handle` for that e
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
-
-import attrs
 
 from profdsl.capture.annotators import Annotator
 from profdsl.capture.base import Backend
@@ -23,10 +20,10 @@ from profdsl.runtime.context import Entry, top, walk
 from profdsl.runtime.handles import Batches, Handle, OwningHandle, opaque
 from profdsl.runtime.slot.claims import Claim
 from profdsl.runtime.slot.slot import Busy, CaptureSlot
+from profdsl.runtime.stage_captures import StageCaptures
 from profdsl.runtime.step_report import StepReport
 
 if TYPE_CHECKING:
-    from profdsl.metrics.tree import Root
     from profdsl.runtime.slot.session import Session
 
 H = TypeVar("H", bound=Handle)
@@ -90,18 +87,14 @@ class Recorder:
 
     __slots__ = (
         "_annotator",
-        "_backend",
         "_batches",
         "_slot",
         "_discrete",
-        "_label",
-        "_schedule",
         "_report",
-        "_sessions",
         "active",
         "role",
+        "stages",
         "step",
-        "tree",
     )
 
     def __init__(
@@ -116,10 +109,10 @@ class Recorder:
         claim: Claim | None,
         on_unseen: Callable[[], bool] = lambda: False,
     ) -> None:
-        self.role, self.step, self._label = label.role, label.step, label
-        self._annotator, self._backend, self._slot = annotator, backend, slot
-        self._discrete, self._schedule = discrete, schedule
-        self._sessions: list[Session] = []
+        self.role, self.step = label.role, label.step
+        self._annotator, self._slot, self._discrete = annotator, slot, discrete
+        #: Its stage captures (discrete mode); their ``tree`` is the step's, when it is timed.
+        self.stages = StageCaptures(label, backend, slot, schedule)
         # on_unseen(): the role switches to capturing every thread; False: it cannot
         self._report = StepReport(label, slot, claim, on_unseen)
         self.active = True
@@ -127,9 +120,6 @@ class Recorder:
         # Continuous: the step's mini-batches follow the role's schedule in the shared session
         # (a capture that cannot pause records them all: see Batches.begin).
         self._batches = Batches(None if discrete else schedule, find=find)
-        #: The step's metrics tree, when it is timed (set by its StepContext): a stage
-        #: capture's start and stop are the step's profiling waits in its ledger.
-        self.tree: Root | None = None
 
     def stage(
         self, name: str, scheduled: bool, color: int | None, context: Entry | None, kind: str | None = None
@@ -157,36 +147,22 @@ class Recorder:
         return make(self._annotator, name, None, self)
 
     def _stage_capture(self, name: str, scheduled: bool, color: int | None, kind: str | None) -> Handle:
-        schedule = self._schedule if scheduled else None
-        label = attrs.evolve(self._label, stage=name)
-        began = time.perf_counter()
-        session = self._slot.begin_stage(label, self._backend, schedule)
-        self._waited(began)
+        session = self.stages.begin(name, scheduled)
         if isinstance(session, Busy):
             self._report.refused(name, scheduled, session)
             if scheduled:  # its mini-batches must not drive (or mislabel) another stage's windows
                 return opaque()
         elif session is not None:
             session.book.declare(name, kind)
-            self._sessions.append(session)
-            batches = Batches(schedule, session=session)
+            batches = Batches(session.schedule, session=session)
             finish = functools.partial(self._stage_ended, session, batches, name)
             return OwningHandle(self._annotator, name, color, self, batches=batches, finish=finish)
         self._report.note(name, mini_batch=False, kind=kind)
         return Handle(self._annotator, name, color, self)
 
     def _stage_ended(self, session: Session, batches: Batches, name: str) -> None:
-        began = time.perf_counter()
-        self._slot.end_stage(session)
-        self._waited(began)
+        self.stages.end(session)
         self._report.windowless(batches, name)
-
-    def _waited(self, began: float) -> None:
-        """A stage capture's start or stop held the step up since ``began``: its ledger's
-        overhead, when the step is timed."""
-        tree = self.tree
-        if tree is not None:
-            tree.wait(time.perf_counter() - began)
 
     def mini_batch(self, base: str, context: Entry | None, *, region: bool = True) -> Handle | None:
         """Open the next update mini-batch (a region ``f"{base}{i}"``; none with ``region=False``,
@@ -239,11 +215,7 @@ class Recorder:
     def close(self) -> None:
         """The step is over: end the stage captures it opened that are still open here."""
         self.active = False
-        sessions, self._sessions = self._sessions, []
-        for session in sessions:
-            if self._slot.current is session and session.owned_here() and session.cut_short is None:
-                session.cut_short = f"step {self.step} ended while stage {session.label.stage!r} was still open"
-            self._slot.end_stage(session)
+        self.stages.close(self.step)
         if not self._discrete:
             self._report.windowless(self._batches, None)
 

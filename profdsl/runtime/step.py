@@ -63,7 +63,7 @@ class StepContext:
         self.role, self.step, self.plan, self.config, self.writer = plan.role, step, plan, config, writer
         self.profiled, self.recorder, self.root = profiled, recorder, root
         if recorder is not None:  # its stage captures' waits go to the step's ledger
-            recorder.tree = root
+            recorder.stages.tree = root
 
     @property
     def on(self) -> bool:

@@ -77,6 +77,42 @@ class _Ticket:
         self.waited_before = 0.0
 
 
+class _Queue:
+    """The writer's jobs not done: the one running, then those queued, in submission order.
+    Guarded by the writer's condition: every method is called with it held (docs/architecture.md,
+    "Locks")."""
+
+    __slots__ = ("queued", "running")
+
+    def __init__(self) -> None:
+        self.queued: collections.deque[_Ticket] = collections.deque()
+        self.running: _Ticket | None = None
+
+    def tickets(self) -> list[_Ticket]:
+        """Every ticket not done, the running one first."""
+        return ([self.running] if self.running is not None else []) + list(self.queued)
+
+    def upto(self, ticket: _Ticket) -> list[_Ticket] | None:
+        """The tickets not done up to ``ticket``'s, in order; None when it is done."""
+        tickets = self.tickets()
+        return tickets[: tickets.index(ticket) + 1] if ticket in tickets else None
+
+    def revoke(self, kinds: frozenset[str], *, running: bool, record: Callable[[_Ticket], Job]) -> list[_Ticket]:
+        """Revoke the queued jobs of ``kinds`` and, with ``running``, the running one (which is
+        no longer this queue's); the job recording each one's loss (``record(ticket)``) is queued
+        first. Returns the revoked tickets."""
+        revoked = [e for e in self.queued if e.job.kind in kinds]
+        if running and self.running is not None:
+            revoked.insert(0, self.running)
+            self.running = None
+        for ticket in revoked:
+            ticket.revoked = True
+        self.queued = collections.deque(
+            [_Ticket(record(e)) for e in revoked] + [e for e in self.queued if not e.revoked]
+        )
+        return revoked
+
+
 class CommitGuard:
     """What the job being run commits with (a rename into save_path, a record): a commit
     happens only while that job is not revoked, and never at the same time as a give-up (both
@@ -146,8 +182,7 @@ class Writer:
 
     def _reset(self) -> None:
         self._cond = threading.Condition()  # re-entrant lock
-        self._queue: collections.deque[_Ticket] = collections.deque()
-        self._running: _Ticket | None = None
+        self._queue = _Queue()
         self._thread: threading.Thread | None = None
         self.waits = Waits(self._cond)  # the callers waiting on its jobs
 
@@ -156,25 +191,22 @@ class Writer:
         """Queue ``job``; returns its ticket for :meth:`wait`."""
         ticket = _Ticket(job)
         with self._cond:
-            self._queue.append(ticket)
+            self._queue.queued.append(ticket)
             if self._thread is None:
                 self._start_thread()
             self._cond.notify_all()
         return ticket
 
-    def _entries(self) -> list[_Ticket]:
-        return ([self._running] if self._running is not None else []) + list(self._queue)
-
     def tail(self) -> _Ticket | None:
         """The ticket of the job submitted last, if it is not done: waiting for it is waiting
         for everything submitted so far."""
         with self._cond:
-            return self._queue[-1] if self._queue else self._running
+            return self._queue.queued[-1] if self._queue.queued else self._queue.running
 
     def jobs(self, kind: str) -> list[Job]:
         """The jobs of ``kind`` queued or running."""
         with self._cond:
-            return [e.job for e in self._entries() if e.job.kind == kind]
+            return [e.job for e in self._queue.tickets() if e.job.kind == kind]
 
     def in_flight(self, kind: str) -> int:
         """How many jobs of ``kind`` are queued or running."""
@@ -185,9 +217,7 @@ class Writer:
         kind of job up to it, the longest budget of that kind (the exports share one wait, as
         do the moves)."""
         with self._cond:
-            tickets = self._entries()
-            if ticket is not None and ticket in tickets:
-                tickets = tickets[: tickets.index(ticket) + 1]
+            tickets = (None if ticket is None else self._queue.upto(ticket)) or self._queue.tickets()
             longest: dict[str, float] = {}
             for ticket in tickets:
                 longest[ticket.job.kind] = max(longest.get(ticket.job.kind, 0.0), ticket.job.budget_s)
@@ -215,9 +245,7 @@ class Writer:
 
         def settled() -> bool:
             with self._cond:
-                tickets = self._entries()
-                upto = tickets[: tickets.index(ticket) + 1] if ticket in tickets else []
-                return all(e.settled is not None for e in upto)
+                return all(e.settled is not None for e in self._queue.upto(ticket) or [])
 
         return self.waits.until(settled, timeout)
 
@@ -237,19 +265,10 @@ class Writer:
         locked = self.commit_lock.acquire(timeout=COMMIT_WAIT_S)
         try:
             with self._cond:
-                running = self._running
+                running = self._queue.running
                 take_running = locked and running is not None and running.job.kind in kinds and not running.committed
-                revoked = [e for e in self._queue if e.job.kind in kinds]
-                if take_running:
-                    assert running is not None
-                    revoked.insert(0, running)
-                for ticket in revoked:
-                    ticket.revoked = True
-                self._queue = collections.deque(
-                    [_Ticket(_Revoked(e)) for e in revoked] + [e for e in self._queue if not e.revoked]
-                )
+                revoked = self._queue.revoke(kinds, running=take_running, record=_Revoked)
                 if take_running:  # the stuck thread ends after its job; a fresh one goes on
-                    self._running = None
                     self._start_thread()
                 self._cond.notify_all()
             return len(revoked)
@@ -268,11 +287,11 @@ class Writer:
     def _loop(self, generation: int) -> None:
         while True:
             with self._cond:
-                while not self._queue and self.generation == generation:
+                while not self._queue.queued and self.generation == generation:
                     self._cond.wait()
                 if self.generation != generation:
                     return  # given up (or forgotten): a newer thread owns the queue
-                ticket = self._running = self._queue.popleft()
+                ticket = self._queue.running = self._queue.queued.popleft()
                 ticket.started = time.perf_counter()
             try:
                 ticket.job.run(CommitGuard(self, ticket))
@@ -280,8 +299,8 @@ class Writer:
                 once("writer-job", logging.ERROR, "profdsl: a %s job failed: %r", ticket.job.kind, exc)
             finally:
                 with self._cond:
-                    if self._running is ticket:
-                        self._running = None
+                    if self._queue.running is ticket:
+                        self._queue.running = None
                     ticket.done.set()
                     self._cond.notify_all()  # waiters look again
 
