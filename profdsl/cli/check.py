@@ -32,7 +32,6 @@ EXAMPLES = """examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR`` and, to know what was expected, ``--config`` and ``--world-size``."""
-    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
     parser.add_argument(
         "--config", help="the run's profiler config (YAML or JSON), to list profiled ranks that wrote nothing"

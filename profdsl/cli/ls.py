@@ -21,7 +21,6 @@ EXAMPLES = """examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR`` and ``--json``."""
-    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

@@ -53,8 +53,6 @@ BarKey = tuple[str, int, int]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``plot`` command's arguments."""
-    parser.epilog = EXAMPLES
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("folder", metavar="DIR", help="a profile folder (a profdsl save_path)")
     parser.add_argument(
         "-o",

@@ -80,7 +80,6 @@ ONE_RANK_HEADERS = ("role", "stage", "count", "total ms", "self ms")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR``, ``--by``, ``--cost``, ``--json`` / ``--csv``."""
-    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
     parser.add_argument(
         "--by",

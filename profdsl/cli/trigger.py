@@ -34,7 +34,6 @@ MAX_LISTED = 100_000
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``SAVE_PATH``, ``--steps`` and what to trace."""
-    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("save_path", help="the running job's save_path")
     parser.add_argument("--steps", type=int, required=True, help="how many steps to trace")
     parser.add_argument(
