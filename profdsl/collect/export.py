@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 from profdsl.collect.manifest import append_record
-from profdsl.collect.relocate import reserve
+from profdsl.collect.relocate import direct, reserve
 from profdsl.collect.tracefile import COMPRESS_LEVEL, Census, compress_trace
 from profdsl.config.parallel import Parallel
 from profdsl.core.completeness import Expect, judge
@@ -193,11 +193,6 @@ class PendingTrace:
 #: ``commit(action)``: run ``action`` (a step that changes what save_path shows: a reservation,
 #: a rename, a record) and return its result, or refuse (None): the trace was given up.
 Commit = Callable[[Callable[[], T]], T | None]
-
-
-def direct(action: Callable[[], T]) -> T:
-    """The commit of a caller that never refuses."""
-    return action()
 
 
 def pending_trace(
