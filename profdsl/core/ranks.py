@@ -118,11 +118,7 @@ def is_hook_rank(
 
 
 def replicas_for_ranks(
-    ranks: Collection[int],
-    replica_world_size: int,
-    *,
-    all_ranks: bool = False,
-    num_replicas: int,
+    ranks: Collection[int], replica_world_size: int, *, all_ranks: bool = False, num_replicas: int
 ) -> frozenset[int]:
     """Map config ranks (global GPU ranks) to the rollout replicas that own them.
 
