@@ -17,6 +17,7 @@ training loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -395,7 +396,5 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
 
 
 def _remove_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.remove(path)
-    except OSError:
-        pass

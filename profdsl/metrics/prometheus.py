@@ -404,10 +404,8 @@ class Server:
 
     def forget(self) -> None:
         """In a forked child: close the inherited socket (the parent's stays open), serve nothing."""
-        try:
+        with contextlib.suppress(OSError):
             self.http.socket.close()
-        except OSError:
-            pass
 
 
 class Servers:
