@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from profdsl.core.ranks import RankInfo, discover_rank, is_hook_rank, is_rank_selected, replica_ranks
+from profdsl.core.ranks import RankInfo, discover_rank, is_hook_rank, is_rank_selected
 from profdsl.errors import ConfigError
 from profdsl.ranks import local_rank_from_trace_name, replicas_for_ranks
 
@@ -349,7 +349,7 @@ class TestIsHookRank:
 
 
 # ----------------------------------------------------------------------------------------------
-# replicas_for_ranks / replica_ranks
+# replicas_for_ranks
 # ----------------------------------------------------------------------------------------------
 
 
@@ -443,29 +443,10 @@ class TestReplicasForRanks:
     @given(replica=st.integers(0, 10), width=widths)
     def test_replica_ranks_round_trip(self, replica: int, width: int) -> None:
         """Each rank a replica owns maps back to that replica alone."""
-        owned = replica_ranks(replica, width)
+        owned = range(replica * width, (replica + 1) * width)
         assert len(owned) == width
         for global_rank in owned:
             assert replicas_for_ranks([global_rank], width, num_replicas=replica + 1) == {replica}
-
-
-class TestReplicaRanks:
-    def test_second_replica_of_four(self) -> None:
-        """Replica 1 with 4 GPUs owns global ranks 4..7."""
-        assert replica_ranks(1, 4) == range(4, 8)
-
-    @pytest.mark.parametrize(
-        ("replica", "width", "fragment"),
-        [
-            (-1, 2, "replica must be an integer >= 0, got -1"),
-            (0, 0, "replica_world_size must be an integer >= 1, got 0"),
-        ],
-    )
-    def test_bad_arguments(self, replica: int, width: int, fragment: str) -> None:
-        """Bad arguments raise ConfigError naming the argument and the value."""
-        with pytest.raises(ConfigError) as caught:
-            replica_ranks(replica, width)
-        assert fragment in str(caught.value)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,15 +21,7 @@ from profdsl.analysis.collectives import Blame, blame, load_matches
 from profdsl.collect.manifest import read_records
 from profdsl.core.log import printable
 
-__all__ = [
-    "DEFAULT_LATE_MS",
-    "NO_COLLECTIVE",
-    "NO_TRACE",
-    "await_traces",
-    "culprit_lines",
-    "follow_up",
-    "run_culprits",
-]
+__all__ = ["DEFAULT_LATE_MS", "NO_COLLECTIVE", "NO_TRACE", "await_traces", "culprit_lines", "follow_up", "run_culprits"]
 
 #: A rank is named the culprit of a stage when its lateness exceeds the median rank's by this much.
 DEFAULT_LATE_MS = 10.0

@@ -157,15 +157,7 @@ def from_metrics(
         return unsplit(role, step, rank, NOT_ADDING_UP.format(sum=sum(buckets.values()) / 1e9, wall=wall / 1e9))
     for key in (*STAGE_KINDS, OVERHEAD, OUTSIDE):
         buckets.setdefault(key, 0)
-    ledger = Ledger(
-        wall=wall,
-        buckets=buckets,
-        beside=beside,
-        beyond=0,
-        overhead_unplaced=0,
-        charged=(),
-        bucket_of=(),
-    )
+    ledger = Ledger(wall=wall, buckets=buckets, beside=beside, beyond=0, overhead_unplaced=0, charged=(), bucket_of=())
     work: dict[str, intervals.Intervals] = {}
     why = None
     if spans_s is None or at is None:

@@ -210,19 +210,8 @@ def _nodes(trees: dict[Key, dict[tuple[str, ...], _Acc]]) -> list[StageNode]:
         overlapped = {path[:-1] for path, acc in tree.items() if acc.crossed}
         for path, acc in tree.items():
             self_us = max(acc.self_us, 0.0) if acc.crossed or path in overlapped else acc.self_us
-            nodes.append(
-                StageNode(
-                    role,
-                    step,
-                    rank,
-                    path,
-                    max(acc.pieces - acc.continued, 1 if acc.pieces else 0),
-                    acc.total_us,
-                    self_us,
-                    acc.first,
-                    acc.crossed,
-                )
-            )
+            count = max(acc.pieces - acc.continued, 1 if acc.pieces else 0)
+            nodes.append(StageNode(role, step, rank, path, count, acc.total_us, self_us, acc.first, acc.crossed))
     return sorted(nodes, key=_node_order)
 
 

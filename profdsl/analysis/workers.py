@@ -21,8 +21,6 @@ from typing import IO, Any
 
 __all__ = ["run_workers", "shares"]
 
-Task = tuple[int, Any]  # (index, what the worker function takes besides the folder)
-
 
 def shares(sizes: Sequence[int], workers: int) -> list[list[int]]:
     """Indices of ``sizes`` split into ``workers`` groups: largest first, each to the group with

@@ -1,7 +1,7 @@
 """The ``profdsl`` command line (also ``python -m profdsl``).
 
 Subcommands are listed in :data:`COMMANDS`; each is a small module with a one-line ``HELP``, an
-``add_arguments(parser)`` and a ``run(args) -> int``.
+``EXAMPLES`` epilog, an ``add_arguments(parser)`` and a ``run(args) -> int``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
         command = importlib.import_module(module)
-        command.add_arguments(sub.add_parser(name, help=command.HELP, description=command.HELP))
+        layout = {"epilog": command.EXAMPLES, "formatter_class": argparse.RawDescriptionHelpFormatter}
+        command.add_arguments(sub.add_parser(name, help=command.HELP, description=command.HELP, **layout))
     return parser
 
 

@@ -32,7 +32,6 @@ EXAMPLES = """examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR`` and, to know what was expected, ``--config`` and ``--world-size``."""
-    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
     parser.add_argument(
         "--config", help="the run's profiler config (YAML or JSON), to list profiled ranks that wrote nothing"
@@ -192,23 +191,18 @@ def missing_ranks(rows: list[Artifact], config: ProfilerConfig | None, world_siz
             lost[(_capture(a), a.step)].add(a.rank)
     problems = []
     for capture in sorted({c for c, _ in wrote}, key=lambda c: (c is not None, c or "")):
-        steps = {step: ranks for (c, step), ranks in wrote.items() if c == capture}
-        named = None  # None: the ranks that wrote (a selector needs each rank's coordinates)
-        if capture is None and config is not None and world_size:
-            named = Selection.of(config).named_ranks(world_size)
-        if named is not None:
-            expected = set(named)
-        else:
-            expected = {r for ranks in steps.values() for r in ranks if r is not None}
-        asked = "" if capture is None else f" (capture request {capture})"
         if capture is not None:
             problems += [
-                f"step {step}{asked}: profiled rank {rank} wrote no trace"
+                f"step {step} (capture request {capture}): profiled rank {rank} wrote no trace"
                 for step, rank in _unwritten(rows, capture, wrote, lost)
             ]
             continue
+        steps = {step: ranks for (c, step), ranks in wrote.items() if c is None}
+        named = Selection.of(config).named_ranks(world_size) if config is not None and world_size else None
+        # named None: the ranks that wrote (a selector needs each rank's coordinates)
+        expected = {r for ranks in steps.values() for r in ranks if r is not None} if named is None else set(named)
         problems += [
-            f"step {step}{asked}: profiled rank {rank} wrote no trace"
+            f"step {step}: profiled rank {rank} wrote no trace"
             for step in sorted(s for s in steps if s is not None)
             for rank in sorted(expected - steps[step] - lost[(capture, step)])
         ]

@@ -45,7 +45,6 @@ HEADERS = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``RUN_A RUN_B`` and the output forms."""
-    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("run_a", metavar="RUN_A", help="the first run's save_path (the baseline)")
     parser.add_argument("run_b", metavar="RUN_B", help="the second run's save_path")
     parser.add_argument(

@@ -34,8 +34,6 @@ marked ProfilerStep#K (K: its index). Then, in Python (the command prints this c
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``--hta DIR``, ``--step``, ``--stage``, ``--role``, ``-o/--output`` and ``--force``."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = EXAMPLES
     parser.add_argument(
         "--hta",
         metavar="DIR",

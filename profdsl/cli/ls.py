@@ -21,7 +21,6 @@ EXAMPLES = """examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR`` and ``--json``."""
-    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -53,26 +52,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([_row(a) for a in rows], indent=1))
         return code
     headers = ("kind", "role", "stage", "step", "rank", "replica", "window", "size", "status", "path")
-    print(
-        table(
-            headers,
-            [
-                (
-                    a.kind,
-                    a.role,
-                    a.stage,
-                    a.step,
-                    a.rank,
-                    a.replica,
-                    f"{a.window[0]}-{a.window[1]}" if a.window else None,
-                    _size(a.bytes),
-                    a.status,
-                    _where(a),
-                )
-                for a in rows
-            ],
-        )
-    )
+    cells = [
+        (a.kind, a.role, a.stage, a.step, a.rank, a.replica, _window(a), _size(a.bytes), a.status, _where(a))
+        for a in rows
+    ]
+    print(table(headers, cells))
     unknown = unknown_fields(rows)
     if unknown:
         print(
@@ -83,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return code
+
+
+def _window(artifact: Artifact) -> str | None:
+    return f"{artifact.window[0]}-{artifact.window[1]}" if artifact.window else None
 
 
 def _where(artifact: Artifact) -> str | None:

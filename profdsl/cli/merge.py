@@ -15,7 +15,7 @@ __all__ = ["HELP", "add_arguments", "merge_folder", "run"]
 
 HELP = "merge a folder's JSON traces into one Chrome trace: one process row per role and rank"
 
-_EPILOG = """\
+EXAMPLES = """\
 examples:
   profdsl merge runs/7/profiles -o merged.json.gz
   profdsl merge runs/7/profiles -o step3.json --steps 3
@@ -26,9 +26,7 @@ Open the result in https://ui.perfetto.dev (Open trace file). Rows are named
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare ``DIR``, ``-o/--output`` and ``--steps``, with an examples epilog."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = _EPILOG
+    """Declare ``DIR``, ``-o/--output`` and ``--steps``."""
     parser.add_argument("folder", metavar="DIR", help="a profdsl save_path (with or without manifest)")
     parser.add_argument(
         "-o", "--output", metavar="FILE", required=True, help="the merged trace; gzipped when it ends with .gz"

@@ -30,7 +30,6 @@ EXAMPLES = """examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``CONFIG``, ``--world-size`` and the shape of the run."""
-    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("config", help="a profiler config file (YAML or JSON)")
     parser.add_argument("--section", help="a dotted key of the block to read, e.g. actor.profiler")
     parser.add_argument("--world-size", type=int, required=True, help="training ranks")

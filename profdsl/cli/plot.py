@@ -53,8 +53,6 @@ BarKey = tuple[str, int, int]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``plot`` command's arguments."""
-    parser.epilog = EXAMPLES
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("folder", metavar="DIR", help="a profile folder (a profdsl save_path)")
     parser.add_argument(
         "-o",
@@ -206,11 +204,8 @@ def _colours(stages: Iterable[str]) -> dict[str, Any]:
     import matplotlib
 
     names = sorted(set(stages))
-    if len(names) <= 10:
-        palette = matplotlib.colormaps["tab10"]
-        return {name: palette(i) for i, name in enumerate(names)}
     if len(names) <= 20:
-        palette = matplotlib.colormaps["tab20"]
+        palette = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
         return {name: palette(i) for i, name in enumerate(names)}
     palette = matplotlib.colormaps["turbo"]
     return {name: palette(i / (len(names) - 1)) for i, name in enumerate(names)}
@@ -251,17 +246,13 @@ def role_depths(model: StageModel, depth: int | None = 1) -> dict[str, int]:
     roles = {role for role, _, _ in model.keys()}
     if depth is not None:
         return dict.fromkeys(roles, depth)
-    result = dict.fromkeys(roles, 1)
     single: dict[str, bool] = dict.fromkeys(roles, True)
     inner: dict[str, bool] = dict.fromkeys(roles, False)
     for key in model.keys():
         paths = model.paths(key)
         single[key[0]] = single[key[0]] and sum(len(p) == 1 for p in paths) == 1
         inner[key[0]] = inner[key[0]] or any(len(p) > 1 for p in paths)
-    for role in roles:
-        if single[role] and inner[role]:
-            result[role] = 2
-    return result
+    return {role: 2 if single[role] and inner[role] else 1 for role in roles}
 
 
 def _segments(paths: dict[tuple[str, ...], tuple[float, float]], depth: int) -> dict[str, float]:

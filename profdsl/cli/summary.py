@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import math
+import sys
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from profdsl.analysis import cost
@@ -80,7 +80,6 @@ ONE_RANK_HEADERS = ("role", "stage", "count", "total ms", "self ms")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR``, ``--by``, ``--cost``, ``--json`` / ``--csv``."""
-    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", help="a save_path folder")
     parser.add_argument(
         "--by",
@@ -254,19 +253,8 @@ def step_view(model: StageModel) -> str:
             )
             continue
         slowest = "" if spread.ranks < 2 or spread.min_us == spread.max_us else f"rank {spread.slowest_rank}"
-        by_step[spread.step].append(
-            [
-                spread.role,
-                stage,
-                spread.ranks,
-                spread.count,
-                _ms(spread.median_us),
-                _ms(spread.min_us),
-                _ms(spread.max_us),
-                slowest,
-                _ms(spread.self_median_us),
-            ]
-        )
+        row = [spread.role, stage, spread.ranks, spread.count, _ms(spread.median_us), _ms(spread.min_us)]
+        by_step[spread.step].append([*row, _ms(spread.max_us), slowest, _ms(spread.self_median_us)])
     headers = ONE_RANK_HEADERS if one_rank else STEP_HEADERS
     blocks = []
     for step, lines in by_step.items():
@@ -307,14 +295,14 @@ def _print_csv(rows: list[dict[str, Any]], keys: tuple[str, ...] | None) -> None
             "share",
         )
     )
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
+    _write_csv(fields, ({**row, **row.get("parallel", {}), "path": "/".join(row.get("path", ()))} for row in rows))
+
+
+def _write_csv(fields: tuple[str, ...], rows: Iterable[dict[str, Any]]) -> None:
+    """``rows`` as CSV on stdout, a column per field (other keys left out)."""
+    writer = csv.DictWriter(sys.stdout, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
-    for row in rows:
-        writer.writerow(
-            {**row, **row.get("parallel", {}), **({"path": "/".join(row["path"])} if "path" in row else {})}
-        )
-    print(out.getvalue(), end="")
+    writer.writerows(rows)
 
 
 def _print_cost(artifacts: list[Artifact], args: argparse.Namespace) -> None:
@@ -325,12 +313,7 @@ def _print_cost(artifacts: list[Artifact], args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps([c.as_dict(parts) for c in costs], indent=1))
     elif args.csv:
-        out = io.StringIO()
-        fields = COST_FIELDS + cost.PARTS if parts else COST_FIELDS
-        writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(c.as_dict(parts) for c in costs)
-        print(out.getvalue(), end="")
+        _write_csv(COST_FIELDS + cost.PARTS if parts else COST_FIELDS, (c.as_dict(parts) for c in costs))
     elif costs:
         _print_cost_table(costs)
     else:

@@ -34,7 +34,6 @@ MAX_LISTED = 100_000
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``SAVE_PATH``, ``--steps`` and what to trace."""
-    parser.epilog, parser.formatter_class = EXAMPLES, argparse.RawDescriptionHelpFormatter
     parser.add_argument("save_path", help="the running job's save_path")
     parser.add_argument("--steps", type=int, required=True, help="how many steps to trace")
     parser.add_argument(
@@ -93,12 +92,11 @@ def run(args: argparse.Namespace) -> int:
         request = parse_request(to_json(asked))
     except (ValueError, RecordError) as exc:
         return fail_pointing(f"trigger: {exc}")
-    if not os.path.isdir(args.save_path):
-        if not args.create or os.path.exists(args.save_path):
-            return fail(
-                f"trigger: {args.save_path}: no such folder (the job's save_path; --create makes it "
-                "when the job has not written into it yet)"
-            )
+    if not os.path.isdir(args.save_path) and (not args.create or os.path.exists(args.save_path)):
+        return fail(
+            f"trigger: {args.save_path}: no such folder (the job's save_path; --create makes it "
+            "when the job has not written into it yet)"
+        )
     try:
         path = write_request(args.save_path, request)
     except OSError as exc:

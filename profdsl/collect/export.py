@@ -17,6 +17,7 @@ training loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 from profdsl.collect.manifest import append_record
-from profdsl.collect.relocate import reserve
+from profdsl.collect.relocate import direct, reserve
 from profdsl.collect.tracefile import COMPRESS_LEVEL, Census, compress_trace
 from profdsl.config.parallel import Parallel
 from profdsl.core.completeness import Expect, judge
@@ -193,11 +194,6 @@ class PendingTrace:
 #: ``commit(action)``: run ``action`` (a step that changes what save_path shows: a reservation,
 #: a rename, a record) and return its result, or refuse (None): the trace was given up.
 Commit = Callable[[Callable[[], T]], T | None]
-
-
-def direct(action: Callable[[], T]) -> T:
-    """The commit of a caller that never refuses."""
-    return action()
 
 
 def pending_trace(
@@ -400,7 +396,5 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
 
 
 def _remove_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.remove(path)
-    except OSError:
-        pass

@@ -181,17 +181,13 @@ def _stream(pipe: object, rank: int, tail: OutputTail) -> None:
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _wait_quietly(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -21,7 +21,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -34,6 +34,7 @@ __all__ = [
     "Skip",
     "apply",
     "default_nsys_dir",
+    "direct",
     "gzip_complete",
     "plan_nsys",
     "reserve",
@@ -41,11 +42,14 @@ __all__ = [
     "wait_converted",
 ]
 
+T = TypeVar("T")
+
 #: Poll interval while waiting for files to stop growing.
 POLL_S = 0.2
 
 
-def _direct(action: Callable[[], Any]) -> Any:
+def direct(action: Callable[[], T]) -> T:
+    """The commit of a caller that never refuses."""
     return action()
 
 
@@ -216,7 +220,7 @@ def apply(
     *,
     wait_s: float,
     record_incomplete: bool,
-    commit: Callable[[Callable[[], Any]], Any] = _direct,
+    commit: Callable[[Callable[[], Any]], Any] = direct,
 ) -> list[dict[str, Any]]:
     """Carry out ``plan``; returns (and appends to the manifest) one record per file handled.
 

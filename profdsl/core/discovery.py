@@ -229,10 +229,7 @@ def _found(rank: int | None, world_size: int | None, environ: Mapping[str, str],
 
 
 def discover_rank(
-    rank: int | None = None,
-    world_size: int | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
+    rank: int | None = None, world_size: int | None = None, *, environ: Mapping[str, str] | None = None
 ) -> RankInfo:
     """Find this process's global rank and the job's world size.
 

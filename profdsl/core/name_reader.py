@@ -16,8 +16,7 @@ MAX_NAME_BYTES: Final = 255
 """Longest name any ``TraceName`` formats to (the usual file-system limit on a name)."""
 
 _TIME_AND_EXT = re.compile(
-    r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{3})(\..*)",
-    re.ASCII | re.DOTALL,
+    r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{3})(\..*)", re.ASCII | re.DOTALL
 )
 _PID = re.compile(r"pid([0-9]+)", re.ASCII)
 _STEP = re.compile(r"step([0-9]+)", re.ASCII)

@@ -19,7 +19,6 @@ __all__ = [
     "is_hook_rank",
     "is_rank_selected",
     "local_rank_from_trace_name",
-    "replica_ranks",
     "replicas_for_ranks",
 ]
 
@@ -119,11 +118,7 @@ def is_hook_rank(
 
 
 def replicas_for_ranks(
-    ranks: Collection[int],
-    replica_world_size: int,
-    *,
-    all_ranks: bool = False,
-    num_replicas: int,
+    ranks: Collection[int], replica_world_size: int, *, all_ranks: bool = False, num_replicas: int
 ) -> frozenset[int]:
     """Map config ranks (global GPU ranks) to the rollout replicas that own them.
 
@@ -147,24 +142,6 @@ def replicas_for_ranks(
     count = require_int("num_replicas", num_replicas, 0)
     require_ranks("ranks", ranks)
     return Selection(enabled=True, ranks=frozenset(ranks), all_ranks=all_ranks).replicas(width, count)
-
-
-def replica_ranks(replica: int, replica_world_size: int) -> range:
-    """Return the global ranks replica ``replica`` owns.
-
-    Args:
-        replica: Replica index, ``>= 0``.
-        replica_world_size: GPUs per replica, ``>= 1``.
-
-    Returns:
-        ``range(replica * W, (replica + 1) * W)``.
-
-    Raises:
-        ConfigError: An argument is out of range; the message names it and the value.
-    """
-    index = require_int("replica", replica, 0)
-    width = require_int("replica_world_size", replica_world_size, 1)
-    return range(index * width, (index + 1) * width)
 
 
 def local_rank_from_trace_name(name: str, replica_world_size: int) -> int | None:

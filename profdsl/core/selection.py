@@ -82,9 +82,7 @@ class Selection:
 
     def names(self, rank: int) -> bool:
         """The named-rank rule (no selector): ``all_ranks``, else ``ranks``, else rank 0."""
-        if self.all_ranks:
-            return True
-        return rank in self.ranks if self.ranks else rank == 0
+        return self.all_ranks or (rank in self.ranks if self.ranks else rank == 0)
 
     def traces(self, topology: Topology) -> bool:
         """Whether this config traces the rank of ``topology`` (enabled and matched)."""
@@ -94,15 +92,11 @@ class Selection:
         """Whether the finish hook runs on ``rank`` (``traced``: whether the rank is traced, by
         the config or a request): every rank with ``hook_all_ranks``, membership in a non-empty
         ``hook_ranks``, else ``traced``. No command: never."""
-        if not (self.enabled and self.hook):
-            return False
-        return self.hook_takes(rank, traced)
+        return self.enabled and self.hook and self.hook_takes(rank, traced)
 
     def hook_takes(self, rank: int, traced: bool) -> bool:
         """The hook-rank rule alone (command and ``enabled`` not looked at)."""
-        if self.hook_all_ranks:
-            return True
-        return rank in self.hook_ranks if self.hook_ranks else traced
+        return self.hook_all_ranks or (rank in self.hook_ranks if self.hook_ranks else traced)
 
     def named_ranks(self, world_size: int) -> frozenset[int] | None:
         """The ranks of a world of ``world_size`` the rank rule names, when they can be told

@@ -61,8 +61,6 @@ PACK = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's command-line arguments."""
-    parser.epilog = EXAMPLES
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--out", required=True, help="save_path: where every trace lands")
     parser.add_argument("--ray", action="store_true", help="run the roles as Ray actors")
     parser.add_argument("--steps", type=int, nargs="+", default=[2, 3], help="RL steps to profile")

@@ -12,7 +12,7 @@ from profdsl.core.ledger import OUTSIDE, OVERHEAD
 from profdsl.metrics import StepTimings
 from profdsl.metrics.aggregate import fleet_lines
 
-__all__ = ["DEVICE_TITLE", "TITLE", "device_lines", "ledger_lines"]
+__all__ = ["DEVICE_TITLE", "TITLE", "device_lines", "ledger_lines", "table_lines"]
 
 TITLE = (
     "the step ledger (every step, from the always-on metrics): where each step's wall time went, per role, "
@@ -43,7 +43,7 @@ def ledger_lines(timings: Sequence[StepTimings]) -> list[str]:
         mean = {c: sum((t.ledger or {}).get(c, 0.0) for t in items) / len(items) for c in columns}
         wall = sum(t.wall_s for t in items) / len(items)
         rows.append([str(step), role, str(len(items)), f"{wall * 1e3:.2f}", *(f"{mean[c] * 1e3:.2f}" for c in columns)])
-    lines = _table(headers, rows) + device_lines(timings)
+    lines = table_lines(headers, rows) + device_lines(timings)
     for step in sorted({step for step, _ in by}):
         lines += fleet_lines(step, timings)
     return lines
@@ -69,13 +69,14 @@ def device_lines(timings: Sequence[StepTimings]) -> list[str]:
         share = f"{100 * mean[OUTSIDE] / span:.1f}" if span else "-"
         cells = [f"{span * 1e3:.2f}", *(f"{mean[c] * 1e3:.2f}" for c in columns), share]
         rows.append([str(step), role, str(len(splits)), *cells])
-    return [f"{DEVICE_TITLE}:", *_table(headers, rows)]
+    return [f"{DEVICE_TITLE}:", *table_lines(headers, rows)]
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Header, rule and rows: the first two columns left-aligned, the others right-aligned."""
+def table_lines(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 2) -> list[str]:
+    """The demo's tables: header, rule and rows (at least one); the first ``left`` columns
+    left-aligned, the others right-aligned."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     return [
-        "  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+        "  ".join(v.ljust(w) if i < left else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))).rstrip()
         for values in [headers, ["-" * w for w in widths], *rows]
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from profdsl.demo.ledger_table import table_lines
 from profdsl.metrics import StepTimings
 
 __all__ = ["HEADERS", "TITLE", "MetricsLog"]
@@ -64,11 +65,4 @@ class MetricsLog:
         rows = self.rows(traced)
         if not rows:
             return []
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
-        left = {0, 1}  # names left-aligned, figures right-aligned
-
-        def line(values: list[str]) -> str:
-            cells = [v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))]
-            return "  ".join(cells).rstrip()
-
-        return [line(list(HEADERS)), line(["-" * w for w in widths]), *map(line, rows)]
+        return table_lines(HEADERS, rows)  # names left-aligned, figures right-aligned

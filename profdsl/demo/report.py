@@ -12,6 +12,7 @@ from profdsl.analysis.model import StageModel
 from profdsl.cli.summary import step_view
 from profdsl.collect.manifest import read_records
 from profdsl.collect.metrics_log import read_log
+from profdsl.demo.ledger_table import table_lines
 from profdsl.metrics.tree import segment
 from profdsl.records.manifest import HookRecord, TraceRecord
 
@@ -85,11 +86,7 @@ def cost_table(save_path: str) -> list[str]:
         return []
     parts, headers = cost.has_parts(costs), cost.headers(costs)
     rows = [["-" if c is None else str(c) for c in cost.cells(item, parts)] for item in costs]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    lines = [
-        "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
-        for values in [list(headers), ["-" * w for w in widths], *rows]
-    ]
+    lines = table_lines(headers, rows, left=len(headers))
     return [*lines, "", *cost.note_lines()] if parts else lines
 
 
@@ -128,27 +125,11 @@ def slow_step_table(save_path: str, step: int, rank: int) -> list[str]:
             continue
         median = statistics.median(others)
         ratio = f"{seconds / median:.1f}x" if median > 0 else "-"
-        rows.append(
-            (
-                abs(seconds - median),
-                [
-                    str(role),
-                    path,
-                    f"{seconds * 1000:.1f}",
-                    f"{median * 1000:.1f}",
-                    f"{(seconds - median) * 1000:+.1f}",
-                    ratio,
-                    str(len(others)),
-                ],
-            )
-        )
+        change = seconds - median
+        cells = [str(role), path, f"{seconds * 1000:.1f}", f"{median * 1000:.1f}", f"{change * 1000:+.1f}", ratio]
+        rows.append((abs(change), [*cells, str(len(others))]))
     if not rows:
         return []
     rows.sort(key=lambda row: (-row[0], row[1][0], row[1][1]))
     headers = ["role", "stage", f"step {step} ms", "median ms", "change ms", "ratio", "n"]
-    cells = [headers] + [row for _, row in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(headers))]
-    return [
-        "  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip()
-        for c in [headers, ["-" * w for w in widths], *(row for _, row in rows)]
-    ]
+    return table_lines(headers, [row for _, row in rows], left=len(headers))

@@ -70,28 +70,8 @@ _BUSY = (
 )
 
 #: Histogram buckets, in seconds: training stages last from milliseconds to many minutes.
-BUCKETS = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    25.0,
-    50.0,
-    100.0,
-    250.0,
-    500.0,
-    1000.0,
-    2500.0,
-    float("inf"),
+BUCKETS = tuple(
+    map(float, "0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 25 50 100 250 500 1000 2500 inf".split())
 )
 #: The longest label value exported, in characters.
 MAX_LABEL = 200
@@ -424,10 +404,8 @@ class Server:
 
     def forget(self) -> None:
         """In a forked child: close the inherited socket (the parent's stays open), serve nothing."""
-        try:
+        with contextlib.suppress(OSError):
             self.http.socket.close()
-        except OSError:
-            pass
 
 
 class Servers:

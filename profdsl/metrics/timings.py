@@ -119,12 +119,10 @@ class StepTimings:
                 out[f"{NAMES.device}/{path}"] = timing.device_s
         out[NAMES.step] = self.wall_s
         if self.ledger is not None:
-            for bucket, seconds in self.ledger.items():
-                out[f"{NAMES.ledger}/{bucket}"] = seconds
+            out.update((f"{NAMES.ledger}/{bucket}", seconds) for bucket, seconds in self.ledger.items())
             out[NAMES.concurrent] = self.concurrent_s or 0.0
         if self.ledger_device is not None:
-            for bucket, seconds in self.ledger_device.items():
-                out[f"{NAMES.ledger_device}/{bucket}"] = seconds
+            out.update((f"{NAMES.ledger_device}/{bucket}", seconds) for bucket, seconds in self.ledger_device.items())
         if self.overflow:
             out[NAMES.overflow] = self.overflow
         return out

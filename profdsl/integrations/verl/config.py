@@ -27,14 +27,7 @@ import attrs
 from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
 from profdsl.config.checks import is_int, refuse, require_bool, require_int, require_text, suggest, to_int_set
 from profdsl.errors import ConfigError
-from profdsl.integrations.verl.keys import (
-    GLOBAL_KEYS,
-    IGNORED,
-    REFUSED_TOOLS,
-    ROLE_KEYS,
-    SCHEDULE_KEYS,
-    TOOL_KEYS,
-)
+from profdsl.integrations.verl.keys import GLOBAL_KEYS, IGNORED, REFUSED_TOOLS, ROLE_KEYS, SCHEDULE_KEYS, TOOL_KEYS
 
 __all__ = ["MISSING", "ROLES", "ROLE_PATHS", "hook_command", "map_block", "nsight_options", "plain", "profiler_configs"]
 
