@@ -216,6 +216,7 @@ def test_nothing_is_written_outside_save_path(tmp_path: Path) -> None:
                 outside.append((event, path))
 
         sys.addaudithook(hook)
+        print("BEFORE", sorted(os.listdir(os.environ["TMPDIR"])))  # what the imports made
         cfg = ProfilerConfig(enable=True, steps=[1], discrete=True, save_path=save,
                              torch=TorchOptions(contents=["cpu"]))
         watching = True
@@ -231,7 +232,10 @@ def test_nothing_is_written_outside_save_path(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "OUTSIDE []" in out.stdout, out.stdout
-    assert os.listdir(tmpdir) == []
+    # Imports may make cache folders in TMPDIR (torch._dynamo's, on some machines): profiling
+    # adds nothing to what they made.
+    [before] = [line for line in out.stdout.splitlines() if line.startswith("BEFORE ")]
+    assert f"BEFORE {sorted(os.listdir(tmpdir))}" == before
     [path] = trace_files(save)
     assert names(load(path), "update") == ["update"]
 
