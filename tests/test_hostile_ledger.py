@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -173,6 +174,23 @@ def test_a_traced_step_with_times_beyond_any_clock_gets_no_ledger(
         _ends_well(done := _summary(tmp_path, "--ledger", *extra))
     (rank,) = _strict_json(done.stdout)["ranks"]
     assert rank["buckets_ms"] is None and "beyond" in rank["why"]
+
+
+@pytest.mark.parametrize("wall_s", [1e308, HUGE], ids=["inf in us", "beyond any clock"])
+def test_the_stage_view_shows_no_step_time_beyond_any_clock(tmp_path: Path, wall_s: float) -> None:
+    """A metrics log's wall_s beyond any clock (finite, and valid to the schema) is no step time:
+    the plain view, ``--by`` and its CSV and JSON leave it out (the stages' time stands for the
+    step, as where no log has one) and name the line on stderr; never inf, Infinity or a 300-digit number."""
+    _traced(tmp_path, wall_s, 0.1)
+    for extra in ([], ["--by", "step,rank"], ["--by", "step,rank", "--csv"]):
+        done = _summary(tmp_path, *extra)
+        _ends_well(done)
+        assert "inf" not in done.stdout and "(step)" not in done.stdout, done.stdout
+        assert not re.search(r"\d{20}", done.stdout), done.stdout
+        assert done.returncode == 1 and "beyond any clock" in done.stderr and "line 1" in done.stderr
+    done = _summary(tmp_path, "--by", "step,rank", "--json")
+    (row,) = _strict_json(done.stdout)
+    assert row["step_ms"] == row["total_ms"] == 0.8 and row["share"] == 1.0
 
 
 def test_cost_sums_that_overflow_are_absent_not_infinity(tmp_path: Path) -> None:
