@@ -333,3 +333,26 @@ def test_plot_ledger_draws_a_zero_step_and_any_role(tmp_path: Path, line: dict[s
     )
     assert done.returncode == 0 and (tmp_path / "l.png").stat().st_size > 0, done.stderr[-2000:]
     assert "\x1b" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_plot_ledger_draws_buckets_it_does_not_know_and_says_so(tmp_path: Path) -> None:
+    """A bucket the files name that this profdsl does not know still adds up to the wall time:
+    its bar part is drawn (as ``unknown``) and the command names it, escaped."""
+    from profdsl.analysis.ledger import load_ledger
+    from profdsl.cli.ledger_plot import UNKNOWN, ledger_bars
+
+    (tmp_path / "in").mkdir()
+    odd = f"made{ESC}up"
+    _log(tmp_path / "in", _line(ledger={"update": 0.25, odd: 0.25, "outside": 0.5}), _line(rank=1))
+    ((role, step, _, means),) = ledger_bars(load_ledger(str(tmp_path / "in"), []))
+    assert (role, step) == ("actor", 1) and means[UNKNOWN] == 125.0  # the mean of 250 ms and 0 ms
+    assert sum(means.values()) == 1000.0  # the bar adds up to the step's wall time, as its title says
+    done = subprocess.run(
+        [sys.executable, "-m", "profdsl", "plot", str(tmp_path / "in"), "--ledger", "-o", str(tmp_path / "l.png")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0 and (tmp_path / "l.png").stat().st_size > 0, done.stderr[-2000:]
+    assert "made\\x1b[2Jup" in done.stderr and UNKNOWN in done.stderr and "\x1b" not in done.stderr

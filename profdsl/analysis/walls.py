@@ -25,7 +25,9 @@ __all__ = ["clocked_walls", "step_walls"]
 
 Key = tuple[str, "int | None", "int | None"]  # role, step, rank
 #: Why a metrics log line's wall time is not shown (after its file and line number).
-BEYOND_ANY_CLOCK = "wall_s {wall:g} s is beyond any clock (over 1e12 s): {role} step {step} rank {rank} shows no step time"
+BEYOND_ANY_CLOCK = (
+    "wall_s {wall:g} s is beyond any clock (over 1e12 s): {role} step {step} rank {rank} shows no step time"
+)
 
 
 def step_walls(folder: str | os.PathLike[str]) -> dict[Key, float]:
