@@ -82,7 +82,9 @@ def main() -> int:
         torch=TorchOptions(contents=["cpu"], schedule=Schedule(active=2)),
         finish_hook=FinishHook(cmd='echo "would upload $PROFDSL_SAVE_PATH from rank $PROFDSL_RANK"'),
     )
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=runtime_env(config))
+    # a local cluster of its own, even where RAY_ADDRESS or a `ray start` points to another
+    # (docs/ray.md); to run on your cluster, drop address and num_cpus
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env=runtime_env(config))
     workers = [ActorRefWorker.remote(config, rank, 2) for rank in range(2)]
     replicas = [RolloutReplica.remote(config, r) for r in range(2)]
     trainer = RayStepProfiler(config, workers=workers, engines=replicas)

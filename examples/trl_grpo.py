@@ -6,7 +6,8 @@ log-prob pass, the reward, and the update with one mini-batch window per optimiz
 
     python examples/trl_grpo.py --out profiles
 
-Needs ``trl`` (which brings ``transformers``, ``datasets`` and ``accelerate``).
+Needs TRL 1.x and transformers 5.x (CI tests ``pip install transformers==5.24.0 trl==1.16.0``;
+TRL brings ``datasets`` and ``accelerate``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -175,6 +176,23 @@ def test_a_traced_step_with_times_beyond_any_clock_gets_no_ledger(
     assert rank["buckets_ms"] is None and "beyond" in rank["why"]
 
 
+@pytest.mark.parametrize("wall_s", [1e308, HUGE], ids=["inf in us", "beyond any clock"])
+def test_the_stage_view_shows_no_step_time_beyond_any_clock(tmp_path: Path, wall_s: float) -> None:
+    """A metrics log's wall_s beyond any clock (finite, and valid to the schema) is no step time:
+    the plain view, ``--by`` and its CSV and JSON leave it out (the stages' time stands for the
+    step, as where no log has one) and name the line on stderr; never inf, Infinity or a 300-digit number."""
+    _traced(tmp_path, wall_s, 0.1)
+    for extra in ([], ["--by", "step,rank"], ["--by", "step,rank", "--csv"]):
+        done = _summary(tmp_path, *extra)
+        _ends_well(done)
+        assert "inf" not in done.stdout and "(step)" not in done.stdout, done.stdout
+        assert not re.search(r"\d{20}", done.stdout), done.stdout
+        assert done.returncode == 1 and "beyond any clock" in done.stderr and "line 1" in done.stderr
+    done = _summary(tmp_path, "--by", "step,rank", "--json")
+    (row,) = _strict_json(done.stdout)
+    assert row["step_ms"] == row["total_ms"] == 0.8 and row["share"] == 1.0
+
+
 def test_cost_sums_that_overflow_are_absent_not_infinity(tmp_path: Path) -> None:
     _traced(tmp_path, 0.001, 1e308)  # each finite, as the schema asks; their sum is not
     _ends_well(done := _summary(tmp_path, "--cost", "--json"))
@@ -315,3 +333,26 @@ def test_plot_ledger_draws_a_zero_step_and_any_role(tmp_path: Path, line: dict[s
     )
     assert done.returncode == 0 and (tmp_path / "l.png").stat().st_size > 0, done.stderr[-2000:]
     assert "\x1b" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_plot_ledger_draws_buckets_it_does_not_know_and_says_so(tmp_path: Path) -> None:
+    """A bucket the files name that this profdsl does not know still adds up to the wall time:
+    its bar part is drawn (as ``unknown``) and the command names it, escaped."""
+    from profdsl.analysis.ledger import load_ledger
+    from profdsl.cli.ledger_plot import UNKNOWN, ledger_bars
+
+    (tmp_path / "in").mkdir()
+    odd = f"made{ESC}up"
+    _log(tmp_path / "in", _line(ledger={"update": 0.25, odd: 0.25, "outside": 0.5}), _line(rank=1))
+    ((role, step, _, means),) = ledger_bars(load_ledger(str(tmp_path / "in"), []))
+    assert (role, step) == ("actor", 1) and means[UNKNOWN] == 125.0  # the mean of 250 ms and 0 ms
+    assert sum(means.values()) == 1000.0  # the bar adds up to the step's wall time, as its title says
+    done = subprocess.run(
+        [sys.executable, "-m", "profdsl", "plot", str(tmp_path / "in"), "--ledger", "-o", str(tmp_path / "l.png")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0 and (tmp_path / "l.png").stat().st_size > 0, done.stderr[-2000:]
+    assert "made\\x1b[2Jup" in done.stderr and UNKNOWN in done.stderr and "\x1b" not in done.stderr

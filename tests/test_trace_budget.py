@@ -139,6 +139,23 @@ def test_no_budget_and_bad_values() -> None:
             TorchOptions(max_trace_mb=bad)
 
 
+@pytest.mark.parametrize("tiny", [1e-9, 4e-7, 9.99e-7])
+def test_a_budget_under_one_byte_is_refused_naming_the_field(
+    tiny: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace is bytes: a bound under one byte was kept as 0 bytes and shown as
+    ``max_trace_mb=0``. It is refused where it is given, ``profdsl plan`` included."""
+    with pytest.raises(ConfigError, match=r"TorchOptions\.max_trace_mb must be .*one byte.*, got "):
+        TorchOptions(max_trace_mb=tiny)
+    assert TorchOptions(max_trace_mb=1e-6).max_trace_mb == 1e-6  # one byte is a bound
+    cfg = tmp_path / "profiler.yaml"
+    cfg.write_text(f"enable: true\nsteps: [1]\nsave_path: {tmp_path}\ntorch: {{max_trace_mb: {tiny!r}}}\n")
+    capsys.readouterr()
+    assert profdsl.cli.main(["plan", str(cfg), "--world-size", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "max_trace_mb must be" in err and repr(tiny) in err
+
+
 def test_the_estimate_scales_with_mini_batches() -> None:
     book = SizeBook()
     book.learn(None, json_bytes=1000, mini_batches=4)

@@ -21,7 +21,7 @@ from profdsl.analysis.catalog import Artifact, json_traces, trace_header
 from profdsl.analysis.model import StageModel
 from profdsl.analysis.reader import TraceError
 from profdsl.analysis.scan import TraceScan, scan_file
-from profdsl.analysis.walls import step_walls
+from profdsl.analysis.walls import clocked_walls
 from profdsl.analysis.workers import run_workers
 from profdsl.records.meta import META_KEY
 
@@ -150,5 +150,6 @@ def load_model(
     folder: str | os.PathLike[str], items: Iterable[Artifact], skipped: list[str] | None = None
 ) -> StageModel:
     """The stage-time model of ``items``' traces (see :func:`scan_artifacts`), with the step
-    wall times of the folder's metrics logs (:func:`~profdsl.analysis.walls.step_walls`)."""
-    return StageModel(scan_artifacts(folder, items, skipped), step_walls(folder))
+    wall times of the folder's metrics logs (:func:`~profdsl.analysis.walls.clocked_walls`: one
+    beyond any clock is left out, its line named in ``skipped``)."""
+    return StageModel(scan_artifacts(folder, items, skipped), clocked_walls(folder, skipped))

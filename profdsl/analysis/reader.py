@@ -15,15 +15,16 @@ fails on a malformed event the fast reader skipped over unread.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import os
-import stat
 import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
 from profdsl.config.checks import brief
+from profdsl.core.files import file_kind, open_regular
 from profdsl.records.fields import RecordError
 from profdsl.records.meta import DISTRIBUTED_KEY, base_time_ns, header_meta
 
@@ -57,31 +58,26 @@ class TraceError(Exception):
 def open_trace(path: str | os.PathLike[str]) -> IO[bytes]:
     """Open a trace for reading, decompressing ``.gz`` on the fly; closing it closes the file.
 
-    Only a regular file is read: the file is opened without blocking and checked with ``fstat``
-    before anything is read, so a FIFO, a device or a folder named like a trace is refused at
-    once (a FIFO opened for reading would otherwise wait for a writer forever).
+    Only a regular file is read (:func:`~profdsl.core.files.open_regular`): a link is refused
+    unfollowed, and the file is opened without blocking and checked with ``fstat`` before anything
+    is read, so a FIFO, a device or a folder named like a trace is refused at once (a FIFO opened
+    for reading would otherwise wait for a writer forever).
 
     Raises:
-        TraceError: the file is missing, not a regular file, empty or cannot be opened.
+        TraceError: the file is missing, a link, not a regular file, empty or cannot be opened.
     """
     path = os.fspath(path)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        raw: IO[bytes] = open_regular(path)
     except FileNotFoundError as exc:
         raise TraceError(f"{path}: missing") from exc
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EINVAL):  # a link, not a regular file (its kind named)
+            raise TraceError(f"{path}: {exc.strerror}") from None
         raise TraceError(f"{path}: unreadable: {exc.strerror or exc}") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise TraceError(f"{path}: not a regular file ({file_kind(info.st_mode)})")
-        if info.st_size == 0:
-            raise TraceError(f"{path}: empty")
-        os.set_blocking(fd, True)
-        raw: IO[bytes] = open(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    if os.fstat(raw.fileno()).st_size == 0:
+        raw.close()
+        raise TraceError(f"{path}: empty")
     if path.endswith(".gz"):
         return _Gzip(raw)  # type: ignore[return-value]
     return raw
@@ -104,20 +100,6 @@ class _Gzip(gzip.GzipFile):
             super().close()
         finally:
             self._raw.close()
-
-
-def file_kind(mode: int) -> str:
-    """What kind of file a ``st_mode`` says it is, in words (``a FIFO``, ``a folder``, ...)."""
-    for test, name in (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISCHR, "a device"),
-        (stat.S_ISBLK, "a device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a plain file"
 
 
 def _ijson() -> Any:

@@ -3,8 +3,10 @@ step: each bucket's mean over the role's ranks (:mod:`profdsl.analysis.ledger`, 
 ``profdsl summary --ledger``: traced steps from their traces, the others from the metrics log).
 Where the ranks' metrics log lines carry a device split (``ledger_device``: ``Metrics(device_time=True)``
 on CUDA), a thinner hatched bar beside each step's stacks its device time per kind and
-``outside``, the mean over the ranks with one (:func:`device_bars`). matplotlib is imported by
-the caller's figure only."""
+``outside``, the mean over the ranks with one (:func:`device_bars`). A bucket the files name that
+this profdsl does not know is drawn as :data:`UNKNOWN` (so a bar still adds up to its wall time),
+and :func:`unknown_note` names them for the command's output. matplotlib is imported by the
+caller's figure only."""
 
 from __future__ import annotations
 
@@ -21,12 +23,16 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["BUCKETS", "DEVICE_BUCKETS", "device_bars", "ledger_bars", "ledger_figure"]
+__all__ = ["BUCKETS", "DEVICE_BUCKETS", "UNKNOWN", "device_bars", "ledger_bars", "ledger_figure", "unknown_note"]
 
+#: What the buckets this profdsl does not know (named by a metrics log) are drawn as, together.
+UNKNOWN = "unknown"
 #: The buckets in the order they are stacked, bottom up.
-BUCKETS = (*STAGE_KINDS, OVERHEAD, OUTSIDE)
+BUCKETS = (*STAGE_KINDS, UNKNOWN, OVERHEAD, OUTSIDE)
 #: A device split's buckets, bottom up (no overhead: profiling's waits are the host's).
-DEVICE_BUCKETS = (*STAGE_KINDS, OUTSIDE)
+DEVICE_BUCKETS = (*STAGE_KINDS, UNKNOWN, OUTSIDE)
+#: The most unknown bucket names the command's output lists.
+NAMED = 10
 #: The wall-time bar's width, alone and beside a device bar (then shifted left of the step's tick
 #: by ``WALL_SHIFT``), and the device bar's left edge from the tick, width and hatching.
 WALL_WIDTH, WALL_BESIDE, WALL_SHIFT = 0.7, 0.5, 0.13
@@ -40,6 +46,7 @@ COLOURS = {
     "reward": "#9467bd",
     "data": "#8c564b",
     "other": "#e377c2",
+    UNKNOWN: "#7f7f7f",
     OVERHEAD: "#111111",
     OUTSIDE: "#d9d9d9",
 }
@@ -60,10 +67,8 @@ def ledger_bars(found: FolderLedger) -> list[Bar]:
     for (role, step), members in sorted(ranks.items()):
         sources = frozenset(r.source for r in members)
         source = SOURCES.get(sources, "trace+metrics")
-        means = {
-            bucket: sum(r.ledger.buckets.get(bucket, 0) for r in members if r.ledger is not None) / len(members) / 1e6
-            for bucket in BUCKETS
-        }
+        folded = [_folded(r.ledger.buckets, BUCKETS) for r in members if r.ledger is not None]
+        means = {bucket: sum(f.get(bucket, 0) for f in folded) / len(members) / 1e6 for bucket in BUCKETS}
         bars.append((role, step, source, means))
     return bars
 
@@ -74,11 +79,40 @@ def device_bars(found: FolderLedger) -> dict[tuple[str, int], dict[str, float]]:
     ranks: dict[tuple[str, int], list[Mapping[str, int]]] = defaultdict(list)
     for rank in (*found.ranks, *found.metrics):
         if rank.device is not None and rank.ledger is not None and rank.step is not None:
-            ranks[(rank.role, rank.step)].append(rank.device)
+            ranks[(rank.role, rank.step)].append(_folded(rank.device, DEVICE_BUCKETS))
     return {
         key: {bucket: sum(d.get(bucket, 0) for d in splits) / len(splits) / 1e6 for bucket in DEVICE_BUCKETS}
         for key, splits in sorted(ranks.items())
     }
+
+
+def unknown_note(found: FolderLedger) -> str | None:
+    """What the command says when a bar holds buckets this profdsl does not know (None: none
+    does): their names, as the files wrote them (the caller escapes them), at most :data:`NAMED`."""
+    names: set[str] = set()
+    for rank in (*found.ranks, *found.metrics):
+        if rank.ledger is not None and rank.step is not None:
+            names.update(b for b in rank.ledger.buckets if _unknown(b, BUCKETS))
+            names.update(b for b in rank.device or {} if _unknown(b, DEVICE_BUCKETS))
+    if not names:
+        return None
+    listed = ", ".join(repr(n) for n in sorted(names)[:NAMED])
+    more = f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
+    return f"buckets this profdsl does not know are drawn together as {UNKNOWN!r}: {listed}{more}"
+
+
+def _unknown(name: str, drawn: Sequence[str]) -> bool:
+    """Whether a bucket of the files is one this profdsl does not know (drawn as :data:`UNKNOWN`;
+    a bucket the files call ``unknown`` too)."""
+    return name == UNKNOWN or name not in drawn
+
+
+def _folded(buckets: Mapping[str, int], drawn: Sequence[str]) -> dict[str, int]:
+    """``buckets`` with every one this profdsl does not know added into :data:`UNKNOWN`."""
+    out: dict[str, int] = defaultdict(int)
+    for name, ns in buckets.items():
+        out[UNKNOWN if _unknown(name, drawn) else name] += ns
+    return out
 
 
 def ledger_figure(found: FolderLedger, title: str) -> Figure | None:

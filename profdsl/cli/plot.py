@@ -151,7 +151,7 @@ def _catalog(args: argparse.Namespace) -> Catalog:
 def _ledger(args: argparse.Namespace, found: Catalog) -> int:
     """``--ledger``: the step ledger's bars (:mod:`profdsl.cli.ledger_plot`)."""
     from profdsl.analysis.ledger import load_ledger
-    from profdsl.cli.ledger_plot import ledger_figure
+    from profdsl.cli.ledger_plot import ledger_figure, unknown_note
 
     if args.timeline:
         print("profdsl plot: --ledger draws bars; it does not take --timeline", file=sys.stderr)
@@ -166,6 +166,9 @@ def _ledger(args: argparse.Namespace, found: Catalog) -> int:
             file=sys.stderr,
         )
         return 1
+    note = unknown_note(ledger)
+    if note is not None:
+        print(printable(f"profdsl plot: {note}"), file=sys.stderr)
     return _save(figure, args) or failed
 
 

@@ -15,10 +15,10 @@ import errno
 import json
 import logging
 import os
-import stat
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from profdsl.core.files import open_regular
 from profdsl.core.log import logger, once
 from profdsl.core.naming import is_relative
 from profdsl.records.fields import RecordError, to_json
@@ -148,14 +148,10 @@ def read_lines(save_path: str | os.PathLike[str]) -> list[ManifestLine]:
 
 
 def _read_regular(target: str) -> bytes:
-    """The whole file, read under a shared lock; a FIFO, device or folder is refused unopened
-    (opened non-blocking, checked, and only then read)."""
-    fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with open(fd, "rb", closefd=True) as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        os.set_blocking(fd, True)
-        _read_lock(fd)
+    """The whole file, read under a shared lock; a link, FIFO, device or folder is refused unread
+    (:func:`~profdsl.core.files.open_regular`)."""
+    with open_regular(target) as file:
+        _read_lock(file.fileno())
         return file.read()
 
 

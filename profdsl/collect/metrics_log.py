@@ -14,8 +14,8 @@ import json
 import logging
 import os
 import re
-import stat
 
+from profdsl.core.files import open_regular
 from profdsl.core.log import once
 from profdsl.records.fields import RecordError
 from profdsl.records.metrics_log import MetricsLine, parse_metrics_line
@@ -76,20 +76,14 @@ MAX_LOG_BYTES = 64 * 1024**3
 
 
 def _read_regular(path: str, limit: int = MAX_LOG_BYTES) -> bytes:
-    """A file's bytes, only when it is a regular file of at most ``limit`` bytes: a FIFO, a
-    device (a symlink to ``/dev/zero``) or a folder named like a log is refused without
-    blocking (opened ``O_NONBLOCK``, then ``fstat``).
+    """A file's bytes, only when it is a regular file of at most ``limit`` bytes: a link, a FIFO,
+    a device or a folder named like a log is refused unread, without blocking
+    (:func:`~profdsl.core.files.open_regular`).
 
     Raises:
-        OSError: it cannot be opened or read, is not a regular file, or is too large.
+        OSError: it cannot be opened or read, is a link or not a regular file, or is too large.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with open(fd, "rb", closefd=True) as file:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        if info.st_size > limit:
-            raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than a metrics log holds ({limit})")
+    with open_regular(path, limit=limit, holds="a metrics log") as file:
         return file.read()  # a regular file's size was checked: read(limit) would reserve it all
 
 

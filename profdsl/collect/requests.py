@@ -15,13 +15,13 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 import time
 import uuid
 from collections.abc import Iterator
 
 import attrs
 
+from profdsl.core.files import open_regular
 from profdsl.records.fields import RecordError, to_json
 from profdsl.records.requests import CaptureRequest, parse_request
 
@@ -70,18 +70,8 @@ def read_request(path: str) -> CaptureRequest:
             :data:`MAX_REQUEST_BYTES`.
         RecordError: it is not a valid request (not JSON, a field wrong or missing).
     """
-    try:  # a link is not followed: it could make the job read (and quote) a file elsewhere
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "a link, not a request file") from None
-        raise
-    with open(fd, "rb", closefd=True) as file:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        if info.st_size > MAX_REQUEST_BYTES:
-            raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than a request holds ({MAX_REQUEST_BYTES})")
+    # a link is not followed: it could make the job read (and quote) a file elsewhere
+    with open_regular(path, limit=MAX_REQUEST_BYTES, holds="a request") as file:
         data = file.read(MAX_REQUEST_BYTES + 1)
     try:
         value = json.loads(data)

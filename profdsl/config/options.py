@@ -25,6 +25,7 @@ from profdsl.config.checks import (
     one_of,
     positive_finite,
     refuse,
+    require_number,
     text,
     text_without_nul,
     to_int_set,
@@ -102,13 +103,12 @@ class Schedule(_Mappable):
         return self.wait + self.warmup + self.active
 
 
-_MB_RANGE = number_in(0.0, 1e9, above=True)
-
-
-def _optional_mb(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """None (no bound) or a number of megabytes > 0."""
-    if value is not None:
-        _MB_RANGE(inst, attribute, value)
+#: The smallest trace-size bound, in MB: one byte (a trace is bytes; a bound under one byte would
+#: be none at all, and showed as 0).
+MIN_TRACE_MB = 1e-6
+_TRACE_MB = valid(
+    require_number, MIN_TRACE_MB, 1e9, optional=True, what=f"a number of MB >= {MIN_TRACE_MB:g} (one byte) and <= 1e+09"
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -134,7 +134,8 @@ class TorchOptions(_Mappable):
     to ``export_timeout_s`` for them before the finish hook runs (a trace still pending then is
     recorded ``incomplete``, its events kept).
 
-    ``max_trace_mb`` bounds a trace's size as plain JSON (what a viewer loads; None: no bound).
+    ``max_trace_mb`` bounds a trace's size as plain JSON (what a viewer loads; None: no bound), in
+    MB of at least one byte (``1e-06``: a trace is bytes, and a smaller bound would be 0).
     Once a trace of a role and stage was measured, the next is estimated before it starts
     (warned once past the bound) and, while it records, ended early at the mini-batch where its
     estimate passes the bound: collection pauses for the rest of the window, and the trace is
@@ -147,7 +148,7 @@ class TorchOptions(_Mappable):
     compress_level: int = attrs.field(default=1, validator=int_in(0, 9))
     exports_in_flight: int = attrs.field(default=2, validator=int_in(1, 16))
     export_timeout_s: float = attrs.field(default=900.0, validator=positive_finite)
-    max_trace_mb: float | None = attrs.field(default=500.0, validator=_optional_mb)
+    max_trace_mb: float | None = attrs.field(default=500.0, validator=_TRACE_MB)
 
     @property
     def cuda(self) -> bool:

@@ -4,7 +4,7 @@ A rollout samples from a tiny torch policy through two engine replicas, a refere
 log-probs, the critic computes values and is updated, and the actor update runs over mini-batches
 under a per-mini-batch schedule. Chosen steps and ranks are profiled in discrete mode, and a
 finish hook packs the output folder into a tarball. ``--ray`` runs the same loop as Ray actors
-on a local cluster.
+on a local cluster of its own (``address="local"``: never one ``RAY_ADDRESS`` points to).
 
 One step of one rank is made slow (``--slow-step``, on the last rank): the always-on metrics see
 it, the run alerts (the rank's slow step; on Ray also the driver's slow rank and straggler
@@ -147,7 +147,9 @@ def _ray(config: ProfilerConfig, args: argparse.Namespace, log: MetricsLog) -> N
     from profdsl.demo.workers import Sampler, Trainer
     from profdsl.ray import RayStepProfiler, runtime_env
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env(config))
+    # "local": a cluster of its own, never one RAY_ADDRESS or a `ray start` on this machine points to
+    # (its num_cpus would be refused or ignored there, and the demo's actors land on that cluster)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env(config))
     try:
         actor = ray.remote(num_cpus=0)
         workers: list[Any] = [

@@ -1,0 +1,83 @@
+"""Opening a file that reaches profdsl from outside the process (a trace, the manifest, a metrics
+log, a capture request in ``save_path``): only a regular file, without blocking, within a bound.
+
+A file in ``save_path`` is untrusted: whoever can write there can put a FIFO (an open for
+reading would wait for a writer forever), a device (``/dev/zero`` never ends) or a link (to a file
+elsewhere, which profdsl would then read, and quote in its messages, with the reader's rights) in
+place of a file profdsl wrote. profdsl itself writes only regular files there, never a link, so
+:func:`open_regular` opens the name itself (``O_NOFOLLOW``: a link is refused unfollowed),
+non-blocking (``O_NONBLOCK``: a FIFO or device is opened at once), then refuses all but a regular
+file (``fstat``) and one larger than the caller's bound, before anything is read.
+
+Examples:
+    >>> import os, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "a.json")
+    ...     with open(path, "w") as file:
+    ...         _ = file.write("{}")
+    ...     with open_regular(path, limit=2) as file:
+    ...         file.read()
+    ...     os.symlink(path, os.path.join(folder, "link.json"))
+    ...     try:
+    ...         open_regular(os.path.join(folder, "link.json"))
+    ...     except OSError as exc:
+    ...         exc.strerror
+    b'{}'
+    'a link, not a regular file'
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import BinaryIO
+
+__all__ = ["LINK", "file_kind", "open_regular"]
+
+#: Why a link is not read (the ``strerror`` of the ``OSError``).
+LINK = "a link, not a regular file"
+_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_regular(path: str | os.PathLike[str], *, limit: int | None = None, holds: str = "such a file") -> BinaryIO:
+    """``path`` opened for reading (blocking again once checked), when it is a regular file of at
+    most ``limit`` bytes (None: any size); ``holds`` names what such a file holds, for the message
+    of one too large (``a request``).
+
+    Raises:
+        OSError: it cannot be opened (``FileNotFoundError`` when missing), or ``errno.ELOOP``: it
+            is a link (:data:`LINK`); ``errno.EINVAL``: it is not a regular file (``not a regular
+            file (a FIFO)``); ``errno.EFBIG``: it is larger than ``limit``.
+    """
+    try:
+        fd = os.open(path, _FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the name is a link (O_NOFOLLOW), or a loop of them
+            raise OSError(errno.ELOOP, LINK) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file ({file_kind(info.st_mode)})")
+        if limit is not None and info.st_size > limit:
+            raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than {holds} holds ({limit})")
+        os.set_blocking(fd, True)
+        return open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def file_kind(mode: int) -> str:
+    """What kind of file a ``st_mode`` says it is, in words (``a FIFO``, ``a folder``, ...)."""
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
