@@ -6,10 +6,13 @@ lines. Readers skip a torn last line (a writer killed mid-write) and any other u
 
 Examples:
     >>> import tempfile
-    >>> read_manifest(tempfile.mkdtemp())   # a folder nothing was written to
+    >>> folder = tempfile.mkdtemp()
+    >>> read_manifest(folder)   # a folder nothing was written to: the raw lines
+    []
+    >>> read_records(folder)    # the same, as schema records (bad lines left out)
     []
 """
 
-from profdsl.collect.manifest import read_manifest
+from profdsl.collect.manifest import read_manifest, read_records
 
-__all__ = ["read_manifest"]
+__all__ = ["read_manifest", "read_records"]

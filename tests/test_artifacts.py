@@ -234,3 +234,21 @@ def test_a_stray_file_that_cannot_be_moved_is_recorded_for_that(tmp_path: Path, 
     [record] = apply([move], str(tmp_path / "save"), wait_s=0.3, record_incomplete=True)
     assert record["status"] == "skipped" and "regular" in record["reason"]
     assert [r["status"] for r in read_manifest(tmp_path / "save")] == [record["status"]]
+
+
+def test_the_records_page_reads_a_manifest_as_it_says(tmp_path: Path) -> None:
+    """docs/records.md's "Reading them in Python" runs as written: its imports are public and
+    ``read_records`` gives the schema records of the lines ``read_manifest`` reads."""
+    from profdsl.manifest import read_records
+    from profdsl.records import TraceRecord
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "records.md").read_text(encoding="utf-8")
+    assert "from profdsl.manifest import read_records" in text
+    save = tmp_path / "profiles"
+    with Profiler(ProfilerConfig(enable=True, steps=[1], save_path=str(save)), role="actor", rank=0, world_size=1) as p:
+        with p.step(1), profile_stage("update"):
+            pass
+    lines = read_manifest(save)
+    records = read_records(save)
+    assert [r.path for r in records] == [line["path"] for line in lines]
+    assert records and all(isinstance(r, TraceRecord) and r.role == "actor" for r in records)
