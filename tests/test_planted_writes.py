@@ -5,6 +5,7 @@ hangs the writer. The fault is logged once, escaped, and the loop goes on."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -21,6 +22,7 @@ from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record
 from profdsl.collect.metrics_log import append_line, log_name
 from profdsl.collect.requests import REQUESTS_DIR, new_id, write_request
 from profdsl.core.files import LINK, open_append
+from profdsl.core.log import COUNTED_IN_FULL
 from profdsl.records.requests import CaptureRequest
 
 ORIGINAL = b"# a file outside save_path\n"
@@ -159,3 +161,34 @@ def test_a_copy_is_not_written_through_a_planted_temporary(tmp_path: Path, monke
     with pytest.raises(OSError):
         relocate._copy_across(str(source), str(save), str(save / "engine.nsys-rep"))
     assert outside.read_bytes() == ORIGINAL and source.read_bytes() == b"report"
+
+
+# --- summary names the metrics log lines it cannot read ----------------------------------------
+
+
+def _summary(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "profdsl", "summary", str(folder), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("view", [["--ledger"], []], ids=["ledger", "stages"])
+def test_summary_says_which_metrics_log_lines_it_left_out(tmp_path: Path, view: list[str]) -> None:
+    """Lines of a metrics log that do not parse (one with an ESC sequence) are named on stderr,
+    escaped, the first few in full and the rest counted; summary exits 1, as for any input it
+    skipped."""
+    from .test_hostile_ledger import _line, _trace
+
+    _trace(tmp_path, "a.pt.trace.json.gz", 0, [("update_actor", 1, 0.0, 10.0)])
+    bad = ['{"role": "\x1b[2J', *(f"not json {n}" for n in range(20))]
+    with open(tmp_path / log_name(0, "h", 1), "w") as file:
+        file.write(json.dumps(_line()) + "\n" + "\n".join(bad) + "\n")
+    done = _summary(tmp_path, *view)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    named = [line for line in done.stderr.splitlines() if log_name(0, "h", 1) in line]
+    assert named and "line 2:" in named[0] and "\x1b" not in done.stderr
+    assert len(named) <= COUNTED_IN_FULL
+    assert f"{len(bad) - len(named)} more" in done.stderr
