@@ -19,9 +19,9 @@ from profdsl.analysis.load import load_model
 from profdsl.analysis.model import StageModel, StageSpread
 from profdsl.cli import ledger_view, stragglers_view
 from profdsl.cli.common import fail, skipped, table
-from profdsl.core.log import COUNTED_IN_FULL
 from profdsl.collect.metrics_log import log_files, read_log_lines
 from profdsl.config.parallel import DIMS
+from profdsl.core.log import COUNTED_IN_FULL
 
 HELP = (
     "where each profiled step went: every role's stages and mini-batches (the rollout engines' "
