@@ -28,13 +28,17 @@ def fail_pointing(message: str, code: int = 2) -> int:
     return code
 
 
-def skipped(command: str, reasons: Iterable[str]) -> int:
-    """Print ``profdsl COMMAND: skipped REASON`` to stderr for each bad input left out; returns
-    1 when there was any (the exit code it calls for), else 0."""
+def skipped(command: str, reasons: Iterable[str], *, most: int | None = None) -> int:
+    """Print ``profdsl COMMAND: skipped REASON`` to stderr for each bad input left out (only the
+    first ``most``, then how many more: None, every one); returns 1 when there was any (the exit
+    code it calls for), else 0."""
     count = 0
     for reason in reasons:
-        print(f"profdsl {command}: skipped {printable(reason)}", file=sys.stderr)
+        if most is None or count < most:
+            print(f"profdsl {command}: skipped {printable(reason)}", file=sys.stderr)
         count += 1
+    if most is not None and count > most:
+        print(f"profdsl {command}: skipped {count - most} more (not named)", file=sys.stderr)
     return 1 if count else 0
 
 

@@ -19,8 +19,9 @@ from profdsl.analysis.load import load_model
 from profdsl.analysis.model import StageModel, StageSpread
 from profdsl.cli import ledger_view, stragglers_view
 from profdsl.cli.common import fail, skipped, table
-from profdsl.collect.metrics_log import log_files
+from profdsl.collect.metrics_log import log_files, read_log_lines
 from profdsl.config.parallel import DIMS
+from profdsl.core.log import COUNTED_IN_FULL
 
 HELP = (
     "where each profiled step went: every role's stages and mini-batches (the rollout engines' "
@@ -154,8 +155,8 @@ def _step_time_us(model: StageModel, members: set[tuple[str, int | None, int | N
 
 
 def run(args: argparse.Namespace) -> int:
-    """Summarize the readable traces; 1 when a manifest line or a trace was skipped (each named on
-    stderr), 2 for usage errors."""
+    """Summarize the readable traces; 1 when a manifest line, a trace or a metrics log line was
+    skipped (each named on stderr; metrics log lines, the first few), 2 for usage errors."""
     keys: tuple[str, ...] | None = None
     if args.by is not None:
         keys = tuple(k.strip() for k in args.by.split(",") if k.strip())
@@ -172,14 +173,14 @@ def run(args: argparse.Namespace) -> int:
             return fail(str(exc))
         found = Catalog([], [])  # a folder of metrics logs only (Metrics(log=True)): every step's ledger
     bad = list(found.problems)
-    if view is not None:
-        view(args, args.dir, found.artifacts, bad)
-        return skipped("summary", bad)
     if args.cost:
         _print_cost(found.artifacts, args)
         return skipped("summary", bad)
+    if view is not None:
+        view(args, args.dir, found.artifacts, bad)
+        return _skipped(args.dir, bad) if args.ledger else skipped("summary", bad)
     model = load_model(args.dir, found.artifacts, bad)
-    code = skipped("summary", bad)
+    code = _skipped(args.dir, bad)
     rows = model.rows() if keys is None else group(model, keys)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -195,6 +196,13 @@ def run(args: argparse.Namespace) -> int:
             print()
             _print_cost_table(costs)
     return code
+
+
+def _skipped(folder: str, bad: list[str]) -> int:
+    """Name the input left out: ``bad``, then the metrics log's lines that do not parse (the
+    ledger and the stage view read the log; the first :data:`COUNTED_IN_FULL`, then a count)."""
+    code = skipped("summary", bad)
+    return skipped("summary", read_log_lines(folder)[1], most=COUNTED_IN_FULL) or code
 
 
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,8 +18,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from profdsl.core.files import open_regular
-from profdsl.core.log import logger, once
+from profdsl.core.files import open_append, open_regular
+from profdsl.core.log import logger, once, printable
 from profdsl.core.naming import is_relative
 from profdsl.records.fields import RecordError, to_json
 from profdsl.records.manifest import KINDS, RECORD_CLASSES, RECORD_KEYS, Record, parse_record
@@ -69,7 +69,7 @@ def append_record(save_path: str | os.PathLike[str], record: Record | Mapping[st
     target = os.path.join(save_path, MANIFEST_NAME)
     try:
         os.makedirs(save_path, exist_ok=True)
-        fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_append(target, read=True)  # never through a link planted in save_path
         try:
             _lock(fd)
             if not _ends_a_line(fd):
@@ -83,7 +83,13 @@ def append_record(save_path: str | os.PathLike[str], record: Record | Mapping[st
         finally:
             os.close(fd)  # closing releases the lock
     except OSError as exc:
-        once(f"manifest:{target}", logging.ERROR, "profdsl: cannot append to the manifest %s: %s", target, exc)
+        once(
+            f"manifest:{target}",
+            logging.ERROR,
+            "profdsl: cannot append to the manifest %s: %s",
+            printable(target),
+            printable(str(exc.strerror or exc)),
+        )
         return False
     return True
 

@@ -15,8 +15,8 @@ import logging
 import os
 import re
 
-from profdsl.core.files import open_regular
-from profdsl.core.log import once
+from profdsl.core.files import open_append, open_regular
+from profdsl.core.log import once, printable
 from profdsl.records.fields import RecordError
 from profdsl.records.metrics_log import MetricsLine, parse_metrics_line
 
@@ -42,10 +42,10 @@ def append_line(path: str, data: bytes) -> bool:
     on failure."""
     try:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = open_append(path)  # never through a link planted in save_path
         except FileNotFoundError:  # save_path is made by the first write into it: this may be it
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = open_append(path)
         try:
             view = memoryview(data)
             while view:
@@ -56,7 +56,13 @@ def append_line(path: str, data: bytes) -> bool:
         finally:
             os.close(fd)
     except OSError as exc:
-        once(f"metrics-log:{path}", logging.ERROR, "profdsl: cannot append to the metrics log %s: %s", path, exc)
+        once(
+            f"metrics-log:{path}",
+            logging.ERROR,
+            "profdsl: cannot append to the metrics log %s: %s",
+            printable(path),
+            printable(str(exc.strerror or exc)),
+        )
         return False
     return True
 

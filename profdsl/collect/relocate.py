@@ -353,7 +353,7 @@ def _copy_across(source: str, save_path: str, destination: str) -> None:
     """Copy to a temporary name beside ``destination``, fsync, rename, then drop the source."""
     tmp = os.path.join(save_path, f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
     try:
-        with open(source, "rb") as src, open(tmp, "wb") as dst:
+        with open(source, "rb") as src, open(tmp, "xb") as dst:  # O_EXCL: never through a planted link
             shutil.copyfileobj(src, dst, 1 << 20)
             dst.flush()
             os.fsync(dst.fileno())

@@ -55,7 +55,7 @@ def write_request(save_path: str, request: CaptureRequest) -> str:
     if os.path.lexists(target):
         raise OSError(errno.EEXIST, f"a request named {request.id!r} exists already", target)
     temporary = os.path.join(folder, f".{request.id}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
+    with open(temporary, "x", encoding="utf-8") as file:  # O_EXCL: never through a planted link
         json.dump(to_json(request), file, sort_keys=True)
         file.write("\n")
     os.replace(temporary, target)

@@ -9,6 +9,11 @@ place of a file profdsl wrote. profdsl itself writes only regular files there, n
 non-blocking (``O_NONBLOCK``: a FIFO or device is opened at once), then refuses all but a regular
 file (``fstat``) and one larger than the caller's bound, before anything is read.
 
+The write side is the same rule: :func:`open_append` (the manifest, the metrics logs) opens the
+name itself, never a file a link points at (which profdsl would append to with the job's rights),
+and refuses a FIFO or device without blocking. Every other file profdsl writes there is new,
+made with ``O_EXCL`` (``open(..., "x")``), which fails on any name already there, a link included.
+
 Examples:
     >>> import os, tempfile
     >>> with tempfile.TemporaryDirectory() as folder:
@@ -33,11 +38,13 @@ import os
 import stat
 from typing import BinaryIO
 
-__all__ = ["LINK", "file_kind", "open_regular"]
+__all__ = ["LINK", "file_kind", "open_append", "open_regular"]
 
 #: Why a link is not read (the ``strerror`` of the ``OSError``).
 LINK = "a link, not a regular file"
-_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+_SAFE = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+_FLAGS = os.O_RDONLY | _SAFE
+_APPEND = os.O_APPEND | os.O_CREAT | _SAFE
 
 
 def open_regular(path: str | os.PathLike[str], *, limit: int | None = None, holds: str = "such a file") -> BinaryIO:
@@ -67,6 +74,43 @@ def open_regular(path: str | os.PathLike[str], *, limit: int | None = None, hold
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_append(path: str | os.PathLike[str], *, read: bool = False) -> int:
+    """A file descriptor of ``path`` opened for appending (made, ``0o644``, when missing; also for
+    reading when ``read``), when it is a regular file: the write side of :func:`open_regular`.
+    A link planted in its place is refused unfollowed (``O_NOFOLLOW``: never an append to the
+    file it points at), a FIFO or device without blocking (``O_NONBLOCK``, then ``fstat``).
+
+    Raises:
+        OSError: it cannot be opened, or ``errno.ELOOP``: it is a link (:data:`LINK`);
+            ``errno.EINVAL``: it is not a regular file (``not a regular file (a FIFO)``).
+    """
+    try:
+        fd = os.open(path, _APPEND | (os.O_RDWR if read else os.O_WRONLY), 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the name is a link (O_NOFOLLOW), or a loop of them
+            raise OSError(errno.ELOOP, LINK) from None
+        if exc.errno == errno.ENXIO:  # write-only, non-blocking: a FIFO without a reader
+            raise OSError(errno.EINVAL, f"not a regular file ({_kind_of(path)})") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file ({file_kind(info.st_mode)})")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _kind_of(path: str | os.PathLike[str]) -> str:
+    """What kind of file ``path`` is, in words (``a FIFO`` when it cannot be told)."""
+    try:
+        return file_kind(os.lstat(path).st_mode)
+    except OSError:
+        return "a FIFO"
 
 
 def file_kind(mode: int) -> str:
