@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import profdsl
 from profdsl import Metrics, Profiler, ProfilerConfig, TorchOptions, mini_batch_window, profile_stage
-from profdsl.metrics import tree
+from profdsl.metrics import _tree as tree
 
 
 def ns_per_call(stmt: Callable[[], object], number: int, repeat: int = 7) -> float:
@@ -251,8 +251,8 @@ def ledger_rows(rows: dict[str, float], f: Callable[[], None], quick: bool) -> N
     """A top-level ``with profile_stage`` and decorated call in one metered step, with their nodes
     keeping their stretches for the ledger (on) and keeping none (off), taking turns; and the
     ledger's split of a step of 16 and of 4,096 stretches."""
-    from profdsl.metrics.ledger import step_ledger
-    from profdsl.metrics.tree import Paths, Root, child
+    from profdsl.metrics._ledger import step_ledger
+    from profdsl.metrics._tree import Paths, Root, child
 
     n = 20_000 if quick else 100_000
     stage = profile_stage("bench_ledger")

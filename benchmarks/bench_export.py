@@ -157,7 +157,7 @@ def run_last(iterations: int, folder: Path) -> Run:
 def run_before_last(iterations: int, folder: Path) -> Run:
     """The last profiled step with the capture profdsl made before issue 33: no trace_only, no
     post-processing bound (the experimental config as it was: none for an own-thread capture)."""
-    from profdsl.capture import torch_args
+    from profdsl._capture import torch_args
 
     bounded = torch_args._bounded_exit
     torch_args._bounded_exit = lambda options, *, every_thread: {}  # type: ignore[assignment]

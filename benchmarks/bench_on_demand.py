@@ -27,9 +27,9 @@ import timeit
 from collections.abc import Callable
 
 from profdsl import OnDemand, Profiler, ProfilerConfig, profile_stage
-from profdsl.collect.requests import REQUESTS_DIR, write_request
+from profdsl._runtime.process import PROCESS
+from profdsl.collect._requests import REQUESTS_DIR, write_request
 from profdsl.records.requests import CaptureRequest
-from profdsl.runtime.process import PROCESS
 
 #: The most the request check may add to a step, in ns.
 TARGET_EXTRA_NS = 10_000

@@ -14,9 +14,9 @@ Each method then runs in a fresh subprocess (this script with the hidden ``--chi
 peak memory is its own:
 
 * ``json.load (.json)``: the whole file parsed with the standard library, X events counted;
-* ``events() (.json)``: :func:`profdsl.analysis.reader.events`, counting X events and summing ``dur``;
+* ``events() (.json)``: :func:`profdsl.analysis._reader.events`, counting X events and summing ``dur``;
 * ``events() (.json.gz)``: the same over the gzip file, decompressed on the fly;
-* ``header() (.json.gz)``: :func:`profdsl.analysis.reader.header`, which reads only the file's head.
+* ``header() (.json.gz)``: :func:`profdsl.analysis._reader.header`, which reads only the file's head.
 
 The child imports everything first, resets the kernel's peak-RSS mark (``/proc/self/clear_refs``),
 reads its baseline ``VmRSS``, does the work, then reports ``VmHWM - baseline``: the memory the method
@@ -465,7 +465,7 @@ class PeakMeter:
 def child(method: str, path: str) -> dict[str, Any]:
     """Run one method in this (fresh) process; return its counts, wall seconds and peak memory."""
     sys.path.insert(0, str(ROOT))
-    from profdsl.analysis.reader import events, header
+    from profdsl.analysis._reader import events, header
 
     result: dict[str, Any] = {"method": method, "ijson_backend": ijson.backend}
     meter = PeakMeter()
@@ -579,7 +579,7 @@ RSS_BAR_MB = 400.0
 def write_folder(folder: Path, traces: int, size_mb: float, seed: int) -> list[Path]:
     """A save_path of ``traces`` gzipped traces (ranks 0..traces-1) with their manifest."""
     sys.path.insert(0, str(ROOT))
-    from profdsl.collect.manifest import append_record, make_record
+    from profdsl.collect._manifest import append_record, make_record
     from profdsl.naming import TraceName
 
     folder.mkdir(parents=True, exist_ok=True)

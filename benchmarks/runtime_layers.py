@@ -1,11 +1,11 @@
-"""The shape of ``profdsl/runtime/``: import circles, imports that run back up a floor, and the
+"""The shape of ``profdsl/_runtime/``: import circles, imports that run back up a floor, and the
 lines of ``profdsl/`` (docs/architecture.md, "Measures").
 
     python benchmarks/runtime_layers.py
 
 Every import counts: at module level, under ``if TYPE_CHECKING:`` and inside a function (each is
 a dependency a reader follows, and a circle closed by a late import is still a circle). A *unit*
-is a module at the root of ``runtime/`` or one of its packages (``slot/``, ``writer/``). The
+is a module at the root of ``_runtime/`` or one of its packages (``slot/``, ``writer/``). The
 runtime's floors are :data:`FLOORS`, from the bottom up: a unit imports only units on floors
 below its own, and an import of a unit on a higher floor *runs back up*. Circles are counted
 between modules (a package's modules included): each group of modules that reach one another
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNTIME = "profdsl.runtime"
+RUNTIME = "profdsl._runtime"
 
 #: The runtime's floors, from the bottom up (the layers of docs/architecture.md's runtime
 #: section): the writer thread, the capture slot, the inputs a role is resolved from, the DSL's
@@ -50,17 +50,17 @@ FLOORS = (
 
 
 def imports(root: Path = ROOT) -> dict[str, set[str]]:
-    """Each module of ``runtime/`` (dotted, below ``profdsl.runtime``) and the runtime modules
+    """Each module of ``_runtime/`` (dotted, below ``profdsl._runtime``) and the runtime modules
     it imports, anywhere in its text."""
     graph: dict[str, set[str]] = {}
-    base = root / "profdsl" / "runtime"
+    base = root / "profdsl" / "_runtime"
     for path in sorted(base.rglob("*.py")):
         module = ".".join(path.relative_to(base).with_suffix("").parts).removesuffix("__init__").rstrip(".")
         found: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(RUNTIME):
                 inner = node.module[len(RUNTIME) :].lstrip(".")
-                if inner in ("", "slot", "writer"):  # `from profdsl.runtime import context`
+                if inner in ("", "slot", "writer"):  # `from profdsl._runtime import context`
                     found.update(f"{inner}.{alias.name}".lstrip(".") for alias in node.names)
                 else:
                     found.add(inner)
@@ -137,10 +137,10 @@ def main() -> int:
     found = circles(graph)
     up = back_up(graph)
     print(f"runtime units: {len({unit(m) for m in graph if m})}, arrows between them: {len(arrows(graph))}")
-    print(f"import circles inside runtime/: {len(found)}")
+    print(f"import circles inside _runtime/: {len(found)}")
     for group in found:
         print(f"  {len(group)} modules: {', '.join(group)}")
-    print(f"imports in runtime/ that run back up: {len(up)}")
+    print(f"imports in _runtime/ that run back up: {len(up)}")
     for a, b in up:
         print(f"  {a} -> {b}")
     print(f"lines of profdsl/: {lines()}")

@@ -3,6 +3,8 @@
 ``import profdsl`` stays light: it imports neither torch, ray, nvtx, vllm nor sglang.
 """
 
+from profdsl._dsl import mini_batch_window, profile_stage
+from profdsl._runtime.profiler import Profiler
 from profdsl._version import __version__
 from profdsl.config import (
     AutoCapture,
@@ -15,11 +17,9 @@ from profdsl.config import (
     Stragglers,
     TorchOptions,
 )
-from profdsl.config.parallel import Parallel
-from profdsl.dsl import mini_batch_window, profile_stage
+from profdsl.config._parallel import Parallel
 from profdsl.errors import ConfigError, ProfdslError
-from profdsl.rollout.window import rollout_window
-from profdsl.runtime.profiler import Profiler
+from profdsl.rollout._window import rollout_window
 
 __all__ = [
     "AutoCapture",

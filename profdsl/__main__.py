@@ -1,5 +1,5 @@
 """``python -m profdsl``: the command line."""
 
-from profdsl.cli import main
+from profdsl._cli import main
 
 raise SystemExit(main())

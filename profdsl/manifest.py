@@ -13,6 +13,6 @@ Examples:
     []
 """
 
-from profdsl.collect.manifest import read_manifest, read_records
+from profdsl.collect._manifest import read_manifest, read_records
 
 __all__ = ["read_manifest", "read_records"]

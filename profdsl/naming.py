@@ -4,6 +4,6 @@ Every trace profdsl writes lands in one folder under a name made by :meth:`Trace
 read back by :meth:`TraceName.parse`. The grammar, caps and examples are in ``docs/trace-names.md``.
 """
 
-from profdsl.core.naming import TraceName
+from profdsl.core._naming import TraceName
 
 __all__ = ["TraceName"]

@@ -9,6 +9,6 @@ Two kinds of rank appear in profdsl:
   :func:`local_rank_from_trace_name` tells which GPU of a replica wrote an engine trace file.
 """
 
-from profdsl.core.ranks import local_rank_from_trace_name, replicas_for_ranks
+from profdsl.core._ranks import local_rank_from_trace_name, replicas_for_ranks
 
 __all__ = ["local_rank_from_trace_name", "replicas_for_ranks"]

@@ -10,6 +10,6 @@ Examples:
     [(2, 3), (6, 7)]
 """
 
-from profdsl.core.schedule import Action, action_at, recorded_windows
+from profdsl.core._schedule import Action, action_at, recorded_windows
 
 __all__ = ["Action", "action_at", "recorded_windows"]

@@ -12,8 +12,8 @@ Examples:
 
 from __future__ import annotations
 
-from profdsl.runtime import context
-from profdsl.runtime.process import PROCESS
+from profdsl._runtime import context
+from profdsl._runtime.process import PROCESS
 
 __all__ = ["reset"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from profdsl.cli import main
+from profdsl._cli import main
 from profdsl.manifest import read_manifest
 
 #: The stage name an engine trace's generation gets in the stage model.

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from profdsl import Metrics, Profiler, ProfilerConfig
-from profdsl.metrics import tree
+from profdsl.metrics import _tree as tree
 
 
 class FakeClock:

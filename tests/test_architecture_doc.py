@@ -23,7 +23,7 @@ PATH = re.compile(r"`[^`\n]*?(?<![\w./-])((?:\w+/)+\w+\.py)\b")
 
 
 def package_rows() -> dict[str, set[str]]:
-    """Each package the table lists (but the one module per command of ``cli/``), and the
+    """Each package the table lists (but the one module per command of ``_cli/``), and the
     modules it names."""
     text = (DOCS / "architecture.md").read_text(encoding="utf-8")
     table = text[text.index("## What each package holds") :]

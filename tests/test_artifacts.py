@@ -1,4 +1,4 @@
-"""Tests for `profdsl.collect.relocate`: relocation plans (pure) and applying them to real files."""
+"""Tests for `profdsl.collect._relocate`: relocation plans (pure) and applying them to real files."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profdsl import Profiler, ProfilerConfig, profile_stage
-from profdsl.collect.relocate import Move, Skip, apply, gzip_complete, plan_nsys, wait_complete
+from profdsl.collect._relocate import Move, Skip, apply, gzip_complete, plan_nsys, wait_complete
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
 
@@ -127,7 +127,7 @@ class TestApply:
         A plain file still has to hold still over one poll."""
         from types import SimpleNamespace
 
-        from profdsl.collect import relocate
+        from profdsl.collect import _relocate as relocate
 
         polls: list[float] = []
         clock = SimpleNamespace(monotonic=time.monotonic, sleep=polls.append)  # polls counted, not slept
@@ -175,7 +175,7 @@ class TestNsysWithProfiler:
     them)."""
 
     def test_reports_moved_late_ones_at_close(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        from profdsl.runtime import step_events
+        from profdsl._runtime import step_events
 
         monkeypatch.setattr(step_events, "NSYS_FINAL_WAIT_S", 0.3)  # how long the last step waits for nsys
         nsight = tmp_path / "nsight"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from profdsl import FinishHook, Profiler, profile_stage
+from profdsl._runtime.process import PROCESS
 from profdsl.records.requests import CaptureRequest
-from profdsl.runtime.process import PROCESS
 
 from .profiling import config, records, work
 

@@ -1,4 +1,4 @@
-"""The process's one capture slot under threads and failures (`profdsl.runtime.coordinator`):
+"""The process's one capture slot under threads and failures (`profdsl._runtime.coordinator`):
 no session is driven from a thread that does not own it, none is left running or lost, and
 every part of a step keeps the step's name."""
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
-from profdsl.runtime.process import PROCESS
+from profdsl._runtime.process import PROCESS
 
 from .profiling import config, torch_profiler_running, work
 from .traces import names, parsed
@@ -130,7 +130,7 @@ def test_a_starting_step_is_not_cut_from_another_thread(tmp_path: Path, monkeypa
     """While ref's step session is still starting on its thread, a discrete stage on another
     thread is refused the slot (it must not cut a session that does not exist yet): ref's trace
     is written whole and nothing is left running."""
-    from profdsl.capture.torch_session import TorchBackend
+    from profdsl._capture.torch_session import TorchBackend
 
     real_open = TorchBackend.open
     starting = threading.Event()
@@ -168,8 +168,8 @@ def test_a_starting_step_is_not_cut_from_another_thread(tmp_path: Path, monkeypa
 def test_step_resumes_when_the_cutting_stage_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A discrete stage cuts ref's step, then its own session fails to start: ref's step goes on
     as the next part, so nothing ref runs afterwards is lost."""
-    from profdsl.capture.base import CaptureRefusedError
-    from profdsl.capture.torch_session import TorchBackend
+    from profdsl._capture.base import CaptureRefusedError
+    from profdsl._capture.torch_session import TorchBackend
 
     real_open = TorchBackend.open
 

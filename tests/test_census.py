@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profdsl.collect import tracefile
-from profdsl.collect.tracefile import Census, InvalidTraceError, compress_trace
+from profdsl.collect import _tracefile as tracefile
+from profdsl.collect._tracefile import Census, InvalidTraceError, compress_trace
 
 CATS = ["cpu_op", "user_annotation", "kernel", "gpu_memcpy", "cuda_runtime", "Trace"]
 

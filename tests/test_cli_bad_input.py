@@ -25,8 +25,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import profdsl.cli
-from profdsl.collect.manifest import MANIFEST_NAME
+import profdsl._cli
+from profdsl.collect._manifest import MANIFEST_NAME
 from profdsl.manifest import read_manifest
 
 pytest.importorskip("torch")
@@ -51,7 +51,7 @@ def run(command: str, folder: Path, scratch: Path) -> Result:
     }.get(command, [])
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = profdsl.cli.main([command, str(folder), *extra])
+        code = profdsl._cli.main([command, str(folder), *extra])
     return Result(code, out.getvalue(), err.getvalue())
 
 
@@ -309,7 +309,7 @@ def test_plot_draws_labels_as_text(baseline: Baseline, tmp_path: Path, view: lis
         f.write(json.dumps({**baseline.records[0], "path": "copy.json.gz", "role": "$\\frac$\n"}) + "\n")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = profdsl.cli.main(["plot", str(folder), "-o", str(tmp_path / "p.png"), *view])
+        code = profdsl._cli.main(["plot", str(folder), "-o", str(tmp_path / "p.png"), *view])
     assert (code, err.getvalue()) == (0, "")
     assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
 

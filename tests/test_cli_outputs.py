@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import profdsl.cli
-from profdsl.collect.manifest import MANIFEST_NAME
+import profdsl._cli
+from profdsl.collect._manifest import MANIFEST_NAME
 
 from .profiling import profile_two_ranks
 
@@ -50,7 +50,7 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str], root: Path) -> 
     """Run ``argv``; assert exit 2, one line on stderr, nothing on stdout, nothing under
     ``root`` changed; return the line."""
     before = snapshot(root)
-    code = profdsl.cli.main(argv)
+    code = profdsl._cli.main(argv)
     out, err = capsys.readouterr()
     assert code == 2, (argv, out, err)
     assert out == "" and len(err.splitlines()) == 1, (out, err)
@@ -123,5 +123,5 @@ def test_an_output_elsewhere_is_written(
     output = tmp_path / (
         "profiles-out" if kind == "export" else "profiles-merged.png" if kind == "plot" else "profiles-merged.json"
     )
-    assert profdsl.cli.main(command(kind, str(folder), str(output))) == 0, capsys.readouterr()
+    assert profdsl._cli.main(command(kind, str(folder), str(output))) == 0, capsys.readouterr()
     assert output.exists() and snapshot(folder) == before

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from profdsl.cli import COMMANDS
-from profdsl.collect.manifest import MANIFEST_NAME
+from profdsl._cli import COMMANDS
+from profdsl.collect._manifest import MANIFEST_NAME
 from profdsl.manifest import read_manifest
 
 #: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.

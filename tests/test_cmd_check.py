@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import profdsl.cli
-from profdsl.collect.manifest import MANIFEST_NAME, make_record
+import profdsl._cli
+from profdsl.collect._manifest import MANIFEST_NAME, make_record
 
 from .profiling import profile_two_ranks, records
 
@@ -28,7 +28,7 @@ def fails(folder: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
     """``check`` told that ranks 0 and 1 of 2 were profiled at step 1: its FAIL lines."""
     config = folder.parent / "profiler.yaml"
     config.write_text("enable: true\nsteps: [1]\nall_ranks: true\n")
-    assert profdsl.cli.main(["check", str(folder), "--config", str(config), "--world-size", "2"]) == 1
+    assert profdsl._cli.main(["check", str(folder), "--config", str(config), "--world-size", "2"]) == 1
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # real processes, one after the other
@@ -42,7 +42,7 @@ def _rank(tmp_path: Path, save: Path, rank: int) -> None:
 
 
 def _check(save: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
-    code = profdsl.cli.main(["check", str(save)])
+    code = profdsl._cli.main(["check", str(save)])
     return code, [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
 
 

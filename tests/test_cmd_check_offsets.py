@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 
 from .profiling import records
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # real processes, one after the other
 SCRIPT = textwrap.dedent(
     """
     import os, sys, time
-    import profdsl.cli
+    import profdsl._cli
     from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
 
     save, rank, last, trigger_after, wait_before = sys.argv[1], *map(int, sys.argv[2:])
@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent(
             sum(range(1000))
         if step == trigger_after:
             argv = ["trigger", save, "--steps", "2", "--ranks", "all", "--id", "look"]
-            assert profdsl.cli.main(argv) == 0
+            assert profdsl._cli.main(argv) == 0
     profiler.close()
     """
 )
@@ -82,7 +82,7 @@ def test_ranks_a_step_apart_are_well(tmp_path: Path, capsys: pytest.CaptureFixtu
     traced = sorted((r["rank"], r["step"]) for r in records(save, "trace") if r["status"] == "ok")
     assert traced == [(0, 5), (0, 6), (1, 6), (1, 7)]
     capsys.readouterr()
-    assert profdsl.cli.main(["check", str(save)]) == 0, capsys.readouterr().out
+    assert profdsl._cli.main(["check", str(save)]) == 0, capsys.readouterr().out
 
 
 def test_a_step_a_rank_was_asked_for_and_did_not_write_is_named(
@@ -91,7 +91,7 @@ def test_a_step_a_rank_was_asked_for_and_did_not_write_is_named(
     """Rank 1's trace of step 7 removed from the manifest: its one missing step is named."""
     import json
 
-    from profdsl.collect.manifest import MANIFEST_NAME
+    from profdsl.collect._manifest import MANIFEST_NAME
 
     save = _offset_run(tmp_path)
     kept = [r for r in records(save) if not (r.get("rank") == 1 and r.get("step") == 7 and r["kind"] == "trace")]
@@ -100,6 +100,6 @@ def test_a_step_a_rank_was_asked_for_and_did_not_write_is_named(
             (save / r["path"]).unlink()
     (save / MANIFEST_NAME).write_text("".join(json.dumps(r) + "\n" for r in kept))
     capsys.readouterr()
-    assert profdsl.cli.main(["check", str(save)]) == 1
+    assert profdsl._cli.main(["check", str(save)]) == 1
     fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
     assert fails == ["FAIL step 7 (capture request look): profiled rank 1 wrote no trace"]

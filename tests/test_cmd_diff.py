@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from profdsl import Metrics, Profiler, profile_stage
-from profdsl.cli import main
-from profdsl.runtime.process import PROCESS
+from profdsl._cli import main
+from profdsl._runtime.process import PROCESS
 
 from .metrics_support import FakeClock, fake_clock
 from .profiling import config, work

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from profdsl.cli import main
+from profdsl._cli import main
 from profdsl.collect.metrics_log import log_name
 
 

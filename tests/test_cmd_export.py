@@ -23,12 +23,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import profdsl.cli  # noqa: E402
+import profdsl._cli  # noqa: E402
 from profdsl import Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage  # noqa: E402
-from profdsl.analysis import hta as hta_export  # noqa: E402
-from profdsl.analysis import rewrite  # noqa: E402
-from profdsl.core.naming import TraceName  # noqa: E402
-from profdsl.core.schedule import recorded_windows  # noqa: E402
+from profdsl.analysis import _hta as hta_export  # noqa: E402
+from profdsl.analysis import _rewrite as rewrite  # noqa: E402
+from profdsl.core._naming import TraceName  # noqa: E402
+from profdsl.core._schedule import recorded_windows  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 STAGE = "update_actor"
@@ -475,7 +475,7 @@ def test_a_non_empty_output_is_refused_and_force_replaces_only_an_export(
     mine.write_text("keep me")
 
     def run(*more: str, stage: str = STAGE) -> tuple[int, str]:
-        code = profdsl.cli.main(
+        code = profdsl._cli.main(
             ["export", "--hta", str(discrete), "--step", "1", "--stage", stage, "-o", str(out), *more]
         )
         return code, capsys.readouterr().err
@@ -510,7 +510,7 @@ def test_a_full_disk_leaves_the_earlier_export_whole(
 
     out = tmp_path / "hta"
     args = ["export", "--hta", str(discrete), "--step", "1", "--stage", STAGE, "-o", str(out)]
-    assert profdsl.cli.main(args) == 0
+    assert profdsl._cli.main(args) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     real = rewrite.open_output
 
@@ -531,7 +531,7 @@ def test_a_full_disk_leaves_the_earlier_export_whole(
 
     monkeypatch.setattr(rewrite, "open_output", Full)
     capsys.readouterr()
-    assert profdsl.cli.main([*args, "--force"]) == 2
+    assert profdsl._cli.main([*args, "--force"]) == 2
     assert "cannot write" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
@@ -576,7 +576,7 @@ def test_a_trace_that_breaks_while_streaming_adds_nothing(
         return result
 
     monkeypatch.setattr(hta_export, "scan_artifacts", then_cut)
-    code = profdsl.cli.main(
+    code = profdsl._cli.main(
         ["export", "--hta", str(folder), "--step", "1", "--stage", STAGE, "-o", str(tmp_path / "hta")]
     )
     assert code == 1 and f"skipped {victim}" in capsys.readouterr().err
@@ -590,12 +590,12 @@ def test_a_trace_that_breaks_while_streaming_adds_nothing(
 
 
 def test_missing_folder_and_help(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = profdsl.cli.main(
+    code = profdsl._cli.main(
         ["export", "--hta", str(tmp_path / "none"), "--step", "1", "--stage", STAGE, "-o", str(tmp_path / "o")]
     )
     assert code == 2 and "no such folder" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
-        profdsl.cli.main(["export", "--help"])
+        profdsl._cli.main(["export", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and "profdsl export --hta" in out and "TraceAnalysis" in out
@@ -676,7 +676,8 @@ def _peak_of_export(tmp_path: Path, n: int) -> int:
 
 @pytest.mark.slow
 def test_peak_memory_does_not_grow_with_the_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from profdsl.analysis import reader, scan
+    from profdsl.analysis import _reader as reader
+    from profdsl.analysis import _scan as scan
 
     monkeypatch.setattr(scan, "HEAD_LIMIT", 256 << 10)
     monkeypatch.setattr(scan, "CHUNK", 64 << 10)
@@ -720,10 +721,12 @@ def test_bad_input_is_skipped_as_summary_skips_it(
     folder = Path(shutil.copytree(pristine[0], tmp_path / "profiles"))
     records = read_manifest(folder)
     (damage_record if kind == "record" else damage_trace)(folder, case, records)
-    assert profdsl.cli.main(["summary", str(folder), "--json"]) == 1
+    assert profdsl._cli.main(["summary", str(folder), "--json"]) == 1
     summary = capsys.readouterr().err.replace("profdsl summary: ", "")
     assert (
-        profdsl.cli.main(["export", "--hta", str(folder), "--step", "1", "--stage", STAGE, "-o", str(tmp_path / "hta")])
+        profdsl._cli.main(
+            ["export", "--hta", str(folder), "--step", "1", "--stage", STAGE, "-o", str(tmp_path / "hta")]
+        )
         == 1
     )
     got = capsys.readouterr()

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-import profdsl.cli
-from profdsl.collect.manifest import append_record, make_record
+import profdsl._cli
+from profdsl.collect._manifest import append_record, make_record
 from profdsl.naming import TraceName
 
 from .traces import load, trace_files
@@ -68,7 +68,7 @@ def merge(capsys: pytest.CaptureFixture[str]):
     """Run ``profdsl merge ARGS`` in-process; returns (exit code, stdout, stderr)."""
 
     def call(*args: str) -> tuple[int, str, str]:
-        code = profdsl.cli.main(["merge", *args])
+        code = profdsl._cli.main(["merge", *args])
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -366,7 +366,7 @@ class TestHosts:
                 for _ in mini_batch_window(range(2), name="mb é"):
                     torch.ones(4).sum()
         out = tmp_path / "m.json"
-        assert profdsl.cli.main(["merge", str(folder), "-o", str(out)]) == 0
+        assert profdsl._cli.main(["merge", str(folder), "-o", str(out)]) == 0
         names = {e["name"] for e in read_merged(out)["traceEvents"] if e.get("ph") == "X"}
         assert {'génér"er', "mb é0", "mb é1"} <= names and not any("%" in n for n in names)
 
@@ -471,7 +471,7 @@ class TestSubprocess:
     def test_real_process(self, run_dir: Path, tmp_path: Path) -> None:
         out_file = tmp_path / "merged.json"
         code = (
-            f"import profdsl.cli as c; raise SystemExit(c.main(['merge', {str(run_dir)!r}, '-o', {str(out_file)!r}]))"
+            f"import profdsl._cli as c; raise SystemExit(c.main(['merge', {str(run_dir)!r}, '-o', {str(out_file)!r}]))"
         )
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         done = subprocess.run(

@@ -18,12 +18,12 @@ torch = pytest.importorskip("torch")
 matplotlib = pytest.importorskip("matplotlib")
 np = pytest.importorskip("numpy")
 
-import profdsl.cli  # noqa: E402
-from profdsl.analysis.catalog import catalog  # noqa: E402
-from profdsl.analysis.load import load_model  # noqa: E402
-from profdsl.analysis.model import Span, StageModel  # noqa: E402
-from profdsl.analysis.regions import ENGINE_STAGE  # noqa: E402
-from profdsl.cli import plot  # noqa: E402
+import profdsl._cli  # noqa: E402
+from profdsl._cli import plot  # noqa: E402
+from profdsl.analysis._catalog import catalog  # noqa: E402
+from profdsl.analysis._load import load_model  # noqa: E402
+from profdsl.analysis._model import Span, StageModel  # noqa: E402
+from profdsl.analysis._regions import ENGINE_STAGE  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 STAGES = ("update_actor", "compute_log_prob")
@@ -100,7 +100,7 @@ def test_default_view_draws_stacked_bars(profiled: Path, tmp_path: Path, capsys:
     """The PNG is written; the figure behind it has one stacked segment per (bar, stage), each
     as tall as the model's total, in the stage's colour (colours go by stage name)."""
     out = tmp_path / "stages.png"
-    assert profdsl.cli.main(["plot", str(profiled), "-o", str(out)]) == 0
+    assert profdsl._cli.main(["plot", str(profiled), "-o", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out)
     _assert_picture(out)
     model = _model(profiled)
@@ -122,7 +122,7 @@ def test_timeline_draws_one_row_per_rank(profiled: Path, tmp_path: Path) -> None
     """The PNG is written; the figure has one row per rank and, in it, one bar per outermost
     region of that rank, where the model puts it (ms since the first region)."""
     out = tmp_path / "timeline.png"
-    assert profdsl.cli.main(["plot", str(profiled), "-o", str(out), "--timeline"]) == 0
+    assert profdsl._cli.main(["plot", str(profiled), "-o", str(out), "--timeline"]) == 0
     _assert_picture(out)
     model = _model(profiled)
     rows = plot.timeline_rows(model)
@@ -152,8 +152,8 @@ def _bar_extent(path: Any) -> tuple[float, float]:
 
 def test_dpi_sets_the_resolution(profiled: Path, tmp_path: Path) -> None:
     small, large = tmp_path / "small.png", tmp_path / "large.png"
-    assert profdsl.cli.main(["plot", str(profiled), "-o", str(small), "--dpi", "50"]) == 0
-    assert profdsl.cli.main(["plot", str(profiled), "-o", str(large), "--dpi", "100"]) == 0
+    assert profdsl._cli.main(["plot", str(profiled), "-o", str(small), "--dpi", "50"]) == 0
+    assert profdsl._cli.main(["plot", str(profiled), "-o", str(large), "--dpi", "100"]) == 0
     assert _image(large).shape[1] > 1.5 * _image(small).shape[1]
 
 
@@ -161,7 +161,7 @@ def test_dpi_sets_the_resolution(profiled: Path, tmp_path: Path) -> None:
 def test_runs_headless_in_a_fresh_process(profiled: Path, tmp_path: Path) -> None:
     out = tmp_path / "sub.png"
     code = (
-        "import profdsl.cli as c; "
+        "import profdsl._cli as c; "
         f"raise SystemExit(c.main(['plot', {str(profiled)!r}, '-o', {str(out)!r}, '--timeline']))"
     )
     done = subprocess.run(
@@ -251,14 +251,14 @@ def test_only_outermost_regions_are_drawn(tmp_path: Path) -> None:
 
 def test_a_missing_folder_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nowhere"
-    assert profdsl.cli.main(["plot", str(missing), "-o", str(tmp_path / "x.png")]) == 2
+    assert profdsl._cli.main(["plot", str(missing), "-o", str(tmp_path / "x.png")]) == 2
     assert "no such folder" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
 
 
 def test_an_empty_folder_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "empty").mkdir()
-    assert profdsl.cli.main(["plot", str(tmp_path / "empty"), "-o", str(tmp_path / "x.png")]) == 2
+    assert profdsl._cli.main(["plot", str(tmp_path / "empty"), "-o", str(tmp_path / "x.png")]) == 2
     assert "no profdsl manifest" in capsys.readouterr().err
 
 
@@ -268,7 +268,7 @@ def test_an_unreadable_trace_is_named_and_the_rest_drawn(
     broken = sorted(folder.glob("actor.update-actor_step000002_rank1-*.json.gz"))[0]
     broken.write_bytes(b"not a gzip file")
     out = tmp_path / "partial.png"
-    assert profdsl.cli.main(["plot", str(folder), "-o", str(out)]) == 1
+    assert profdsl._cli.main(["plot", str(folder), "-o", str(out)]) == 1
     err = capsys.readouterr().err
     assert broken.name in err
     assert err.count(".json.gz") == 1
@@ -279,7 +279,7 @@ def test_an_unwritable_output_is_a_usage_error(
     profiled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "no" / "such" / "dir.png"
-    assert profdsl.cli.main(["plot", str(profiled), "-o", str(out)]) == 2
+    assert profdsl._cli.main(["plot", str(profiled), "-o", str(out)]) == 2
     assert "cannot write" in capsys.readouterr().err
 
 
@@ -287,20 +287,20 @@ def test_without_matplotlib_it_says_what_to_install(
     profiled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    assert profdsl.cli.main(["plot", str(profiled), "-o", str(tmp_path / "x.png")]) == 2
+    assert profdsl._cli.main(["plot", str(profiled), "-o", str(tmp_path / "x.png")]) == 2
     assert "pip install profdsl[plot]" in capsys.readouterr().err
 
 
 def test_output_is_required(profiled: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        profdsl.cli.main(["plot", str(profiled)])
+        profdsl._cli.main(["plot", str(profiled)])
     assert exit_info.value.code == 2
     assert "--output" in capsys.readouterr().err
 
 
 def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        profdsl.cli.main(["plot", "--help"])
+        profdsl._cli.main(["plot", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "profdsl plot profiles -o stages.png" in out
@@ -309,7 +309,7 @@ def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_importing_profdsl_does_not_import_matplotlib() -> None:
     code = (
-        "import sys, profdsl, profdsl.cli, profdsl.cli.plot; "
+        "import sys, profdsl, profdsl._cli, profdsl._cli.plot; "
         "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -356,7 +356,7 @@ def _legend_texts(figure: Any) -> list[str]:
 
 def _figure_of(argv: list[str]) -> Any:
     """The figure ``profdsl plot ARGV`` draws (the command's own parser and defaults)."""
-    args = profdsl.cli.build_parser().parse_args(["plot", *argv])
+    args = profdsl._cli.build_parser().parse_args(["plot", *argv])
     return plot.build_figure(_model(Path(args.folder)), args)
 
 
@@ -364,7 +364,7 @@ def test_one_stage_per_step_is_opened_a_level_by_default(nested: Path, tmp_path:
     """Each step of the role has one outermost stage: by default the bars show what ran inside
     it (its nested stages and its own self time), and the segments still add up to the stage."""
     out = tmp_path / "stages.png"
-    assert profdsl.cli.main(["plot", str(nested), "-o", str(out)]) == 0
+    assert profdsl._cli.main(["plot", str(nested), "-o", str(out)]) == 0
     _assert_picture(out)
     figure = _figure_of([str(nested), "-o", str(out)])
     assert set(_legend_texts(figure)) == {"train_step/generate", "train_step/update", "train_step (self)"}
@@ -383,7 +383,7 @@ def test_depth_on_the_timeline_draws_nested_regions(nested: Path, tmp_path: Path
     """--depth 2 --timeline draws the nested regions inside their parent (one bar per region up
     to that depth); --depth 1 only the outermost."""
     out = tmp_path / "timeline.png"
-    assert profdsl.cli.main(["plot", str(nested), "-o", str(out), "--timeline", "--depth", "2"]) == 0
+    assert profdsl._cli.main(["plot", str(nested), "-o", str(out), "--timeline", "--depth", "2"]) == 0
     _assert_picture(out)
     deep = _figure_of([str(nested), "-o", str(out), "--timeline", "--depth", "2"])
     shallow = _figure_of([str(nested), "-o", str(out), "--timeline", "--depth", "1"])
@@ -421,5 +421,5 @@ def test_the_timeline_marks_each_steps_whole_span(nested: Path, tmp_path: Path) 
 
 def test_depth_must_be_positive(nested: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        profdsl.cli.main(["plot", str(nested), "-o", str(tmp_path / "x.png"), "--depth", "0"])
+        profdsl._cli.main(["plot", str(nested), "-o", str(tmp_path / "x.png"), "--depth", "0"])
     assert exit_info.value.code == 2

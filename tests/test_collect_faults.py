@@ -23,11 +23,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profdsl import FinishHook, Profiler, ProfilerConfig, RolloutOptions, TorchOptions, profile_stage, rollout_window
-from profdsl.collect import relocate
-from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record
+from profdsl.collect import _relocate as relocate
+from profdsl.collect._manifest import MANIFEST_NAME, append_record, make_record
 from profdsl.manifest import read_manifest
+from profdsl.rollout import _run as rollout_run
 from profdsl.rollout import rollout_trace_dir
-from profdsl.rollout import run as rollout_run
 from profdsl.rollout.vllm import VllmEngine, vllm_launch
 
 from .fake_engines import FakeVllmLLM
@@ -244,7 +244,7 @@ def nsys_records(tmp_path: Path) -> list[tuple[str, str | None]]:
 @pytest.fixture
 def short_nsys_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """The final passes wait 0.3 s (not 30 s) for reports still converting."""
-    from profdsl.runtime import step_events
+    from profdsl._runtime import step_events
 
     monkeypatch.setattr(step_events, "NSYS_FINAL_WAIT_S", 0.3)
 

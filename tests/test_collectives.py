@@ -1,4 +1,4 @@
-"""Culprit, not victim (``profdsl.analysis.collectives``, ``profdsl summary --stragglers``): the
+"""Culprit, not victim (``profdsl.analysis._collectives``, ``profdsl summary --stragglers``): the
 rule against arrival times where one clock holds them, matching and blame by hand, a hand-made
 folder, and a real gloo group of 4 processes in which rank 2 is late inside ``update_actor``."""
 
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profdsl.analysis.collectives import NO_STAGE, Arrival, Match, _stage_at, blame, match
-from profdsl.analysis.model import Span
-from profdsl.cli.stragglers_view import NOTHING_TRACED
-from profdsl.collect.manifest import append_record, make_record
+from profdsl._cli.stragglers_view import NOTHING_TRACED
+from profdsl.analysis._collectives import NO_STAGE, Arrival, Match, _stage_at, blame, match
+from profdsl.analysis._model import Span
+from profdsl.collect._manifest import append_record, make_record
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).with_name("collective_worker.py")

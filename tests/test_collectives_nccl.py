@@ -32,9 +32,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profdsl.analysis.collectives import Arrival, blame, match
-from profdsl.analysis.nccl import op_name
-from profdsl.collect.manifest import append_record, make_record
+from profdsl.analysis._collectives import Arrival, blame, match
+from profdsl.analysis._nccl import op_name
+from profdsl.collect._manifest import append_record, make_record
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"

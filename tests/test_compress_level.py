@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import ConfigError, Profiler, ProfilerConfig, TorchOptions, profile_stage
-from profdsl.collect.export import TraceLabel
-from profdsl.collect.manifest import MANIFEST_NAME
-from profdsl.collect.tracefile import BLOCK, COMPRESS_LEVEL, InvalidTraceError, check_size, compress_trace
-from profdsl.core.naming import JSON_TRACE_SUFFIXES, PLAIN_TRACE_EXT, TRACE_EXT
+from profdsl.collect._export import TraceLabel
+from profdsl.collect._manifest import MANIFEST_NAME
+from profdsl.collect._tracefile import BLOCK, COMPRESS_LEVEL, InvalidTraceError, check_size, compress_trace
+from profdsl.core._naming import JSON_TRACE_SUFFIXES, PLAIN_TRACE_EXT, TRACE_EXT
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
 
@@ -235,10 +235,10 @@ class TestProfiledStep:
         assert (record["status"], record["path"], record["bytes"]) == ("ok", path.name, os.path.getsize(path))
 
         capsys.readouterr()
-        assert profdsl.cli.main(["ls", str(out), "--json"]) == 0
+        assert profdsl._cli.main(["ls", str(out), "--json"]) == 0
         assert [r["path"] for r in json.loads(capsys.readouterr().out)] == [path.name]
-        assert profdsl.cli.main(["check", str(out)]) == 0
+        assert profdsl._cli.main(["check", str(out)]) == 0
         capsys.readouterr()
-        assert profdsl.cli.main(["summary", str(out), "--json"]) == 0
+        assert profdsl._cli.main(["summary", str(out), "--json"]) == 0
         rows = json.loads(capsys.readouterr().out)
         assert {(r["role"], r["stage"], r["step"], r["rank"]) for r in rows} >= {("actor", "update_actor", 1, 0)}

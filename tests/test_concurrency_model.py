@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from profdsl import FinishHook, Metrics, Profiler, profile_stage
-from profdsl.collect import manifest
+from profdsl.collect import _manifest as manifest
 from profdsl.manifest import read_manifest
 
 from .profiling import config, hooks, records, torch_profiler_running, work
@@ -211,7 +211,7 @@ def test_fork_while_an_append_holds_the_manifest_lock(tmp_path: Path, monkeypatc
 
 SLOW_EXPORT = """
 import os, sys, time
-import profdsl.collect.export as export_module
+import profdsl.collect._export as export_module
 from profdsl import FinishHook, Profiler, ProfilerConfig, TorchOptions, profile_stage
 
 save = sys.argv[1]
@@ -402,7 +402,7 @@ class TestOnStep:
 def test_blocked_ms_counts_the_last_steps_wait_for_its_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The last profiled step waits for its export before the (foreground) hook: that wait is
     the training thread's, and is in the trace's ``blocked_ms``."""
-    import profdsl.collect.export as export_module
+    import profdsl.collect._export as export_module
 
     real = export_module.compress_trace
 
@@ -463,7 +463,7 @@ class TestNsys:
         """A report recorded incomplete at the last step (its conversion outlasted the wait)
         and moved in later (at close) leaves a folder ``check`` passes: the move supersedes the
         loss."""
-        from profdsl.runtime import step_events
+        from profdsl._runtime import step_events
 
         monkeypatch.setattr(step_events, "NSYS_FINAL_WAIT_S", 0.5)
         save, reports = tmp_path / "save", tmp_path / "nsight"

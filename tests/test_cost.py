@@ -1,6 +1,6 @@
 """Profiling's own cost: each trace record's ``blocked_ms`` (the training thread blocked by
 the profiler session) and ``export_ms`` (the background export), summed per role and step by
-``profdsl.analysis.cost`` and shown by ``profdsl summary`` and the demo's closing report.
+``profdsl.analysis._cost`` and shown by ``profdsl summary`` and the demo's closing report.
 
 Folders are written by hand: real trace files the real runtime wrote, copied under the records a
 test needs, each record made with ``make_record`` / ``append_record`` and carrying the fields.
@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import profdsl.cli
-from profdsl.analysis.catalog import RecordError, from_record
-from profdsl.analysis.cost import step_costs
-from profdsl.cli.summary import ROW_FIELDS
-from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record, read_manifest
-from profdsl.config.parallel import DIMS
+import profdsl._cli
+from profdsl._cli.summary import ROW_FIELDS
+from profdsl.analysis._catalog import RecordError, from_record
+from profdsl.analysis._cost import step_costs
+from profdsl.collect._manifest import MANIFEST_NAME, append_record, make_record, read_manifest
+from profdsl.config._parallel import DIMS
 
 pytest.importorskip("torch")
 
@@ -43,7 +43,7 @@ def cli(*argv: str) -> Result:
     """``profdsl ARGV`` in-process, through the real entry point."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = profdsl.cli.main(list(argv))
+        code = profdsl._cli.main(list(argv))
     return Result(code, out.getvalue(), err.getvalue())
 
 
@@ -349,7 +349,7 @@ def test_any_json_in_a_cost_field_and_check_agrees(sources: list[Path], field: s
 
 
 def test_demo_report_shows_the_same_table(sources: list[Path], tmp_path: Path) -> None:
-    from profdsl.demo.report import cost_table
+    from profdsl._demo.report import cost_table
 
     folder = hand_folder(sources, tmp_path)
     lines = cost_table(str(folder))

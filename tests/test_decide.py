@@ -9,12 +9,12 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from profdsl._runtime.plan import resolve
 from profdsl.config import FinishHook, ProfilerConfig
-from profdsl.core.decide import decide
+from profdsl.core._decide import decide
+from profdsl.core._selection import Selection
+from profdsl.core._topology import GridLayout, Topology
 from profdsl.core.preview import preview
-from profdsl.core.selection import Selection
-from profdsl.core.topology import GridLayout, Topology
-from profdsl.runtime.plan import resolve
 
 SELECTORS = (
     None,

@@ -179,8 +179,8 @@ def test_the_slow_step_is_caught_on_a_slow_machine(
     for is 0.1 s: the demo still holds the slow step up enough to catch it."""
     import argparse
 
-    from profdsl import demo
-    from profdsl.demo import workers
+    from profdsl import _demo as demo
+    from profdsl._demo import workers
 
     real = workers.mini_batch_window
 

@@ -1,8 +1,8 @@
-"""The demo's always-on table (``profdsl.demo.metrics_table``)."""
+"""The demo's always-on table (``profdsl._demo.metrics_table``)."""
 
 from __future__ import annotations
 
-from profdsl.demo.metrics_table import HEADERS, MetricsLog
+from profdsl._demo.metrics_table import HEADERS, MetricsLog
 from profdsl.metrics import StageTiming, StepTimings
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from profdsl.analysis.culprits import NO_COLLECTIVE
-from profdsl.collect.manifest import append_record, make_record
+from profdsl.collect._manifest import append_record, make_record
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from profdsl import ConfigError, Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage
-from profdsl.capture.annotators import TorchAnnotator
-from profdsl.runtime.process import PROCESS
+from profdsl._capture.annotators import TorchAnnotator
+from profdsl._runtime.process import PROCESS
 
 from .traces import events, names, parsed, trace_files
 

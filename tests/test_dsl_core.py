@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import Metrics, Profiler, mini_batch_window, profile_stage, rollout_window
 from profdsl.integrations.verl import DistProfiler, DistProfilerExtension
 from profdsl.manifest import read_manifest
@@ -33,7 +33,7 @@ def summary_rows(folder: Path) -> list[dict[str, Any]]:
     """``profdsl summary FOLDER --json``, in-process."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert profdsl.cli.main(["summary", str(folder), "--json"]) == 0
+        assert profdsl._cli.main(["summary", str(folder), "--json"]) == 0
     return json.loads(out.getvalue())  # type: ignore[no-any-return]
 
 
@@ -255,7 +255,7 @@ class TestItem5InterleavedTasks:
         assert [(row["path"], row["count"], row.get("interleaved")) for row in rows] == [(["shared"], 200, True)]
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            profdsl.cli.main(["summary", str(tmp_path)])
+            profdsl._cli.main(["summary", str(tmp_path)])
         assert "shared (interleaved)" in out.getvalue()
 
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import Metrics, Profiler, mini_batch_window, profile_stage, rollout_window
-from profdsl.capture.annotators import TorchAnnotator
+from profdsl._capture.annotators import TorchAnnotator
 from profdsl.integrations.verl import DistProfiler
 
 from .fake_engines import CountingEngine as Engine
@@ -170,7 +170,7 @@ def cases() -> list[tuple[str, str]]:
 def summary_paths(folder: Path) -> dict[tuple[str, ...], int]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert profdsl.cli.main(["summary", str(folder), "--json"]) == 0
+        assert profdsl._cli.main(["summary", str(folder), "--json"]) == 0
     found: dict[tuple[str, ...], int] = {}
     for row in json.loads(out.getvalue()):
         found[tuple(row["path"])] = found.get(tuple(row["path"]), 0) + row["count"]

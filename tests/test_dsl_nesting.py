@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import Metrics, Profiler, mini_batch_window, profile_stage
 
 from .metrics_support import FakeClock, fake_clock
@@ -154,7 +154,7 @@ class Runner:
 def summary(folder: str) -> list[dict[str, Any]]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert profdsl.cli.main(["summary", folder, "--json"]) == 0
+        assert profdsl._cli.main(["summary", folder, "--json"]) == 0
     return json.loads(out.getvalue())  # type: ignore[no-any-return]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
 
 from .profiling import config, records, work
@@ -51,7 +51,7 @@ def test_no_window_is_said_recorded_and_checked(
     assert [r["step"] for r in empty] == [1, 2]
     assert all("recorded no window" in r["reason"] for r in empty)
     capsys.readouterr()
-    assert profdsl.cli.main(["check", str(folder)]) == 1
+    assert profdsl._cli.main(["check", str(folder)]) == 1
     out = capsys.readouterr().out
     assert out.count("recorded no window") == 2 and "all well" not in out
 
@@ -68,9 +68,9 @@ def test_a_schedule_that_records_is_quiet(tmp_path: Path, caplog: pytest.LogCapt
 def test_plan_warns_whatever_the_mini_batch_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "p.yaml"
     cfg.write_text("enable: true\nsteps: [1]\ndiscrete: true\ntorch:\n  schedule: {wait: 1, warmup: 1, active: 2}\n")
-    assert profdsl.cli.main(["plan", str(cfg), "--world-size", "1", "--mini-batches", "2"]) == 0
+    assert profdsl._cli.main(["plan", str(cfg), "--world-size", "1", "--mini-batches", "2"]) == 0
     out = capsys.readouterr().out
     assert "warning: over 2 mini-batches the schedule records no window" in out
-    assert profdsl.cli.main(["plan", str(cfg), "--world-size", "1"]) == 0  # the default count: the bound is still said
+    assert profdsl._cli.main(["plan", str(cfg), "--world-size", "1"]) == 0  # the default count: the bound is still said
     out = capsys.readouterr().out
     assert "warning: a stage of fewer than 3 mini-batches records no window under this schedule" in out

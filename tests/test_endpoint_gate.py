@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from profdsl import ConfigError, Metrics, OnDemand, Profiler
-from profdsl.metrics.prometheus import PrometheusExporter
+from profdsl.metrics._prometheus import PrometheusExporter
 
 from .profiling import config
 

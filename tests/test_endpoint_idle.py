@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from profdsl import Metrics, Profiler
-from profdsl.metrics import prometheus
-from profdsl.metrics.prometheus import PrometheusExporter
+from profdsl.metrics import _prometheus as prometheus
+from profdsl.metrics._prometheus import PrometheusExporter
 
 from .profiling import config
 

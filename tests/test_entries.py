@@ -171,7 +171,7 @@ class TestOutOfOrder:
     def test_generator_finished_on_another_thread(self, tmp_path: Path) -> None:
         """A generator's `with` block entered on one thread and left on another: the entry is
         closed there, and nothing stays open (the off path is back to one attribute check)."""
-        from profdsl.runtime.process import PROCESS
+        from profdsl._runtime.process import PROCESS
 
         def produce() -> Any:
             with profile_stage("produce"):
@@ -189,7 +189,7 @@ class TestOutOfOrder:
         """A decorated generator stage whose body holds a `with` across its yields: after each
         call the caller's stack is as it was (entries keep their identity when removed out of
         order)."""
-        from profdsl.runtime import context
+        from profdsl._runtime import context
 
         inner = profile_stage("inner")
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from profdsl.collect.manifest import read_manifest
+from profdsl.collect._manifest import read_manifest
 
 #: Left out of the quick pass (python -m pytest -m "not slow"); see setup.cfg.
 pytestmark = pytest.mark.slow
 
 PRELUDE = """
 import os, sys, time
-import profdsl.collect.export as export_module
+import profdsl.collect._export as export_module
 from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
 from profdsl.config import FinishHook
 save = sys.argv[1]

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-import profdsl.cli
-from profdsl.analysis.reader import header
-from profdsl.collect.export import TraceLabel, finish, pending_trace
-from profdsl.collect.manifest import MANIFEST_NAME
+import profdsl._cli
+from profdsl.analysis._reader import header
+from profdsl.collect._export import TraceLabel, finish, pending_trace
+from profdsl.collect._manifest import MANIFEST_NAME
 from profdsl.manifest import read_manifest
 
 from .traces import load, names, trace_files
@@ -125,7 +125,7 @@ class TestExportTrace:
         assert os.listdir(tmp_path) == [MANIFEST_NAME]
         # no path to a file that does not exist: the name it would have had is apart
         assert record["path"] is None and record["intended"].endswith(".pt.trace.json.gz")
-        assert profdsl.cli.main(["check", str(tmp_path)]) == 1  # the loss, named once
+        assert profdsl._cli.main(["check", str(tmp_path)]) == 1  # the loss, named once
 
     def test_an_export_that_writes_nothing(self, tmp_path: Path) -> None:
         """An export that returns without writing the file is a failure."""
@@ -149,7 +149,7 @@ class TestExportTrace:
     def test_compressed_file_is_checked_on_disk(self, tmp_path: Path) -> None:
         """The check of a written gzip file: a file cut short, or whose trailer does not match
         what was compressed, is refused."""
-        from profdsl.collect.tracefile import InvalidTraceError, check_written
+        from profdsl.collect._tracefile import InvalidTraceError, check_written
 
         data = b'{"traceEvents": []}'
         packed = gzip.compress(data)

@@ -12,13 +12,13 @@ import attrs
 import pytest
 
 from profdsl import ConfigError, ProfilerConfig, TorchOptions
-from profdsl.collect import export as export_module
-from profdsl.collect.export import ExportPolicy, PendingTrace, TraceLabel
-from profdsl.collect.manifest import read_manifest
-from profdsl.runtime.writer.hook import HookJob, HookPlan
-from profdsl.runtime.writer.jobs import ExportJob
-from profdsl.runtime.writer.rounds import HookRounds
-from profdsl.runtime.writer.writer import Writer
+from profdsl._runtime.writer.hook import HookJob, HookPlan
+from profdsl._runtime.writer.jobs import ExportJob
+from profdsl._runtime.writer.rounds import HookRounds
+from profdsl._runtime.writer.writer import Writer
+from profdsl.collect import _export as export_module
+from profdsl.collect._export import ExportPolicy, PendingTrace, TraceLabel
+from profdsl.collect._manifest import read_manifest
 
 
 class Member:

@@ -25,7 +25,7 @@ def test_full_disk_during_export(
 ) -> None:
     """ENOSPC while writing a trace: one log line, the stage's result is intact, the loss is
     recorded in the manifest, no temporary or empty file is left behind."""
-    import profdsl.collect.export as export
+    import profdsl.collect._export as export
 
     real_replace = os.replace
 

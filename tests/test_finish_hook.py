@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from profdsl import FinishHook, Profiler, ProfilerConfig, profile_stage
-from profdsl.collect import finish_hook
-from profdsl.runtime.process import PROCESS
+from profdsl._runtime.process import PROCESS
+from profdsl.collect import _finish_hook as finish_hook
 
 from .profiling import config, hooks
 from .traces import trace_files

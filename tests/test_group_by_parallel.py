@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from profdsl import Profiler, profile_stage
-from profdsl.analysis.catalog import catalog
-from profdsl.analysis.load import load_model
+from profdsl.analysis._catalog import catalog
+from profdsl.analysis._load import load_model
 
 from .profiling import config, work
 
@@ -83,7 +83,7 @@ def test_summary_groups_by_tp(folder: Path) -> None:
 
 
 def test_plot_groups_and_labels_bars_by_coordinates(folder: Path, tmp_path: Path) -> None:
-    from profdsl.cli import plot
+    from profdsl._cli import plot
 
     model = load_model(folder, catalog(folder).artifacts, [])
     groups = plot.bar_groups(model, ("pp", "tp"))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import FinishHook, Profiler, profile_stage
-from profdsl.collect import finish_hook
-from profdsl.collect.hook_output import OUTPUT_MAX_CHARS, OUTPUT_MAX_LINES
+from profdsl.collect import _finish_hook as finish_hook
+from profdsl.collect._hook_output import OUTPUT_MAX_CHARS, OUTPUT_MAX_LINES
 from profdsl.records.manifest import HookRecord
 
 from .profiling import config, hooks
@@ -47,7 +47,7 @@ def test_the_failure_line_and_record_carry_the_command_s_stderr(
 def test_check_names_the_last_output_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_hook(tmp_path, 'echo "uploading"; ' + CREDENTIALS)
     capsys.readouterr()
-    assert profdsl.cli.main(["check", str(tmp_path)]) == 1
+    assert profdsl._cli.main(["check", str(tmp_path)]) == 1
     [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
     assert "hook failed" in line and "exit code 1" in line and "Unable to locate credentials" in line
 

@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profdsl import FinishHook, Profiler, profile_stage
-from profdsl.collect import finish_hook
-from profdsl.runtime.writer.hook import HookPlan
+from profdsl._runtime.writer.hook import HookPlan
+from profdsl.collect import _finish_hook as finish_hook
 
 from .profiling import config, hooks
 

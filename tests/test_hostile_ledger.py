@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from profdsl.collect.manifest import append_record, make_record
+from profdsl.collect._manifest import append_record, make_record
 from profdsl.collect.metrics_log import log_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -338,8 +338,8 @@ def test_plot_ledger_draws_a_zero_step_and_any_role(tmp_path: Path, line: dict[s
 def test_plot_ledger_draws_buckets_it_does_not_know_and_says_so(tmp_path: Path) -> None:
     """A bucket the files name that this profdsl does not know still adds up to the wall time:
     its bar part is drawn (as ``unknown``) and the command names it, escaped."""
-    from profdsl.analysis.ledger import load_ledger
-    from profdsl.cli.ledger_plot import UNKNOWN, ledger_bars
+    from profdsl._cli.ledger_plot import UNKNOWN, ledger_bars
+    from profdsl.analysis._ledger import load_ledger
 
     (tmp_path / "in").mkdir()
     odd = f"made{ESC}up"

@@ -28,8 +28,8 @@ from profdsl import (
     profile_stage,
     rollout_window,
 )
-from profdsl.cli import main as cli_main
-from profdsl.core.naming import MAX_INDEX, MAX_NAME_BYTES
+from profdsl._cli import main as cli_main
+from profdsl.core._naming import MAX_INDEX, MAX_NAME_BYTES
 from profdsl.core.preview import preview
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
@@ -276,7 +276,7 @@ class TestWideNames:
 
     @pytest.mark.parametrize("field", ["step", "part", "replica"])
     def test_beyond_wide_is_refused(self, field: str) -> None:
-        from profdsl.core import naming
+        from profdsl.core import _naming as naming
 
         assert naming.MAX_WIDE_INDEX == MAX_WIDE_INDEX
         with pytest.raises(ConfigError, match=f"TraceName.{field}"):
@@ -349,7 +349,7 @@ class TestRefusedAtConstruction:
                 RolloutOptions(**{field: 1e300})
 
     def test_replica_world_size_that_names_cannot_hold(self) -> None:
-        from profdsl.config.checks import MAX_WIDE_INDEX
+        from profdsl.config._checks import MAX_WIDE_INDEX
 
         engines = [object(), object()]
         rollout_window(engines, replica_world_size=MAX_WIDE_INDEX // 2)
@@ -367,7 +367,7 @@ class TestRefusedAtConstruction:
 
     def test_longest_hook_timeout_closes(self, tmp_path: Path) -> None:
         """The largest timeout accepted works end to end: a background hook, then close()."""
-        from profdsl.config.checks import MAX_SECONDS
+        from profdsl.config._checks import MAX_SECONDS
 
         hook = FinishHook(cmd='touch "$PROFDSL_SAVE_PATH/../hook-ran"', timeout_s=MAX_SECONDS, background=True)
         profiler = Profiler(config(tmp_path / "p", finish_hook=hook), role="actor", rank=0, world_size=1)

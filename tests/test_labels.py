@@ -3,7 +3,7 @@
 torch's chrome-trace export escapes nothing: a ``"`` in a ``record_function`` name is written raw,
 ``\\`` becomes ``/``, non-ASCII and control characters become ``unknown``, and
 ``add_metadata_json`` rewrites every ``\\`` to ``/``. profdsl therefore percent-encodes the
-region names it gives torch (:mod:`profdsl.core.labels`) and writes its metadata itself.
+region names it gives torch (:mod:`profdsl.core._labels`) and writes its metadata itself.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
-from profdsl.core.labels import decode, encode
+from profdsl.core._labels import decode, encode
 from profdsl.manifest import read_manifest
 
 from .profiling import config, work
@@ -169,7 +169,7 @@ def test_any_mini_batch_label_is_found(base: str, other: str, index: int) -> Non
     when the base ends in digits or in an escape such as ``%A9`` (``é``); when another base could
     have written the same name (``mb`` + ``12``, ``mb1`` + ``2``), under one of the two, with the
     index that base gives."""
-    from profdsl.analysis.regions import RegionNames
+    from profdsl.analysis._regions import RegionNames
 
     name = encode(base) + str(index)
     could = {
@@ -220,9 +220,9 @@ class TestAnalysis:
 
     def test_plot_bars(self, folder: Path) -> None:
         """plot's bars name their (outermost) stages exactly."""
-        from profdsl.analysis.catalog import catalog
-        from profdsl.analysis.load import load_model
-        from profdsl.cli import plot
+        from profdsl._cli import plot
+        from profdsl.analysis._catalog import catalog
+        from profdsl.analysis._load import load_model
 
         bars = plot.bar_totals(load_model(folder, catalog(folder).artifacts, []))
         assert {stage for stages in bars.values() for stage in stages} == {"générer", 'a"b', "50%", "train"}

@@ -47,7 +47,7 @@ def holds_the_stage(events: Path, stage: str = "update_actor") -> bool:
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """Compression waits until the test opens the gate (a slow disk); opened at the end in
     any case, so that no writer thread is left waiting."""
-    import profdsl.collect.export as export_module
+    import profdsl.collect._export as export_module
 
     real = export_module.compress_trace
     opened = threading.Event()
@@ -132,7 +132,7 @@ def test_a_foreground_hook_still_waits_for_the_whole_trace(tmp_path: Path, gate:
 def test_blocked_ms_counts_the_wait_for_the_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The step's wait for torch's events is the training thread's, and is in the trace's
     ``blocked_ms``, as is close()'s wait for the rest."""
-    import profdsl.capture.torch_traces as torch_traces
+    import profdsl._capture.torch_traces as torch_traces
 
     real = torch_traces._write_events
 
@@ -171,7 +171,7 @@ def test_a_mid_run_step_still_does_not_wait(tmp_path: Path, gate: threading.Even
 
 PRELUDE = """
 import os, sys, threading
-import profdsl.collect.export as export_module
+import profdsl.collect._export as export_module
 from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
 save = sys.argv[1]
 gate = threading.Event()

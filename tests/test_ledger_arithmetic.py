@@ -1,4 +1,4 @@
-"""The step ledger's arithmetic (``profdsl.core.ledger``, ``core.intervals``, ``core.kinds``)
+"""The step ledger's arithmetic (``profdsl.core._ledger``, ``core.intervals``, ``core.kinds``)
 against an independent oracle: integer ticks, each assigned to a bucket by brute force."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profdsl.core import intervals
-from profdsl.core.kinds import STAGE_KINDS, kind_of
-from profdsl.core.ledger import OUTSIDE, OVERHEAD, Stage, split
+from profdsl.core import _intervals as intervals
+from profdsl.core._kinds import STAGE_KINDS, kind_of
+from profdsl.core._ledger import OUTSIDE, OVERHEAD, Stage, split
 
 KINDS = ("generation", "update", "inference", "custom")
 

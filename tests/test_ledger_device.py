@@ -19,14 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profdsl import Metrics, Profiler, ProfilerConfig, profile_stage
-from profdsl.analysis.catalog import catalog
-from profdsl.analysis.ledger import load_ledger
-from profdsl.cli.ledger_view import ledger_text
+from profdsl._cli.ledger_view import ledger_text
+from profdsl.analysis._catalog import catalog
+from profdsl.analysis._ledger import load_ledger
 from profdsl.collect.metrics_log import read_log
-from profdsl.core.kinds import STAGE_KINDS, kind_of
-from profdsl.metrics import NAMES, device, tree
-from profdsl.metrics.device import CudaEvents, DeviceTimes
-from profdsl.metrics.tree import Node, Paths, Root
+from profdsl.core._kinds import STAGE_KINDS, kind_of
+from profdsl.metrics import NAMES
+from profdsl.metrics import _device as device
+from profdsl.metrics import _tree as tree
+from profdsl.metrics._device import CudaEvents, DeviceTimes
+from profdsl.metrics._tree import Node, Paths, Root
 
 from .cuda_fake import FakeCuda
 from .metrics_support import FakeClock, fake_clock, totals
@@ -320,7 +322,7 @@ def test_the_device_split_equals_the_tick_oracle(schedule: list[Scheduled]) -> N
 def test_a_traced_step_takes_its_device_split_and_engine_waits_from_the_metrics_log(tmp_path: Path) -> None:
     """A traced step's ledger comes from its trace; its device split and the seconds it waited
     on rollout engines' profilers come from its metrics log line (the waits go to overhead)."""
-    from profdsl.collect.manifest import append_record, make_record
+    from profdsl.collect._manifest import append_record, make_record
     from profdsl.collect.metrics_log import log_name
     from profdsl.records import MetricsLine, to_json
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from profdsl import Metrics, Profiler, rollout_window
-from profdsl.analysis.catalog import catalog
-from profdsl.analysis.ledger import load_ledger
+from profdsl.analysis._catalog import catalog
+from profdsl.analysis._ledger import load_ledger
 from profdsl.collect.metrics_log import read_log
 
 from .profiling import config

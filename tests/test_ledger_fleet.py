@@ -1,4 +1,4 @@
-"""The step ledger across groups (``profdsl.analysis.fleet``) and from the metrics log
+"""The step ledger across groups (``profdsl.analysis._fleet``) and from the metrics log
 (``profdsl summary --ledger`` for steps no trace splits): the idle-time arithmetic against a
 tick oracle, and a metrics log with a known answer."""
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profdsl.analysis.fleet import RankLedger, fleet, from_metrics
-from profdsl.analysis.ledger import load_ledger
+from profdsl.analysis._fleet import RankLedger, fleet, from_metrics
+from profdsl.analysis._ledger import load_ledger
 from profdsl.collect.metrics_log import log_name
 from profdsl.records import MetricsLine, to_json
 
@@ -80,7 +80,7 @@ def test_idle_times_equal_the_tick_oracle(case: list[tuple[str, int, list[tuple[
         for a, b, kind in stages:
             work.setdefault(kind, []).append((a, b))
         busy = sorted({(a, b) for a, b, _ in stages})
-        from profdsl.core import intervals
+        from profdsl.core import _intervals as intervals
 
         ranks.append(RankLedger(group, 1, rank, (group, None), None, None, intervals.union(busy), work=work))
     groups, spans = fleet(ranks)
@@ -222,7 +222,7 @@ def test_plot_ledger_draws_every_step_of_a_metrics_log(logged: Path, tmp_path: P
     """``plot --ledger`` on a folder of metrics logs only: a PNG; its bars are the ranks' mean
     buckets per role and step, each from its source; ``--timeline`` is refused beside it."""
     pytest.importorskip("matplotlib")
-    from profdsl.cli.ledger_plot import ledger_bars
+    from profdsl._cli.ledger_plot import ledger_bars
 
     bars = {
         (role, step): (source, means) for role, step, source, means in ledger_bars(load_ledger(str(logged), [], []))

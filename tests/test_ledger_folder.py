@@ -1,4 +1,4 @@
-"""The step ledger of a folder (``profdsl.analysis.ledger``, ``profdsl summary --ledger``): a
+"""The step ledger of a folder (``profdsl.analysis._ledger``, ``profdsl summary --ledger``): a
 hand-made folder whose buckets and idle times are worked out by hand, and the demo's output,
 whose roles run one after another."""
 
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from profdsl.analysis.catalog import catalog
-from profdsl.analysis.ledger import NO_WALL, load_ledger
-from profdsl.collect.manifest import append_record, make_record
+from profdsl.analysis._catalog import catalog
+from profdsl.analysis._ledger import NO_WALL, load_ledger
+from profdsl.collect._manifest import append_record, make_record
 from profdsl.collect.metrics_log import log_name
-from profdsl.core.ledger import OUTSIDE, OVERHEAD
+from profdsl.core._ledger import OUTSIDE, OVERHEAD
 from profdsl.records import MetricsLine, to_json
 
 #: Every trace of the fixture shares this clock origin; event times are whole microseconds.

@@ -1,4 +1,4 @@
-"""Every timed step's ledger from the always-on metrics (``profdsl.metrics.ledger``), and
+"""Every timed step's ledger from the always-on metrics (``profdsl.metrics._ledger``), and
 ``profile_stage(kind=...)``: the DSL's entries, run in several contexts at once through the real
 profiler, against an independent tick oracle; the flat keys, the metrics log's lines, the
 bound on kept stretches, profiling's waits, and the kinds written into a trace."""
@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from profdsl import Metrics, Profiler, ProfilerConfig, mini_batch_window, profile_stage, rollout_window
 from profdsl.collect.metrics_log import read_log
-from profdsl.core.kinds import STAGE_KINDS, kind_of
+from profdsl.core._kinds import STAGE_KINDS, kind_of
 from profdsl.errors import ConfigError
-from profdsl.metrics import NAMES, tree
+from profdsl.metrics import NAMES
+from profdsl.metrics import _tree as tree
 
 from .metrics_support import FakeClock, metered, totals
 from .profiling import config
@@ -261,7 +262,7 @@ def test_a_discrete_stage_capture_is_the_steps_overhead(tmp_path: Path) -> None:
     assert timings is not None and timings.ledger is not None
     assert timings.ledger["overhead"] > 0 and timings.ledger["reward"] > 0
     assert sum(round(v * 1e9) for v in timings.ledger.values()) == round(timings.wall_s * 1e9)
-    from profdsl.analysis.reader import header
+    from profdsl.analysis._reader import header
 
     (trace,) = trace_files(tmp_path)
     meta = header(trace)["profdsl"]
@@ -281,7 +282,7 @@ def test_a_continuous_trace_lists_declared_kinds_only(tmp_path: Path) -> None:
                     pass
             with profile_stage("update_actor"):
                 pass
-    from profdsl.analysis.reader import header
+    from profdsl.analysis._reader import header
 
     (trace,) = trace_files(tmp_path)
     kinds = header(trace)["profdsl"]["regions"]["kinds"]

@@ -2,7 +2,7 @@
 bar, and the demo's closing report names it (``docs/ledger.md``, "Device time on CUDA").
 
 The metrics log lines carry ``ledger_device`` as the recorder writes it
-(``profdsl.runtime.metrics_log``: ``StepTimings.ledger_device``, seconds per kind and
+(``profdsl._runtime.metrics_log``: ``StepTimings.ledger_device``, seconds per kind and
 ``outside``), the form ``tests/test_ledger_device.py`` makes with a fake CUDA device."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from profdsl.analysis.ledger import load_ledger
+from profdsl.analysis._ledger import load_ledger
 from profdsl.collect.metrics_log import log_name
 from profdsl.records import MetricsLine, to_json
 
@@ -48,7 +48,7 @@ def logged(tmp_path: Path) -> Path:
 
 
 def test_device_bars_are_the_mean_of_the_ranks_with_a_device_split(logged: Path) -> None:
-    from profdsl.cli.ledger_plot import device_bars
+    from profdsl._cli.ledger_plot import device_bars
 
     bars = device_bars(load_ledger(str(logged), [], []))
     assert set(bars) == {("actor", 1), ("actor", 2)}  # the critic has none
@@ -63,7 +63,7 @@ def test_plot_ledger_draws_a_thin_device_bar_beside_each_step_that_has_one(logge
     import matplotlib
 
     matplotlib.use("Agg")
-    from profdsl.cli.ledger_plot import DEVICE_WIDTH, ledger_figure
+    from profdsl._cli.ledger_plot import DEVICE_WIDTH, ledger_figure
 
     figure = ledger_figure(load_ledger(str(logged), [], []), "run")
     assert figure is not None
@@ -97,7 +97,7 @@ def test_the_demos_report_names_the_device_split_when_the_steps_have_one() -> No
     """The closing report's ledger, from step timings as the demo's metrics log reads them: with a
     device split, a table under the wall-time one of each step's device span, per kind, outside
     and its share (the mean over the ranks with one); on CPU (none), no such lines."""
-    from profdsl.demo.ledger_table import DEVICE_TITLE, ledger_lines
+    from profdsl._demo.ledger_table import DEVICE_TITLE, ledger_lines
 
     cpu = [_timings(0, 1, None), _timings(1, 1, None)]
     plain = ledger_lines(cpu)

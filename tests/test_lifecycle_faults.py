@@ -120,7 +120,7 @@ def test_close_ends_an_open_generator_stage(tmp_path: Path) -> None:
     result = run(
         tmp_path,
         """
-        from profdsl.runtime.process import PROCESS
+        from profdsl._runtime.process import PROCESS
         p = Profiler(cfg(discrete=True), role="actor", rank=0, world_size=1)
         @profile_stage("generate")
         def gen():
@@ -175,7 +175,7 @@ def hook_config(tmp_path: Path, **kwargs: Any) -> Any:
 def hook_then_traces(tmp_path: Path) -> tuple[list[str], list[str]]:
     """The trace files the hook saw, and those that exist now (once the traces being written
     in the background, and a hook due after them, are done)."""
-    from profdsl.runtime.process import PROCESS
+    from profdsl._runtime.process import PROCESS
 
     assert PROCESS.writer.wait(timeout=120)
     assert all(job.wait(timeout=120) for job in PROCESS.rounds.unfinished())
@@ -419,7 +419,7 @@ def test_close_from_another_thread_ends_the_session_at_the_owners_next_call(tmp_
         closer.join(60)
     profiler.start(2)  # the owner's next call (ignored: closed) ends the session
     assert not torch_profiler_running()
-    from profdsl.runtime.process import PROCESS
+    from profdsl._runtime.process import PROCESS
 
     assert PROCESS.writer.wait(timeout=120)  # its trace is written in the background
     assert len(traces_ok(tmp_path)) == 1
@@ -456,7 +456,7 @@ def test_ctrl_c_while_close_waits_for_the_hook(tmp_path: Path) -> None:
 def test_interrupt_in_the_hook_event_leaves_the_hook_owed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C at the last step's boundary, before the hook event: the hook stays owed, and
     ``close()`` runs it after the trace."""
-    from profdsl.runtime.slot.slot import CaptureSlot
+    from profdsl._runtime.slot.slot import CaptureSlot
 
     real = CaptureSlot.release
 
@@ -521,7 +521,7 @@ def test_hook_after_a_recreated_profiler_names_every_profiled_step(tmp_path: Pat
     for step in (2, 3):
         with second.step(step), profile_stage("s"):
             work()
-    from profdsl.runtime.process import PROCESS
+    from profdsl._runtime.process import PROCESS
 
     assert PROCESS.writer.wait(timeout=120)
     assert (tmp_path / "steps.out").read_text().split() == ["1,2,3"]
@@ -590,7 +590,7 @@ def test_stage_while_another_roles_capture_holds_the_slot(tmp_path: Path) -> Non
     missed = [r for r in records(tmp_path) if r["status"] == "incomplete"]
     assert [(r["role"], r["stage"]) for r in missed] == [("ref", "compute_ref")]
     assert "update_actor" in missed[0]["reason"] and "all_threads" not in missed[0]["reason"]
-    from profdsl.analysis.reader import header
+    from profdsl.analysis._reader import header
 
     actor_trace = [r for r in traces_ok(tmp_path) if r["role"] == "actor"][0]
     regions = header(tmp_path / actor_trace["path"])["profdsl"]["regions"]

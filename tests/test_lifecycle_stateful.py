@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from profdsl import Profiler, ProfilerConfig, TorchOptions, profile_stage
-from profdsl.runtime.process import PROCESS
-from profdsl.runtime.profiler import State
+from profdsl._runtime.process import PROCESS
+from profdsl._runtime.profiler import State
 from profdsl.testing import reset as reset_for_tests
 
 from .traces import parsed

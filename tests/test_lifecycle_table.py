@@ -1,4 +1,4 @@
-"""The Profiler's lifecycle table (profdsl/runtime/lifecycle.py): a row for every call from
+"""The Profiler's lifecycle table (profdsl/_runtime/lifecycle.py): a row for every call from
 every phase, and each row's outcome through the public API (its state, its step, what it logs,
 what it writes)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from profdsl import Profiler
-from profdsl.runtime.lifecycle import TABLE, Call, Phase, State
+from profdsl._runtime.lifecycle import TABLE, Call, Phase, State
 
 from .profiling import config
 from .traces import parsed

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
-from profdsl.capture import torch_args, torch_traces
-from profdsl.collect.export import ExportPolicy, TraceLabel, finish, pending_trace
-from profdsl.core.completeness import Expect
-from profdsl.runtime.process import PROCESS
+from profdsl._capture import torch_args, torch_traces
+from profdsl._runtime.process import PROCESS
+from profdsl.collect._export import ExportPolicy, TraceLabel, finish, pending_trace
+from profdsl.core._completeness import Expect
 
 from .profiling import config, records, work
 from .traces import names, parsed
@@ -35,7 +35,7 @@ torch = pytest.importorskip("torch")
 def check_fails(folder: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
     """``profdsl check``'s FAIL lines for ``folder`` (it must exit 1)."""
     capsys.readouterr()
-    assert profdsl.cli.main(["check", str(folder)]) == 1
+    assert profdsl._cli.main(["check", str(folder)]) == 1
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
 
 
@@ -253,7 +253,7 @@ class TestTorchValidation:
 
     def test_a_valid_training_trace_passes(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         self.backward_trace(tmp_path)
-        assert profdsl.cli.main(["check", str(tmp_path)]) == 0
+        assert profdsl._cli.main(["check", str(tmp_path)]) == 0
 
     def test_a_violation_is_named(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """Two different backward ops given one sequence number (torch's rule

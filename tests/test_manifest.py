@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from profdsl.collect.manifest import MANIFEST_NAME, RECORD_KEYS, append_record, make_record
+from profdsl.collect._manifest import MANIFEST_NAME, RECORD_KEYS, append_record, make_record
 from profdsl.manifest import read_manifest
 
 
@@ -78,7 +78,7 @@ class TestReadWrite:
         """Four processes appending 300 long records each: every line whole, none lost."""
         code = (
             "import sys\n"
-            "from profdsl.collect.manifest import append_record, make_record\n"
+            "from profdsl.collect._manifest import append_record, make_record\n"
             "w = int(sys.argv[2])\n"
             "for i in range(300):\n"
             "    assert append_record(sys.argv[1], make_record('trace', f'w{w}-{i}', note='x' * 5000))\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from profdsl.collect.manifest import append_record
+from profdsl.collect._manifest import append_record
 from profdsl.records.manifest import HookRecord
 
 from .profiling import profile_two_ranks

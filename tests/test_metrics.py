@@ -22,9 +22,9 @@ from profdsl import (
     profile_stage,
     rollout_window,
 )
+from profdsl._runtime import context
+from profdsl._runtime.process import PROCESS
 from profdsl.metrics import NAMES, StageTiming, StepTimings
-from profdsl.runtime import context
-from profdsl.runtime.process import PROCESS
 
 from .metrics_support import FakeClock, fake_clock, metered, totals
 from .profiling import config, in_forked_child, run_threads
@@ -531,7 +531,7 @@ class TestBounds:
 
     def test_steps_do_not_accumulate(self) -> None:
         """Each step's tree is garbage once the step is published: nothing grows per step."""
-        from profdsl.metrics.tree import Node, Root
+        from profdsl.metrics._tree import Node, Root
 
         def nodes() -> int:
             gc.collect()
@@ -576,7 +576,7 @@ class TestFaults:
         self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
     ) -> None:
         """A fault in the metrics' own code is logged once; the stage's result is unchanged."""
-        from profdsl.runtime import meter
+        from profdsl._runtime import meter
 
         def broken(*_: object) -> None:
             raise RuntimeError("metrics broke")

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from profdsl import Metrics, Profiler, ProfilerConfig, mini_batch_window, profile_stage
-from profdsl.metrics import device
-from profdsl.metrics.device import CudaEvents, DeviceTimes
-from profdsl.metrics.tree import Node, Paths, Root
+from profdsl.metrics import _device as device
+from profdsl.metrics._device import CudaEvents, DeviceTimes
+from profdsl.metrics._tree import Node, Paths, Root
 
 from .metrics_support import FakeClock, fake_clock
 

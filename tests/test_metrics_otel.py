@@ -90,8 +90,8 @@ def test_the_ledger_histograms() -> None:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from profdsl.metrics.otel import OtelExporter
-    from profdsl.metrics.timings import StepTimings
+    from profdsl.metrics._otel import OtelExporter
+    from profdsl.metrics._timings import StepTimings
 
     reader = InMemoryMetricReader()
     exporter = OtelExporter(rank_label=False, provider=MeterProvider(metric_readers=[reader]))

@@ -15,7 +15,7 @@ import pytest
 
 import profdsl.testing
 from profdsl import mini_batch_window, profile_stage
-from profdsl.metrics.prometheus import MAX_LABEL, PrometheusExporter, label_value
+from profdsl.metrics._prometheus import MAX_LABEL, PrometheusExporter, label_value
 
 from .metrics_support import FakeClock, fake_clock, metered
 
@@ -307,7 +307,7 @@ def test_the_step_ledger_gauges(clock: FakeClock) -> None:
         "outside",
     }
     assert value(families["profdsl_step_ledger_concurrent_seconds"], "", role="actor") == 0.0
-    from profdsl.metrics import tree
+    from profdsl.metrics import _tree as tree
 
     actor.start(2)
     for _ in range(tree.MAX_SPANS + 1):
@@ -324,8 +324,8 @@ def test_the_device_ledger_gauges(clock: FakeClock, monkeypatch: pytest.MonkeyPa
     """With device time (a fake CUDA device, ``tests/cuda_fake.py``), the last step's device
     split per bucket; a step without one (no stage ended in it) removes them."""
     pytest.importorskip("torch")  # the meter looks for device time only in a process that uses torch
-    from profdsl.metrics import device
-    from profdsl.metrics.device import CudaEvents
+    from profdsl.metrics import _device as device
+    from profdsl.metrics._device import CudaEvents
 
     from .cuda_fake import FakeCuda
 

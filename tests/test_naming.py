@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from profdsl.core.naming import (
+from profdsl.core._naming import (
     EXT_MAX_LEN,
     HOST_MAX_LEN,
     MAX_INDEX,

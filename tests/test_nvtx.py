@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from profdsl import Profiler, ProfilerConfig, TorchOptions, mini_batch_window, profile_stage
-from profdsl.capture.annotators import DOMAIN, role_color
+from profdsl._capture.annotators import DOMAIN, role_color
 
 from .traces import names, parsed
 

@@ -20,12 +20,12 @@ import attrs
 import pytest
 
 from profdsl import AutoCapture, FinishHook, Metrics, OnDemand, Profiler, profile_stage
-from profdsl.cli import main
+from profdsl._cli import main
+from profdsl._runtime.process import PROCESS, Process
+from profdsl.collect._requests import REQUESTS_DIR, write_request
 from profdsl.collect.metrics_log import log_files, read_log
-from profdsl.collect.requests import REQUESTS_DIR, write_request
-from profdsl.metrics.prometheus import PrometheusExporter
+from profdsl.metrics._prometheus import PrometheusExporter
 from profdsl.records.requests import CaptureRequest
-from profdsl.runtime.process import PROCESS, Process
 
 from .metrics_support import FakeClock, fake_clock
 from .profiling import config, records, work
@@ -180,7 +180,7 @@ class TestRequestFiles:
 
     def test_one_stat_per_step_when_nothing_changes(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Once the folder's timestamp is settled, a step costs one stat of it: no listing."""
-        from profdsl.collect import requests
+        from profdsl.collect import _requests as requests
 
         (tmp_path / REQUESTS_DIR).mkdir()
         past = time.time() - 10
@@ -411,7 +411,7 @@ class TestAuto:
     ) -> None:
         """The rolling-median check raises at every step: logged once; every step runs and is
         logged, nothing is traced."""
-        from profdsl.metrics.slow import SlowSteps
+        from profdsl.metrics._slow import SlowSteps
 
         def broken(self: SlowSteps, *args: Any, **kwargs: Any) -> None:
             raise ZeroDivisionError("median of nothing")
@@ -438,7 +438,7 @@ class TestAuto:
         """A worker's exporter fails to show the driver's straggler alerts (in-process, as the
         driver calls it): logged once; the steps run and their timings come back."""
         pytest.importorskip("prometheus_client")
-        from profdsl.metrics.slow import StragglerAlert
+        from profdsl.metrics._slow import StragglerAlert
         from profdsl.ray import ProfiledWorker
 
         def broken(self: PrometheusExporter, alert: Any) -> None:

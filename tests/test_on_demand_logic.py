@@ -12,11 +12,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from profdsl.analysis.diff import METHOD, Sample, compare
+from profdsl.analysis._diff import METHOD, Sample, compare
 from profdsl.config import AutoCapture, Stragglers
 from profdsl.core.step_plan import Event, StepPlan, StepTracker
 from profdsl.errors import ConfigError
-from profdsl.metrics.slow import SlowRanks, SlowSteps, StragglerWatch, watched
+from profdsl.metrics._slow import SlowRanks, SlowSteps, StragglerWatch, watched
 from profdsl.records.fields import RecordError, to_json
 from profdsl.records.requests import SOURCES, parse_request
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from profdsl import AutoCapture, Metrics, ProfilerConfig, Stragglers, TorchOptions
-from profdsl.collect.requests import write_request
+from profdsl.collect._requests import write_request
 from profdsl.manifest import read_manifest
 from profdsl.ray import RayStepProfiler
 from profdsl.records.requests import CaptureRequest

@@ -192,7 +192,7 @@ def test_verl_integration_imports_nothing_heavy() -> None:
     """``profdsl.integrations.verl`` (and the parallel discovery) import neither verl, torch,
     megatron nor omegaconf."""
     code = (
-        "import sys, profdsl.integrations.verl, profdsl.core.parallel_discovery\n"
+        "import sys, profdsl.integrations.verl, profdsl.core._parallel_discovery\n"
         "print(' '.join(m for m in ('verl', 'torch', 'megatron', 'omegaconf', 'yaml') if m in sys.modules))"
     )
     assert run_python(code).stdout.strip() == ""
@@ -219,10 +219,10 @@ def test_dsl_functions_are_short() -> None:
 
     root = Path(__file__).resolve().parents[1] / "profdsl"
     files = [
-        *(root / "dsl").glob("*.py"),
-        root / "rollout" / "window.py",
-        root / "runtime" / "context.py",
-        root / "integrations" / "verl" / "facade.py",
+        *(root / "_dsl").glob("*.py"),
+        root / "rollout" / "_window.py",
+        root / "_runtime" / "context.py",
+        root / "integrations" / "verl" / "_facade.py",
     ]
     long = [
         f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"  # type: ignore[operator]

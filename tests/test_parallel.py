@@ -17,14 +17,14 @@ import attrs
 import pytest
 
 from profdsl import Profiler, ProfilerConfig, profile_stage
-from profdsl.analysis.catalog import catalog
-from profdsl.collect.export import PendingTrace, TraceLabel
-from profdsl.collect.relocate import plan_nsys
-from profdsl.config.checks import MAX_WIDE_INDEX
-from profdsl.config.parallel import MAX_COORD, Parallel
-from profdsl.core.parallel_discovery import resolve_parallel
+from profdsl.analysis._catalog import catalog
+from profdsl.collect._export import PendingTrace, TraceLabel
+from profdsl.collect._relocate import plan_nsys
+from profdsl.config._checks import MAX_WIDE_INDEX
+from profdsl.config._parallel import MAX_COORD, Parallel
+from profdsl.core._parallel_discovery import resolve_parallel
+from profdsl.core._topology import GridLayout
 from profdsl.core.preview import preview
-from profdsl.core.topology import GridLayout
 from profdsl.errors import ConfigError
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from profdsl import Metrics, Profiler, ProfilerConfig
-from profdsl.collect import relocate
-from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record
+from profdsl.collect import _relocate as relocate
+from profdsl.collect._manifest import MANIFEST_NAME, append_record, make_record
+from profdsl.collect._requests import REQUESTS_DIR, new_id, write_request
 from profdsl.collect.metrics_log import append_line, log_name
-from profdsl.collect.requests import REQUESTS_DIR, new_id, write_request
-from profdsl.core.files import LINK, open_append
-from profdsl.core.log import COUNTED_IN_FULL
+from profdsl.core._files import LINK, open_append
+from profdsl.core._log import COUNTED_IN_FULL
 from profdsl.records.requests import CaptureRequest
 
 ORIGINAL = b"# a file outside save_path\n"
@@ -122,7 +122,7 @@ def test_appends_to_a_fifo_do_not_block(tmp_path: Path) -> None:
     done = _bounded(
         """
         import sys
-        from profdsl.collect.manifest import append_record, make_record
+        from profdsl.collect._manifest import append_record, make_record
         from profdsl.collect.metrics_log import append_line
         save = sys.argv[1]
         print(append_record(save, make_record("trace", "a.pt.trace.json.gz")))

@@ -1,4 +1,4 @@
-"""The process-state seam: one object (`profdsl.runtime.process.PROCESS`), one reset
+"""The process-state seam: one object (`profdsl._runtime.process.PROCESS`), one reset
 (`profdsl.testing.reset`), one after-fork rule; region names belong to the session that saw them."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 import profdsl.testing
 from profdsl import FinishHook, Metrics, Profiler, mini_batch_window, profile_stage
-from profdsl.core.log import once
-from profdsl.runtime.process import PROCESS, Process
+from profdsl._runtime.process import PROCESS, Process
+from profdsl.core._log import once
 
 from .profiling import config, in_forked_child, torch_profiler_running
 from .traces import parsed

@@ -26,12 +26,12 @@ from typing import Any
 import attrs
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
-from profdsl.analysis.catalog import RecordError, from_record
-from profdsl.collect import export as export_module
-from profdsl.collect.manifest import make_record, read_manifest
-from profdsl.runtime.writer.writer import Writer
+from profdsl._runtime.writer.writer import Writer
+from profdsl.analysis._catalog import RecordError, from_record
+from profdsl.collect import _export as export_module
+from profdsl.collect._manifest import make_record, read_manifest
 
 from .profiling import config, records, work
 from .test_exports import pending, submit
@@ -59,7 +59,7 @@ with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
 def cli(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = profdsl.cli.main(list(argv))
+        code = profdsl._cli.main(list(argv))
     return code, out.getvalue(), err.getvalue()
 
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from profdsl.core.ranks import RankInfo, discover_rank, is_hook_rank, is_rank_selected
+from profdsl.core._ranks import RankInfo, discover_rank, is_hook_rank, is_rank_selected
 from profdsl.errors import ConfigError
 from profdsl.ranks import local_rank_from_trace_name, replicas_for_ranks
 
@@ -145,10 +145,10 @@ class TestDiscoverRankTorchDistributed:
         assert discover_rank(environ={"LOCAL_RANK": "2"}) == RankInfo(6, 8, 2, "torch.distributed")
 
     def test_import_does_not_import_torch(self) -> None:
-        """Importing profdsl.core.ranks and calling discover_rank() leaves torch unimported."""
+        """Importing profdsl.core._ranks and calling discover_rank() leaves torch unimported."""
         code = (
-            "import sys, profdsl.core.ranks\n"
-            "info = profdsl.core.ranks.discover_rank()\n"
+            "import sys, profdsl.core._ranks\n"
+            "info = profdsl.core._ranks.discover_rank()\n"
             "assert info.source == 'default', info\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n"
         )

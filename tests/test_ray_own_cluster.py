@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def init_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 def test_the_demo_starts_its_own_local_cluster(tmp_path: Path, init_calls: list[dict[str, Any]]) -> None:
     pytest.importorskip("torch")
     with pytest.raises(_StopError):
-        profdsl.cli.main(["demo", "--out", str(tmp_path / "p"), "--ray"])
+        profdsl._cli.main(["demo", "--out", str(tmp_path / "p"), "--ray"])
     (call,) = init_calls
     assert call["address"] == "local" and call["num_cpus"] == 2 and not call["args"]
 

@@ -17,18 +17,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import records
-from profdsl.analysis import reader
-from profdsl.analysis.catalog import catalog
-from profdsl.collect.manifest import MANIFEST_NAME, append_record, read_manifest, read_records
-from profdsl.config.parallel import DIMS
+from profdsl.analysis import _reader as reader
+from profdsl.analysis._catalog import catalog
+from profdsl.collect._manifest import MANIFEST_NAME, append_record, read_manifest, read_records
+from profdsl.config._parallel import DIMS
+from profdsl.records._tables import field_tables
 from profdsl.records.fields import RecordError, to_json
 from profdsl.records.manifest import RECORD_CLASSES, RECORD_KEYS, STATUSES, Record, TraceRecord, parse_record
 from profdsl.records.meta import ExportMeta, Regions, TraceMeta, WindowNote, parse_meta, trace_header
 from profdsl.records.metrics_log import MetricsLine, StageLine
 from profdsl.records.requests import SOURCES, CaptureNote, CaptureRequest
-from profdsl.records.tables import field_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -243,10 +243,10 @@ def test_fields_of_a_newer_version_are_kept_and_shown(tmp_path: Path, capsys: py
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(newer) + "\n")
     (artifact,) = catalog(tmp_path).artifacts
     assert artifact.record is not None and artifact.record.unknown == {"gpu_model": "H200"}
-    assert profdsl.cli.main(["ls", str(tmp_path), "--json"]) == 0
+    assert profdsl._cli.main(["ls", str(tmp_path), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["gpu_model"] == "H200" and row["schema"] == 2
-    assert profdsl.cli.main(["ls", str(tmp_path)]) == 0
+    assert profdsl._cli.main(["ls", str(tmp_path)]) == 0
     assert "gpu_model (schema 2)" in capsys.readouterr().err
     # and a writer that read it writes it back whole
     again = tmp_path / "again"
@@ -298,28 +298,28 @@ def test_the_docs_page_is_the_schema() -> None:
 SCHEMA_MODULES = {f"records/{name}.py" for name in ("fields", "manifest", "meta", "requests", "metrics_log")}
 #: Modules whose string keys are another format that happens to share a word with the schema.
 OTHER_FORMATS = {
-    "analysis/cost.py": "summary --cost rows",
-    "analysis/model.py": "summary --json rows",
-    "analysis/ledger.py": "summary --ledger --json rows",
-    "analysis/collectives.py": "summary --stragglers --json rows",
-    "cli/stragglers_view.py": "summary --stragglers --json",
-    "cli/summary.py": "summary rows",
-    "cli/__init__.py": "the command table",
-    "cli/plan.py": "plan --json",
+    "analysis/_cost.py": "summary --cost rows",
+    "analysis/_model.py": "summary --json rows",
+    "analysis/_ledger.py": "summary --ledger --json rows",
+    "analysis/_collectives.py": "summary --stragglers --json rows",
+    "_cli/stragglers_view.py": "summary --stragglers --json",
+    "_cli/summary.py": "summary rows",
+    "_cli/__init__.py": "the command table",
+    "_cli/plan.py": "plan --json",
     "core/": "trace-name grammar, engine names, layouts",
     "integrations/verl/": "verl's own keys",
-    "metrics/otel.py": "OpenTelemetry attributes",
+    "metrics/_otel.py": "OpenTelemetry attributes",
 }
 #: (module, key) pairs that are not record or metadata keys.
 NOT_RECORD_KEYS = {
     ("analysis/merge.py", "pid"): "a Chrome event's pid",
-    ("analysis/hta.py", "pid"): "a Chrome event's pid",
-    ("analysis/nccl.py", "pid"): "a Chrome event's pid",
+    ("analysis/_hta.py", "pid"): "a Chrome event's pid",
+    ("analysis/_nccl.py", "pid"): "a Chrome event's pid",
     ("analysis/merge.py", "host"): "merge's alignment object",
     ("analysis/merge.py", "traces"): "merge's alignment object",
-    ("collect/relocate.py", "pid"): "a regular expression's group",
-    ("analysis/rewrite.py", "id"): "a Chrome flow event's id",
-    ("config/combine.py", "ranks"): "a ProfilerConfig field",
+    ("collect/_relocate.py", "pid"): "a regular expression's group",
+    ("analysis/_rewrite.py", "id"): "a Chrome flow event's id",
+    ("config/_combine.py", "ranks"): "a ProfilerConfig field",
     ("integrations/transformers/__init__.py", "role"): "profile_trainer's keyword option",
 }
 

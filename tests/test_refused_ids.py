@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from profdsl import Profiler, profile_stage
-from profdsl.collect.requests import REQUESTS_DIR
-from profdsl.runtime.process import PROCESS
+from profdsl._runtime.process import PROCESS
+from profdsl.collect._requests import REQUESTS_DIR
 
 from .profiling import config, records, work
 

@@ -1,5 +1,5 @@
 """Every reader of a file in ``save_path`` (a trace, the manifest, a metrics log, a capture
-request) opens it through one rule (``core/files.open_regular``): a link is refused unfollowed
+request) opens it through one rule (``core/_files.open_regular``): a link is refused unfollowed
 (it could lead the reader to a file elsewhere, read and quoted with the reader's rights), a FIFO
 or device is refused without blocking, and a file over the caller's bound unread. Each caller
 keeps its own bound and says why in its own way."""
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from profdsl.analysis.reader import TraceError, open_trace
+from profdsl.analysis._reader import TraceError, open_trace
 from profdsl.collect import metrics_log
-from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record, read_lines
+from profdsl.collect._manifest import MANIFEST_NAME, append_record, make_record, read_lines
+from profdsl.collect._requests import MAX_REQUEST_BYTES, read_request
 from profdsl.collect.metrics_log import log_name, read_log_lines
-from profdsl.collect.requests import MAX_REQUEST_BYTES, read_request
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "hunter2-secret"
@@ -149,10 +149,10 @@ def test_summary_skips_a_trace_that_is_a_link_and_says_why(tmp_path: Path) -> No
 
 
 def test_every_reader_opens_through_the_one_rule() -> None:
-    """No module but ``core/files`` opens a file non-blocking itself (one home for the rule)."""
+    """No module but ``core/_files`` opens a file non-blocking itself (one home for the rule)."""
     offenders = [
         str(path.relative_to(ROOT))
         for path in (ROOT / "profdsl").rglob("*.py")
-        if "O_NONBLOCK" in path.read_text() and path != ROOT / "profdsl" / "core" / "files.py"
+        if "O_NONBLOCK" in path.read_text() and path != ROOT / "profdsl" / "core" / "_files.py"
     ]
     assert offenders == []

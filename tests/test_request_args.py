@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from profdsl import Profiler, profile_stage
-from profdsl.integrations.ray import RayStepProfiler
+from profdsl.integrations._ray import RayStepProfiler
 
 from .profiling import config, records, work
 
@@ -97,7 +97,7 @@ def test_ray_driver_takes_numpy_ranks(tmp_path: Path) -> None:
     trainer = RayStepProfiler(config(tmp_path, steps=[]), workers=[])
     heard: list[Any] = []
     trainer._hear = heard.append  # type: ignore[method-assign]
-    from profdsl.runtime.process import PROCESS
+    from profdsl._runtime.process import PROCESS
 
     PROCESS.inbox.listen(heard.append)
     assert isinstance(trainer.request(np.int64(2), ranks=np.array([0, 2], dtype=np.int64)), str)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from profdsl import Profiler, profile_stage
-from profdsl.collect import requests
-from profdsl.collect.requests import REQUESTS_DIR
+from profdsl.collect import _requests as requests
+from profdsl.collect._requests import REQUESTS_DIR
 
 from .profiling import config, work
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from profdsl import Profiler
-from profdsl.runtime.process import PROCESS
+from profdsl._runtime.process import PROCESS
 
 from .profiling import config
 

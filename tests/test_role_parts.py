@@ -10,14 +10,14 @@ from typing import Any, cast
 
 import pytest
 
+from profdsl._runtime.demand import Demand, DemandSteps
+from profdsl._runtime.inbox import Inbox
+from profdsl._runtime.plan import resolve
+from profdsl._runtime.process import PROCESS
+from profdsl._runtime.role_capture import RoleCapture
+from profdsl._runtime.writer.rounds import HookRounds
 from profdsl.config import Metrics, ProfilerConfig
 from profdsl.records.requests import CaptureRequest
-from profdsl.runtime.demand import Demand, DemandSteps
-from profdsl.runtime.inbox import Inbox
-from profdsl.runtime.plan import resolve
-from profdsl.runtime.process import PROCESS
-from profdsl.runtime.role_capture import RoleCapture
-from profdsl.runtime.writer.rounds import HookRounds
 
 
 class Rounds:

@@ -352,7 +352,7 @@ class TestTorchSampler:
     def test_sampler_in_a_reentered_window(self, tmp_path: Path) -> None:
         """A window re-entered inside itself starts the sampler once: its trace is written and
         the process's capture is free afterwards."""
-        from profdsl.runtime.process import PROCESS
+        from profdsl._runtime.process import PROCESS
 
         cfg = config(tmp_path / "p", discrete=True, steps=[2])
         sampler = TorchSamplerEngine(cfg, replica=0)
@@ -390,8 +390,8 @@ class TestPlanRollout:
     ) -> None:
         """A file moves iff its rank is unknown or its global rank is kept; moved names are
         distinct per file and carry the global rank."""
-        from profdsl.collect.relocate import Move
-        from profdsl.rollout.relocate import plan_rollout
+        from profdsl.collect._relocate import Move
+        from profdsl.rollout._relocate import plan_rollout
 
         names = []
         for i, (tp, known) in enumerate(files):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import Profiler, profile_stage, rollout_window
 from profdsl.rollout.torch_sampler import TorchSamplerEngine
 
@@ -42,7 +42,7 @@ def test_generation_has_a_region_in_the_trainer_s_trace(tmp_path: Path, capsys: 
     seen = _actor_names(folder)
     assert "rollout" in seen and "make_experience" in seen, seen
     capsys.readouterr()
-    assert profdsl.cli.main(["summary", str(folder), "--by", "stage"]) == 0
+    assert profdsl._cli.main(["summary", str(folder), "--by", "stage"]) == 0
     out = capsys.readouterr().out
     assert "rollout" in out, out
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from profdsl import FinishHook, Profiler, profile_stage
+from profdsl._runtime.process import PROCESS
 from profdsl.manifest import read_manifest
-from profdsl.runtime.process import PROCESS
 
 from .profiling import config, torch_profiler_running, work
 
@@ -275,7 +275,7 @@ def test_close_from_inside_profdsl_on_the_same_thread_does_not_deadlock(
 ) -> None:
     """A signal handler that closes the profiler runs while profdsl holds its own locks (here:
     the registry's, inside ``start()``): the re-entrant close completes and the trace is kept."""
-    from profdsl.runtime.registry import Registry
+    from profdsl._runtime.registry import Registry
 
     profiler = Profiler(config(tmp_path), role="actor", rank=0, world_size=1)
     real = Registry._update

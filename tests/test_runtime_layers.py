@@ -41,14 +41,14 @@ def test_the_counter_sees_a_circle(tmp_path: Path) -> None:
     """The counter itself: a circle closed by a type-only import and one closed inside a function
     are both found, and an import of a higher floor counts as back up."""
     layers = _layers()
-    runtime = tmp_path / "profdsl" / "runtime"
+    runtime = tmp_path / "profdsl" / "_runtime"
     runtime.mkdir(parents=True)
     (runtime / "plan.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from profdsl.runtime.profiler import Profiler\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from profdsl._runtime.profiler import Profiler\n"
     )
-    (runtime / "profiler.py").write_text("from profdsl.runtime.plan import resolve\n")
-    (runtime / "inbox.py").write_text("def f():\n    from profdsl.runtime import context\n")
-    (runtime / "context.py").write_text("from profdsl.runtime.inbox import Inbox\n")
+    (runtime / "profiler.py").write_text("from profdsl._runtime.plan import resolve\n")
+    (runtime / "inbox.py").write_text("def f():\n    from profdsl._runtime import context\n")
+    (runtime / "context.py").write_text("from profdsl._runtime.inbox import Inbox\n")
     graph = layers.imports(tmp_path)
     assert layers.circles(graph) == [["context", "inbox"], ["plan", "profiler"]]
     assert layers.back_up(graph) == [("inbox", "context"), ("plan", "profiler")]

@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
-from profdsl.analysis import load as load_module
-from profdsl.analysis import scan as scan_module
-from profdsl.analysis import workers as workers_module
-from profdsl.analysis.catalog import Artifact, catalog
-from profdsl.analysis.reader import TraceError, events, header
-from profdsl.analysis.scan import scan_events, scan_file
-from profdsl.core.labels import encode
+from profdsl.analysis import _load as load_module
+from profdsl.analysis import _scan as scan_module
+from profdsl.analysis import _workers as workers_module
+from profdsl.analysis._catalog import Artifact, catalog
+from profdsl.analysis._reader import TraceError, events, header
+from profdsl.analysis._scan import scan_events, scan_file
+from profdsl.core._labels import encode
 
 from .profiling import config
 
@@ -116,7 +116,7 @@ def test_fast_reader_equals_the_streaming_one(
     monkeypatch.setattr(scan_module, "CHUNK", chunk)
     meta, items = trace
     path = write(tmp_path / ("t.json.gz" if gz else "t.json"), kineto_text(meta, items))
-    from profdsl.analysis.regions import RegionNames
+    from profdsl.analysis._regions import RegionNames
 
     assert scan_module._fast(path, RegionNames.from_header(header(path)), span=span) is not None
     fast, slow = both(path, span=span)
@@ -158,7 +158,7 @@ def _one_line(tmp_path: Path) -> Path:
 
 def test_a_trace_in_another_layout_is_read_by_the_streaming_reader(tmp_path: Path) -> None:
     path = _one_line(tmp_path)
-    from profdsl.analysis.regions import RegionNames
+    from profdsl.analysis._regions import RegionNames
 
     assert scan_module._fast(path, RegionNames.from_header(header(path)), span=True) is None
     fast, slow = both(path, span=True)

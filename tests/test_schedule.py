@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profdsl.config import Schedule
-from profdsl.core.schedule import cycle_of
+from profdsl.core._schedule import cycle_of
 from profdsl.errors import ConfigError
 from profdsl.schedule import Action, action_at, recorded_windows
 

@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profdsl import ProfilerConfig
-from profdsl.config.parallel import Parallel
+from profdsl.config._parallel import Parallel
 from profdsl.config.selector import parse_selector
+from profdsl.core._ranks import is_hook_rank, is_rank_selected
+from profdsl.core._topology import GridLayout, Topology
 from profdsl.core.preview import preview
-from profdsl.core.ranks import is_hook_rank, is_rank_selected
-from profdsl.core.topology import GridLayout, Topology
 from profdsl.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------

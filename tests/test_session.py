@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profdsl import FinishHook, Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
+from profdsl._runtime.process import PROCESS
+from profdsl._runtime.profiler import State
 from profdsl.manifest import read_manifest
 from profdsl.naming import TraceName
-from profdsl.runtime.process import PROCESS
-from profdsl.runtime.profiler import State
 from profdsl.schedule import recorded_windows
 
 from .profiling import config, work
@@ -91,7 +91,7 @@ class TestDiscrete:
 
     def test_same_millisecond_stages_get_unique_names(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Unscheduled stages starting in the same millisecond never share a name (verl B8)."""
-        from profdsl.capture import torch_traces
+        from profdsl._capture import torch_traces
 
         monkeypatch.setattr(torch_traces, "now_ms", lambda: 1_795_000_000_000)
         cfg = config(tmp_path, discrete=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from profdsl.rollout import rollout_trace_dir
-from profdsl.rollout.sglang_handle import SCRATCH_DIR
+from profdsl.rollout._sglang_handle import SCRATCH_DIR
 
 from .engine_checks import GENERATE, Driven, check_output, run_in_group, stage_counts
 from .profiling import records

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
-from profdsl.analysis.catalog import catalog
-from profdsl.analysis.load import load_model
-from profdsl.analysis.model import StageModel
-from profdsl.core.labels import decode, encode
+from profdsl.analysis._catalog import catalog
+from profdsl.analysis._load import load_model
+from profdsl.analysis._model import StageModel
+from profdsl.core._labels import decode, encode
 from profdsl.manifest import read_manifest
 
 from .profiling import config
@@ -224,8 +224,8 @@ def test_summary_plot_demo_and_merge_agree(which: str, request: pytest.FixtureRe
     """The same folder gives the same numbers in all four: summary's rows, the demo report's
     model, merge's ``profdsl.stages`` (read by its own streaming pass), and plot's bars (each
     role's outermost stages per rank and step)."""
-    from profdsl.cli import plot
-    from profdsl.demo.report import stage_model
+    from profdsl._cli import plot
+    from profdsl._demo.report import stage_model
 
     folder: Path = request.getfixturevalue(which)
     rows = summary_rows(folder)
@@ -293,7 +293,7 @@ def test_spread_across_ranks_is_min_median_max_and_the_slowest(multi_rank: Path)
 
 def _hand_trace(folder: Path, rank: int, spans: dict[str, float]) -> None:
     """A discrete trace of ``update_actor`` with a ``mini_batch0`` inside, lasting as given (µs)."""
-    from profdsl.collect.manifest import append_record, make_record
+    from profdsl.collect._manifest import append_record, make_record
     from profdsl.naming import TraceName
 
     name = TraceName(
@@ -403,8 +403,8 @@ def _model(
     continued_at: dict[tuple[str, ...], int] | None = None,
 ) -> StageModel:
     """A model of one trace whose region events are ``(label, tid, ts, dur)``."""
-    from profdsl.analysis.catalog import Artifact
-    from profdsl.analysis.scan import Piece, TraceScan
+    from profdsl.analysis._catalog import Artifact
+    from profdsl.analysis._scan import Piece, TraceScan
 
     scan = TraceScan(
         tuple(Piece(label, None, tid, ts, dur) for label, tid, ts, dur in pieces),
@@ -446,7 +446,7 @@ class TestInterleaved:
         assert {n.path: n.interleaved for n in model.nodes} == {("a",): False, ("a", "a"): False, ("a", "b"): False}
 
     def test_the_plot_legend_says_so(self) -> None:
-        from profdsl.cli.plot import _legend
+        from profdsl._cli.plot import _legend
 
         assert _legend("shared", {"shared"}) == "shared (interleaved: overlapping entries)"
         assert _legend("update", {"shared"}) == "update"
@@ -470,7 +470,7 @@ class TestContinuedByPath:
 
     def test_the_metadata_is_read_strictly(self) -> None:
         """`regions.continued_at` keeps `[[label, ...], count > 0]` items and leaves the rest out."""
-        from profdsl.analysis.regions import RegionNames
+        from profdsl.analysis._regions import RegionNames
 
         meta = {
             "profdsl": {

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import profdsl.cli
+import profdsl._cli
 from profdsl import ConfigError, Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
-from profdsl.core.trace_size import MB, SizeBook
-from profdsl.runtime.process import PROCESS
+from profdsl._runtime.process import PROCESS
+from profdsl.core._trace_size import MB, SizeBook
 
 from .profiling import config, records, work
 from .traces import names, parsed
@@ -71,7 +71,7 @@ def test_a_continuous_step_past_the_budget_is_cut_at_a_mini_batch(
     assert names(by_step[3], "mini_batch") == ["mini_batch0", "mini_batch1"]  # collection is back on
     assert len(said(caplog, "ended early")) == 1
     capsys.readouterr()
-    assert profdsl.cli.main(["check", str(tmp_path)]) == 1
+    assert profdsl._cli.main(["check", str(tmp_path)]) == 1
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("FAIL")]
     assert "trace truncated" in line and "ended early" in line
 
@@ -151,7 +151,7 @@ def test_a_budget_under_one_byte_is_refused_naming_the_field(
     cfg = tmp_path / "profiler.yaml"
     cfg.write_text(f"enable: true\nsteps: [1]\nsave_path: {tmp_path}\ntorch: {{max_trace_mb: {tiny!r}}}\n")
     capsys.readouterr()
-    assert profdsl.cli.main(["plan", str(cfg), "--world-size", "1"]) == 2
+    assert profdsl._cli.main(["plan", str(cfg), "--world-size", "1"]) == 2
     err = capsys.readouterr().err
     assert "max_trace_mb must be" in err and repr(tiny) in err
 
@@ -174,7 +174,7 @@ class TestPlan:
             "torch: {contents: [cpu], max_trace_mb: 0.4}\n"
         )
         capsys.readouterr()
-        assert profdsl.cli.main(["plan", str(cfg), "--world-size", "1", *extra]) == 0
+        assert profdsl._cli.main(["plan", str(cfg), "--world-size", "1", *extra]) == 0
         return capsys.readouterr().out
 
     def test_before_a_first_trace_it_says_it_cannot_know(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from profdsl.collect.manifest import MANIFEST_NAME, append_record, make_record
+from profdsl.collect._manifest import MANIFEST_NAME, append_record, make_record
 
 from .profiling import profile_two_ranks
 
@@ -165,7 +165,7 @@ def test_reading_a_trace_closes_every_file_it_opened(tmp_path: Path) -> None:
     import gc
     import warnings
 
-    from profdsl.analysis.reader import events, header
+    from profdsl.analysis._reader import events, header
 
     path = tmp_path / "t.json.gz"
     path.write_bytes(

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from profdsl import ConfigError, Profiler, profile_stage
 from profdsl.integrations.transformers import RoundShape
-from profdsl.integrations.transformers.hooks import install
-from profdsl.integrations.transformers.phases import LogProbPasses
-from profdsl.integrations.transformers.support import Kind, major
+from profdsl.integrations.transformers._hooks import install
+from profdsl.integrations.transformers._phases import LogProbPasses
+from profdsl.integrations.transformers._support import Kind, major
 
 from .profiling import config, work
 from .traces import parsed

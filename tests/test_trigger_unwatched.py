@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from profdsl.collect.manifest import MANIFEST_NAME
-from profdsl.collect.requests import REQUESTS_DIR
+from profdsl.collect._manifest import MANIFEST_NAME
+from profdsl.collect._requests import REQUESTS_DIR
 
 
 def trigger(folder: Path) -> subprocess.CompletedProcess[str]:

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from profdsl import ConfigError, ProfilerConfig, RolloutOptions, Schedule
 from profdsl.integrations.verl import KEYS, ROLES, key_table, map_block, nsight_options, profiler_configs
+from profdsl.integrations.verl._keys import GLOBAL_KEYS, ROLE_KEYS, SCHEDULE_KEYS, TOOL_KEYS
 from profdsl.integrations.verl.config import ROLE_PATHS, hook_command
-from profdsl.integrations.verl.keys import GLOBAL_KEYS, ROLE_KEYS, SCHEDULE_KEYS, TOOL_KEYS
 
 omegaconf = pytest.importorskip("omegaconf")
 OmegaConf = omegaconf.OmegaConf

@@ -13,9 +13,9 @@ import attrs
 import pytest
 
 from profdsl import ConfigError, Profiler, ProfilerConfig, mini_batch_window, profile_stage
+from profdsl._runtime.process import PROCESS
 from profdsl.integrations.verl import DistProfiler, DistProfilerExtension, profiler_configs
 from profdsl.manifest import read_manifest
-from profdsl.runtime.process import PROCESS
 
 from .traces import names, parsed
 

@@ -1,9 +1,9 @@
 """A run's culprits at collectives, in a few words: per role and stage, the ranks that made the
-others wait and at which traced steps (:mod:`profdsl.analysis.collectives`), for ``profdsl diff``
+others wait and at which traced steps (:mod:`profdsl.analysis._collectives`), for ``profdsl diff``
 and for the follow-up line of a capture an alert asked for.
 
 Examples:
-    >>> from profdsl.analysis.collectives import Blame
+    >>> from profdsl.analysis._collectives import Blame
     >>> items = [Blame("actor", s, "update_actor", 1, {0: 0.0, 2: 5e4}, 2, 5e4, 1) for s in (3, 4)]
     >>> culprit_lines(items)
     ['actor update_actor: rank 2 at steps 3, 4 (50.000 ms over the median rank at most)']
@@ -16,10 +16,10 @@ import time
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 
-from profdsl.analysis.catalog import FolderError, catalog
-from profdsl.analysis.collectives import Blame, blame, load_matches
-from profdsl.collect.manifest import read_records
-from profdsl.core.log import printable
+from profdsl.analysis._catalog import FolderError, catalog
+from profdsl.analysis._collectives import Blame, blame, load_matches
+from profdsl.collect._manifest import read_records
+from profdsl.core._log import printable
 
 __all__ = ["DEFAULT_LATE_MS", "NO_COLLECTIVE", "NO_TRACE", "await_traces", "culprit_lines", "follow_up", "run_culprits"]
 
@@ -110,7 +110,7 @@ def follow_up(
 def culprit_lines(items: Sequence[Blame]) -> list[str]:
     """Per role, stage and culprit: the steps it made the others wait at, and its largest excess
     over the median rank; ``[]`` when no rank stands out anywhere. Each line is one line, its
-    control characters escaped (:func:`~profdsl.core.log.printable`)."""
+    control characters escaped (:func:`~profdsl.core._log.printable`)."""
     found: dict[tuple[str, str, int], list[Blame]] = defaultdict(list)
     for item in items:
         if item.culprit is not None:

@@ -1,6 +1,6 @@
 """Every JSON trace of a folder in one Chrome trace (``profdsl merge DIR -o FILE``).
 
-Each distinct :attr:`~profdsl.analysis.catalog.Artifact.label` (role, rollout replica, rank)
+Each distinct :attr:`~profdsl.analysis._catalog.Artifact.label` (role, rollout replica, rank)
 becomes one process row, and every timestamp is moved onto one clock. torch (kineto) writes an
 event's ``ts`` in microseconds after the trace's ``baseTimeNanoseconds``, and the two add up to
 the wall clock (``CLOCK_REALTIME``, Unix time) of the host that recorded it: an input's events
@@ -10,11 +10,11 @@ traces of different hosts are as far apart as the hosts' clocks are (NTP keeps t
 a millisecond on a LAN, PTP far closer; nothing here can measure it). The merged file's
 ``profdsl.alignment`` says which clock each host's rows follow and that uncertainty.
 
-profdsl's region names are decoded to their labels (:mod:`profdsl.core.labels`), and the merged
+profdsl's region names are decoded to their labels (:mod:`profdsl.core._labels`), and the merged
 file's ``profdsl.stages`` holds the stage-time model's rows for the traces merged
-(:mod:`profdsl.analysis.model`): the numbers ``profdsl summary`` prints for them.
+(:mod:`profdsl.analysis._model`): the numbers ``profdsl summary`` prints for them.
 
-Inputs are streamed event by event through :mod:`profdsl.analysis.rewrite`: a trace that turns
+Inputs are streamed event by event through :mod:`profdsl.analysis._rewrite`: a trace that turns
 out malformed or cut short is skipped whole, as every other command skips it.
 """
 
@@ -27,12 +27,12 @@ from typing import Any
 
 import attrs
 
-from profdsl.analysis import reader
-from profdsl.analysis.catalog import Artifact, catalog, json_traces, trace_header
-from profdsl.analysis.model import StageModel
-from profdsl.analysis.outputs import check_output
-from profdsl.analysis.rewrite import Rewriter, partial_of
-from profdsl.analysis.scan import TraceScan, scan_events
+from profdsl.analysis import _reader as reader
+from profdsl.analysis._catalog import Artifact, catalog, json_traces, trace_header
+from profdsl.analysis._model import StageModel
+from profdsl.analysis._outputs import check_output
+from profdsl.analysis._rewrite import Rewriter, partial_of
+from profdsl.analysis._scan import TraceScan, scan_events
 from profdsl.records.fields import RecordError, to_json
 from profdsl.records.meta import META_KEY, TraceMeta, base_time_ns, header_meta
 
@@ -214,7 +214,7 @@ def _on_row(pid: int) -> Any:
 
 
 def _write(inputs: list[_Input], output: Path) -> tuple[tuple[MergedRow, ...], list[str]]:
-    """Rewrite every input into ``output`` (:mod:`profdsl.analysis.rewrite`), scanning each for
+    """Rewrite every input into ``output`` (:mod:`profdsl.analysis._rewrite`), scanning each for
     the stage-time model as it passes. ``inputs`` come in label order, so the rows that keep a
     trace get pids 1, 2, ... in label order."""
     base = min(i.base_ns for i in inputs)

@@ -15,8 +15,8 @@ import logging
 import os
 import re
 
-from profdsl.core.files import open_append, open_regular
-from profdsl.core.log import once, printable
+from profdsl.core._files import open_append, open_regular
+from profdsl.core._log import once, printable
 from profdsl.records.fields import RecordError
 from profdsl.records.metrics_log import MetricsLine, parse_metrics_line
 
@@ -84,7 +84,7 @@ MAX_LOG_BYTES = 64 * 1024**3
 def _read_regular(path: str, limit: int = MAX_LOG_BYTES) -> bytes:
     """A file's bytes, only when it is a regular file of at most ``limit`` bytes: a link, a FIFO,
     a device or a folder named like a log is refused unread, without blocking
-    (:func:`~profdsl.core.files.open_regular`).
+    (:func:`~profdsl.core._files.open_regular`).
 
     Raises:
         OSError: it cannot be opened or read, is a link or not a regular file, or is too large.

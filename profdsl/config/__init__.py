@@ -12,7 +12,7 @@ Examples:
     (2, 5)
 """
 
-from profdsl.config import options as _options
-from profdsl.config.options import *  # noqa: F403  (the public names; their one home is profdsl.config.options)
+from profdsl.config import _options
+from profdsl.config._options import *  # noqa: F403  (the public names; their one home is profdsl.config._options)
 
 __all__ = _options.__all__

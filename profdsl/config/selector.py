@@ -12,7 +12,7 @@ A small explicit grammar, parsed by hand (never ``eval``)::
 
 Parsing checks the text only; what a term means for a rank (and what it needs to know: a
 coordinate, a dimension's size, the rank on its node) is decided by
-:class:`profdsl.core.selection.Selection`, the one home of the rank rule. Errors name the
+:class:`profdsl.core._selection.Selection`, the one home of the rank rule. Errors name the
 field, the column and the bad token, with a caret under it.
 
 Examples:
@@ -33,7 +33,7 @@ from typing import Final, Literal
 
 import attrs
 
-from profdsl.config.checks import MAX_WIDE_INDEX, suggest
+from profdsl.config._checks import MAX_WIDE_INDEX, suggest
 from profdsl.errors import ConfigError
 
 __all__ = ["DIMS", "LAST", "Every", "FirstPerNode", "Match", "OnePerDpGroup", "Selector", "Term", "parse_selector"]

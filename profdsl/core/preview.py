@@ -2,7 +2,7 @@
 
 Every answer comes from the rule's one home: sessions from
 :meth:`~profdsl.core.step_plan.StepPlan.from_config`, ranks from
-:func:`~profdsl.core.decide.decide` for each rank, windows from :func:`~profdsl.core.schedule.recorded_windows`.
+:func:`~profdsl.core._decide.decide` for each rank, windows from :func:`~profdsl.core._schedule.recorded_windows`.
 
 Examples:
     >>> from profdsl.config import ProfilerConfig
@@ -19,13 +19,13 @@ from typing import Any
 import attrs
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.checks import MAX_WIDE_INDEX, require_int
-from profdsl.core.decide import decide
-from profdsl.core.naming import TraceName
-from profdsl.core.schedule import recorded_windows
-from profdsl.core.selection import Selection
+from profdsl.config._checks import MAX_WIDE_INDEX, require_int
+from profdsl.core._decide import decide
+from profdsl.core._naming import TraceName
+from profdsl.core._schedule import recorded_windows
+from profdsl.core._selection import Selection
+from profdsl.core._topology import GridLayout, Topology
 from profdsl.core.step_plan import StepPlan
-from profdsl.core.topology import GridLayout, Topology
 from profdsl.errors import ConfigError
 
 __all__ = ["Preview", "mini_batch_windows", "preview"]
@@ -52,7 +52,7 @@ def mini_batch_windows(config: ProfilerConfig, mini_batches: int) -> tuple[tuple
 
 
 def _candidate_ranks(config: ProfilerConfig, world_size: int) -> Sequence[int]:
-    """The ranks of ``world_size`` that the rank rules (:class:`~profdsl.core.selection.Selection`) may select:
+    """The ranks of ``world_size`` that the rank rules (:class:`~profdsl.core._selection.Selection`) may select:
     every rank when a rule says all, else rank 0 and the ranks named. The rules still decide; this
     only spares a large world a walk over every rank."""
     hook = config.finish_hook

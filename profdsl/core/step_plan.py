@@ -19,7 +19,7 @@ import enum
 import attrs
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.checks import int_in, require_int, to_int_set
+from profdsl.config._checks import int_in, require_int, to_int_set
 
 __all__ = ["Event", "StepPlan", "StepTracker"]
 

@@ -27,7 +27,7 @@ Examples:
     >>> profiler.close()
 """
 
+from profdsl.metrics._timings import NAMES, StageTiming, StepTimings
 from profdsl.metrics.aggregate import Spread, StepSummary, aggregate
-from profdsl.metrics.timings import NAMES, StageTiming, StepTimings
 
 __all__ = ["NAMES", "Spread", "StageTiming", "StepSummary", "StepTimings", "aggregate"]

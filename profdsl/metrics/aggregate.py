@@ -6,7 +6,7 @@ for a stage only when it entered the stage in that step.
 :func:`over_ranks` is the one computation of a spread over ranks (least, mean, median, most, the
 slowest rank): the always-on metrics' :class:`Spread` reports its mean (``timing_s_mean``, every
 rank weighs alike in what the exporters sum), the stage-time model's
-(:class:`~profdsl.analysis.model.StageSpread`, ``profdsl summary``) its median (one slow rank
+(:class:`~profdsl.analysis._model.StageSpread`, ``profdsl summary``) its median (one slow rank
 does not move it: the slowest rank is shown beside it).
 """
 
@@ -18,9 +18,9 @@ from typing import NamedTuple, cast
 
 import attrs
 
-from profdsl.metrics.slow import StragglerAlert
-from profdsl.metrics.timings import NAMES, StepTimings
-from profdsl.metrics.tree import segment
+from profdsl.metrics._slow import StragglerAlert
+from profdsl.metrics._timings import NAMES, StepTimings
+from profdsl.metrics._tree import segment
 
 __all__ = ["Figures", "Spread", "StepSummary", "aggregate", "fleet_lines", "over_ranks"]
 
@@ -69,10 +69,10 @@ class Spread:
 @attrs.frozen
 class StepSummary:
     """What ``RayStepProfiler`` gathered for one step: each rank's timings and their spread, and
-    the straggler episodes going on (``Metrics.stragglers``; ``profdsl.metrics.slow``).
+    the straggler episodes going on (``Metrics.stragglers``; ``profdsl.metrics._slow``).
 
     Examples:
-        >>> from profdsl.metrics.timings import StageTiming
+        >>> from profdsl.metrics._timings import StageTiming
         >>> def t(rank, s):
         ...     return StepTimings(role="actor", rank=rank, step=1, wall_s=s, stages={
         ...         "update_actor": StageTiming(total_s=s, self_s=s, count=1)})
@@ -141,7 +141,7 @@ def fleet_lines(step: int, timings: Iterable[StepTimings]) -> tuple[str, ...]:
     placed = [t for t in timings if t.step == step and t.ledger is not None and t.began_s is not None]
     if not placed:
         return ()
-    from profdsl.analysis.fleet import fleet, from_metrics, kind_headlines  # (not at `import profdsl`)
+    from profdsl.analysis._fleet import fleet, from_metrics, kind_headlines  # (not at `import profdsl`)
 
     origin = min(t.began_s for t in placed if t.began_s is not None)
     ranks = [

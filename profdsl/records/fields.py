@@ -2,7 +2,7 @@
 say how a reader checks them (:func:`field`), and :func:`decode` / :func:`to_json` turn JSON into
 such a class and back.
 
-Every check is one of profdsl's field checks (:mod:`profdsl.config.checks`), with null allowed:
+Every check is one of profdsl's field checks (:mod:`profdsl.config._checks`), with null allowed:
 a reader names the field in the same words a config does (``step must be an integer >= 0 or
 None, got '3'``), raised as :class:`RecordError`. Fields a class does not know (written by a
 newer profdsl) are kept in ``unknown`` and written back unchanged.
@@ -30,7 +30,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from profdsl.config.checks import (
+from profdsl.config._checks import (
     brief,
     is_int,
     refuse,
@@ -41,8 +41,8 @@ from profdsl.config.checks import (
     require_number,
     require_text,
 )
-from profdsl.config.parallel import DIMS
-from profdsl.core.naming import is_relative
+from profdsl.config._parallel import DIMS
+from profdsl.core._naming import is_relative
 from profdsl.errors import ConfigError
 
 #: The version of the schema, written into every record, trace and line. Readers take any
@@ -64,7 +64,7 @@ class RecordError(ValueError):
 
 def nullable(check: Callable[..., Any], *args: Any, **kwargs: Any) -> Check:
     """``check(key, value, *args, optional=True, **kwargs)``: a field check (from
-    :mod:`profdsl.config.checks`) that takes null too."""
+    :mod:`profdsl.config._checks`) that takes null too."""
 
     def run(key: str, value: Any) -> Any:
         return check(key, value, *args, optional=True, **kwargs)

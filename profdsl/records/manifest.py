@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Final
 
 import attrs
 
-from profdsl.config.checks import brief
-from profdsl.config.parallel import DIMS
+from profdsl.config._checks import brief
+from profdsl.config._parallel import DIMS
 from profdsl.records.fields import (
     DURATION,
     INTEGER,

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import attrs
 
-from profdsl.config.checks import brief
+from profdsl.config._checks import brief
 from profdsl.records.fields import (
     OBJECT,
     OBJECTS,
@@ -73,7 +73,7 @@ class WindowNote:
 
 @attrs.frozen(kw_only=True)
 class Regions:
-    """The profdsl regions a trace holds (``profdsl.regions``, read by :mod:`profdsl.analysis.regions`)."""
+    """The profdsl regions a trace holds (``profdsl.regions``, read by :mod:`profdsl.analysis._regions`)."""
 
     stages: tuple[str, ...] | None = field(TEXTS, "stage labels opened while it recorded", always=True)
     mini_batches: tuple[str, ...] | None = field(

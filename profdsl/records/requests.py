@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import attrs
 
-from profdsl.config.checks import MAX_WIDE_INDEX, refuse, require_choice, require_int, require_number, require_text
+from profdsl.config._checks import MAX_WIDE_INDEX, refuse, require_choice, require_int, require_number, require_text
 from profdsl.config.selector import parse_selector
 from profdsl.records.fields import (
     SCHEMA_VERSION,

@@ -6,7 +6,7 @@ recorded, but a rollout of fewer steps leaves its profile running and its traces
 handles always stop the profile at the end of the window; when SGLang already ended it by itself
 (or, with ``start_step``, never began it), its refusal ("Profiling is not in progress") means there
 is nothing left to stop. They never start while a profile of theirs may still run, and never leave
-a pending ``start_step`` armed (:mod:`profdsl.rollout.sglang_handle`).
+a pending ``start_step`` armed (:mod:`profdsl.rollout._sglang_handle`).
 SGLang cannot profile memory: a ``memory`` content is dropped with a warning.
 """
 
@@ -19,11 +19,11 @@ import urllib.request
 from typing import Any
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.checks import require_int
-from profdsl.core.log import once
-from profdsl.core.selection import Selection
+from profdsl.config._checks import require_int
+from profdsl.core._log import once
+from profdsl.core._selection import Selection
 from profdsl.rollout import rollout_trace_dir
-from profdsl.rollout.sglang_handle import SGLangHandle
+from profdsl.rollout._sglang_handle import SGLangHandle
 
 __all__ = ["SGLangEngine", "SGLangHttpEngine", "sglang_profile_request"]
 
@@ -68,7 +68,7 @@ def sglang_profile_request(
 
 class SGLangEngine(SGLangHandle):
     """A ``rollout_window`` engine over an in-process ``sglang.Engine`` (see
-    :mod:`profdsl.rollout.sglang_handle` for how it starts and stops SGLang's profiler)."""
+    :mod:`profdsl.rollout._sglang_handle` for how it starts and stops SGLang's profiler)."""
 
     def __init__(self, engine: Any, request: dict[str, Any]) -> None:
         super().__init__(request)

@@ -14,13 +14,13 @@ import os
 import socket
 from typing import Any
 
-from profdsl.collect.export import ExportPolicy, TraceLabel
+from profdsl._runtime.process import PROCESS
+from profdsl._runtime.slot.session import Session
+from profdsl._runtime.slot.slot import Busy
+from profdsl.collect._export import ExportPolicy, TraceLabel
 from profdsl.config import ProfilerConfig
-from profdsl.core.log import once
+from profdsl.core._log import once
 from profdsl.rollout import rollout_trace_dir
-from profdsl.runtime.process import PROCESS
-from profdsl.runtime.slot.session import Session
-from profdsl.runtime.slot.slot import Busy
 
 __all__ = ["TorchSamplerEngine"]
 
@@ -47,7 +47,7 @@ class TorchSamplerEngine:
 
     def start_profile(self, profile_prefix: str | None = None) -> None:
         """Open a torch session writing into this replica's trace dir (nothing if one is open)."""
-        from profdsl.capture.torch_session import TorchBackend
+        from profdsl._capture.torch_session import TorchBackend
 
         if self._session is not None:
             return

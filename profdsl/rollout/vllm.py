@@ -20,11 +20,11 @@ from typing import Any
 import attrs
 
 from profdsl.config import ProfilerConfig
-from profdsl.config.checks import require_int
-from profdsl.core.selection import Selection
+from profdsl.config._checks import require_int
+from profdsl.core._selection import Selection
 from profdsl.errors import ConfigError
 from profdsl.rollout import rollout_trace_dir
-from profdsl.rollout.calls import accepts
+from profdsl.rollout._calls import accepts
 
 __all__ = ["PROFILER_CONFIG_SINCE", "VllmEngine", "VllmLaunch", "installed_version", "vllm_launch"]
 

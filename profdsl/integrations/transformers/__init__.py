@@ -10,8 +10,8 @@ from typing import Any, TypeVar, cast
 
 from profdsl.config import ProfilerConfig
 from profdsl.errors import ConfigError
-from profdsl.integrations.transformers.phases import RoundShape
-from profdsl.integrations.transformers.support import understand
+from profdsl.integrations.transformers._phases import RoundShape
+from profdsl.integrations.transformers._support import understand
 
 __all__ = ["RoundShape", "profile_trainer", "trainer_profiler"]
 
@@ -69,8 +69,8 @@ def profile_trainer(trainer: T, config: ProfilerConfig, **options: Any) -> T:
     if getattr(trainer, _ATTRIBUTE, None) is not None:
         raise ConfigError("profile_trainer: this trainer is instrumented already")
     kind = understand(trainer)
-    from profdsl.integrations.transformers.hooks import install
-    from profdsl.runtime.profiler import Profiler
+    from profdsl._runtime.profiler import Profiler
+    from profdsl.integrations.transformers._hooks import install
 
     args: Any = cast(Any, trainer).args
     role = options.pop("role", "actor" if kind.on_policy else "trainer")

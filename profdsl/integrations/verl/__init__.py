@@ -10,9 +10,9 @@ Examples:
     (True, False)
 """
 
+from profdsl.integrations.verl._facade import DistProfiler, DistProfilerExtension, annotate
+from profdsl.integrations.verl._keys import KEYS, key_table
 from profdsl.integrations.verl.config import ROLES, map_block, nsight_options, profiler_configs
-from profdsl.integrations.verl.facade import DistProfiler, DistProfilerExtension, annotate
-from profdsl.integrations.verl.keys import KEYS, key_table
 
 __all__ = [
     "KEYS",

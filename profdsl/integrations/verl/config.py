@@ -5,7 +5,7 @@ verl keeps ``global_profiler`` at the trainer level and a ``profiler`` block (wi
 the rollout block from the actor's (``verl-profiler-spec`` §1.9). The same rules are applied here
 to whatever keys a mapping lacks, so the resolved YAML verl ships and a hand-written sparse
 mapping both work. Every key is mapped, ignored with a reason, or refused with a ``ConfigError``
-naming its verl path and what to do (:mod:`profdsl.integrations.verl.keys` lists them all).
+naming its verl path and what to do (:mod:`profdsl.integrations.verl._keys` lists them all).
 
 Examples:
     >>> cfg = {"global_profiler": {"tool": "torch", "steps": [2, 4], "save_path": "/tmp/prof"},
@@ -25,9 +25,9 @@ from typing import Any, Final, Literal, TypeVar
 import attrs
 
 from profdsl.config import FinishHook, ProfilerConfig, RolloutOptions, Schedule, TorchOptions
-from profdsl.config.checks import is_int, refuse, require_bool, require_int, require_text, suggest, to_int_set
+from profdsl.config._checks import is_int, refuse, require_bool, require_int, require_text, suggest, to_int_set
 from profdsl.errors import ConfigError
-from profdsl.integrations.verl.keys import GLOBAL_KEYS, IGNORED, REFUSED_TOOLS, ROLE_KEYS, SCHEDULE_KEYS, TOOL_KEYS
+from profdsl.integrations.verl._keys import GLOBAL_KEYS, IGNORED, REFUSED_TOOLS, ROLE_KEYS, SCHEDULE_KEYS, TOOL_KEYS
 
 __all__ = ["MISSING", "ROLES", "ROLE_PATHS", "hook_command", "map_block", "nsight_options", "plain", "profiler_configs"]
 

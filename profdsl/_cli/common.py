@@ -1,0 +1,59 @@
+"""Helpers shared by the analysis commands: errors and skipped input to stderr, one line each;
+tables that fit a terminal."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterable, Sequence
+
+from profdsl.core._log import printable
+
+__all__ = ["fail", "printable", "skipped", "table"]
+
+
+def fail(message: str, code: int = 2) -> int:
+    """Print ``profdsl: message`` to stderr and return ``code``."""
+    print(f"profdsl: {printable(message)}", file=sys.stderr)
+    return code
+
+
+def fail_pointing(message: str, code: int = 2) -> int:
+    """:func:`fail` for a message whose later lines point at a token of the first (a rank
+    selector's error: the selector, then a caret under its bad token), printed below it."""
+    first, *more = message.split("\n")
+    fail(first, code)
+    for line in more:
+        print(printable(line), file=sys.stderr)
+    return code
+
+
+def skipped(command: str, reasons: Iterable[str], *, most: int | None = None) -> int:
+    """Print ``profdsl COMMAND: skipped REASON`` to stderr for each bad input left out (only the
+    first ``most``, then how many more: None, every one); returns 1 when there was any (the exit
+    code it calls for), else 0."""
+    count = 0
+    for reason in reasons:
+        if most is None or count < most:
+            print(f"profdsl {command}: skipped {printable(reason)}", file=sys.stderr)
+        count += 1
+    if most is not None and count > most:
+        print(f"profdsl {command}: skipped {count - most} more (not named)", file=sys.stderr)
+    return 1 if count else 0
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain aligned table, control characters escaped (headers too); on a terminal the last column is cut to
+    its width, elsewhere (a pipe, a file) every value is whole."""
+    headers = [printable(h) for h in headers]  # a column may be named by a file (a kind of work)
+    cells = [[("-" if c is None else printable(str(c))) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    if sys.stdout.isatty():
+        room = shutil.get_terminal_size((160, 24)).columns - sum(w + 2 for w in widths[:-1])
+        widths[-1] = max(12, min(widths[-1], room))
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.ljust(w) if i < len(values) - 1 else v[:w] for i, (v, w) in enumerate(zip(values, widths))]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(list(headers)), line(["-" * w for w in widths])] + [line(r) for r in cells])

@@ -1,0 +1,487 @@
+"""``profdsl plot``: a PNG of what a profile folder holds, for people to look at.
+
+Two views: stacked bars of time per stage for each (role, rank, step) (the default), and with
+``--timeline`` a Gantt chart with one row per process, a bar per stage region and each step
+named. Both draw stages down to ``--depth`` levels of nesting (by default the outermost, or two
+levels for a role whose every step is one stage with stages inside). The numbers are the
+stage-time model's (:mod:`profdsl.analysis._model`), the same as ``profdsl summary``'s;
+matplotlib is imported only when the command runs. With ``--ledger``, the step ledger instead
+(:mod:`profdsl._cli.ledger_plot`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from profdsl._cli.common import printable, skipped
+from profdsl.analysis._catalog import Catalog, FolderError, catalog
+from profdsl.analysis._load import load_model
+from profdsl.analysis._model import Span, StageModel
+from profdsl.analysis._outputs import OutputError, check_output
+from profdsl.collect.metrics_log import log_files
+from profdsl.config._parallel import DIMS
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["add_arguments", "run"]
+
+HELP = "plot per-stage time per rank and step (or a timeline) to a PNG"
+_INSTALL_HINT = "plotting needs matplotlib: pip install profdsl[plot]"
+
+EXAMPLES = """examples:
+  profdsl plot profiles -o stages.png             time per stage, one bar per rank and step
+  profdsl plot profiles -o timeline.png --timeline   when each stage ran, one row per process
+  profdsl plot profiles -o stages.png --dpi 200
+  profdsl plot profiles -o stages.png --depth 3     stages nested three deep, each parent's self time
+  profdsl plot profiles -o stages.png --by pp,tp    ranks grouped by pipeline, then tensor coordinate
+  profdsl plot profiles -o ledger.png --ledger      every step's wall time by kind of work, per role
+
+for numbers rather than pictures, use: profdsl summary profiles --json
+"""
+
+BarKey = tuple[str, int, int]
+"""(role, rank, step) of one bar; -1 stands for an unknown number."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``plot`` command's arguments."""
+    parser.add_argument("folder", metavar="DIR", help="a profile folder (a profdsl save_path)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE.png",
+        help="the image to write (the format follows the extension)",
+    )
+    parser.add_argument(
+        "--timeline", action="store_true", help="draw when each stage ran (one row per process) instead of stacked bars"
+    )
+    parser.add_argument(
+        "--ledger",
+        action="store_true",
+        help="draw the step ledger: per role, one bar per step stacked by kind of work, overhead and time "
+        "outside any stage (traced steps from their traces, the others from the metrics log; docs/ledger.md)",
+    )
+    parser.add_argument("--dpi", type=_positive_int, default=150, help="image resolution (default 150)")
+    parser.add_argument(
+        "--depth",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="draw stages down to N levels of nesting (1: outermost only; a stage with nested "
+        "ones drawn as them and its own self time). Default: 2 for a role whose every step has "
+        "one outermost stage with stages inside it, else 1",
+    )
+    parser.add_argument(
+        "--by",
+        type=_coordinates,
+        default=(),
+        metavar="tp,pp,...",
+        help=f"bars: group and label the ranks by these parallel coordinates (from {','.join(DIMS)}), e.g. --by pp,tp",
+    )
+
+
+def _coordinates(text: str) -> tuple[str, ...]:
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in keys if k not in DIMS]
+    if unknown or not keys:
+        raise argparse.ArgumentTypeError(f"takes parallel coordinates from {','.join(DIMS)}, got {text!r}")
+    return keys
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Draw the folder ``args.folder`` into ``args.output``.
+
+    Returns:
+        0 when every trace was drawn, 1 when a manifest line or a trace was skipped (each named
+        on stderr; the rest is drawn) or nothing could be drawn, 2 on usage errors (no folder, no
+        matplotlib, an output inside the input folder, unwritable output).
+    """
+    try:
+        check_output(args.output, args.folder)
+        found = _catalog(args)
+    except (FolderError, OutputError) as exc:
+        print(printable(f"profdsl plot: {exc}"), file=sys.stderr)
+        return 2
+    try:
+        _matplotlib()
+    except ImportError:
+        print(f"profdsl plot: {_INSTALL_HINT}", file=sys.stderr)
+        return 2
+    if args.ledger:
+        return _ledger(args, found)
+    failures = list(found.problems)
+    model = load_model(args.folder, found.artifacts, failures)
+    failed = skipped("plot", failures)
+    if not model.nodes:
+        print(f"profdsl plot: {args.folder}: no stage time found in any readable trace", file=sys.stderr)
+        return 1
+    figure = build_figure(model, args)
+    return _save(figure, args) or failed
+
+
+def _catalog(args: argparse.Namespace) -> Catalog:
+    """The folder's catalog; with ``--ledger``, an empty one for a folder of metrics logs only."""
+    try:
+        return catalog(args.folder)
+    except FolderError:
+        if args.ledger and log_files(args.folder):
+            return Catalog([], [])
+        raise
+
+
+def _ledger(args: argparse.Namespace, found: Catalog) -> int:
+    """``--ledger``: the step ledger's bars (:mod:`profdsl._cli.ledger_plot`)."""
+    from profdsl._cli.ledger_plot import ledger_figure, unknown_note
+    from profdsl.analysis._ledger import load_ledger
+
+    if args.timeline:
+        print("profdsl plot: --ledger draws bars; it does not take --timeline", file=sys.stderr)
+        return 2
+    failures = list(found.problems)
+    ledger = load_ledger(args.folder, found.artifacts, failures)
+    failed = skipped("plot", failures)
+    figure = ledger_figure(ledger, _plain(Path(args.folder).resolve().name))
+    if figure is None:
+        print(
+            f"profdsl plot: {args.folder}: no step has a ledger (no trace splits one, no metrics log has one)",
+            file=sys.stderr,
+        )
+        return 1
+    note = unknown_note(ledger)
+    if note is not None:
+        print(printable(f"profdsl plot: {note}"), file=sys.stderr)
+    return _save(figure, args) or failed
+
+
+def _save(figure: Figure, args: argparse.Namespace) -> int:
+    """Write ``figure`` to ``args.output``: 0, or 2 when it cannot be written (said)."""
+    try:
+        figure.savefig(args.output, dpi=args.dpi, bbox_inches="tight")
+    except (OSError, ValueError) as exc:
+        reason = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
+        print(printable(f"profdsl plot: cannot write {args.output}: {reason}"), file=sys.stderr)
+        return 2
+    print(args.output)
+    return 0
+
+
+def build_figure(model: StageModel, args: argparse.Namespace) -> Figure:
+    """The figure ``args`` (the command's parsed arguments) asks for."""
+    title = _plain(Path(args.folder).resolve().name)
+    if args.timeline:
+        return _timeline_figure(model, title, args.depth)
+    return _bars_figure(model, title, args.by, args.depth)
+
+
+def _matplotlib() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return matplotlib
+
+
+# --- drawing ----------------------------------------------------------------------------------
+
+
+def _colours(stages: Iterable[str]) -> dict[str, Any]:
+    """One colour per stage, assigned in name order so a stage keeps its colour in both views."""
+    import matplotlib
+
+    names = sorted(set(stages))
+    if len(names) <= 20:
+        palette = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
+        return {name: palette(i) for i, name in enumerate(names)}
+    palette = matplotlib.colormaps["turbo"]
+    return {name: palette(i / (len(names) - 1)) for i, name in enumerate(names)}
+
+
+def _known(value: int | None) -> int:
+    return -1 if value is None else value
+
+
+def _plain(text: str) -> str:
+    """``text`` drawn as it is: control characters escaped, ``$`` not read as math."""
+    return printable(text).replace("$", r"\$")
+
+
+def _legend(stage: str, interleaved: set[str]) -> str:
+    """A stage's legend entry; one whose entries overlapped on a thread says so (its bar adds
+    the overlap: the stage model's ``interleaved``)."""
+    return _plain(stage) + (" (interleaved: overlapping entries)" if stage in interleaved else "")
+
+
+def _bar_label(key: BarKey, with_role: bool, group: tuple[tuple[str, int], ...] = ()) -> str:
+    role, rank, step = key
+    parts = [_plain(role)] if with_role else []
+    parts += [f"{dim}{value}" if value >= 0 else f"{dim}?" for dim, value in group]
+    parts.append(f"r{rank}" if rank >= 0 else "r?")
+    parts.append(f"s{step}" if step >= 0 else "s?")
+    return " ".join(parts)
+
+
+#: The segment of a stage's own time (outside its nested stages) when the bars go deeper.
+SELF = "{} (self)"
+
+
+def role_depths(model: StageModel, depth: int | None = 1) -> dict[str, int]:
+    """How deep each role is drawn: ``depth``, or when None, 2 for a role whose every step on
+    every rank has one outermost stage and some of them have stages inside (a trainer's single
+    step stage shows what ran in it), else 1."""
+    roles = {role for role, _, _ in model.keys()}
+    if depth is not None:
+        return dict.fromkeys(roles, depth)
+    single: dict[str, bool] = dict.fromkeys(roles, True)
+    inner: dict[str, bool] = dict.fromkeys(roles, False)
+    for key in model.keys():
+        paths = model.paths(key)
+        single[key[0]] = single[key[0]] and sum(len(p) == 1 for p in paths) == 1
+        inner[key[0]] = inner[key[0]] or any(len(p) > 1 for p in paths)
+    return {role: 2 if single[role] and inner[role] else 1 for role in roles}
+
+
+def _segments(paths: dict[tuple[str, ...], tuple[float, float]], depth: int) -> dict[str, float]:
+    """Milliseconds per segment of one bar drawn ``depth`` deep: each stage at that depth, and
+    above it each stage's self time where it has nested stages (its total where it has none),
+    so the segments add up to the outermost stages."""
+    parents = {path[:-1] for path in paths}
+    totals: dict[str, float] = defaultdict(float)
+    for path, (total_us, self_us) in paths.items():
+        name = "/".join(path)
+        if len(path) == depth or (len(path) < depth and path not in parents):
+            totals[name] += total_us / 1000
+        elif len(path) < depth:
+            totals[SELF.format(name)] += max(self_us, 0.0) / 1000
+    return dict(totals)
+
+
+def bar_totals(model: StageModel, depth: int | None = 1) -> dict[BarKey, dict[str, float]]:
+    """Milliseconds per segment for each bar (a role's step on a rank): with ``depth`` 1 one per
+    outermost stage, the model's totals, so each bar is that role's step time and each segment a
+    stage ``summary`` lists; deeper (None: :func:`role_depths`' choice), see :func:`_segments`."""
+    depths = role_depths(model, depth)
+    return {
+        (role, _known(rank), _known(step)): _segments(model.paths((role, step, rank)), depths[role])
+        for role, step, rank in model.keys()
+    }
+
+
+def timeline_rows(model: StageModel, depth: int | None = 1) -> dict[str, list[Span]]:
+    """The regions of every trace down to ``depth`` (1: the outermost; None: :func:`role_depths`'
+    choice), one row per process label (role, replica, rank), in wall-clock microseconds."""
+    depths = role_depths(model, depth)
+    deepest = max(depths.values(), default=1)
+    rows: dict[str, list[Span]] = defaultdict(list)
+    for artifact, spans in model.regions(deepest):
+        limit = depths.get(artifact.role or "unknown", 1)
+        rows[artifact.label].extend(span for span in spans if span.depth < limit)
+    return rows
+
+
+def step_extents(model: StageModel) -> dict[int, tuple[float, float]]:
+    """Each profiled step's first start and last end (wall-clock µs) over every outermost region."""
+    extents: dict[int, tuple[float, float]] = {}
+    for artifact, spans in model.spans():
+        if artifact.step is None or not spans:
+            continue
+        start, end = min(s.start_us for s in spans), max(s.end_us for s in spans)
+        known = extents.get(artifact.step, (start, end))
+        extents[artifact.step] = (min(known[0], start), max(known[1], end))
+    return extents
+
+
+def _bar_positions(keys: Sequence[BarKey], groups: Sequence[object] | None = None) -> list[float]:
+    """x of each bar (keys ordered by role, group, then step): gaps set roles, coordinate groups
+    and steps apart."""
+    xs: list[float] = []
+    x = 0.0
+    for i, key in enumerate(keys):
+        if i and key[0] != keys[i - 1][0]:
+            x += 1.0
+        elif i and groups is not None and groups[i] != groups[i - 1]:
+            x += 0.7
+        elif i and key[2] != keys[i - 1][2]:
+            x += 0.4
+        xs.append(x)
+        x += 1.0
+    return xs
+
+
+def bar_groups(model: StageModel, by: Sequence[str]) -> dict[BarKey, tuple[tuple[str, int], ...]]:
+    """Each bar's parallel coordinates named in ``by`` (-1: its traces do not carry one)."""
+    groups = {}
+    for role, step, rank in model.keys():
+        coords = model.parallel(role, step, rank)
+        groups[(role, _known(rank), _known(step))] = tuple((dim, coords.get(dim, -1)) for dim in by)
+    return groups
+
+
+def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: int | None = 1) -> Figure:
+    """Stacked bars: one per (role, rank, step), a segment per stage down to ``depth``
+    (:func:`bar_totals`), the biggest stage lowest; with ``by``, the ranks grouped by those
+    parallel coordinates."""
+    from matplotlib.figure import Figure
+
+    bars = bar_totals(model, depth)
+    group = bar_groups(model, by)
+    tangled = model.interleaved()
+    keys = sorted(bars, key=lambda k: (k[0], group[k], k[2], k[1]))
+    stage_sum: dict[str, float] = defaultdict(float)
+    for stages in bars.values():
+        for stage, ms in stages.items():
+            stage_sum[stage] += ms
+    order = sorted(stage_sum, key=lambda s: (-stage_sum[s], s))
+    colours = _colours(order)
+    xs = _bar_positions(keys, [group[k] for k in keys] if by else None)
+    figure = Figure(figsize=(min(max(3 + 0.45 * (xs[-1] + 1), 7.0), 30.0), 5.5))
+    axes = figure.add_subplot()
+    bottoms = [0.0] * len(keys)
+    for stage in order:
+        heights = [bars[key].get(stage, 0.0) for key in keys]
+        axes.bar(
+            xs,
+            heights,
+            bottom=bottoms,
+            width=0.8,
+            color=colours[stage],
+            label=_legend(stage, tangled),
+            edgecolor="white",
+            linewidth=0.5,
+        )
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    if len(keys) <= 40:
+        for x, total in zip(xs, bottoms):
+            axes.annotate(
+                f"{total:.3g}",
+                (x, total),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="0.3",
+            )
+    with_role = len({key[0] for key in keys}) > 1
+    tilt = len(keys) > 8 or with_role or bool(by)
+    axes.set_xticks(
+        xs,
+        [_bar_label(key, with_role, group[key]) for key in keys],
+        rotation=45 if tilt else 0,
+        ha="right" if tilt else "center",
+        fontsize=8,
+    )
+    axes.set_xlim(-0.7, xs[-1] + 0.7)
+    axes.set_ylim(0, max(bottoms) * 1.1)
+    axes.set_ylabel("time in stage (ms)")
+    axes.set_xlabel("rank (r) and step (s)" if not with_role else "role, rank (r) and step (s)")
+    axes.set_title(f"{title}: time per stage", loc="left")
+    axes.grid(axis="y", alpha=0.3)
+    axes.set_axisbelow(True)
+    _despine(axes)
+    handles, labels = axes.get_legend_handles_labels()
+    axes.legend(
+        handles[::-1],
+        labels[::-1],
+        title="stage",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+        fontsize=8,
+    )
+    return figure
+
+
+def _timeline_figure(model: StageModel, title: str, depth: int | None = 1) -> Figure:
+    """A Gantt chart: a row per process label, a bar per stage region down to ``depth`` (a
+    nested region thinner, drawn over its parent), in ms; each profiled step named above the
+    time it spans."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    rows = timeline_rows(model, depth)
+    order_of = {a.label: (a.role or "unknown", _known(a.replica), _known(a.rank)) for a, _ in model.spans()}
+    labels = sorted((label for label in rows if rows[label]), key=lambda label: order_of[label])
+    origin = min(span.start_us for label in labels for span in rows[label])
+    colours = _colours(span.stage for label in labels for span in rows[label])
+    figure = Figure(figsize=(12, min(max(1.5 + 0.45 * len(labels), 3.0), 30)))
+    axes = figure.add_subplot()
+    for y, label in enumerate(labels):
+        per_stage: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+        for span in rows[label]:
+            per_stage[(span.depth, span.stage)].append(
+                ((span.start_us - origin) / 1000, (span.end_us - span.start_us) / 1000)
+            )
+        for (level, stage), spans in sorted(per_stage.items()):
+            # a thin edge in the bar's own colour keeps very short regions visible; a nested
+            # region is thinner, so its parent shows around it
+            height = 0.7 * 0.6**level
+            axes.broken_barh(
+                spans, (y - height / 2, height), facecolors=colours[stage], edgecolors=colours[stage], linewidth=0.6
+            )
+    axes.set_yticks(range(len(labels)), [_plain(label) for label in labels], fontsize=8)
+    axes.set_ylim(len(labels) - 0.5, -0.5)
+    last = max(span.end_us for label in labels for span in rows[label])
+    axes.set_xlim(left=-0.005 * (last - origin) / 1000)  # a region at 0 stays clear of the axis line
+    axes.set_xlabel(_time_axis_label(origin))
+    _mark_steps(axes, step_extents(model), origin)
+    axes.set_title(f"{title}: when each stage ran", loc="left", pad=16)
+    axes.grid(axis="x", alpha=0.3)
+    axes.set_axisbelow(True)
+    _despine(axes)
+    tangled = model.interleaved()
+    handles = [Patch(color=colour, label=_legend(stage, tangled)) for stage, colour in colours.items()]
+    axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+    return figure
+
+
+def _mark_steps(axes: Axes, extents: dict[int, tuple[float, float]], origin_us: float) -> None:
+    """Each step's time shaded (two tones, every other step) and named above the plot, a dotted
+    line where it begins and where it ends: the time between two profiled steps (unprofiled
+    steps) is left blank, never drawn as the earlier step's (tests/test_cmd_plot.py)."""
+    for i, (step, (start, end)) in enumerate(sorted(extents.items(), key=lambda item: item[1])):
+        left, right = (start - origin_us) / 1000, (end - origin_us) / 1000
+        axes.axvspan(left, right, color="0.5", alpha=0.08 if i % 2 == 0 else 0.16, linewidth=0)
+        for x in (left, right):
+            axes.axvline(x, color="0.4", linestyle=":", linewidth=0.8)
+        axes.text(
+            (left + right) / 2,
+            1.0,
+            f"step {step}",
+            transform=axes.get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color="0.25",
+        )
+
+
+def _time_axis_label(origin_us: float) -> str:
+    """The x label, with the wall-clock time of the first region when it looks like one."""
+    seconds = origin_us / 1e6
+    if seconds < 946684800:  # before 2000: no baseTimeNanoseconds, so not a wall clock
+        return "time since the first stage region (ms)"
+    when = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
+    return f"time since the first stage region (ms), which began {when:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _despine(axes: Axes) -> None:
+    for side in ("top", "right"):
+        axes.spines[side].set_visible(False)

@@ -1,0 +1,76 @@
+"""``profdsl summary DIR --stragglers``: at the collectives of each traced step, which rank
+arrived last and how long it made the others wait (:mod:`profdsl.analysis._collectives`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from profdsl._cli.common import table
+from profdsl.analysis._catalog import Artifact
+from profdsl.analysis._collectives import Blame, blame, load_matches
+from profdsl.analysis.culprits import DEFAULT_LATE_MS
+from profdsl.core._log import printable
+
+__all__ = ["DEFAULT_LATE_MS", "NOTHING_TRACED", "run", "stragglers_text"]
+
+TITLE = (
+    "who made the others wait at collectives (traced steps): at each collective the rank with the "
+    "shortest wait arrived last, late by the others' median wait less its own; late ms: each rank's "
+    "sum over the stage's collectives; the culprit exceeds the median rank by at least {late:g} ms"
+)
+NOTHING_TRACED = (
+    "no collective found in the readable traces (profdsl reads gloo's CPU events, gloo:<op>, and NCCL's kernels). "
+    "Where nothing is traced, wall-time alerts (the straggler watch, the slowest rank of `profdsl "
+    "summary`) cannot tell the culprit from its victims: a collective makes every rank wait for "
+    "the last, so their stage times come out equal"
+)
+
+
+def _line(item: Blame) -> str:
+    late = item.late_us[item.culprit] if item.culprit is not None else 0.0
+    return printable(
+        f"step {item.step}, {item.role} {item.stage}: rank {item.culprit} arrived last at {item.culprit_last_at} "
+        f"of {item.collectives} collective(s) and made the others wait {late / 1000:.3f} ms, "
+        f"{item.excess_us / 1000:.3f} ms more than the median rank"
+    )
+
+
+def stragglers_text(items: list[Blame], notes: list[str], late_ms: float) -> str:
+    """The text view: one row per role, step and stage, then a line per culprit."""
+    if not items:
+        return "\n".join([NOTHING_TRACED, *map(printable, notes)])
+    rows = [
+        [
+            b.role,
+            b.step,
+            b.stage,
+            b.collectives,
+            len(b.late_us),
+            "-" if b.culprit is None else f"rank {b.culprit}",
+            f"{b.excess_us / 1000:.3f}",
+            "  ".join(f"{rank}:{us / 1000:.3f}" for rank, us in sorted(b.late_us.items())),
+        ]
+        for b in items
+    ]
+    headers = ["role", "step", "stage", "collectives", "ranks", "culprit", "excess ms", "late ms by rank"]
+    culprits = [_line(b) for b in items if b.culprit is not None]
+    return "\n".join(
+        [
+            TITLE.format(late=late_ms),
+            table(headers, rows),
+            *(culprits or ["no rank stands out"]),
+            *map(printable, notes),
+        ]
+    )
+
+
+def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> None:
+    """Print the culprits of ``folder``'s traced steps (text, or ``--json``)."""
+    matches, notes, _ = load_matches(folder, artifacts, bad)
+    late_ms = args.late_ms
+    items = blame(matches, late_ms * 1000)
+    if args.json:
+        print(json.dumps({"stages": [b.as_dict(late_ms) for b in items], "notes": notes}, indent=1))
+    else:
+        print(stragglers_text(items, notes, late_ms))

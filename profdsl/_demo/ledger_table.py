@@ -1,0 +1,82 @@
+"""The demo's step ledger: where every step's wall time went, per role (the mean over its ranks),
+from the always-on metrics; with device time on CUDA, the device split of each step's stages
+(``StepTimings.ledger_device``); and per step the fleet lines (``docs/ledger.md``)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from profdsl.core._kinds import STAGE_KINDS
+from profdsl.core._ledger import OUTSIDE, OVERHEAD
+from profdsl.metrics import StepTimings
+from profdsl.metrics.aggregate import fleet_lines
+
+__all__ = ["DEVICE_TITLE", "TITLE", "device_lines", "ledger_lines", "table_lines"]
+
+TITLE = (
+    "the step ledger (every step, from the always-on metrics): where each step's wall time went, per role, "
+    "mean over its ranks (ms); the columns after wall ms add up to it"
+)
+
+
+DEVICE_TITLE = (
+    "device time on CUDA: the device span of each step's stages split by kind of work and outside them "
+    "(mean over the ranks with a device split, ms; outside %: its share of the span)"
+)
+
+
+def ledger_lines(timings: Sequence[StepTimings]) -> list[str]:
+    """The table (header, rule, one row per step and role) and each step's fleet lines; [] when
+    no step has a ledger."""
+    by: dict[tuple[int, str], list[StepTimings]] = defaultdict(list)
+    for item in timings:
+        if item.ledger is not None:
+            by[(item.step, item.role)].append(item)
+    if not by:
+        return []
+    used = {k for items in by.values() for t in items for k, v in (t.ledger or {}).items() if v}
+    columns = [k for k in STAGE_KINDS if k in used] + [OVERHEAD, OUTSIDE]
+    headers = ["step", "role", "ranks", "wall ms", *(f"{c} ms" for c in columns)]
+    rows = []
+    for (step, role), items in sorted(by.items()):
+        mean = {c: sum((t.ledger or {}).get(c, 0.0) for t in items) / len(items) for c in columns}
+        wall = sum(t.wall_s for t in items) / len(items)
+        rows.append([str(step), role, str(len(items)), f"{wall * 1e3:.2f}", *(f"{mean[c] * 1e3:.2f}" for c in columns)])
+    lines = table_lines(headers, rows) + device_lines(timings)
+    for step in sorted({step for step, _ in by}):
+        lines += fleet_lines(step, timings)
+    return lines
+
+
+def device_lines(timings: Sequence[StepTimings]) -> list[str]:
+    """With device time on CUDA: :data:`DEVICE_TITLE` and a table, per step and role, of the
+    device span of its stages, each kind's device time, ``outside`` and its share (the mean over
+    the ranks with a device split); [] when no step has one (on CPU)."""
+    by: dict[tuple[int, str], list[Mapping[str, float]]] = defaultdict(list)
+    for item in timings:
+        if item.ledger_device is not None:
+            by[(item.step, item.role)].append(item.ledger_device)
+    if not by:
+        return []
+    used = {k for splits in by.values() for split in splits for k, v in split.items() if v}
+    columns = [k for k in STAGE_KINDS if k in used] + [OUTSIDE]
+    headers = ["step", "role", "ranks", "span ms", *(f"{c} ms" for c in columns), "outside %"]
+    rows = []
+    for (step, role), splits in sorted(by.items()):
+        mean = {c: sum(split.get(c, 0.0) for split in splits) / len(splits) for c in columns}
+        span = sum(sum(split.values()) for split in splits) / len(splits)
+        share = f"{100 * mean[OUTSIDE] / span:.1f}" if span else "-"
+        cells = [f"{span * 1e3:.2f}", *(f"{mean[c] * 1e3:.2f}" for c in columns), share]
+        rows.append([str(step), role, str(len(splits)), *cells])
+    return [f"{DEVICE_TITLE}:", *table_lines(headers, rows)]
+
+
+def table_lines(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 2) -> list[str]:
+    """The demo's tables: header, rule and rows (at least one); the first ``left`` columns
+    left-aligned, the others right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    return [
+        "  ".join(v.ljust(w) if i < left else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+        for values in [headers, ["-" * w for w in widths], *rows]
+    ]

@@ -1,0 +1,68 @@
+"""The demo's always-on table: every step's stage timings on every rank (``Metrics``), beside
+what the traces of the profiled steps say about the same stages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from profdsl._demo.ledger_table import table_lines
+from profdsl.metrics import StepTimings
+
+__all__ = ["HEADERS", "TITLE", "MetricsLog"]
+
+TITLE = "time per stage: always-on metrics (every step, every rank) beside the traces (profiled steps and ranks only)"
+HEADERS = ("role", "stage", "steps", "ranks", "total ms", "mean ms", "slowest", "|", "traces", "traced ms")
+
+
+class MetricsLog:
+    """The step timings the demo gathered."""
+
+    def __init__(self) -> None:
+        self.timings: list[StepTimings] = []
+
+    def add(self, timings: Iterable[StepTimings | None]) -> None:
+        """A step's timings (of one rank's roles, or of every rank)."""
+        self.timings.extend(t for t in timings if t is not None)
+
+    def rows(self, traced: Iterable[tuple[str, str, int, float]]) -> list[list[str]]:
+        """One row per role and stage path seen: steps and ranks it ran on, its total and mean
+        per step of one rank (ms), the rank with the most time, then the traces' count and total
+        for the same role and stage (``traced``: rows of ``stage_table``)."""
+        from_traces = {(role, stage): (count, total) for role, stage, count, total in traced}
+        seconds: dict[tuple[str, str], dict[int, float]] = {}
+        steps: dict[tuple[str, str], set[int]] = {}
+        samples: dict[tuple[str, str], int] = {}
+        for item in self.timings:
+            for path, timing in item.stages.items():
+                key = (item.role, path)
+                by_rank = seconds.setdefault(key, {})
+                by_rank[item.rank] = by_rank.get(item.rank, 0.0) + timing.total_s
+                steps.setdefault(key, set()).add(item.step)
+                samples[key] = samples.get(key, 0) + 1
+        rows = []
+        for key in sorted(seconds, key=lambda k: (k[0], k[1])):
+            by_rank, total = seconds[key], sum(seconds[key].values())
+            slowest = min(by_rank, key=lambda rank: (-by_rank[rank], rank))
+            count, traced_ms = from_traces.get(key, (0, 0.0))
+            rows.append(
+                [
+                    key[0],
+                    key[1],
+                    str(len(steps[key])),
+                    str(len(by_rank)),
+                    f"{total * 1e3:.2f}",
+                    f"{total * 1e3 / samples[key]:.2f}",
+                    f"rank {slowest}",
+                    "|",
+                    str(count) if count else "-",
+                    f"{traced_ms:.2f}" if count else "-",
+                ]
+            )
+        return rows
+
+    def lines(self, traced: Iterable[tuple[str, str, int, float]]) -> list[str]:
+        """The table's lines: header, rule and rows (none when nothing was timed)."""
+        rows = self.rows(traced)
+        if not rows:
+            return []
+        return table_lines(HEADERS, rows)  # names left-aligned, figures right-aligned

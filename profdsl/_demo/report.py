@@ -1,0 +1,135 @@
+"""What the demo prints at the end: where every artifact went, where each step went (the stage-time
+model, as ``profdsl summary`` shows it), and what profiling itself cost."""
+
+from __future__ import annotations
+
+import statistics
+
+from profdsl._cli.summary import step_view
+from profdsl._demo.ledger_table import table_lines
+from profdsl.analysis import _cost as cost
+from profdsl.analysis._catalog import FolderError, artifacts, catalog
+from profdsl.analysis._load import load_model
+from profdsl.analysis._model import StageModel
+from profdsl.collect._manifest import read_records
+from profdsl.collect.metrics_log import read_log
+from profdsl.metrics._tree import segment
+from profdsl.records.manifest import HookRecord, TraceRecord
+
+__all__ = [
+    "artifacts_table",
+    "auto_captures",
+    "cost_table",
+    "slow_step_table",
+    "stage_model",
+    "stage_table",
+    "traced_totals",
+]
+
+
+def stage_model(save_path: str) -> StageModel:
+    """The stage-time model of the run's traces (what ``profdsl summary`` reads)."""
+    found = catalog(save_path)
+    return load_model(save_path, found.artifacts, [])
+
+
+def stage_table(save_path: str) -> list[str]:
+    """The lines of ``profdsl summary``'s step view of the run: each profiled step's roles and
+    stages, mini-batches under the stage they ran in."""
+    try:
+        model = stage_model(save_path)
+    except FolderError:
+        return []
+    return step_view(model).splitlines()
+
+
+def traced_totals(save_path: str) -> list[tuple[str, str, int, float]]:
+    """(role, stage path, entries, total ms) per role and stage path over the run's traces, the
+    path named as the always-on metrics name it (``update_actor/mini_batch``), to set beside them."""
+    try:
+        model = stage_model(save_path)
+    except FolderError:
+        return []
+    totals: dict[tuple[str, str], list[float]] = {}
+    for node in model.nodes:
+        key = (node.role, "/".join(segment(name) for name in node.path))
+        into = totals.setdefault(key, [0, 0.0])
+        into[0] += node.count
+        into[1] += node.total_us / 1000
+    return sorted((role, path, int(count), total) for (role, path), (count, total) in totals.items())
+
+
+def artifacts_table(save_path: str) -> list[str]:
+    """One line per manifest record."""
+    lines = []
+    for r in read_records(save_path):
+        window = f" mb{r.window[0]}-{r.window[1]}" if r.window else ""
+        where = r.path or r.intended or r.origin or r.why or ""
+        what = (r.stage or "") + window
+        if isinstance(r, HookRecord):
+            what = f"{r.role}: {r.status}"
+        step = "-" if r.step is None else r.step
+        rank = "-" if r.rank is None else r.rank
+        lines.append(f"{r.kind:<8} step {step:<3} rank {rank:<3} {what:<26} {where}")
+    return lines
+
+
+def cost_table(save_path: str) -> list[str]:
+    """The lines of ``profdsl summary``'s profiling cost table (header, rule, one row per role and
+    step, then, after an empty line, what the parts are when it shows them), or [] when no record
+    carries a cost."""
+    try:
+        costs = cost.step_costs(artifacts(save_path))
+    except FolderError:
+        return []
+    if not costs:
+        return []
+    parts, headers = cost.has_parts(costs), cost.headers(costs)
+    rows = [["-" if c is None else str(c) for c in cost.cells(item, parts)] for item in costs]
+    lines = table_lines(headers, rows, left=len(headers))
+    return [*lines, "", *cost.note_lines()] if parts else lines
+
+
+def auto_captures(save_path: str) -> list[str]:
+    """One line per trace an automatic capture wrote: its step, rank and roles, and why."""
+    found: dict[tuple[int, int, str], set[str]] = {}
+    for r in read_records(save_path):
+        if isinstance(r, TraceRecord) and r.capture is not None and r.capture.source == "auto":
+            roles = found.setdefault((r.step or 0, r.rank or 0, r.capture.reason or ""), set())
+            roles.update(r.roles or [r.role or "?"])
+    return [
+        f"step {step} rank {rank} ({', '.join(sorted(roles))}): {reason}"
+        for (step, rank, reason), roles in sorted(found.items())
+    ]
+
+
+def slow_step_table(save_path: str, step: int, rank: int) -> list[str]:
+    """Per role and stage path of ``rank``: its time at ``step`` against the median of its other
+    untraced steps (from the metrics log), sorted by the absolute change; [] without a log."""
+    lines, _ = read_log(save_path)
+    mine = [line for line in lines if line.rank == rank and line.stages]
+    at = {
+        (line.role, path): stage.total_s or 0.0
+        for line in mine
+        if line.step == step
+        for path, stage in (line.stages or {}).items()
+    }
+    rows = []
+    for (role, path), seconds in at.items():
+        others = [
+            (line.stages or {})[path].total_s or 0.0
+            for line in mine
+            if line.role == role and line.step != step and not line.traced and path in (line.stages or {})
+        ]
+        if not others:
+            continue
+        median = statistics.median(others)
+        ratio = f"{seconds / median:.1f}x" if median > 0 else "-"
+        change = seconds - median
+        cells = [str(role), path, f"{seconds * 1000:.1f}", f"{median * 1000:.1f}", f"{change * 1000:+.1f}", ratio]
+        rows.append((abs(change), [*cells, str(len(others))]))
+    if not rows:
+        return []
+    rows.sort(key=lambda row: (-row[0], row[1][0], row[1][1]))
+    headers = ["role", "stage", f"step {step} ms", "median ms", "change ms", "ratio", "n"]
+    return table_lines(headers, [row for _, row in rows], left=len(headers))

@@ -1,0 +1,326 @@
+"""The annotation base of every DSL word: ``with``, ``async with`` and the decorator.
+
+One entry is one :class:`~profdsl._runtime.context.Entry` on the entering context's stack: what
+it opened in the trace (a handle from its role's recorder), the metrics node its time goes to,
+and its clock. Every form goes through :meth:`Entries._begin` and :meth:`Entries._end`, but
+for a ``with`` block's usual timed entry (a step timed, nothing profiled, the word bound to no
+role or profiler), which :meth:`Annotation.__enter__` and :meth:`Annotation.__exit__` begin and
+end without a call (the same steps, inlined: this runs for every timed ``with`` block); the
+decorator (:mod:`profdsl._dsl.decorate`) picks the piece for the callable's kind.
+
+When nothing is profiled or timed (``Registry.on`` is false), a ``with`` block costs one
+attribute check at entry and one at exit, and a decorated call one: no torch call, no
+allocation. A fault inside profdsl is logged once and swallowed; the annotated code's results
+and exceptions pass through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from profdsl._dsl.decorate import decorate
+from profdsl._runtime import context
+from profdsl._runtime.context import Entry, make
+from profdsl._runtime.meter import node_for
+from profdsl._runtime.process import PROCESS
+from profdsl._runtime.registry import stray, unbound
+from profdsl.core._log import internal_error
+from profdsl.metrics import _tree as tree
+
+if TYPE_CHECKING:
+    from profdsl._runtime.handles import Handle
+    from profdsl._runtime.profiler import Profiler
+    from profdsl._runtime.recorder import NullRecorder, Recorder
+    from profdsl._runtime.registry import Registry
+    from profdsl._runtime.step import StepContext
+    from profdsl.metrics._tree import Node
+
+__all__ = ["FROM_RECORDER", "Annotation", "Entries", "registry_of", "stop"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_STACK = context.STACK
+#: The default of :meth:`Entries._begin`'s ``handle``: ask the entry's recorder for it (an
+#: async entry asks first, awaiting, and passes what it got, None included).
+FROM_RECORDER = object()
+
+
+def registry_of(profiler: Profiler | None) -> Registry:
+    """The registry an entry bound to ``profiler`` reads: that profiler's process's, or this
+    process's (:data:`~profdsl._runtime.process.PROCESS`) for an entry bound to none. Read at
+    every entry, never kept: a reset replaces it."""
+    return PROCESS.registry if profiler is None else profiler.process.registry
+
+
+def stop(entry: Entry) -> Any:
+    """End ``entry``: its time goes to its node, it leaves the stack (and the open ``with``
+    entries); returns its handle, for the caller to close. Never raises."""
+    entry.end()
+    handle = entry.handle
+    if handle is not None:  # _unlist(), inlined: this runs for every decorated profiled call
+        profiler = entry.key.profiler  # type: ignore[attr-defined]
+        registry = PROCESS.registry if profiler is None else profiler.process.registry
+        opened = registry.opened
+        opened.pop(entry, None)
+        if not opened and not registry.steps:
+            registry.refresh()
+    return handle
+
+
+def _unlist(entry: Entry, registry: Registry) -> None:
+    """``entry`` (one with a handle) is no longer open: off the open ``with`` entries of
+    ``registry`` (its own), whose switch turns off when nothing else is on."""
+    opened = registry.opened
+    opened.pop(entry, None)
+    if not opened and not registry.steps:
+        registry.refresh()
+
+
+def _finish(entry: Entry | None, innermost: bool, registry: Registry) -> None:
+    """A ``with`` exit's end of ``entry`` (None: none to end), ``innermost`` when on top of this
+    context's stack; its handle, if any, is closed and off ``registry``'s open entries."""
+    if entry is not None:
+        entry.end(innermost)
+        handle = entry.handle
+        if handle is not None:
+            _unlist(entry, registry)
+            handle.close()
+
+
+def _elsewhere(key: object, registry: Registry) -> Entry | None:
+    """The latest open ``with`` entry of ``key`` in another context (a generator whose block
+    began on one thread and ends on another): marked done there, to be ended here."""
+    for entry in reversed(list(registry.opened)):
+        if entry.key is key and entry.live:
+            entry.live = False
+            return entry
+    return None
+
+
+def _nesting(top: Entry | None) -> Recorder | None:
+    """The active recorder of the innermost entry of this context that opened a region: where an
+    entry bound to no role nests."""
+    for entry in context.walk(top):
+        owner = getattr(entry.handle, "owner", None)
+        if owner is not None and owner.active:
+            return owner  # type: ignore[no-any-return]
+    return None
+
+
+class Entries:
+    """One DSL word's entries: what one opens (its handle from its role's recorder, its metrics
+    node) and how it ends, for every form (:class:`Annotation`, the forms)."""
+
+    __slots__ = ("profiler", "role")
+    profiler: Profiler | None
+    role: str | None
+    name: str
+    #: The kind of work an entry is, when the word declares one (the step ledger's:
+    #: :mod:`profdsl.core._kinds`); None: by its name.
+    kind: str | None = None
+    #: Whether a decorated call's arguments say which profiler it uses (:meth:`_bound`).
+    _binds = False
+
+    def _open(self, recorder: Recorder | NullRecorder, top: Entry | None) -> Handle | None:
+        raise NotImplementedError
+
+    def _bound(self, args: tuple[Any, ...]) -> Profiler | None:
+        """The profiler a decorated call with ``args`` uses (the word's own here)."""
+        return self.profiler
+
+    def _handle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> Any:
+        """This entry's handle from its role's recorder (its profiler's, else one of the
+        registered ``steps``); None when nothing is opened."""
+        try:
+            if profiler is not None:
+                return self._open(profiler.recorder, top)
+            for first in steps:
+                if first.recorder is not None:
+                    break
+            else:  # nothing captured (or the step ended since `on` was read)
+                return None
+            role = self.role
+            if role is not None:
+                for step in steps:
+                    if step.recorder is not None and step.role == role:
+                        return self._open(step.recorder, top)
+                stray(self.name, role, [s.role for s in steps if s.recorder is not None], PROCESS.live)
+                return None
+            recorder = _nesting(top)
+            if recorder is None:
+                recorder = first.recorder
+                if len(steps) > 1:
+                    captured = [s.role for s in steps if s.recorder is not None]
+                    if len(captured) > 1:
+                        unbound(self.name, True, captured, first.role)
+            return self._open(recorder, top)
+        except Exception as exc:
+            internal_error(f"{type(self).__name__} entry", exc)
+            return None
+
+    async def _ahandle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> Any:
+        return self._handle(profiler, steps, top)
+
+    def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = FROM_RECORDER) -> Entry:
+        """Open one entry on the current context's stack: its ``handle`` (asked of its role's
+        recorder unless given), then its clock. A ``listed`` entry with a handle is also listed as
+        open (a ``with`` entry: its exit must close it whatever turned off meanwhile). Timed entries
+        of an ended step left on the stack (exited when nothing was on) are dropped from under it."""
+        below = _STACK.get()
+        registry = PROCESS.registry if profiler is None else profiler.process.registry
+        steps = registry.steps
+        if handle is FROM_RECORDER:  # only a profiled step opens regions (one only timed: none)
+            handle = self._handle(profiler, steps, below) if profiler is not None or registry.profiled else None
+        if profiler is not None:
+            node = self._bound_node(profiler, steps, below)
+        elif not registry.timed:
+            node = None
+        else:
+            node = None
+            if self.role is None:  # node_for(), inlined for an unbound entry's usual cases
+                if below is not None:
+                    parent = below.node  # nested in an open timed entry
+                    if parent is not None and below.live and not parent.closed:
+                        node = parent.children.get(self.name)
+                elif len(steps) == 1 and steps[0].root is not None:  # the top of the one tree
+                    node = steps[0].root.children.get(self.name)
+            if node is None:
+                node = node_for(self.name, self.role, None, steps, below, PROCESS.live, self.kind)
+        while below is not None and below.handle is None and below.node is not None and below.node.closed:
+            below = below.below
+        entry = make(self, handle, node, below)
+        _STACK.set(entry)
+        if listed and handle is not None:
+            registry.opened[entry] = None
+            registry.on = True  # (see Registry: set after the entry is listed)
+        return entry
+
+    def _bound_node(self, profiler: Profiler, steps: tuple[StepContext, ...], below: Entry | None) -> Node | None:
+        """The metrics node of an entry bound to ``profiler``: in its step's tree, if timed."""
+        step = profiler.step_context
+        root = None if step is None else step.root
+        return None if root is None else node_for(self.name, None, root, steps, below, kind=self.kind)
+
+    async def _abegin(self, profiler: Profiler | None, listed: bool = False) -> Entry:
+        registry = registry_of(profiler)
+        handle = None
+        if profiler is not None or registry.profiled:
+            handle = await self._ahandle(profiler, registry.steps, _STACK.get())
+        return self._begin(profiler, listed, handle)
+
+    def _end(self, entry: Entry) -> None:
+        """End one entry: its clock, then its handle."""
+        handle = stop(entry)
+        if handle is not None:
+            handle.close()
+
+    async def _aend(self, entry: Entry) -> None:
+        self._end(entry)
+
+    def _call(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A decorated plain call, as one entry."""
+        entry = self._begin(self._bound(args) if self._binds else self.profiler)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            handle = stop(entry)  # _end(), inlined
+            if handle is not None:
+                handle.close()
+
+
+class Annotation(Entries):
+    """A DSL word. Subclasses fill ``name``, ``role`` and ``profiler`` and say what one entry
+    opens in the trace (:meth:`_open`); the rest is shared: the ``with`` block (whose usual
+    timed entry, nothing profiled, is begun and ended here without a call) and the decorator."""
+
+    __slots__ = ()
+
+    def _leaving(self) -> Entry | None:
+        """The entry a ``with`` exit ends: the innermost of this object in this context, else
+        the latest one with a handle open elsewhere; None when there is none."""
+        return context.find(self) or _elsewhere(self, registry_of(self.profiler))
+
+    def __enter__(self) -> Any:
+        # The switch, read through the process state: this process's, or a bound profiler's own.
+        if PROCESS.registry.on or self.profiler is not None:
+            registry = PROCESS.registry
+            profiler = self.profiler
+            if profiler is not None or registry.profiled or self.role is not None or not registry.timed:
+                if profiler is None or profiler.process.registry.on:
+                    self._begin(profiler, True)
+                return self
+            # A timed step, nothing profiled, an entry bound to nothing: _begin(), inlined.
+            below = _STACK.get()
+            node = None
+            if below is not None:
+                parent = below.node  # nested in an open timed entry
+                if parent is not None and below.live and not parent.closed:
+                    node = parent.children.get(self.name)
+            else:
+                steps = registry.steps
+                if len(steps) == 1:
+                    root = steps[0].root
+                    if root is not None:  # the top of the one tree
+                        node = root.children.get(self.name)
+            if node is None:
+                node = node_for(self.name, None, None, registry.steps, below, PROCESS.live, self.kind)
+            while below is not None and below.handle is None and below.node is not None and below.node.closed:
+                below = below.below
+            entry = Entry()  # context.make(), inlined
+            entry.key, entry.handle = self, None
+            entry.node, entry.below = node, below
+            entry.live, entry.spent = True, 0.0
+            entry.mark = entry.start = None
+            if node is not None:
+                if node.root.device is None:
+                    entry.start = tree.clock()
+                else:
+                    entry.run()
+            _STACK.set(entry)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if PROCESS.registry.on or self.profiler is not None:
+            profiler = self.profiler
+            registry = PROCESS.registry if profiler is None else profiler.process.registry
+            if not registry.on:
+                return
+            entry = _STACK.get()
+            if entry is None or entry.key is not self or not entry.live:
+                _finish(self._leaving(), False, registry)
+                return
+            start = entry.start
+            node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
+            if start is None or entry.handle is not None or node.root.device is not None:
+                _finish(entry, True, registry)
+                return
+            now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
+            entry.spent = spent = entry.spent + (now - start)
+            entry.start = None
+            root = node.root
+            spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
+            lock = root.lock
+            lock.acquire()
+            if not node.closed:
+                node.total += spent
+                node.count += 1
+                if spans is not None:
+                    if len(spans) < root.room:
+                        spans.append(start)
+                        spans.append(now)
+                        spans.append(node)
+                    else:
+                        root.dropped += 1
+            lock.release()
+            entry.live = False
+            top = entry.below
+            while top is not None and not top.live:
+                top = top.below
+            _STACK.set(top)
+
+    def __call__(self, func: F) -> F:
+        """Decorate a function, method, ``staticmethod`` or ``classmethod`` (either order),
+        ``async def``, generator or async generator function, or the getter of a ``property``
+        or ``functools.cached_property`` below it."""
+        return cast(F, decorate(self, func))

@@ -1,0 +1,213 @@
+"""The open DSL entries of each context: one stack per thread and per asyncio task.
+
+Every entry of ``profile_stage``, ``mini_batch_window`` and ``rollout_window`` (``with`` block
+or decorated call) is one :class:`Entry` on the stack of the context that entered it: what it
+opened in the trace (``handle``), the metrics node it adds its time to (``node``), and when it
+began. A DSL object may be shared (a module-level constant) and entered from several threads or
+tasks at once, so an entry's state never lives on the object: a ``with`` exit finds its entry
+again by the object's identity (``key``), a decorated call holds its own.
+
+The stack is a linked list in a ``ContextVar`` (a task copies its creator's context and must not
+share a mutable list with it). An entry removed from the middle (closed out of order, as
+interleaved generators do) is marked dead and skipped, then dropped once the entries above it
+are gone: entries keep their identity. A suspended generator stage takes the entries above its
+own with it (:func:`detach`) and puts them back wherever it resumes (:func:`reattach`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from profdsl.core._log import internal_error
+from profdsl.metrics import _tree as tree
+
+if TYPE_CHECKING:
+    from profdsl.metrics._tree import Node
+
+__all__ = ["STACK", "Entry", "clear", "detach", "find", "make", "push", "reattach", "remove", "segment", "top", "walk"]
+
+
+class Entry:
+    """One open entry: ``key`` (the DSL object entered), ``handle`` (what it opened in the trace,
+    or None), ``node`` (the metrics node its time goes to, or None) and its clock: ``start`` is
+    when its current stretch began (None while paused), ``spent`` the seconds of earlier
+    stretches, ``mark`` the device event of the stretch (CUDA device time)."""
+
+    __slots__ = ("below", "handle", "key", "live", "mark", "node", "spent", "start")
+    # No __init__: made by :func:`make` (or inlined: a plain `Entry()` is the cheapest object).
+
+    key: object
+    handle: Any
+    node: Node | None
+    below: Entry | None
+    live: bool
+    spent: float
+    mark: Any
+    start: float | None
+
+    def run(self) -> None:
+        """Start (or restart) the clock of a timed entry."""
+        device = self.node.root.device  # type: ignore[union-attr]
+        if device is not None:
+            self.mark = device.mark()
+        self.start = tree.clock()
+
+    def pause(self) -> None:
+        """Stop the clock, keeping the stretch's seconds (a generator's ``yield``), and the
+        stretch itself for the ledger when the entry is a top-level stage."""
+        start = self.start
+        if start is None:
+            return
+        now = tree.clock()
+        self.spent += now - start
+        self.start = None
+        node: Node = self.node  # type: ignore[assignment]
+        root = node.root
+        if root.device is not None or node.spans is not None:
+            end = None if root.device is None else root.device.mark()
+            with root.lock:  # its count of dropped pairs, like the node's sums
+                if end is not None:
+                    root.device.add(node, self.mark, end)  # type: ignore[union-attr]
+                if not node.closed:
+                    tree.stretch(node, start, now)
+
+    def end(self, innermost: bool = False) -> None:
+        """The entry ended: its node gets one entry of the seconds it ran (unless its step has ended
+        since); it leaves the stack (``innermost``: found on top of this context's). Never raises."""
+        node = self.node
+        if node is not None:
+            try:
+                start = self.start
+                root = node.root
+                if start is not None and root.device is None:  # pause(), inlined
+                    now = tree.clock()
+                    self.spent = spent = self.spent + (now - start)
+                    self.start = None
+                    spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
+                else:
+                    self.pause()  # (which keeps the stretch)
+                    spent, spans = self.spent, None
+                lock = root.lock  # node.add(spent), inlined: this runs for every timed entry
+                lock.acquire()
+                if not node.closed:
+                    node.total += spent
+                    node.count += 1
+                    if spans is not None:  # tree.stretch(), inlined
+                        if len(spans) < root.room:
+                            spans.append(start)  # type: ignore[arg-type]  # (start: not None here)
+                            spans.append(now)
+                            spans.append(node)
+                        else:
+                            root.dropped += 1
+                lock.release()
+            except Exception as exc:  # a device error
+                internal_error("metrics exit", exc)
+        self.live = False
+        top = self if innermost else STACK.get()
+        if top is self:  # the usual case: the innermost entry ends
+            top = self.below
+            while top is not None and not top.live:
+                top = top.below
+            STACK.set(top)
+        elif top is not None and not top.live:
+            remove(self)
+
+
+#: The current context's innermost entry.
+STACK: ContextVar[Entry | None] = ContextVar("profdsl_entries", default=None)
+
+
+def top() -> Entry | None:
+    """The innermost open entry of the current context."""
+    return STACK.get()
+
+
+def walk(entry: Entry | None) -> Iterator[Entry]:
+    """``entry`` and every live entry below it, innermost first."""
+    while entry is not None:
+        if entry.live:
+            yield entry
+        entry = entry.below
+
+
+def make(key: object, handle: Any, node: Node | None, below: Entry | None) -> Entry:
+    """A new entry of ``key`` above ``below`` (not yet on the stack), its clock started when it
+    is timed (``node`` not None)."""
+    entry = Entry()
+    entry.key = key
+    entry.handle = handle
+    entry.node = node
+    entry.below = below
+    entry.live = True
+    entry.spent = 0.0
+    entry.mark = entry.start = None
+    if node is not None:
+        if node.root.device is None:
+            entry.start = tree.clock()  # run(), inlined: this runs for every timed entry
+        else:
+            entry.run()
+    return entry
+
+
+def push(key: object, handle: Any = None, node: Node | None = None) -> Entry:
+    """A new entry on top of the current context's stack."""
+    entry = make(key, handle, node, STACK.get())
+    STACK.set(entry)
+    return entry
+
+
+def find(key: object) -> Entry | None:
+    """The innermost live entry of ``key`` in the current context."""
+    for entry in walk(STACK.get()):
+        if entry.key is key:
+            return entry
+    return None
+
+
+def remove(entry: Entry) -> None:
+    """Take ``entry`` off the stack (marked dead wherever it is); the dead entries on top are
+    dropped from the current context's stack."""
+    entry.live = False
+    innermost = STACK.get()
+    if innermost is not None and not innermost.live:
+        while innermost is not None and not innermost.live:
+            innermost = innermost.below
+        STACK.set(innermost)
+
+
+def segment(entry: Entry) -> list[Entry]:
+    """The live entries of the current context from the innermost down to ``entry``, innermost
+    first: ``entry`` and what opened inside it; just ``[entry]`` when it is not on this stack."""
+    held: list[Entry] = []
+    for found in walk(STACK.get()):
+        held.append(found)
+        if found is entry:
+            return held
+    return [entry]
+
+
+def detach(held: list[Entry]) -> None:
+    """Take a segment (from :func:`segment`) off the current context's stack, leaving what was
+    below its last entry: a generator body's entries, which it takes along across a ``yield``."""
+    below = held[-1].below
+    while below is not None and not below.live:
+        below = below.below
+    if next(walk(STACK.get()), None) is held[0]:  # (not when the segment is another context's)
+        STACK.set(below)
+
+
+def reattach(held: list[Entry]) -> None:
+    """Put a detached segment back on top of the current context's stack (which may be another
+    context's than the one it was detached from: the generator resumed elsewhere)."""
+    below = STACK.get()
+    for entry in reversed(held):
+        entry.below = below
+        below = entry
+    STACK.set(below)
+
+
+def clear() -> None:
+    """Empty the current context's stack (a test's reset; other contexts are not reachable)."""
+    STACK.set(None)

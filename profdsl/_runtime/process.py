@@ -1,0 +1,194 @@
+"""Everything profdsl keeps per process, behind one object (docs/architecture.md):
+
+- ``registry``: the steps the DSL may use (one ``StepContext`` per role's step with anything on),
+  and the open entries;
+- ``slot``: the one capture session of the process, and whom it belongs to;
+- ``writer``: the one thread that writes into save_path;
+- ``rounds``: when each save_path's finish hook is owed;
+- ``live``: profilers not yet closed, closed at interpreter exit (a loop that forgets ``close()``
+  still has its last session written and an owed finish hook run);
+- ``servers``: the Prometheus endpoints of the always-on metrics (which take ``POST /profile``);
+- ``inbox``: the capture requests delivered to this process, and the request folders it watches;
+- ``logs``: the metrics logs it appends to (through the writer);
+- ``log``: the keys already logged once.
+
+A :class:`~profdsl._runtime.profiler.Profiler` is given its process (this process's one,
+:data:`PROCESS`, by default). :data:`PROCESS` is one object for the life of the process (as
+structlog's ``_CONFIG``): the DSL reads ``PROCESS.registry`` at every entry and keeps no part of
+it, so a reset and the after-fork rule *replace* the registry instead of scrubbing it in place
+(the slot, the writer and the rounds, which a profiler's parts hold, are reset by their own
+methods). One after-fork rule: a forked child (a DataLoader worker) inherits none of it. One
+reset for tests: :func:`profdsl.testing.reset`. One ordered shutdown, at exit:
+:meth:`Process.exit`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from profdsl._runtime.inbox import Inbox
+from profdsl._runtime.metrics_log import MetricsLogs
+from profdsl._runtime.registry import Registry
+from profdsl._runtime.slot.interrupts import Signals
+from profdsl._runtime.slot.slot import CaptureSlot
+from profdsl._runtime.writer.hook import stop_hooks
+from profdsl._runtime.writer.jobs import RECORD_BUDGET_S
+from profdsl._runtime.writer.rounds import HookRounds
+from profdsl._runtime.writer.writer import Writer
+from profdsl.core._log import ONCE, OnceLog, logger
+from profdsl.metrics._prometheus import Servers
+
+if TYPE_CHECKING:
+    from profdsl._runtime.step import Closable
+    from profdsl._runtime.writer.rounds import DueHook
+
+__all__ = ["PROCESS", "Process"]
+
+#: Said when a wait for the last profiled step's traces runs out.
+_STILL_WRITTEN = "profdsl: the last profiled step's traces are still being written; they go on in the background"
+#: Every job kind the writer may be given up on at exit.
+_ALL = frozenset({"export", "record", "log", "move", "hook"})
+
+
+class Process:
+    """The process-wide state of profdsl (see the module docstring)."""
+
+    # (slots: the DSL reads ``registry`` through it at every entry)
+    __slots__ = ("inbox", "live", "log", "logs", "registry", "rounds", "servers", "signals", "slot", "writer")
+
+    def __init__(self) -> None:
+        self.registry = Registry()
+        self.writer = Writer()
+        self.rounds = HookRounds(self.writer)
+        self.signals = Signals()  # the main thread's signal holds (_runtime/slot/interrupts.py)
+        self.slot = CaptureSlot(self.writer, self.rounds, self.signals)
+        self.live: set[Closable] = set()  # strong: a profiler dropped unclosed still owes its hook
+        self.inbox = Inbox()
+        self.logs = MetricsLogs(self.writer)
+        self.servers = Servers(on_profile=self.inbox.from_http, gate=self.inbox.gate)
+        self.log: OnceLog = ONCE
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # A decorated function pickled by value (Ray ships classes defined in __main__) names the
+        # process state: on the other side it is that process's own, not a copy.
+        return (_this_process, ())
+
+    def wait_for(self, until: object | None, due: DueHook | None, *, hook: bool, closing: bool = False) -> None:
+        """Wait until the writer is through what the caller needs: with ``hook``, the jobs up to
+        ``until`` and then the hook ``due``; at ``closing``, the jobs up to ``until`` and every
+        hook not finished, whoever made it due; otherwise (the last profiled step, no hook to
+        wait for) until the jobs up to ``until`` settle (a trace: once torch's events are on
+        disk), the rest of each trace going on in the background. The traces are waited for up
+        to their ``export_timeout_s``; when a hook is due and they run out of time, they are
+        given up (recorded ``incomplete``), so that the hook runs now, bounded by its
+        ``timeout_s``. An interrupt while waiting stops the hooks (their commands killed,
+        recorded ``interrupted``) and goes on."""
+        writer = self.writer
+        try:
+            if closing:
+                for job in self.rounds.unfinished():
+                    if due is None or job is not due.job:
+                        job.wait(timeout=writer.budget(job.ticket))  # type: ignore[arg-type]
+            waits_hook = due is not None and hook
+            if not closing and not waits_hook:  # the last profiled step, no hook to wait for
+                if until is not None and not writer.wait_settled(until, timeout=writer.budget(until)):  # type: ignore[arg-type]
+                    logger.warning(_STILL_WRITTEN)
+                return
+            if not waits_hook and until is None:
+                return
+            if not writer.wait_kind("export", timeout=writer.budget_of("export")):
+                if not waits_hook:
+                    logger.warning(_STILL_WRITTEN)
+                    return
+                writer.give_up()
+                logger.error(
+                    "profdsl: traces still being written when the finish hook was due "
+                    "were given up (recorded incomplete); the hook runs now"
+                )
+            if due is not None and hook:
+                due.job.wait(timeout=writer.budget(due.ticket))  # type: ignore[arg-type]
+            else:
+                writer.wait(until, timeout=writer.budget(until))  # type: ignore[arg-type]
+        except BaseException as exc:
+            stop_hooks(self.rounds.unfinished(), writer, f"{type(exc).__name__} while waiting for the finish hook")
+            raise
+
+    def exit(self) -> None:
+        """At interpreter exit, in order: close every profiler not yet closed (their hooks run);
+        record the session that cannot be ended here (its owner thread never came back); let
+        the writer finish the traces, bounded by their ``export_timeout_s``, then give up those
+        still going (recorded ``incomplete``) and let it record and run what is left (the hooks,
+        bounded by their ``timeout_s``: a hook's process group is killed then, and recorded).
+        An interrupt meanwhile stops the hooks and gives up everything, recorded, and goes on."""
+        writer = self.writer
+        if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):  # died on Ctrl-C
+            stop_hooks(self.rounds.unfinished(), writer, "KeyboardInterrupt: the interpreter exited while the hook ran")
+        try:
+            for profiler in list(self.live):
+                try:
+                    profiler.close()
+                except Exception as exc:  # interpreter exit: say it and go on with the others
+                    logger.error("profdsl: closing %s at exit failed: %s", profiler.role, exc)
+            try:
+                self.slot.abandon("the process exited")
+            except Exception as exc:
+                logger.error("profdsl: stopping the last session at exit failed: %s", exc)
+            if not writer.wait_kind("export", timeout=writer.budget_of("export")):
+                writer.give_up()
+            for job in self.rounds.unfinished():
+                if not job.wait(timeout=writer.budget(job.ticket)):  # type: ignore[arg-type]
+                    job.stop("still running when the process exited past its timeout")
+            if not writer.wait(timeout=writer.budget()):
+                writer.give_up(_ALL)
+                writer.wait(timeout=RECORD_BUDGET_S)
+        except BaseException as exc:
+            stop_hooks(self.rounds.unfinished(), writer, f"{type(exc).__name__} while the process exited")
+            writer.give_up(_ALL)  # what is still going is recorded lost
+            writer.wait(timeout=RECORD_BUDGET_S)
+            raise
+
+    def reset(self) -> None:
+        """Forget every profiler, recorder, open entry, step being timed, hook round and logged
+        key; stop an open session (when this thread owns it) and the Prometheus endpoints, and
+        let the writer finish what it was given. Profilers forgotten here are not closed at exit."""
+        self.slot.reset()
+        self.writer.wait(timeout=self.writer.budget())
+        self.registry = Registry()
+        self.rounds.clear()
+        self.live.clear()
+        self.inbox.clear()
+        self.logs.clear()
+        self.servers.close()
+        self.log.clear()
+
+    def after_fork_in_child(self) -> None:
+        """A forked child inherits profiler objects but not the sessions or threads behind them:
+        it profiles nothing, owes no hook, writes nothing of its parent's, and logs afresh."""
+        self.rounds.clear()
+        self.writer.forget()
+        self.slot.forget()
+        self.registry = Registry()  # (the parent's lock may have been held by another thread)
+        self.live.clear()
+        self.inbox.clear()
+        self.logs.clear()
+        self.signals.after_fork()
+        self.servers.after_fork()
+        self.log.after_fork()
+
+
+#: This process's state: what a :class:`~profdsl._runtime.profiler.Profiler` lives in unless told
+#: otherwise, and what the DSL words find their recorders in.
+PROCESS = Process()
+
+
+def _this_process() -> Process:
+    """This process's state (what a pickled :class:`Process` becomes on the other side)."""
+    return PROCESS
+
+
+atexit.register(PROCESS.exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=PROCESS.after_fork_in_child)

@@ -1,0 +1,313 @@
+"""The writer: the one thread of a process that writes into save_path (docs/architecture.md).
+
+Every trace finish, manifest record, metrics log line, move of another tool's file and
+finish-hook start is a
+:class:`Job`, run on the writer's thread in the order submitted: a job runs after every job
+submitted before it, so a hook submitted after a session's trace sees that trace.
+
+The writer's thread is a daemon, started at the first job. Nothing else of the process waits on
+it except through :meth:`Writer.wait` and its kin, always bounded, in slices (a signal for the
+main thread is seen within one). When a wait runs out at the finish hook or at exit,
+:meth:`Writer.give_up` revokes the queued jobs of the kinds given up, and the running one when it
+is of those kinds and has committed nothing yet. A revoked job can no longer *commit* (rename a
+file into save_path, append a record: both go through :meth:`CommitGuard.commit`, under the writer's
+commit lock)
+and records its own loss instead; when the running job is revoked, a fresh thread goes on with
+the queue and the stuck one ends after its job. So each job ends in exactly one record.
+
+An export *settles* once the part of it that only this process can do is done: torch's events
+are on disk (:meth:`CommitGuard.settle`); what is left (compressing, naming, recording) needs
+nothing but that file. Any other job settles when it is done. The last profiled step with no
+finish hook to wait for waits until its jobs settle (:meth:`Writer.wait_settled`;
+docs/architecture.md, "What a caller waits for").
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from profdsl._runtime.writer.waits import Waits
+from profdsl.core._log import once
+
+__all__ = ["Job", "CommitGuard", "Writer"]
+
+T = TypeVar("T")
+
+#: How long a give-up waits for a commit in progress (a rename, an append) before leaving the job
+#: that makes it to finish on its own.
+COMMIT_WAIT_S = 5.0
+
+
+class Job(Protocol):
+    """One piece of the writer's work.
+
+    Attributes:
+        kind: ``"export"`` (a trace being finished), ``"record"``, ``"log"`` (a metrics log
+            line), ``"move"`` or ``"hook"``.
+        budget_s: how long a wait for it may last once it runs (its own bound: an export's
+            ``export_timeout_s``, a move's wait for its files).
+    """
+
+    kind: str
+    budget_s: float
+
+    def run(self, guard: CommitGuard) -> None:
+        """Do the work, committing through ``guard``; never raises an ``Exception``."""
+
+    def revoke(self, guard: CommitGuard) -> None:
+        """The job was given up: record its loss through ``guard``."""
+
+
+class _Ticket:
+    """A submitted job's ticket (what :meth:`Writer.submit` returns and :meth:`Writer.wait`
+    takes): the job, whether it was revoked or committed, when it is done, when it began
+    running, and when it settled (None: not yet) with the seconds waited for it until then."""
+
+    __slots__ = ("committed", "done", "job", "revoked", "settled", "started", "waited_before")
+
+    def __init__(self, job: Job) -> None:
+        self.job, self.done, self.started = job, threading.Event(), 0.0
+        self.revoked = self.committed = False
+        self.settled: float | None = None
+        self.waited_before = 0.0
+
+
+class _Queue:
+    """The writer's jobs not done: the one running, then those queued, in submission order.
+    Guarded by the writer's condition: every method is called with it held (docs/architecture.md,
+    "Locks")."""
+
+    __slots__ = ("queued", "running")
+
+    def __init__(self) -> None:
+        self.queued: collections.deque[_Ticket] = collections.deque()
+        self.running: _Ticket | None = None
+
+    def tickets(self) -> list[_Ticket]:
+        """Every ticket not done, the running one first."""
+        return ([self.running] if self.running is not None else []) + list(self.queued)
+
+    def upto(self, ticket: _Ticket) -> list[_Ticket] | None:
+        """The tickets not done up to ``ticket``'s, in order; None when it is done."""
+        tickets = self.tickets()
+        return tickets[: tickets.index(ticket) + 1] if ticket in tickets else None
+
+    def revoke(self, kinds: frozenset[str], *, running: bool, record: Callable[[_Ticket], Job]) -> list[_Ticket]:
+        """Revoke the queued jobs of ``kinds`` and, with ``running``, the running one (which is
+        no longer this queue's); the job recording each one's loss (``record(ticket)``) is queued
+        first. Returns the revoked tickets."""
+        revoked = [e for e in self.queued if e.job.kind in kinds]
+        if running and self.running is not None:
+            revoked.insert(0, self.running)
+            self.running = None
+        for ticket in revoked:
+            ticket.revoked = True
+        self.queued = collections.deque(
+            [_Ticket(record(e)) for e in revoked] + [e for e in self.queued if not e.revoked]
+        )
+        return revoked
+
+
+class CommitGuard:
+    """What the job being run commits with (a rename into save_path, a record): a commit
+    happens only while that job is not revoked, and never at the same time as a give-up (both
+    take the writer's ``commit_lock``)."""
+
+    __slots__ = ("_writer", "ticket")
+
+    def __init__(self, writer: Writer, ticket: _Ticket) -> None:
+        self._writer, self.ticket = writer, ticket
+
+    def waited(self) -> float:
+        """Seconds a caller has waited for this job (:meth:`Waits.waited`): before it settled,
+        and since (a wait that went on past the settling counted once)."""
+        ticket = self.ticket
+        if ticket.settled is None:
+            return self._writer.waits.waited(ticket.started)
+        return ticket.waited_before + self._writer.waits.waited(ticket.settled)
+
+    def settle(self) -> None:
+        """What only this process can do for the job is done (an export: torch's events are on
+        disk): a caller waiting for that (:meth:`Writer.wait_settled`) goes on."""
+        self._writer.waits.settle(self.ticket)
+
+    def commit(self, action: Callable[[], T]) -> T | None:
+        """Run ``action`` (a rename, a record) unless the job was revoked; None when revoked."""
+        with self._writer.commit_lock:
+            if self.ticket.revoked:
+                return None
+            result = action()
+            self.ticket.committed = True
+            return result
+
+
+class _Revoked:
+    """A revoked job, run first by the writer: it records the job's loss."""
+
+    __slots__ = ("_ticket", "budget_s", "kind")
+
+    def __init__(self, ticket: _Ticket) -> None:
+        self._ticket, self.kind, self.budget_s = ticket, "record", 60.0
+
+    def run(self, guard: CommitGuard) -> None:
+        try:
+            self._ticket.job.revoke(guard)
+        except Exception as exc:
+            once(
+                "writer-revoke",
+                logging.ERROR,
+                "profdsl: recording a given-up %s failed: %r",
+                self._ticket.job.kind,
+                exc,
+            )
+        finally:
+            self._ticket.done.set()
+
+    def revoke(self, guard: CommitGuard) -> None:
+        self.run(guard)
+
+
+class Writer:
+    """One process's writer (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.commit_lock = threading.Lock()
+        self.generation = 0  # a thread whose generation is past takes no more jobs
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()  # re-entrant lock
+        self._queue = _Queue()
+        self._thread: threading.Thread | None = None
+        self.waits = Waits(self._cond)  # the callers waiting on its jobs
+
+    # -- submitting and looking ---------------------------------------------------------------
+    def submit(self, job: Job) -> _Ticket:
+        """Queue ``job``; returns its ticket for :meth:`wait`."""
+        ticket = _Ticket(job)
+        with self._cond:
+            self._queue.queued.append(ticket)
+            if self._thread is None:
+                self._start_thread()
+            self._cond.notify_all()
+        return ticket
+
+    def tail(self) -> _Ticket | None:
+        """The ticket of the job submitted last, if it is not done: waiting for it is waiting
+        for everything submitted so far."""
+        with self._cond:
+            return self._queue.queued[-1] if self._queue.queued else self._queue.running
+
+    def jobs(self, kind: str) -> list[Job]:
+        """The jobs of ``kind`` queued or running."""
+        with self._cond:
+            return [e.job for e in self._queue.tickets() if e.job.kind == kind]
+
+    def in_flight(self, kind: str) -> int:
+        """How many jobs of ``kind`` are queued or running."""
+        return len(self.jobs(kind))
+
+    def budget(self, ticket: _Ticket | None = None) -> float:
+        """How long a wait for ``ticket`` (None: every job submitted so far) may last: for each
+        kind of job up to it, the longest budget of that kind (the exports share one wait, as
+        do the moves)."""
+        with self._cond:
+            tickets = (None if ticket is None else self._queue.upto(ticket)) or self._queue.tickets()
+            longest: dict[str, float] = {}
+            for ticket in tickets:
+                longest[ticket.job.kind] = max(longest.get(ticket.job.kind, 0.0), ticket.job.budget_s)
+            return sum(longest.values())
+
+    def budget_of(self, kind: str) -> float:
+        """The longest ``budget_s`` of the jobs of ``kind`` queued or running."""
+        return max((job.budget_s for job in self.jobs(kind)), default=0.0)
+
+    # -- waiting ------------------------------------------------------------------------------
+    def wait(self, ticket: _Ticket | None = None, *, timeout: float) -> bool:
+        """Wait until ``ticket``'s job is done (None: every job submitted so far), at most
+        ``timeout`` seconds; False when the wait ran out. The wait is charged to the jobs it
+        waited for (:meth:`Waits.waited <profdsl._runtime.writer.waits.Waits.waited>`)."""
+        target = self.tail() if ticket is None else ticket
+        return target is None or self.waits.until(target.done.is_set, timeout)
+
+    def wait_kind(self, kind: str, *, timeout: float) -> bool:
+        """Wait until no job of ``kind`` is queued or running, at most ``timeout`` seconds."""
+        return self.waits.until(lambda: self.in_flight(kind) == 0, timeout)
+
+    def wait_settled(self, ticket: _Ticket, *, timeout: float) -> bool:
+        """Wait until every job up to ``ticket``'s has settled (an export once torch's events are
+        on disk, any other job once done), at most ``timeout`` seconds; False when it ran out."""
+
+        def settled() -> bool:
+            with self._cond:
+                return all(e.settled is not None for e in self._queue.upto(ticket) or [])
+
+        return self.waits.until(settled, timeout)
+
+    def wait_below(self, kind: str, limit: int, timeout: float) -> bool:
+        """Wait until fewer than ``limit`` jobs of ``kind`` are in flight, at most ``timeout``
+        seconds; False when the wait ran out."""
+        return self.waits.until(lambda: self.in_flight(kind) < limit, timeout, charged=False)
+
+    wait_event = staticmethod(Waits.wait_event)
+
+    # -- giving up ----------------------------------------------------------------------------
+    def give_up(self, kinds: frozenset[str] = frozenset({"export"})) -> int:
+        """Revoke the queued jobs of ``kinds``, and the running one when it is of ``kinds`` and
+        has committed nothing yet; their losses are recorded first. A commit in progress (a disk
+        that stopped answering) is waited for at most ``COMMIT_WAIT_S``; past that the running job is
+        left to finish on its own. Returns how many were revoked."""
+        locked = self.commit_lock.acquire(timeout=COMMIT_WAIT_S)
+        try:
+            with self._cond:
+                running = self._queue.running
+                take_running = locked and running is not None and running.job.kind in kinds and not running.committed
+                revoked = self._queue.revoke(kinds, running=take_running, record=_Revoked)
+                if take_running:  # the stuck thread ends after its job; a fresh one goes on
+                    self._start_thread()
+                self._cond.notify_all()
+            return len(revoked)
+        finally:
+            if locked:
+                self.commit_lock.release()
+
+    # -- the thread ---------------------------------------------------------------------------
+    def _start_thread(self) -> None:
+        self.generation += 1
+        self._thread = threading.Thread(
+            target=self._loop, args=(self.generation,), name=f"profdsl-writer-{self.generation}", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self, generation: int) -> None:
+        while True:
+            with self._cond:
+                while not self._queue.queued and self.generation == generation:
+                    self._cond.wait()
+                if self.generation != generation:
+                    return  # given up (or forgotten): a newer thread owns the queue
+                ticket = self._queue.running = self._queue.queued.popleft()
+                ticket.started = time.perf_counter()
+            try:
+                ticket.job.run(CommitGuard(self, ticket))
+            except BaseException as exc:  # jobs never raise; this is the last guard
+                once("writer-job", logging.ERROR, "profdsl: a %s job failed: %r", ticket.job.kind, exc)
+            finally:
+                with self._cond:
+                    if self._queue.running is ticket:
+                        self._queue.running = None
+                    ticket.done.set()
+                    self._cond.notify_all()  # waiters look again
+
+    # -- tests and fork -----------------------------------------------------------------------
+    def forget(self) -> None:
+        """Start afresh: no thread, nothing queued (a forked child; tests). A thread of the old
+        queue, if one runs here, takes no more jobs."""
+        self.commit_lock = threading.Lock()
+        self.generation += 1
+        self._reset()

@@ -1,0 +1,60 @@
+"""Each role's step wall time per rank, from the metrics logs (``Metrics(log=True)``): the
+``wall_s`` of the role's step, ``start()`` to ``stop()``. ``profdsl summary`` measures its step
+rows and shares against it; where no log has a (role, step, rank), its outermost stages stand
+for it. A wall time beyond any clock (over 1e12 s: :func:`~profdsl.analysis._fleet.to_ns` gives it
+no number) is no step time: :func:`clocked_walls` leaves it out and names its line, while the
+step ledger (:func:`step_walls`) says per rank why such a step has no ledger.
+
+Examples:
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     step_walls(folder), clocked_walls(folder)
+    ({}, {})
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from profdsl.analysis._fleet import to_ns
+from profdsl.collect.metrics_log import read_log_lines
+from profdsl.records.metrics_log import MetricsLine
+
+__all__ = ["clocked_walls", "step_walls"]
+
+Key = tuple[str, "int | None", "int | None"]  # role, step, rank
+#: Why a metrics log line's wall time is not shown (after its file and line number).
+BEYOND_ANY_CLOCK = (
+    "wall_s {wall:g} s is beyond any clock (over 1e12 s): {role} step {step} rank {rank} shows no step time"
+)
+
+
+def step_walls(folder: str | os.PathLike[str]) -> dict[Key, float]:
+    """(role, step, rank) → the step's wall time in µs (the longest, when several processes of
+    one rank logged it); lines that are not valid are left out."""
+    return _longest(line for _, _, line in read_log_lines(folder)[0])
+
+
+def clocked_walls(folder: str | os.PathLike[str], skipped: list[str] | None = None) -> dict[Key, float]:
+    """:func:`step_walls` less the (role, step, rank)s whose longest wall time is beyond any
+    clock, each of their lines named in ``skipped``."""
+    found = read_log_lines(folder)[0]
+    walls = _longest(line for _, _, line in found)
+    for path, number, line in found:
+        if line.role is not None and line.wall_s is not None and to_ns(line.wall_s) is None:
+            walls.pop((line.role, line.step, line.rank), None)
+            if skipped is not None:
+                why = BEYOND_ANY_CLOCK.format(wall=line.wall_s, role=line.role, step=line.step, rank=line.rank)
+                skipped.append(f"{path} line {number}: {why}")
+    return walls
+
+
+def _longest(lines: Iterable[MetricsLine]) -> dict[Key, float]:
+    walls: dict[Key, float] = {}
+    for line in lines:
+        if line.role is None or line.wall_s is None:
+            continue
+        key: Key = (line.role, line.step, line.rank)
+        walls[key] = max(walls.get(key, 0.0), line.wall_s * 1e6)
+    return walls

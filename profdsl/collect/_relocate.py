@@ -1,0 +1,365 @@
+"""Relocating artifacts that other tools wrote (nsys reports, engine traces) into ``save_path``.
+
+Plan, then apply. Planning is pure: file names in, :class:`Move` and :class:`Skip` out, each
+with its reason. Applying is best effort and never raises: it waits (bounded) until each source is
+complete, reserves the destination name with an exclusive create (never overwriting anything),
+renames within a filesystem or copies, fsyncs and renames across filesystems, and returns one
+manifest record per file, ``incomplete`` ones included. A source recorded incomplete stays
+dead until it changes: later passes neither wait for it nor record it again.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import re
+import shutil
+import stat
+import sys
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+
+from profdsl.collect._manifest import append_record, make_record, read_records
+from profdsl.core._naming import MAX_INDEX, NSYS_EXT, TEMP_PREFIX, TraceName
+from profdsl.records.manifest import MovedRecord, NsysRecord
+
+__all__ = [
+    "Move",
+    "Skip",
+    "apply",
+    "default_nsys_dir",
+    "direct",
+    "gzip_complete",
+    "plan_nsys",
+    "reserve",
+    "wait_complete",
+    "wait_converted",
+]
+
+T = TypeVar("T")
+
+#: Poll interval while waiting for files to stop growing.
+POLL_S = 0.2
+
+
+def direct(action: Callable[[], T]) -> T:
+    """The commit of a caller that never refuses."""
+    return action()
+
+
+@attrs.frozen
+class Move:
+    """Move ``source`` into ``save_path`` as ``name``; ``fields`` go into its manifest record."""
+
+    source: str
+    name: TraceName
+    kind: str
+    fields: dict[str, Any] = attrs.field(factory=dict)
+    reason: str = ""
+
+
+@attrs.frozen
+class Skip:
+    """Leave ``source`` where it is, for ``reason``. ``status`` None: never recorded (left on
+    purpose); ``"incomplete"``: recorded at the last pass; ``"skipped"``: always recorded."""
+
+    source: str
+    reason: str
+    kind: str = "nsys"
+    status: str | None = None
+    fields: dict[str, Any] = attrs.field(factory=dict)
+
+
+def reserve(save_path: str, name: TraceName) -> TraceName:
+    """Create an empty file under ``name`` (or the next free ``part``); return the name used."""
+    candidate = name
+    while True:
+        path = os.path.join(save_path, candidate.format())
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return candidate
+        except FileExistsError:
+            part = (candidate.part or 0) + 1
+            if part > MAX_INDEX:
+                raise
+            candidate = attrs.evolve(candidate, part=part)
+
+
+def gzip_complete(path: str, chunk: int = 1 << 20) -> bool:
+    """Whether ``path`` is a whole gzip stream (decompressed in chunks: bounded memory)."""
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        with open(path, "rb") as file:
+            while block := file.read(chunk):
+                inflater.decompress(block, 0)
+                if inflater.eof:
+                    return True
+    except (OSError, zlib.error):
+        return False
+    return inflater.eof
+
+
+def wait_complete(paths: Sequence[str], timeout_s: float, poll_s: float = POLL_S) -> list[str]:
+    """Wait until each file's size and mtime hold still over one poll (and a ``.gz`` is a whole
+    stream), at most ``timeout_s``; return the paths still incomplete then. A ``.gz`` that is a
+    whole stream already is complete at once: its writer wrote its trailer last, and a caller
+    waits on this (tests/test_artifacts.py)."""
+    deadline = time.monotonic() + timeout_s
+    pending = {p: _signature(p) for p in paths if not (p.endswith(".gz") and gzip_complete(p))}
+    while pending:
+        time.sleep(poll_s)
+        for path, before in list(pending.items()):
+            now = _signature(path)
+            if now is not None and now == before and now[0] > 0 and (not path.endswith(".gz") or gzip_complete(path)):
+                del pending[path]
+            else:
+                pending[path] = now
+        if time.monotonic() >= deadline:
+            break
+    return sorted(pending)
+
+
+def _signature(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns)
+
+
+def default_nsys_dir() -> str:
+    """Where Ray's nsight plugin writes reports: ``<session dir>/logs/nsight``."""
+    ray = sys.modules.get("ray")
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    session = getattr(node, "get_session_dir_path", None)
+    base = session() if callable(session) else os.path.join("/tmp", "ray", "session_latest")
+    return os.path.join(base, "logs", "nsight")
+
+
+_NSYS = re.compile(r"worker_process_(?P<pid>[0-9]+)(?P<index>\.[0-9]+)?\.(?P<ext>nsys-rep|qdstrm)")
+
+
+def _ours(names: Iterable[str], pid: int) -> dict[str, re.Match[str]]:
+    """This process's nsys files among ``names``."""
+    ours = {}
+    for name in names:
+        match = _NSYS.fullmatch(name)
+        if match and int(match["pid"]) == pid:
+            ours[name] = match
+    return ours
+
+
+def wait_converted(source_dir: str, pid: int, timeout_s: float, poll_s: float = POLL_S) -> bool:
+    """Wait until no ``.qdstrm`` of process ``pid`` is left in ``source_dir`` (nsys has written
+    every report), at most ``timeout_s``; False when some is still converting then."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            names = os.listdir(source_dir)
+        except OSError:
+            return True
+        if not any(m["ext"] == "qdstrm" for m in _ours(names, pid).values()):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
+def plan_nsys(
+    names: Iterable[str], *, source_dir: str, pid: int, label: dict[str, Any], time_ms: int
+) -> list[Move | Skip]:
+    """Which of ``names`` (a listing of ``source_dir``) to move: this process's ``.nsys-rep``
+    reports whose ``.qdstrm`` conversion is over. A report still converting (its ``.qdstrm``
+    there, its ``.nsys-rep`` being written or not yet begun) is a :class:`Skip` of the report it
+    will be. ``label`` holds role, rank, world_size, host."""
+    ours = _ours(names, pid)
+    converting = {m["index"] for m in ours.values() if m["ext"] == "qdstrm"}
+    known = NsysRecord(**label)  # the record fields the label gives (a field no record has: TypeError)
+    plan: list[Move | Skip] = []
+    for name, match in sorted(ours.items()):
+        if match["ext"] == "qdstrm":
+            report = f"worker_process_{pid}{match['index'] or ''}.nsys-rep"
+            plan.append(
+                Skip(
+                    os.path.join(source_dir, report),
+                    "nsys is still converting its .qdstrm",
+                    status="incomplete",
+                    fields=dict(label),
+                )
+            )
+            continue
+        source = os.path.join(source_dir, name)
+        if match["index"] in converting:
+            continue  # its Skip comes with its .qdstrm
+        part = int(match["index"][1:]) if match["index"] else None
+        coords: dict[str, Any] = dict(known.parallel())
+        trace = TraceName(
+            role=str(known.role),
+            rank=known.rank,
+            world_size=known.world_size,
+            host=str(known.host),
+            pid=pid,
+            time_ms=time_ms,
+            part=part,
+            ext=NSYS_EXT,
+            **coords,
+        )
+        plan.append(Move(source, trace, "nsys", dict(label), "this process's finished nsys report"))
+    return plan
+
+
+def apply(
+    plan: Sequence[Move | Skip],
+    save_path: str,
+    *,
+    wait_s: float,
+    record_incomplete: bool,
+    commit: Callable[[Callable[[], Any]], Any] = direct,
+) -> list[dict[str, Any]]:
+    """Carry out ``plan``; returns (and appends to the manifest) one record per file handled.
+
+    Sources still incomplete after ``wait_s`` (one deadline for them all) stay where they are;
+    with ``record_incomplete`` they are recorded as ``incomplete``, with the size and mtime they
+    had. A source already recorded so and unchanged since is dead: it is neither waited for nor
+    recorded again. Each move and each record goes through ``commit``, which may refuse (the
+    runtime's writer was given up): what was not moved then stays where it was.
+    """
+    dead = _recorded_incomplete(save_path) if plan else {}
+    plan = [item for item in plan if not (item.source in dead and _signature(item.source) == dead[item.source])]
+    moves = [m for m in plan if isinstance(m, Move) and _is_regular(m.source)]
+    incomplete = set(wait_complete([m.source for m in moves], wait_s)) if moves else set()
+    records = []
+    for item in plan:
+        if isinstance(item, Skip):
+            if item.status == "skipped" or (item.status == "incomplete" and record_incomplete):
+                record = _unmoved(item, item.status, item.reason)
+            else:
+                continue
+        elif item not in moves:
+            record = make_record(
+                item.kind,
+                None,
+                **_with(
+                    item.fields,
+                    status="skipped",
+                    source=item.source,
+                    reason="not a regular file (symlinks are not followed)",
+                ),
+            )
+        elif item.source in incomplete:
+            if not record_incomplete:
+                continue
+            record = _unmoved(item, "incomplete", "still being written")
+        else:
+            moved = commit(functools.partial(_moved, save_path, item))
+            if moved is not None:
+                records.append(moved)
+            continue
+        if commit(functools.partial(_recorded, save_path, record)) is not None:
+            records.append(record)
+    return records
+
+
+def _recorded(save_path: str, record: dict[str, Any]) -> dict[str, Any]:
+    append_record(save_path, record)
+    return record
+
+
+def _moved(save_path: str, move: Move) -> dict[str, Any]:
+    """Move one file in and record it (one commit: no file without its record)."""
+    return _recorded(save_path, _move(move, save_path))
+
+
+def _unmoved(item: Move | Skip, status: str, reason: str) -> dict[str, Any]:
+    """The record of a source left where it is; an incomplete one keeps its size and mtime."""
+    fields = _with(item.fields, status=status, source=item.source, reason=reason)
+    signature = _signature(item.source) if status == "incomplete" else None
+    if signature is not None:
+        fields.update(source_bytes=signature[0], source_mtime_ns=signature[1])
+    return make_record(item.kind, None, **fields)
+
+
+def _with(fields: dict[str, Any], **outcome: Any) -> dict[str, Any]:
+    """A planned item's fields with what happened to it (its status and reason among them: a
+    ``stray`` file that could not be moved is recorded for that, not as stray)."""
+    merged = dict(fields)
+    merged.update(outcome)
+    return merged
+
+
+def _recorded_incomplete(save_path: str) -> dict[str, tuple[int, int]]:
+    """The sources ``save_path``'s manifest records as incomplete, with their size and mtime then."""
+    try:
+        records = read_records(save_path)
+    except (OSError, ValueError):
+        return {}
+    dead = {}
+    for record in records:
+        if (
+            isinstance(record, MovedRecord)
+            and record.status == "incomplete"
+            and record.source is not None
+            and record.source_bytes is not None
+            and record.source_mtime_ns is not None
+        ):
+            dead[record.source] = (record.source_bytes, record.source_mtime_ns)
+    return dead
+
+
+def _is_regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)  # a symlink is never followed out
+    except OSError:
+        return False
+
+
+def _move(move: Move, save_path: str) -> dict[str, Any]:
+    reserved: str | None = None
+    try:
+        os.makedirs(save_path, exist_ok=True)
+        name = reserve(save_path, move.name).format()
+        reserved = os.path.join(save_path, name)
+        try:
+            os.replace(move.source, reserved)  # atomic within a filesystem
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            _copy_across(move.source, save_path, reserved)
+        size = os.path.getsize(reserved)
+    except Exception as exc:
+        if reserved is not None and os.path.exists(reserved) and os.path.getsize(reserved) == 0:
+            os.remove(reserved)
+        return make_record(
+            move.kind,
+            None,
+            **_with(
+                move.fields,
+                status="failed",
+                source=move.source,
+                intended=move.name.format(),
+                error=f"{type(exc).__name__}: {exc}",
+            ),
+        )
+    return make_record(move.kind, name, **_with(move.fields, bytes=size, source=move.source))
+
+
+def _copy_across(source: str, save_path: str, destination: str) -> None:
+    """Copy to a temporary name beside ``destination``, fsync, rename, then drop the source."""
+    tmp = os.path.join(save_path, f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
+    try:
+        with open(source, "rb") as src, open(tmp, "xb") as dst:  # O_EXCL: never through a planted link
+            shutil.copyfileobj(src, dst, 1 << 20)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, destination)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    os.remove(source)

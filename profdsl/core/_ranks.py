@@ -1,0 +1,181 @@
+"""Rank discovery and rank-selection rules (the public face is :mod:`profdsl.ranks`)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from profdsl.config._checks import require_int
+from profdsl.config.selector import Selector, parse_selector
+from profdsl.core._discovery import RankInfo, discover_rank, discover_world, require_ranks
+from profdsl.core._engine_names import Ambiguous, read_engine_rank
+from profdsl.core._selection import Selection
+from profdsl.core._topology import Topology
+from profdsl.errors import ConfigError
+
+__all__ = [
+    "RankInfo",
+    "discover_rank",
+    "discover_world",
+    "is_hook_rank",
+    "is_rank_selected",
+    "local_rank_from_trace_name",
+    "replicas_for_ranks",
+]
+
+
+def is_rank_selected(
+    rank: int,
+    ranks: Collection[int],
+    *,
+    all_ranks: bool = False,
+    select: Selector | str | None = None,
+    topology: Topology | None = None,
+) -> bool:
+    """Apply the profiled-rank rule.
+
+    Args:
+        rank: The global rank asking.
+        ranks: Ranks named in the config.
+        all_ranks: Select every rank, whatever ``ranks`` holds.
+        select: A rank selector (``ProfilerConfig.select``): when given, it alone decides.
+        topology: ``rank``'s place in the job, which a selector is resolved against.
+
+    Returns:
+        With ``select``: whether ``rank`` matches every term of it. Otherwise True for every rank
+        with ``all_ranks``; for rank 0 only when ``ranks`` is empty; otherwise whether ``rank`` is
+        in ``ranks``.
+
+    Raises:
+        ConfigError: ``rank`` or a member of ``ranks`` is not an integer ``>= 0``; a selector
+            without the topology of ``rank``, or whose terms need something the topology lacks
+            (a coordinate, a dimension's size for ``last``, the local rank for
+            ``first_per_node``).
+
+    Examples:
+        >>> from profdsl.core._topology import GridLayout
+        >>> layout = GridLayout(world_size=8, tp=2, pp=2)
+        >>> [r for r in range(8) if is_rank_selected(r, (), select="tp == 0 and pp in {0, last}",
+        ...                                          topology=layout.topology(r))]
+        [0, 2, 4, 6]
+    """
+    require_int("rank", rank, 0)
+    require_ranks("ranks", ranks)
+    selector = None if select is None else parse_selector(select) if isinstance(select, str) else select
+    if selector is not None and (topology is None or topology.rank != rank):
+        raise ConfigError(
+            f"the rank selector {selector.format()!r} needs rank {rank}'s topology "
+            "(its parallel coordinates and local rank)"
+        )
+    selection = Selection(enabled=True, ranks=frozenset(ranks), all_ranks=all_ranks, select=selector)
+    return selection.names(rank) if selector is None or topology is None else selection.matches(topology)
+
+
+def is_hook_rank(
+    rank: int,
+    *,
+    hook_ranks: Collection[int],
+    hook_all_ranks: bool,
+    profiled_ranks: Collection[int],
+    profiled_all_ranks: bool,
+    profiled_select: Selector | str | None = None,
+    topology: Topology | None = None,
+    profiled: bool | None = None,
+) -> bool:
+    """Tell whether the finish hook runs on ``rank``.
+
+    Args:
+        rank: The global rank asking.
+        hook_ranks: Ranks the hook is configured to run on.
+        hook_all_ranks: Run the hook on every rank.
+        profiled_ranks: Ranks named for profiling.
+        profiled_all_ranks: Profile every rank.
+        profiled_select: The profiled-rank selector, if any.
+        topology: ``rank``'s place in the job (needed with ``profiled_select``).
+        profiled: whether ``rank`` is profiled, when the caller knows it already (the profiled
+            rank arguments are then not looked at).
+
+    Returns:
+        True for every rank with ``hook_all_ranks``; membership in ``hook_ranks`` when it is
+        non-empty; otherwise whether ``rank`` is profiled (see :func:`is_rank_selected`).
+
+    Raises:
+        ConfigError: ``rank`` or a member of either collection is not an integer ``>= 0``.
+    """
+    require_int("rank", rank, 0)
+    require_ranks("hook_ranks", hook_ranks)
+    rule = Selection(hook_ranks=frozenset(hook_ranks), hook_all_ranks=hook_all_ranks)
+    if hook_all_ranks or hook_ranks:
+        return rule.hook_takes(rank, False)
+    # The hook's fallback is "the profiled ranks". A caller that knows already whether ``rank`` is
+    # profiled passes ``profiled`` (a capture request traces ranks the config does not name, so
+    # the rank arguments would answer wrongly; a rank resolved on its topology would be decided a
+    # second time), and the rank arguments are then dead: hence the bypass.
+    if profiled is None:
+        profiled = is_rank_selected(
+            rank, profiled_ranks, all_ranks=profiled_all_ranks, select=profiled_select, topology=topology
+        )
+    return rule.hook_takes(rank, profiled)
+
+
+def replicas_for_ranks(
+    ranks: Collection[int], replica_world_size: int, *, all_ranks: bool = False, num_replicas: int
+) -> frozenset[int]:
+    """Map config ranks (global GPU ranks) to the rollout replicas that own them.
+
+    Replica ``r`` owns global ranks ``[r * W, (r + 1) * W)`` with ``W = replica_world_size``.
+
+    Args:
+        ranks: Global GPU ranks named in the config.
+        replica_world_size: GPUs per replica, ``W >= 1``.
+        all_ranks: Select every replica.
+        num_replicas: Number of replicas that exist, ``>= 0``.
+
+    Returns:
+        ``range(num_replicas)`` with ``all_ranks``; ``{0}`` when ``ranks`` is empty (nothing when
+        there are no replicas); otherwise the owners of ``ranks``, leaving out ranks whose replica
+        does not exist.
+
+    Raises:
+        ConfigError: An argument is out of range; the message names it and the value.
+    """
+    width = require_int("replica_world_size", replica_world_size, 1)
+    count = require_int("num_replicas", num_replicas, 0)
+    require_ranks("ranks", ranks)
+    return Selection(enabled=True, ranks=frozenset(ranks), all_ranks=all_ranks).replicas(width, count)
+
+
+def local_rank_from_trace_name(name: str, replica_world_size: int) -> int | None:
+    """Tell which GPU of a replica (``0 .. W-1``) wrote an engine trace file, from its name.
+
+    Only the base name is read, so a full path is fine. Recognised conventions:
+
+    * vLLM >= 0.13 workers,
+      ``[prefix_][dp<d>_pp<p>_tp<t>_dcp<c>_ep<e>_]rank<r>.<ns>.pt.trace.json[.gz]``, give ``r``;
+      with ``d > 0`` each data-parallel engine numbers its workers from 0, so the position inside
+      the replica is unknown and the answer is None.
+    * ``<instance>-rank-<k>.<ts>.pt.trace.json[.gz]`` gives ``k``.
+    * SGLang ``...-TP-<tp>[-<stage>].trace.json.gz`` and ``...-TP-<tp>-memory[-<stage>].pickle``
+      give ``tp``; a ``-DP-``, ``-PP-`` or ``-EP-`` part makes the offset unknown: None.
+    * Anything else, such as torch's ``{host}_{pid}.{ns}.pt.trace.json.gz``, carries no rank.
+
+    Args:
+        name: File name or path of the trace.
+        replica_world_size: GPUs per replica, ``W >= 1``.
+
+    Returns:
+        The local rank when the name gives one in ``[0, W)``. None when the name gives a value
+        outside that range, follows a known convention that leaves the offset unknown (data
+        parallel, multi-dimensional SGLang), or carries no rank at all. Exception: a name that
+        carries no rank in a one-GPU replica (``W == 1``) gives 0, since that replica has no other
+        GPU.
+
+    Raises:
+        ConfigError: ``replica_world_size`` is not an integer ``>= 1``.
+    """
+    width = require_int("replica_world_size", replica_world_size, 1)
+    value = read_engine_rank(name)
+    if value is None:
+        return 0 if width == 1 else None
+    if isinstance(value, Ambiguous) or value >= width:
+        return None
+    return value

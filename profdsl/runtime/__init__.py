@@ -1,3 +1,0 @@
-"""The runtime: the :class:`~profdsl.runtime.profiler.Profiler` state machine, the recorder a
-profiled step hands the DSL, the capture slot shared by a process's roles, and the process state
-(:mod:`profdsl.runtime.process`)."""
