@@ -6,13 +6,10 @@ lines. Readers skip a torn last line (a writer killed mid-write) and any other u
 
 Examples:
     >>> import tempfile
-    >>> folder = tempfile.mkdtemp()
-    >>> read_manifest(folder)   # a folder nothing was written to: the raw lines
-    []
-    >>> read_records(folder)    # the same, as schema records (bad lines left out)
+    >>> read_manifest(tempfile.mkdtemp())   # a folder nothing was written to
     []
 """
 
-from profdsl.collect._manifest import read_manifest, read_records
+from profdsl.collect._manifest import read_manifest
 
-__all__ = ["read_manifest", "read_records"]
+__all__ = ["read_manifest"]
