@@ -104,3 +104,18 @@ def test_ranks_traced_in_one_run_only_are_compared_on_both_sides(
     [row] = out["rows"]
     assert row["verdict"] == "unchanged" and abs(row["change_s"]) < 1e-9, row
     assert "rank 0" in err and "left out" in err
+
+
+def test_a_flood_of_bad_lines_is_named_a_few_then_counted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A metrics log of thousands of lines that are no record (a file in the folder is
+    untrusted) is said in a few lines and a count, not a line per bad line (it printed 5,000)."""
+    steady(tmp_path / "a")
+    steady(tmp_path / "b")
+    log = next((tmp_path / "b").iterdir())
+    with log.open("a") as file:
+        file.write("not json\n" * 5000)
+    code, report, err = diff(capsys, tmp_path / "a", tmp_path / "b")
+    named = [x for x in err.splitlines() if x.startswith("profdsl diff: skipped")]
+    assert code == 1 and report  # the comparison is still made, and the exit code says input was left out
+    assert 1 <= len(named) <= 11, err[-2000:]
+    assert named[-1] == f"profdsl diff: skipped {5000 - (len(named) - 1)} more (not named)", named[-1]

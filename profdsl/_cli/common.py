@@ -7,7 +7,7 @@ import shutil
 import sys
 from collections.abc import Iterable, Sequence
 
-from profdsl.core._log import printable
+from profdsl.core._log import COUNTED_IN_FULL, printable
 
 __all__ = ["fail", "printable", "skipped", "table"]
 
@@ -28,10 +28,11 @@ def fail_pointing(message: str, code: int = 2) -> int:
     return code
 
 
-def skipped(command: str, reasons: Iterable[str], *, most: int | None = None) -> int:
+def skipped(command: str, reasons: Iterable[str], *, most: int | None = COUNTED_IN_FULL) -> int:
     """Print ``profdsl COMMAND: skipped REASON`` to stderr for each bad input left out (only the
-    first ``most``, then how many more: None, every one); returns 1 when there was any (the exit
-    code it calls for), else 0."""
+    first ``most``, then how many more: what is read is untrusted, and a folder may hold a file of
+    millions of bad lines; None, every one); returns 1 when there was any (the exit code it calls
+    for), else 0."""
     count = 0
     for reason in reasons:
         if most is None or count < most:

@@ -21,7 +21,6 @@ from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel, StageSpread
 from profdsl.collect.metrics_log import log_files, read_log_lines
 from profdsl.config._parallel import DIMS
-from profdsl.core._log import COUNTED_IN_FULL
 
 HELP = (
     "where each profiled step went: every role's stages and mini-batches (the rollout engines' "
@@ -200,9 +199,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _skipped(folder: str, bad: list[str]) -> int:
     """Name the input left out: ``bad``, then the metrics log's lines that do not parse (the
-    ledger and the stage view read the log; the first :data:`COUNTED_IN_FULL`, then a count)."""
+    ledger and the stage view read the log; a few, then a count: :func:`~profdsl._cli.common.skipped`)."""
     code = skipped("summary", bad)
-    return skipped("summary", read_log_lines(folder)[1], most=COUNTED_IN_FULL) or code
+    return skipped("summary", read_log_lines(folder)[1]) or code
 
 
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:
