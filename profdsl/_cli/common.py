@@ -31,16 +31,27 @@ def fail_pointing(message: str, code: int = 2) -> int:
 def skipped(command: str, reasons: Iterable[str], *, most: int | None = COUNTED_IN_FULL) -> int:
     """Print ``profdsl COMMAND: skipped REASON`` to stderr for each bad input left out (only the
     first ``most``, then how many more: what is read is untrusted, and a folder may hold a file of
-    millions of bad lines; None, every one); returns 1 when there was any (the exit code it calls
+    millions of bad lines; None, every one; each reason escaped and cut to :data:`REASON_CHARS`
+    characters); returns 1 when there was any (the exit code it calls
     for), else 0."""
     count = 0
     for reason in reasons:
         if most is None or count < most:
-            print(f"profdsl {command}: skipped {printable(reason)}", file=sys.stderr)
+            print(f"profdsl {command}: skipped {_bounded(reason)}", file=sys.stderr)
         count += 1
     if most is not None and count > most:
         print(f"profdsl {command}: skipped {count - most} more (not named)", file=sys.stderr)
     return 1 if count else 0
+
+
+#: The most characters of one skipped input's reason printed (escaped): a reason may quote input.
+REASON_CHARS = 1000
+
+
+def _bounded(reason: str) -> str:
+    """``reason`` escaped, cut to :data:`REASON_CHARS` characters, saying how long it was."""
+    text = printable(reason)
+    return text if len(text) <= REASON_CHARS else f"{text[:REASON_CHARS]}... ({len(reason)} characters)"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

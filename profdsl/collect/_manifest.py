@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from profdsl.core._files import ends_a_line as _ends_a_line  # read under the writers' lock
 from profdsl.core._files import open_append, open_regular
 from profdsl.core._log import logger, once, printable
 from profdsl.core._naming import is_relative
@@ -92,12 +93,6 @@ def append_record(save_path: str | os.PathLike[str], record: Record | Mapping[st
         )
         return False
     return True
-
-
-def _ends_a_line(fd: int) -> bool:
-    """Whether the file is empty or ends with a newline (read under the writers' lock)."""
-    size = os.fstat(fd).st_size
-    return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
 
 
 def _lock(fd: int) -> None:

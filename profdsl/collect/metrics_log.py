@@ -15,7 +15,7 @@ import logging
 import os
 import re
 
-from profdsl.core._files import open_append, open_regular
+from profdsl.core._files import ends_a_line, open_append, open_regular
 from profdsl.core._log import once, printable
 from profdsl.records.fields import RecordError
 from profdsl.records.metrics_log import MetricsLine, parse_metrics_line
@@ -39,14 +39,17 @@ def log_name(rank: int, host: str, pid: int) -> str:
 
 def append_line(path: str, data: bytes) -> bool:
     """Append ``data`` (one or more whole lines) to ``path``; never raises. False (logged once)
-    on failure."""
+    on failure. After a torn line (an append cut short by a full disk) it starts behind a newline,
+    as the manifest's do, so the half line cannot swallow it."""
     try:
         try:
-            fd = open_append(path)  # never through a link planted in save_path
+            fd = open_append(path, read=True)  # never through a link planted in save_path
         except FileNotFoundError:  # save_path is made by the first write into it: this may be it
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            fd = open_append(path)
+            fd = open_append(path, read=True)
         try:
+            if not ends_a_line(fd):  # an earlier append cut short (a full disk): not glued to it
+                data = b"\n" + data
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)

@@ -38,7 +38,7 @@ import os
 import stat
 from typing import BinaryIO
 
-__all__ = ["LINK", "file_kind", "open_append", "open_regular"]
+__all__ = ["LINK", "ends_a_line", "file_kind", "open_append", "open_regular"]
 
 #: Why a link is not read (the ``strerror`` of the ``OSError``).
 LINK = "a link, not a regular file"
@@ -103,6 +103,14 @@ def open_append(path: str | os.PathLike[str], *, read: bool = False) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+def ends_a_line(fd: int) -> bool:
+    """Whether the file open as ``fd`` (for reading too) is empty or ends with a newline: an
+    appender that finds it does not (a write cut short by a full disk, a writer that died
+    mid-line) starts its line behind a newline, so that the half line cannot swallow it."""
+    size = os.fstat(fd).st_size
+    return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
 
 
 def _kind_of(path: str | os.PathLike[str]) -> str:
