@@ -181,13 +181,19 @@ def print_parts(runs: dict[str, list[dict[str, Any]]], steps: int) -> None:
             print("  " + "  ".join("-" * w for w in widths))
 
 
+def above_noise(added: float) -> bool:
+    """Whether a time added (seconds) may be the base of a ratio: only where it prints as more than
+    ``+0.000``; one within half a millisecond of nothing (or below) is within the noise."""
+    return round(added, 3) > 0
+
+
 def print_fastest(runs: dict[str, list[dict[str, Any]]]) -> None:
     """The same ratios over each mode's fastest process: load on a shared machine only adds
     time, so the minimum is its least noisy estimate (as ``bench_dsl.py`` reports)."""
     fastest = {mode: min(x["seconds"] for x in found) for mode, found in runs.items()}
     base = fastest["unprofiled"]
     floor = fastest["floor"] - base
-    if floor <= 0:
+    if not above_noise(floor):
         return
     ratios = ", ".join(f"{mode} {(fastest[mode] - base) / floor:.2f}x" for mode in runs if mode not in MODES[:2])
     print(f"over each mode's fastest process (the least noisy on a shared machine): {ratios}")
@@ -206,20 +212,22 @@ def report(medians: dict[str, float], modes: tuple[str, ...], repeat: int) -> bo
     """Print each mode's median, its added time and that over the floor's, then the goal line;
     whether the goal is met. Where the floor added no time above the noise (one process per mode
     on a loaded machine can make it 0 or less) there is no ratio: ``-``, and the goal line says
-    so (a ratio printed is right or absent, never ``inf``)."""
+    so (a ratio printed is right or absent, never ``inf``); so where it prints as ``+0.000`` (under
+    half a millisecond): no ratio over a base shown as nothing."""
     base = medians["unprofiled"]
     floor = medians["floor"] - base
+    ratios = above_noise(floor)
     rows = [("mode", "median s", "added s", "x floor's added")]
     for mode in modes:
         added = medians[mode] - base
-        ratio = "" if mode == "unprofiled" else f"{added / floor:.2f}x" if floor > 0 else "-"
+        ratio = "" if mode == "unprofiled" else f"{added / floor:.2f}x" if ratios else "-"
         rows.append((mode, f"{medians[mode]:.3f}", f"{added:+.3f}" if mode != "unprofiled" else "", ratio))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for i, row in enumerate(rows):
         print("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
-    if floor <= 0:
+    if not ratios:
         print(
             f"\nprofdsl's added time over the floor's: - (the floor added {floor:+.3f} s, not above the noise of "
             f"{repeat} process(es) per mode: no ratio; run more with --repeat)"
@@ -263,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ok = report(medians, modes, repeat)
     least = medians["floor + JSON"] - base
-    if least > 0:
+    if above_noise(least):
         over_least = (medians["profdsl"] - base) / least
         print(f"profdsl's added time over the floor + JSON's (what writing a trace cannot avoid): {over_least:.2f}x")
     print_fastest(runs)

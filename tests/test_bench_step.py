@@ -63,3 +63,35 @@ def test_a_floor_within_the_noise_gives_no_ratio(capsys: pytest.CaptureFixture[s
     text = capsys.readouterr().out
     assert re.search(r"^profdsl +0\.114 +\+0\.025 +2\.50x$", text, re.M), text
     assert re.search(r"^profdsl's added time over the floor's: 2\.50x \(goal <= 1\.5x OVER\)$", text, re.M), text
+
+
+def test_a_floor_that_prints_as_zero_gives_no_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    """A floor of +0.0003 s is printed as ``+0.000``: a ratio over it (hundreds of x) was printed
+    beside it, and the quick test, reading the printed floor, expected none."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_step", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    medians = {"unprofiled": 0.089, "floor": 0.0893, "floor + JSON": 0.113, "by hand": 0.209, "profdsl": 0.114}
+    assert bench.report(medians, tuple(medians), 1) is False
+    text = capsys.readouterr().out
+    assert re.search(r"^floor +0\.089 +\+0\.000 +-$", text, re.M), text
+    assert re.search(r"^profdsl +0\.114 +\+0\.025 +-$", text, re.M), text
+    assert re.search(r"^profdsl's added time over the floor's: - \(the floor added \+0\.000 s, .*no ratio", text, re.M)
+
+
+def test_the_fastest_ratios_need_a_floor_above_the_noise(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_step", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    runs = {mode: [{"seconds": s}] for mode, s in (("unprofiled", 0.089), ("floor", 0.0892), ("profdsl", 0.114))}
+    bench.print_fastest(runs)
+    assert capsys.readouterr().out == ""
+    runs["floor"] = [{"seconds": 0.099}]
+    bench.print_fastest(runs)
+    assert "profdsl 2.50x" in capsys.readouterr().out
