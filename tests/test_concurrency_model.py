@@ -27,6 +27,7 @@ import pytest
 
 from profdsl import FinishHook, Metrics, Profiler, profile_stage
 from profdsl.collect import _manifest as manifest
+from profdsl.core import _files as files
 from profdsl.manifest import read_manifest
 
 from .profiling import config, hooks, records, torch_profiler_running, work
@@ -174,7 +175,7 @@ def test_fork_while_an_append_holds_the_manifest_lock(tmp_path: Path, monkeypatc
     that moment) holds nothing the parent needs: the parent's next append completes while the
     child is still alive."""
     inside, release = threading.Event(), threading.Event()
-    real = manifest._ends_a_line
+    real = files.ends_a_line
 
     def paused(fd: int) -> bool:  # the append, caught inside its critical section
         if not release.is_set():
@@ -182,7 +183,7 @@ def test_fork_while_an_append_holds_the_manifest_lock(tmp_path: Path, monkeypatc
             release.wait(60)
         return real(fd)
 
-    monkeypatch.setattr(manifest, "_ends_a_line", paused)
+    monkeypatch.setattr(files, "ends_a_line", paused)
     first = threading.Thread(target=manifest.append_record, args=(tmp_path, {"n": 1}))
     first.start()
     assert inside.wait(60)

@@ -11,15 +11,13 @@ full disk loses that record only; readers skip a torn last line.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from profdsl.core._files import ends_a_line as _ends_a_line  # read under the writers' lock
-from profdsl.core._files import open_append, open_regular
+from profdsl.core._files import append_lines, open_append, open_regular
 from profdsl.core._log import logger, once, printable
 from profdsl.core._naming import is_relative
 from profdsl.records.fields import RecordError, to_json
@@ -73,14 +71,7 @@ def append_record(save_path: str | os.PathLike[str], record: Record | Mapping[st
         fd = open_append(target, read=True)  # never through a link planted in save_path
         try:
             _lock(fd)
-            if not _ends_a_line(fd):
-                line = b"\n" + line
-            view = memoryview(line)
-            while view:
-                written = os.write(fd, view)
-                if written <= 0:  # no progress: as short as a write gets
-                    raise OSError(errno.ENOSPC, "short write: no bytes written")
-                view = view[written:]
+            append_lines(fd, line)  # under the lock: the torn-line check and the write
         finally:
             os.close(fd)  # closing releases the lock
     except OSError as exc:

@@ -9,13 +9,12 @@ lines that are not valid.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
 import re
 
-from profdsl.core._files import ends_a_line, open_append, open_regular
+from profdsl.core._files import append_lines, open_append, open_regular
 from profdsl.core._log import once, printable
 from profdsl.records.fields import RecordError
 from profdsl.records.metrics_log import MetricsLine, parse_metrics_line
@@ -48,14 +47,7 @@ def append_line(path: str, data: bytes) -> bool:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             fd = open_append(path, read=True)
         try:
-            if not ends_a_line(fd):  # an earlier append cut short (a full disk): not glued to it
-                data = b"\n" + data
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                if written <= 0:
-                    raise OSError(errno.ENOSPC, "short write: no bytes written")
-                view = view[written:]
+            append_lines(fd, data)  # behind a newline after an append cut short (a full disk)
         finally:
             os.close(fd)
     except OSError as exc:

@@ -38,7 +38,7 @@ import os
 import stat
 from typing import BinaryIO
 
-__all__ = ["LINK", "ends_a_line", "file_kind", "open_append", "open_regular"]
+__all__ = ["append_lines", "LINK", "ends_a_line", "file_kind", "open_append", "open_regular"]
 
 #: Why a link is not read (the ``strerror`` of the ``OSError``).
 LINK = "a link, not a regular file"
@@ -111,6 +111,24 @@ def ends_a_line(fd: int) -> bool:
     mid-line) starts its line behind a newline, so that the half line cannot swallow it."""
     size = os.fstat(fd).st_size
     return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+
+
+def append_lines(fd: int, data: bytes) -> None:
+    """Write ``data`` (whole lines) to the end of the file open as ``fd`` (by :func:`open_append`,
+    for reading too), all of it: behind a newline when the file ends in a torn line
+    (:func:`ends_a_line`), and a write that makes no progress is an error, never a short line.
+
+    Raises:
+        OSError: a write failed (``errno.ENOSPC`` for one that wrote nothing).
+    """
+    if not ends_a_line(fd):
+        data = b"\n" + data
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:  # no progress: as short as a write gets
+            raise OSError(errno.ENOSPC, "short write: no bytes written")
+        view = view[written:]
 
 
 def _kind_of(path: str | os.PathLike[str]) -> str:
