@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from profdsl.core._log import COUNTED_IN_FULL, printable
 
-__all__ = ["fail", "printable", "skipped", "table"]
+__all__ = ["drawn", "fail", "printable", "skipped", "table"]
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -32,8 +32,7 @@ def skipped(command: str, reasons: Iterable[str], *, most: int | None = COUNTED_
     """Print ``profdsl COMMAND: skipped REASON`` to stderr for each bad input left out (only the
     first ``most``, then how many more: what is read is untrusted, and a folder may hold a file of
     millions of bad lines; None, every one; each reason escaped and cut to :data:`REASON_CHARS`
-    characters); returns 1 when there was any (the exit code it calls
-    for), else 0."""
+    characters); returns 1 when there was any (the exit code it calls for), else 0."""
     count = 0
     for reason in reasons:
         if most is None or count < most:
@@ -52,6 +51,13 @@ def _bounded(reason: str) -> str:
     """``reason`` escaped, cut to :data:`REASON_CHARS` characters, saying how long it was."""
     text = printable(reason)
     return text if len(text) <= REASON_CHARS else f"{text[:REASON_CHARS]}... ({len(reason)} characters)"
+
+
+def drawn(text: str) -> str:
+    """``text`` from the files (a role, a stage) as a figure draws it: control characters
+    escaped, ``$`` as itself (matplotlib reads ``$...$`` as math, and a math error crashes the
+    figure: ``tests/test_hostile_ledger.py``)."""
+    return printable(text).replace("$", r"\$")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from profdsl._cli.common import drawn
 from profdsl.analysis._fleet import FROM_TRACE, RankLedger
 from profdsl.analysis._ledger import FolderLedger
 from profdsl.core._kinds import STAGE_KINDS
@@ -120,8 +121,6 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from profdsl._cli.plot import _plain  # a role from the files, drawn as it is
-
     bars = ledger_bars(found)
     if not bars:
         return None
@@ -138,7 +137,7 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
         _stack_device(panel, beside, [b for b in used if b in DEVICE_BUCKETS])
         what = "; hatched: the device span of its stages (CUDA)" if any(beside) else ""
         panel.set_title(
-            f"{_plain(role)}: where each step's wall time went (mean over its ranks){what}", fontsize=9, loc="left"
+            f"{drawn(role)}: where each step's wall time went (mean over its ranks){what}", fontsize=9, loc="left"
         )
         panel.set_ylabel("ms per step")
         for side in ("top", "right"):

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from profdsl._cli.common import printable, skipped
+from profdsl._cli.common import drawn, printable, skipped
 from profdsl.analysis._catalog import Catalog, FolderError, catalog
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import Span, StageModel
@@ -159,7 +159,7 @@ def _ledger(args: argparse.Namespace, found: Catalog) -> int:
     failures = list(found.problems)
     ledger = load_ledger(args.folder, found.artifacts, failures)
     failed = skipped("plot", failures)
-    figure = ledger_figure(ledger, _plain(Path(args.folder).resolve().name))
+    figure = ledger_figure(ledger, drawn(Path(args.folder).resolve().name))
     if figure is None:
         print(
             f"profdsl plot: {args.folder}: no step has a ledger (no trace splits one, no metrics log has one)",
@@ -186,7 +186,7 @@ def _save(figure: Figure, args: argparse.Namespace) -> int:
 
 def build_figure(model: StageModel, args: argparse.Namespace) -> Figure:
     """The figure ``args`` (the command's parsed arguments) asks for."""
-    title = _plain(Path(args.folder).resolve().name)
+    title = drawn(Path(args.folder).resolve().name)
     if args.timeline:
         return _timeline_figure(model, title, args.depth)
     return _bars_figure(model, title, args.by, args.depth)
@@ -218,20 +218,15 @@ def _known(value: int | None) -> int:
     return -1 if value is None else value
 
 
-def _plain(text: str) -> str:
-    """``text`` drawn as it is: control characters escaped, ``$`` not read as math."""
-    return printable(text).replace("$", r"\$")
-
-
 def _legend(stage: str, interleaved: set[str]) -> str:
     """A stage's legend entry; one whose entries overlapped on a thread says so (its bar adds
     the overlap: the stage model's ``interleaved``)."""
-    return _plain(stage) + (" (interleaved: overlapping entries)" if stage in interleaved else "")
+    return drawn(stage) + (" (interleaved: overlapping entries)" if stage in interleaved else "")
 
 
 def _bar_label(key: BarKey, with_role: bool, group: tuple[tuple[str, int], ...] = ()) -> str:
     role, rank, step = key
-    parts = [_plain(role)] if with_role else []
+    parts = [drawn(role)] if with_role else []
     parts += [f"{dim}{value}" if value >= 0 else f"{dim}?" for dim, value in group]
     parts.append(f"r{rank}" if rank >= 0 else "r?")
     parts.append(f"s{step}" if step >= 0 else "s?")
@@ -436,7 +431,7 @@ def _timeline_figure(model: StageModel, title: str, depth: int | None = 1) -> Fi
             axes.broken_barh(
                 spans, (y - height / 2, height), facecolors=colours[stage], edgecolors=colours[stage], linewidth=0.6
             )
-    axes.set_yticks(range(len(labels)), [_plain(label) for label in labels], fontsize=8)
+    axes.set_yticks(range(len(labels)), [drawn(label) for label in labels], fontsize=8)
     axes.set_ylim(len(labels) - 0.5, -0.5)
     last = max(span.end_us for label in labels for span in rows[label])
     axes.set_xlim(left=-0.005 * (last - origin) / 1000)  # a region at 0 stays clear of the axis line

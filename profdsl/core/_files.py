@@ -57,19 +57,11 @@ def open_regular(path: str | os.PathLike[str], *, limit: int | None = None, hold
             is a link (:data:`LINK`); ``errno.EINVAL``: it is not a regular file (``not a regular
             file (a FIFO)``); ``errno.EFBIG``: it is larger than ``limit``.
     """
+    fd = _open_file(path, _FLAGS)
     try:
-        fd = os.open(path, _FLAGS)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # the name is a link (O_NOFOLLOW), or a loop of them
-            raise OSError(errno.ELOOP, LINK) from None
-        raise
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, f"not a regular file ({file_kind(info.st_mode)})")
-        if limit is not None and info.st_size > limit:
-            raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than {holds} holds ({limit})")
-        os.set_blocking(fd, True)
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise OSError(errno.EFBIG, f"{size} bytes, more than {holds} holds ({limit})")
         return open(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -86,8 +78,15 @@ def open_append(path: str | os.PathLike[str], *, read: bool = False) -> int:
         OSError: it cannot be opened, or ``errno.ELOOP``: it is a link (:data:`LINK`);
             ``errno.EINVAL``: it is not a regular file (``not a regular file (a FIFO)``).
     """
+    return _open_file(path, _APPEND | (os.O_RDWR if read else os.O_WRONLY))
+
+
+def _open_file(path: str | os.PathLike[str], flags: int) -> int:
+    """``path`` opened with ``flags`` (which hold ``O_NOFOLLOW`` and ``O_NONBLOCK``: never through
+    a link, never blocked by a FIFO or device), then blocking again, when it is a regular file:
+    the one check both sides make. Raises as :func:`open_append` says."""
     try:
-        fd = os.open(path, _APPEND | (os.O_RDWR if read else os.O_WRONLY), 0o644)
+        fd = os.open(path, flags, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the name is a link (O_NOFOLLOW), or a loop of them
             raise OSError(errno.ELOOP, LINK) from None
