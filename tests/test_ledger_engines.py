@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from profdsl import Metrics, Profiler, rollout_window
+from profdsl import Metrics, Profiler, profile_stage, rollout_window
+from profdsl._cli.ledger_view import ledger_text
+from profdsl.analysis import _cost as cost
 from profdsl.analysis._catalog import catalog
 from profdsl.analysis._ledger import load_ledger
 from profdsl.collect.metrics_log import read_log
 
-from .profiling import config
+from .profiling import config, work
 
 pytest.importorskip("torch")
 
@@ -101,3 +103,36 @@ def test_async_engines_are_overhead_too(tmp_path: Path) -> None:
     assert engines[0].calls == ["start", "stop"]
     assert timings is not None and timings.ledger is not None
     assert timings.ledger["overhead"] >= 2 * SLEEP_S and (timings.ledger_engines_s or 0.0) >= 2 * SLEEP_S
+
+
+def test_traced_overhead_is_the_blocked_ms_plus_the_engines_waits(tmp_path: Path) -> None:
+    """A discrete step with a stage capture and an engine: the traced step's ledger overhead is
+    the cost table's blocked ms of the step (its stage capture's start and stop) plus the step's
+    waits on the engine's profiler (the metrics log's ``ledger_engines_s``), to the nanosecond;
+    the cost table counts profdsl's captures only. Both tables say so: a reader of the two
+    (``profdsl summary --ledger`` and ``--cost``, the demo's report) is told why they differ."""
+    cfg = config(tmp_path, steps=[1], ranks=[0], discrete=True, metrics=Metrics(enabled=True, log=True))
+    engines = [Sleepy()]
+    with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
+        with profiler.step(1):
+            with rollout_window(engines, name="gen"):
+                pass
+            with profile_stage("update_actor"):
+                work()
+    found = catalog(tmp_path).artifacts
+    [step_cost] = [c for c in cost.step_costs(found) if c.role == "actor" and c.step == 1]
+    assert step_cost.blocked_ms is not None and step_cost.blocked_ms > 0
+    [line] = [line for line in read_log(tmp_path)[0] if line.step == 1]
+    engines_s = line.ledger_engines_s or 0.0
+    assert engines_s >= 2 * SLEEP_S
+    ledger = load_ledger(str(tmp_path), found)
+    [traced] = [r for r in ledger.ranks if r.role == "actor" and r.step == 1]
+    assert traced.ledger is not None and traced.ledger.overhead_unplaced == 0
+    overhead = traced.ledger.buckets["overhead"]
+    assert overhead == round(step_cost.blocked_ms * 1e6) + round(engines_s * 1e9)
+    assert overhead > round(step_cost.blocked_ms * 1e6)  # the ledger's is the larger figure
+    # what each counts, where each is printed
+    assert "not on rollout engines' profilers, which the step ledger's overhead adds" in cost.TITLE
+    assert "stage captures' blocked ms (as summary --cost counts them) plus its waits on rollout engines'" in (
+        ledger_text(ledger)
+    )

@@ -20,15 +20,22 @@ __all__ = ["ledger_text", "run"]
 
 TITLE = (
     "where each traced step's wall time went, per role and rank (ms): the columns after wall ms add up "
-    "to it; concurrent: stage time that ran beside the stage its time went to, not in the sum"
+    "to it; overhead: profiling's waits inside the step, its stage captures' blocked ms (as summary --cost "
+    "counts them) plus its waits on rollout engines' profilers (which summary --cost does not count); "
+    "concurrent: stage time that ran beside the stage its time went to, not in the sum"
 )
 UNTRACED = (
     "not traced: {steps}. The traces split traced steps only; the metrics log's ledgers of every step "
     "it logged follow{where}"
 )
+#: What ``overhead`` is in a ledger from the metrics (here, and in the demo's table).
+METRICS_OVERHEAD = (
+    "overhead: profiling's waits inside the step, timed around its stage captures' starts and stops and its "
+    "rollout engines' profilers"
+)
 METRICS_TITLE = (
     "from the metrics log (Metrics(log=True): every step, split when it ended): where the wall time went of "
-    "each step, role and rank no trace splits (ms); the columns after wall ms add up to it"
+    f"each step, role and rank no trace splits (ms); the columns after wall ms add up to it; {METRICS_OVERHEAD}"
 )
 NO_METRICS = " (none here: no metrics log line carries a ledger; Metrics(log=True) writes them)"
 OUTSIDE_NOTE = (

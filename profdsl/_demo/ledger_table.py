@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from profdsl._cli.ledger_view import METRICS_OVERHEAD
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
 from profdsl.metrics import StepTimings
@@ -16,7 +17,8 @@ __all__ = ["DEVICE_TITLE", "TITLE", "device_lines", "ledger_lines", "table_lines
 
 TITLE = (
     "the step ledger (every step, from the always-on metrics): where each step's wall time went, per role, "
-    "mean over its ranks (ms); the columns after wall ms add up to it"
+    f"mean over its ranks (ms); the columns after wall ms add up to it; {METRICS_OVERHEAD} (the cost table "
+    "below counts profdsl's captures only, as their trace records say)"
 )
 
 

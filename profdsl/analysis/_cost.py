@@ -40,7 +40,10 @@ __all__ = [
 ]
 
 #: The cost table's title, and its columns (:func:`cells` gives one row).
-TITLE = "profiling's own cost (blocked ms: the training thread waited on the profiler; export ms: background export)"
+TITLE = (
+    "profiling's own cost (blocked ms: the training thread waited on profdsl's own captures, not on rollout "
+    "engines' profilers, which the step ledger's overhead adds; export ms: background export)"
+)
 HEADERS = ("role", "step", "traces", "blocked ms", "max rank", "export ms")
 #: The trace record fields summed as the parts of the cost, in :class:`RankCost`'s order.
 PARTS = ("init_ms", "start_ms", "stop_ms", "wait_ms", "export_cpu_ms")
