@@ -60,18 +60,25 @@ def drawn(text: str) -> str:
     return printable(text).replace("$", r"\$")
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain aligned table, control characters escaped (headers too); on a terminal the last column is cut to
-    its width, elsewhere (a pipe, a file) every value is whole."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], left: int | None = None) -> str:
+    """A plain aligned table, control characters escaped (headers too); ``left``: only the first
+    ``left`` columns (names) are left-aligned, the others (figures) right-aligned; None: every
+    column left-aligned. On a terminal a left-aligned last column is cut to its width (a figure
+    never is); elsewhere (a pipe, a file) every value is whole."""
     headers = [printable(h) for h in headers]  # a column may be named by a file (a kind of work)
     cells = [[("-" if c is None else printable(str(c))) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    if sys.stdout.isatty():
+    names = len(headers) if left is None else left
+    if sys.stdout.isatty() and names >= len(headers):
         room = shutil.get_terminal_size((160, 24)).columns - sum(w + 2 for w in widths[:-1])
         widths[-1] = max(12, min(widths[-1], room))
 
     def line(values: Sequence[str]) -> str:
-        parts = [v.ljust(w) if i < len(values) - 1 else v[:w] for i, (v, w) in enumerate(zip(values, widths))]
+        last = len(values) - 1
+        parts = [
+            v.rjust(w) if i >= names else v.ljust(w) if i < last else v[:w]
+            for i, (v, w) in enumerate(zip(values, widths))
+        ]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(list(headers)), line(["-" * w for w in widths])] + [line(r) for r in cells])

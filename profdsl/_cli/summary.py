@@ -329,11 +329,16 @@ def _print_cost(artifacts: list[Artifact], args: argparse.Namespace) -> None:
 
 def _print_cost_table(costs: list[cost.StepCost]) -> None:
     """The cost table, and what its parts are when it shows them."""
-    parts = cost.has_parts(costs)
     print(cost.TITLE)
-    print(table(cost.headers(costs), [cost.cells(c, parts) for c in costs]))
-    if parts:
-        print("\n" + "\n".join(cost.note_lines()))
+    print("\n".join(cost_lines(costs)))
+
+
+def cost_lines(costs: list[cost.StepCost]) -> list[str]:
+    """The cost table's lines under its title (header, rule, one row per role and step) and,
+    when it shows the parts, an empty line and what they are (here and in the demo's report)."""
+    parts = cost.has_parts(costs)
+    lines = table(cost.headers(costs), [cost.cells(c, parts) for c in costs]).splitlines()
+    return [*lines, "", *cost.note_lines()] if parts else lines
 
 
 def _print_flat(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:

@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from profdsl._cli.common import table
 from profdsl._cli.ledger_view import METRICS_OVERHEAD
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
 from profdsl.metrics import StepTimings
 from profdsl.metrics.aggregate import fleet_lines
 
-__all__ = ["DEVICE_TITLE", "TITLE", "device_lines", "ledger_lines", "table_lines"]
+__all__ = ["DEVICE_TITLE", "TITLE", "device_lines", "ledger_lines"]
 
 TITLE = (
     "the step ledger (every step, from the always-on metrics): where each step's wall time went, per role, "
@@ -45,7 +46,7 @@ def ledger_lines(timings: Sequence[StepTimings]) -> list[str]:
         mean = {c: sum((t.ledger or {}).get(c, 0.0) for t in items) / len(items) for c in columns}
         wall = sum(t.wall_s for t in items) / len(items)
         rows.append([str(step), role, str(len(items)), f"{wall * 1e3:.2f}", *(f"{mean[c] * 1e3:.2f}" for c in columns)])
-    lines = table_lines(headers, rows) + device_lines(timings)
+    lines = table(headers, rows, left=2).splitlines() + device_lines(timings)
     for step in sorted({step for step, _ in by}):
         lines += fleet_lines(step, timings)
     return lines
@@ -71,14 +72,4 @@ def device_lines(timings: Sequence[StepTimings]) -> list[str]:
         share = f"{100 * mean[OUTSIDE] / span:.1f}" if span else "-"
         cells = [f"{span * 1e3:.2f}", *(f"{mean[c] * 1e3:.2f}" for c in columns), share]
         rows.append([str(step), role, str(len(splits)), *cells])
-    return [f"{DEVICE_TITLE}:", *table_lines(headers, rows)]
-
-
-def table_lines(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 2) -> list[str]:
-    """The demo's tables: header, rule and rows (at least one); the first ``left`` columns
-    left-aligned, the others right-aligned."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    return [
-        "  ".join(v.ljust(w) if i < left else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))).rstrip()
-        for values in [headers, ["-" * w for w in widths], *rows]
-    ]
+    return [f"{DEVICE_TITLE}:", *table(headers, rows, left=2).splitlines()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from profdsl._demo.ledger_table import table_lines
+from profdsl._cli.common import table
 from profdsl.metrics import StepTimings
 
 __all__ = ["HEADERS", "TITLE", "MetricsLog"]
@@ -65,4 +65,4 @@ class MetricsLog:
         rows = self.rows(traced)
         if not rows:
             return []
-        return table_lines(HEADERS, rows)  # names left-aligned, figures right-aligned
+        return table(HEADERS, rows, left=2).splitlines()  # names left-aligned, figures right-aligned

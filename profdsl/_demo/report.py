@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-from profdsl._cli.summary import step_view
-from profdsl._demo.ledger_table import table_lines
+from profdsl._cli.common import table
+from profdsl._cli.summary import cost_lines, step_view
 from profdsl.analysis import _cost as cost
 from profdsl.analysis._catalog import FolderError, artifacts, catalog
 from profdsl.analysis._load import load_model
@@ -82,12 +82,7 @@ def cost_table(save_path: str) -> list[str]:
         costs = cost.step_costs(artifacts(save_path))
     except FolderError:
         return []
-    if not costs:
-        return []
-    parts, headers = cost.has_parts(costs), cost.headers(costs)
-    rows = [["-" if c is None else str(c) for c in cost.cells(item, parts)] for item in costs]
-    lines = table_lines(headers, rows, left=len(headers))
-    return [*lines, "", *cost.note_lines()] if parts else lines
+    return cost_lines(costs) if costs else []
 
 
 def auto_captures(save_path: str) -> list[str]:
@@ -132,4 +127,4 @@ def slow_step_table(save_path: str, step: int, rank: int) -> list[str]:
         return []
     rows.sort(key=lambda row: (-row[0], row[1][0], row[1][1]))
     headers = ["role", "stage", f"step {step} ms", "median ms", "change ms", "ratio", "n"]
-    return table_lines(headers, [row for _, row in rows], left=len(headers))
+    return table(headers, [row for _, row in rows]).splitlines()
