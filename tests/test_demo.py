@@ -197,3 +197,35 @@ def test_the_slow_step_is_caught_on_a_slow_machine(
     records = read_manifest(out)
     auto = {r["step"] for r in records if r["kind"] == "trace" and (r.get("capture") or {}).get("source") == "auto"}
     assert auto == {6}, capsys.readouterr().out
+
+
+def test_the_demo_says_why_its_overhead_and_blocked_ms_differ(
+    demo_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """In the demo's folder, each traced step's ledger overhead is its stage captures' blocked
+    ms (the cost table's figure) plus its waits on rollout engines' profilers: the actor, which
+    drives the rollout, has the larger overhead; the other roles' two figures are equal. The
+    report's ledger and cost table each say what they count."""
+    from profdsl.analysis import _cost as cost
+    from profdsl.analysis._catalog import catalog
+    from profdsl.analysis._ledger import load_ledger
+    from profdsl.collect.metrics_log import read_log
+
+    result, out = demo_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = catalog(out).artifacts
+    blocked = {(c.role, c.step, c.rank): c.blocked_ms for c in cost.rank_costs(found)}
+    engines = {(line.role, line.step, line.rank): line.ledger_engines_s or 0.0 for line in read_log(out)[0]}
+    ranks = [r for r in load_ledger(str(out), found).ranks if r.ledger is not None and r.group[1] is None]
+    assert {(r.role, r.step) for r in ranks} == {(role, s) for role in ("actor", "critic", "ref") for s in (2, 3, 6)}
+    for rank in ranks:
+        key = (rank.role, rank.step, rank.rank)
+        assert rank.ledger is not None and rank.ledger.overhead_unplaced == 0, key
+        expected = round((blocked[key] or 0.0) * 1e6) + round(engines[key] * 1e9)
+        assert rank.ledger.buckets["overhead"] == expected, key
+        assert (engines[key] > 0) == (rank.role == "actor"), key
+    ledger_title = next(line for line in result.stdout.splitlines() if line.startswith("the step ledger (every step"))
+    assert "rollout engines' profilers" in ledger_title and "the cost table below counts profdsl's captures" in (
+        ledger_title
+    )
+    assert "not on rollout engines' profilers" in result.stdout.split("profiling's own cost", 1)[1].splitlines()[0]
