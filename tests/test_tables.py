@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,7 @@ from profdsl._cli import common
 from profdsl._cli.common import table
 from profdsl._demo.ledger_table import ledger_lines
 from profdsl._demo.metrics_table import HEADERS, MetricsLog
+from profdsl._demo.report import slow_step_table
 from profdsl.metrics import StageTiming, StepTimings
 
 ROWS = [["actor", "update", "12.50", "3"], ["critic", "values", "0.25", "10"]]
@@ -62,3 +65,18 @@ def test_the_demo_prints_its_tables_with_it() -> None:
     rule, row = ledger_lines(log.timings)[1:3]
     assert row.split() == ["1", "actor", "1", "10.00", "4.00", "1.00", "5.00"]
     assert len(row) == len(rule)  # the last figure right-aligned under its rule
+
+
+def test_the_slow_step_table_right_aligns_its_figures(tmp_path: Path) -> None:
+    """The demo's "where the slow step's time went": names left, figures right (the demo's other
+    tables' look; a figure is never cut on a terminal)."""
+    lines = [
+        {"schema": 2, "role": "actor", "rank": 0, "step": step, "wall_s": seconds, "host": "vm", "pid": 1}
+        | {"stages": {"update_actor": {"count": 1, "total_s": seconds, "self_s": seconds}}}
+        for step, seconds in ((0, 0.002), (1, 0.003), (2, 1.5))
+    ]
+    (tmp_path / "profdsl-metrics-rank0-vm-1.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    head, rule, row = slow_step_table(str(tmp_path), 2, 0)
+    assert row.split() == ["actor", "update_actor", "1500.0", "2.5", "+1497.5", "600.0x", "2"]
+    assert head.endswith("  n") and rule.endswith("  -") and row.endswith("  2") and len(head) == len(row)
+    assert row.index("1500.0") + len("1500.0") == head.index("step 2 ms") + len("step 2 ms")

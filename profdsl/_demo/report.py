@@ -127,4 +127,4 @@ def slow_step_table(save_path: str, step: int, rank: int) -> list[str]:
         return []
     rows.sort(key=lambda row: (-row[0], row[1][0], row[1][1]))
     headers = ["role", "stage", f"step {step} ms", "median ms", "change ms", "ratio", "n"]
-    return table(headers, [row for _, row in rows]).splitlines()
+    return table(headers, [row for _, row in rows], left=2).splitlines()  # names left-aligned, figures right-aligned
