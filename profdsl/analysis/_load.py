@@ -21,7 +21,7 @@ from profdsl.analysis._catalog import Artifact, json_traces, trace_header
 from profdsl.analysis._model import StageModel
 from profdsl.analysis._reader import TraceError
 from profdsl.analysis._scan import TraceScan, scan_file
-from profdsl.analysis._walls import clocked_walls
+from profdsl.analysis._walls import LogRead, clocked_walls, read_walls
 from profdsl.analysis._workers import run_workers
 from profdsl.records.meta import META_KEY
 
@@ -147,9 +147,14 @@ def scan_artifacts(
 
 
 def load_model(
-    folder: str | os.PathLike[str], items: Iterable[Artifact], skipped: list[str] | None = None
+    folder: str | os.PathLike[str],
+    items: Iterable[Artifact],
+    skipped: list[str] | None = None,
+    log: LogRead | None = None,
 ) -> StageModel:
     """The stage-time model of ``items``' traces (see :func:`scan_artifacts`), with the step
     wall times of the folder's metrics logs (:func:`~profdsl.analysis._walls.clocked_walls`: one
-    beyond any clock is left out, its line named in ``skipped``)."""
-    return StageModel(scan_artifacts(folder, items, skipped), clocked_walls(folder, skipped))
+    beyond any clock is left out, its line named in ``skipped``): from ``log``, the caller's read
+    of them (whose bad lines it names), else read here."""
+    walls = clocked_walls(read_walls(folder) if log is None else log, skipped)
+    return StageModel(scan_artifacts(folder, items, skipped), walls)
