@@ -144,13 +144,21 @@ def fixed_and_slope(extra: dict[int, float], ops: dict[int, int]) -> tuple[float
     return e1 - slope * ops[n1], slope
 
 
+def count(text: str) -> int:
+    """A whole number of at least 1 (argparse names the argument and the value it refuses)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4 steps, 1 repeat")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--mini-batches", type=int, default=8)
-    parser.add_argument("--iterations", type=int, default=25, help="iterations per mini-batch, larger size")
+    parser.add_argument("--steps", type=count, default=20)
+    parser.add_argument("--repeat", type=count, default=3)
+    parser.add_argument("--mini-batches", type=count, default=8)
+    parser.add_argument("--iterations", type=count, default=25, help="iterations per mini-batch, larger size")
     parser.add_argument("--child-first", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_first:

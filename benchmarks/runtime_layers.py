@@ -1,5 +1,6 @@
 """The shape of ``profdsl/_runtime/``: import circles, imports that run back up a floor, and the
-lines of ``profdsl/`` (docs/architecture.md, "Measures").
+lines of ``profdsl/`` (docs/architecture.md, "Measures"); and the import circles of the whole
+package (:func:`package_imports`).
 
     python benchmarks/runtime_layers.py
 
@@ -9,7 +10,10 @@ is a module at the root of ``_runtime/`` or one of its packages (``slot/``, ``wr
 runtime's floors are :data:`FLOORS`, from the bottom up: a unit imports only units on floors
 below its own, and an import of a unit on a higher floor *runs back up*. Circles are counted
 between modules (a package's modules included): each group of modules that reach one another
-through their imports is one circle. ``tests/test_runtime_layers.py`` keeps the circles at 0.
+through their imports is one circle. ``tests/test_runtime_layers.py`` keeps the circles at 0,
+inside ``_runtime/`` and in the whole package (its modules reached by dotted name: ``from
+profdsl.metrics import _tree`` imports ``profdsl.metrics._tree``, and a package's ``__init__`` is
+the package's name).
 """
 
 from __future__ import annotations
@@ -69,6 +73,33 @@ def imports(root: Path = ROOT) -> dict[str, set[str]]:
                     if alias.name.startswith(RUNTIME + "."):
                         found.add(alias.name[len(RUNTIME) + 1 :])
         graph[module] = {name for name in found if name and name != module}
+    return graph
+
+
+def package_imports(root: Path = ROOT) -> dict[str, set[str]]:
+    """Each module of ``profdsl/`` (dotted: ``profdsl.metrics._tree``; a package's
+    ``__init__`` by the package's name) and the package's modules it imports, anywhere in its
+    text (relative imports resolved)."""
+    paths = {
+        ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in sorted((root / "profdsl").rglob("*.py"))
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                for alias in node.names:  # `from profdsl.metrics import _tree` imports that module
+                    found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+        graph[name] = {target for target in found if target in paths and target != name}
     return graph
 
 
@@ -143,6 +174,10 @@ def main() -> int:
     print(f"imports in _runtime/ that run back up: {len(up)}")
     for a, b in up:
         print(f"  {a} -> {b}")
+    whole = [group for group in circles(package_imports()) if not all(m.startswith(RUNTIME + ".") for m in group)]
+    print(f"import circles in profdsl/ outside _runtime/: {len(whole)}")
+    for group in whole:
+        print(f"  {len(group)} modules: {', '.join(group)}")
     print(f"lines of profdsl/: {lines()}")
     return 0
 

@@ -319,7 +319,7 @@ NOT_RECORD_KEYS = {
     ("analysis/merge.py", "traces"): "merge's alignment object",
     ("collect/_relocate.py", "pid"): "a regular expression's group",
     ("analysis/_rewrite.py", "id"): "a Chrome flow event's id",
-    ("config/_combine.py", "ranks"): "a ProfilerConfig field",
+    ("config/_profiler_config.py", "ranks"): "a ProfilerConfig field",
     ("integrations/transformers/__init__.py", "role"): "profile_trainer's keyword option",
 }
 

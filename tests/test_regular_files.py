@@ -74,7 +74,7 @@ def test_a_metrics_log(tmp_path: Path, kind: str) -> None:
     assert lines == [] and len(problems) == 1 and WHY[kind] in problems[0], problems
 
 
-# -- the manifest (every reading command; no bound on its size) --------------------------------------
+# -- the manifest (every reading command; its bound: tests/test_bounded_reads.py) --------------------
 
 
 @pytest.mark.parametrize("kind", ["link", "FIFO", "link to /dev/zero"])

@@ -12,6 +12,7 @@ from profdsl._cli.common import table
 from profdsl.analysis._catalog import Artifact
 from profdsl.analysis._fleet import GroupStep, RankLedger, group_name, headlines, kind_headlines
 from profdsl.analysis._ledger import FolderLedger, load_ledger
+from profdsl.analysis._walls import LogRead, read_walls
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
 from profdsl.core._log import printable
@@ -168,10 +169,13 @@ def ledger_text(found: FolderLedger) -> str:
     return "\n\n".join([TITLE, *blocks])
 
 
-def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> None:
-    """Print the ledger of ``folder`` (text, or ``--json``); unreadable traces go to ``bad``."""
-    found = load_ledger(folder, artifacts, bad)
+def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> LogRead:
+    """Print the ledger of ``folder`` (text, or ``--json``); unreadable traces go to ``bad``.
+    Returns the one read of the metrics logs it showed, for their bad lines to be named."""
+    log = read_walls(folder)
+    found = load_ledger(folder, artifacts, bad, log)
     if args.json:
         print(json.dumps(found.as_dict(), indent=1))
     else:
         print(ledger_text(found))
+    return log

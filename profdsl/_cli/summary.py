@@ -19,7 +19,8 @@ from profdsl.analysis import _cost as cost
 from profdsl.analysis._catalog import Artifact, Catalog, FolderError, catalog
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel, StageSpread
-from profdsl.collect.metrics_log import log_files, read_log_lines
+from profdsl.analysis._walls import LogRead, read_walls
+from profdsl.collect.metrics_log import log_files
 from profdsl.config._parallel import DIMS
 
 HELP = (
@@ -176,10 +177,10 @@ def run(args: argparse.Namespace) -> int:
         _print_cost(found.artifacts, args)
         return skipped("summary", bad)
     if view is not None:
-        view(args, args.dir, found.artifacts, bad)
-        return _skipped(args.dir, bad) if args.ledger else skipped("summary", bad)
-    model = load_model(args.dir, found.artifacts, bad)
-    code = _skipped(args.dir, bad)
+        return _skipped(bad, view(args, args.dir, found.artifacts, bad))
+    log = read_walls(args.dir)  # the walls shown and the bad lines named: one read
+    model = load_model(args.dir, found.artifacts, bad, log)
+    code = _skipped(bad, log)
     rows = model.rows() if keys is None else group(model, keys)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -197,11 +198,14 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _skipped(folder: str, bad: list[str]) -> int:
-    """Name the input left out: ``bad``, then the metrics log's lines that do not parse (the
-    ledger and the stage view read the log; a few, then a count: :func:`~profdsl._cli.common.skipped`)."""
+def _skipped(bad: list[str], log: LogRead | None) -> int:
+    """Name the input left out: ``bad``, then the lines of the metrics logs that are not valid,
+    from ``log``, the read the view showed (the ledger and the stage view read the logs,
+    ``--stragglers`` none; a few, then a count: :func:`~profdsl._cli.common.skipped`)."""
     code = skipped("summary", bad)
-    return skipped("summary", read_log_lines(folder)[1]) or code
+    if log is not None:
+        code = skipped("summary", log.problems) or code
+    return code
 
 
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:
@@ -230,9 +234,10 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _view(
     args: argparse.Namespace,
-) -> Callable[[argparse.Namespace, str, list[Artifact], list[str]], None] | int | None:
+) -> Callable[[argparse.Namespace, str, list[Artifact], list[str]], LogRead | None] | int | None:
     """The view ``--ledger`` or ``--stragglers`` asks for (None: the stage view), or a usage
-    error's exit code."""
+    error's exit code. A view returns the read of the metrics logs it showed (None: it read
+    none), whose bad lines are named."""
     if not (args.ledger or args.stragglers):
         return None
     flag = "--ledger" if args.ledger else "--stragglers"

@@ -19,22 +19,39 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from profdsl._dsl.slices import Driven, Slices, drive
 from profdsl._runtime.process import PROCESS
 from profdsl.errors import ConfigError
 
 if TYPE_CHECKING:
-    from profdsl._dsl.base import Annotation
+    from profdsl._runtime.context import Entry
     from profdsl._runtime.process import Process
+    from profdsl._runtime.profiler import Profiler
 
-__all__ = ["decorate"]
+__all__ = ["Word", "decorate"]
 
 Func = Callable[..., Any]
 
 
-def decorate(annotation: Annotation, func: Any) -> Any:
+class Word(Protocol):
+    """What :func:`decorate` uses of a DSL word (:class:`profdsl._dsl.base.Annotation`, which
+    imports this module: declared here, so that this module imports nothing of it)."""
+
+    name: str
+    profiler: Profiler | None
+    _binds: bool
+
+    def _bound(self, args: tuple[Any, ...]) -> Profiler | None: ...
+    def _begin(self, profiler: Profiler | None) -> Entry: ...
+    async def _abegin(self, profiler: Profiler | None) -> Entry: ...
+    def _end(self, entry: Entry) -> None: ...
+    async def _aend(self, entry: Entry) -> None: ...
+    def _call(self, func: Func, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+
+def decorate(annotation: Word, func: Any) -> Any:
     """``func`` as entries of ``annotation``: a plain function or method, a ``staticmethod`` or
     ``classmethod`` (above or below it), an ``async def``, a generator or an async generator
     function; above a ``property`` or ``functools.cached_property``, its getter (the attribute
@@ -63,7 +80,7 @@ def decorate(annotation: Annotation, func: Any) -> Any:
     return _plain(annotation, func)
 
 
-def _process(annotation: Annotation) -> Process:
+def _process(annotation: Word) -> Process:
     """The process state whose registry says whether a call of ``annotation`` is an entry: its
     profiler's (fixed for the profiler's life), else this process's. A word that binds its
     profiler from the call's arguments (verl's ``annotate``) binds one of this process."""
@@ -71,7 +88,7 @@ def _process(annotation: Annotation) -> Process:
     return PROCESS if profiler is None else profiler.process
 
 
-def _plain(annotation: Annotation, func: Func) -> Func:
+def _plain(annotation: Word, func: Func) -> Func:
     process = _process(annotation)
 
     @functools.wraps(func)
@@ -83,7 +100,7 @@ def _plain(annotation: Annotation, func: Func) -> Func:
     return call
 
 
-def _coroutine(annotation: Annotation, func: Func) -> Func:
+def _coroutine(annotation: Word, func: Func) -> Func:
     process, binds = _process(annotation), annotation._binds
 
     @functools.wraps(func)
@@ -99,7 +116,7 @@ def _coroutine(annotation: Annotation, func: Func) -> Func:
     return call
 
 
-def _generator(annotation: Annotation, func: Func) -> Func:
+def _generator(annotation: Word, func: Func) -> Func:
     process, binds = _process(annotation), annotation._binds
 
     @functools.wraps(func)
@@ -115,7 +132,7 @@ def _generator(annotation: Annotation, func: Func) -> Func:
     return call
 
 
-def _async_generator(annotation: Annotation, func: Func) -> Func:
+def _async_generator(annotation: Word, func: Func) -> Func:
     process, binds = _process(annotation), annotation._binds
 
     @functools.wraps(func)

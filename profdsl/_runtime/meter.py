@@ -53,7 +53,7 @@ class StepMeter:
         self.config, self.role, self.rank, self.on_step = config, role, rank, on_step
         self._paths = Paths(config.max_stages, config.stages)
         self.exporters: list[Exporter] = make_exporters(config, role=role, local_rank=local_rank, servers=servers)
-        self._device: device_time.DeviceTimes | None | bool = device and config.device_time
+        self._device: device_time.DeviceTimes[Node] | None | bool = device and config.device_time
         self.root: Root | None = None
         self._began = 0.0
         self._began_s = 0.0
@@ -64,7 +64,7 @@ class StepMeter:
         """The last finished step's flat mapping (empty before the first)."""
         return {} if self.timings is None else self.timings.flat()
 
-    def _device_times(self) -> device_time.DeviceTimes | None:
+    def _device_times(self) -> device_time.DeviceTimes[Node] | None:
         if self._device is True:  # decided at the first step, when a CUDA job has imported torch
             source = device_time.cuda_source() if "torch" in sys.modules else None
             self._device = None if source is None else device_time.DeviceTimes(source)
@@ -123,7 +123,7 @@ def _ledger(
         return None
 
 
-def _settled(root: Root) -> device_time.StepDevice | None:
+def _settled(root: Root) -> device_time.StepDevice[Node] | None:
     assert root.device is not None
     try:
         return root.device.read_step(root)

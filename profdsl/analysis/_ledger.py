@@ -51,8 +51,7 @@ from profdsl.analysis._fleet import (
 )
 from profdsl.analysis._load import scan_artifacts
 from profdsl.analysis._model import StageModel
-from profdsl.analysis._walls import step_walls
-from profdsl.collect.metrics_log import read_log
+from profdsl.analysis._walls import LogRead, read_walls, step_walls
 from profdsl.core import _intervals as intervals
 from profdsl.core._kinds import kind_of
 from profdsl.core._ledger import Ledger, Stage, split
@@ -212,16 +211,21 @@ def _rank(
     return RankLedger(key[0], key[1], key[2], group, ledger, why, busy, outside or 0, work, device=device)
 
 
-def load_ledger(folder: str, artifacts: Sequence[Artifact], skipped: list[str] | None = None) -> FolderLedger:
+def load_ledger(
+    folder: str, artifacts: Sequence[Artifact], skipped: list[str] | None = None, log: LogRead | None = None
+) -> FolderLedger:
     """The ledger of ``folder``'s traced steps (see the module docstring); traces that cannot be
-    read are left out, their reasons appended to ``skipped``."""
+    read are left out, their reasons appended to ``skipped``. The metrics logs' walls and
+    ledgers come from ``log``, the caller's read of them (whose bad lines it names), else from
+    one read here."""
+    log = read_walls(folder) if log is None else log
     scans = scan_artifacts(folder, artifacts, skipped)
-    walls = step_walls(folder)
+    walls = step_walls(log)
     model = StageModel(scans, walls)
     kinds = {id(artifact): scan.kinds for artifact, scan in scans}
     inside, outside = _overheads(artifacts)
     origin_us = math.floor(min((s.start_us for _, spans in model.spans() for s in spans), default=0.0))
-    lines = _lines(folder)
+    lines = _lines(log)
     ranks = [
         _rank(key, group, stages, model.wall_us(*key), inside.get(key, 0), outside.get(key, 0), lines.get(key))
         for key, (group, stages) in sorted(_stages(model, kinds, origin_us).items(), key=lambda kv: _order(kv[0]))
@@ -238,11 +242,11 @@ def load_ledger(folder: str, artifacts: Sequence[Artifact], skipped: list[str] |
     return FolderLedger(ranks, groups, spans, untraced, origin_us, metrics, metric_groups, metric_spans)
 
 
-def _lines(folder: str) -> dict[Key, MetricsLine]:
+def _lines(log: LogRead) -> dict[Key, MetricsLine]:
     """Per (role, step, rank), the metrics log's line that has a ledger or says why not (the
     longest wall time where several processes of one rank logged one)."""
     best: dict[Key, MetricsLine] = {}
-    for line in read_log(folder)[0]:
+    for _, _, line in log.lines:
         key: Key = (line.role or "unknown", line.step, line.rank)
         if (line.ledger is None and line.ledger_why is None) or line.wall_s is None:
             continue

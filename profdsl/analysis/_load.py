@@ -17,13 +17,12 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import IO
 
-from profdsl.analysis._catalog import Artifact, json_traces, trace_header
+from profdsl.analysis._catalog import Artifact, json_traces
 from profdsl.analysis._model import StageModel
 from profdsl.analysis._reader import TraceError
-from profdsl.analysis._scan import TraceScan, scan_file
-from profdsl.analysis._walls import clocked_walls
-from profdsl.analysis._workers import run_workers
-from profdsl.records.meta import META_KEY
+from profdsl.analysis._scan import TraceScan
+from profdsl.analysis._walls import LogRead, clocked_walls, read_walls
+from profdsl.analysis._workers import run_workers, scan_one
 
 __all__ = ["Progress", "load_model", "scan_artifacts"]
 
@@ -31,16 +30,6 @@ __all__ = ["Progress", "load_model", "scan_artifacts"]
 POOL_BYTES = 16 << 20
 #: How long a read runs before progress is shown (on a terminal only).
 PROGRESS_AFTER_S = 2.0
-
-
-def scan_one(folder: str, artifact: Artifact) -> TraceScan | str:
-    """One trace's scan, or the reason it cannot be read."""
-    try:
-        meta = trace_header(folder, artifact)
-        engine = artifact.kind == "rollout" or META_KEY not in meta
-        return scan_file(os.path.join(folder, str(artifact.path)), meta, span=engine)
-    except TraceError as exc:
-        return str(exc)
 
 
 def _size(folder: str, artifact: Artifact) -> int:
@@ -147,9 +136,14 @@ def scan_artifacts(
 
 
 def load_model(
-    folder: str | os.PathLike[str], items: Iterable[Artifact], skipped: list[str] | None = None
+    folder: str | os.PathLike[str],
+    items: Iterable[Artifact],
+    skipped: list[str] | None = None,
+    log: LogRead | None = None,
 ) -> StageModel:
     """The stage-time model of ``items``' traces (see :func:`scan_artifacts`), with the step
     wall times of the folder's metrics logs (:func:`~profdsl.analysis._walls.clocked_walls`: one
-    beyond any clock is left out, its line named in ``skipped``)."""
-    return StageModel(scan_artifacts(folder, items, skipped), clocked_walls(folder, skipped))
+    beyond any clock is left out, its line named in ``skipped``): from ``log``, the caller's read
+    of them (whose bad lines it names), else read here."""
+    walls = clocked_walls(read_walls(folder) if log is None else log, skipped)
+    return StageModel(scan_artifacts(folder, items, skipped), walls)

@@ -5,23 +5,29 @@ for it. A wall time beyond any clock (over 1e12 s: :func:`~profdsl.analysis._fle
 no number) is no step time: :func:`clocked_walls` leaves it out and names its line, while the
 step ledger (:func:`step_walls`) says per rank why such a step has no ledger.
 
+Both are computed from one read of the logs (:func:`read_walls`), which also holds the lines that
+are not valid: what a command shows from the logs and the bad lines it names come from the same
+read, so a log appended to meanwhile cannot make them disagree.
+
 Examples:
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as folder:
-    ...     step_walls(folder), clocked_walls(folder)
-    ({}, {})
+    ...     log = read_walls(folder)
+    ...     step_walls(log), clocked_walls(log), log.problems
+    ({}, {}, [])
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from profdsl.analysis._fleet import to_ns
 from profdsl.collect.metrics_log import read_log_lines
 from profdsl.records.metrics_log import MetricsLine
 
-__all__ = ["clocked_walls", "step_walls"]
+__all__ = ["LogRead", "clocked_walls", "read_walls", "step_walls"]
 
 Key = tuple[str, "int | None", "int | None"]  # role, step, rank
 #: Why a metrics log line's wall time is not shown (after its file and line number).
@@ -30,18 +36,32 @@ BEYOND_ANY_CLOCK = (
 )
 
 
-def step_walls(folder: str | os.PathLike[str]) -> dict[Key, float]:
+class LogRead(NamedTuple):
+    """One read of a folder's metrics logs (:func:`~profdsl.collect.metrics_log.read_log_lines`)."""
+
+    #: Every valid line, with its file and line number.
+    lines: list[tuple[str, int, MetricsLine]]
+    #: Each file or line that is not valid, named (its file and line number, and why).
+    problems: list[str]
+
+
+def read_walls(folder: str | os.PathLike[str]) -> LogRead:
+    """The one read of ``folder``'s metrics logs that a command's step walls, ledger and bad
+    lines all come from."""
+    return LogRead(*read_log_lines(folder))
+
+
+def step_walls(log: LogRead) -> dict[Key, float]:
     """(role, step, rank) → the step's wall time in µs (the longest, when several processes of
     one rank logged it); lines that are not valid are left out."""
-    return _longest(line for _, _, line in read_log_lines(folder)[0])
+    return _longest(line for _, _, line in log.lines)
 
 
-def clocked_walls(folder: str | os.PathLike[str], skipped: list[str] | None = None) -> dict[Key, float]:
+def clocked_walls(log: LogRead, skipped: list[str] | None = None) -> dict[Key, float]:
     """:func:`step_walls` less the (role, step, rank)s whose longest wall time is beyond any
     clock, each of their lines named in ``skipped``."""
-    found = read_log_lines(folder)[0]
-    walls = _longest(line for _, _, line in found)
-    for path, number, line in found:
+    walls = step_walls(log)
+    for path, number, line in log.lines:
         if line.role is not None and line.wall_s is not None and to_ns(line.wall_s) is None:
             walls.pop((line.role, line.step, line.rank), None)
             if skipped is not None:

@@ -19,7 +19,12 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-__all__ = ["run_workers", "shares"]
+from profdsl.analysis._catalog import Artifact, trace_header
+from profdsl.analysis._reader import TraceError
+from profdsl.analysis._scan import TraceScan, scan_file
+from profdsl.records.meta import META_KEY
+
+__all__ = ["run_workers", "scan_one", "shares"]
 
 
 def shares(sizes: Sequence[int], workers: int) -> list[list[int]]:
@@ -61,7 +66,7 @@ def _read(stream: IO[bytes], out: queue.SimpleQueue[tuple[int, Any] | None]) -> 
 def run_workers(
     folder: str, tasks: Sequence[Any], sizes: Sequence[int], workers: int, on_result: Callable[[int, Any], None]
 ) -> set[int]:
-    """Run :func:`profdsl.analysis._load.scan_one` (``folder``, task) for each task on
+    """Run :func:`scan_one` (``folder``, task) for each task on
     ``workers`` processes, calling ``on_result(index, result)`` as each arrives (on this
     thread). Returns the indices no worker finished (a worker failed to start or died)."""
     left = set(range(len(tasks)))
@@ -110,10 +115,19 @@ def run_workers(
     return left
 
 
+def scan_one(folder: str, artifact: Artifact) -> TraceScan | str:
+    """One trace's scan, or the reason it cannot be read (what a worker does for each trace of
+    its share, and the caller for a trace no worker finished)."""
+    try:
+        meta = trace_header(folder, artifact)
+        engine = artifact.kind == "rollout" or META_KEY not in meta
+        return scan_file(os.path.join(folder, str(artifact.path)), meta, span=engine)
+    except TraceError as exc:
+        return str(exc)
+
+
 def _main() -> None:
     """The worker: scan each trace of the share read from stdin, one result pickle each."""
-    from profdsl.analysis._load import scan_one
-
     folder, share = pickle.load(sys.stdin.buffer)
     out = sys.stdout.buffer
     for index, artifact in share:

@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from profdsl.core._files import append_lines, open_append, open_regular
+from profdsl.core._files import append_lines, open_append, open_regular, read_within
 from profdsl.core._log import logger, once, printable
 from profdsl.core._naming import is_relative
 from profdsl.records.fields import RecordError, to_json
@@ -26,6 +26,7 @@ from profdsl.records.manifest import KINDS, RECORD_CLASSES, RECORD_KEYS, Record,
 __all__ = [
     "KINDS",
     "MANIFEST_NAME",
+    "MAX_MANIFEST_BYTES",
     "RECORD_KEYS",
     "ManifestLine",
     "append_record",
@@ -37,6 +38,9 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "profdsl-manifest.jsonl"
+#: The most bytes read of a manifest (4 GiB: millions of records, one per artifact or event, far
+#: more than a run writes); a larger file, or one that grows past it while read, is refused.
+MAX_MANIFEST_BYTES = 4 * 1024**3
 
 
 def make_record(kind: str, path: str | None, **fields: Any) -> dict[str, Any]:
@@ -118,7 +122,8 @@ def read_lines(save_path: str | os.PathLike[str]) -> list[ManifestLine]:
     newline was cut short (its write never finished).
 
     Raises:
-        OSError: the manifest exists but cannot be read.
+        OSError: the manifest exists but cannot be read, or is larger than
+            :data:`MAX_MANIFEST_BYTES` (``errno.EFBIG``), when opened or as read.
     """
     target = os.path.join(save_path, MANIFEST_NAME)
     try:
@@ -140,11 +145,11 @@ def read_lines(save_path: str | os.PathLike[str]) -> list[ManifestLine]:
 
 
 def _read_regular(target: str) -> bytes:
-    """The whole file, read under a shared lock; a link, FIFO, device or folder is refused unread
-    (:func:`~profdsl.core._files.open_regular`)."""
-    with open_regular(target) as file:
+    """The whole file, read under a shared lock, within :data:`MAX_MANIFEST_BYTES`; a link, FIFO,
+    device or folder is refused unread (:func:`~profdsl.core._files.open_regular`)."""
+    with open_regular(target, limit=MAX_MANIFEST_BYTES, holds="a manifest") as file:
         _read_lock(file.fileno())
-        return file.read()
+        return read_within(file, limit=MAX_MANIFEST_BYTES, holds="a manifest")
 
 
 def _read_lock(fd: int) -> None:

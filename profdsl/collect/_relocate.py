@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import attrs
 
 from profdsl.collect._manifest import append_record, make_record, read_records
+from profdsl.core._files import open_regular
 from profdsl.core._naming import MAX_INDEX, NSYS_EXT, TEMP_PREFIX, TraceName
 from profdsl.records.manifest import MovedRecord, NsysRecord
 
@@ -46,6 +47,8 @@ T = TypeVar("T")
 
 #: Poll interval while waiting for files to stop growing.
 POLL_S = 0.2
+#: Why a source that is a link (or a FIFO, a device, a folder) is left where it is.
+NOT_REGULAR = "not a regular file (symlinks are not followed)"
 
 
 def direct(action: Callable[[], T]) -> T:
@@ -242,16 +245,7 @@ def apply(
             else:
                 continue
         elif item not in moves:
-            record = make_record(
-                item.kind,
-                None,
-                **_with(
-                    item.fields,
-                    status="skipped",
-                    source=item.source,
-                    reason="not a regular file (symlinks are not followed)",
-                ),
-            )
+            record = _not_regular(item)
         elif item.source in incomplete:
             if not record_incomplete:
                 continue
@@ -283,6 +277,11 @@ def _unmoved(item: Move | Skip, status: str, reason: str) -> dict[str, Any]:
     if signature is not None:
         fields.update(source_bytes=signature[0], source_mtime_ns=signature[1])
     return make_record(item.kind, None, **fields)
+
+
+def _not_regular(move: Move) -> dict[str, Any]:
+    """The record of a source left where it is because it is no regular file."""
+    return make_record(move.kind, None, **_with(move.fields, status="skipped", source=move.source, reason=NOT_REGULAR))
 
 
 def _with(fields: dict[str, Any], **outcome: Any) -> dict[str, Any]:
@@ -320,18 +319,18 @@ def _is_regular(path: str) -> bool:
 
 
 def _move(move: Move, save_path: str) -> dict[str, Any]:
+    """Move one source in under its reserved name; the record of what happened. A source that is
+    no regular file when moved (swapped for a link since :func:`apply` checked it) is left where
+    it is and recorded as :func:`apply` records one found so at its check."""
     reserved: str | None = None
     try:
         os.makedirs(save_path, exist_ok=True)
         name = reserve(save_path, move.name).format()
         reserved = os.path.join(save_path, name)
-        try:
-            os.replace(move.source, reserved)  # atomic within a filesystem
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
-            _copy_across(move.source, save_path, reserved)
-        size = os.path.getsize(reserved)
+        if not _take(move.source, save_path, reserved):
+            os.remove(reserved)  # the empty reservation
+            return _not_regular(move)
+        size = os.lstat(reserved).st_size
     except Exception as exc:
         if reserved is not None and os.path.exists(reserved) and os.path.getsize(reserved) == 0:
             os.remove(reserved)
@@ -349,11 +348,61 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
     return make_record(move.kind, name, **_with(move.fields, bytes=size, source=move.source))
 
 
-def _copy_across(source: str, save_path: str, destination: str) -> None:
-    """Copy to a temporary name beside ``destination``, fsync, rename, then drop the source."""
-    tmp = os.path.join(save_path, f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
+def _take(source: str, save_path: str, destination: str) -> bool:
+    """Move ``source`` in as ``destination`` when it is a regular file as it is moved; False,
+    nothing moved, when it is not. :func:`apply` checked it (``lstat``) before waiting for it,
+    and it may have been swapped for a link since: it is renamed into a private staging name
+    first, what was moved is checked there, and a link goes back where it was, so that no trace
+    name ever holds one. Across filesystems, the copy opens the source itself (never through a
+    link, never blocked by a FIFO: :func:`~profdsl.core._files.open_regular`)."""
+    staging = _temporary(save_path)
     try:
-        with open(source, "rb") as src, open(tmp, "xb") as dst:  # O_EXCL: never through a planted link
+        os.replace(source, staging)  # atomic within a filesystem
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        return _copy_across(source, save_path, destination)
+    regular = False
+    try:
+        regular = stat.S_ISREG(os.lstat(staging).st_mode)
+        if regular:
+            os.replace(staging, destination)
+    except BaseException:
+        _put_back(staging, source, regular)
+        raise
+    if not regular:
+        _put_back(staging, source, regular)
+    return regular
+
+
+def _put_back(staging: str, source: str, regular: bool) -> None:
+    """Move what was staged back where it came from, best effort. Where that fails, a link (or
+    anything but a regular file) is removed, never left in save_path; a regular file stays
+    under its staging name (a leftover the readers name), never lost."""
+    try:
+        os.replace(staging, source)
+    except OSError:
+        if not regular:
+            os.remove(staging)
+
+
+def _temporary(save_path: str) -> str:
+    """A private name in save_path, unguessable, that readers leave alone (``TEMP_PREFIX``)."""
+    return os.path.join(save_path, f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
+
+
+def _copy_across(source: str, save_path: str, destination: str) -> bool:
+    """Copy to a temporary name beside ``destination``, fsync, rename, then drop the source;
+    False, nothing copied, when ``source`` is a link or no regular file."""
+    tmp = _temporary(save_path)
+    try:
+        src = open_regular(source)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EINVAL):  # a link, or no regular file: left where it is
+            return False
+        raise
+    try:
+        with src, open(tmp, "xb") as dst:  # O_EXCL: never through a planted link
             shutil.copyfileobj(src, dst, 1 << 20)
             dst.flush()
             os.fsync(dst.fileno())
@@ -363,3 +412,4 @@ def _copy_across(source: str, save_path: str, destination: str) -> None:
             os.remove(tmp)
         raise
     os.remove(source)
+    return True

@@ -14,7 +14,7 @@ import logging
 import os
 import re
 
-from profdsl.core._files import append_lines, open_append, open_regular
+from profdsl.core._files import append_lines, open_append, open_regular, read_within
 from profdsl.core._log import once, printable
 from profdsl.records.fields import RecordError
 from profdsl.records.metrics_log import MetricsLine, parse_metrics_line
@@ -76,16 +76,17 @@ def log_files(folder: str | os.PathLike[str]) -> list[str]:
 MAX_LOG_BYTES = 64 * 1024**3
 
 
-def _read_regular(path: str, limit: int = MAX_LOG_BYTES) -> bytes:
-    """A file's bytes, only when it is a regular file of at most ``limit`` bytes: a link, a FIFO,
-    a device or a folder named like a log is refused unread, without blocking
+def _read_regular(path: str) -> bytes:
+    """A file's bytes, only when it is a regular file of at most :data:`MAX_LOG_BYTES`, when
+    opened and as read (one that grows past it while read is refused too): a link, a FIFO, a
+    device or a folder named like a log is refused unread, without blocking
     (:func:`~profdsl.core._files.open_regular`).
 
     Raises:
         OSError: it cannot be opened or read, is a link or not a regular file, or is too large.
     """
-    with open_regular(path, limit=limit, holds="a metrics log") as file:
-        return file.read()  # a regular file's size was checked: read(limit) would reserve it all
+    with open_regular(path, limit=MAX_LOG_BYTES, holds="a metrics log") as file:
+        return read_within(file, limit=MAX_LOG_BYTES, holds="a metrics log")
 
 
 def read_log_lines(folder: str | os.PathLike[str]) -> tuple[list[tuple[str, int, MetricsLine]], list[str]]:

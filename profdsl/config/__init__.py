@@ -12,7 +12,8 @@ Examples:
     (2, 5)
 """
 
-from profdsl.config import _options
+from profdsl.config import _options, _profiler_config
 from profdsl.config._options import *  # noqa: F403  (the public names; their one home is profdsl.config._options)
+from profdsl.config._profiler_config import *  # noqa: F403  (ProfilerConfig: profdsl.config._profiler_config)
 
-__all__ = _options.__all__
+__all__ = [*_options.__all__, *_profiler_config.__all__]

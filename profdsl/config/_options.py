@@ -4,16 +4,12 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import attrs
 
-from profdsl.config import _combine as combine
 from profdsl.config._checks import (
     MAX_SECONDS,
     MAX_WIDE_INDEX,
@@ -22,18 +18,15 @@ from profdsl.config._checks import (
     int_in,
     named,
     number_in,
-    one_of,
     positive_finite,
     refuse,
     require_number,
     text,
-    text_without_nul,
     to_int_set,
     to_name_set,
     to_nested,
     valid,
 )
-from profdsl.config.selector import parse_selector
 from profdsl.errors import ConfigError
 
 __all__ = [
@@ -44,7 +37,6 @@ __all__ = [
     "FinishHook",
     "Metrics",
     "OnDemand",
-    "ProfilerConfig",
     "RolloutOptions",
     "Schedule",
     "Stragglers",
@@ -57,8 +49,6 @@ CONTENTS = frozenset({"cpu", "cuda", "memory", "shapes", "stack"})
 TOOLS = ("torch", "nsys")
 #: The exporters the always-on stage metrics can be sent to (besides ``on_step`` callbacks).
 EXPORTERS = ("prometheus", "otel")
-
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class _Mappable:
@@ -262,27 +252,6 @@ class FinishHook(_Mappable):
             object.__setattr__(self, "cmd", None)
 
 
-def _save_path(where: str, value: object) -> str:
-    """A local folder, made absolute against the working directory of the process that builds the
-    config: a later ``os.chdir``, or a Ray worker started elsewhere, still writes to it."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str) or not value.strip():
-        refuse(where, "a non-empty local path", value)
-    text_without_nul(where, value)
-    if _URL.match(value):
-        raise ConfigError(
-            f"{where} must be a local path, got the URL {value!r}: traces are "
-            "written locally and uploaded by the finish hook (FinishHook.cmd)"
-        )
-    return os.path.abspath(value)
-
-
-def _select(where: str, value: object) -> str | None:
-    """A rank selector, stored in its canonical spelling (``parse_selector(...).format()``)."""
-    return None if value is None else parse_selector(value, where=where).format()
-
-
 _TOKEN = re.compile(r"[\x21-\x7e]{8,256}")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?|\[[0-9A-Fa-f:.]{2,45}\]")
 
@@ -351,117 +320,3 @@ class AutoCapture(_Mappable):
     max_captures: int = attrs.field(default=3, validator=int_in(0, 10_000))
     cooldown_steps: int = attrs.field(default=50, validator=int_in(0, MAX_WIDE_INDEX))
     min_seconds: float = attrs.field(default=0.0, validator=number_in(0.0, MAX_SECONDS))
-
-
-def _folder(label: str, value: object) -> None:
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        refuse(label, "a folder path", value, optional=True)
-    text_without_nul(label, value, optional=True)
-
-
-@attrs.frozen(kw_only=True)
-class ProfilerConfig(_Mappable):
-    """What to profile (steps, ranks, tool), where traces go, and the finish hook.
-
-    ``steps`` are RL training steps; empty ``ranks`` with ``all_ranks=False`` selects rank 0.
-    ``select`` chooses ranks by their place in the parallel layout instead (``"tp == 0 and pp in
-    {0, last}"``, grammar in :mod:`profdsl.config.selector`); it excludes ``ranks`` and
-    ``all_ranks``.
-    ``discrete=True`` gives each outermost stage its own trace; otherwise one trace spans a step
-    (or a run of consecutive steps with ``continuous_steps``). ``on_demand`` says how a running
-    job takes capture requests; ``auto`` (which needs ``metrics.enabled``) traces the step after
-    a slow one by itself (``docs/on-demand.md``).
-
-    Examples:
-        >>> cfg = ProfilerConfig.from_mapping({"enable": True, "steps": [3], "torch": {"contents": ["cpu"]}})
-        >>> ProfilerConfig.from_mapping(cfg.to_mapping()) == cfg
-        True
-    """
-
-    #: Extensions :meth:`from_file` reads as YAML (anything else is read as JSON).
-    YAML_SUFFIXES: ClassVar[tuple[str, ...]] = (".yaml", ".yml")
-
-    enable: bool = attrs.field(default=False, validator=boolean)
-    tool: Literal["torch", "nsys"] = attrs.field(default="torch", validator=one_of(TOOLS))
-    steps: tuple[int, ...] = attrs.field(default=(), converter=named(to_int_set, maximum=MAX_WIDE_INDEX))
-    ranks: tuple[int, ...] = attrs.field(default=(), converter=named(to_int_set, maximum=MAX_WIDE_INDEX - 1))
-    all_ranks: bool = attrs.field(default=False, validator=boolean)
-    select: str | None = attrs.field(default=None, converter=named(_select))
-    save_path: str = attrs.field(default="profiles", converter=named(_save_path))
-    discrete: bool = attrs.field(default=False, validator=boolean)
-    continuous_steps: bool = attrs.field(default=False, validator=boolean)
-    nvtx: bool = attrs.field(default=False, validator=boolean)
-    torch: TorchOptions = attrs.field(factory=TorchOptions, converter=named(to_nested, TorchOptions))
-    relocate_results: bool = attrs.field(default=True, validator=boolean)
-    finish_hook: FinishHook = attrs.field(factory=FinishHook, converter=named(to_nested, FinishHook))
-    nsys_report_dir: str | None = attrs.field(default=None, validator=valid(_folder))
-    rollout: RolloutOptions = attrs.field(factory=RolloutOptions, converter=named(to_nested, RolloutOptions))
-    metrics: Metrics = attrs.field(factory=Metrics, converter=named(to_nested, Metrics))
-    on_demand: OnDemand = attrs.field(factory=OnDemand, converter=named(to_nested, OnDemand))
-    auto: AutoCapture | None = attrs.field(default=None, converter=named(to_nested, AutoCapture, optional=True))
-
-    def __attrs_post_init__(self) -> None:
-        if self.auto is not None and not self.metrics.enabled:
-            raise ConfigError(
-                "ProfilerConfig.auto needs the always-on metrics, which it compares step "
-                "by step: set metrics=Metrics(enabled=True) (got metrics.enabled=False)"
-            )
-        if self.select is not None and (self.ranks or self.all_ranks):
-            given = f"ranks={list(self.ranks)}" if self.ranks else "all_ranks=True"
-            raise ConfigError(
-                f"ProfilerConfig.select ({self.select!r}) and {given} both choose the "
-                "profiled ranks: give one (a selector can name ranks: 'rank in {0, 8}')"
-            )
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str], *, section: str | None = None) -> ProfilerConfig:
-        """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) file; one named otherwise (a
-        ``/dev/fd/N`` of a shell's ``<(...)``) is JSON when it starts with ``{``, else YAML.
-
-        Args:
-            path: the file.
-            section: a dotted key selecting a nested block, e.g. ``"actor.profiler"``.
-
-        Raises:
-            ConfigError: unreadable file, bad syntax, missing section or invalid values.
-        """
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read profiler config {str(path)!r}: {exc}") from exc
-        try:
-            if _is_yaml(path, text):
-                import yaml  # type: ignore[import-untyped]  # lazily: only file configs need it
-
-                data = yaml.safe_load(text)
-            else:
-                data = json.loads(text)
-        except Exception as exc:  # yaml.YAMLError and json.JSONDecodeError share no base
-            raise ConfigError(f"cannot parse profiler config {str(path)!r}: {exc}") from exc
-        where = str(path)
-        for key in section.split(".") if section else ():
-            if not isinstance(data, Mapping) or key not in data:
-                raise ConfigError(f"{where} has no key {key!r}")
-            data, where = data[key], f"{where}:{key}"
-        if data is None:
-            data = {}
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{where} must hold a mapping of profiler settings, got {data!r}")
-        return cls.from_mapping(data)  # type: ignore[no-any-return]
-
-    def union(self, other: ProfilerConfig) -> ProfilerConfig:
-        """A config that profiles whatever either config profiles (see ``docs/configuration.md``)."""
-        return combine.union(self, other)
-
-    def intersect(self, other: ProfilerConfig) -> ProfilerConfig:
-        """A config that profiles only what both configs profile (see ``docs/configuration.md``)."""
-        return combine.intersect(self, other)
-
-
-def _is_yaml(path: Path, text: str) -> bool:
-    """Whether a config file is read as YAML: by its suffix, else by its first character."""
-    suffix = path.suffix.lower()
-    if suffix in ProfilerConfig.YAML_SUFFIXES or suffix == ".json":
-        return suffix != ".json"
-    return not text.lstrip().startswith("{")

@@ -7,7 +7,8 @@ elsewhere, which profdsl would then read, and quote in its messages, with the re
 place of a file profdsl wrote. profdsl itself writes only regular files there, never a link, so
 :func:`open_regular` opens the name itself (``O_NOFOLLOW``: a link is refused unfollowed),
 non-blocking (``O_NONBLOCK``: a FIFO or device is opened at once), then refuses all but a regular
-file (``fstat``) and one larger than the caller's bound, before anything is read.
+file (``fstat``) and one larger than the caller's bound, before anything is read. A file may grow
+after that check (a writer appending): :func:`read_within` bounds the read itself.
 
 The write side is the same rule: :func:`open_append` (the manifest, the metrics logs) opens the
 name itself, never a file a link points at (which profdsl would append to with the job's rights),
@@ -38,13 +39,15 @@ import os
 import stat
 from typing import BinaryIO
 
-__all__ = ["append_lines", "LINK", "ends_a_line", "file_kind", "open_append", "open_regular"]
+__all__ = ["append_lines", "LINK", "ends_a_line", "file_kind", "open_append", "open_regular", "read_within"]
 
 #: Why a link is not read (the ``strerror`` of the ``OSError``).
 LINK = "a link, not a regular file"
 _SAFE = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
 _FLAGS = os.O_RDONLY | _SAFE
 _APPEND = os.O_APPEND | os.O_CREAT | _SAFE
+#: The most bytes one read asks for past the size a file had when opened (it grew since).
+_PIECE = 1024 * 1024
 
 
 def open_regular(path: str | os.PathLike[str], *, limit: int | None = None, holds: str = "such a file") -> BinaryIO:
@@ -66,6 +69,30 @@ def open_regular(path: str | os.PathLike[str], *, limit: int | None = None, hold
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_within(file: BinaryIO, *, limit: int, holds: str = "such a file") -> bytes:
+    """All of ``file`` (opened by :func:`open_regular` with the same ``limit``), reading at most
+    ``limit + 1`` bytes: a file that grew past ``limit`` after it was opened is refused as one
+    found too large then. What it held when opened is read at once (a regular file's size was
+    checked: ``read(limit)`` would reserve all of the bound); what it grew by, in pieces.
+
+    Raises:
+        OSError: it cannot be read, or ``errno.EFBIG``: it grew past ``limit`` while read.
+    """
+    left = limit + 1
+    parts = []
+    want = min(os.fstat(file.fileno()).st_size, limit) + 1
+    while left > 0:
+        part = file.read(min(want, left))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+        want = _PIECE
+    if left <= 0:
+        raise OSError(errno.EFBIG, f"more than {limit} bytes (it grew while read), more than {holds} holds ({limit})")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def open_append(path: str | os.PathLike[str], *, read: bool = False) -> int:

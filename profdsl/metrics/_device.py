@@ -27,16 +27,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
 from profdsl.core._log import once
 
-if TYPE_CHECKING:
-    from profdsl.metrics._tree import Node, Root
+__all__ = ["MAX_PAIRS", "CudaEvents", "DeviceTimes", "StepDevice", "Timed", "cuda_source"]
 
-__all__ = ["MAX_PAIRS", "CudaEvents", "DeviceTimes", "StepDevice", "cuda_source"]
+
+class Timed(Protocol):
+    """What device time reads of a node of a step's tree (:class:`profdsl.metrics._tree.Node`,
+    whose tree holds a :class:`DeviceTimes`: declared here, so that this module imports nothing
+    of the tree): the step's root, and whether its step's stretches are kept (``spans``)."""
+
+    @property
+    def root(self) -> object: ...
+    @property
+    def spans(self) -> object: ...
+
+
+N = TypeVar("N", bound=Timed)
 
 #: The most entry/exit pairs one step keeps (each holds two events until the step ends).
 MAX_PAIRS = 100_000
@@ -85,23 +96,23 @@ class CudaEvents:
 
 
 @attrs.frozen
-class StepDevice:
+class StepDevice(Generic[N]):
     """One step's device time: seconds per node (all its entries), and where the step's
     top-level entries ran on the device, ``(node, start, end)`` in seconds after a common event
     (None: not known, or some entries' events were not kept)."""
 
-    seconds: dict[Node, float]
-    placed: list[tuple[Node, float, float]] | None
+    seconds: dict[N, float]
+    placed: list[tuple[N, float, float]] | None
 
 
-class DeviceTimes:
+class DeviceTimes(Generic[N]):
     """One role's device marks of one step: ``(node, start event, end event)``."""
 
     __slots__ = ("dropped", "pairs", "source")
 
     def __init__(self, source: CudaEvents) -> None:
         self.source = source
-        self.pairs: list[tuple[Node, Any, Any]] = []
+        self.pairs: list[tuple[N, Any, Any]] = []
         self.dropped = 0
 
     def mark(self) -> Any:
@@ -110,18 +121,18 @@ class DeviceTimes:
             return None
         return self.source.mark()
 
-    def add(self, node: Node, start: Any, end: Any) -> None:
+    def add(self, node: N, start: Any, end: Any) -> None:
         """An entry of ``node`` ended (list appends are atomic: any thread may call this)."""
         if start is None or end is None:
             self.dropped += 1
             return
         self.pairs.append((node, start, end))
 
-    def settle(self) -> dict[Node, float]:
+    def settle(self) -> dict[N, float]:
         """Device seconds per node for the step, read with one synchronize."""
         return self.read_step(None).seconds
 
-    def read_step(self, root: Root | None) -> StepDevice:
+    def read_step(self, root: object | None) -> StepDevice[N]:
         """The step's device time, read with one synchronize: seconds per node, and the places
         of ``root``'s top-level entries (a top-level node's: its ``spans`` are kept)."""
         pairs, self.pairs = self.pairs, []
@@ -140,7 +151,7 @@ class DeviceTimes:
             return StepDevice({}, [] if complete and root is not None else None)
         events = [event for _, start, end in top for event in (start, end)]
         seconds, at = self.source.read([(start, end) for _, start, end in pairs], events)
-        totals: dict[Node, float] = {}
+        totals: dict[N, float] = {}
         for (node, _, _), value in zip(pairs, seconds):
             totals[node] = totals.get(node, 0.0) + value
         placed = None

@@ -151,7 +151,7 @@ class Root(Node):
         "waited",
     )
 
-    def __init__(self, role: str, step: int, paths: Paths, device: DeviceTimes | None = None) -> None:
+    def __init__(self, role: str, step: int, paths: Paths, device: DeviceTimes[Node] | None = None) -> None:
         self.lock = threading.Lock()  # every node's total and count (Node.add)
         super().__init__("", "", None)
         self.role, self.step, self.paths, self.device = role, step, paths, device
