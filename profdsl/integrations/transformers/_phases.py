@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import attrs
 
+from profdsl.config._checks import is_int
 from profdsl.errors import ConfigError
 
 __all__ = [
@@ -45,7 +46,7 @@ def _count(field: str) -> Callable[[object], int]:
     """A converter: the trainer's ``field``, an integer >= 1."""
 
     def check(value: object) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_int(value) or value < 1:
             raise ConfigError(f"profile_trainer: the trainer's {field} must be an integer >= 1, got {value!r}")
         return value
 
