@@ -34,12 +34,13 @@ from typing import Final, Literal
 import attrs
 
 from profdsl.config._checks import MAX_WIDE_INDEX, suggest
+from profdsl.config._parallel import DIMS as PARALLEL_DIMS
 from profdsl.errors import ConfigError
 
 __all__ = ["DIMS", "LAST", "Every", "FirstPerNode", "Match", "OnePerDpGroup", "Selector", "Term", "parse_selector"]
 
 #: What a comparison may name: the parallel coordinates and the global rank.
-DIMS: Final = ("tp", "pp", "dp", "cp", "ep", "rank")
+DIMS: Final = (*PARALLEL_DIMS, "rank")
 #: The value that stands for a dimension's last position.
 LAST: Final = "last"
 #: The words that stand alone as a term.

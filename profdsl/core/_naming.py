@@ -13,6 +13,7 @@ from typing import Any, Final
 import attrs
 
 from profdsl.config._checks import MAX_WIDE_INDEX, int_in, is_int, named, require_int
+from profdsl.config._parallel import DIMS
 from profdsl.core._name_reader import MAX_NAME_BYTES, NotANameError, fields_of
 from profdsl.errors import ConfigError
 
@@ -102,7 +103,6 @@ def is_json_trace(name: str) -> bool:
 _UNSAFE_RUN = re.compile(r"[^a-z0-9]+")
 _HASH_LEN = 8
 _EXT = re.compile(r"(?:\.[A-Za-z0-9][A-Za-z0-9-]*)+", re.ASCII)
-_COORD_NAMES: Final = ("tp", "pp", "dp", "cp", "ep")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -264,7 +264,7 @@ class TraceName:
             segments.append(f"rank{self.rank}{of}")
         elif self.world_size is not None:
             segments.append(f"world{self.world_size}")
-        coords = [f"{n}{v}" for n, v in zip(_COORD_NAMES, self._coords()) if v is not None]
+        coords = [f"{dim}{v}" for dim in DIMS if (v := getattr(self, dim)) is not None]
         if coords:
             segments.append("-".join(coords))
         if self.replica is not None:
@@ -318,6 +318,3 @@ class TraceName:
             return cls.parse(name)
         except ConfigError:
             return None
-
-    def _coords(self) -> tuple[int | None, ...]:
-        return (self.tp, self.pp, self.dp, self.cp, self.ep)
