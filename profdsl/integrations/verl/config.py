@@ -43,7 +43,7 @@ ROLE_PATHS: Final = {
 ROLES: Final = tuple(ROLE_PATHS)
 MISSING: Final = "???"  # OmegaConf's unset value (``omegaconf.MISSING``)
 #: verl's finish-hook variables, defined from profdsl's in front of a command that uses them.
-_HOOK_VARS: Final = {"SAVE_PATH": "SAVE_PATH", "TOOL": "TOOL", "RANK": "RANK", "PID": "PID", "ROLE": "ROLE"}
+_HOOK_VARS: Final = ("SAVE_PATH", "TOOL", "RANK", "PID", "ROLE")
 
 
 def plain(value: Any) -> Any:
@@ -265,7 +265,7 @@ def hook_command(cmd: str) -> str:
         True
     """
     names = [f"VERL_PROFILE_{v}" for v in _HOOK_VARS]
-    prelude = " ".join(f'VERL_PROFILE_{v}="$PROFDSL_{p}"' for v, p in _HOOK_VARS.items())
+    prelude = " ".join(f'VERL_PROFILE_{v}="$PROFDSL_{v}"' for v in _HOOK_VARS)
     return f"{prelude}; export {' '.join(names)}; {cmd}"
 
 
