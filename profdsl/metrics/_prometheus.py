@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -69,6 +70,10 @@ _BUSY = (
     b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
     b"Content-Length: 36\r\n\r\ntoo many clients of this endpoint now"
 )
+
+#: The reason phrase of each HTTP status: the standard library's, but RFC 9110's name for 413 and
+#: a bare "Error" for 500.
+_PHRASES = {status.value: status.phrase for status in HTTPStatus} | {413: "Content Too Large", 500: "Error"}
 
 #: Histogram buckets, in seconds: training stages last from milliseconds to many minutes.
 BUCKETS = tuple(
@@ -323,23 +328,10 @@ class Server:
             return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
         status, answer = self._profile(environ)
         body = (json.dumps(answer, sort_keys=True) + "\n").encode()
-        reasons = {
-            200: "OK",
-            202: "Accepted",
-            400: "Bad Request",
-            401: "Unauthorized",
-            403: "Forbidden",
-            404: "Not Found",
-            405: "Method Not Allowed",
-            409: "Conflict",
-            413: "Content Too Large",
-            415: "Unsupported Media Type",
-            500: "Error",
-        }
         headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
         if status == 405:
             headers.append(("Allow", "POST"))
-        start_response(f"{status} {reasons.get(status, 'Error')}", headers)
+        start_response(f"{status} {_PHRASES.get(status, 'Error')}", headers)
         return [body]
 
     def _profile(self, environ: dict[str, Any]) -> tuple[int, dict[str, Any]]:
