@@ -4,24 +4,5 @@
 See :mod:`profdsl.integrations._ray` for the implementation and ``docs/ray.md`` for a guide.
 """
 
-from profdsl.integrations._ray import (
-    DEFAULT_NSIGHT_OPTIONS,
-    ProfiledWorker,
-    RayStepProfiler,
-    WorkerCallError,
-    current_node,
-    node_of,
-    run_on_node,
-    runtime_env,
-)
-
-__all__ = [
-    "DEFAULT_NSIGHT_OPTIONS",
-    "ProfiledWorker",
-    "RayStepProfiler",
-    "WorkerCallError",
-    "current_node",
-    "node_of",
-    "run_on_node",
-    "runtime_env",
-]
+from profdsl.integrations._ray import *  # noqa: F403  (its __all__: the public names)
+from profdsl.integrations._ray import __all__ as __all__

@@ -6,6 +6,7 @@ exporter stalls or breaks the loop."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -337,6 +338,25 @@ class TestHttp:
         run(profiler, range(3))
         profiler.close()
         assert traced(tmp_path) == set()
+
+    def test_each_answer_carries_its_reason_phrase(self, profiler: Profiler) -> None:
+        [exporter] = profiler.meter.exporters  # type: ignore[attr-defined]
+
+        def status_line(body: bytes, method: str = "POST") -> tuple[int, str]:
+            connection = http.client.HTTPConnection("127.0.0.1", exporter.server.port, timeout=30)
+            try:
+                connection.request(method, "/profile", body=body, headers={"Content-Type": "application/json"})
+                response = connection.getresponse()
+                return response.status, response.reason
+            finally:
+                connection.close()
+
+        assert status_line(b'{"id": "r1", "steps": 1}') == (202, "Accepted")
+        assert status_line(b'{"id": "r1", "steps": 1}') == (200, "OK")
+        assert status_line(b"{nope") == (400, "Bad Request")
+        assert status_line(b'{"id": "r2", "steps": 1, "ranks": [5]}') == (409, "Conflict")
+        assert status_line(b"", "GET") == (405, "Method Not Allowed")
+        assert status_line(b"x" * 70_000) == (413, "Content Too Large")
 
 
 class TestAuto:

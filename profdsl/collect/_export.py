@@ -23,7 +23,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
 
@@ -74,6 +74,9 @@ class ExportPolicy:
         )
 
 
+_WHO: Final = ("role", "stage", "step", "rank", "world_size", "part", "host", "pid")
+
+
 @attrs.frozen(kw_only=True)
 class TraceLabel:
     """Who and what a trace records: everything its name and manifest record need."""
@@ -104,14 +107,7 @@ class TraceLabel:
         added or overriding): the known parallel coordinates as ``tp`` ... ``ep``, their sizes as
         ``parallel_sizes``, and why it was captured (``capture``) when a request asked."""
         fields: dict[str, Any] = dict(
-            role=self.role,
-            stage=self.stage,
-            step=self.step,
-            rank=self.rank,
-            world_size=self.world_size,
-            part=self.part,
-            host=self.host,
-            pid=self.pid,
+            self.who(),
             roles=list(self.roles or (self.role,)),
             config_hash=self.config_hash,
             **self.parallel.coords(),
@@ -122,6 +118,11 @@ class TraceLabel:
             fields.update(capture=self.capture)
         fields.update(more)
         return fields
+
+    def who(self) -> dict[str, Any]:
+        """The fields its trace's name and record share: role, stage, step, rank, world size,
+        part, host and pid."""
+        return {key: getattr(self, key) for key in _WHO}
 
     def loss(self, status: str, why: str, **more: object) -> TraceRecord:
         """The record of a trace of this label that does not exist: ``failed`` (``why`` as its
@@ -170,15 +171,8 @@ class PendingTrace:
         unless they would make it too long (then they are in its metadata and record only)."""
         label = self.label
         fields: dict[str, Any] = dict(
-            role=label.role,
-            stage=label.stage,
-            step=label.step,
-            rank=label.rank,
-            world_size=label.world_size,
+            label.who(),
             window=self.window,
-            part=label.part,
-            host=label.host,
-            pid=label.pid,
             time_ms=self.time_ms,
             ext=PLAIN_TRACE_EXT if label.export.level == 0 else TRACE_EXT,
         )

@@ -239,21 +239,14 @@ def _watch(
     reader.start()
     try:
         code = _wait(proc, started + timeout_s, abort)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, _AbortedError) as stop:
         _kill_group(proc)
         reader.join(DRAIN_GRACE_S)
+        timed_out = isinstance(stop, subprocess.TimeoutExpired)
+        why = f"timed out after {timeout_s:g}s" if timed_out else str(stop)
+        status = "timeout" if timed_out else "interrupted"
         return HookResult(
-            "timeout",
-            proc.returncode,
-            time.monotonic() - started,
-            f"timed out after {timeout_s:g}s; process group killed",
-            tail.lines(),
-        )
-    except _AbortedError as stop:
-        _kill_group(proc)
-        reader.join(DRAIN_GRACE_S)
-        return HookResult(
-            "interrupted", proc.returncode, time.monotonic() - started, f"{stop}; process group killed", tail.lines()
+            status, proc.returncode, time.monotonic() - started, f"{why}; process group killed", tail.lines()
         )
     reader.join(DRAIN_GRACE_S)
     status = "ok" if code == 0 else "failed"
@@ -310,18 +303,15 @@ def run_command(
         raise
 
 
-def hook_record(save_path: str, result: HookResult, **fields: object) -> HookRecord:
+def hook_record(save_path: str, result: HookResult, **fields: Any) -> HookRecord:
     """The record of a hook run (``fields``: more of its fields). A run that did not end ``ok``
     keeps the last lines of its output (``output``) and is logged once, with them."""
-    more: dict[str, Any] = dict(fields)
-    entry = attrs.evolve(
-        HookRecord(
-            status=result.status,
-            exit_code=result.exit_code,
-            duration_s=round(result.duration_s, 3),
-            error=result.error,
-        ),
-        **more,
+    entry = HookRecord(
+        status=result.status,
+        exit_code=result.exit_code,
+        duration_s=round(result.duration_s, 3),
+        error=result.error,
+        **fields,
     )
     if entry.lost and result.output:
         entry = attrs.evolve(entry, output=result.output)

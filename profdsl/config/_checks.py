@@ -18,7 +18,7 @@ import operator
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeGuard, TypeVar
 
 import attrs
 
@@ -87,17 +87,13 @@ def valid(check: Callable[..., object], *args: Any, **kwargs: Any) -> Validator:
     return validate
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """True for a real integer; ``bool`` is excluded although it subclasses ``int``."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _int_in_range(value: object, minimum: int | None, maximum: int | None) -> bool:
-    return (
-        is_int(value)
-        and (minimum is None or minimum <= value)  # type: ignore[operator]
-        and (maximum is None or value <= maximum)  # type: ignore[operator]
-    )
+    return is_int(value) and (minimum is None or minimum <= value) and (maximum is None or value <= maximum)
 
 
 def require_int(

@@ -29,17 +29,18 @@ Examples:
 from __future__ import annotations
 
 import re
-from typing import Final, Literal
+from typing import Final, Literal, NoReturn
 
 import attrs
 
 from profdsl.config._checks import MAX_WIDE_INDEX, suggest
+from profdsl.config._parallel import DIMS as PARALLEL_DIMS
 from profdsl.errors import ConfigError
 
 __all__ = ["DIMS", "LAST", "Every", "FirstPerNode", "Match", "OnePerDpGroup", "Selector", "Term", "parse_selector"]
 
 #: What a comparison may name: the parallel coordinates and the global rank.
-DIMS: Final = ("tp", "pp", "dp", "cp", "ep", "rank")
+DIMS: Final = (*PARALLEL_DIMS, "rank")
 #: The value that stands for a dimension's last position.
 LAST: Final = "last"
 #: The words that stand alone as a term.
@@ -142,7 +143,7 @@ def _tokens(text: str, where: str) -> list[_Token]:
     return found
 
 
-def _fail(where: str, text: str, column: int, width: int, problem: str) -> None:
+def _fail(where: str, text: str, column: int, width: int, problem: str) -> NoReturn:
     caret = " " * column + "^" * max(width, 1)
     raise ConfigError(f"{where}: {problem} at column {column + 1}\n  {text}\n  {caret}")
 
@@ -157,7 +158,7 @@ class _Parser:
     def token(self) -> _Token:
         return self.tokens[self.at]
 
-    def fail(self, problem: str, token: _Token | None = None) -> None:
+    def fail(self, problem: str, token: _Token | None = None) -> NoReturn:
         token = token or self.token
         shown = "the end" if token.kind == "end" else repr(token.text)
         _fail(self.where, self.text, token.column, len(token.text), f"{problem}, got {shown}")
@@ -224,7 +225,6 @@ class _Parser:
             self.take("}", "expected ',' or '}' in the set")
             return Match(token.text, frozenset(values))
         self.fail(f"expected '==' or 'in' after {token.text!r}")
-        raise AssertionError  # fail raises
 
     def selector(self) -> Selector:
         if self.token.kind == "end":

@@ -16,16 +16,14 @@ __all__ = ["AMBIGUOUS", "STRAY_MARK", "Ambiguous", "is_op_table", "is_vllm_front
 # Torch-exported trace tail: ".<time>.pt.trace.json" with optional gzip.
 _PT_TAIL: Final = r"\.[0-9]+\.pt\.trace\.json(?:\.gz)?"
 
-# vLLM: "[prefix_][dp.._pp.._tp.._dcp.._ep.._]rank<r>.<ns>.pt.trace.json[.gz]". The rank must be a
-# whole "_"-separated token right before the timestamp, so host names cannot pose as it.
-_VLLM = re.compile(rf"(?:(?P<head>.*)_)?rank(?P<rank>[0-9]+){_PT_TAIL}", re.ASCII | re.DOTALL)
+# vLLM: "[prefix_][dp.._pp.._tp.._dcp.._ep.._]rank<r>.<ns>.pt.trace.json[.gz]", and the per-worker
+# op table written beside it when a profile stops (on CPU always): "<worker name>.profiler_out.txt",
+# the worker name being the trace's "[prefix_][...]rank<r>". The rank must be a whole "_"-separated
+# token right before the tail, so host names cannot pose as it.
+_VLLM_TABLE_TAIL: Final = r"\.profiler_out\.txt"
+_VLLM = re.compile(rf"(?:(?P<head>.*)_)?rank(?P<rank>[0-9]+)(?:{_PT_TAIL}|{_VLLM_TABLE_TAIL})", re.ASCII | re.DOTALL)
 # vLLM's parallel-state block, when it ends the part before "_rank<r>".
 _VLLM_PARALLEL = re.compile(r"(?:^|_)dp(?P<dp>[0-9]+)_pp[0-9]+_tp[0-9]+_dcp[0-9]+_ep[0-9]+\Z", re.ASCII | re.DOTALL)
-
-# vLLM's per-worker op table, written beside its trace when a profile stops (on CPU always):
-# "<worker name>.profiler_out.txt", the worker name being the trace's "[prefix_][...]rank<r>".
-_VLLM_TABLE_TAIL: Final = r"\.profiler_out\.txt"
-_VLLM_TABLE = re.compile(rf"(?:(?P<head>.*)_)?rank(?P<rank>[0-9]+){_VLLM_TABLE_TAIL}", re.ASCII | re.DOTALL)
 # vLLM's front end (AsyncLLM's own CPU profiler, in the process that holds the AsyncLLM):
 # "[prefix_]<host>_<pid>.async_llm" then a trace tail or the op-table tail. Not an engine worker.
 _VLLM_FRONTEND = re.compile(rf".*\.async_llm(?:{_PT_TAIL}|{_VLLM_TABLE_TAIL})", re.ASCII | re.DOTALL)
@@ -58,32 +56,14 @@ def _basename(name: str) -> str:
     return re.split(r"[/\\]", name)[-1]
 
 
-def _vllm_dp_nonzero(head: str | None) -> bool:
-    """Tell whether the text before ``_rank<r>`` ends in a parallel-state block with dp > 0."""
-    if head is None:
-        return False
-    block = _VLLM_PARALLEL.search(head)
-    return block is not None and int(block["dp"]) > 0
-
-
 def _read_vllm(base: str) -> int | Ambiguous | None:
-    """Read a vLLM worker trace name; None when it is not one."""
+    """Read a vLLM worker's trace or op-table name; None when it is not one. A parallel-state
+    block with dp > 0 before ``_rank<r>`` leaves the rank inside the replica untold."""
     match = _VLLM.fullmatch(base)
     if match is None:
         return None
-    if _vllm_dp_nonzero(match["head"]):
-        return AMBIGUOUS
-    return int(match["rank"])
-
-
-def _read_vllm_table(base: str) -> int | Ambiguous | None:
-    """Read a vLLM worker's op-table name; None when it is not one."""
-    match = _VLLM_TABLE.fullmatch(base)
-    if match is None:
-        return None
-    if _vllm_dp_nonzero(match["head"]):
-        return AMBIGUOUS
-    return int(match["rank"])
+    block = _VLLM_PARALLEL.search(match["head"] or "")
+    return AMBIGUOUS if block is not None and int(block["dp"]) > 0 else int(match["rank"])
 
 
 def is_vllm_frontend(name: str) -> bool:
@@ -131,7 +111,7 @@ def read_engine_rank(name: str) -> int | Ambiguous | None:
     Only the base name is read (``/`` and ``\\`` both separate folders).
     """
     base = _basename(name)
-    for reader in (_read_vllm, _read_vllm_table, _read_instance, _read_sglang):
+    for reader in (_read_vllm, _read_instance, _read_sglang):
         value = reader(base)
         if value is not None:
             return value

@@ -12,7 +12,8 @@ from typing import Any, Final
 
 import attrs
 
-from profdsl.config._checks import MAX_WIDE_INDEX, int_in, is_int, require_int
+from profdsl.config._checks import MAX_WIDE_INDEX, int_in, is_int, named, require_int
+from profdsl.config._parallel import DIMS
 from profdsl.core._name_reader import MAX_NAME_BYTES, NotANameError, fields_of
 from profdsl.errors import ConfigError
 
@@ -102,7 +103,6 @@ def is_json_trace(name: str) -> bool:
 _UNSAFE_RUN = re.compile(r"[^a-z0-9]+")
 _HASH_LEN = 8
 _EXT = re.compile(r"(?:\.[A-Za-z0-9][A-Za-z0-9-]*)+", re.ASCII)
-_COORD_NAMES: Final = ("tp", "pp", "dp", "cp", "ep")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -139,22 +139,12 @@ def sanitize_label(text: str, *, max_len: int = HOST_MAX_LEN) -> str:
     return label or PLACEHOLDER_LABEL
 
 
-def _label(field: str, value: object, max_len: int) -> str:
+def _label(where: str, value: object, max_len: int, *, optional: bool = False) -> str:
+    if optional and value is None:
+        return value  # type: ignore[return-value]
     if not isinstance(value, str):
-        raise ConfigError(f"TraceName.{field} must be a str, got {value!r}")
+        raise ConfigError(f"{where} must be a str, got {value!r}")
     return sanitize_label(value, max_len=max_len)
-
-
-def _role(value: str) -> str:
-    return _label("role", value, ROLE_MAX_LEN)
-
-
-def _stage(value: str | None) -> str | None:
-    return None if value is None else _label("stage", value, STAGE_MAX_LEN)
-
-
-def _host(value: str) -> str:
-    return _label("host", value, HOST_MAX_LEN)
 
 
 def _window(value: Sequence[int] | None) -> tuple[int, int] | None:
@@ -233,8 +223,8 @@ class TraceName:
         True
     """
 
-    role: str = attrs.field(converter=_role)
-    stage: str | None = attrs.field(default=None, converter=_stage)
+    role: str = attrs.field(converter=named(_label, ROLE_MAX_LEN))  # type: ignore[misc]
+    stage: str | None = attrs.field(default=None, converter=named(_label, STAGE_MAX_LEN, optional=True))  # type: ignore[misc]
     step: int | None = attrs.field(default=None, validator=_INDEX)
     rank: int | None = attrs.field(default=None, validator=_INDEX)
     world_size: int | None = attrs.field(default=None, validator=int_in(1, MAX_WIDE_INDEX, optional=True))
@@ -246,7 +236,7 @@ class TraceName:
     replica: int | None = attrs.field(default=None, validator=_INDEX)
     window: tuple[int, int] | None = attrs.field(default=None, converter=_window)
     part: int | None = attrs.field(default=None, validator=_INDEX)
-    host: str = attrs.field(converter=_host)
+    host: str = attrs.field(converter=named(_label, HOST_MAX_LEN))  # type: ignore[misc]
     pid: int = attrs.field(validator=int_in(0, MAX_PID))
     time_ms: int = attrs.field(validator=int_in(0, MAX_TIME_MS))
     ext: str = attrs.field(default=TRACE_EXT, validator=_check_ext)
@@ -274,7 +264,7 @@ class TraceName:
             segments.append(f"rank{self.rank}{of}")
         elif self.world_size is not None:
             segments.append(f"world{self.world_size}")
-        coords = [f"{n}{v}" for n, v in zip(_COORD_NAMES, self._coords()) if v is not None]
+        coords = [f"{dim}{v}" for dim in DIMS if (v := getattr(self, dim)) is not None]
         if coords:
             segments.append("-".join(coords))
         if self.replica is not None:
@@ -328,6 +318,3 @@ class TraceName:
             return cls.parse(name)
         except ConfigError:
             return None
-
-    def _coords(self) -> tuple[int | None, ...]:
-        return (self.tp, self.pp, self.dp, self.cp, self.ep)

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
+from profdsl.config._checks import is_int
 from profdsl.config._parallel import DIMS, MAX_COORD, Parallel
 from profdsl.config.selector import FirstPerNode, parse_selector
 from profdsl.core._discovery import discover_local_rank
@@ -43,13 +44,7 @@ _MEGATRON_DIMS: Final = {
 
 
 def _fits(coord: object, size: object) -> bool:
-    return (
-        isinstance(coord, int)
-        and isinstance(size, int)
-        and not isinstance(coord, bool)
-        and not isinstance(size, bool)
-        and 0 <= coord < size <= MAX_COORD + 1
-    )
+    return is_int(coord) and is_int(size) and 0 <= coord < size <= MAX_COORD + 1
 
 
 def _build(found: Mapping[str, tuple[int, int]]) -> Parallel:

@@ -19,7 +19,7 @@ import enum
 import attrs
 
 from profdsl.config import ProfilerConfig
-from profdsl.config._checks import int_in, require_int, to_int_set
+from profdsl.config._checks import int_in, named, require_int, to_int_set
 
 __all__ = ["Event", "StepPlan", "StepTracker"]
 
@@ -32,10 +32,6 @@ class Event(enum.Enum):
     HOOK = "hook"
 
 
-def _plan_steps(value: object) -> tuple[int, ...]:
-    return to_int_set("StepPlan.steps", value)
-
-
 @attrs.frozen(kw_only=True)
 class StepPlan:
     """Profiled steps and how they group into sessions.
@@ -46,7 +42,7 @@ class StepPlan:
         last_step: the last step the loop will run, when known; later steps are unreachable.
     """
 
-    steps: tuple[int, ...] = attrs.field(converter=_plan_steps)
+    steps: tuple[int, ...] = attrs.field(converter=named(to_int_set))  # type: ignore[misc]
     continuous_steps: bool = False
     last_step: int | None = attrs.field(default=None, validator=int_in(0, optional=True))
 

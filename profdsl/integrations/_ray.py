@@ -159,16 +159,15 @@ class ProfiledWorker:
             profiler.close()
 
 
+def _timings(answer: Any) -> list[StepTimings]:
+    """The step timings of a worker's ``stop_profile`` answer (none from a worker that failed)."""
+    return [t for t in answer if isinstance(t, StepTimings)] if isinstance(answer, list) else []
+
+
 def _ranks(started: list[Any], stopped: list[Any]) -> set[int]:
     """The ranks of the workers that said they trace the step (``start_profile``'s answers),
     from their step timings (``stop_profile``'s)."""
-    return {
-        t.rank
-        for index, answer in enumerate(started)
-        if answer is True and index < len(stopped) and isinstance(stopped[index], list)
-        for t in stopped[index]
-        if isinstance(t, StepTimings)
-    }
+    return {t.rank for answer, timings in zip(started, stopped) if answer is True for t in _timings(timings)}
 
 
 def _distinct(workers: Sequence[Any]) -> list[Any]:
@@ -295,9 +294,7 @@ class _RankWatch:
     def summary(self, step: int, own: StepTimings, answers: list[Any], *, traced: bool) -> StepSummary:
         """The step's summary over the driver's timings (``own``) and the workers' (their
         ``stop_profile`` answers), its ranks compared; its fleet lines logged."""
-        timings = [own] + [
-            t for answer in answers if isinstance(answer, list) for t in answer if isinstance(t, StepTimings)
-        ]
+        timings = [own] + [t for answer in answers for t in _timings(answer)]
         summary = aggregate(step, timings)
         try:
             summary = self.compare(step, summary, traced=traced)

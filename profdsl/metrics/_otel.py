@@ -14,6 +14,7 @@ records none.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,28 +39,23 @@ class OtelExporter:
 
         meter = (provider or metrics.get_meter_provider()).get_meter("profdsl")
         self.rank_label = rank_label
-        self.stage = meter.create_histogram(
+        histogram = functools.partial(meter.create_histogram, unit="s")
+        self.stage = histogram(
             "profdsl.stage.duration",
-            unit="s",
             description="Seconds inside a stage in one training step (all its entries)",
         )
-        self.step = meter.create_histogram(
-            "profdsl.step.duration", unit="s", description="Wall time of a training step"
-        )
-        self.ledger = meter.create_histogram(
+        self.step = histogram("profdsl.step.duration", description="Wall time of a training step")
+        self.ledger = histogram(
             "profdsl.step.ledger",
-            unit="s",
             description="A step's wall time split into buckets that add up to it: seconds per kind of work "
             "(generation, inference, update, weight_sync, reward, data, other), overhead and outside",
         )
-        self.concurrent = meter.create_histogram(
+        self.concurrent = histogram(
             "profdsl.step.ledger.concurrent",
-            unit="s",
             description="A step's stage time that ran beside the stage its instant went to (not in the ledger's sum)",
         )
-        self.device = meter.create_histogram(
+        self.device = histogram(
             "profdsl.step.ledger.device",
-            unit="s",
             description="With device time on CUDA, a step's device span of its stages (from the first one's entry "
             "to the last one's exit, on the device) split: seconds per kind of work, and outside (no stage's work)",
         )

@@ -21,6 +21,7 @@ client that takes longer than :data:`CLIENT_TIMEOUT_S` to send its request is dr
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -30,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -68,6 +70,10 @@ _BUSY = (
     b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
     b"Content-Length: 36\r\n\r\ntoo many clients of this endpoint now"
 )
+
+#: The reason phrase of each HTTP status: the standard library's, but RFC 9110's name for 413 and
+#: a bare "Error" for 500.
+_PHRASES = {status.value: status.phrase for status in HTTPStatus} | {413: "Content Too Large", 500: "Error"}
 
 #: Histogram buckets, in seconds: training stages last from milliseconds to many minutes.
 BUCKETS = tuple(
@@ -197,25 +203,23 @@ class LedgerGauges:
     """The step ledger's gauges of one endpoint: the last step's buckets per role (and rank)."""
 
     def __init__(self, client: Any, registry: Any, extra: tuple[str, ...]) -> None:
-        self.seconds = client.Gauge(
+        gauge = functools.partial(client.Gauge, registry=registry)
+        self.seconds = gauge(
             "profdsl_step_ledger_seconds",
             "The last step's wall time split into buckets that add up to it: seconds per kind of work "
             "(generation, inference, update, weight_sync, reward, data, other), overhead and outside",
             ("role", "bucket", *extra),
-            registry=registry,
         )
-        self.concurrent = client.Gauge(
+        self.concurrent = gauge(
             "profdsl_step_ledger_concurrent_seconds",
             "The last step's stage time that ran beside the stage its instant went to (not in the ledger's sum)",
             ("role", *extra),
-            registry=registry,
         )
-        self.device = client.Gauge(
+        self.device = gauge(
             "profdsl_step_ledger_device_seconds",
             "With device time on CUDA, the last step's device span of its stages (from the first one's entry "
             "to the last one's exit, on the device) split: seconds per kind of work, and outside (no stage's work)",
             ("role", "bucket", *extra),
-            registry=registry,
         )
         self._shown: dict[tuple[str, ...], set[str]] = {}  # per (role, rank): the buckets shown
         self._device_shown: dict[tuple[str, ...], set[str]] = {}  # the same, of the device split
@@ -252,41 +256,31 @@ class _Families:
     def __init__(self, client: Any, registry: Any, rank_label: bool) -> None:
         self.rank_label = rank_label
         extra = ("rank",) if rank_label else ()
-        self.stage_seconds = client.Histogram(
+        histogram = functools.partial(client.Histogram, registry=registry, buckets=BUCKETS)
+        counter = functools.partial(client.Counter, registry=registry)
+        gauge = functools.partial(client.Gauge, registry=registry)
+        self.stage_seconds = histogram(
             "profdsl_stage_seconds",
             "Seconds inside a stage in one training step (all its entries), one observation per stage and step",
             ("role", "stage", *extra),
-            registry=registry,
-            buckets=BUCKETS,
         )
-        self.stage_entries = client.Counter(
-            "profdsl_stage_entries", "Entries of a stage", ("role", "stage", *extra), registry=registry
+        self.stage_entries = counter("profdsl_stage_entries", "Entries of a stage", ("role", "stage", *extra))
+        self.step_seconds = histogram(
+            "profdsl_step_seconds", "Wall time of a training step, start() to stop()", ("role", *extra)
         )
-        self.step_seconds = client.Histogram(
-            "profdsl_step_seconds",
-            "Wall time of a training step, start() to stop()",
-            ("role", *extra),
-            registry=registry,
-            buckets=BUCKETS,
-        )
-        self.overflow = client.Counter(
-            "profdsl_stage_overflow",
-            "Entries of stage paths beyond Metrics.max_stages",
-            ("role", *extra),
-            registry=registry,
+        self.overflow = counter(
+            "profdsl_stage_overflow", "Entries of stage paths beyond Metrics.max_stages", ("role", *extra)
         )
         self.ledger = LedgerGauges(client, registry, extra)
-        self.straggler_factor = client.Gauge(
+        self.straggler_factor = gauge(
             "profdsl_straggler_factor",
             "A straggling rank's stage time over the other ranks' median, while its straggler episode lasts (0 after)",
             ("role", "stage", "rank"),
-            registry=registry,
         )
-        self.straggler_steps = client.Gauge(
+        self.straggler_steps = gauge(
             "profdsl_straggler_steps",
             "Consecutive slow steps of a straggling rank's stage (0 after its episode)",
             ("role", "stage", "rank"),
-            registry=registry,
         )
 
     def observe(self, timings: StepTimings) -> None:
@@ -334,23 +328,10 @@ class Server:
             return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
         status, answer = self._profile(environ)
         body = (json.dumps(answer, sort_keys=True) + "\n").encode()
-        reasons = {
-            200: "OK",
-            202: "Accepted",
-            400: "Bad Request",
-            401: "Unauthorized",
-            403: "Forbidden",
-            404: "Not Found",
-            405: "Method Not Allowed",
-            409: "Conflict",
-            413: "Content Too Large",
-            415: "Unsupported Media Type",
-            500: "Error",
-        }
         headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
         if status == 405:
             headers.append(("Allow", "POST"))
-        start_response(f"{status} {reasons.get(status, 'Error')}", headers)
+        start_response(f"{status} {_PHRASES.get(status, 'Error')}", headers)
         return [body]
 
     def _profile(self, environ: dict[str, Any]) -> tuple[int, dict[str, Any]]:

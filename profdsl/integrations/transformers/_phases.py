@@ -11,8 +11,11 @@ gradient-accumulation micro-batches. Nothing here imports torch, transformers or
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
+from profdsl.config._checks import is_int
 from profdsl.errors import ConfigError
 
 __all__ = [
@@ -39,22 +42,15 @@ TRAIN_STEP, FORWARD, BACKWARD, OPTIMIZER_STEP = "train_step", "forward", "backwa
 MINI_BATCH, MICRO_BATCH = "mini_batch", "micro_batch"
 
 
-def _count(field: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"profile_trainer: the trainer's {field} must be an integer >= 1, got {value!r}")
-    return value
+def _count(field: str) -> Callable[[object], int]:
+    """A converter: the trainer's ``field``, an integer >= 1."""
 
+    def check(value: object) -> int:
+        if not is_int(value) or value < 1:
+            raise ConfigError(f"profile_trainer: the trainer's {field} must be an integer >= 1, got {value!r}")
+        return value
 
-def _accumulation(value: object) -> int:
-    return _count("gradient_accumulation_steps", value)
-
-
-def _per_generation(value: object) -> int:
-    return _count("steps_per_generation", value)
-
-
-def _iterations(value: object) -> int:
-    return _count("num_iterations", value)
+    return check
 
 
 @attrs.frozen
@@ -70,9 +66,9 @@ class RoundShape:
         (2, [False, True])
     """
 
-    accumulation: int = attrs.field(converter=_accumulation)
-    steps_per_generation: int = attrs.field(converter=_per_generation)
-    num_iterations: int = attrs.field(converter=_iterations)
+    accumulation: int = attrs.field(converter=_count("gradient_accumulation_steps"))  # type: ignore[misc]
+    steps_per_generation: int = attrs.field(converter=_count("steps_per_generation"))  # type: ignore[misc]
+    num_iterations: int = attrs.field(converter=_count("num_iterations"))  # type: ignore[misc]
 
     def __attrs_post_init__(self) -> None:
         if self.generate_every % self.accumulation:

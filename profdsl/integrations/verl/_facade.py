@@ -26,7 +26,7 @@ from profdsl._runtime.handles import Handle
 from profdsl._runtime.plan import resolve
 from profdsl._runtime.profiler import Profiler
 from profdsl.config import ProfilerConfig
-from profdsl.config._checks import COLOR_NAMES, to_color
+from profdsl.config._checks import COLOR_NAMES, is_int, to_color
 from profdsl.core._discovery import discover_world
 from profdsl.core._log import internal_error
 from profdsl.errors import ConfigError
@@ -376,7 +376,7 @@ def _world_holding(rank: int | None, world_size: int | None) -> int | None:
     cannot hold ``rank``, ``rank + 1`` (verl's inference; a bad ``rank`` is left to the plan)."""
     if world_size is not None or rank is None or os.environ.get("WORLD_SIZE") is not None:
         return world_size
-    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+    if not is_int(rank) or rank < 0:
         return world_size
     _, found = discover_world()
     return found if rank < found else rank + 1

@@ -58,24 +58,8 @@ ROLE_KEYS: Final = frozenset(
         "global_tool_config",
     }
 )
-#: The keys of ``global_profiler``.
-GLOBAL_KEYS: Final = frozenset(
-    {
-        "tool",
-        "steps",
-        "profile_continuous_steps",
-        "save_path",
-        "relocate_results",
-        "finish_hook_cmd",
-        "finish_hook_all_ranks",
-        "finish_hook_ranks",
-        "global_tool_config",
-        "enable",
-        "all_ranks",
-        "ranks",
-        "tool_config",
-    }
-)
+#: The keys of ``global_profiler``: a role block's, and the steps.
+GLOBAL_KEYS: Final = ROLE_KEYS | {"steps", "profile_continuous_steps"}
 #: The tools profdsl refuses, and what to do instead.
 REFUSED_TOOLS: Final = {
     "npu": "profdsl has no Ascend NPU backend: keep verl's profiler for NPU runs, or profile on "

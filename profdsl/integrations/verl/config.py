@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
@@ -43,7 +43,7 @@ ROLE_PATHS: Final = {
 ROLES: Final = tuple(ROLE_PATHS)
 MISSING: Final = "???"  # OmegaConf's unset value (``omegaconf.MISSING``)
 #: verl's finish-hook variables, defined from profdsl's in front of a command that uses them.
-_HOOK_VARS: Final = {"SAVE_PATH": "SAVE_PATH", "TOOL": "TOOL", "RANK": "RANK", "PID": "PID", "ROLE": "ROLE"}
+_HOOK_VARS: Final = ("SAVE_PATH", "TOOL", "RANK", "PID", "ROLE")
 
 
 def plain(value: Any) -> Any:
@@ -80,15 +80,18 @@ def _flag(value: Any) -> Any:
     return False if _unset(value) else value
 
 
-def _block(mapping: Any, where: str) -> dict[str, Any]:
+def _block(mapping: Any, where: str, known: Collection[str] = ()) -> dict[str, Any]:
+    """A verl block as a dict (unset: empty); with ``known``, its keys checked (:func:`_check`)."""
     if _unset(mapping):
         return {}
     if not isinstance(mapping, Mapping):
         refuse(f"verl {where}", "a mapping", mapping)
+    if known:
+        _check(mapping, known, where)
     return dict(mapping)
 
 
-def _check(block: Mapping[Any, Any], known: frozenset[str], where: str) -> None:
+def _check(block: Mapping[Any, Any], known: Collection[str], where: str) -> None:
     for key in block:
         if key not in known and key not in IGNORED:
             raise ConfigError(
@@ -126,8 +129,7 @@ class _Global(_Values):
 
 def _global(cfg: Mapping[str, Any]) -> _Global:
     where = "global_profiler"
-    block = _block(cfg.get("global_profiler"), where)
-    _check(block, GLOBAL_KEYS, where)
+    block = _block(cfg.get("global_profiler"), where, GLOBAL_KEYS)
     for key, unset in (("enable", False), ("all_ranks", False), ("ranks", []), ("tool_config", None)):
         if block.get(key, unset) not in (unset, None, {}, [], False, MISSING):
             raise ConfigError(
@@ -141,13 +143,10 @@ def _global(cfg: Mapping[str, Any]) -> _Global:
         _bool(f"{where}.{key}", block.get(key))
     for key in ("steps", "finish_hook_ranks"):
         _given(to_int_set, f"{where}.{key}", block.get(key))
-    tools = _block(block.get("global_tool_config"), f"{where}.global_tool_config")
-    _check(tools, frozenset(TOOL_KEYS), f"{where}.global_tool_config")
+    tools = _block(block.get("global_tool_config"), f"{where}.global_tool_config", TOOL_KEYS)
     for tool, sub in tools.items():
         if tool in TOOL_KEYS:
-            _check(
-                _block(sub, f"{where}.global_tool_config.{tool}"), TOOL_KEYS[tool], f"{where}.global_tool_config.{tool}"
-            )
+            _block(sub, f"{where}.global_tool_config.{tool}", TOOL_KEYS[tool])
     nsys = _block(tools.get("nsys"), f"{where}.global_tool_config.nsys")
     _bool(f"{where}.global_tool_config.nsys.discrete", nsys.get("discrete"))
     return _Global(block, nsys)
@@ -220,13 +219,12 @@ def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role 
             "it to global_profiler.global_tool_config"
         )
     tools = _one_tool(_block(block.get("tool_config"), f"{where}.tool_config"), block.get("tool"))
-    _check(tools, frozenset(TOOL_KEYS), f"{where}.tool_config")
+    _check(tools, TOOL_KEYS, f"{where}.tool_config")
     for tool, sub in tools.items():
-        _check(_block(sub, f"{where}.tool_config.{tool}"), TOOL_KEYS[tool], f"{where}.tool_config.{tool}")
+        _block(sub, f"{where}.tool_config.{tool}", TOOL_KEYS[tool])
     torch = _block(tools.get("torch"), f"{where}.tool_config.torch")
     if "schedule" in torch:
-        torch["schedule"] = _block(torch["schedule"], f"{where}.tool_config.torch.schedule")
-        _check(torch["schedule"], SCHEDULE_KEYS, f"{where}.tool_config.torch.schedule")
+        torch["schedule"] = _block(torch["schedule"], f"{where}.tool_config.torch.schedule", SCHEDULE_KEYS)
     values: dict[str, Any] = {}
     for key in (*_LOCAL, *_FROM_GLOBAL):
         if key in block and not (_unset(block[key]) and block[key] is not None):
@@ -267,7 +265,7 @@ def hook_command(cmd: str) -> str:
         True
     """
     names = [f"VERL_PROFILE_{v}" for v in _HOOK_VARS]
-    prelude = " ".join(f'VERL_PROFILE_{v}="$PROFDSL_{p}"' for v, p in _HOOK_VARS.items())
+    prelude = " ".join(f'VERL_PROFILE_{v}="$PROFDSL_{v}"' for v in _HOOK_VARS)
     return f"{prelude}; export {' '.join(names)}; {cmd}"
 
 
