@@ -99,7 +99,7 @@ class Process:
                 return
             if not waits_hook and until is None:
                 return
-            if not writer.wait_kind("export", timeout=writer.budget_of("export")):
+            if not writer.wait_exports():
                 if not waits_hook:
                     logger.warning(_STILL_WRITTEN)
                     return
@@ -136,7 +136,7 @@ class Process:
                 self.slot.abandon("the process exited")
             except Exception as exc:
                 logger.error("profdsl: stopping the last session at exit failed: %s", exc)
-            if not writer.wait_kind("export", timeout=writer.budget_of("export")):
+            if not writer.wait_exports():
                 writer.give_up()
             for job in self.rounds.unfinished():
                 if not job.wait(timeout=writer.budget(job.ticket)):  # type: ignore[arg-type]
