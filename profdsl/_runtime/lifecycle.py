@@ -328,6 +328,9 @@ def _step_number(lifecycle: Lifecycle, step: SupportsIndex | None) -> int | None
 
 # The plain actions of the table: a session handed back, a log line for misuse.
 
+#: A plain action of the table: ``(lifecycle, start's argument, it as a step number)``.
+Action = Callable[[Lifecycle, SupportsIndex | None, int | None], None]
+
 
 def _hand_back(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
     """End a session this thread owns that a call from another thread could not end (its
@@ -335,41 +338,32 @@ def _hand_back(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | 
     lifecycle.process.slot.flush()
 
 
-def _closed_start(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
-    once(
-        f"closed-start:{id(lifecycle.owner)}",
-        logging.WARNING,
-        "[profdsl rank %s] %s: start(%s) after close() ignored",
-        lifecycle.plan.rank,
-        lifecycle.plan.role,
-        asked,
-    )
+def _say(key: str | None, level: int, message: str, *values: str) -> Action:
+    """A plain action that logs misuse: ``message`` after the profiler's rank and role, with
+    the call's ``values`` (``asked``: start's argument, ``number``: it as a step number,
+    ``open``: the step open); once per profiler under ``key``, or every time (None)."""
+
+    def say(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
+        known = dict(asked=asked, number=number, open=lifecycle.where.step)
+        args = (lifecycle.plan.rank, lifecycle.plan.role, *(known[v] for v in values))
+        if key is None:
+            logger.log(level, "[profdsl rank %s] %s: " + message, *args)
+        else:
+            once(f"{key}:{id(lifecycle.owner)}", level, "[profdsl rank %s] %s: " + message, *args)
+
+    return say
 
 
-def _started_again(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
-    once(
-        f"start-again:{id(lifecycle.owner)}",
-        logging.INFO,
-        "[profdsl rank %s] %s: start(%s) while step %s is already open: ignored (the step goes on)",
-        lifecycle.plan.rank,
-        lifecycle.plan.role,
-        number,
-        number,
-    )
-
-
-def _start_while_open(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
-    logger.warning(
-        "[profdsl rank %s] %s: start(%s) while step %s is open; stopping it",
-        lifecycle.plan.rank,
-        lifecycle.plan.role,
-        asked,
-        lifecycle.where.step,
-    )
-
-
-def _unstarted_stop(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
-    logger.warning("[profdsl rank %s] %s: stop() without start() ignored", lifecycle.plan.rank, lifecycle.plan.role)
+_closed_start = _say("closed-start", logging.WARNING, "start(%s) after close() ignored", "asked")
+_started_again = _say(
+    "start-again",
+    logging.INFO,
+    "start(%s) while step %s is already open: ignored (the step goes on)",
+    "number",
+    "number",
+)
+_start_while_open = _say(None, logging.WARNING, "start(%s) while step %s is open; stopping it", "asked", "open")
+_unstarted_stop = _say(None, logging.WARNING, "stop() without start() ignored")
 
 
 def _leave_unnumbered(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
@@ -379,9 +373,6 @@ def _leave_unnumbered(lifecycle: Lifecycle, asked: SupportsIndex | None, number:
 _BEGIN = Boundary(Lifecycle._begin, False, Lifecycle._nothing)
 _END = Boundary(Lifecycle._end, False, Lifecycle._ended)
 _FINISH = Boundary(Lifecycle._finish, True, Lifecycle._closed)
-
-#: A plain action of the table: ``(lifecycle, start's argument, it as a step number)``.
-Action = Callable[[Lifecycle, SupportsIndex | None, int | None], None]
 
 #: The lifecycle: for each phase and call, the actions run in order.
 TABLE: dict[tuple[Phase, Call], tuple[Boundary | Action, ...]] = {
