@@ -175,5 +175,5 @@ class StepReport:
     def note(self, name: str, *, mini_batch: bool, kind: str | None = None) -> None:
         current = self._slot.current
         if current is not None:
-            current.note(name, mini_batch=mini_batch)
+            current.book.note(name, mini_batch=mini_batch)
             current.book.declare(name, kind)

@@ -102,7 +102,7 @@ class OpenSession:
         if current is not None and current.owned_here():
             current.stop()
         elif current is not None:
-            current.dropped = current.stop_wanted = True
+            current.traces.dropped = current.stop_wanted = True
             self.dropped.append(current)
         self.flush()
 
