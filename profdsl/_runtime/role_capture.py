@@ -13,7 +13,7 @@ import logging
 
 import attrs
 
-from profdsl._capture import make_annotator, make_backend
+from profdsl._capture.factory import make_annotator, make_backend
 from profdsl._runtime.plan import RolePlan
 from profdsl._runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
 from profdsl._runtime.slot.claims import Claim
