@@ -22,11 +22,12 @@ from profdsl._runtime.plan import RolePlan
 from profdsl._runtime.role_capture import RoleCapture
 from profdsl._runtime.slot.claims import Claim
 from profdsl._runtime.slot.slot import CaptureSlot
+from profdsl._runtime.writer.hook import stop_hooks
 from profdsl._runtime.writer.jobs import MoveJob
 from profdsl._runtime.writer.rounds import DueHook, HookRounds
 from profdsl._runtime.writer.writer import Writer
 from profdsl.collect import _relocate as relocate
-from profdsl.core._log import once
+from profdsl.core._log import logger, once
 from profdsl.core.step_plan import Event, StepTracker
 from profdsl.metrics._timings import StepTimings
 from profdsl.records.requests import CaptureNote
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NsysReports", "Outstanding", "StepEvents"]
 
+#: Said when a wait for the last profiled step's traces runs out.
+_STILL_WRITTEN = "profdsl: the last profiled step's traces are still being written; they go on in the background"
 #: At each stop, how long the move of nsys reports waits for them; at the last profiled step
 #: (before the hook), how long it waits for nsys to finish converting and writing them: nsys
 #: writes a report after its range ends, so a report moved at once would be missed or partial
@@ -55,12 +58,45 @@ class Outstanding:
     due: DueHook | None = None
 
     def wait(self, process: Process, *, closing: bool) -> None:
-        """Wait, bounded, for the artifacts, then the hook made due; with no hook to wait for
-        (none, or one in the background), only until the artifacts settle (their events on
-        disk), ``close()`` waiting for the rest (docs/architecture.md, "What a caller waits for")."""
-        due = self.due
+        """Wait, bounded, until the writer is through what the caller needs: the jobs up to
+        ``until``, then the hook made due when the caller waits for it (not one in the
+        background, but at ``closing``); at ``closing`` also every hook not finished, whoever
+        made it due; otherwise (the last profiled step, no hook to wait for) until the jobs up
+        to ``until`` settle (a trace: once torch's events are on disk), the rest of each trace
+        going on in the background, ``close()`` waiting for it. The traces are waited for up
+        to their ``export_timeout_s``; when a hook is due and they run out of time, they are
+        given up (recorded ``incomplete``), so that the hook runs now, bounded by its
+        ``timeout_s``. An interrupt while waiting stops the hooks (their commands killed,
+        recorded ``interrupted``) and goes on (docs/architecture.md, "What a caller waits for")."""
+        until, due, writer, rounds = self.until, self.due, process.writer, process.rounds
         hook = due is not None and (closing or not due.job.background)
-        process.wait_for(self.until, due, hook=hook, closing=closing)
+        try:
+            if closing:
+                for job in rounds.unfinished():
+                    if due is None or job is not due.job:
+                        job.wait(timeout=writer.budget(job.ticket))  # type: ignore[arg-type]
+            if not closing and not hook:  # the last profiled step, no hook to wait for
+                if until is not None and not writer.wait_settled(until, timeout=writer.budget(until)):  # type: ignore[arg-type]
+                    logger.warning(_STILL_WRITTEN)
+                return
+            if not hook and until is None:
+                return
+            if not writer.wait_exports():
+                if not hook:
+                    logger.warning(_STILL_WRITTEN)
+                    return
+                writer.give_up()
+                logger.error(
+                    "profdsl: traces still being written when the finish hook was due "
+                    "were given up (recorded incomplete); the hook runs now"
+                )
+            if due is not None and hook:
+                due.job.wait(timeout=writer.budget(due.ticket))  # type: ignore[arg-type]
+            else:
+                writer.wait(until, timeout=writer.budget(until))  # type: ignore[arg-type]
+        except BaseException as exc:
+            stop_hooks(rounds.unfinished(), writer, f"{type(exc).__name__} while waiting for the finish hook")
+            raise
 
 
 class StepEvents:
