@@ -153,7 +153,7 @@ class Recorder:
             if scheduled:  # its mini-batches must not drive (or mislabel) another stage's windows
                 return opaque()
         elif session is not None:
-            session.book.declare(name, kind)
+            session.book.note(name, kind=kind)
             batches = Batches(session.schedule, session=session)
             finish = functools.partial(self._stage_ended, session, batches, name)
             return OwningHandle(self._annotator, name, color, self, batches=batches, finish=finish)

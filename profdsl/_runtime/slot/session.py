@@ -58,7 +58,6 @@ class Session:
         self.returns = True  # its owner keeps coming back to profdsl (see slot.owner.comes_back)
         self.cut_short: str | None = None  # why it was stopped before its stage ended, if it was
         self.book = RegionBook(label.stage, schedule)
-        self.stages = self.book.stages  # the stage names seen (the recorder adds nested ones)
         self.budget = Budget(label, backend)
         self.recording = Recording(kind, schedule, self.book, self.budget, lambda: self.capture)
         self.traces = Traces(kind, self.book, writer, self.budget, self.recording)
