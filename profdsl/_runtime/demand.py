@@ -90,8 +90,8 @@ class Demand:
             return f"{who}: not a role asked ({', '.join(request.roles)})"
         if (request.steps or 0) > config.on_demand.max_steps:
             return f"{who}: {request.steps} steps asked, at most {config.on_demand.max_steps} (OnDemand.max_steps)"
-        try:
-            traced = self.clock or self._asked(request)
+        try:  # whether the request names this rank (no ranks: the ranks the config traces)
+            traced = self.clock or self._plan.selection.asks(request.ranks, self._plan.topology, self._plan.traced)
         except ConfigError as exc:
             return f"{who}: {exc}"
         hook = self._plan.request_hook(traced)
@@ -108,11 +108,6 @@ class Demand:
             self._rounds.join(self.save_path, self.member, tag=request.id)
         self.pending.append(_Taken(request, traced, hook))
         return None
-
-    def _asked(self, request: CaptureRequest) -> bool:
-        """Whether ``request`` names this rank (no ranks: the ranks the config traces)."""
-        plan = self._plan
-        return plan.selection.asks(request.ranks, plan.topology, plan.traced)
 
     def check(self) -> None:
         """Look for request files in the save_path (one ``stat``), when the role watches it."""
