@@ -31,7 +31,6 @@ from profdsl._runtime.step import StepContext
 from profdsl._runtime.step_events import StepEvents
 from profdsl._runtime.writer.jobs import traces_into
 from profdsl.config._checks import to_index
-from profdsl.core._log import logger, once
 from profdsl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -255,13 +254,11 @@ class Lifecycle:
         self.process.live.discard(self.owner)
         folder = os.path.abspath(self.plan.save_path)
         if self.process.log.seen(traces_into(folder)):  # this process wrote traces there
-            once(
-                f"closed-into:{folder}",
+            self.plan.say(
                 logging.INFO,
-                "[profdsl rank %s] %s: closed; the traces are in %s (profdsl ls, check, summary)",
-                self.plan.rank,
-                self.plan.role,
+                "closed; the traces are in %s (profdsl ls, check, summary)",
                 folder,
+                key=f"closed-into:{folder}",
             )
         return None
 
@@ -294,14 +291,11 @@ class Turns:
         """This call's turn (``plan``: whose, for the log)."""
         mine = self._lock.acquire(timeout=TURN_WAIT_S)
         if not mine:
-            once(
-                f"turn:{id(self)}",
+            plan.say(
                 logging.ERROR,
-                "[profdsl rank %s] %s: another thread's call on this "
-                "Profiler has not returned for %gs; going on without waiting for it",
-                plan.rank,
-                plan.role,
+                "another thread's call on this Profiler has not returned for %gs; going on without waiting for it",
                 TURN_WAIT_S,
+                key=f"turn:{id(self)}",
             )
         try:
             yield
@@ -315,13 +309,11 @@ def _step_number(lifecycle: Lifecycle, step: SupportsIndex | None) -> int | None
     try:
         return to_index("step", step)
     except ConfigError as exc:
-        once(
-            f"step-number:{id(lifecycle.owner)}",
+        lifecycle.plan.say(
             logging.WARNING,
-            "[profdsl rank %s] %s: not a step number (%s): such a step is not profiled",
-            lifecycle.plan.rank,
-            lifecycle.plan.role,
+            "not a step number (%s): such a step is not profiled",
             exc,
+            key=f"step-number:{id(lifecycle.owner)}",
         )
         return None
 
@@ -345,11 +337,8 @@ def _say(key: str | None, level: int, message: str, *values: str) -> Action:
 
     def say(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
         known = dict(asked=asked, number=number, open=lifecycle.where.step)
-        args = (lifecycle.plan.rank, lifecycle.plan.role, *(known[v] for v in values))
-        if key is None:
-            logger.log(level, "[profdsl rank %s] %s: " + message, *args)
-        else:
-            once(f"{key}:{id(lifecycle.owner)}", level, "[profdsl rank %s] %s: " + message, *args)
+        once_key = None if key is None else f"{key}:{id(lifecycle.owner)}"
+        lifecycle.plan.say(level, message, *(known[v] for v in values), key=once_key)
 
     return say
 
