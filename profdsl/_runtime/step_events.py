@@ -121,17 +121,13 @@ class StepEvents:
         self._hook_owed = False  # the hook event was interrupted before it was carried out
         self._arrived = not plan.member  # a step clock never holds up another role's hook
         self._step: int | None = None  # the step begun last
-        self.nsys = NsysReports(plan, writer)
+        self.nsys = NsysReports(plan, capture, writer)
         if plan.member:
             rounds.join(plan.save_path, self)
         self.demand = DemandSteps(Demand(plan, rounds=rounds, member=self, inbox=inbox), plan, capture, rounds=rounds)
         auto = plan.demand.auto
         self.auto = SlowStepRequests(plan, auto, inbox) if auto is not None and plan.member else None
         self.tracker = StepTracker(plan.steps)
-
-    @property
-    def _continuous(self) -> bool:
-        return self._capture.selected and not self._plan.capture.discrete
 
     @property
     def note(self) -> CaptureNote | None:
@@ -177,7 +173,7 @@ class StepEvents:
             events.append(Event.HOOK)
         outstanding = self._apply(events, None)
         self._slot.flush()
-        self._move_nsys(final=True)
+        self.nsys.move(final=True)
         self.demand.finish()
         due = self._arrive(hook=False) or (outstanding.due if outstanding is not None else None)
         return Outstanding(self._writer.tail(), due)
@@ -202,15 +198,15 @@ class StepEvents:
         return outstanding
 
     def _carry_out(self, event: Event, step: int | None) -> Outstanding | None:
-        if event is Event.OPEN and self._continuous and step is not None:
+        if event is Event.OPEN and self._capture.selected and not self._plan.capture.discrete and step is not None:
             self.claim = self._capture.claim(step, self.note)
             self._slot.claim(self.claim)
         elif event is Event.CLOSE and self.claim is not None:
             claim, self.claim = self.claim, None
             self._slot.release(claim)
-            self._move_nsys(final=False)
+            self.nsys.move(final=False)
         elif event is Event.HOOK:  # every artifact first (the last nsys reports), then the hook
-            self._move_nsys(final=True)
+            self.nsys.move(final=True)
             until = self._writer.tail()
             return Outstanding(until, self._arrive(hook=True))
         return None
@@ -222,26 +218,23 @@ class StepEvents:
         self._arrived = True
         return self._rounds.arrive(self._plan.save_path, self, self._plan.hook if hook else None, self.profiled_steps)
 
-    def _move_nsys(self, *, final: bool) -> None:
-        if self._capture.selected:
-            self.nsys.move(final=final)
-
 
 class NsysReports:
     """One role's nsys reports, moved into its save_path by the writer after each capture (nsys
     writes them in its own folder, after its range ends)."""
 
-    def __init__(self, plan: RolePlan, writer: Writer) -> None:
-        self._plan, self._writer = plan, writer
+    def __init__(self, plan: RolePlan, capture: RoleCapture, writer: Writer) -> None:
+        self._plan, self._capture, self._writer = plan, capture, writer
         self._waited = False  # a final pass waited for conversions already
 
     def move(self, *, final: bool) -> None:
-        """After a capture: have the writer move this process's finished nsys reports in. A
-        final pass (the last profiled step, and close) waits for reports still converting and
-        records those it gave up on (once: an unchanged report recorded so is not waited for
-        again); a later pass still moves a late one in (its record then supersedes the loss)."""
+        """After a capture (of a role that captures with nsys here and relocates its reports):
+        have the writer move this process's finished nsys reports in. A final pass (the last
+        profiled step, and close) waits for reports still converting and records those it gave
+        up on (once: an unchanged report recorded so is not waited for again); a later pass
+        still moves a late one in (its record then supersedes the loss)."""
         plan, config = self._plan, self._plan.capture
-        if not (config.tool == "nsys" and config.relocate_results):
+        if not (self._capture.selected and config.tool == "nsys" and config.relocate_results):
             return
         record_incomplete = final
         wait_s = NSYS_FINAL_WAIT_S if final and not self._waited else 0.0  # once: at the first final pass
