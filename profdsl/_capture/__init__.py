@@ -5,9 +5,3 @@ This layer keeps no process-wide state: which capture is open, for whom and on w
 the runtime's business (:mod:`profdsl._runtime.slot`). Heavy libraries are imported lazily, when a
 profiler that needs them is built: ``import profdsl`` imports none of them.
 """
-
-from profdsl._capture.annotators import Annotator
-from profdsl._capture.base import Backend, Capture, Runner
-from profdsl._capture.factory import make_annotator, make_backend
-
-__all__ = ["Annotator", "Backend", "Capture", "Runner", "make_annotator", "make_backend"]

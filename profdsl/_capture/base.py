@@ -38,22 +38,9 @@ class Held:
     end_s: float = 0.0
 
 
-class Sink(Protocol):
-    """``sink(write, window, time_ms, held, expect)``: a trace is ready; ``write(path)`` writes
-    its events (plain JSON) to ``path`` and returns the metadata to add to it
-    (``profdsl.collect._export``); ``held``: how long the session's calls held up their caller for
-    this trace so far (:class:`Held`); ``expect``: what the capture knows of its completeness (the
-    device whose activity it should hold, why torch stopped collecting it early)."""
-
-    def __call__(
-        self,
-        write: Callable[[str], object],
-        window: tuple[int, int] | None,
-        time_ms: int,
-        held: Held,
-        expect: Expect | None = None,
-    ) -> None:
-        """Take the trace."""
+#: ``sink(write, window, time_ms, held, expect)``: a trace is ready (see the module docstring);
+#: ``write(path)`` writes its events (plain JSON) and returns the metadata to add to it.
+Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int, Held, Expect | None], None]
 
 
 class CaptureRefusedError(Exception):

@@ -1,32 +1,45 @@
-"""Choosing a profiler's backend and annotator, once, from its config."""
+"""A role's capture options (:class:`CaptureSpec`), and its backend and annotator chosen from them, once."""
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+
+import attrs
 
 from profdsl._capture.annotators import Annotator, MultiAnnotator, TorchAnnotator, nvtx_or_none
 from profdsl._capture.base import Backend
 from profdsl._capture.torch_session import TorchBackend  # (no torch at its import: torch is imported by a capture)
-from profdsl.config import TorchOptions
+from profdsl.config import ProfilerConfig, TorchOptions
 from profdsl.core._log import once
 
-__all__ = ["CaptureOptions", "make_annotator", "make_backend"]
+__all__ = ["CaptureSpec", "make_annotator", "make_backend"]
 
 
-class CaptureOptions(Protocol):
-    """The capture options a backend and annotator are chosen from (a ``ProfilerConfig``, or a
-    plan's capture spec)."""
+@attrs.frozen(kw_only=True)
+class CaptureSpec:
+    """What a traced role captures with (the config's capture options, and nothing else)."""
 
-    @property
-    def tool(self) -> str: ...
-    @property
-    def nvtx(self) -> bool: ...
-    @property
-    def torch(self) -> TorchOptions: ...
+    tool: str
+    nvtx: bool
+    discrete: bool
+    torch: TorchOptions
+    relocate_results: bool
+    nsys_report_dir: str | None
+
+    @classmethod
+    def of(cls, config: ProfilerConfig) -> CaptureSpec:
+        """The capture options of ``config``."""
+        return cls(
+            tool=config.tool,
+            nvtx=config.nvtx,
+            discrete=config.discrete,
+            torch=config.torch,
+            relocate_results=config.relocate_results,
+            nsys_report_dir=config.nsys_report_dir,
+        )
 
 
-def make_backend(config: CaptureOptions) -> Backend | None:
+def make_backend(config: CaptureSpec) -> Backend | None:
     """The backend for ``config.tool``; None when torch cannot be imported (logged once)."""
     if config.tool == "nsys":
         from profdsl._capture.nsys import NsysBackend
@@ -42,7 +55,7 @@ def make_backend(config: CaptureOptions) -> Backend | None:
     return TorchBackend(config.torch)
 
 
-def make_annotator(config: CaptureOptions, role: str) -> Annotator | None:
+def make_annotator(config: CaptureSpec, role: str) -> Annotator | None:
     """The annotator for a profiled role: record_function, NVTX, both, or None."""
     parts: list[Annotator] = []
     if config.tool == "torch":

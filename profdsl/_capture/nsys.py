@@ -8,8 +8,8 @@ layer's job. Without CUDA this warns once and records nothing, while NVTX ranges
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from profdsl._capture.base import Describe, Runner, Sink
 from profdsl.config import Schedule
 from profdsl.core._log import once
 from profdsl.core._trace_size import SizeBook
@@ -74,16 +74,7 @@ class NsysBackend:
         """A range covers every thread already: none is asked for."""
         return False
 
-    def open(
-        self,
-        *,
-        rank: int,
-        schedule: Schedule | None,
-        describe: Describe,
-        sink: Sink,
-        runner: Runner,
-        every_thread: bool = False,
-    ) -> NsysSession:
+    def open(self, *, rank: int, schedule: Schedule | None, **unused: Any) -> NsysSession:
         """Start a capture range (schedules apply to the torch tool only)."""
         if schedule is not None:
             once(

@@ -16,7 +16,7 @@ from typing import Any
 from profdsl.config import Schedule, TorchOptions
 from profdsl.core._log import once
 
-__all__ = ["all_threads_config", "profile_args"]
+__all__ = ["all_threads_possible", "profile_args"]
 
 
 def profile_args(
@@ -103,44 +103,43 @@ def _takes_post_processing_timeout(profile: Any) -> bool:
 
 
 @functools.cache
-def _trace_only_possible() -> bool:
-    """Whether this torch's ``_ExperimentalConfig`` takes ``trace_only`` (torch >= 2.13); asked
-    once."""
+def _config_takes(flag: str) -> bool:
+    """Whether this torch's ``_ExperimentalConfig`` takes ``flag`` (``profile_all_threads``:
+    torch >= 2.7; ``trace_only``: torch >= 2.13); asked once per flag."""
     try:
         from torch._C._profiler import _ExperimentalConfig
 
-        _ExperimentalConfig(trace_only=True)
-    except (ImportError, TypeError):  # torch < 2.13: events are built at stop
+        make: Any = _ExperimentalConfig  # keywords this torch's stubs may not list
+        make(**{flag: True})
+    except (ImportError, TypeError):
         return False
     return True
 
 
 def _experimental_config(*, every_thread: bool, trace_only: bool) -> Any:
-    """One ``_ExperimentalConfig`` holding what is asked and this torch can do (every thread:
-    torch >= 2.7; ``trace_only``: torch >= 2.13), or None when nothing is."""
+    """One ``_ExperimentalConfig`` holding what is asked and this torch can do, or None when
+    nothing is."""
     flags: dict[str, bool] = {}
-    if every_thread and all_threads_config() is not None:
+    if every_thread and all_threads_possible():
         flags["profile_all_threads"] = True
-    if trace_only and _trace_only_possible():
+    if trace_only and _config_takes("trace_only"):  # torch < 2.13: events are built at stop
         flags["trace_only"] = True
     if not flags:
         return None
     from torch._C._profiler import _ExperimentalConfig
 
-    make: Any = _ExperimentalConfig  # keywords this torch's stubs may not list
+    make: Any = _ExperimentalConfig
     return make(**flags)
 
 
-def all_threads_config() -> Any:
-    try:
-        from torch._C._profiler import _ExperimentalConfig
-
-        return _ExperimentalConfig(profile_all_threads=True)
-    except (ImportError, TypeError):  # torch < 2.7: only the starting thread is captured
-        once(
-            "torch-all-threads",
-            logging.WARNING,
-            "profdsl: this torch cannot profile all threads; regions on threads other than the "
-            "profiler's are not captured (upgrade to torch >= 2.7)",
-        )
-        return None
+def all_threads_possible() -> bool:
+    """Whether this torch can record every thread (``profile_all_threads``); said once when not."""
+    if _config_takes("profile_all_threads"):
+        return True
+    once(
+        "torch-all-threads",
+        logging.WARNING,
+        "profdsl: this torch cannot profile all threads; regions on threads other than the "
+        "profiler's are not captured (upgrade to torch >= 2.7)",
+    )
+    return False

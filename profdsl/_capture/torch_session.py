@@ -37,7 +37,7 @@ from typing import Any
 
 from profdsl._capture.base import CaptureRefusedError, Describe, Runner, Sink
 from profdsl._capture.runner import SessionThread
-from profdsl._capture.torch_args import all_threads_config, profile_args
+from profdsl._capture.torch_args import all_threads_possible, profile_args
 from profdsl._capture.torch_traces import TorchTraces
 from profdsl.config import Schedule, TorchOptions
 from profdsl.core._log import once
@@ -69,32 +69,15 @@ class TorchBackend:
     @property
     def every_thread_possible(self) -> bool:
         """Whether this torch can record every thread (``profile_all_threads``, torch >= 2.7)."""
-        return all_threads_config() is not None
+        return all_threads_possible()
 
-    def open(
-        self,
-        *,
-        rank: int,
-        schedule: Schedule | None,
-        describe: Describe,
-        sink: Sink,
-        runner: Runner,
-        every_thread: bool = False,
-    ) -> TorchSession:
-        """Start a capture on ``runner``.
+    def open(self, *, rank: int, **options: Any) -> TorchSession:
+        """Start a capture on ``runner`` (:meth:`Backend.open <profdsl._capture.base.Backend.open>`).
 
         Raises:
             CaptureRefusedError: torch refused (logged once).
         """
-        session = TorchSession(
-            self.options,
-            rank=rank,
-            schedule=schedule,
-            describe=describe,
-            sink=sink,
-            runner=runner,
-            every_thread=every_thread,
-        )
+        session = TorchSession(self.options, rank=rank, **options)
         try:
             session.start()
         except Exception as exc:

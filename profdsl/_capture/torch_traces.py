@@ -98,17 +98,13 @@ class TorchTraces:
             if window is None:
                 return  # a window that recorded no mini-batch: torch fires anyway, nothing to write
             self._window_ms = now_ms()  # torch lost the window it was about to record: say so
+        # Its metadata as it is now; torch adds its own distributedInfo when a process group is up.
+        header = trace_header(self._describe(window), distributed=not _distributed_initialized())
         # The window's results, held whole (torch starts the next window with a new object):
         # their JSON is written, and they are dropped, wherever the sink has ``write`` called.
-        results = prof.profiler
-        write = functools.partial(_write_events, results.export_chrome_trace, self._header(window))
+        write = functools.partial(_write_events, prof.profiler.export_chrome_trace, header)
         self._sink(write, window, self._window_ms, self.held.take(), self._expect(prof, window))
         self.held.began()  # the rest of this call counts for the next trace
-
-    def _header(self, window: tuple[int, int] | None) -> dict[str, Any]:
-        """The metadata of the trace of ``window`` (None: the whole session), as it is now."""
-        # torch adds its own distributedInfo when a process group is up
-        return trace_header(self._describe(window), distributed=not _distributed_initialized())
 
     def _expect(self, prof: Any, window: tuple[int, int] | None) -> Expect:
         """What the trace torch just handed over should hold: the device activity recorded, and

@@ -36,7 +36,7 @@ from profdsl._runtime.writer.hook import HookPlan
 from profdsl._runtime.writer.rounds import HookRounds
 from profdsl.collect._requests import new_id
 from profdsl.config import AutoCapture
-from profdsl.core._log import logger, once
+from profdsl.core._log import logger
 from profdsl.errors import ConfigError
 from profdsl.metrics._slow import SlowSteps
 from profdsl.metrics._timings import StepTimings
@@ -90,8 +90,8 @@ class Demand:
             return f"{who}: not a role asked ({', '.join(request.roles)})"
         if (request.steps or 0) > config.on_demand.max_steps:
             return f"{who}: {request.steps} steps asked, at most {config.on_demand.max_steps} (OnDemand.max_steps)"
-        try:
-            traced = self.clock or self._asked(request)
+        try:  # whether the request names this rank (no ranks: the ranks the config traces)
+            traced = self.clock or self._plan.selection.asks(request.ranks, self._plan.topology, self._plan.traced)
         except ConfigError as exc:
             return f"{who}: {exc}"
         hook = self._plan.request_hook(traced)
@@ -108,11 +108,6 @@ class Demand:
             self._rounds.join(self.save_path, self.member, tag=request.id)
         self.pending.append(_Taken(request, traced, hook))
         return None
-
-    def _asked(self, request: CaptureRequest) -> bool:
-        """Whether ``request`` names this rank (no ranks: the ranks the config traces)."""
-        plan = self._plan
-        return plan.selection.asks(request.ranks, plan.topology, plan.traced)
 
     def check(self) -> None:
         """Look for request files in the save_path (one ``stat``), when the role watches it."""
@@ -156,17 +151,15 @@ class DemandSteps:
         first, last = max(start, step), start + (request.steps or 1) - 1
         taken.last = last
         if first > last:
-            once(
-                f"request-passed:{request.id}:{id(self)}",
+            self._plan.say(
                 logging.WARNING,
-                "[profdsl rank %s] %s: capture request %s asked for steps %s-%s, which this process "
+                "capture request %s asked for steps %s-%s, which this process "
                 "has passed (it is at step %s): nothing traced",
-                self._plan.rank,
-                self._plan.role,
                 request.id,
                 start,
                 last,
                 step,
+                key=f"request-passed:{request.id}:{id(self)}",
             )
             self._arrive(taken)
             return
@@ -174,10 +167,9 @@ class DemandSteps:
             taken.traced = False  # no backend (torch missing: logged once)
         covering = self._covering(taken, first, last)
         if covering is not None:  # one slow step, one capture: the rank's own and the driver's
-            logger.info(
-                "[profdsl rank %s] %s: automatic capture %s of steps %s-%s is %s's: one capture, one hook run",
-                self._plan.rank,
-                self._plan.role,
+            self._plan.say(
+                logging.INFO,
+                "automatic capture %s of steps %s-%s is %s's: one capture, one hook run",
                 request.id,
                 first,
                 last,
@@ -190,10 +182,9 @@ class DemandSteps:
         if taken.traced:
             asked.append((range(first, last + 1), str(request.id)))
         if not self.demand.clock:
-            logger.info(
-                "[profdsl rank %s] %s: capture request %s: %s steps %s-%s%s",
-                self._plan.rank,
-                self._plan.role,
+            self._plan.say(
+                logging.INFO,
+                "capture request %s: %s steps %s-%s%s",
                 request.id,
                 "tracing" if taken.traced else "runs the hook after",
                 first,
@@ -268,14 +259,12 @@ class SlowStepRequests:
         try:
             self._check(timings, traced)
         except Exception as exc:  # a slow-step check never reaches the training loop
-            once(
-                f"auto-capture:{self.role}",
+            self._plan.say(
                 logging.ERROR,
-                "[profdsl rank %s] %s: checking step %s for slow stages failed: %r",
-                self._plan.rank,
-                self.role,
+                "checking step %s for slow stages failed: %r",
                 timings.step,
                 exc,
+                key=f"auto-capture:{self.role}",
             )
 
     def _check(self, timings: StepTimings, traced: bool) -> None:
@@ -325,9 +314,7 @@ def deliver_request(
             steps, ranks=ranks, roles=roles, at_step=at_step, reason=reason, source="api", request_id=new_id("api")
         )
     except RecordError as exc:
-        logger.warning(
-            "[profdsl rank %s] %s: request(...) is no capture request (%s): ignored", who.rank, who.role, exc
-        )
+        who.say(logging.WARNING, "request(...) is no capture request (%s): ignored", exc)
         return None
     inbox.deliver(request)
     return request.id

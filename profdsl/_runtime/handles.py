@@ -166,18 +166,13 @@ class OwningHandle(Handle):
 
     def withdraw(self) -> None:
         """Close without finishing: run ``unfinish`` (undo what opening did) instead; once."""
-        if self.closed:
-            return
-        self.finish, unfinish, self.unfinish = None, self.unfinish, None
-        super().close()
-        if unfinish is not None:
-            try:
-                unfinish()
-            except Exception as exc:
-                internal_error("region withdraw", exc)
+        if not self.closed:
+            self.finish, self.unfinish = self.unfinish, None
+            self.close("region withdraw")
 
-    def close(self) -> None:
-        """Close the region, then finish (end a capture, step a schedule); once."""
+    def close(self, where: str = "region close") -> None:
+        """Close the region, then finish (end a capture, step a schedule); once (``where``: what
+        a failure of the finish is logged as)."""
         if self.closed:
             return
         super().close()
@@ -186,7 +181,7 @@ class OwningHandle(Handle):
             try:
                 finish()
             except Exception as exc:
-                internal_error("region close", exc)
+                internal_error(where, exc)
 
 
 def opaque() -> Handle:

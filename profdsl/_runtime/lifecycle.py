@@ -31,7 +31,6 @@ from profdsl._runtime.step import StepContext
 from profdsl._runtime.step_events import StepEvents
 from profdsl._runtime.writer.jobs import traces_into
 from profdsl.config._checks import to_index
-from profdsl.core._log import logger, once
 from profdsl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -255,13 +254,11 @@ class Lifecycle:
         self.process.live.discard(self.owner)
         folder = os.path.abspath(self.plan.save_path)
         if self.process.log.seen(traces_into(folder)):  # this process wrote traces there
-            once(
-                f"closed-into:{folder}",
+            self.plan.say(
                 logging.INFO,
-                "[profdsl rank %s] %s: closed; the traces are in %s (profdsl ls, check, summary)",
-                self.plan.rank,
-                self.plan.role,
+                "closed; the traces are in %s (profdsl ls, check, summary)",
                 folder,
+                key=f"closed-into:{folder}",
             )
         return None
 
@@ -294,14 +291,11 @@ class Turns:
         """This call's turn (``plan``: whose, for the log)."""
         mine = self._lock.acquire(timeout=TURN_WAIT_S)
         if not mine:
-            once(
-                f"turn:{id(self)}",
+            plan.say(
                 logging.ERROR,
-                "[profdsl rank %s] %s: another thread's call on this "
-                "Profiler has not returned for %gs; going on without waiting for it",
-                plan.rank,
-                plan.role,
+                "another thread's call on this Profiler has not returned for %gs; going on without waiting for it",
                 TURN_WAIT_S,
+                key=f"turn:{id(self)}",
             )
         try:
             yield
@@ -315,18 +309,19 @@ def _step_number(lifecycle: Lifecycle, step: SupportsIndex | None) -> int | None
     try:
         return to_index("step", step)
     except ConfigError as exc:
-        once(
-            f"step-number:{id(lifecycle.owner)}",
+        lifecycle.plan.say(
             logging.WARNING,
-            "[profdsl rank %s] %s: not a step number (%s): such a step is not profiled",
-            lifecycle.plan.rank,
-            lifecycle.plan.role,
+            "not a step number (%s): such a step is not profiled",
             exc,
+            key=f"step-number:{id(lifecycle.owner)}",
         )
         return None
 
 
 # The plain actions of the table: a session handed back, a log line for misuse.
+
+#: A plain action of the table: ``(lifecycle, start's argument, it as a step number)``.
+Action = Callable[[Lifecycle, SupportsIndex | None, int | None], None]
 
 
 def _hand_back(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
@@ -335,41 +330,29 @@ def _hand_back(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | 
     lifecycle.process.slot.flush()
 
 
-def _closed_start(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
-    once(
-        f"closed-start:{id(lifecycle.owner)}",
-        logging.WARNING,
-        "[profdsl rank %s] %s: start(%s) after close() ignored",
-        lifecycle.plan.rank,
-        lifecycle.plan.role,
-        asked,
-    )
+def _say(key: str | None, level: int, message: str, *values: str) -> Action:
+    """A plain action that logs misuse: ``message`` after the profiler's rank and role, with
+    the call's ``values`` (``asked``: start's argument, ``number``: it as a step number,
+    ``open``: the step open); once per profiler under ``key``, or every time (None)."""
+
+    def say(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
+        known = dict(asked=asked, number=number, open=lifecycle.where.step)
+        once_key = None if key is None else f"{key}:{id(lifecycle.owner)}"
+        lifecycle.plan.say(level, message, *(known[v] for v in values), key=once_key)
+
+    return say
 
 
-def _started_again(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
-    once(
-        f"start-again:{id(lifecycle.owner)}",
-        logging.INFO,
-        "[profdsl rank %s] %s: start(%s) while step %s is already open: ignored (the step goes on)",
-        lifecycle.plan.rank,
-        lifecycle.plan.role,
-        number,
-        number,
-    )
-
-
-def _start_while_open(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
-    logger.warning(
-        "[profdsl rank %s] %s: start(%s) while step %s is open; stopping it",
-        lifecycle.plan.rank,
-        lifecycle.plan.role,
-        asked,
-        lifecycle.where.step,
-    )
-
-
-def _unstarted_stop(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
-    logger.warning("[profdsl rank %s] %s: stop() without start() ignored", lifecycle.plan.rank, lifecycle.plan.role)
+_closed_start = _say("closed-start", logging.WARNING, "start(%s) after close() ignored", "asked")
+_started_again = _say(
+    "start-again",
+    logging.INFO,
+    "start(%s) while step %s is already open: ignored (the step goes on)",
+    "number",
+    "number",
+)
+_start_while_open = _say(None, logging.WARNING, "start(%s) while step %s is open; stopping it", "asked", "open")
+_unstarted_stop = _say(None, logging.WARNING, "stop() without start() ignored")
 
 
 def _leave_unnumbered(lifecycle: Lifecycle, asked: SupportsIndex | None, number: int | None) -> None:
@@ -379,9 +362,6 @@ def _leave_unnumbered(lifecycle: Lifecycle, asked: SupportsIndex | None, number:
 _BEGIN = Boundary(Lifecycle._begin, False, Lifecycle._nothing)
 _END = Boundary(Lifecycle._end, False, Lifecycle._ended)
 _FINISH = Boundary(Lifecycle._finish, True, Lifecycle._closed)
-
-#: A plain action of the table: ``(lifecycle, start's argument, it as a step number)``.
-Action = Callable[[Lifecycle, SupportsIndex | None, int | None], None]
 
 #: The lifecycle: for each phase and call, the actions run in order.
 TABLE: dict[tuple[Phase, Call], tuple[Boundary | Action, ...]] = {

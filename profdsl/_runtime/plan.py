@@ -14,42 +14,20 @@ import socket
 
 import attrs
 
+from profdsl._capture.factory import CaptureSpec
 from profdsl._runtime.writer.hook import HookPlan
 from profdsl.collect._export import ExportPolicy, TraceLabel
-from profdsl.config import AutoCapture, Metrics, OnDemand, ProfilerConfig, TorchOptions
+from profdsl.config import AutoCapture, Metrics, OnDemand, ProfilerConfig
 from profdsl.config._checks import text_without_nul
 from profdsl.core._decide import decide
 from profdsl.core._discovery import discover_local_rank, discover_world
+from profdsl.core._log import logger, once
 from profdsl.core._parallel_discovery import process_topology
 from profdsl.core._selection import Selection
 from profdsl.core._topology import Topology
 from profdsl.core.step_plan import StepPlan
 
-__all__ = ["CaptureSpec", "DemandSpec", "RolePlan", "resolve"]
-
-
-@attrs.frozen(kw_only=True)
-class CaptureSpec:
-    """What a traced role captures with (the config's capture options, and nothing else)."""
-
-    tool: str
-    nvtx: bool
-    discrete: bool
-    torch: TorchOptions
-    relocate_results: bool
-    nsys_report_dir: str | None
-
-    @classmethod
-    def of(cls, config: ProfilerConfig) -> CaptureSpec:
-        """The capture options of ``config``."""
-        return cls(
-            tool=config.tool,
-            nvtx=config.nvtx,
-            discrete=config.discrete,
-            torch=config.torch,
-            relocate_results=config.relocate_results,
-            nsys_report_dir=config.nsys_report_dir,
-        )
+__all__ = ["DemandSpec", "RolePlan", "resolve"]
 
 
 @attrs.frozen(kw_only=True)
@@ -111,6 +89,14 @@ class RolePlan:
     def world_size(self) -> int:
         """The job's world size."""
         return self.topology.world_size
+
+    def say(self, level: int, message: str, *args: object, key: str | None = None) -> None:
+        """Log ``message`` (with ``args``) about this role, after its rank and name: once under
+        ``key`` (:func:`~profdsl.core._log.once`), or every time (None)."""
+        if key is None:
+            logger.log(level, "[profdsl rank %s] %s: " + message, self.rank, self.role, *args)
+        else:
+            once(key, level, "[profdsl rank %s] %s: " + message, self.rank, self.role, *args)
 
     def request_hook(self, traced: bool) -> HookPlan | None:
         """The hook this rank runs for a capture request it takes (``traced``: whether the

@@ -43,12 +43,9 @@ from profdsl.metrics._prometheus import Servers
 
 if TYPE_CHECKING:
     from profdsl._runtime.step import Closable
-    from profdsl._runtime.writer.rounds import DueHook
 
 __all__ = ["PROCESS", "Process"]
 
-#: Said when a wait for the last profiled step's traces runs out.
-_STILL_WRITTEN = "profdsl: the last profiled step's traces are still being written; they go on in the background"
 #: Every job kind the writer may be given up on at exit.
 _ALL = frozenset({"export", "record", "log", "move", "hook"})
 
@@ -76,46 +73,6 @@ class Process:
         # process state: on the other side it is that process's own, not a copy.
         return (_this_process, ())
 
-    def wait_for(self, until: object | None, due: DueHook | None, *, hook: bool, closing: bool = False) -> None:
-        """Wait until the writer is through what the caller needs: with ``hook``, the jobs up to
-        ``until`` and then the hook ``due``; at ``closing``, the jobs up to ``until`` and every
-        hook not finished, whoever made it due; otherwise (the last profiled step, no hook to
-        wait for) until the jobs up to ``until`` settle (a trace: once torch's events are on
-        disk), the rest of each trace going on in the background. The traces are waited for up
-        to their ``export_timeout_s``; when a hook is due and they run out of time, they are
-        given up (recorded ``incomplete``), so that the hook runs now, bounded by its
-        ``timeout_s``. An interrupt while waiting stops the hooks (their commands killed,
-        recorded ``interrupted``) and goes on."""
-        writer = self.writer
-        try:
-            if closing:
-                for job in self.rounds.unfinished():
-                    if due is None or job is not due.job:
-                        job.wait(timeout=writer.budget(job.ticket))  # type: ignore[arg-type]
-            waits_hook = due is not None and hook
-            if not closing and not waits_hook:  # the last profiled step, no hook to wait for
-                if until is not None and not writer.wait_settled(until, timeout=writer.budget(until)):  # type: ignore[arg-type]
-                    logger.warning(_STILL_WRITTEN)
-                return
-            if not waits_hook and until is None:
-                return
-            if not writer.wait_kind("export", timeout=writer.budget_of("export")):
-                if not waits_hook:
-                    logger.warning(_STILL_WRITTEN)
-                    return
-                writer.give_up()
-                logger.error(
-                    "profdsl: traces still being written when the finish hook was due "
-                    "were given up (recorded incomplete); the hook runs now"
-                )
-            if due is not None and hook:
-                due.job.wait(timeout=writer.budget(due.ticket))  # type: ignore[arg-type]
-            else:
-                writer.wait(until, timeout=writer.budget(until))  # type: ignore[arg-type]
-        except BaseException as exc:
-            stop_hooks(self.rounds.unfinished(), writer, f"{type(exc).__name__} while waiting for the finish hook")
-            raise
-
     def exit(self) -> None:
         """At interpreter exit, in order: close every profiler not yet closed (their hooks run);
         record the session that cannot be ended here (its owner thread never came back); let
@@ -136,7 +93,7 @@ class Process:
                 self.slot.abandon("the process exited")
             except Exception as exc:
                 logger.error("profdsl: stopping the last session at exit failed: %s", exc)
-            if not writer.wait_kind("export", timeout=writer.budget_of("export")):
+            if not writer.wait_exports():
                 writer.give_up()
             for job in self.rounds.unfinished():
                 if not job.wait(timeout=writer.budget(job.ticket)):  # type: ignore[arg-type]

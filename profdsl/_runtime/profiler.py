@@ -14,6 +14,7 @@ docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
@@ -23,7 +24,6 @@ from profdsl._runtime.plan import resolve
 from profdsl._runtime.process import PROCESS, Process
 from profdsl._runtime.recorder import NullRecorder, Recorder
 from profdsl.config import ProfilerConfig
-from profdsl.core._log import logger
 
 if TYPE_CHECKING:
     from profdsl._runtime.step import StepContext
@@ -201,14 +201,8 @@ def _supersede(profiler: Profiler) -> None:
             and other.plan.member
             and rounds.key(other.plan.save_path) == key
         ):
-            logger.info(
-                "[profdsl rank %s] %s: a new Profiler for this role and save_path closes an earlier one",
-                profiler.rank,
-                profiler.role,
-            )
+            profiler.plan.say(logging.INFO, "a new Profiler for this role and save_path closes an earlier one")
             try:
                 other.close()
             except Exception as exc:  # never raised into the new profiler's construction
-                logger.error(
-                    "[profdsl rank %s] %s: closing the earlier Profiler failed: %r", profiler.rank, profiler.role, exc
-                )
+                profiler.plan.say(logging.ERROR, "closing the earlier Profiler failed: %r", exc)

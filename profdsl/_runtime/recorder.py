@@ -153,7 +153,7 @@ class Recorder:
             if scheduled:  # its mini-batches must not drive (or mislabel) another stage's windows
                 return opaque()
         elif session is not None:
-            session.book.declare(name, kind)
+            session.book.note(name, kind=kind)
             batches = Batches(session.schedule, session=session)
             finish = functools.partial(self._stage_ended, session, batches, name)
             return OwningHandle(self._annotator, name, color, self, batches=batches, finish=finish)
@@ -183,7 +183,7 @@ class Recorder:
             self._report.note(base, mini_batch=True)
             return Handle(annotator, name, None, self)
         if session.kind == "stage":
-            session.note(base, mini_batch=True)
+            session.book.note(base, mini_batch=True)
             if batches.schedule is None:  # its end is counted by the stage's trace-size budget
                 return OwningHandle(annotator, name, None, self, finish=session.recording.batch_recorded)
             return OwningHandle(
@@ -192,7 +192,7 @@ class Recorder:
         session.recording.mini_batch_began(recorded)
         self._report.stepped(context)
         if recorded:
-            session.note(base, mini_batch=True)
+            session.book.note(base, mini_batch=True)
         schedule = batches.schedule if session.capture is not None and session.capture.pausable else None
         finish = functools.partial(session.recording.mini_batch_ended, self.role, self.step, schedule, index, recorded)
         # A left-out mini-batch opens no region: the trace holds exactly the windows it lists.

@@ -13,14 +13,13 @@ import logging
 
 import attrs
 
-from profdsl._capture import make_annotator, make_backend
+from profdsl._capture.factory import make_annotator, make_backend
 from profdsl._runtime.plan import RolePlan
 from profdsl._runtime.recorder import NULL_RECORDER, NullRecorder, Recorder
 from profdsl._runtime.slot.claims import Claim
 from profdsl._runtime.slot.owner import comes_back
 from profdsl._runtime.slot.slot import CaptureSlot
 from profdsl.collect._export import TraceLabel
-from profdsl.core._log import once
 from profdsl.records.requests import CaptureNote
 
 __all__ = ["RoleCapture"]
@@ -62,14 +61,11 @@ class RoleCapture:
         assert backend is not None
         wanted = backend.tool == "torch" and (backend.all_threads or self.every_thread or not comes_back())
         if wanted and not backend.every_thread_possible:
-            once(
-                "every-thread-impossible",
+            self.plan.say(
                 logging.WARNING,
-                "[profdsl rank %s] %s: the step's work may run on other threads, but this torch "
-                "cannot capture every thread (torch >= 2.7 can): its sessions record the thread "
-                "that starts them",
-                self.plan.rank,
-                self.plan.role,
+                "the step's work may run on other threads, but this torch cannot capture every "
+                "thread (torch >= 2.7 can): its sessions record the thread that starts them",
+                key="every-thread-impossible",
             )
             wanted = False
         return Claim(self.label(step, note), backend, every_thread=wanted)

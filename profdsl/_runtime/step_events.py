@@ -22,11 +22,12 @@ from profdsl._runtime.plan import RolePlan
 from profdsl._runtime.role_capture import RoleCapture
 from profdsl._runtime.slot.claims import Claim
 from profdsl._runtime.slot.slot import CaptureSlot
+from profdsl._runtime.writer.hook import stop_hooks
 from profdsl._runtime.writer.jobs import MoveJob
 from profdsl._runtime.writer.rounds import DueHook, HookRounds
 from profdsl._runtime.writer.writer import Writer
 from profdsl.collect import _relocate as relocate
-from profdsl.core._log import once
+from profdsl.core._log import logger, once
 from profdsl.core.step_plan import Event, StepTracker
 from profdsl.metrics._timings import StepTimings
 from profdsl.records.requests import CaptureNote
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NsysReports", "Outstanding", "StepEvents"]
 
+#: Said when a wait for the last profiled step's traces runs out.
+_STILL_WRITTEN = "profdsl: the last profiled step's traces are still being written; they go on in the background"
 #: At each stop, how long the move of nsys reports waits for them; at the last profiled step
 #: (before the hook), how long it waits for nsys to finish converting and writing them: nsys
 #: writes a report after its range ends, so a report moved at once would be missed or partial
@@ -55,12 +58,45 @@ class Outstanding:
     due: DueHook | None = None
 
     def wait(self, process: Process, *, closing: bool) -> None:
-        """Wait, bounded, for the artifacts, then the hook made due; with no hook to wait for
-        (none, or one in the background), only until the artifacts settle (their events on
-        disk), ``close()`` waiting for the rest (docs/architecture.md, "What a caller waits for")."""
-        due = self.due
+        """Wait, bounded, until the writer is through what the caller needs: the jobs up to
+        ``until``, then the hook made due when the caller waits for it (not one in the
+        background, but at ``closing``); at ``closing`` also every hook not finished, whoever
+        made it due; otherwise (the last profiled step, no hook to wait for) until the jobs up
+        to ``until`` settle (a trace: once torch's events are on disk), the rest of each trace
+        going on in the background, ``close()`` waiting for it. The traces are waited for up
+        to their ``export_timeout_s``; when a hook is due and they run out of time, they are
+        given up (recorded ``incomplete``), so that the hook runs now, bounded by its
+        ``timeout_s``. An interrupt while waiting stops the hooks (their commands killed,
+        recorded ``interrupted``) and goes on (docs/architecture.md, "What a caller waits for")."""
+        until, due, writer, rounds = self.until, self.due, process.writer, process.rounds
         hook = due is not None and (closing or not due.job.background)
-        process.wait_for(self.until, due, hook=hook, closing=closing)
+        try:
+            if closing:
+                for job in rounds.unfinished():
+                    if due is None or job is not due.job:
+                        job.wait(timeout=writer.budget(job.ticket))  # type: ignore[arg-type]
+            if not closing and not hook:  # the last profiled step, no hook to wait for
+                if until is not None and not writer.wait_settled(until, timeout=writer.budget(until)):  # type: ignore[arg-type]
+                    logger.warning(_STILL_WRITTEN)
+                return
+            if not hook and until is None:
+                return
+            if not writer.wait_exports():
+                if not hook:
+                    logger.warning(_STILL_WRITTEN)
+                    return
+                writer.give_up()
+                logger.error(
+                    "profdsl: traces still being written when the finish hook was due "
+                    "were given up (recorded incomplete); the hook runs now"
+                )
+            if due is not None and hook:
+                due.job.wait(timeout=writer.budget(due.ticket))  # type: ignore[arg-type]
+            else:
+                writer.wait(until, timeout=writer.budget(until))  # type: ignore[arg-type]
+        except BaseException as exc:
+            stop_hooks(rounds.unfinished(), writer, f"{type(exc).__name__} while waiting for the finish hook")
+            raise
 
 
 class StepEvents:
@@ -85,17 +121,13 @@ class StepEvents:
         self._hook_owed = False  # the hook event was interrupted before it was carried out
         self._arrived = not plan.member  # a step clock never holds up another role's hook
         self._step: int | None = None  # the step begun last
-        self.nsys = NsysReports(plan, writer)
+        self.nsys = NsysReports(plan, capture, writer)
         if plan.member:
             rounds.join(plan.save_path, self)
         self.demand = DemandSteps(Demand(plan, rounds=rounds, member=self, inbox=inbox), plan, capture, rounds=rounds)
         auto = plan.demand.auto
         self.auto = SlowStepRequests(plan, auto, inbox) if auto is not None and plan.member else None
         self.tracker = StepTracker(plan.steps)
-
-    @property
-    def _continuous(self) -> bool:
-        return self._capture.selected and not self._plan.capture.discrete
 
     @property
     def note(self) -> CaptureNote | None:
@@ -141,7 +173,7 @@ class StepEvents:
             events.append(Event.HOOK)
         outstanding = self._apply(events, None)
         self._slot.flush()
-        self._move_nsys(final=True)
+        self.nsys.move(final=True)
         self.demand.finish()
         due = self._arrive(hook=False) or (outstanding.due if outstanding is not None else None)
         return Outstanding(self._writer.tail(), due)
@@ -166,15 +198,15 @@ class StepEvents:
         return outstanding
 
     def _carry_out(self, event: Event, step: int | None) -> Outstanding | None:
-        if event is Event.OPEN and self._continuous and step is not None:
+        if event is Event.OPEN and self._capture.selected and not self._plan.capture.discrete and step is not None:
             self.claim = self._capture.claim(step, self.note)
             self._slot.claim(self.claim)
         elif event is Event.CLOSE and self.claim is not None:
             claim, self.claim = self.claim, None
             self._slot.release(claim)
-            self._move_nsys(final=False)
+            self.nsys.move(final=False)
         elif event is Event.HOOK:  # every artifact first (the last nsys reports), then the hook
-            self._move_nsys(final=True)
+            self.nsys.move(final=True)
             until = self._writer.tail()
             return Outstanding(until, self._arrive(hook=True))
         return None
@@ -186,26 +218,23 @@ class StepEvents:
         self._arrived = True
         return self._rounds.arrive(self._plan.save_path, self, self._plan.hook if hook else None, self.profiled_steps)
 
-    def _move_nsys(self, *, final: bool) -> None:
-        if self._capture.selected:
-            self.nsys.move(final=final)
-
 
 class NsysReports:
     """One role's nsys reports, moved into its save_path by the writer after each capture (nsys
     writes them in its own folder, after its range ends)."""
 
-    def __init__(self, plan: RolePlan, writer: Writer) -> None:
-        self._plan, self._writer = plan, writer
+    def __init__(self, plan: RolePlan, capture: RoleCapture, writer: Writer) -> None:
+        self._plan, self._capture, self._writer = plan, capture, writer
         self._waited = False  # a final pass waited for conversions already
 
     def move(self, *, final: bool) -> None:
-        """After a capture: have the writer move this process's finished nsys reports in. A
-        final pass (the last profiled step, and close) waits for reports still converting and
-        records those it gave up on (once: an unchanged report recorded so is not waited for
-        again); a later pass still moves a late one in (its record then supersedes the loss)."""
+        """After a capture (of a role that captures with nsys here and relocates its reports):
+        have the writer move this process's finished nsys reports in. A final pass (the last
+        profiled step, and close) waits for reports still converting and records those it gave
+        up on (once: an unchanged report recorded so is not waited for again); a later pass
+        still moves a late one in (its record then supersedes the loss)."""
         plan, config = self._plan, self._plan.capture
-        if not (config.tool == "nsys" and config.relocate_results):
+        if not (self._capture.selected and config.tool == "nsys" and config.relocate_results):
             return
         record_incomplete = final
         wait_s = NSYS_FINAL_WAIT_S if final and not self._waited else 0.0  # once: at the first final pass

@@ -73,14 +73,12 @@ class StepReport:
         claim = self._claim
         if claim is None:  # a stage nested in a discrete stage's own capture
             if current is not None:
-                current.stages.add(name)
-                current.book.declare(name, kind)
+                current.book.note(name, kind=kind)
             return
         if current is None:
             current = self._slot.step_session(claim)  # a step that waited for its thread
         if current is not None and current.kind == "step" and self.role in current.roles:
-            current.stages.add(name)
-            current.book.declare(name, kind)
+            current.book.note(name, kind=kind)
             if not current.owned_here():
                 current.traces.missed = True  # its trace may hold nothing: this record says why
                 self.missed(name, None)
@@ -175,5 +173,4 @@ class StepReport:
     def note(self, name: str, *, mini_batch: bool, kind: str | None = None) -> None:
         current = self._slot.current
         if current is not None:
-            current.note(name, mini_batch=mini_batch)
-            current.book.declare(name, kind)
+            current.book.note(name, mini_batch=mini_batch, kind=kind)

@@ -56,10 +56,10 @@ class StepClaims:
         self.pieces, self.name = 0, None
         return True
 
-    def live(self, claim: Claim) -> bool:
-        """Whether ``claim`` holds the slot, its thread has not ended and its capture was not
-        refused."""
-        return claim in self.claims and claim not in self.ended and claim not in self.refused
+    def live(self) -> list[Claim]:
+        """The claims that can still record: their thread has not ended and their capture was
+        not refused."""
+        return [c for c in self.claims if c not in self.ended and c not in self.refused]
 
     def refuse(self) -> None:
         """The step session of the live claims could not start: they record nothing more (their
@@ -72,7 +72,7 @@ class StepClaims:
 
     def every_thread(self) -> bool:
         """Whether a live claim needs a capture of every thread."""
-        return any(c.every_thread for c in self.claims if c not in self.ended and c not in self.refused)
+        return any(c.every_thread for c in self.live())
 
     def cut(self, session: Session) -> None:
         """``session`` (the step session) is cut by a stage: it is written as the next part."""
@@ -81,7 +81,7 @@ class StepClaims:
 
     def next_session(self) -> Session | None:
         """The step session to open for the live claims (not started), or None."""
-        live = [c for c in self.claims if c not in self.ended and c not in self.refused]
+        live = self.live()
         if not live:
             return None
         if self.name is None:

@@ -62,7 +62,14 @@ class OpenSession:
         if not session.owned_here():
             if not session.stop_wanted:
                 session.stop_wanted = True
-                _say_left_to_owner(session)
+                once(
+                    f"torch-thread:stop:{session.label.rank}",
+                    logging.ERROR,
+                    "[profdsl rank %s] the profiler session was started on another thread; it cannot be "
+                    "stopped from this one (torch crashes otherwise): it stops at the next call from its "
+                    "own thread, or when that thread ends",
+                    session.label.rank,
+                )
             return False
         if self.current is session:
             self.current = None
@@ -102,7 +109,7 @@ class OpenSession:
         if current is not None and current.owned_here():
             current.stop()
         elif current is not None:
-            current.dropped = current.stop_wanted = True
+            current.traces.dropped = current.stop_wanted = True
             self.dropped.append(current)
         self.flush()
 
@@ -126,14 +133,3 @@ class OpenSession:
     def _release(self, session: Session) -> None:
         for save_path in session.save_paths:
             self._rounds.release(save_path, session, tag=session.label.request)
-
-
-def _say_left_to_owner(session: Session) -> None:
-    once(
-        f"torch-thread:stop:{session.label.rank}",
-        logging.ERROR,
-        "[profdsl rank %s] the profiler session was started on another thread; it cannot be "
-        "stopped from this one (torch crashes otherwise): it stops at the next call from its "
-        "own thread, or when that thread ends",
-        session.label.rank,
-    )

@@ -51,15 +51,12 @@ class Recording:
     def mini_batch_ended(
         self, role: str, step: int | None, schedule: Schedule | None, index: int, recorded: bool
     ) -> None:
-        """A mini-batch of a continuous role ended."""
-        if recorded:
-            self._open_recorded -= 1
-            if self.budget.cut is None:  # after a cut, the mini-batches are not in the trace
-                self.book.recorded(role, step, schedule, index)
-                self.budget.recorded(pausable=self._can_pause())
-        else:
-            self._muted -= 1
-        self._apply_collecting()
+        """A mini-batch of a continuous role ended: a recorded one is counted (its window, the
+        budget) until a cut; then it ends as in :meth:`mini_batch_withdrawn`."""
+        if recorded and self.budget.cut is None:  # after a cut, the mini-batches are not in the trace
+            self.book.recorded(role, step, schedule, index)
+            self.budget.recorded(pausable=self._can_pause())
+        self.mini_batch_withdrawn(recorded)
 
     def batch_recorded(self) -> None:
         """A mini-batch of an unscheduled stage session ended (on its owner thread): the budget

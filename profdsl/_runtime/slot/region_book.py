@@ -24,13 +24,11 @@ class RegionBook:
         self._continued: dict[int | None, dict[str, int]] = {}  # per schedule cycle
         self._continued_at: dict[int | None, dict[tuple[str, ...], int]] = {}
 
-    def note(self, name: str, *, mini_batch: bool) -> None:
-        """A region opened while the session recorded (a stage, or a mini-batch base name)."""
+    def note(self, name: str, *, mini_batch: bool = False, kind: str | None = None) -> None:
+        """A region opened while the session recorded (a stage, or a mini-batch base name),
+        with the kind of work it declared (``profile_stage(kind=...)``, ``rollout_window``;
+        None: none). The first declaration of a label stands."""
         (self.bases if mini_batch else self.stages).add(name)
-
-    def declare(self, name: str, kind: str | None) -> None:
-        """Region ``name`` declared its kind of work (``profile_stage(kind=...)``,
-        ``rollout_window``); None: it declared none. The first declaration of a label stands."""
         if kind is not None:
             self.kinds.setdefault(name, kind)
 

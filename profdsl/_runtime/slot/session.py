@@ -58,7 +58,6 @@ class Session:
         self.returns = True  # its owner keeps coming back to profdsl (see slot.owner.comes_back)
         self.cut_short: str | None = None  # why it was stopped before its stage ended, if it was
         self.book = RegionBook(label.stage, schedule)
-        self.stages = self.book.stages  # the stage names seen (the recorder adds nested ones)
         self.budget = Budget(label, backend)
         self.recording = Recording(kind, schedule, self.book, self.budget, lambda: self.capture)
         self.traces = Traces(kind, self.book, writer, self.budget, self.recording)
@@ -81,7 +80,7 @@ class Session:
                     every_thread=every_thread,
                 )
         except CaptureRefusedError as exc:
-            self.dropped = True
+            self.traces.dropped = True
             self._record_loss("failed", str(exc))
             return False
         scheduled = self.kind == "stage" and self.schedule is not None
@@ -138,11 +137,7 @@ class Session:
         self.writer.submit(RecordJob(label.save_path, label.loss("skipped", where)))
         return True
 
-    # -- what the DSL tells it (and its .recording) -----------------------------------------
-    def note(self, name: str, *, mini_batch: bool) -> None:
-        """A region opened while this session recorded (a stage, or a mini-batch base name)."""
-        self.book.note(name, mini_batch=mini_batch)
-
+    # -- what the DSL tells it (and its .book, its .recording) ------------------------------
     def advance(self, index: int) -> None:
         """A scheduled stage's mini-batch ``index`` ended (on the owner thread): step the
         capture's schedule."""
@@ -165,19 +160,10 @@ class Session:
         """Hand the ready traces to the writer (:meth:`~profdsl._runtime.slot.traces.Traces.hand_over`)."""
         self.traces.hand_over(self.label, self.cut_short)
 
-    @property
-    def dropped(self) -> bool:
-        """Its loss is recorded: what it still ends is not written."""
-        return self.traces.dropped
-
-    @dropped.setter
-    def dropped(self, value: bool) -> None:
-        self.traces.dropped = value
-
     def lost(self, reason: str) -> None:
         """The session cannot be ended here: record that its trace is lost, and why; what its
         owner still ends later is not written."""
-        self.dropped = True
+        self.traces.dropped = True
         self._record_loss("failed", f"lost: {reason}")
 
     def _record_loss(self, status: str, reason: str) -> None:

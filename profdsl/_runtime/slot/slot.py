@@ -101,12 +101,12 @@ class CaptureSlot:
         """The step session ``claim`` records into right now, if any (starting it, on its own
         thread, when it waited for another thread's stage to end)."""
         current = self.current
-        if current is None and self.claims.live(claim):
+        if current is None and claim in self.claims.live():
             with self._lock:
                 if self.current is None:
                     self._resume()
                 current = self.current
-        if current is not None and current.kind == "step" and not current.stop_wanted and self.claims.live(claim):
+        if current is not None and current.kind == "step" and not current.stop_wanted and claim in self.claims.live():
             return current
         return None
 

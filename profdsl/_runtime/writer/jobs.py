@@ -91,47 +91,41 @@ class ExportJob:
 
 
 class RecordJob:
-    """Append one manifest record."""
+    """Append one manifest record (``data``) to ``path``'s manifest."""
 
     kind = "record"
     budget_s = RECORD_BUDGET_S
+    what = "a manifest record"
 
-    def __init__(self, save_path: str, record: Record | Mapping[str, Any]) -> None:
-        self.save_path, self.record = save_path, record
-
-    def run(self, guard: CommitGuard) -> None:
-        guard.commit(lambda: append_record(self.save_path, self.record))
-
-    def revoke(self, guard: CommitGuard) -> None:
-        """A record whose write hung (a disk that stops answering) cannot be written either."""
-        once(
-            "record-given-up",
-            logging.ERROR,
-            "profdsl: a manifest record of %s could not be written before the process exited",
-            self.save_path,
-        )
-
-
-class LineJob:
-    """Append one line of the metrics log (:mod:`profdsl._runtime.metrics_log`)."""
-
-    kind = "log"
-    budget_s = RECORD_BUDGET_S
-
-    def __init__(self, path: str, data: bytes) -> None:
+    def __init__(self, path: str, data: Record | Mapping[str, Any]) -> None:
         self.path, self.data = path, data
 
     def run(self, guard: CommitGuard) -> None:
-        guard.commit(lambda: append_line(self.path, self.data))
+        guard.commit(lambda: append_record(self.path, self.data))
 
     def revoke(self, guard: CommitGuard) -> None:
-        """A line whose write hung (a disk that stops answering) is not written."""
+        """What a write that hung (a disk that stops answering) was to append is not written."""
         once(
-            "log-given-up",
+            f"{self.kind}-given-up",
             logging.ERROR,
-            "profdsl: a metrics log line of %s could not be written before the process exited",
+            "profdsl: %s of %s could not be written before the process exited",
+            self.what,
             self.path,
         )
+
+
+class LineJob(RecordJob):
+    """Append one line of the metrics log (:mod:`profdsl._runtime.metrics_log`): ``data``, to
+    the file ``path``."""
+
+    kind = "log"
+    what = "a metrics log line"
+
+    def __init__(self, path: str, data: bytes) -> None:
+        self.path, self.line = path, data
+
+    def run(self, guard: CommitGuard) -> None:
+        guard.commit(lambda: append_line(self.path, self.line))
 
 
 #: ``plan()``: what to move, decided when the job runs (after the files' writers are done).

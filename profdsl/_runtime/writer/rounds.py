@@ -128,7 +128,7 @@ class HookRounds:
             return None
         current.submitted = True
         job = HookJob(current.plans, sorted(current.steps), self._writer, note=current.note)
-        self.jobs = [j for j in self.jobs if not j.finished.is_set()] + [job]
+        self.jobs = [*self.unfinished(), job]
         job.ticket = self._writer.submit(job)
         return DueHook(job, job.ticket)
 

@@ -11,21 +11,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 __all__ = ["Waits"]
 
 #: The longest a wait goes without looking for a signal delivered to another thread.
 _SLICE_S = 0.2
-
-
-class Settling(Protocol):
-    """A job's ticket, as far as its waits go: when it began running, when it settled (None:
-    not yet) and the seconds waited for it until then."""
-
-    started: float
-    settled: float | None
-    waited_before: float
 
 
 class Waits:
@@ -74,11 +64,3 @@ class Waits:
                 return 0.0
             since = max(min(self._waiters.values()), started)
         return max(0.0, time.perf_counter() - since)
-
-    def settle(self, ticket: Settling) -> None:
-        """``ticket``'s job settled (:meth:`CommitGuard.settle
-        <profdsl._runtime.writer.writer.CommitGuard.settle>`): the time waited for it so far is
-        kept as its own, and the callers waiting look again."""
-        with self._cond:
-            ticket.waited_before, ticket.settled = self.waited(ticket.started), time.perf_counter()
-            self._cond.notify_all()

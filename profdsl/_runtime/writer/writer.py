@@ -133,8 +133,12 @@ class CommitGuard:
 
     def settle(self) -> None:
         """What only this process can do for the job is done (an export: torch's events are on
-        disk): a caller waiting for that (:meth:`Writer.wait_settled`) goes on."""
-        self._writer.waits.settle(self.ticket)
+        disk): a caller waiting for that (:meth:`Writer.wait_settled`) goes on, and the time
+        waited for it so far is kept as its own."""
+        writer, ticket = self._writer, self.ticket
+        with writer._cond:
+            ticket.waited_before, ticket.settled = writer.waits.waited(ticket.started), time.perf_counter()
+            writer._cond.notify_all()
 
     def commit(self, action: Callable[[], T]) -> T | None:
         """Run ``action`` (a rename, a record) unless the job was revoked; None when revoked."""
@@ -223,10 +227,6 @@ class Writer:
                 longest[ticket.job.kind] = max(longest.get(ticket.job.kind, 0.0), ticket.job.budget_s)
             return sum(longest.values())
 
-    def budget_of(self, kind: str) -> float:
-        """The longest ``budget_s`` of the jobs of ``kind`` queued or running."""
-        return max((job.budget_s for job in self.jobs(kind)), default=0.0)
-
     # -- waiting ------------------------------------------------------------------------------
     def wait(self, ticket: _Ticket | None = None, *, timeout: float) -> bool:
         """Wait until ``ticket``'s job is done (None: every job submitted so far), at most
@@ -235,9 +235,11 @@ class Writer:
         target = self.tail() if ticket is None else ticket
         return target is None or self.waits.until(target.done.is_set, timeout)
 
-    def wait_kind(self, kind: str, *, timeout: float) -> bool:
-        """Wait until no job of ``kind`` is queued or running, at most ``timeout`` seconds."""
-        return self.waits.until(lambda: self.in_flight(kind) == 0, timeout)
+    def wait_exports(self) -> bool:
+        """Wait until no export is queued or running, at most the longest ``budget_s`` of those
+        (the exports share one wait); False when the wait ran out."""
+        timeout = max((job.budget_s for job in self.jobs("export")), default=0.0)
+        return self.waits.until(lambda: self.in_flight("export") == 0, timeout)
 
     def wait_settled(self, ticket: _Ticket, *, timeout: float) -> bool:
         """Wait until every job up to ``ticket``'s has settled (an export once torch's events are
