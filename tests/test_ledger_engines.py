@@ -127,8 +127,11 @@ def test_traced_overhead_is_the_blocked_ms_plus_the_engines_waits(tmp_path: Path
     assert engines_s >= 2 * SLEEP_S
     ledger = load_ledger(str(tmp_path), found)
     [traced] = [r for r in ledger.ranks if r.role == "actor" and r.step == 1]
-    assert traced.ledger is not None and traced.ledger.overhead_unplaced == 0
-    overhead = traced.ledger.buckets["overhead"]
+    assert traced.ledger is not None
+    # The recorded overhead is placed in the step's time no stage covers and capped there; on a
+    # loaded machine part of a wait can overlap a stage's time in the trace (the excess is
+    # `overhead_unplaced`, which the ledger view names), so the sum of the two is what is pinned.
+    overhead = traced.ledger.buckets["overhead"] + traced.ledger.overhead_unplaced
     assert overhead == round(step_cost.blocked_ms * 1e6) + round(engines_s * 1e9)
     assert overhead > round(step_cost.blocked_ms * 1e6)  # the ledger's is the larger figure
     # what each counts, where each is printed
