@@ -141,7 +141,6 @@ class _Trees:
 
     def __init__(self) -> None:
         self.acc: dict[Key, dict[tuple[str, ...], _Acc]] = defaultdict(dict)
-        self.spans: list[tuple[Artifact, list[Span]]] = []
         self.regions: list[tuple[Artifact, list[Span]]] = []
         self.parallel: dict[Key, dict[str, int]] = {}
         self.placed: list[tuple[Artifact, tuple[str, ...], Piece]] = []
@@ -153,15 +152,13 @@ class _Trees:
             self.parallel.setdefault(key, {}).update(artifact.parallel)
         base_us = scan.base_ns / 1000
         pieces, root = _rooted(artifact, scan)
-        outer: list[Span] = []
         every: list[Span] = []
         root_path: tuple[str, ...] = ()
         if root is not None and scan.span is not None:
             start, end = scan.span
             root_path = (root,)
             tree.setdefault(root_path, _Acc()).add(end - start, base_us + start)
-            outer.append(Span(root, base_us + start, base_us + end))
-            every.append(outer[-1])
+            every.append(Span(root, base_us + start, base_us + end))
         used: dict[tuple[str, ...], int] = defaultdict(int)
         stacks: dict[str, list[tuple[float, tuple[str, ...], float]]] = defaultdict(list)
         for piece in sorted(pieces, key=lambda p: (p.tid, p.ts, -p.dur)):
@@ -179,11 +176,8 @@ class _Trees:
             if parent:
                 tree[parent].self_us -= piece.dur
             every.append(Span("/".join(path), base_us + piece.ts, base_us + piece.ts + piece.dur, len(path) - 1))
-            if not stack and root is None:
-                outer.append(Span(piece.label, base_us + piece.ts, base_us + piece.ts + piece.dur))
             stack.append((piece.ts + piece.dur, path, piece.dur))
         self._discount(tree, used, scan)
-        self.spans.append((artifact, outer))
         self.regions.append((artifact, every))
 
     @staticmethod
@@ -223,7 +217,7 @@ class StageModel:
         trees = _Trees()
         for artifact, scan in scans:
             trees.add(artifact, scan)
-        self._acc, self._spans, self._regions = trees.acc, trees.spans, trees.regions
+        self._acc, self._regions = trees.acc, trees.regions
         self._parallel, self._placed = trees.parallel, trees.placed
         self.nodes: list[StageNode] = _nodes(self._acc)
 
@@ -301,8 +295,8 @@ class StageModel:
         return _tree_order(result)
 
     def spans(self) -> list[tuple[Artifact, list[Span]]]:
-        """The outermost regions of every trace, per artifact (the timeline)."""
-        return list(self._spans)
+        """The outermost regions of every trace, per artifact (the timeline): :meth:`regions` 1 deep."""
+        return self.regions(1)
 
     def regions(self, depth: int) -> list[tuple[Artifact, list[Span]]]:
         """Every region of every trace less than ``depth`` deep (1: the outermost, as
