@@ -9,12 +9,18 @@ from collections.abc import Iterable, Sequence
 
 from profdsl.core._log import COUNTED_IN_FULL, printable
 
-__all__ = ["drawn", "fail", "printable", "skipped", "table"]
+__all__ = ["drawn", "fail", "printable", "say", "skipped", "table"]
 
 
-def fail(message: str, code: int = 2) -> int:
-    """Print ``profdsl: message`` to stderr and return ``code``."""
-    print(f"profdsl: {printable(message)}", file=sys.stderr)
+def say(message: str, command: str = "") -> None:
+    """Print ``profdsl: message`` (``profdsl COMMAND: message`` with a ``command``) to stderr,
+    control characters escaped."""
+    print(printable(f"profdsl {command}: {message}" if command else f"profdsl: {message}"), file=sys.stderr)
+
+
+def fail(message: str, code: int = 2, command: str = "") -> int:
+    """:func:`say` ``message`` and return ``code``."""
+    say(message, command)
     return code
 
 
@@ -36,10 +42,10 @@ def skipped(command: str, reasons: Iterable[str], *, most: int | None = COUNTED_
     count = 0
     for reason in reasons:
         if most is None or count < most:
-            print(f"profdsl {command}: skipped {_bounded(reason)}", file=sys.stderr)
+            say(f"skipped {_bounded(reason)}", command)
         count += 1
     if most is not None and count > most:
-        print(f"profdsl {command}: skipped {count - most} more (not named)", file=sys.stderr)
+        say(f"skipped {count - most} more (not named)", command)
     return 1 if count else 0
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from profdsl._cli.common import fail, printable, skipped, table
+from profdsl._cli.common import fail, printable, say, skipped, table
 from profdsl.analysis._catalog import FolderError
 from profdsl.analysis._diff import Comparison, Row, describe_noise, load_samples, top
 from profdsl.analysis._outputs import OutputError, check_output
@@ -184,5 +184,5 @@ def run(args: argparse.Namespace) -> int:
             plot(comparison, args.plot, args.top)
         except ImportError:
             return fail("diff: --plot needs matplotlib: pip install profdsl[plot]")
-        print(f"profdsl diff: plot written to {args.plot}", file=sys.stderr)
+        say(f"plot written to {args.plot}", "diff")
     return code

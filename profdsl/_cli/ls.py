@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from profdsl._cli.common import fail, printable, skipped, table
+from profdsl._cli.common import fail, say, skipped, table
 from profdsl.analysis._catalog import Artifact, FolderError, catalog
 from profdsl.records.fields import SCHEMA_VERSION, VERSION_KEY, to_json
 from profdsl.records.manifest import RECORD_CLASSES
@@ -59,12 +58,10 @@ def run(args: argparse.Namespace) -> int:
     print(table(headers, cells))
     unknown = unknown_fields(rows)
     if unknown:
-        print(
-            printable(
-                f"profdsl ls: note: records carry fields this profdsl (schema {SCHEMA_VERSION}) does "
-                f"not know, kept as written (ls --json shows them): {unknown}"
-            ),
-            file=sys.stderr,
+        say(
+            f"note: records carry fields this profdsl (schema {SCHEMA_VERSION}) does not know, kept as "
+            f"written (ls --json shows them): {unknown}",
+            "ls",
         )
     return code
 

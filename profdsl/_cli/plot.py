@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from profdsl._cli.common import drawn, printable, skipped
+from profdsl._cli.common import drawn, fail, say, skipped
 from profdsl.analysis._catalog import Catalog, FolderError, catalog
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import Span, StageModel
@@ -119,21 +118,18 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.output, args.folder)
         found = _catalog(args)
     except (FolderError, OutputError) as exc:
-        print(printable(f"profdsl plot: {exc}"), file=sys.stderr)
-        return 2
+        return fail(str(exc), command="plot")
     try:
         _matplotlib()
     except ImportError:
-        print(f"profdsl plot: {_INSTALL_HINT}", file=sys.stderr)
-        return 2
+        return fail(_INSTALL_HINT, command="plot")
     if args.ledger:
         return _ledger(args, found)
     failures = list(found.problems)
     model = load_model(args.folder, found.artifacts, failures)
     failed = skipped("plot", failures)
     if not model.nodes:
-        print(f"profdsl plot: {args.folder}: no stage time found in any readable trace", file=sys.stderr)
-        return 1
+        return fail(f"{args.folder}: no stage time found in any readable trace", 1, "plot")
     figure = build_figure(model, args)
     return _save(figure, args) or failed
 
@@ -154,21 +150,16 @@ def _ledger(args: argparse.Namespace, found: Catalog) -> int:
     from profdsl.analysis._ledger import load_ledger
 
     if args.timeline:
-        print("profdsl plot: --ledger draws bars; it does not take --timeline", file=sys.stderr)
-        return 2
+        return fail("--ledger draws bars; it does not take --timeline", command="plot")
     failures = list(found.problems)
     ledger = load_ledger(args.folder, found.artifacts, failures)
     failed = skipped("plot", failures)
     figure = ledger_figure(ledger, drawn(Path(args.folder).resolve().name))
     if figure is None:
-        print(
-            f"profdsl plot: {args.folder}: no step has a ledger (no trace splits one, no metrics log has one)",
-            file=sys.stderr,
-        )
-        return 1
+        return fail(f"{args.folder}: no step has a ledger (no trace splits one, no metrics log has one)", 1, "plot")
     note = unknown_note(ledger)
     if note is not None:
-        print(printable(f"profdsl plot: {note}"), file=sys.stderr)
+        say(note, "plot")
     return _save(figure, args) or failed
 
 
@@ -178,8 +169,7 @@ def _save(figure: Figure, args: argparse.Namespace) -> int:
         figure.savefig(args.output, dpi=args.dpi, bbox_inches="tight")
     except (OSError, ValueError) as exc:
         reason = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
-        print(printable(f"profdsl plot: cannot write {args.output}: {reason}"), file=sys.stderr)
-        return 2
+        return fail(f"cannot write {args.output}: {reason}", command="plot")
     print(args.output)
     return 0
 
