@@ -32,9 +32,9 @@ from profdsl.analysis._catalog import Artifact, catalog, json_traces, trace_head
 from profdsl.analysis._model import StageModel
 from profdsl.analysis._outputs import check_output
 from profdsl.analysis._rewrite import Rewriter, partial_of
-from profdsl.analysis._scan import TraceScan, scan_events
+from profdsl.analysis._scan import TraceScan, base_ns, scan_events
 from profdsl.records.fields import RecordError, to_json
-from profdsl.records.meta import META_KEY, TraceMeta, base_time_ns, header_meta
+from profdsl.records.meta import META_KEY, TraceMeta, header_meta
 
 __all__ = ["LEFT_OUT", "MergeReport", "MergedRow", "alignment", "merge_folder"]
 
@@ -182,16 +182,8 @@ def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) ->
         except reader.TraceError as exc:
             errors.append(str(exc))
             continue
-        inputs.append(_Input(path, artifact.label, _base_ns(meta), artifact, meta))
+        inputs.append(_Input(path, artifact.label, base_ns(meta), artifact, meta))
     return inputs, errors
-
-
-def _base_ns(meta: dict[str, Any]) -> int:
-    """The trace's ``baseTimeNanoseconds``; 0 when the header has none."""
-    try:
-        return base_time_ns(meta)
-    except RecordError:  # checked when read: not here
-        return 0
 
 
 def _row_metadata(label: str, pid: int) -> list[Event]:
