@@ -9,7 +9,7 @@ import json
 from collections.abc import Sequence
 
 from profdsl._cli.common import table
-from profdsl.analysis._catalog import Artifact
+from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._fleet import GroupStep, RankLedger, group_name, headlines, kind_headlines
 from profdsl.analysis._ledger import FolderLedger, load_ledger
 from profdsl.core._kinds import STAGE_KINDS
@@ -130,7 +130,7 @@ def _blocks(
     blocks = []
     columns = _columns(ranks)
     headers = ["role", "rank", "wall ms", *(f"{c} ms" for c in columns), "concurrent ms"]
-    steps = sorted({r.step for r in ranks} | set(spans), key=lambda s: -1 if s is None else s)
+    steps = sorted({r.step for r in ranks} | set(spans), key=number)
     for step in steps:
         rows, notes = _rank_rows([r for r in ranks if r.step == step], columns)
         title = "traces without a step" if step is None else f"step {step}"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profdsl._cli.common import drawn, fail, say, skipped
-from profdsl.analysis._catalog import Catalog, FolderError, catalog
+from profdsl.analysis._catalog import Catalog, FolderError, catalog, number
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import Span, StageModel
 from profdsl.analysis._outputs import OutputError, check_output
@@ -204,10 +204,6 @@ def _colours(stages: Iterable[str]) -> dict[str, Any]:
     return {name: palette(i / (len(names) - 1)) for i, name in enumerate(names)}
 
 
-def _known(value: int | None) -> int:
-    return -1 if value is None else value
-
-
 def _legend(stage: str, interleaved: set[str]) -> str:
     """A stage's legend entry; one whose entries overlapped on a thread says so (its bar adds
     the overlap: the stage model's ``interleaved``)."""
@@ -264,7 +260,7 @@ def bar_totals(model: StageModel, depth: int | None = 1) -> dict[BarKey, dict[st
     stage ``summary`` lists; deeper (None: :func:`role_depths`' choice), see :func:`_segments`."""
     depths = role_depths(model, depth)
     return {
-        (role, _known(rank), _known(step)): _segments(model.paths((role, step, rank)), depths[role])
+        (role, number(rank), number(step)): _segments(model.paths((role, step, rank)), depths[role])
         for role, step, rank in model.keys()
     }
 
@@ -315,7 +311,7 @@ def bar_groups(model: StageModel, by: Sequence[str]) -> dict[BarKey, tuple[tuple
     groups = {}
     for role, step, rank in model.keys():
         coords = model.parallel(role, step, rank)
-        groups[(role, _known(rank), _known(step))] = tuple((dim, coords.get(dim, -1)) for dim in by)
+        groups[(role, number(rank), number(step))] = tuple((dim, coords.get(dim, -1)) for dim in by)
     return groups
 
 
@@ -402,7 +398,7 @@ def _timeline_figure(model: StageModel, title: str, depth: int | None = 1) -> Fi
     from matplotlib.patches import Patch
 
     rows = timeline_rows(model, depth)
-    order_of = {a.label: (a.role or "unknown", _known(a.replica), _known(a.rank)) for a, _ in model.spans()}
+    order_of = {a.label: (a.role or "unknown", number(a.replica), number(a.rank)) for a, _ in model.spans()}
     labels = sorted((label for label in rows if rows[label]), key=lambda label: order_of[label])
     origin = min(span.start_us for label in labels for span in rows[label])
     colours = _colours(span.stage for label in labels for span in rows[label])

@@ -35,6 +35,7 @@ __all__ = [
     "catalog",
     "from_record",
     "json_traces",
+    "number",
     "trace_header",
 ]
 
@@ -215,6 +216,11 @@ def artifacts(folder: str | os.PathLike[str]) -> list[Artifact]:
         FolderError: as :func:`catalog`.
     """
     return catalog(folder).artifacts
+
+
+def number(value: int | None) -> int:
+    """A step, rank or replica as it sorts and is drawn: an unknown one (None) as -1, first."""
+    return -1 if value is None else value
 
 
 def json_traces(rows: Iterable[Artifact]) -> list[Artifact]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from profdsl.analysis._catalog import Artifact
+from profdsl.analysis._catalog import Artifact, number
 from profdsl.records.manifest import TraceRecord
 
 __all__ = [
@@ -159,10 +159,6 @@ class StepCost:
         return found
 
 
-def _order(value: int | None) -> int:
-    return -1 if value is None else value
-
-
 def _costed(rows: Iterable[Artifact]) -> list[Artifact]:
     """The records that carry a cost, whatever their status (a lost trace's blocking was paid);
     a path listed twice counts once (its first record), as the trace readers read it."""
@@ -187,7 +183,7 @@ def rank_costs(rows: Iterable[Artifact]) -> list[RankCost]:
         count, values = sums.get(key, (0, _NONE))
         sums[key] = (count + 1, _sum(values, _values(a)))
     result = [RankCost(role, step, rank, count, *values) for (role, step, rank), (count, values) in sums.items()]
-    return sorted(result, key=lambda r: (r.role, _order(r.step), _order(r.rank)))
+    return sorted(result, key=lambda r: (r.role, number(r.step), number(r.rank)))
 
 
 def step_costs(rows: Iterable[Artifact]) -> list[StepCost]:

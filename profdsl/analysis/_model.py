@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from profdsl.analysis._catalog import Artifact
+from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._regions import ENGINE_STAGE
 from profdsl.analysis._scan import Piece, TraceScan
 from profdsl.metrics.aggregate import over_ranks
@@ -319,7 +319,7 @@ class StageModel:
 
     def keys(self) -> list[Key]:
         """Every (role, step, rank) with stage time."""
-        return sorted(self._acc, key=lambda k: (k[0], _number(k[1]), _number(k[2])))
+        return sorted(self._acc, key=lambda k: (k[0], number(k[1]), number(k[2])))
 
     def rows(self) -> list[dict[str, Any]]:
         """One JSON-friendly row per node (``summary --json``): the node, its share of its role's
@@ -368,12 +368,8 @@ def _ms(us: float) -> float:
     return round(us / 1000, 6)
 
 
-def _number(value: int | None) -> int:
-    return -1 if value is None else value
-
-
 def _node_order(node: StageNode) -> tuple[Any, ...]:
-    return (node.role, _number(node.step), _number(node.rank), node.path)
+    return (node.role, number(node.step), number(node.rank), node.path)
 
 
 def _tree_order(spreads: Sequence[StageSpread]) -> list[StageSpread]:
@@ -392,6 +388,6 @@ def _tree_order(spreads: Sequence[StageSpread]) -> list[StageSpread]:
             ordered.append(child)
             walk(step, role, child.path)
 
-    for step, role in sorted(first_of_role, key=lambda k: (_number(k[0]), first_of_role[k], k[1])):
+    for step, role in sorted(first_of_role, key=lambda k: (number(k[0]), first_of_role[k], k[1])):
         walk(step, role, ())
     return ordered

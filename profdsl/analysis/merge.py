@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 
 from profdsl.analysis import _reader as reader
-from profdsl.analysis._catalog import Artifact, catalog, json_traces, trace_header
+from profdsl.analysis._catalog import Artifact, catalog, json_traces, number, trace_header
 from profdsl.analysis._model import StageModel
 from profdsl.analysis._outputs import check_output
 from profdsl.analysis._rewrite import Rewriter, partial_of
@@ -169,7 +169,7 @@ def _select(found: Iterable[Artifact], steps: Sequence[int] | None) -> list[Arti
 
 
 def _order(artifact: Artifact) -> tuple[str, int, str]:
-    return artifact.label, -1 if artifact.step is None else artifact.step, artifact.path or ""
+    return artifact.label, number(artifact.step), artifact.path or ""
 
 
 def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) -> tuple[list[_Input], list[str]]:
