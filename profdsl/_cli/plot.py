@@ -16,7 +16,7 @@ import datetime
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from profdsl._cli.common import drawn, fail, say, skipped
 from profdsl.analysis._catalog import Catalog, FolderError, catalog, number
@@ -374,19 +374,8 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: i
     axes.set_ylabel("time in stage (ms)")
     axes.set_xlabel("rank (r) and step (s)" if not with_role else "role, rank (r) and step (s)")
     axes.set_title(f"{title}: time per stage", loc="left")
-    axes.grid(axis="y", alpha=0.3)
-    axes.set_axisbelow(True)
-    _despine(axes)
     handles, labels = axes.get_legend_handles_labels()
-    axes.legend(
-        handles[::-1],
-        labels[::-1],
-        title="stage",
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        frameon=False,
-        fontsize=8,
-    )
+    _frame(axes, "y", handles[::-1], labels[::-1])
     return figure
 
 
@@ -424,12 +413,8 @@ def _timeline_figure(model: StageModel, title: str, depth: int | None = 1) -> Fi
     axes.set_xlabel(_time_axis_label(origin))
     _mark_steps(axes, step_extents(model), origin)
     axes.set_title(f"{title}: when each stage ran", loc="left", pad=16)
-    axes.grid(axis="x", alpha=0.3)
-    axes.set_axisbelow(True)
-    _despine(axes)
     tangled = model.interleaved()
-    handles = [Patch(color=colour, label=_legend(stage, tangled)) for stage, colour in colours.items()]
-    axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+    _frame(axes, "x", [Patch(color=colour) for colour in colours.values()], [_legend(s, tangled) for s in colours])
     return figure
 
 
@@ -463,6 +448,10 @@ def _time_axis_label(origin_us: float) -> str:
     return f"time since the first stage region (ms), which began {when:%Y-%m-%d %H:%M:%S} UTC"
 
 
-def _despine(axes: Axes) -> None:
+def _frame(axes: Axes, grid: Literal["x", "y"], handles: Sequence[Any], labels: Sequence[str]) -> None:
+    """A light grid along ``grid``, no top or right spine, and the stage legend right of the plot."""
+    axes.grid(axis=grid, alpha=0.3)
+    axes.set_axisbelow(True)
     for side in ("top", "right"):
         axes.spines[side].set_visible(False)
+    axes.legend(handles, labels, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
