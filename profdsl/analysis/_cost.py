@@ -70,6 +70,11 @@ def _round(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, 6)
 
 
+def _rounded(cost: object, names: Iterable[str]) -> dict[str, float | None]:
+    """``cost``'s fields ``names`` as a JSON row holds them (:func:`_round`)."""
+    return {name: _round(getattr(cost, name)) for name in names}
+
+
 Sums = tuple[float | None, ...]
 _NONE: Sums = (None,) * (2 + len(PARTS))
 
@@ -110,15 +115,11 @@ class RankCost:
     def as_dict(self, parts: bool = False) -> dict[str, Any]:
         """JSON-friendly form (one of :meth:`StepCost.as_dict`'s ``ranks``), with the
         :data:`PARTS` when ``parts``."""
-        found = {
+        return {
             "rank": self.rank,
             "traces": self.traces,
-            "blocked_ms": _round(self.blocked_ms),
-            "export_ms": _round(self.export_ms),
+            **_rounded(self, ("blocked_ms", "export_ms", *(PARTS if parts else ()))),
         }
-        if parts:
-            found.update((name, _round(getattr(self, name))) for name in PARTS)
-        return found
 
 
 @attrs.frozen
@@ -144,19 +145,15 @@ class StepCost:
     def as_dict(self, parts: bool = False) -> dict[str, Any]:
         """JSON-friendly form (``profdsl summary --cost --json``), with the :data:`PARTS` when
         ``parts``."""
-        found: dict[str, Any] = {
+        return {
             "role": self.role,
             "step": self.step,
             "traces": self.traces,
-            "blocked_ms": _round(self.blocked_ms),
-            "export_ms": _round(self.export_ms),
+            **_rounded(self, ("blocked_ms", "export_ms")),
             "max_rank": self.max_rank,
-            "max_blocked_ms": _round(self.max_blocked_ms),
+            **_rounded(self, ("max_blocked_ms", *(PARTS if parts else ()))),
+            "ranks": [r.as_dict(parts) for r in self.ranks],
         }
-        if parts:
-            found.update((name, _round(getattr(self, name))) for name in PARTS)
-        found.update(ranks=[r.as_dict(parts) for r in self.ranks])
-        return found
 
 
 def _costed(rows: Iterable[Artifact]) -> list[Artifact]:
