@@ -89,16 +89,14 @@ class Artifact:
 @attrs.frozen
 class Catalog:
     """A folder's valid artifacts; ``problems``: one line per input every command skips (a
-    manifest line that is not a valid record, and each ``foreign`` line); the hidden files
-    profdsl left there (a write or an export cut short: ``check`` names them); ``foreign``: one
-    line per file of a folder without a manifest that is named like an artifact but not by
-    profdsl, or is not a regular file (a JSON trace of those is still an artifact, read by its
-    events)."""
+    manifest line that is not a valid record, and, in a folder without a manifest, each file
+    named like an artifact but not by profdsl, or not a regular file: a JSON trace of those is
+    still an artifact, read by its events); the hidden files profdsl left there (a write or an
+    export cut short: ``check`` names them)."""
 
     artifacts: list[Artifact]
     problems: list[str]
     leftovers: list[str] = attrs.field(factory=list)
-    foreign: list[str] = attrs.field(factory=list)
 
 
 def from_record(record: object) -> Artifact:
@@ -187,7 +185,7 @@ def catalog(folder: str | os.PathLike[str]) -> Catalog:
     leftovers = [n for n in names if n.startswith(TEMP_PREFIX)]
     if not rows and not problems and not leftovers and not foreign:
         raise FolderError(f"{folder}: no profdsl manifest and no profdsl trace files")
-    return Catalog(rows, problems + foreign, leftovers, foreign)
+    return Catalog(rows, problems + foreign, leftovers)
 
 
 def _from_manifest(folder: Path) -> tuple[list[Artifact], list[str]]:
