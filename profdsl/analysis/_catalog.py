@@ -33,6 +33,7 @@ __all__ = [
     "RecordError",
     "artifacts",
     "catalog",
+    "coordinates",
     "from_record",
     "json_traces",
     "number",
@@ -118,7 +119,7 @@ def from_record(record: object) -> Artifact:
         export_ms=export,
         record=parsed,
         parallel=parsed.parallel(),
-        **_coordinates(parsed),
+        **coordinates(parsed),
     )
 
 
@@ -126,7 +127,8 @@ def from_record(record: object) -> Artifact:
 _COORDINATES = ("role", "stage", "step", "rank", "world_size", "replica", "window", "host")
 
 
-def _coordinates(source: object) -> dict[str, Any]:
+def coordinates(source: object) -> dict[str, Any]:
+    """What ``source`` (a record, a trace name, an artifact) says of :data:`_COORDINATES`."""
     return {name: getattr(source, name) for name in _COORDINATES}
 
 
@@ -150,7 +152,7 @@ def _from_name(folder: Path, name: str) -> tuple[Artifact | None, str | None]:
         )
     kind = "nsys" if parsed.ext == NSYS_EXT else "rollout" if parsed.role == "rollout" else "trace"
     coords = tuple((d, v) for d in DIMS if (v := getattr(parsed, d)) is not None)
-    return Artifact(parallel=coords, kind=kind, path=name, bytes=info.st_size, **_coordinates(parsed)), None
+    return Artifact(parallel=coords, kind=kind, path=name, bytes=info.st_size, **coordinates(parsed)), None
 
 
 def catalog(folder: str | os.PathLike[str]) -> Catalog:
