@@ -47,11 +47,15 @@ UNPLACED_NOTE = (
 )
 
 
+def _kinds(used: set[str]) -> list[str]:
+    """The kinds of work of ``used``: in :data:`STAGE_KINDS` order, then the files' own, sorted."""
+    return [k for k in STAGE_KINDS if k in used] + sorted(used - set(STAGE_KINDS))
+
+
 def _columns(ranks: Sequence[RankLedger]) -> list[str]:
-    """The kinds any ledger holds time in, in :data:`STAGE_KINDS` order, then overhead and outside."""
+    """The kinds any ledger holds time in (:func:`_kinds`), then overhead and outside."""
     used = {k for r in ranks if r.ledger is not None for k, v in r.ledger.buckets.items() if v}
-    kinds = [k for k in STAGE_KINDS if k in used] + sorted(used - set(STAGE_KINDS) - {OVERHEAD, OUTSIDE})
-    return [*kinds, OVERHEAD, OUTSIDE]
+    return [*_kinds(used - {OVERHEAD, OUTSIDE}), OVERHEAD, OUTSIDE]
 
 
 def _rank_rows(ranks: Sequence[RankLedger], columns: Sequence[str]) -> tuple[list[list[object]], list[str]]:
@@ -67,14 +71,9 @@ def _rank_rows(ranks: Sequence[RankLedger], columns: Sequence[str]) -> tuple[lis
         rows.append([*cells, *(ms(ledger.buckets.get(c, 0)) for c in columns), ms(ledger.concurrent)])
         if rank.why:  # a step from the metrics that cannot be placed beside the others
             notes.append(f"{where}: not in the groups' idle times: {rank.why}")
-        if rank.overhead_outside:
-            notes.append(
-                OUTSIDE_NOTE.format(role=rank.role, rank=rank.rank, step=rank.step, ms=rank.overhead_outside / 1e6)
-            )
-        if ledger.overhead_unplaced:
-            notes.append(
-                UNPLACED_NOTE.format(role=rank.role, rank=rank.rank, step=rank.step, ms=ledger.overhead_unplaced / 1e6)
-            )
+        for note, ns in ((OUTSIDE_NOTE, rank.overhead_outside), (UNPLACED_NOTE, ledger.overhead_unplaced)):
+            if ns:
+                notes.append(note.format(role=rank.role, rank=rank.rank, step=rank.step, ms=ns / 1e6))
     return rows, notes
 
 
@@ -83,8 +82,7 @@ def _device_rows(ranks: Sequence[RankLedger]) -> list[str]:
     found = [r for r in ranks if r.device is not None and any(r.device.values())]
     if not found:
         return []
-    used = {k for r in found for k, v in (r.device or {}).items() if v and k != OUTSIDE}
-    kinds = [k for k in STAGE_KINDS if k in used] + sorted(used - set(STAGE_KINDS))
+    kinds = _kinds({k for r in found for k, v in (r.device or {}).items() if v and k != OUTSIDE})
     rows: list[list[object]] = []
     for rank in found:
         device = rank.device or {}
