@@ -12,6 +12,7 @@ show :func:`step_costs`, through :func:`headers` and :func:`cells`.
 
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
 from collections import defaultdict
@@ -57,13 +58,6 @@ PARTS_NOTE = (
 )
 
 
-def _add(total: float | None, value: float | None) -> float | None:
-    """A sum over the records that carry a value: None while none has."""
-    if value is None:
-        return total
-    return value if total is None else total + value
-
-
 def _round(value: float | None) -> float | None:
     """``value`` to the nanosecond; None where nothing was recorded, or where a sum of recorded
     values overflows a float (each is finite; their sum need not be)."""
@@ -87,7 +81,8 @@ def _values(artifact: Artifact) -> Sums:
 
 
 def _sum(into: Sums, values: Sums) -> Sums:
-    return tuple(_add(total, value) for total, value in zip(into, values))
+    """Field by field, a sum over the records that carry a value: None while none has."""
+    return tuple(t if v is None else v if t is None else t + v for t, v in zip(into, values))
 
 
 @attrs.frozen
@@ -191,10 +186,7 @@ def step_costs(rows: Iterable[Artifact]) -> list[StepCost]:
         per_step[(cost.role, cost.step)].append(cost)
     result = []
     for (role, step), ranks in per_step.items():
-        values = _NONE
-        for r in ranks:
-            values = _sum(values, r.sums)
-        blocked, export, *parts = values
+        blocked, export, *parts = functools.reduce(_sum, (r.sums for r in ranks), _NONE)
         timed = [r for r in ranks if r.blocked_ms is not None]
         most = max(timed, key=lambda r: r.blocked_ms or 0.0, default=None)  # first (lowest rank) of ties
         result.append(
