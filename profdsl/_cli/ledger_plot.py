@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from profdsl._cli.common import drawn
+from profdsl._cli.common import drawn, stack
 from profdsl.analysis._fleet import FROM_TRACE, RankLedger
 from profdsl.analysis._ledger import FolderLedger
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["BUCKETS", "DEVICE_BUCKETS", "UNKNOWN", "device_bars", "ledger_bars", "ledger_figure", "unknown_note"]
@@ -136,14 +135,12 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
         mine = [bar for bar in bars if bar[0] == role]
         beside = [device.get((role, step)) for _, step, _, _ in mine]
         ticks = list(range(len(mine)))
-        if any(beside):  # narrower, left of the tick: room for the device bar
-            _stack(panel, [t - WALL_SHIFT for t in ticks], [means for *_, means in mine], used, width=WALL_BESIDE)
-        else:
-            _stack(panel, ticks, [means for *_, means in mine], used, width=WALL_WIDTH)
+        shift, width = (WALL_SHIFT, WALL_BESIDE) if any(beside) else (0.0, WALL_WIDTH)  # room for a device bar
+        stack(panel, [t - shift for t in ticks], [means for *_, means in mine], used, _colour, width=width)
         hatched = [(i + DEVICE_LEFT, split) for i, split in enumerate(beside) if split is not None]
-        _stack(
+        stack(
             panel, [x for x, _ in hatched], [split for _, split in hatched], [b for b in used if b in DEVICE_BUCKETS],
-            width=DEVICE_WIDTH, align="edge", hatch=DEVICE_HATCH, edgecolor="#555555", linewidth=0.3,
+            _colour, width=DEVICE_WIDTH, align="edge", hatch=DEVICE_HATCH, edgecolor="#555555", linewidth=0.3,
         )  # fmt: skip
         panel.set_xticks(ticks)
         panel.set_xticklabels([f"{step}*" if FROM_TRACE in source else str(step) for _, step, source, _ in mine])
@@ -155,7 +152,7 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
         panel.set_ylabel("ms per step")
         for side in ("top", "right"):
             panel.spines[side].set_visible(False)
-    handles = [Patch(color=COLOURS.get(b, "#7f7f7f")) for b in used]
+    handles = [Patch(color=_colour(b)) for b in used]
     labels = list(used)
     if device:
         handles.append(Patch(facecolor="white", edgecolor="#555555", hatch=DEVICE_HATCH))
@@ -176,13 +173,5 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     return figure
 
 
-def _stack(
-    panel: Axes, positions: Sequence[float], stacks: Sequence[Mapping[str, float]], used: Sequence[str], **style: Any
-) -> None:
-    """One stacked bar per stack (ms per bucket) at ``positions`` on ``panel``: its ``used``
-    buckets bottom up, each in its colour (``style``: the bars' width, hatching, ...)."""
-    bottoms = [0.0] * len(stacks)
-    for bucket in used:
-        heights = [stack[bucket] for stack in stacks]
-        panel.bar(positions, heights, bottom=bottoms, color=COLOURS.get(bucket, "#7f7f7f"), **style)
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
+def _colour(bucket: str) -> str:
+    return COLOURS.get(bucket, "#7f7f7f")

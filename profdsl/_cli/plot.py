@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from profdsl._cli.common import drawn, fail, say, skipped
+from profdsl._cli.common import drawn, fail, say, skipped, stack
 from profdsl.analysis._catalog import Catalog, FolderError, catalog, number
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import Span, StageModel
@@ -334,20 +335,10 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: i
     xs = _bar_positions(keys, [group[k] for k in keys] if by else None)
     figure = Figure(figsize=(min(max(3 + 0.45 * (xs[-1] + 1), 7.0), 30.0), 5.5))
     axes = figure.add_subplot()
-    bottoms = [0.0] * len(keys)
-    for stage in order:
-        heights = [bars[key].get(stage, 0.0) for key in keys]
-        axes.bar(
-            xs,
-            heights,
-            bottom=bottoms,
-            width=0.8,
-            color=colours[stage],
-            label=_legend(stage, tangled),
-            edgecolor="white",
-            linewidth=0.5,
-        )
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    label = functools.partial(_legend, interleaved=tangled)
+    bottoms = stack(
+        axes, xs, [bars[k] for k in keys], order, colours.get, label=label, width=0.8, edgecolor="white", linewidth=0.5
+    )
     if len(keys) <= 40:
         for x, total in zip(xs, bottoms):
             axes.annotate(
