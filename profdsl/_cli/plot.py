@@ -121,9 +121,10 @@ def run(args: argparse.Namespace) -> int:
     except (FolderError, OutputError) as exc:
         return fail(str(exc), command="plot")
     try:
-        _matplotlib()
+        import matplotlib
     except ImportError:
         return fail(_INSTALL_HINT, command="plot")
+    matplotlib.use("Agg")
     if args.ledger:
         return _ledger(args, found)
     failures = list(found.problems)
@@ -181,13 +182,6 @@ def build_figure(model: StageModel, args: argparse.Namespace) -> Figure:
     if args.timeline:
         return _timeline_figure(model, title, args.depth)
     return _bars_figure(model, title, args.by, args.depth)
-
-
-def _matplotlib() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    return matplotlib
 
 
 # --- drawing ----------------------------------------------------------------------------------

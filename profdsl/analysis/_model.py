@@ -206,7 +206,7 @@ def _nodes(trees: dict[Key, dict[tuple[str, ...], _Acc]]) -> list[StageNode]:
             self_us = max(acc.self_us, 0.0) if acc.crossed or path in overlapped else acc.self_us
             count = max(acc.pieces - acc.continued, 1 if acc.pieces else 0)
             nodes.append(StageNode(role, step, rank, path, count, acc.total_us, self_us, acc.first, acc.crossed))
-    return sorted(nodes, key=_node_order)
+    return sorted(nodes, key=lambda n: (n.role, number(n.step), number(n.rank), n.path))
 
 
 class StageModel:
@@ -366,10 +366,6 @@ def _uncross(stack: list[tuple[float, tuple[str, ...], float]], end: float, tree
 def _ms(us: float) -> float:
     """Microseconds as milliseconds, to the nanosecond (what every view prints)."""
     return round(us / 1000, 6)
-
-
-def _node_order(node: StageNode) -> tuple[Any, ...]:
-    return (node.role, number(node.step), number(node.rank), node.path)
 
 
 def _tree_order(spreads: Sequence[StageSpread]) -> list[StageSpread]:

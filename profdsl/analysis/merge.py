@@ -165,11 +165,7 @@ def _left_out(found: Sequence[Artifact], chosen: Sequence[Artifact]) -> tuple[tu
 def _select(found: Iterable[Artifact], steps: Sequence[int] | None) -> list[Artifact]:
     wanted = None if steps is None else set(steps)
     chosen = [a for a in json_traces(found) if wanted is None or a.step in wanted]
-    return sorted(chosen, key=_order)
-
-
-def _order(artifact: Artifact) -> tuple[str, int, str]:
-    return artifact.label, number(artifact.step), artifact.path or ""
+    return sorted(chosen, key=lambda a: (a.label, number(a.step), a.path or ""))
 
 
 def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) -> tuple[list[_Input], list[str]]:
