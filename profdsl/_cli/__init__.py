@@ -7,6 +7,7 @@ Subcommands are listed in :data:`COMMANDS`; each is a small module with a one-li
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
@@ -39,8 +40,6 @@ docs: see docs/index.md in the profdsl source tree
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every registered subcommand."""
-    import importlib
-
     parser = argparse.ArgumentParser(
         prog="profdsl",
         description="Profile distributed RL / LLM training, and read what was captured.",
@@ -69,8 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    import importlib
-
     try:
         return int(importlib.import_module(COMMANDS[args.command]).run(args))
     except BrokenPipeError:  # `profdsl ls DIR | head`: the reader left, nothing is wrong

@@ -1,20 +1,27 @@
 """Helpers shared by the analysis commands: errors and skipped input to stderr, one line each;
-tables that fit a terminal."""
+tables that fit a terminal; what a figure draws (names from the files, stacked bars)."""
 
 from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from profdsl.core._log import COUNTED_IN_FULL, printable
 
-__all__ = ["drawn", "fail", "printable", "skipped", "table"]
+__all__ = ["drawn", "fail", "printable", "say", "skipped", "stack", "table"]
 
 
-def fail(message: str, code: int = 2) -> int:
-    """Print ``profdsl: message`` to stderr and return ``code``."""
-    print(f"profdsl: {printable(message)}", file=sys.stderr)
+def say(message: str, command: str = "") -> None:
+    """Print ``profdsl: message`` (``profdsl COMMAND: message`` with a ``command``) to stderr,
+    control characters escaped."""
+    print(printable(f"profdsl {command}: {message}" if command else f"profdsl: {message}"), file=sys.stderr)
+
+
+def fail(message: str, code: int = 2, command: str = "") -> int:
+    """:func:`say` ``message`` and return ``code``."""
+    say(message, command)
     return code
 
 
@@ -36,10 +43,10 @@ def skipped(command: str, reasons: Iterable[str], *, most: int | None = COUNTED_
     count = 0
     for reason in reasons:
         if most is None or count < most:
-            print(f"profdsl {command}: skipped {_bounded(reason)}", file=sys.stderr)
+            say(f"skipped {_bounded(reason)}", command)
         count += 1
     if most is not None and count > most:
-        print(f"profdsl {command}: skipped {count - most} more (not named)", file=sys.stderr)
+        say(f"skipped {count - most} more (not named)", command)
     return 1 if count else 0
 
 
@@ -58,6 +65,28 @@ def drawn(text: str) -> str:
     escaped, ``$`` as itself (matplotlib reads ``$...$`` as math, and a math error crashes the
     figure: ``tests/test_hostile_ledger.py``)."""
     return printable(text).replace("$", r"\$")
+
+
+def stack(
+    axes: Any,
+    positions: Sequence[float],
+    bars: Sequence[Mapping[str, float]],
+    order: Sequence[str],
+    colour: Callable[[str], Any],
+    **style: Any,
+) -> list[float]:
+    """Stacked bars on matplotlib's ``axes``: one per bar (a height per segment, 0 where it has
+    none) at ``positions``, its segments in ``order`` bottom up, each ``colour(segment)``;
+    ``style`` for every segment (``label``, a callable: each segment's legend entry). Returns
+    each bar's top."""
+    label = style.pop("label", None)
+    bottoms = [0.0] * len(bars)
+    for segment in order:
+        heights = [bar.get(segment, 0.0) for bar in bars]
+        named = {} if label is None else {"label": label(segment)}
+        axes.bar(positions, heights, bottom=bottoms, color=colour(segment), **named, **style)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    return bottoms
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], left: int | None = None) -> str:

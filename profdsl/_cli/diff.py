@@ -10,9 +10,9 @@ from typing import Any
 
 import attrs
 
-from profdsl._cli.common import fail, printable, skipped, table
+from profdsl._cli.common import fail, printable, say, skipped, table
 from profdsl.analysis._catalog import FolderError
-from profdsl.analysis._diff import Comparison, Row, describe_noise, load_samples, top
+from profdsl.analysis._diff import Comparison, Row, describe_noise, load_samples
 from profdsl.analysis._outputs import OutputError, check_output
 from profdsl.analysis.culprits import DEFAULT_LATE_MS, NO_TRACE, culprit_lines, run_culprits
 
@@ -65,15 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _ms(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value * 1e3:.{digits}f}"
+def _ms(value: float | None, scale: float = 1e3, digits: int = 3) -> str:
+    return "-" if value is None else f"{value * scale:.{digits}f}"
 
 
 def _pair(a: float | None, b: float | None, scale: float = 1e3, digits: int = 3) -> str:
-    def one(v: float | None) -> str:
-        return "-" if v is None else f"{v * scale:.{digits}f}"
-
-    return f"{one(a)}/{one(b)}"
+    return f"{_ms(a, scale, digits)}/{_ms(b, scale, digits)}"
 
 
 def _cells(row: Row) -> list[object]:
@@ -110,7 +107,7 @@ def plot(comparison: Comparison, output: str, limit: int) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = top(comparison.rows, max(1, limit))
+    rows = comparison.rows[: max(1, limit)]  # a comparison's rows: the largest change first
     labels = [f"{r.role}: {r.stage}" for r in rows]
     changes = [r.change_s * 1e3 for r in rows]
     noise = [(r.noise_s or 0.0) * 1e3 for r in rows]
@@ -184,5 +181,5 @@ def run(args: argparse.Namespace) -> int:
             plot(comparison, args.plot, args.top)
         except ImportError:
             return fail("diff: --plot needs matplotlib: pip install profdsl[plot]")
-        print(f"profdsl diff: plot written to {args.plot}", file=sys.stderr)
+        say(f"plot written to {args.plot}", "diff")
     return code

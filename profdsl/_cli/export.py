@@ -7,9 +7,8 @@ What is written is :mod:`profdsl.analysis._hta`'s; this module parses and prints
 from __future__ import annotations
 
 import argparse
-import sys
 
-from profdsl._cli.common import printable, skipped
+from profdsl._cli.common import fail, printable, skipped
 from profdsl.analysis._catalog import FolderError
 from profdsl.analysis._hta import HtaError, RankExport, export_hta
 from profdsl.analysis._outputs import OutputError
@@ -71,21 +70,16 @@ def run(args: argparse.Namespace) -> int:
             args.folder, args.output, step=args.step, stage=args.stage, role=args.role, force=args.force
         )
     except (FolderError, HtaError, OutputError) as exc:
-        print(printable(f"profdsl export: {exc}"), file=sys.stderr)
-        return 2
+        return fail(str(exc), command="export")
     except OSError as exc:
-        print(printable(f"profdsl export: cannot write {args.output}: {exc.strerror or exc}"), file=sys.stderr)
-        return 2
+        return fail(f"cannot write {args.output}: {exc.strerror or exc}", command="export")
     failed = skipped("export", report.errors)
     if not report.ranks:
-        print(
-            printable(
-                f"profdsl export: {args.folder}: no readable trace of stage {args.stage!r} "
-                f"at step {args.step}: nothing written"
-            ),
-            file=sys.stderr,
+        return fail(
+            f"{args.folder}: no readable trace of stage {args.stage!r} at step {args.step}: nothing written",
+            1,
+            "export",
         )
-        return 1
     for rank in report.ranks:
         print(printable(_line(rank, args.stage)))
     # HTA's default leaves the last iteration out: the call keeps it (tests/test_cmd_export.py)

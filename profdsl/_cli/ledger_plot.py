@@ -14,14 +14,13 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from profdsl._cli.common import drawn
+from profdsl._cli.common import drawn, stack
 from profdsl.analysis._fleet import FROM_TRACE, RankLedger
 from profdsl.analysis._ledger import FolderLedger
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["BUCKETS", "DEVICE_BUCKETS", "UNKNOWN", "device_bars", "ledger_bars", "ledger_figure", "unknown_note"]
@@ -57,34 +56,36 @@ SOURCES = {frozenset({"trace"}): "trace", frozenset({"metrics"}): "metrics"}
 Bar = tuple[str, int, str, dict[str, float]]  # role, step, source, ms per bucket
 
 
-def ledger_bars(found: FolderLedger) -> list[Bar]:
-    """Per role and step: each bucket's mean over the ranks with a ledger (ms), and where they
-    came from (``trace``, ``metrics``, or ``trace+metrics``), sorted by role and step."""
+def _steps(found: FolderLedger) -> dict[tuple[str, int], list[RankLedger]]:
+    """Per role and step (sorted), its ranks with a ledger (traced, or from the metrics log)."""
     ranks: dict[tuple[str, int], list[RankLedger]] = defaultdict(list)
     for rank in (*found.ranks, *found.metrics):
         if rank.ledger is not None and rank.step is not None:
             ranks[(rank.role, rank.step)].append(rank)
+    return dict(sorted(ranks.items()))
+
+
+def _means(splits: Sequence[Mapping[str, int]], drawn: Sequence[str]) -> dict[str, float]:
+    """Each bucket of ``drawn``: its mean over ``splits`` (ns per bucket, :func:`_folded`), in ms."""
+    folded = [_folded(split, drawn) for split in splits]
+    return {bucket: sum(f.get(bucket, 0) for f in folded) / len(folded) / 1e6 for bucket in drawn}
+
+
+def ledger_bars(found: FolderLedger) -> list[Bar]:
+    """Per role and step: each bucket's mean over the ranks with a ledger (ms), and where they
+    came from (``trace``, ``metrics``, or ``trace+metrics``), sorted by role and step."""
     bars: list[Bar] = []
-    for (role, step), members in sorted(ranks.items()):
-        sources = frozenset(r.source for r in members)
-        source = SOURCES.get(sources, "trace+metrics")
-        folded = [_folded(r.ledger.buckets, BUCKETS) for r in members if r.ledger is not None]
-        means = {bucket: sum(f.get(bucket, 0) for f in folded) / len(members) / 1e6 for bucket in BUCKETS}
-        bars.append((role, step, source, means))
+    for (role, step), members in _steps(found).items():
+        source = SOURCES.get(frozenset(r.source for r in members), "trace+metrics")
+        bars.append((role, step, source, _means([r.ledger.buckets for r in members if r.ledger is not None], BUCKETS)))
     return bars
 
 
 def device_bars(found: FolderLedger) -> dict[tuple[str, int], dict[str, float]]:
     """Per role and step: each device bucket's mean over the ranks with a device split (ms);
     steps without one are left out."""
-    ranks: dict[tuple[str, int], list[Mapping[str, int]]] = defaultdict(list)
-    for rank in (*found.ranks, *found.metrics):
-        if rank.device is not None and rank.ledger is not None and rank.step is not None:
-            ranks[(rank.role, rank.step)].append(_folded(rank.device, DEVICE_BUCKETS))
-    return {
-        key: {bucket: sum(d.get(bucket, 0) for d in splits) / len(splits) / 1e6 for bucket in DEVICE_BUCKETS}
-        for key, splits in sorted(ranks.items())
-    }
+    splits = {key: [r.device for r in members if r.device is not None] for key, members in _steps(found).items()}
+    return {key: _means(split, DEVICE_BUCKETS) for key, split in splits.items() if split}
 
 
 def unknown_note(found: FolderLedger) -> str | None:
@@ -133,8 +134,17 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     for panel, role in zip(panels, roles):
         mine = [bar for bar in bars if bar[0] == role]
         beside = [device.get((role, step)) for _, step, _, _ in mine]
-        _stack(panel, mine, used, beside=any(beside))
-        _stack_device(panel, beside, [b for b in used if b in DEVICE_BUCKETS])
+        ticks = list(range(len(mine)))
+        shift, width = (WALL_SHIFT, WALL_BESIDE) if any(beside) else (0.0, WALL_WIDTH)  # room for a device bar
+        stack(panel, [t - shift for t in ticks], [means for *_, means in mine], used, _colour, width=width)
+        hatched = [(i + DEVICE_LEFT, split) for i, split in enumerate(beside) if split is not None]
+        stack(
+            panel, [x for x, _ in hatched], [split for _, split in hatched], [b for b in used if b in DEVICE_BUCKETS],
+            _colour, width=DEVICE_WIDTH, align="edge", hatch=DEVICE_HATCH, edgecolor="#555555", linewidth=0.3,
+        )  # fmt: skip
+        panel.set_xticks(ticks)
+        panel.set_xticklabels([f"{step}*" if FROM_TRACE in source else str(step) for _, step, source, _ in mine])
+        panel.set_xlabel("step")
         what = "; hatched: the device span of its stages (CUDA)" if any(beside) else ""
         panel.set_title(
             f"{drawn(role)}: where each step's wall time went (mean over its ranks){what}", fontsize=9, loc="left"
@@ -142,7 +152,7 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
         panel.set_ylabel("ms per step")
         for side in ("top", "right"):
             panel.spines[side].set_visible(False)
-    handles = [Patch(color=COLOURS.get(b, "#7f7f7f")) for b in used]
+    handles = [Patch(color=_colour(b)) for b in used]
     labels = list(used)
     if device:
         handles.append(Patch(facecolor="white", edgecolor="#555555", hatch=DEVICE_HATCH))
@@ -163,31 +173,5 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     return figure
 
 
-def _stack(panel: Axes, bars: Sequence[Bar], used: Sequence[str], beside: bool = False) -> None:
-    """Stack ``used`` buckets of ``bars`` on ``panel``, one bar per step, labelled by step
-    (``beside``: narrower and left of the tick, leaving room for a device bar)."""
-    ticks = list(range(len(bars)))
-    positions = [t - WALL_SHIFT for t in ticks] if beside else ticks
-    width = WALL_BESIDE if beside else WALL_WIDTH
-    bottoms = [0.0] * len(bars)
-    for bucket in used:
-        heights = [means[bucket] for *_, means in bars]
-        panel.bar(positions, heights, bottom=bottoms, color=COLOURS.get(bucket, "#7f7f7f"), width=width)
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
-    panel.set_xticks(ticks)
-    panel.set_xticklabels([f"{step}*" if FROM_TRACE in source else str(step) for _, step, source, _ in bars])
-    panel.set_xlabel("step")
-
-
-def _stack_device(panel: Axes, splits: Sequence[dict[str, float] | None], used: Sequence[str]) -> None:
-    """Beside each step's bar, its device split (ms per bucket) as a thin hatched stacked bar."""
-    positions = [i + DEVICE_LEFT for i, split in enumerate(splits) if split is not None]
-    present = [split for split in splits if split is not None]
-    bottoms = [0.0] * len(present)
-    for bucket in used:
-        heights = [split[bucket] for split in present]
-        panel.bar(
-            positions, heights, bottom=bottoms, color=COLOURS.get(bucket, "#7f7f7f"), width=DEVICE_WIDTH,
-            align="edge", hatch=DEVICE_HATCH, edgecolor="#555555", linewidth=0.3, label=f"device {bucket}",
-        )  # fmt: skip
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
+def _colour(bucket: str) -> str:
+    return COLOURS.get(bucket, "#7f7f7f")

@@ -9,8 +9,8 @@ import json
 from collections.abc import Sequence
 
 from profdsl._cli.common import table
-from profdsl.analysis._catalog import Artifact
-from profdsl.analysis._fleet import GroupStep, RankLedger, group_name, headlines, kind_headlines
+from profdsl.analysis._catalog import Artifact, number
+from profdsl.analysis._fleet import GroupStep, RankLedger, group_name, headlines, kind_headlines, ms
 from profdsl.analysis._ledger import FolderLedger, load_ledger
 from profdsl.analysis._walls import LogRead, read_walls
 from profdsl.core._kinds import STAGE_KINDS
@@ -55,15 +55,15 @@ UNPLACED_NOTE = (
 )
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f}"
+def _kinds(used: set[str]) -> list[str]:
+    """The kinds of work of ``used``: in :data:`STAGE_KINDS` order, then the files' own, sorted."""
+    return [k for k in STAGE_KINDS if k in used] + sorted(used - set(STAGE_KINDS))
 
 
 def _columns(ranks: Sequence[RankLedger]) -> list[str]:
-    """The kinds any ledger holds time in, in :data:`STAGE_KINDS` order, then overhead and outside."""
+    """The kinds any ledger holds time in (:func:`_kinds`), then overhead and outside."""
     used = {k for r in ranks if r.ledger is not None for k, v in r.ledger.buckets.items() if v}
-    kinds = [k for k in STAGE_KINDS if k in used] + sorted(used - set(STAGE_KINDS) - {OVERHEAD, OUTSIDE})
-    return [*kinds, OVERHEAD, OUTSIDE]
+    return [*_kinds(used - {OVERHEAD, OUTSIDE}), OVERHEAD, OUTSIDE]
 
 
 def _rank_rows(ranks: Sequence[RankLedger], columns: Sequence[str]) -> tuple[list[list[object]], list[str]]:
@@ -75,18 +75,13 @@ def _rank_rows(ranks: Sequence[RankLedger], columns: Sequence[str]) -> tuple[lis
         if ledger is None:
             notes.append(f"{where}: {rank.why}")
             continue
-        cells: list[object] = [rank.role, rank.rank, _ms(ledger.wall)]
-        rows.append([*cells, *(_ms(ledger.buckets.get(c, 0)) for c in columns), _ms(ledger.concurrent)])
+        cells: list[object] = [rank.role, rank.rank, ms(ledger.wall)]
+        rows.append([*cells, *(ms(ledger.buckets.get(c, 0)) for c in columns), ms(ledger.concurrent)])
         if rank.why:  # a step from the metrics that cannot be placed beside the others
             notes.append(f"{where}: not in the groups' idle times: {rank.why}")
-        if rank.overhead_outside:
-            notes.append(
-                OUTSIDE_NOTE.format(role=rank.role, rank=rank.rank, step=rank.step, ms=rank.overhead_outside / 1e6)
-            )
-        if ledger.overhead_unplaced:
-            notes.append(
-                UNPLACED_NOTE.format(role=rank.role, rank=rank.rank, step=rank.step, ms=ledger.overhead_unplaced / 1e6)
-            )
+        for note, ns in ((OUTSIDE_NOTE, rank.overhead_outside), (UNPLACED_NOTE, ledger.overhead_unplaced)):
+            if ns:
+                notes.append(note.format(role=rank.role, rank=rank.rank, step=rank.step, ms=ns / 1e6))
     return rows, notes
 
 
@@ -95,14 +90,13 @@ def _device_rows(ranks: Sequence[RankLedger]) -> list[str]:
     found = [r for r in ranks if r.device is not None and any(r.device.values())]
     if not found:
         return []
-    used = {k for r in found for k, v in (r.device or {}).items() if v and k != OUTSIDE}
-    kinds = [k for k in STAGE_KINDS if k in used] + sorted(used - set(STAGE_KINDS))
+    kinds = _kinds({k for r in found for k, v in (r.device or {}).items() if v and k != OUTSIDE})
     rows: list[list[object]] = []
     for rank in found:
         device = rank.device or {}
         span = sum(device.values())
-        cells = [_ms(device.get(k, 0)) for k in [*kinds, OUTSIDE]]
-        rows.append([rank.role, rank.rank, _ms(span), *cells, f"{100 * device.get(OUTSIDE, 0) / span:.1f}%"])
+        cells = [ms(device.get(k, 0)) for k in [*kinds, OUTSIDE]]
+        rows.append([rank.role, rank.rank, ms(span), *cells, f"{100 * device.get(OUTSIDE, 0) / span:.1f}%"])
     headers = ["role", "rank", "span ms", *(f"{k} ms" for k in kinds), "outside ms", "outside %"]
     return [DEVICE_TITLE, table(headers, rows)]
 
@@ -114,16 +108,16 @@ def _fleet(step: int | None, span: int, groups: Sequence[GroupStep], what: str) 
         [
             group_name(g.group),
             g.ranks,
-            _ms(g.busy),
-            _ms(g.idle),
+            ms(g.busy),
+            ms(g.idle),
             f"{100 * g.idle / span:.1f}%" if span else "-",
-            *(_ms(g.idle_while[o.group]) if o.group in g.idle_while else "" for o in groups),
+            *(ms(g.idle_while[o.group]) if o.group in g.idle_while else "" for o in groups),
         ]
         for g in groups
     ]
     return [
         f"\nacross groups: the step's {what} span (from the first stage any group began to the last to end) is "
-        f"{_ms(span)} ms; busy: in a stage; idle: not; idle while X ran: idle while any rank of X was busy "
+        f"{ms(span)} ms; busy: in a stage; idle: not; idle while X ran: idle while any rank of X was busy "
         "(mean per rank, ms)",
         table(["group", "ranks", "busy ms", "idle ms", "idle %", *(f"while {n} ran" for n in names)], rows),
         *map(printable, headlines(step, span, groups)),
@@ -138,7 +132,7 @@ def _blocks(
     blocks = []
     columns = _columns(ranks)
     headers = ["role", "rank", "wall ms", *(f"{c} ms" for c in columns), "concurrent ms"]
-    steps = sorted({r.step for r in ranks} | set(spans), key=lambda s: -1 if s is None else s)
+    steps = sorted({r.step for r in ranks} | set(spans), key=number)
     for step in steps:
         rows, notes = _rank_rows([r for r in ranks if r.step == step], columns)
         title = "traces without a step" if step is None else f"step {step}"

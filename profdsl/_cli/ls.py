@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from profdsl._cli.common import fail, printable, skipped, table
-from profdsl.analysis._catalog import Artifact, FolderError, catalog
+from profdsl._cli.common import fail, say, skipped, table
+from profdsl.analysis._catalog import Artifact, FolderError, catalog, coordinates
 from profdsl.records.fields import SCHEMA_VERSION, VERSION_KEY, to_json
 from profdsl.records.manifest import RECORD_CLASSES
 
@@ -59,12 +58,10 @@ def run(args: argparse.Namespace) -> int:
     print(table(headers, cells))
     unknown = unknown_fields(rows)
     if unknown:
-        print(
-            printable(
-                f"profdsl ls: note: records carry fields this profdsl (schema {SCHEMA_VERSION}) does "
-                f"not know, kept as written (ls --json shows them): {unknown}"
-            ),
-            file=sys.stderr,
+        say(
+            f"note: records carry fields this profdsl (schema {SCHEMA_VERSION}) does not know, kept as "
+            f"written (ls --json shows them): {unknown}",
+            "ls",
         )
     return code
 
@@ -84,21 +81,8 @@ def _row(artifact: Artifact) -> dict[str, Any]:
     """The JSON row of an artifact: its record whole, or what its file name says."""
     if artifact.record is not None:
         return to_json(artifact.record)
-    coords: dict[str, Any] = dict(artifact.parallel)
-    named = RECORD_CLASSES[artifact.kind](
-        path=artifact.path,
-        role=artifact.role,
-        stage=artifact.stage,
-        step=artifact.step,
-        rank=artifact.rank,
-        world_size=artifact.world_size,
-        replica=artifact.replica,
-        window=artifact.window,
-        host=artifact.host,
-        bytes=artifact.bytes,
-        status=artifact.status,
-        **coords,
-    )
+    said = {**coordinates(artifact), **dict(artifact.parallel)}
+    named = RECORD_CLASSES[artifact.kind](path=artifact.path, bytes=artifact.bytes, status=artifact.status, **said)
     return {key: value for key, value in to_json(named).items() if key != VERSION_KEY}
 
 

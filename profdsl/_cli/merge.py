@@ -4,9 +4,8 @@ per role, replica and rank, on one clock (:mod:`profdsl.analysis.merge`)."""
 from __future__ import annotations
 
 import argparse
-import sys
 
-from profdsl._cli.common import printable, skipped
+from profdsl._cli.common import fail, skipped
 from profdsl.analysis._catalog import FolderError
 from profdsl.analysis._outputs import OutputError
 from profdsl.analysis.merge import LEFT_OUT, merge_folder
@@ -47,16 +46,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = merge_folder(args.folder, args.output, steps=args.steps)
     except (FolderError, OutputError) as exc:
-        print(printable(f"profdsl merge: {exc}"), file=sys.stderr)
-        return 2
+        return fail(str(exc), command="merge")
     except OSError as exc:
-        print(f"profdsl merge: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return fail(f"cannot write {args.output}: {exc.strerror or exc}", command="merge")
     failed = skipped("merge", report.errors)
     if report.output is None:
         which = f" of steps {' '.join(map(str, args.steps))}" if args.steps else ""
-        print(f"profdsl merge: {args.folder}: no readable JSON trace{which} to merge", file=sys.stderr)
-        return 1
+        return fail(f"{args.folder}: no readable JSON trace{which} to merge", 1, "merge")
     for row in report.rows:
         print(f"pid {row.pid:<3} {row.label}: {row.traces} trace(s), {row.events} events")
     if report.skipped:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from collections.abc import Iterable
 
@@ -48,16 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spans(values: Iterable[int]) -> str:
-    """``[0, 1, 2, 5]`` → ``0-2, 5``."""
-    out: list[str] = []
-    for v in sorted(values):
-        if out and "-" not in out[-1].split(",")[-1] and int(out[-1]) == v - 1:
-            out[-1] = f"{out[-1]}-{v}"
-        elif out and "-" in out[-1] and int(out[-1].split("-")[1]) == v - 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{v}"
-        else:
-            out.append(str(v))
-    return ", ".join(out) or "none"
+    """``[0, 1, 2, 5]`` → ``0-2, 5``: runs of consecutive values (by value less position)."""
+    runs = [[v for _, v in run] for _, run in itertools.groupby(enumerate(sorted(values)), lambda iv: iv[1] - iv[0])]
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs) or "none"
 
 
 def warnings_for(config: ProfilerConfig, profiled: int) -> list[str]:

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import sys
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from profdsl._cli.common import drawn, printable, skipped
-from profdsl.analysis._catalog import Catalog, FolderError, catalog
+from profdsl._cli.common import drawn, fail, say, skipped, stack
+from profdsl.analysis._catalog import Catalog, FolderError, catalog, number
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import Span, StageModel
 from profdsl.analysis._outputs import OutputError, check_output
@@ -119,21 +119,19 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.output, args.folder)
         found = _catalog(args)
     except (FolderError, OutputError) as exc:
-        print(printable(f"profdsl plot: {exc}"), file=sys.stderr)
-        return 2
+        return fail(str(exc), command="plot")
     try:
-        _matplotlib()
+        import matplotlib
     except ImportError:
-        print(f"profdsl plot: {_INSTALL_HINT}", file=sys.stderr)
-        return 2
+        return fail(_INSTALL_HINT, command="plot")
+    matplotlib.use("Agg")
     if args.ledger:
         return _ledger(args, found)
     failures = list(found.problems)
     model = load_model(args.folder, found.artifacts, failures)
     failed = skipped("plot", failures)
     if not model.nodes:
-        print(f"profdsl plot: {args.folder}: no stage time found in any readable trace", file=sys.stderr)
-        return 1
+        return fail(f"{args.folder}: no stage time found in any readable trace", 1, "plot")
     figure = build_figure(model, args)
     return _save(figure, args) or failed
 
@@ -154,21 +152,16 @@ def _ledger(args: argparse.Namespace, found: Catalog) -> int:
     from profdsl.analysis._ledger import load_ledger
 
     if args.timeline:
-        print("profdsl plot: --ledger draws bars; it does not take --timeline", file=sys.stderr)
-        return 2
+        return fail("--ledger draws bars; it does not take --timeline", command="plot")
     failures = list(found.problems)
     ledger = load_ledger(args.folder, found.artifacts, failures)
     failed = skipped("plot", failures)
     figure = ledger_figure(ledger, drawn(Path(args.folder).resolve().name))
     if figure is None:
-        print(
-            f"profdsl plot: {args.folder}: no step has a ledger (no trace splits one, no metrics log has one)",
-            file=sys.stderr,
-        )
-        return 1
+        return fail(f"{args.folder}: no step has a ledger (no trace splits one, no metrics log has one)", 1, "plot")
     note = unknown_note(ledger)
     if note is not None:
-        print(printable(f"profdsl plot: {note}"), file=sys.stderr)
+        say(note, "plot")
     return _save(figure, args) or failed
 
 
@@ -178,8 +171,7 @@ def _save(figure: Figure, args: argparse.Namespace) -> int:
         figure.savefig(args.output, dpi=args.dpi, bbox_inches="tight")
     except (OSError, ValueError) as exc:
         reason = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
-        print(printable(f"profdsl plot: cannot write {args.output}: {reason}"), file=sys.stderr)
-        return 2
+        return fail(f"cannot write {args.output}: {reason}", command="plot")
     print(args.output)
     return 0
 
@@ -190,13 +182,6 @@ def build_figure(model: StageModel, args: argparse.Namespace) -> Figure:
     if args.timeline:
         return _timeline_figure(model, title, args.depth)
     return _bars_figure(model, title, args.by, args.depth)
-
-
-def _matplotlib() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    return matplotlib
 
 
 # --- drawing ----------------------------------------------------------------------------------
@@ -212,10 +197,6 @@ def _colours(stages: Iterable[str]) -> dict[str, Any]:
         return {name: palette(i) for i, name in enumerate(names)}
     palette = matplotlib.colormaps["turbo"]
     return {name: palette(i / (len(names) - 1)) for i, name in enumerate(names)}
-
-
-def _known(value: int | None) -> int:
-    return -1 if value is None else value
 
 
 def _legend(stage: str, interleaved: set[str]) -> str:
@@ -274,7 +255,7 @@ def bar_totals(model: StageModel, depth: int | None = 1) -> dict[BarKey, dict[st
     stage ``summary`` lists; deeper (None: :func:`role_depths`' choice), see :func:`_segments`."""
     depths = role_depths(model, depth)
     return {
-        (role, _known(rank), _known(step)): _segments(model.paths((role, step, rank)), depths[role])
+        (role, number(rank), number(step)): _segments(model.paths((role, step, rank)), depths[role])
         for role, step, rank in model.keys()
     }
 
@@ -325,7 +306,7 @@ def bar_groups(model: StageModel, by: Sequence[str]) -> dict[BarKey, tuple[tuple
     groups = {}
     for role, step, rank in model.keys():
         coords = model.parallel(role, step, rank)
-        groups[(role, _known(rank), _known(step))] = tuple((dim, coords.get(dim, -1)) for dim in by)
+        groups[(role, number(rank), number(step))] = tuple((dim, coords.get(dim, -1)) for dim in by)
     return groups
 
 
@@ -348,20 +329,10 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: i
     xs = _bar_positions(keys, [group[k] for k in keys] if by else None)
     figure = Figure(figsize=(min(max(3 + 0.45 * (xs[-1] + 1), 7.0), 30.0), 5.5))
     axes = figure.add_subplot()
-    bottoms = [0.0] * len(keys)
-    for stage in order:
-        heights = [bars[key].get(stage, 0.0) for key in keys]
-        axes.bar(
-            xs,
-            heights,
-            bottom=bottoms,
-            width=0.8,
-            color=colours[stage],
-            label=_legend(stage, tangled),
-            edgecolor="white",
-            linewidth=0.5,
-        )
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    label = functools.partial(_legend, interleaved=tangled)
+    bottoms = stack(
+        axes, xs, [bars[k] for k in keys], order, colours.get, label=label, width=0.8, edgecolor="white", linewidth=0.5
+    )
     if len(keys) <= 40:
         for x, total in zip(xs, bottoms):
             axes.annotate(
@@ -388,19 +359,8 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: i
     axes.set_ylabel("time in stage (ms)")
     axes.set_xlabel("rank (r) and step (s)" if not with_role else "role, rank (r) and step (s)")
     axes.set_title(f"{title}: time per stage", loc="left")
-    axes.grid(axis="y", alpha=0.3)
-    axes.set_axisbelow(True)
-    _despine(axes)
     handles, labels = axes.get_legend_handles_labels()
-    axes.legend(
-        handles[::-1],
-        labels[::-1],
-        title="stage",
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        frameon=False,
-        fontsize=8,
-    )
+    _frame(axes, "y", handles[::-1], labels[::-1])
     return figure
 
 
@@ -412,7 +372,7 @@ def _timeline_figure(model: StageModel, title: str, depth: int | None = 1) -> Fi
     from matplotlib.patches import Patch
 
     rows = timeline_rows(model, depth)
-    order_of = {a.label: (a.role or "unknown", _known(a.replica), _known(a.rank)) for a, _ in model.spans()}
+    order_of = {a.label: (a.role or "unknown", number(a.replica), number(a.rank)) for a, _ in model.spans()}
     labels = sorted((label for label in rows if rows[label]), key=lambda label: order_of[label])
     origin = min(span.start_us for label in labels for span in rows[label])
     colours = _colours(span.stage for label in labels for span in rows[label])
@@ -438,12 +398,8 @@ def _timeline_figure(model: StageModel, title: str, depth: int | None = 1) -> Fi
     axes.set_xlabel(_time_axis_label(origin))
     _mark_steps(axes, step_extents(model), origin)
     axes.set_title(f"{title}: when each stage ran", loc="left", pad=16)
-    axes.grid(axis="x", alpha=0.3)
-    axes.set_axisbelow(True)
-    _despine(axes)
     tangled = model.interleaved()
-    handles = [Patch(color=colour, label=_legend(stage, tangled)) for stage, colour in colours.items()]
-    axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+    _frame(axes, "x", [Patch(color=colour) for colour in colours.values()], [_legend(s, tangled) for s in colours])
     return figure
 
 
@@ -477,6 +433,10 @@ def _time_axis_label(origin_us: float) -> str:
     return f"time since the first stage region (ms), which began {when:%Y-%m-%d %H:%M:%S} UTC"
 
 
-def _despine(axes: Axes) -> None:
+def _frame(axes: Axes, grid: Literal["x", "y"], handles: Sequence[Any], labels: Sequence[str]) -> None:
+    """A light grid along ``grid``, no top or right spine, and the stage legend right of the plot."""
+    axes.grid(axis=grid, alpha=0.3)
+    axes.set_axisbelow(True)
     for side in ("top", "right"):
         axes.spines[side].set_visible(False)
+    axes.legend(handles, labels, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)

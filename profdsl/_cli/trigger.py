@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 import time
 
-from profdsl._cli.common import fail, fail_pointing, printable
+from profdsl._cli.common import fail, fail_pointing, printable, say
 from profdsl.collect._manifest import MANIFEST_NAME
 from profdsl.collect._requests import REQUESTS_DIR, new_id, write_request
 from profdsl.records.fields import RecordError, to_json
@@ -122,12 +121,10 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     if not os.path.exists(os.path.join(args.save_path, MANIFEST_NAME)):
-        print(
-            printable(
-                f"profdsl trigger: note: {args.save_path} has no manifest ({MANIFEST_NAME}): no job has written "
-                "into it yet; is it the job's save_path?"
-            ),
-            file=sys.stderr,
+        say(
+            f"note: {args.save_path} has no manifest ({MANIFEST_NAME}): no job has written into it yet; "
+            "is it the job's save_path?",
+            "trigger",
         )
     if request.steps and request.steps > 10:
         print(

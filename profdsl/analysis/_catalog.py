@@ -33,8 +33,10 @@ __all__ = [
     "RecordError",
     "artifacts",
     "catalog",
+    "coordinates",
     "from_record",
     "json_traces",
+    "number",
     "trace_header",
 ]
 
@@ -88,16 +90,14 @@ class Artifact:
 @attrs.frozen
 class Catalog:
     """A folder's valid artifacts; ``problems``: one line per input every command skips (a
-    manifest line that is not a valid record, and each ``foreign`` line); the hidden files
-    profdsl left there (a write or an export cut short: ``check`` names them); ``foreign``: one
-    line per file of a folder without a manifest that is named like an artifact but not by
-    profdsl, or is not a regular file (a JSON trace of those is still an artifact, read by its
-    events)."""
+    manifest line that is not a valid record, and, in a folder without a manifest, each file
+    named like an artifact but not by profdsl, or not a regular file: a JSON trace of those is
+    still an artifact, read by its events); the hidden files profdsl left there (a write or an
+    export cut short: ``check`` names them)."""
 
     artifacts: list[Artifact]
     problems: list[str]
     leftovers: list[str] = attrs.field(factory=list)
-    foreign: list[str] = attrs.field(factory=list)
 
 
 def from_record(record: object) -> Artifact:
@@ -119,7 +119,7 @@ def from_record(record: object) -> Artifact:
         export_ms=export,
         record=parsed,
         parallel=parsed.parallel(),
-        **_coordinates(parsed),
+        **coordinates(parsed),
     )
 
 
@@ -127,7 +127,8 @@ def from_record(record: object) -> Artifact:
 _COORDINATES = ("role", "stage", "step", "rank", "world_size", "replica", "window", "host")
 
 
-def _coordinates(source: object) -> dict[str, Any]:
+def coordinates(source: object) -> dict[str, Any]:
+    """What ``source`` (a record, a trace name, an artifact) says of :data:`_COORDINATES`."""
     return {name: getattr(source, name) for name in _COORDINATES}
 
 
@@ -151,7 +152,7 @@ def _from_name(folder: Path, name: str) -> tuple[Artifact | None, str | None]:
         )
     kind = "nsys" if parsed.ext == NSYS_EXT else "rollout" if parsed.role == "rollout" else "trace"
     coords = tuple((d, v) for d in DIMS if (v := getattr(parsed, d)) is not None)
-    return Artifact(parallel=coords, kind=kind, path=name, bytes=info.st_size, **_coordinates(parsed)), None
+    return Artifact(parallel=coords, kind=kind, path=name, bytes=info.st_size, **coordinates(parsed)), None
 
 
 def catalog(folder: str | os.PathLike[str]) -> Catalog:
@@ -186,7 +187,7 @@ def catalog(folder: str | os.PathLike[str]) -> Catalog:
     leftovers = [n for n in names if n.startswith(TEMP_PREFIX)]
     if not rows and not problems and not leftovers and not foreign:
         raise FolderError(f"{folder}: no profdsl manifest and no profdsl trace files")
-    return Catalog(rows, problems + foreign, leftovers, foreign)
+    return Catalog(rows, problems + foreign, leftovers)
 
 
 def _from_manifest(folder: Path) -> tuple[list[Artifact], list[str]]:
@@ -215,6 +216,11 @@ def artifacts(folder: str | os.PathLike[str]) -> list[Artifact]:
         FolderError: as :func:`catalog`.
     """
     return catalog(folder).artifacts
+
+
+def number(value: int | None) -> int:
+    """A step, rank or replica as it sorts and is drawn: an unknown one (None) as -1, first."""
+    return -1 if value is None else value
 
 
 def json_traces(rows: Iterable[Artifact]) -> list[Artifact]:

@@ -46,7 +46,7 @@ from typing import Any
 
 import attrs
 
-from profdsl.analysis._catalog import Artifact
+from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._load import scan_artifacts
 from profdsl.analysis._model import Span, StageModel
 from profdsl.analysis._nccl import NCCL_KERNELS, NcclEvents
@@ -216,7 +216,7 @@ def blame(matches: Iterable[Match], threshold_us: float) -> list[Blame]:
         culprit = worst if excess >= threshold_us else None
         last_at = sum(1 for m in items if m.last == culprit)
         result.append(Blame(role, step, stage, len(items), late, culprit, excess, last_at))
-    return sorted(result, key=lambda b: (b.role, -1 if b.step is None else b.step, b.stage))
+    return sorted(result, key=lambda b: (b.role, number(b.step), b.stage))
 
 
 def _stage_at(spans: Sequence[Span], ts: float) -> str:
@@ -267,9 +267,7 @@ def load_matches(
         per_step[(artifact.role or "unknown", artifact.step)][artifact.rank] += found
     matches: list[Match] = []
     notes = []
-    for (role, step), per_rank in sorted(
-        per_step.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])
-    ):
+    for (role, step), per_rank in sorted(per_step.items(), key=lambda kv: (kv[0][0], number(kv[0][1]))):
         found_here, note = match(role, step, per_rank)
         matches += found_here
         notes += [note] if note else []

@@ -12,6 +12,7 @@ show :func:`step_costs`, through :func:`headers` and :func:`cells`.
 
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
 from collections import defaultdict
@@ -20,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from profdsl.analysis._catalog import Artifact
+from profdsl.analysis._catalog import Artifact, number
 from profdsl.records.manifest import TraceRecord
 
 __all__ = [
@@ -60,17 +61,15 @@ PARTS_NOTE = (
 )
 
 
-def _add(total: float | None, value: float | None) -> float | None:
-    """A sum over the records that carry a value: None while none has."""
-    if value is None:
-        return total
-    return value if total is None else total + value
-
-
 def _round(value: float | None) -> float | None:
     """``value`` to the nanosecond; None where nothing was recorded, or where a sum of recorded
     values overflows a float (each is finite; their sum need not be)."""
     return None if value is None or not math.isfinite(value) else round(value, 6)
+
+
+def _rounded(cost: object, names: Iterable[str]) -> dict[str, float | None]:
+    """``cost``'s fields ``names`` as a JSON row holds them (:func:`_round`)."""
+    return {name: _round(getattr(cost, name)) for name in names}
 
 
 Sums = tuple[float | None, ...]
@@ -85,7 +84,8 @@ def _values(artifact: Artifact) -> Sums:
 
 
 def _sum(into: Sums, values: Sums) -> Sums:
-    return tuple(_add(total, value) for total, value in zip(into, values))
+    """Field by field, a sum over the records that carry a value: None while none has."""
+    return tuple(t if v is None else v if t is None else t + v for t, v in zip(into, values))
 
 
 @attrs.frozen
@@ -113,15 +113,11 @@ class RankCost:
     def as_dict(self, parts: bool = False) -> dict[str, Any]:
         """JSON-friendly form (one of :meth:`StepCost.as_dict`'s ``ranks``), with the
         :data:`PARTS` when ``parts``."""
-        found = {
+        return {
             "rank": self.rank,
             "traces": self.traces,
-            "blocked_ms": _round(self.blocked_ms),
-            "export_ms": _round(self.export_ms),
+            **_rounded(self, ("blocked_ms", "export_ms", *(PARTS if parts else ()))),
         }
-        if parts:
-            found.update((name, _round(getattr(self, name))) for name in PARTS)
-        return found
 
 
 @attrs.frozen
@@ -147,23 +143,15 @@ class StepCost:
     def as_dict(self, parts: bool = False) -> dict[str, Any]:
         """JSON-friendly form (``profdsl summary --cost --json``), with the :data:`PARTS` when
         ``parts``."""
-        found: dict[str, Any] = {
+        return {
             "role": self.role,
             "step": self.step,
             "traces": self.traces,
-            "blocked_ms": _round(self.blocked_ms),
-            "export_ms": _round(self.export_ms),
+            **_rounded(self, ("blocked_ms", "export_ms")),
             "max_rank": self.max_rank,
-            "max_blocked_ms": _round(self.max_blocked_ms),
+            **_rounded(self, ("max_blocked_ms", *(PARTS if parts else ()))),
+            "ranks": [r.as_dict(parts) for r in self.ranks],
         }
-        if parts:
-            found.update((name, _round(getattr(self, name))) for name in PARTS)
-        found.update(ranks=[r.as_dict(parts) for r in self.ranks])
-        return found
-
-
-def _order(value: int | None) -> int:
-    return -1 if value is None else value
 
 
 def _costed(rows: Iterable[Artifact]) -> list[Artifact]:
@@ -190,7 +178,7 @@ def rank_costs(rows: Iterable[Artifact]) -> list[RankCost]:
         count, values = sums.get(key, (0, _NONE))
         sums[key] = (count + 1, _sum(values, _values(a)))
     result = [RankCost(role, step, rank, count, *values) for (role, step, rank), (count, values) in sums.items()]
-    return sorted(result, key=lambda r: (r.role, _order(r.step), _order(r.rank)))
+    return sorted(result, key=lambda r: (r.role, number(r.step), number(r.rank)))
 
 
 def step_costs(rows: Iterable[Artifact]) -> list[StepCost]:
@@ -201,10 +189,7 @@ def step_costs(rows: Iterable[Artifact]) -> list[StepCost]:
         per_step[(cost.role, cost.step)].append(cost)
     result = []
     for (role, step), ranks in per_step.items():
-        values = _NONE
-        for r in ranks:
-            values = _sum(values, r.sums)
-        blocked, export, *parts = values
+        blocked, export, *parts = functools.reduce(_sum, (r.sums for r in ranks), _NONE)
         timed = [r for r in ranks if r.blocked_ms is not None]
         most = max(timed, key=lambda r: r.blocked_ms or 0.0, default=None)  # first (lowest rank) of ties
         result.append(

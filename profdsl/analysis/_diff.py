@@ -21,7 +21,7 @@ import math
 import os
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -29,7 +29,7 @@ from profdsl.collect.metrics_log import log_files, read_log_lines
 from profdsl.config._checks import MAX_SECONDS
 from profdsl.metrics.aggregate import over_ranks
 
-__all__ = ["METHOD", "Comparison", "Row", "Sample", "Side", "compare", "describe_noise", "load_samples", "side", "top"]
+__all__ = ["METHOD", "Comparison", "Row", "Sample", "Side", "compare", "describe_noise", "load_samples", "side"]
 
 #: How the noise is measured (printed with every diff).
 METHOD = "2 x the standard error of the difference of the means (Welch), from the per-step samples"
@@ -242,8 +242,3 @@ def describe_noise(row: Row) -> str:
     if row.noise_s is None:
         return f"- ({n})"
     return f"±{row.noise_s * 1e3:.3f} ({n})"
-
-
-def top(rows: Iterable[Row], limit: int) -> list[Row]:
-    """The ``limit`` rows of largest absolute change (already the order of a comparison)."""
-    return list(rows)[:limit]

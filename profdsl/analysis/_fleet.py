@@ -48,6 +48,7 @@ __all__ = [
     "group_name",
     "headlines",
     "kind_headlines",
+    "ms",
     "to_ns",
     "unsplit",
 ]
@@ -263,7 +264,8 @@ def _mean_buckets(ledgers: Sequence[Ledger]) -> dict[str, float]:
     return {k: statistics.fmean(ledger.buckets.get(k, 0) for ledger in ledgers) for k in keys} if ledgers else {}
 
 
-def _ms(ns: float) -> str:
+def ms(ns: float) -> str:
+    """ns as the ledger's views write milliseconds: ``1.500``."""
     return f"{ns / 1e6:.3f}"
 
 
@@ -295,6 +297,6 @@ def _idle_lines(
         other, idle = worst
         lines.append(
             f"{group_name(waiting.group)} ranks idle {100 * idle / span:.1f}% of step {step} while "
-            f"{name(other)} ran ({_ms(idle)} of {_ms(span)} ms)"
+            f"{name(other)} ran ({ms(idle)} of {ms(span)} ms)"
         )
     return lines

@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 
 from profdsl.analysis import _cost as cost
-from profdsl.analysis._catalog import Artifact
+from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._fleet import (
     BEYOND,
     Group,
@@ -281,4 +281,4 @@ def _from_log(lines: Mapping[Key, MetricsLine], split_here: set[Key], origin_us:
 
 
 def _order(key: Key) -> tuple[Any, ...]:
-    return (-1 if key[1] is None else key[1], key[0], -1 if key[2] is None else key[2])
+    return (number(key[1]), key[0], number(key[2]))

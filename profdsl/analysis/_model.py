@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from profdsl.analysis._catalog import Artifact
+from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._regions import ENGINE_STAGE
 from profdsl.analysis._scan import Piece, TraceScan
 from profdsl.metrics.aggregate import over_ranks
@@ -141,7 +141,6 @@ class _Trees:
 
     def __init__(self) -> None:
         self.acc: dict[Key, dict[tuple[str, ...], _Acc]] = defaultdict(dict)
-        self.spans: list[tuple[Artifact, list[Span]]] = []
         self.regions: list[tuple[Artifact, list[Span]]] = []
         self.parallel: dict[Key, dict[str, int]] = {}
         self.placed: list[tuple[Artifact, tuple[str, ...], Piece]] = []
@@ -153,15 +152,13 @@ class _Trees:
             self.parallel.setdefault(key, {}).update(artifact.parallel)
         base_us = scan.base_ns / 1000
         pieces, root = _rooted(artifact, scan)
-        outer: list[Span] = []
         every: list[Span] = []
         root_path: tuple[str, ...] = ()
         if root is not None and scan.span is not None:
             start, end = scan.span
             root_path = (root,)
             tree.setdefault(root_path, _Acc()).add(end - start, base_us + start)
-            outer.append(Span(root, base_us + start, base_us + end))
-            every.append(outer[-1])
+            every.append(Span(root, base_us + start, base_us + end))
         used: dict[tuple[str, ...], int] = defaultdict(int)
         stacks: dict[str, list[tuple[float, tuple[str, ...], float]]] = defaultdict(list)
         for piece in sorted(pieces, key=lambda p: (p.tid, p.ts, -p.dur)):
@@ -179,11 +176,8 @@ class _Trees:
             if parent:
                 tree[parent].self_us -= piece.dur
             every.append(Span("/".join(path), base_us + piece.ts, base_us + piece.ts + piece.dur, len(path) - 1))
-            if not stack and root is None:
-                outer.append(Span(piece.label, base_us + piece.ts, base_us + piece.ts + piece.dur))
             stack.append((piece.ts + piece.dur, path, piece.dur))
         self._discount(tree, used, scan)
-        self.spans.append((artifact, outer))
         self.regions.append((artifact, every))
 
     @staticmethod
@@ -212,7 +206,7 @@ def _nodes(trees: dict[Key, dict[tuple[str, ...], _Acc]]) -> list[StageNode]:
             self_us = max(acc.self_us, 0.0) if acc.crossed or path in overlapped else acc.self_us
             count = max(acc.pieces - acc.continued, 1 if acc.pieces else 0)
             nodes.append(StageNode(role, step, rank, path, count, acc.total_us, self_us, acc.first, acc.crossed))
-    return sorted(nodes, key=_node_order)
+    return sorted(nodes, key=lambda n: (n.role, number(n.step), number(n.rank), n.path))
 
 
 class StageModel:
@@ -223,7 +217,7 @@ class StageModel:
         trees = _Trees()
         for artifact, scan in scans:
             trees.add(artifact, scan)
-        self._acc, self._spans, self._regions = trees.acc, trees.spans, trees.regions
+        self._acc, self._regions = trees.acc, trees.regions
         self._parallel, self._placed = trees.parallel, trees.placed
         self.nodes: list[StageNode] = _nodes(self._acc)
 
@@ -301,8 +295,8 @@ class StageModel:
         return _tree_order(result)
 
     def spans(self) -> list[tuple[Artifact, list[Span]]]:
-        """The outermost regions of every trace, per artifact (the timeline)."""
-        return list(self._spans)
+        """The outermost regions of every trace, per artifact (the timeline): :meth:`regions` 1 deep."""
+        return self.regions(1)
 
     def regions(self, depth: int) -> list[tuple[Artifact, list[Span]]]:
         """Every region of every trace less than ``depth`` deep (1: the outermost, as
@@ -325,7 +319,7 @@ class StageModel:
 
     def keys(self) -> list[Key]:
         """Every (role, step, rank) with stage time."""
-        return sorted(self._acc, key=lambda k: (k[0], _number(k[1]), _number(k[2])))
+        return sorted(self._acc, key=lambda k: (k[0], number(k[1]), number(k[2])))
 
     def rows(self) -> list[dict[str, Any]]:
         """One JSON-friendly row per node (``summary --json``): the node, its share of its role's
@@ -374,14 +368,6 @@ def _ms(us: float) -> float:
     return round(us / 1000, 6)
 
 
-def _number(value: int | None) -> int:
-    return -1 if value is None else value
-
-
-def _node_order(node: StageNode) -> tuple[Any, ...]:
-    return (node.role, _number(node.step), _number(node.rank), node.path)
-
-
 def _tree_order(spreads: Sequence[StageSpread]) -> list[StageSpread]:
     """Steps in order; in a step, roles by when they first ran; under each stage its children,
     by when they first ran (a depth-first walk)."""
@@ -398,6 +384,6 @@ def _tree_order(spreads: Sequence[StageSpread]) -> list[StageSpread]:
             ordered.append(child)
             walk(step, role, child.path)
 
-    for step, role in sorted(first_of_role, key=lambda k: (_number(k[0]), first_of_role[k], k[1])):
+    for step, role in sorted(first_of_role, key=lambda k: (number(k[0]), first_of_role[k], k[1])):
         walk(step, role, ())
     return ordered

@@ -32,11 +32,6 @@ Comms = tuple[float, float, Key]  # a record_param_comms event: ts, end (µs), i
 Kernel = tuple[str, float, float, "Key | None", float]
 
 
-def args_of(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    args = event.get("args")
-    return args if isinstance(args, Mapping) else {}
-
-
 def group_key(args: Mapping[str, Any]) -> Key | None:
     """A collective's process group and sequence number, where its event's args say them."""
     group, seq = args.get("Process Group Name"), args.get("Seq")
@@ -63,7 +58,8 @@ class NcclEvents:
         self._comms: dict[tuple[Any, Any], list[Comms]] = defaultdict(list)  # by thread
 
     def feed(self, name: str, event: Mapping[str, Any]) -> None:
-        category, args = event.get("cat"), args_of(event)
+        category, args = event.get("cat"), event.get("args")
+        args = args if isinstance(args, Mapping) else {}
         ts, dur = float(event.get("ts", 0)), float(event.get("dur", 0))
         if category == "kernel" and name.startswith(NCCL_KERNELS):
             self._kernels.append((name, ts, dur, args.get("correlation"), group_key(args)))

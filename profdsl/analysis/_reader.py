@@ -47,6 +47,8 @@ HEADER_CHUNK = 1 << 16
 #: Largest ``ts`` magnitude and ``dur`` accepted, in microseconds (about 31,700 years): beyond it
 #: sums of times stop being finite numbers a plot can draw.
 MAX_TIME_US = 1e18
+#: ijson's parse events that end a top-level value of the header.
+_VALUE_ENDS = frozenset({"end_map", "end_array", "string", "number", "boolean", "null", "integer", "double"})
 _NUMBERS = frozenset({int, float})
 _IDS = frozenset({int, str})
 
@@ -139,16 +141,7 @@ def header(path: str | os.PathLike[str]) -> dict[str, Any]:
                         raise TraceError(f"{os.fspath(path)}: not a JSON object")
                     continue
                 builder.event(event, value)
-                if prefix == key and event in (
-                    "end_map",
-                    "end_array",
-                    "string",
-                    "number",
-                    "boolean",
-                    "null",
-                    "integer",
-                    "double",
-                ):
+                if prefix == key and event in _VALUE_ENDS:
                     meta[key] = builder.value
                     builder = None
     except (ijson.JSONError, EOFError, OSError, ValueError, zlib.error, io.UnsupportedOperation) as exc:

@@ -16,7 +16,7 @@ import importlib.util
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MAX_KEPT", "Keep", "keep_all", "violations"]
+__all__ = ["MAX_KEPT", "keep_all", "violations"]
 
 #: The most events kept for torch's rules from one trace.
 MAX_KEPT = 500_000
@@ -39,23 +39,6 @@ def _wanted(event: Mapping[str, Any]) -> bool:
     return isinstance(args, Mapping) and "cuda_sync_kind" in args
 
 
-class Keep:
-    """The events of one trace torch's rules read, kept while the trace streams."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.overflow = False
-
-    def see(self, event: object) -> None:
-        """One event of the trace."""
-        if self.overflow or not isinstance(event, Mapping) or not _wanted(event):
-            return
-        if len(self.events) >= MAX_KEPT:
-            self.overflow, self.events = True, []
-            return
-        self.events.append(dict(event))
-
-
 def _rules() -> list[Any]:
     if importlib.util.find_spec("torch") is None:
         return []
@@ -67,15 +50,15 @@ def _rules() -> list[Any]:
     return list(rules) if isinstance(rules, (list, tuple)) else []
 
 
-def violations(kept: Keep) -> list[str]:
-    """What torch's rules say of the kept events: one line per violation (at most
-    :data:`SHOWN`, then how many more), or nothing."""
-    if kept.overflow or not kept.events:
+def violations(kept: list[dict[str, Any]]) -> list[str]:
+    """What torch's rules say of the kept events (:func:`keep_all`): one line per violation (at
+    most :data:`SHOWN`, then how many more), or nothing."""
+    if not kept:
         return []
     found: list[str] = []
     for rule in _rules():
         try:
-            found += [str(v) for v in rule(kept.events)]
+            found += [str(v) for v in rule(kept)]
         except Exception as exc:  # a rule that cannot read these events: said, not a crash
             found.append(f"{getattr(rule, '__name__', 'rule')}: could not be applied ({type(exc).__name__}: {exc})")
     if len(found) > SHOWN:
@@ -83,9 +66,14 @@ def violations(kept: Keep) -> list[str]:
     return found
 
 
-def keep_all(events: Iterable[object]) -> Keep:
-    """A :class:`Keep` of every event of ``events`` (for callers that have them at hand)."""
-    kept = Keep()
+def keep_all(events: Iterable[object]) -> list[dict[str, Any]]:
+    """The events of ``events`` that torch's rules read, read to the end (a streaming reader
+    names a malformed event there); none when there are more than :data:`MAX_KEPT`."""
+    kept: list[dict[str, Any]] = []
+    count = 0
     for event in events:
-        kept.see(event)
-    return kept
+        if isinstance(event, Mapping) and _wanted(event):
+            count += 1
+            if count <= MAX_KEPT:
+                kept.append(dict(event))
+    return kept if count <= MAX_KEPT else []

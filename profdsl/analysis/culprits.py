@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 
-from profdsl.analysis._catalog import FolderError, catalog
+from profdsl.analysis._catalog import FolderError, catalog, number
 from profdsl.analysis._collectives import Blame, blame, load_matches
 from profdsl.collect._manifest import read_records
 from profdsl.core._log import printable
@@ -67,7 +67,7 @@ def await_traces(
             found = tuple(
                 sorted(
                     ((r.rank, r.path) for r in read_records(folder) if r.kind == "trace" and r.step == step),
-                    key=lambda item: (-1 if item[0] is None else item[0], item[1] or ""),
+                    key=lambda item: (number(item[0]), item[1] or ""),
                 )
             )
         except OSError:
@@ -117,7 +117,7 @@ def culprit_lines(items: Sequence[Blame]) -> list[str]:
             found[(item.role, item.stage, item.culprit)].append(item)
     lines = []
     for (role, stage, rank), blames in sorted(found.items()):
-        steps = ", ".join(str(b.step) for b in sorted(blames, key=lambda b: -1 if b.step is None else b.step))
+        steps = ", ".join(str(b.step) for b in sorted(blames, key=lambda b: number(b.step)))
         most = max(b.excess_us for b in blames) / 1000
         plural = "s" if len(blames) > 1 else ""
         lines.append(  # role and stage come from the files: escaped before a driver logs them

@@ -28,13 +28,13 @@ from typing import Any
 import attrs
 
 from profdsl.analysis import _reader as reader
-from profdsl.analysis._catalog import Artifact, catalog, json_traces, trace_header
+from profdsl.analysis._catalog import Artifact, catalog, json_traces, number, trace_header
 from profdsl.analysis._model import StageModel
 from profdsl.analysis._outputs import check_output
 from profdsl.analysis._rewrite import Rewriter, partial_of
-from profdsl.analysis._scan import TraceScan, scan_events
+from profdsl.analysis._scan import TraceScan, base_ns, scan_events
 from profdsl.records.fields import RecordError, to_json
-from profdsl.records.meta import META_KEY, TraceMeta, base_time_ns, header_meta
+from profdsl.records.meta import META_KEY, TraceMeta, header_meta
 
 __all__ = ["LEFT_OUT", "MergeReport", "MergedRow", "alignment", "merge_folder"]
 
@@ -165,11 +165,7 @@ def _left_out(found: Sequence[Artifact], chosen: Sequence[Artifact]) -> tuple[tu
 def _select(found: Iterable[Artifact], steps: Sequence[int] | None) -> list[Artifact]:
     wanted = None if steps is None else set(steps)
     chosen = [a for a in json_traces(found) if wanted is None or a.step in wanted]
-    return sorted(chosen, key=_order)
-
-
-def _order(artifact: Artifact) -> tuple[str, int, str]:
-    return artifact.label, -1 if artifact.step is None else artifact.step, artifact.path or ""
+    return sorted(chosen, key=lambda a: (a.label, number(a.step), a.path or ""))
 
 
 def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) -> tuple[list[_Input], list[str]]:
@@ -182,16 +178,8 @@ def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) ->
         except reader.TraceError as exc:
             errors.append(str(exc))
             continue
-        inputs.append(_Input(path, artifact.label, _base_ns(meta), artifact, meta))
+        inputs.append(_Input(path, artifact.label, base_ns(meta), artifact, meta))
     return inputs, errors
-
-
-def _base_ns(meta: dict[str, Any]) -> int:
-    """The trace's ``baseTimeNanoseconds``; 0 when the header has none."""
-    try:
-        return base_time_ns(meta)
-    except RecordError:  # checked when read: not here
-        return 0
 
 
 def _row_metadata(label: str, pid: int) -> list[Event]:
