@@ -27,6 +27,7 @@ from profdsl._runtime.process import PROCESS
 from profdsl._runtime.registry import stray, unbound
 from profdsl.core._log import internal_error
 from profdsl.metrics import _tree as tree
+from profdsl.metrics._tree import FOLD_AT
 
 if TYPE_CHECKING:
     from profdsl._runtime.handles import Handle
@@ -289,21 +290,21 @@ class Annotation(Entries):
                     now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
                     spent = entry.spent + (now - start)
                     entry.start = None
-                    root = node.root
-                    spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
-                    lock = root.lock
-                    lock.acquire()
-                    if not node.closed:
-                        node.total += spent
-                        node.count += 1
+                    if not node.closed:  # node.add(spent) and tree.stretch(), inlined
+                        ended = node.ended
+                        ended.append(spent)
+                        if len(ended) >= FOLD_AT:
+                            node.fold()
+                        spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
                         if spans is not None:
+                            root = node.root
                             if len(spans) < root.room:
-                                spans.append(start)
-                                spans.append(now)
-                                spans.append(node)
+                                spans += (start, now, node)
                             else:
-                                root.dropped += 1
-                    lock.release()
+                                unkept = root.unkept
+                                unkept.append(None)
+                                if len(unkept) >= FOLD_AT:
+                                    tree.drop(root)
                     entry.live = False
                     top = entry.below
                     while top is not None and not top.live:

@@ -65,13 +65,12 @@ class Entry:
         self.start = None
         node: Node = self.node  # type: ignore[assignment]
         root = node.root
-        if root.device is not None or node.spans is not None:
-            end = None if root.device is None else root.device.mark()
-            with root.lock:  # its count of dropped pairs, like the node's sums
-                if end is not None:
-                    root.device.add(node, self.mark, end)  # type: ignore[union-attr]
-                if not node.closed:
-                    tree.stretch(node, start, now)
+        if root.device is not None:
+            end = root.device.mark()
+            with root.lock:
+                root.device.add(node, self.mark, end)
+        if not node.closed:
+            tree.stretch(node, start, now)
 
     def end(self, innermost: bool = False) -> None:
         """The entry ended: its node gets one entry of the seconds it ran (unless its step has ended
@@ -89,19 +88,19 @@ class Entry:
                 else:
                     self.pause()  # (which keeps the stretch)
                     spent, spans = self.spent, None
-                lock = root.lock  # node.add(spent), inlined: this runs for every timed entry
-                lock.acquire()
-                if not node.closed:
-                    node.total += spent
-                    node.count += 1
-                    if spans is not None:  # tree.stretch(), inlined
+                if not node.closed:  # node.add(spent) and tree.stretch(), inlined: this runs for every timed entry
+                    ended = node.ended
+                    ended.append(spent)
+                    if len(ended) >= tree.FOLD_AT:
+                        node.fold()
+                    if spans is not None:
                         if len(spans) < root.room:
-                            spans.append(start)  # type: ignore[arg-type]  # (start: not None here)
-                            spans.append(now)
-                            spans.append(node)
+                            spans += (start, now, node)  # type: ignore[arg-type]  # (start: not None here)
                         else:
-                            root.dropped += 1
-                lock.release()
+                            unkept = root.unkept
+                            unkept.append(None)
+                            if len(unkept) >= tree.FOLD_AT:
+                                tree.drop(root)
             except Exception as exc:  # a device error
                 internal_error("metrics exit", exc)
         self.live = False
