@@ -27,7 +27,6 @@ from profdsl._runtime.process import PROCESS
 from profdsl._runtime.registry import stray, unbound
 from profdsl.core._log import internal_error
 from profdsl.metrics import _tree as tree
-from profdsl.metrics._tree import FOLD_AT
 
 if TYPE_CHECKING:
     from profdsl._runtime.handles import Handle
@@ -269,7 +268,7 @@ class Annotation(Entries):
             entry.below = below
             entry.live = True
             entry.spent = 0.0
-            if node is not None and node.root.device is None:
+            if node is not None and node.device is None:
                 entry.start = tree.clock()  # (no device: its mark is never read)
             else:
                 entry.mark = entry.start = None
@@ -286,14 +285,13 @@ class Annotation(Entries):
             if entry is not None and entry.key is self and entry.live and entry.handle is None:
                 start = entry.start
                 node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
-                if start is not None and node.root.device is None:
+                if start is not None and node.device is None:
                     now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
-                    spent = entry.spent + (now - start)
-                    entry.start = None
+                    spent = entry.spent + (now - start)  # (its clock stays: a dead entry is never run again)
                     if not node.closed:  # node.add(spent) and tree.stretch(), inlined
                         ended = node.ended
                         ended.append(spent)
-                        if len(ended) >= FOLD_AT:
+                        if len(ended) >= tree.FOLD_AT:
                             node.fold()
                         spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
                         if spans is not None:
@@ -303,7 +301,7 @@ class Annotation(Entries):
                             else:
                                 unkept = root.unkept
                                 unkept.append(None)
-                                if len(unkept) >= FOLD_AT:
+                                if len(unkept) >= tree.FOLD_AT:
                                     tree.drop(root)
                     entry.live = False
                     top = entry.below

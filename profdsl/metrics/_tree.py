@@ -86,11 +86,25 @@ class Node:
     stretches of top-level entries, when it is a top-level stage (else None: its entries leave
     none)."""
 
-    __slots__ = ("children", "closed", "count", "ended", "kind", "name", "path", "reported", "root", "spans", "total")
+    __slots__ = (
+        "children",
+        "closed",
+        "count",
+        "device",
+        "ended",
+        "kind",
+        "name",
+        "path",
+        "reported",
+        "root",
+        "spans",
+        "total",
+    )
 
     def __init__(self, name: str, path: str, root: Root | None, reported: bool = True, kind: str | None = None) -> None:
         self.name, self.path, self.reported, self.kind = name, path, reported, kind
         self.root: Root = self if root is None else root  # type: ignore[assignment]
+        self.device: DeviceTimes | None = None if root is None else root.device  # (its step's, read at each entry)
         self.children: dict[str, Node] = {}
         self.total = 0.0
         self.count = 0
@@ -171,7 +185,6 @@ class Root(Node):
     Entries of top-level paths beyond the cap go to ``overflow_top``, nested ones to ``overflow``."""
 
     __slots__ = (
-        "device",
         "dropped",
         "engines",
         "lock",
