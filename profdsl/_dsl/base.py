@@ -252,8 +252,7 @@ class Annotation(Entries):
             # A timed step, nothing profiled, an entry bound to nothing: _begin(), inlined.
             below = _top()
             if below is None:
-                tops = registry.tops  # the top of the one tree
-                node = None if tops is None else tops.get(self.name)
+                node = registry.tops.get(self.name)  # the top of the one tree
             else:
                 node = below.node  # nested in an open timed entry
                 node = node.children.get(self.name) if node is not None and below.live and not node.closed else None

@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import logging
 import threading
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from profdsl.core._log import once
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from profdsl._runtime.context import Entry
     from profdsl._runtime.step import Closable, StepContext
     from profdsl.metrics._tree import Node
 
-__all__ = ["Registry", "stray", "unbound"]
+__all__ = ["NO_TOPS", "Registry", "stray", "unbound"]
+
+#: ``Registry.tops`` when no one tree is registered: nothing found there.
+NO_TOPS: Mapping[str, Node] = MappingProxyType({})
 
 
 def unbound(name: str, traced: bool, roles: list[str], chosen: str | None) -> None:
@@ -71,8 +75,8 @@ class Registry:
     ``profiled`` (a step is profiled: an entry may open a region), ``timed`` (a step is timed:
     an entry has a metrics node), ``plain`` (``timed and not profiled``: an entry bound to no role
     or profiler is only timed, begun and ended without a call) and ``tops`` (the top-level nodes of
-    the one registered step's tree, when exactly one step is registered and it is timed; else
-    None), derived from ``steps`` at each change. The DSL adds to
+    the one registered step's tree, when exactly one step is registered and it is timed; else an
+    empty mapping), derived from ``steps`` at each change. The DSL adds to
     ``opened`` and sets ``on`` without a lock (single dict operations are atomic); every writer
     that may clear it looks at ``opened`` again after writing, so an entry opened meanwhile keeps
     it set. A reset replaces the registry (:meth:`profdsl._runtime.process.Process.reset`): the
@@ -86,7 +90,7 @@ class Registry:
         self.steps: tuple[StepContext, ...] = ()
         self.opened: dict[Entry, None] = {}
         self.on = self.profiled = self.timed = self.plain = False
-        self.tops: dict[str, Node] | None = None
+        self.tops: Mapping[str, Node] = NO_TOPS
 
     def _update(self) -> None:
         steps = self.steps
@@ -94,7 +98,7 @@ class Registry:
         self.timed = any(step.root is not None for step in steps)
         self.plain = self.timed and not self.profiled
         root = steps[0].root if len(steps) == 1 else None
-        self.tops = None if root is None else root.children
+        self.tops = NO_TOPS if root is None else root.children
         self.on = bool(steps or self.opened)
         if not self.on and self.opened:  # an entry opened between the read and the write
             self.on = True
