@@ -243,74 +243,83 @@ class Annotation(Entries):
         return context.find(self) or _elsewhere(self, registry_of(self.profiler))
 
     def __enter__(self) -> Any:
-        # The switch, read through the process state: this process's, or a bound profiler's own.
+        # The switch, read through the process state: a bound profiler's own, or this process's.
+        # (Slow cases return early: every jump of the usual path stays short.)
+        if self.profiler is not None:
+            if self.profiler.process.registry.on:
+                self._begin(self.profiler, True)
+            return self
         registry = PROCESS.registry
-        if registry.on and self.profiler is None:
-            if not registry.plain or self.role is not None:
-                self._begin(None, True)
+        if not registry.on:
+            return self
+        if not registry.plain or self.role is not None:
+            self._begin(None, True)
+            return self
+        # A timed step, nothing profiled, an entry bound to nothing: _begin(), inlined.
+        below = _top()
+        if below is None:
+            node = registry.tops.get(self.name)  # the top of the one tree
+        else:
+            node = below.node  # nested in an open timed entry
+            node = node.children.get(self.name) if node is not None and below.live and not node.closed else None
+        if node is None:
+            node = node_for(self.name, None, None, registry.steps, below, PROCESS.live, self.kind)
+            while below is not None and below.handle is None and below.node is not None and below.node.closed:
+                below = below.below
+            if node is None or node.device is not None:
+                _set_top(make(self, None, node, below))
                 return self
-            # A timed step, nothing profiled, an entry bound to nothing: _begin(), inlined.
-            below = _top()
-            if below is None:
-                node = registry.tops.get(self.name)  # the top of the one tree
-            else:
-                node = below.node  # nested in an open timed entry
-                node = node.children.get(self.name) if node is not None and below.live and not node.closed else None
-            if node is None:
-                node = node_for(self.name, None, None, registry.steps, below, PROCESS.live, self.kind)
-                while below is not None and below.handle is None and below.node is not None and below.node.closed:
-                    below = below.below
-            entry = Entry()  # context.make(), inlined
-            entry.key = self
-            entry.handle = None
-            entry.node = node
-            entry.below = below
-            entry.live = True
-            entry.spent = 0.0
-            if node is not None and node.device is None:
-                entry.start = tree.clock()  # (no device: its mark is never read)
-            else:
-                entry.mark = entry.start = None
-                if node is not None:
-                    entry.run()
-            _set_top(entry)
-        elif self.profiler is not None and self.profiler.process.registry.on:
-            self._begin(self.profiler, True)
+        elif node.device is not None:
+            _set_top(make(self, None, node, below))
+            return self
+        entry = Entry()  # context.make(), inlined for an entry timed on the host (no mark)
+        entry.key = self
+        entry.handle = None
+        entry.node = node
+        entry.below = below
+        entry.live = True
+        entry.spent = 0.0
+        entry.start = tree.clock()
+        _set_top(entry)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if PROCESS.registry.on and self.profiler is None:
-            entry = _top()
-            if entry is not None and entry.key is self and entry.live and entry.handle is None:
-                start = entry.start
-                node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
-                if start is not None and node.device is None:
-                    now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
-                    spent = entry.spent + (now - start)  # (its clock stays: a dead entry is never run again)
-                    if not node.closed:  # node.add(spent) and tree.stretch(), inlined
-                        ended = node.ended
-                        ended.append(spent)
-                        if len(ended) >= tree.FOLD_AT:
-                            node.fold()
-                        spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
-                        if spans is not None:
-                            root = node.root
-                            if len(spans) < root.room:
-                                spans += (start, now, node)
-                            else:
-                                unkept = root.unkept
-                                unkept.append(None)
-                                if len(unkept) >= tree.FOLD_AT:
-                                    tree.drop(root)
-                    entry.live = False
-                    top = entry.below
-                    while top is not None and not top.live:
-                        top = top.below
-                    _set_top(top)
-                    return
-            self._exit(PROCESS.registry)
-        elif self.profiler is not None:
+        if self.profiler is not None:
             self._exit(self.profiler.process.registry)
+            return
+        if not PROCESS.registry.on:
+            return
+        entry = _top()
+        if entry is None or entry.key is not self or not entry.live or entry.handle is not None:
+            self._exit(PROCESS.registry)
+            return
+        start = entry.start
+        node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
+        if start is None or node.device is not None:
+            self._exit(PROCESS.registry)
+            return
+        now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
+        spent = entry.spent + (now - start)  # (its clock stays: a dead entry is never run again)
+        if not node.closed:  # node.add(spent) and tree.stretch(), inlined
+            ended = node.ended
+            ended.append(spent)
+            if len(ended) >= tree.FOLD_AT:
+                node.fold()
+            spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
+            if spans is not None:
+                root = node.root
+                if len(spans) < root.room:
+                    spans += (start, now, node)
+                else:
+                    unkept = root.unkept
+                    unkept.append(None)
+                    if len(unkept) >= tree.FOLD_AT:
+                        tree.drop(root)
+        entry.live = False
+        top = entry.below
+        while top is not None and not top.live:
+            top = top.below
+        _set_top(top)
 
     def _exit(self, registry: Registry) -> None:
         """A ``with`` exit that ends no usual timed entry on top (:meth:`__exit__`): whatever
