@@ -290,13 +290,13 @@ class Annotation(Entries):
         if not PROCESS.registry.on:
             return
         entry = _top()
-        if entry is None or entry.key is not self or not entry.live or entry.handle is not None:
-            self._exit(PROCESS.registry)
+        if entry is None or entry.key is not self or not entry.live:
+            _finish(self._leaving(), False, PROCESS.registry)
             return
         start = entry.start
         node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
-        if start is None or node.device is not None:
-            self._exit(PROCESS.registry)
+        if start is None or entry.handle is not None or node.device is not None:
+            _finish(entry, True, PROCESS.registry)
             return
         now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
         spent = entry.spent + (now - start)  # (its clock stays: a dead entry is never run again)
@@ -322,8 +322,8 @@ class Annotation(Entries):
         _set_top(top)
 
     def _exit(self, registry: Registry) -> None:
-        """A ``with`` exit that ends no usual timed entry on top (:meth:`__exit__`): whatever
-        this object's entry is, wherever it is, when ``registry`` (the word's) is on."""
+        """The ``with`` exit of a word bound to a profiler (whose process's is ``registry``):
+        whatever this object's entry is, wherever it is, when ``registry`` is on."""
         if not registry.on:
             return
         entry = _top()

@@ -8,13 +8,14 @@ for every step, so a node's timings belong to exactly one step, and a node of an
 
 Entries of one step may end on several threads at once. A read-modify-write such as ``total +=
 seconds`` is not atomic (a thread switch, or another core on free-threaded Python, may fall
-between the read and the write), and a lock costs an ended entry more than all the rest of its
-bookkeeping; so an ended entry only appends its seconds to its node's ``ended``
+between the read and the write), and taking a lock at every entry's end was the largest single
+cost of a timed entry; so an ended entry only appends its seconds to its node's ``ended``
 (:meth:`Node.add`: ``list.append`` is atomic, with the GIL and without), and :meth:`Node.fold`
-moves them into ``total`` and ``count`` under the step's lock, taking the items it counted
-(``del ended[:n]``: one appended meanwhile stays for the next fold): when ``ended`` holds
-:data:`FOLD_AT`, and for every node when the step ends (:func:`close`, which reads no ``total``
-before it). An entry that ends once its step has ended (``closed``) is not counted. Finding a
+moves them into ``total`` and ``count`` under the step's lock, taking out only the items it
+counted (``del ended[:n]``: one appended meanwhile stays for the next fold): when ``ended``
+holds :data:`FOLD_AT` items, and for every node when the step ends (:func:`close`; the step's
+timings read ``total`` and ``count`` after it). An entry that ends once its step has ended
+(``closed``) is not counted; one that ends while the step ends may be counted or not. Finding a
 child is one ``dict.get``; creating one (:func:`child`) takes the role's lock, since it also
 checks the role's cap on distinct paths.
 
@@ -124,9 +125,9 @@ class Node:
         """Move the seconds of the entries ended so far into ``total`` and ``count`` (dropped
         once the step has ended)."""
         with self.root.lock:
-            self.folded()
+            self.fold_locked()
 
-    def folded(self) -> None:
+    def fold_locked(self) -> None:
         """:meth:`fold`, with the step's lock held: the first ``n`` items, then just those taken
         out."""
         ended = self.ended
@@ -242,10 +243,10 @@ def drop(root: Root) -> None:
     """Fold the stretches of ``root``'s step that found no room (``unkept``) into ``dropped``
     (not once the step has ended)."""
     with root.lock:
-        dropped(root)
+        drop_locked(root)
 
 
-def dropped(root: Root) -> None:
+def drop_locked(root: Root) -> None:
     """:func:`drop`, with the step's lock held."""
     unkept = root.unkept
     n = len(unkept)
@@ -283,9 +284,9 @@ def close(root: Root) -> list[Node]:
     depth first."""
     with root.lock:
         nodes = root.walk()
-        dropped(root)
+        drop_locked(root)
         for node in (root, *nodes, root.overflow, root.overflow_top):
-            node.folded()
+            node.fold_locked()
             node.closed = True
         stretches, room = root.stretches, root.room
         root.stretches = stretches[:room]
