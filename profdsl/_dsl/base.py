@@ -41,6 +41,7 @@ __all__ = ["FROM_RECORDER", "Annotation", "Entries", "registry_of", "stop"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _STACK = context.STACK
+_top, _set_top = _STACK.get, _STACK.set  # (bound once: read and set at every entry and exit)
 #: The default of :meth:`Entries._begin`'s ``handle``: ask the entry's recorder for it (an
 #: async entry asks first, awaiting, and passes what it got, None included).
 FROM_RECORDER = object()
@@ -242,82 +243,94 @@ class Annotation(Entries):
         return context.find(self) or _elsewhere(self, registry_of(self.profiler))
 
     def __enter__(self) -> Any:
-        # The switch, read through the process state: this process's, or a bound profiler's own.
-        if PROCESS.registry.on or self.profiler is not None:
-            registry = PROCESS.registry
-            profiler = self.profiler
-            if profiler is not None or registry.profiled or self.role is not None or not registry.timed:
-                if profiler is None or profiler.process.registry.on:
-                    self._begin(profiler, True)
-                return self
-            # A timed step, nothing profiled, an entry bound to nothing: _begin(), inlined.
-            below = _STACK.get()
-            node = None
-            if below is not None:
-                parent = below.node  # nested in an open timed entry
-                if parent is not None and below.live and not parent.closed:
-                    node = parent.children.get(self.name)
-            else:
-                steps = registry.steps
-                if len(steps) == 1:
-                    root = steps[0].root
-                    if root is not None:  # the top of the one tree
-                        node = root.children.get(self.name)
-            if node is None:
-                node = node_for(self.name, None, None, registry.steps, below, PROCESS.live, self.kind)
+        # The switch, read through the process state: a bound profiler's own, or this process's.
+        # (Slow cases return early: every jump of the usual path stays short.)
+        if self.profiler is not None:
+            if self.profiler.process.registry.on:
+                self._begin(self.profiler, True)
+            return self
+        registry = PROCESS.registry
+        if not registry.on:
+            return self
+        if not registry.plain or self.role is not None:
+            self._begin(None, True)
+            return self
+        # A timed step, nothing profiled, an entry bound to nothing: _begin(), inlined.
+        below = _top()
+        if below is None:
+            node = registry.tops.get(self.name)  # the top of the one tree
+        else:
+            node = below.node  # nested in an open timed entry
+            node = node.children.get(self.name) if node is not None and below.live and not node.closed else None
+        if node is None:
+            node = node_for(self.name, None, None, registry.steps, below, PROCESS.live, self.kind)
             while below is not None and below.handle is None and below.node is not None and below.node.closed:
                 below = below.below
-            entry = Entry()  # context.make(), inlined
-            entry.key, entry.handle = self, None
-            entry.node, entry.below = node, below
-            entry.live, entry.spent = True, 0.0
-            entry.mark = entry.start = None
-            if node is not None:
-                if node.root.device is None:
-                    entry.start = tree.clock()
-                else:
-                    entry.run()
-            _STACK.set(entry)
+            if node is None or node.device is not None:
+                _set_top(make(self, None, node, below))
+                return self
+        elif node.device is not None:
+            _set_top(make(self, None, node, below))
+            return self
+        entry = Entry()  # context.make(), inlined for an entry timed on the host (no mark)
+        entry.key = self
+        entry.handle = None
+        entry.node = node
+        entry.below = below
+        entry.live = True
+        entry.spent = 0.0
+        entry.start = tree.clock()
+        _set_top(entry)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if PROCESS.registry.on or self.profiler is not None:
-            profiler = self.profiler
-            registry = PROCESS.registry if profiler is None else profiler.process.registry
-            if not registry.on:
-                return
-            entry = _STACK.get()
-            if entry is None or entry.key is not self or not entry.live:
-                _finish(self._leaving(), False, registry)
-                return
-            start = entry.start
-            node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
-            if start is None or entry.handle is not None or node.root.device is not None:
-                _finish(entry, True, registry)
-                return
-            now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
-            entry.spent = spent = entry.spent + (now - start)
-            entry.start = None
-            root = node.root
+        if self.profiler is not None:
+            self._exit(self.profiler.process.registry)
+            return
+        if not PROCESS.registry.on:
+            return
+        entry = _top()
+        if entry is None or entry.key is not self or not entry.live:
+            _finish(self._leaving(), False, PROCESS.registry)
+            return
+        start = entry.start
+        node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
+        if start is None or entry.handle is not None or node.device is not None:
+            _finish(entry, True, PROCESS.registry)
+            return
+        now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
+        spent = entry.spent + (now - start)  # (its clock stays: a dead entry is never run again)
+        if not node.closed:  # node.add(spent) and tree.stretch(), inlined
+            ended = node.ended
+            ended.append(spent)
+            if len(ended) >= tree.FOLD_AT:
+                node.fold()
             spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
-            lock = root.lock
-            lock.acquire()
-            if not node.closed:
-                node.total += spent
-                node.count += 1
-                if spans is not None:
-                    if len(spans) < root.room:
-                        spans.append(start)
-                        spans.append(now)
-                        spans.append(node)
-                    else:
-                        root.dropped += 1
-            lock.release()
-            entry.live = False
-            top = entry.below
-            while top is not None and not top.live:
-                top = top.below
-            _STACK.set(top)
+            if spans is not None:
+                root = node.root
+                if len(spans) < root.room:
+                    spans += (start, now, node)
+                else:
+                    unkept = root.unkept
+                    unkept.append(None)
+                    if len(unkept) >= tree.FOLD_AT:
+                        tree.drop(root)
+        entry.live = False
+        top = entry.below
+        while top is not None and not top.live:
+            top = top.below
+        _set_top(top)
+
+    def _exit(self, registry: Registry) -> None:
+        """The ``with`` exit of a word bound to a profiler (whose process's is ``registry``):
+        whatever this object's entry is, wherever it is, when ``registry`` is on."""
+        if not registry.on:
+            return
+        entry = _top()
+        if entry is None or entry.key is not self or not entry.live:
+            _finish(self._leaving(), False, registry)
+        else:
+            _finish(entry, True, registry)
 
     def __call__(self, func: F) -> F:
         """Decorate a function, method, ``staticmethod`` or ``classmethod`` (either order),

@@ -49,7 +49,7 @@ class Entry:
 
     def run(self) -> None:
         """Start (or restart) the clock of a timed entry."""
-        device = self.node.root.device  # type: ignore[union-attr]
+        device = self.node.device  # type: ignore[union-attr]
         if device is not None:
             self.mark = device.mark()
         self.start = tree.clock()
@@ -64,14 +64,13 @@ class Entry:
         self.spent += now - start
         self.start = None
         node: Node = self.node  # type: ignore[assignment]
-        root = node.root
-        if root.device is not None or node.spans is not None:
-            end = None if root.device is None else root.device.mark()
-            with root.lock:  # its count of dropped pairs, like the node's sums
-                if end is not None:
-                    root.device.add(node, self.mark, end)  # type: ignore[union-attr]
-                if not node.closed:
-                    tree.stretch(node, start, now)
+        device = node.device
+        if device is not None:
+            end = device.mark()
+            with node.root.lock:
+                device.add(node, self.mark, end)
+        if not node.closed:
+            tree.stretch(node, start, now)
 
     def end(self, innermost: bool = False) -> None:
         """The entry ended: its node gets one entry of the seconds it ran (unless its step has ended
@@ -81,7 +80,7 @@ class Entry:
             try:
                 start = self.start
                 root = node.root
-                if start is not None and root.device is None:  # pause(), inlined
+                if start is not None and node.device is None:  # pause(), inlined
                     now = tree.clock()
                     self.spent = spent = self.spent + (now - start)
                     self.start = None
@@ -89,19 +88,19 @@ class Entry:
                 else:
                     self.pause()  # (which keeps the stretch)
                     spent, spans = self.spent, None
-                lock = root.lock  # node.add(spent), inlined: this runs for every timed entry
-                lock.acquire()
-                if not node.closed:
-                    node.total += spent
-                    node.count += 1
-                    if spans is not None:  # tree.stretch(), inlined
+                if not node.closed:  # node.add(spent) and tree.stretch(), inlined: this runs for every timed entry
+                    ended = node.ended
+                    ended.append(spent)
+                    if len(ended) >= tree.FOLD_AT:
+                        node.fold()
+                    if spans is not None:
                         if len(spans) < root.room:
-                            spans.append(start)  # type: ignore[arg-type]  # (start: not None here)
-                            spans.append(now)
-                            spans.append(node)
+                            spans += (start, now, node)  # type: ignore[arg-type]  # (start: not None here)
                         else:
-                            root.dropped += 1
-                lock.release()
+                            unkept = root.unkept
+                            unkept.append(None)
+                            if len(unkept) >= tree.FOLD_AT:
+                                tree.drop(root)
             except Exception as exc:  # a device error
                 internal_error("metrics exit", exc)
         self.live = False
@@ -144,7 +143,7 @@ def make(key: object, handle: Any, node: Node | None, below: Entry | None) -> En
     entry.spent = 0.0
     entry.mark = entry.start = None
     if node is not None:
-        if node.root.device is None:
+        if node.device is None:
             entry.start = tree.clock()  # run(), inlined: this runs for every timed entry
         else:
             entry.run()

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import logging
 import threading
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from profdsl.core._log import once
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from profdsl._runtime.context import Entry
     from profdsl._runtime.step import Closable, StepContext
+    from profdsl.metrics._tree import Node
 
-__all__ = ["Registry", "stray", "unbound"]
+__all__ = ["NO_TOPS", "Registry", "stray", "unbound"]
+
+#: ``Registry.tops`` when no one tree is registered: nothing found there.
+NO_TOPS: Mapping[str, Node] = MappingProxyType({})
 
 
 def unbound(name: str, traced: bool, roles: list[str], chosen: str | None) -> None:
@@ -67,26 +72,33 @@ class Registry:
     a generator finished on another thread, finds its entry there).
 
     ``on`` is ``bool(steps or opened)``, kept as a plain attribute for the DSL; so are
-    ``profiled`` (a step is profiled: an entry may open a region) and ``timed`` (a step is timed:
-    an entry has a metrics node), derived from ``steps`` at each change. The DSL adds to
+    ``profiled`` (a step is profiled: an entry may open a region), ``timed`` (a step is timed:
+    an entry has a metrics node), ``plain`` (``timed and not profiled``: an entry bound to no role
+    or profiler is only timed, begun and ended without a call) and ``tops`` (the top-level nodes of
+    the one registered step's tree, when exactly one step is registered and it is timed; else an
+    empty mapping), derived from ``steps`` at each change. The DSL adds to
     ``opened`` and sets ``on`` without a lock (single dict operations are atomic); every writer
     that may clear it looks at ``opened`` again after writing, so an entry opened meanwhile keeps
     it set. A reset replaces the registry (:meth:`profdsl._runtime.process.Process.reset`): the
     DSL reads it through the process state each time and never keeps it.
     """
 
-    __slots__ = ("_lock", "on", "opened", "profiled", "steps", "timed")
+    __slots__ = ("_lock", "on", "opened", "plain", "profiled", "steps", "timed", "tops")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # re-entrant: a signal handler may call into it
         self.steps: tuple[StepContext, ...] = ()
         self.opened: dict[Entry, None] = {}
-        self.on = self.profiled = self.timed = False
+        self.on = self.profiled = self.timed = self.plain = False
+        self.tops: Mapping[str, Node] = NO_TOPS
 
     def _update(self) -> None:
         steps = self.steps
         self.profiled = any(step.profiled for step in steps)
         self.timed = any(step.root is not None for step in steps)
+        self.plain = self.timed and not self.profiled
+        root = steps[0].root if len(steps) == 1 else None
+        self.tops = NO_TOPS if root is None else root.children
         self.on = bool(steps or self.opened)
         if not self.on and self.opened:  # an entry opened between the read and the write
             self.on = True

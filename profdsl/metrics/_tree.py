@@ -6,17 +6,29 @@ time to the :class:`Node` of its path: its name under the node of the entry it i
 for every step, so a node's timings belong to exactly one step, and a node of an ended step
 (``closed``) is never nested under again.
 
-Entries of one step may end on several threads at once, so a node's ``total`` and ``count`` are
-changed only by :meth:`Node.add`, under its step's lock (a read-modify-write such as ``total +=
-seconds`` is not atomic: a thread switch, or another core on free-threaded Python, may fall
-between the read and the write). Finding a child is one ``dict.get``; creating one
-(:func:`child`) takes the role's lock, since it also checks the role's cap on distinct paths.
+Entries of one step may end on several threads at once. A read-modify-write such as ``total +=
+seconds`` is not atomic (a thread switch, or another core on free-threaded Python, may fall
+between the read and the write), and taking a lock at every entry's end was the largest single
+cost of a timed entry; so an ended entry only appends its seconds to its node's ``ended``
+(:meth:`Node.add`: ``list.append`` is atomic, with the GIL and without), and :meth:`Node.fold`
+moves them into ``total`` and ``count`` under the step's lock, taking out only the items it
+counted (``del ended[:n]``: one appended meanwhile stays for the next fold): when ``ended``
+holds :data:`FOLD_AT` items, and for every node when the step ends (:func:`close`; the step's
+timings read ``total`` and ``count`` after it). An entry that ends once its step has ended
+(``closed``) is not counted; one that ends while the step ends may be counted or not. Finding a
+child is one ``dict.get``; creating one (:func:`child`) takes the role's lock, since it also
+checks the role's cap on distinct paths.
 
 For the step ledger (``docs/ledger.md``), the entries of the top-level stages (the root's
 children: a role's outermost stages on each thread or task) also leave their stretches of time,
 ``start, end, node`` on the metrics clock, in the step's ``stretches`` (flat: three items per
-stretch, no object made for it): at most :data:`MAX_SPANS` per step, further ones are counted
-(``dropped``) and the step gets no ledger.
+stretch, no object made for it; added with one ``+=`` of a tuple, which is atomic, so stretches
+of two threads never mix): at most :data:`MAX_SPANS` per step, further ones are counted
+(``dropped``: like an entry's seconds, each is one item appended to the step's ``unkept``, folded
+into ``dropped`` under the lock) and the step gets no ledger. Without a lock, two threads may
+both find room for the last stretch: :func:`close` keeps the first ``room`` items and counts the
+others dropped, in a list of its own (a stretch added by an entry that ends as the step ends
+goes to the old one).
 Nested entries leave none: their time is their outermost stage's.
 """
 
@@ -30,6 +42,7 @@ if TYPE_CHECKING:
     from profdsl.metrics._device import DeviceTimes
 
 __all__ = [
+    "FOLD_AT",
     "MAX_SPANS",
     "OVERFLOW",
     "Node",
@@ -39,6 +52,7 @@ __all__ = [
     "child",
     "clock",
     "close",
+    "drop",
     "segment",
     "stretch",
 ]
@@ -50,6 +64,8 @@ clock = time.perf_counter
 OVERFLOW = "(overflow)"
 #: The most stretches of top-level entries one step keeps for its ledger (about 100 bytes each).
 MAX_SPANS = 4096
+#: How many ended entries' seconds a node holds (``Node.ended``) before it folds them into its sums.
+FOLD_AT = 64
 
 #: A step's stretches of top-level entries, flat: ``[start, end, node, start, end, node, ...]``
 #: (start and end on :data:`clock`).
@@ -65,29 +81,61 @@ def segment(name: str) -> str:
 
 
 class Node:
-    """One stage path's entries in one step: ``total`` seconds and ``count``; ``kind``: the kind
-    of work its first entry declared (None: by its name); ``spans``: its step's stretches of
-    top-level entries, when it is a top-level stage (else None: its entries leave none)."""
+    """One stage path's entries in one step: ``total`` seconds and ``count`` (once folded: see
+    the module docstring), ``ended``: the seconds of entries ended since the last fold; ``kind``:
+    the kind of work its first entry declared (None: by its name); ``spans``: its step's
+    stretches of top-level entries, when it is a top-level stage (else None: its entries leave
+    none)."""
 
-    __slots__ = ("children", "closed", "count", "kind", "name", "path", "reported", "root", "spans", "total")
+    __slots__ = (
+        "children",
+        "closed",
+        "count",
+        "device",
+        "ended",
+        "kind",
+        "name",
+        "path",
+        "reported",
+        "root",
+        "spans",
+        "total",
+    )
 
     def __init__(self, name: str, path: str, root: Root | None, reported: bool = True, kind: str | None = None) -> None:
         self.name, self.path, self.reported, self.kind = name, path, reported, kind
         self.root: Root = self if root is None else root  # type: ignore[assignment]
+        self.device: DeviceTimes | None = None if root is None else root.device  # (its step's, read at each entry)
         self.children: dict[str, Node] = {}
         self.total = 0.0
         self.count = 0
+        self.ended: list[float] = []
         self.closed = False
         self.spans: Stretches | None = None
 
     def add(self, seconds: float) -> None:
-        """One entry of ``seconds`` ended; nothing once the step has ended (it is not counted)."""
-        lock = self.root.lock
-        lock.acquire()  # (no `with`: a third cheaper, and nothing between can raise)
+        """One entry of ``seconds`` ended; not counted once the step has ended. No lock."""
         if not self.closed:
-            self.total += seconds
-            self.count += 1
-        lock.release()
+            ended = self.ended
+            ended.append(seconds)
+            if len(ended) >= FOLD_AT:
+                self.fold()
+
+    def fold(self) -> None:
+        """Move the seconds of the entries ended so far into ``total`` and ``count`` (dropped
+        once the step has ended)."""
+        with self.root.lock:
+            self.fold_locked()
+
+    def fold_locked(self) -> None:
+        """:meth:`fold`, with the step's lock held: the first ``n`` items, then just those taken
+        out."""
+        ended = self.ended
+        n = len(ended)
+        if not self.closed:
+            self.total = sum(ended[:n], self.total)
+            self.count += n
+        del ended[:n]
 
     def walk(self) -> list[Node]:
         """This node's descendants, depth first, in the order they were first entered."""
@@ -131,13 +179,13 @@ class Root(Node):
 
     For its ledger: ``stretches`` (its top-level entries', :data:`Stretches`; ``spans`` of its
     top-level nodes is this list), ``room`` (the most items it holds: three per stretch, for
-    :data:`MAX_SPANS` as it was when the step began), ``dropped`` (those beyond), ``waited``
+    :data:`MAX_SPANS` as it was when the step began), ``dropped`` (those beyond; ``unkept``: one
+    item for each found since the last fold), ``waited``
     (seconds profiling held the step up: a discrete stage's capture start and stop, a rollout
     engine's profiler start and stop), of which ``engines`` the rollout engines'.
     Entries of top-level paths beyond the cap go to ``overflow_top``, nested ones to ``overflow``."""
 
     __slots__ = (
-        "device",
         "dropped",
         "engines",
         "lock",
@@ -148,6 +196,7 @@ class Root(Node):
         "room",
         "step",
         "stretches",
+        "unkept",
         "waited",
     )
 
@@ -158,6 +207,7 @@ class Root(Node):
         self.stretches: Stretches = []
         self.room = 3 * MAX_SPANS
         self.dropped = 0
+        self.unkept: list[None] = []
         self.waited = 0.0
         self.engines = 0.0
         self.overflow = Node(OVERFLOW, OVERFLOW, self, reported=False)
@@ -175,14 +225,34 @@ class Root(Node):
 
 
 def stretch(node: Node, start: float, end: float) -> None:
-    """A top-level entry of ``node`` ran ``[start, end)`` (call with its step's lock held, while
-    the step is open): kept for the ledger, or counted beyond :data:`MAX_SPANS`."""
+    """A top-level entry of ``node`` ran ``[start, end)`` (call while the step is open; no lock):
+    kept for the ledger, or counted beyond :data:`MAX_SPANS`."""
     spans = node.spans
     if spans is not None:
-        if len(spans) < node.root.room:
-            spans += (start, end, node)
+        root = node.root
+        if len(spans) < root.room:
+            spans += (start, end, node)  # (one `+=`: atomic)
         else:
-            node.root.dropped += 1
+            unkept = root.unkept
+            unkept.append(None)
+            if len(unkept) >= FOLD_AT:
+                drop(root)
+
+
+def drop(root: Root) -> None:
+    """Fold the stretches of ``root``'s step that found no room (``unkept``) into ``dropped``
+    (not once the step has ended)."""
+    with root.lock:
+        drop_locked(root)
+
+
+def drop_locked(root: Root) -> None:
+    """:func:`drop`, with the step's lock held."""
+    unkept = root.unkept
+    n = len(unkept)
+    if not root.closed:
+        root.dropped += n
+    del unkept[:n]
 
 
 def child(parent: Node, name: str, kind: str | None = None) -> Node:
@@ -209,11 +279,16 @@ def child(parent: Node, name: str, kind: str | None = None) -> Node:
 
 
 def close(root: Root) -> list[Node]:
-    """End the step: no entry nests under its nodes any more. Returns its nodes, depth first."""
+    """End the step: every node's entries folded, no entry is counted or nests under its nodes
+    any more, its stretches kept within its room (in a list of their own). Returns its nodes,
+    depth first."""
     with root.lock:
         nodes = root.walk()
-        root.closed = True
-        for node in nodes:
+        drop_locked(root)
+        for node in (root, *nodes, root.overflow, root.overflow_top):
+            node.fold_locked()
             node.closed = True
-        root.overflow.closed = root.overflow_top.closed = True
+        stretches, room = root.stretches, root.room
+        root.stretches = stretches[:room]
+        root.dropped += max(0, len(stretches) - room) // 3
     return nodes
