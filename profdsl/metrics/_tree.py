@@ -105,7 +105,9 @@ class Node:
     def __init__(self, name: str, path: str, root: Root | None, reported: bool = True, kind: str | None = None) -> None:
         self.name, self.path, self.reported, self.kind = name, path, reported, kind
         self.root: Root = self if root is None else root  # type: ignore[assignment]
-        self.device: DeviceTimes[Node] | None = None if root is None else root.device  # (its step's, read at each entry)
+        self.device: DeviceTimes[Node] | None = (
+            None if root is None else root.device
+        )  # (its step's, read at each entry)
         self.children: dict[str, Node] = {}
         self.total = 0.0
         self.count = 0
