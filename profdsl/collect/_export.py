@@ -34,6 +34,7 @@ from profdsl.config._parallel import Parallel
 from profdsl.core._completeness import Expect, judge
 from profdsl.core._log import once
 from profdsl.core._naming import PLAIN_TRACE_EXT, TEMP_PREFIX, TRACE_EXT, TraceName
+from profdsl.core._units import ms_of
 from profdsl.errors import ConfigError
 from profdsl.records.manifest import TraceRecord
 from profdsl.records.requests import CaptureNote
@@ -161,9 +162,9 @@ class PendingTrace:
         ``wait_ms``."""
         waits: dict[str, float] = {}
         if self.blocked_ms is not None:
-            waits.update(blocked_ms=round(self.blocked_ms + waited_s * 1000, 3))
+            waits.update(blocked_ms=ms_of(waited_s, self.blocked_ms))
         if self.wait_ms is not None:
-            waits.update(wait_ms=round(self.wait_ms + waited_s * 1000, 3))
+            waits.update(wait_ms=ms_of(waited_s, self.wait_ms))
         return self.label.fields(window=self.window, time_ms=self.time_ms, **waits, **(self.extra or {}))
 
     def name(self) -> TraceName:

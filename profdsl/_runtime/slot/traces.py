@@ -22,6 +22,7 @@ from profdsl._runtime.writer.writer import Writer
 from profdsl.collect._export import TraceLabel, pending_trace
 from profdsl.core._completeness import Expect
 from profdsl.core._log import once
+from profdsl.core._units import ms_of
 from profdsl.records.fields import to_json
 from profdsl.records.meta import TraceMeta
 
@@ -109,9 +110,9 @@ class Traces:
             if self.dropped:
                 break  # recorded lost already (its owner came back after close() or exit)
             slot_wait = time.perf_counter()
-            parts = dict(stop_ms=_ms(held.end_s + slot_wait - noted))
+            parts = dict(stop_ms=ms_of(held.end_s + slot_wait - noted))
             if held.start_s is not None:
-                parts.update(dict(init_ms=_ms(held.start_s)) if self.first else dict(start_ms=_ms(held.start_s)))
+                parts.update(dict(init_ms=ms_of(held.start_s)) if self.first else dict(start_ms=ms_of(held.start_s)))
                 self.first = False
             if interrupt is None:
                 try:
@@ -124,12 +125,12 @@ class Traces:
                         )
                 except BaseException as exc:
                     interrupt = exc
-            waited_ms = _ms(time.perf_counter() - slot_wait)
+            waited_ms = ms_of(time.perf_counter() - slot_wait)
             extra: dict[str, object] = dict(windows=self.book.windows()) if self.kind == "step" else {}
             extra.update(parts)
             if cut_short:
                 extra.update(note=f"stopped early: {cut_short}")
-            blocked_ms = _ms(held.total_s + time.perf_counter() - noted)
+            blocked_ms = ms_of(held.total_s + time.perf_counter() - noted)
             pending = pending_trace(
                 write,
                 label,
@@ -158,8 +159,3 @@ class Traces:
             reason,
         )
         self.writer.submit(RecordJob(label.save_path, label.loss(status, reason)))
-
-
-def _ms(seconds: float) -> float:
-    """Seconds as milliseconds, to the microsecond (a record's cost fields)."""
-    return round(seconds * 1000, 3)

@@ -27,6 +27,7 @@ from profdsl._runtime.writer.writer import CommitGuard, Writer
 from profdsl.collect import _finish_hook as finish_hook
 from profdsl.collect._manifest import append_record
 from profdsl.core._log import once
+from profdsl.core._units import ms_of
 from profdsl.records.manifest import HookRecord
 from profdsl.records.requests import CaptureNote
 
@@ -128,7 +129,7 @@ class HookJob:
         """Hand the records to the writer and wait (bounded) until they are written. The run's
         ``blocked_ms``: how long a caller waited for it (the last step's stop, or close())."""
         since = self._waiting_since
-        blocked_ms = 0.0 if since is None else round((time.perf_counter() - since) * 1000, 3)
+        blocked_ms = 0.0 if since is None else ms_of(time.perf_counter() - since)
         try:
             tickets = [
                 self._writer.submit(RecordJob(path, record)) for path, record in self._records(result, blocked_ms)
