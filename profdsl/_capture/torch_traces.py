@@ -20,14 +20,10 @@ from profdsl.config import Schedule
 from profdsl.core._completeness import Expect
 from profdsl.core._labels import encode
 from profdsl.core._schedule import action_at, cycle_of
+from profdsl.core._units import now_ms
 from profdsl.records.meta import trace_header
 
 __all__ = ["HeldTime", "TorchTraces", "now_ms"]
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds: a trace's time in its name."""
-    return time.time_ns() // 1_000_000
 
 
 class HeldTime:

@@ -13,13 +13,13 @@ import json
 import logging
 import os
 import threading
-import time
 
 from profdsl._runtime.plan import RolePlan
 from profdsl._runtime.writer.jobs import LineJob
 from profdsl._runtime.writer.writer import Writer
 from profdsl.collect.metrics_log import log_name
 from profdsl.core._log import once
+from profdsl.core._units import now_ms
 from profdsl.metrics._timings import StepTimings
 from profdsl.records.fields import to_json
 from profdsl.records.metrics_log import MetricsLine, StageLine
@@ -60,7 +60,7 @@ class MetricsLogs:
                 traced=traced,
                 host=plan.label.host,
                 pid=pid,
-                time_ms=time.time_ns() // 1_000_000,
+                time_ms=now_ms(),
                 stages={
                     stage: StageLine(
                         total_s=t.total_s, self_s=t.self_s, count=t.count, device_s=t.device_s, kind=t.kind

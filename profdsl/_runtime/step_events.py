@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import TYPE_CHECKING
 
 import attrs
@@ -28,6 +27,7 @@ from profdsl._runtime.writer.rounds import DueHook, HookRounds
 from profdsl._runtime.writer.writer import Writer
 from profdsl.collect import _relocate as relocate
 from profdsl.core._log import logger, once
+from profdsl.core._units import now_ms
 from profdsl.core.step_plan import Event, StepTracker
 from profdsl.metrics._timings import StepTimings
 from profdsl.records.requests import CaptureNote
@@ -256,9 +256,7 @@ class NsysReports:
                 names = os.listdir(source)
             except OSError:
                 return []  # nothing written there (yet): late reports are picked up later
-            return relocate.plan_nsys(
-                names, source_dir=source, pid=pid, label=label, time_ms=time.time_ns() // 1_000_000
-            )
+            return relocate.plan_nsys(names, source_dir=source, pid=pid, label=label, time_ms=now_ms())
 
         self._writer.submit(
             MoveJob(

@@ -26,6 +26,7 @@ from profdsl.collect import _relocate as relocate
 from profdsl.config import ProfilerConfig
 from profdsl.core._log import once
 from profdsl.core._selection import Selection
+from profdsl.core._units import now_ms
 from profdsl.metrics._tree import clock
 from profdsl.records.manifest import RolloutRecord
 from profdsl.rollout import rollout_trace_dir, trace_prefix
@@ -214,7 +215,7 @@ def relocate_replicas(
                 world_size=world_size,
                 host=socket.gethostname(),
                 pid=os.getpid(),
-                time_ms=time.time_ns() // 1_000_000,
+                time_ms=now_ms(),
                 node=node,
             )
         return found
