@@ -155,3 +155,35 @@ def test_the_reads_never_reserve_the_whole_bound(tmp_path: Path) -> None:
         found = _files.read_within(Counted(file), limit=64 * 1024**3, holds="it")  # type: ignore[arg-type]
     assert found == b"x" * 100 + b"y" * 50
     assert asked and all(0 < size <= 2**20 for size in asked), asked
+
+
+# -- a capture request -----------------------------------------------------------------------------
+
+
+def test_a_capture_request_that_grows_past_its_bound_while_read_is_too_large(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that grew past its bound after it was opened was read to the bound plus a byte
+    and reported as "not JSON"; it is refused as too large (``core/_files.read_within``)."""
+    from profdsl.collect import _requests
+
+    path = tmp_path / "req.json"
+    body = json.dumps({"id": "s", "steps": 3}).encode()
+    path.write_bytes(body)
+    monkeypatch.setattr(_requests, "MAX_REQUEST_BYTES", len(body) + 10)
+    _growing(monkeypatch, _requests, b"x" * 20)
+    with pytest.raises(OSError) as caught:
+        _requests.read_request(str(path))
+    assert caught.value.errno == errno.EFBIG and "grew while read" in str(caught.value.strerror)
+    assert "more than a request holds" in str(caught.value.strerror)
+
+
+def test_a_capture_request_that_grows_within_its_bound_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from profdsl.collect import _requests
+
+    path = tmp_path / "req.json"
+    path.write_bytes(json.dumps({"id": "s", "steps": 3}).encode())
+    _growing(monkeypatch, _requests, b"  \n")
+    assert _requests.read_request(str(path)).id == "s"

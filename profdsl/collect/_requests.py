@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import attrs
 
-from profdsl.core._files import open_regular
+from profdsl.core._files import open_regular, read_within
 from profdsl.records.fields import RecordError, to_json
 from profdsl.records.requests import CaptureRequest, parse_request
 
@@ -67,12 +67,12 @@ def read_request(path: str) -> CaptureRequest:
 
     Raises:
         OSError: it cannot be read, is a link or not a regular file, or is larger than
-            :data:`MAX_REQUEST_BYTES`.
+            :data:`MAX_REQUEST_BYTES` (when opened, or it grew past it while read).
         RecordError: it is not a valid request (not JSON, a field wrong or missing).
     """
     # a link is not followed: it could make the job read (and quote) a file elsewhere
     with open_regular(path, limit=MAX_REQUEST_BYTES, holds="a request") as file:
-        data = file.read(MAX_REQUEST_BYTES + 1)
+        data = read_within(file, limit=MAX_REQUEST_BYTES, holds="a request")
     try:
         value = json.loads(data)
     except (ValueError, RecursionError) as exc:
