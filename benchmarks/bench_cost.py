@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _args import count
 
 import profdsl
 from profdsl import Profiler, ProfilerConfig, Schedule, TorchOptions, mini_batch_window, profile_stage
@@ -142,14 +143,6 @@ def fixed_and_slope(extra: dict[int, float], ops: dict[int, int]) -> tuple[float
     (n1, e1), (n2, e2) = sorted(extra.items())
     slope = (e2 - e1) / (ops[n2] - ops[n1])
     return e1 - slope * ops[n1], slope
-
-
-def count(text: str) -> int:
-    """A whole number of at least 1 (argparse names the argument and the value it refuses)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text!r}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:

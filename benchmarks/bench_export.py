@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _args import count
 from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
 
 import profdsl
@@ -311,10 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="a quick run: 5,000 ops, one repeat, 10 windows (the test's mode)"
     )
-    parser.add_argument("--ops", type=int, help="torch ops per timed window (default 50,000; quick 5,000)")
-    parser.add_argument("--repeat", type=int, help="repeats of each measurement (default 5; quick 1)")
-    parser.add_argument("--windows", type=int, help="profiled windows in a row for RSS (default 50; quick 10)")
-    parser.add_argument("--window-ops", type=int, default=2_000, help="torch ops per RSS window")
+    parser.add_argument("--ops", type=count, help="torch ops per timed window (default 50,000; quick 5,000)")
+    parser.add_argument("--repeat", type=count, help="repeats of each measurement (default 5; quick 1)")
+    parser.add_argument("--windows", type=count, help="profiled windows in a row for RSS (default 50; quick 10)")
+    parser.add_argument("--window-ops", type=count, default=2_000, help="torch ops per RSS window")
     parser.add_argument("--check", action="store_true", help="exit 1 when a bar is not met")
     parser.add_argument("--child-rss", nargs=2, type=int, metavar=("WINDOWS", "ITERATIONS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import ijson  # type: ignore[import-untyped]
+from _args import count
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1_000_000
@@ -749,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument(
         "--repeat",
-        type=int,
+        type=count,
         default=1,
         help="runs per method, each in a fresh process: fastest wall time, highest peak",
     )
@@ -758,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--summary", action="store_true", help="measure profdsl summary of a folder against json.load and zcat"
     )
-    parser.add_argument("--traces", type=int, default=4, help="--summary: traces in the folder")
+    parser.add_argument("--traces", type=count, default=4, help="--summary: traces in the folder")
     parser.add_argument(
         "--memory-mb", type=float, default=225.0, help="--summary: size of the one trace whose peak RSS is measured"
     )

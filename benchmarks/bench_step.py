@@ -53,6 +53,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _args import count
+
 GOAL = 1.5
 TAG = "BENCH_STEP "
 MODES = ("unprofiled", "floor", "floor + JSON", "by hand", "profdsl")
@@ -242,8 +244,8 @@ def report(medians: dict[str, float], modes: tuple[str, ...], repeat: int) -> bo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="one repeat (the test's mode)")
-    parser.add_argument("--repeat", type=int, help="processes per mode (default 5; quick 1)")
-    parser.add_argument("--steps", type=int, default=6, help="training steps per process (steps 2 and 3 profiled)")
+    parser.add_argument("--repeat", type=count, help="processes per mode (default 5; quick 1)")
+    parser.add_argument("--steps", type=count, default=6, help="training steps per process (steps 2 and 3 profiled)")
     parser.add_argument("--check", action="store_true", help="exit 1 when the goal is missed")
     parser.add_argument(
         "--compare", metavar="DIR", help="also run profdsl imported from DIR (a tree holding another profdsl/)"
