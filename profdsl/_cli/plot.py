@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from profdsl._cli.common import drawn, fail, say, skipped, stack
-from profdsl.analysis._catalog import Catalog, FolderError, catalog, number
+from profdsl.analysis._catalog import Catalog, FolderError, catalog_or_logs, number
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import Span, StageModel
 from profdsl.analysis._outputs import OutputError, check_output
-from profdsl.collect.metrics_log import log_files
 from profdsl.config._parallel import DIMS
 
 if TYPE_CHECKING:
@@ -117,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     """
     try:
         check_output(args.output, args.folder)
-        found = _catalog(args)
+        found = catalog_or_logs(args.folder, logs=args.ledger)
     except (FolderError, OutputError) as exc:
         return fail(str(exc), command="plot")
     try:
@@ -134,16 +133,6 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"{args.folder}: no stage time found in any readable trace", 1, "plot")
     figure = build_figure(model, args)
     return _save(figure, args) or failed
-
-
-def _catalog(args: argparse.Namespace) -> Catalog:
-    """The folder's catalog; with ``--ledger``, an empty one for a folder of metrics logs only."""
-    try:
-        return catalog(args.folder)
-    except FolderError:
-        if args.ledger and log_files(args.folder):
-            return Catalog([], [])
-        raise
 
 
 def _ledger(args: argparse.Namespace, found: Catalog) -> int:

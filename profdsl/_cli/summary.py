@@ -16,11 +16,10 @@ from typing import Any
 from profdsl._cli import ledger_view, stragglers_view
 from profdsl._cli.common import fail, skipped, table
 from profdsl.analysis import _cost as cost
-from profdsl.analysis._catalog import Artifact, Catalog, FolderError, catalog
+from profdsl.analysis._catalog import Artifact, FolderError, catalog_or_logs
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel, StageSpread
 from profdsl.analysis._walls import LogRead, read_walls
-from profdsl.collect.metrics_log import log_files
 from profdsl.config._parallel import DIMS
 
 HELP = (
@@ -167,11 +166,9 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(view, int):
         return view
     try:
-        found = catalog(args.dir)
+        found = catalog_or_logs(args.dir, logs=view is ledger_view.run)
     except FolderError as exc:
-        if view is not ledger_view.run or not log_files(args.dir):
-            return fail(str(exc))
-        found = Catalog([], [])  # a folder of metrics logs only (Metrics(log=True)): every step's ledger
+        return fail(str(exc))
     bad = list(found.problems)
     if args.cost:
         _print_cost(found.artifacts, args)

@@ -20,6 +20,7 @@ import attrs
 
 from profdsl.analysis._reader import TraceError, file_kind, header
 from profdsl.collect._manifest import MANIFEST_NAME, read_lines
+from profdsl.collect.metrics_log import log_files
 from profdsl.config._parallel import DIMS
 from profdsl.core._naming import ARTIFACT_SUFFIXES, NSYS_EXT, TEMP_PREFIX, TraceName, is_json_trace
 from profdsl.records.fields import RecordError, to_json
@@ -188,6 +189,21 @@ def catalog(folder: str | os.PathLike[str]) -> Catalog:
     if not rows and not problems and not leftovers and not foreign:
         raise FolderError(f"{folder}: no profdsl manifest and no profdsl trace files")
     return Catalog(rows, problems + foreign, leftovers)
+
+
+def catalog_or_logs(folder: str | os.PathLike[str], *, logs: bool) -> Catalog:
+    """:func:`catalog`; with ``logs`` (a view the metrics logs can draw alone: the step ledger),
+    an empty one for a folder of metrics logs only (``Metrics(log=True)``: no trace, no manifest).
+
+    Raises:
+        FolderError: as :func:`catalog`, unless ``logs`` and ``folder`` holds a metrics log.
+    """
+    try:
+        return catalog(folder)
+    except FolderError:
+        if logs and log_files(folder):
+            return Catalog([], [])
+        raise
 
 
 def _from_manifest(folder: Path) -> tuple[list[Artifact], list[str]]:
