@@ -51,7 +51,7 @@ from profdsl.analysis._fleet import (
 )
 from profdsl.analysis._load import scan_artifacts
 from profdsl.analysis._model import StageModel
-from profdsl.analysis._walls import LogRead, read_walls, step_walls
+from profdsl.analysis._walls import Key, LogRead, longest, read_walls, step_walls
 from profdsl.core import _intervals as intervals
 from profdsl.core._kinds import kind_of
 from profdsl.core._ledger import Ledger, Stage, split
@@ -59,7 +59,6 @@ from profdsl.records.metrics_log import MetricsLine
 
 __all__ = ["FolderLedger", "GroupStep", "RankLedger", "group_name", "load_ledger"]
 
-Key = tuple[str, "int | None", "int | None"]  # role, step, rank
 #: Why a rank's step has no ledger.
 NO_WALL = "no wall time: no metrics log line for it (Metrics(log=True) writes one per step)"
 ENGINE = "an engine replica has no steps of its own: its busy time is in the step's fleet view only"
@@ -245,14 +244,11 @@ def load_ledger(
 def _lines(log: LogRead) -> dict[Key, MetricsLine]:
     """Per (role, step, rank), the metrics log's line that has a ledger or says why not (the
     longest wall time where several processes of one rank logged one)."""
-    best: dict[Key, MetricsLine] = {}
-    for _, _, line in log.lines:
-        key: Key = (line.role or "unknown", line.step, line.rank)
-        if (line.ledger is None and line.ledger_why is None) or line.wall_s is None:
-            continue
-        if key not in best or line.wall_s > (best[key].wall_s or 0.0):
-            best[key] = line
-    return best
+    return longest(
+        ((line.role or "unknown", line.step, line.rank), line)
+        for _, _, line in log.lines
+        if line.ledger is not None or line.ledger_why is not None
+    )
 
 
 def _from_log(lines: Mapping[Key, MetricsLine], split_here: set[Key], origin_us: float) -> list[RankLedger]:

@@ -70,11 +70,16 @@ def clocked_walls(log: LogRead, skipped: list[str] | None = None) -> dict[Key, f
     return walls
 
 
+def longest(lines: Iterable[tuple[Key, MetricsLine]]) -> dict[Key, MetricsLine]:
+    """Per (role, step, rank), its line with the longest wall time: several processes of one
+    rank may each log the step (the first of equal ones; a line with no wall time left out)."""
+    best: dict[Key, MetricsLine] = {}
+    for key, line in lines:
+        if line.wall_s is not None and (key not in best or line.wall_s > (best[key].wall_s or 0.0)):
+            best[key] = line
+    return best
+
+
 def _longest(lines: Iterable[MetricsLine]) -> dict[Key, float]:
-    walls: dict[Key, float] = {}
-    for line in lines:
-        if line.role is None or line.wall_s is None:
-            continue
-        key: Key = (line.role, line.step, line.rank)
-        walls[key] = max(walls.get(key, 0.0), line.wall_s * 1e6)
-    return walls
+    best = longest(((line.role, line.step, line.rank), line) for line in lines if line.role is not None)
+    return {key: (line.wall_s or 0.0) * 1e6 for key, line in best.items()}
