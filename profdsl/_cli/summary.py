@@ -21,6 +21,7 @@ from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel, StageSpread
 from profdsl.analysis._walls import LogRead, read_walls
 from profdsl.config._parallel import DIMS
+from profdsl.core._units import ms_text
 
 HELP = (
     "where each profiled step went: every role's stages and mini-batches (the rollout engines' "
@@ -287,7 +288,7 @@ def _with_steps(spreads: list[StageSpread], steps: dict[tuple[int | None, str], 
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000:.3f}"
+    return ms_text(us / 1000)
 
 
 def _print_csv(rows: list[dict[str, Any]], keys: tuple[str, ...] | None) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from profdsl.analysis._catalog import Artifact, number
+from profdsl.core._units import ms_text
 from profdsl.records.manifest import TraceRecord
 
 __all__ = [
@@ -240,4 +241,4 @@ def note_lines(width: int = 100) -> list[str]:
 
 
 def _ms(value: float | None) -> str | None:
-    return None if value is None or not math.isfinite(value) else f"{value:.3f}"
+    return None if value is None or not math.isfinite(value) else ms_text(value)

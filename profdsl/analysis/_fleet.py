@@ -35,6 +35,7 @@ from profdsl.analysis._reader import MAX_TIME_US
 from profdsl.core import _intervals as intervals
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD, Ledger
+from profdsl.core._units import ms_text
 
 __all__ = [
     "FROM_METRICS",
@@ -266,7 +267,7 @@ def _mean_buckets(ledgers: Sequence[Ledger]) -> dict[str, float]:
 
 def ms(ns: float) -> str:
     """ns as the ledger's views write milliseconds: ``1.500``."""
-    return f"{ns / 1e6:.3f}"
+    return ms_text(ns / 1e6)
 
 
 def headlines(step: int | None, span: int, groups: Sequence[GroupStep]) -> list[str]:

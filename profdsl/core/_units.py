@@ -1,11 +1,12 @@
 """Time units as profdsl writes them: seconds as milliseconds to the microsecond (a record's
-cost fields), and the wall clock in whole milliseconds (a trace's or a log line's ``time_ms``)."""
+cost fields), the wall clock in whole milliseconds (a trace's or a log line's ``time_ms``), and
+milliseconds as the reading side's views print them (three decimals)."""
 
 from __future__ import annotations
 
 import time
 
-__all__ = ["ms_of", "now_ms"]
+__all__ = ["ms_of", "ms_text", "now_ms"]
 
 
 def ms_of(seconds: float, plus_ms: float = 0.0) -> float:
@@ -17,3 +18,9 @@ def ms_of(seconds: float, plus_ms: float = 0.0) -> float:
 def now_ms() -> int:
     """Wall-clock milliseconds: a trace's time in its name, a metrics log line's ``time_ms``."""
     return time.time_ns() // 1_000_000
+
+
+def ms_text(ms: float) -> str:
+    """Milliseconds as the views print them: ``1.500`` (the stage table, the cost table, the
+    step ledger)."""
+    return f"{ms:.3f}"
