@@ -8,6 +8,7 @@ from typing import Any
 
 from profdsl._cli.common import fail, say, skipped, table
 from profdsl.analysis._catalog import Artifact, FolderError, catalog, coordinates
+from profdsl.core._units import size_text
 from profdsl.records.fields import SCHEMA_VERSION, VERSION_KEY, to_json
 from profdsl.records.manifest import RECORD_CLASSES
 
@@ -25,13 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _size(size: int | None) -> str | None:
-    if size is None:
-        return None
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024  # type: ignore[assignment]
-    return None
+    return None if size is None else size_text(size)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from profdsl.analysis._reader import TraceError
 from profdsl.analysis._scan import TraceScan
 from profdsl.analysis._walls import LogRead, clocked_walls, read_walls
 from profdsl.analysis._workers import run_workers, scan_one
+from profdsl.core._units import size_text
 
 __all__ = ["Progress", "load_model", "scan_artifacts"]
 
@@ -59,7 +60,7 @@ class Progress:
             return
         self.shown = True
         self.stream.write(
-            f"\rprofdsl: reading traces {done}/{self.total} ({_human(done_bytes)} of {_human(self.total_bytes)})"
+            f"\rprofdsl: reading traces {done}/{self.total} ({size_text(done_bytes)} of {size_text(self.total_bytes)})"
         )
         self.stream.flush()
 
@@ -68,13 +69,6 @@ class Progress:
         if self.shown:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
-
-
-def _human(size: int) -> str:
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"
 
 
 def _workers(count: int) -> int:

@@ -1,12 +1,13 @@
 """Time units as profdsl writes them: seconds as milliseconds to the microsecond (a record's
 cost fields), the wall clock in whole milliseconds (a trace's or a log line's ``time_ms``), and
-milliseconds as the reading side's views print them (three decimals)."""
+milliseconds as the reading side's views print them (three decimals); and a size in bytes as the
+commands print one."""
 
 from __future__ import annotations
 
 import time
 
-__all__ = ["ms_of", "ms_text", "now_ms"]
+__all__ = ["ms_of", "ms_text", "now_ms", "size_text"]
 
 
 def ms_of(seconds: float, plus_ms: float = 0.0) -> float:
@@ -24,3 +25,12 @@ def ms_text(ms: float) -> str:
     """Milliseconds as the views print them: ``1.500`` (the stage table, the cost table, the
     step ledger)."""
     return f"{ms:.3f}"
+
+
+def size_text(size: int) -> str:
+    """A size in bytes as the commands print it, in binary units: ``512 B``, ``1.5 KB``, ``2.0 MB``,
+    ``3.1 GB`` (``ls``, the reading progress line)."""
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
