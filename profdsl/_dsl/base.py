@@ -266,10 +266,7 @@ class Annotation(Entries):
             node = node_for(self.name, None, None, registry.steps, below, PROCESS.live, self.kind)
             while below is not None and below.handle is None and below.node is not None and below.node.closed:
                 below = below.below
-            if node is None or node.device is not None:
-                _set_top(make(self, None, node, below))
-                return self
-        elif node.device is not None:
+        if node is None or node.root.device is not None:  # not timed, or timed on the device
             _set_top(make(self, None, node, below))
             return self
         entry = Entry()  # context.make(), inlined for an entry timed on the host (no mark)
@@ -295,7 +292,7 @@ class Annotation(Entries):
             return
         start = entry.start
         node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
-        if start is None or entry.handle is not None or node.device is not None:
+        if start is None or entry.handle is not None or node.root.device is not None:
             _finish(entry, True, PROCESS.registry)
             return
         now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one

@@ -49,7 +49,7 @@ class Entry:
 
     def run(self) -> None:
         """Start (or restart) the clock of a timed entry."""
-        device = self.node.device  # type: ignore[union-attr]
+        device = self.node.root.device  # type: ignore[union-attr]
         if device is not None:
             self.mark = device.mark()
         self.start = tree.clock()
@@ -64,7 +64,7 @@ class Entry:
         self.spent += now - start
         self.start = None
         node: Node = self.node  # type: ignore[assignment]
-        device = node.device
+        device = node.root.device
         if device is not None:
             end = device.mark()
             with node.root.lock:
@@ -80,7 +80,7 @@ class Entry:
             try:
                 start = self.start
                 root = node.root
-                if start is not None and node.device is None:  # pause(), inlined
+                if start is not None and root.device is None:  # pause(), inlined
                     now = tree.clock()
                     self.spent = spent = self.spent + (now - start)
                     self.start = None
@@ -143,7 +143,7 @@ def make(key: object, handle: Any, node: Node | None, below: Entry | None) -> En
     entry.spent = 0.0
     entry.mark = entry.start = None
     if node is not None:
-        if node.device is None:
+        if node.root.device is None:
             entry.start = tree.clock()  # run(), inlined: this runs for every timed entry
         else:
             entry.run()

@@ -91,7 +91,6 @@ class Node:
         "children",
         "closed",
         "count",
-        "device",
         "ended",
         "kind",
         "name",
@@ -105,9 +104,6 @@ class Node:
     def __init__(self, name: str, path: str, root: Root | None, reported: bool = True, kind: str | None = None) -> None:
         self.name, self.path, self.reported, self.kind = name, path, reported, kind
         self.root: Root = self if root is None else root  # type: ignore[assignment]
-        self.device: DeviceTimes[Node] | None = (
-            None if root is None else root.device
-        )  # (its step's, read at each entry)
         self.children: dict[str, Node] = {}
         self.total = 0.0
         self.count = 0
@@ -188,6 +184,7 @@ class Root(Node):
     Entries of top-level paths beyond the cap go to ``overflow_top``, nested ones to ``overflow``."""
 
     __slots__ = (
+        "device",
         "dropped",
         "engines",
         "lock",
