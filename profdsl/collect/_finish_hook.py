@@ -107,21 +107,18 @@ def steps_file(steps: Iterable[int]) -> Iterator[str | None]:
     """A file listing ``steps``, one per line, for one hook run (``PROFDSL_STEPS_FILE``), in the
     system's temporary folder (never in save_path: the upload need not carry it), removed after
     the block. None when it cannot be written (logged once; the hook still runs)."""
-    path: str | None = None
-    try:
-        handle, path = tempfile.mkstemp(prefix="profdsl-steps-", suffix=".txt")
-        with os.fdopen(handle, "w") as out:
-            out.write("".join(f"{step}\n" for step in sorted(set(steps))))
-    except OSError as exc:
-        once("hook-steps-file", logging.WARNING, "profdsl: no PROFDSL_STEPS_FILE for the finish hook: %s", exc)
-        if path is not None:
-            _unlink(path)
-        path = None
-    try:
+    with contextlib.ExitStack() as stack:
+        path: str | None = None
+        try:
+            handle, made = tempfile.mkstemp(prefix="profdsl-steps-", suffix=".txt")
+            stack.callback(_unlink, made)
+            with os.fdopen(handle, "w") as out:
+                out.write("".join(f"{step}\n" for step in sorted(set(steps))))
+            path = made
+        except OSError as exc:
+            once("hook-steps-file", logging.WARNING, "profdsl: no PROFDSL_STEPS_FILE for the finish hook: %s", exc)
+            stack.close()  # what was made is removed now
         yield path
-    finally:
-        if path is not None:
-            _unlink(path)
 
 
 def _unlink(path: str) -> None:

@@ -30,7 +30,9 @@ __all__ = [
     "RECORD_KEYS",
     "ManifestLine",
     "append_record",
+    "append_whole",
     "is_relative",
+    "json_lines",
     "make_record",
     "read_lines",
     "read_manifest",
@@ -61,29 +63,38 @@ def make_record(kind: str, path: str | None, **fields: Any) -> dict[str, Any]:
 
 
 def append_record(save_path: str | os.PathLike[str], record: Record | Mapping[str, Any]) -> bool:
-    """Append ``record`` (a schema record, or its JSON object) as one line; never raises. Returns
-    False (and logs once) on failure, a short write included.
-
-    The record always starts on a fresh line: after a torn line (a writer that died or hit a
-    full disk mid-line) it is written behind a newline, so the half line cannot swallow it.
-    """
+    """Append ``record`` (a schema record, or its JSON object) as one line, under the lock;
+    :func:`append_whole` says the rest."""
     data = to_json(record) if isinstance(record, Record) else record
     line = (json.dumps(data, sort_keys=True, default=str) + "\n").encode()
-    target = os.path.join(save_path, MANIFEST_NAME)
+    return append_whole(os.path.join(save_path, MANIFEST_NAME), line, "manifest", lock=True)
+
+
+def append_whole(path: str, data: bytes, what: str, *, lock: bool = False) -> bool:
+    """Append ``data`` (whole lines) to ``path`` (its folder made by the first write into it;
+    ``lock``: under an exclusive record lock); never raises. Returns False (and logs once, naming
+    ``what``) on failure, a short write included. The data always starts on a fresh line: after
+    a torn line (a writer that died or hit a full disk mid-line) it is written behind a newline,
+    so the half line cannot swallow it."""
     try:
-        os.makedirs(save_path, exist_ok=True)
-        fd = open_append(target, read=True)  # never through a link planted in save_path
         try:
-            _lock(fd)
-            append_lines(fd, line)  # under the lock: the torn-line check and the write
+            fd = open_append(path, read=True)  # never through a link planted in save_path
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            fd = open_append(path, read=True)
+        try:
+            if lock:
+                _lock(fd)
+            append_lines(fd, data)  # under the lock: the torn-line check and the write
         finally:
             os.close(fd)  # closing releases the lock
     except OSError as exc:
         once(
-            f"manifest:{target}",
+            f"{what}:{path}",
             logging.ERROR,
-            "profdsl: cannot append to the manifest %s: %s",
-            printable(target),
+            "profdsl: cannot append to the %s %s: %s",
+            what,
+            printable(path),
             printable(str(exc.strerror or exc)),
         )
         return False
@@ -130,6 +141,12 @@ def read_lines(save_path: str | os.PathLike[str]) -> list[ManifestLine]:
         data = _read_regular(target)
     except FileNotFoundError:
         return []
+    return json_lines(data)
+
+
+def json_lines(data: bytes) -> list[ManifestLine]:
+    """Every non-blank line of a JSON-lines file's ``data``, parsed (a last line that does not
+    parse and lacks its newline: :data:`CUT_SHORT`)."""
     lines = data.split(b"\n")
     found = []
     for number, raw in enumerate(lines, start=1):

@@ -9,13 +9,11 @@ lines that are not valid.
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import re
 
-from profdsl.core._files import append_lines, open_append, open_regular, read_within
-from profdsl.core._log import once, printable
+from profdsl.collect._manifest import append_whole, json_lines
+from profdsl.core._files import open_regular, read_within
 from profdsl.records.fields import RecordError
 from profdsl.records.metrics_log import MetricsLine, parse_metrics_line
 
@@ -37,29 +35,9 @@ def log_name(rank: int, host: str, pid: int) -> str:
 
 
 def append_line(path: str, data: bytes) -> bool:
-    """Append ``data`` (one or more whole lines) to ``path``; never raises. False (logged once)
-    on failure. After a torn line (an append cut short by a full disk) it starts behind a newline,
-    as the manifest's do, so the half line cannot swallow it."""
-    try:
-        try:
-            fd = open_append(path, read=True)  # never through a link planted in save_path
-        except FileNotFoundError:  # save_path is made by the first write into it: this may be it
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            fd = open_append(path, read=True)
-        try:
-            append_lines(fd, data)  # behind a newline after an append cut short (a full disk)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        once(
-            f"metrics-log:{path}",
-            logging.ERROR,
-            "profdsl: cannot append to the metrics log %s: %s",
-            printable(path),
-            printable(str(exc.strerror or exc)),
-        )
-        return False
-    return True
+    """Append ``data`` (one or more whole lines) to the log ``path``; never raises
+    (:func:`~profdsl.collect._manifest.append_whole`)."""
+    return append_whole(path, data, "metrics log")
 
 
 def log_files(folder: str | os.PathLike[str]) -> list[str]:
@@ -102,17 +80,15 @@ def read_log_lines(folder: str | os.PathLike[str]) -> tuple[list[tuple[str, int,
         except OSError as exc:
             problems.append(f"{path}: unreadable: {exc.strerror or exc}")
             continue
-        chunks = raw.split(b"\n")
-        for number, chunk in enumerate(chunks, start=1):
-            if not chunk.strip():
-                continue
+        last = raw.count(b"\n") + 1  # a last line without its newline is still being written
+        for number, value, error in json_lines(raw):
             try:
-                lines.append((path, number, parse_metrics_line(json.loads(chunk))))
-            except (ValueError, RecursionError) as exc:
-                if number == len(chunks):  # no newline yet: a line being written
-                    continue
-                why = str(exc) if isinstance(exc, RecordError) else f"not JSON ({exc})"
-                problems.append(f"{path} line {number}: {why}")
+                if error is not None:
+                    raise RecordError(error)
+                lines.append((path, number, parse_metrics_line(value)))
+            except RecordError as exc:
+                if number != last:
+                    problems.append(f"{path} line {number}: {exc}")
     return lines, problems
 
 
