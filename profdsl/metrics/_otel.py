@@ -18,7 +18,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from profdsl.metrics._prometheus import label_value
+from profdsl.metrics._prometheus import LEDGER_HELP, label_value
 from profdsl.metrics._timings import StepTimings
 
 __all__ = ["OtelExporter"]
@@ -45,19 +45,11 @@ class OtelExporter:
             description="Seconds inside a stage in one training step (all its entries)",
         )
         self.step = histogram("profdsl.step.duration", description="Wall time of a training step")
-        self.ledger = histogram(
-            "profdsl.step.ledger",
-            description="A step's wall time split into buckets that add up to it: seconds per kind of work "
-            "(generation, inference, update, weight_sync, reward, data, other), overhead and outside",
-        )
-        self.concurrent = histogram(
-            "profdsl.step.ledger.concurrent",
-            description="A step's stage time that ran beside the stage its instant went to (not in the ledger's sum)",
-        )
+        wall, beside, device = LEDGER_HELP
+        self.ledger = histogram("profdsl.step.ledger", description=f"A step's {wall}")
+        self.concurrent = histogram("profdsl.step.ledger.concurrent", description=f"A step's {beside}")
         self.device = histogram(
-            "profdsl.step.ledger.device",
-            description="With device time on CUDA, a step's device span of its stages (from the first one's entry "
-            "to the last one's exit, on the device) split: seconds per kind of work, and outside (no stage's work)",
+            "profdsl.step.ledger.device", description=f"With device time on CUDA, a step's {device}"
         )
 
     def export(self, timings: StepTimings) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from profdsl.core._gate import admit
+from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._log import counted, logger, once, printable
 from profdsl.metrics._slow import StragglerAlert
 from profdsl.metrics._timings import StepTimings
@@ -44,6 +45,7 @@ from profdsl.metrics._timings import StepTimings
 __all__ = [
     "BUCKETS",
     "CLIENT_TIMEOUT_S",
+    "LEDGER_HELP",
     "MAX_BODY",
     "MAX_CLIENTS",
     "MAX_LABEL",
@@ -81,6 +83,15 @@ BUCKETS = tuple(
 )
 #: The longest label value exported, in characters.
 MAX_LABEL = 200
+#: What the step ledger's metrics hold, after "The last step's" (Prometheus) or "A step's"
+#: (OpenTelemetry): its wall time split, the stage time beside it, its device split.
+LEDGER_HELP = (
+    f"wall time split into buckets that add up to it: seconds per kind of work ({', '.join(STAGE_KINDS)}), "
+    "overhead and outside",
+    "stage time that ran beside the stage its instant went to (not in the ledger's sum)",
+    "device span of its stages (from the first one's entry to the last one's exit, on the device) split: "
+    "seconds per kind of work, and outside (no stage's work)",
+)
 
 
 def label_value(text: str) -> str:
@@ -204,21 +215,12 @@ class LedgerGauges:
 
     def __init__(self, client: Any, registry: Any, extra: tuple[str, ...]) -> None:
         gauge = functools.partial(client.Gauge, registry=registry)
-        self.seconds = gauge(
-            "profdsl_step_ledger_seconds",
-            "The last step's wall time split into buckets that add up to it: seconds per kind of work "
-            "(generation, inference, update, weight_sync, reward, data, other), overhead and outside",
-            ("role", "bucket", *extra),
-        )
-        self.concurrent = gauge(
-            "profdsl_step_ledger_concurrent_seconds",
-            "The last step's stage time that ran beside the stage its instant went to (not in the ledger's sum)",
-            ("role", *extra),
-        )
+        wall, beside, device = LEDGER_HELP
+        self.seconds = gauge("profdsl_step_ledger_seconds", f"The last step's {wall}", ("role", "bucket", *extra))
+        self.concurrent = gauge("profdsl_step_ledger_concurrent_seconds", f"The last step's {beside}", ("role", *extra))
         self.device = gauge(
             "profdsl_step_ledger_device_seconds",
-            "With device time on CUDA, the last step's device span of its stages (from the first one's entry "
-            "to the last one's exit, on the device) split: seconds per kind of work, and outside (no stage's work)",
+            f"With device time on CUDA, the last step's {device}",
             ("role", "bucket", *extra),
         )
         self._shown: dict[tuple[str, ...], set[str]] = {}  # per (role, rank): the buckets shown
