@@ -257,9 +257,8 @@ def discover_rank(
             the world size. The message names the argument (or the variable the world size came
             from) and the value.
     """
-    env: Mapping[str, str] = os.environ if environ is None else environ
-    found = _found(rank, world_size, env)
-    local_rank = _parse_env_int(env, _ENV_LOCAL_RANK, 0, MAX_WIDE_INDEX - 1)
+    found = _found(rank, world_size, os.environ if environ is None else environ)
+    local_rank = discover_local_rank(environ=environ)
     return RankInfo(
         rank=found.rank,
         world_size=found.world_size,

@@ -6,7 +6,9 @@ Splitting only: the fields are validated (and the spelling checked to be canonic
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final
 
@@ -58,7 +60,14 @@ def fields_of(name: str) -> dict[str, Any]:
         "time_ms": _parse_time(time_match),
         "ext": time_match[8],
     }
-    readers = [_read_step, _read_rank, _read_coords, _read_replica, _read_window, _read_part]
+    readers: list[Callable[[str, dict[str, Any]], bool]] = [
+        functools.partial(_read_index, _STEP, "step"),
+        _read_rank,
+        _read_coords,
+        functools.partial(_read_index, _REPLICA, "replica"),
+        _read_window,
+        functools.partial(_read_index, _PART, "part"),
+    ]
     for segment in middle:
         while readers and not readers[0](segment, fields):
             readers.pop(0)
@@ -77,10 +86,11 @@ def _parse_time(match: re.Match[str]) -> int:
     return (moment - _EPOCH) // timedelta(milliseconds=1) + milli
 
 
-def _read_step(segment: str, fields: dict[str, Any]) -> bool:
-    match = _STEP.fullmatch(segment)
+def _read_index(pattern: re.Pattern[str], key: str, segment: str, fields: dict[str, Any]) -> bool:
+    """A segment of one index (``step5``, ``replica1``, ``part2``: ``pattern``) as ``fields[key]``."""
+    match = pattern.fullmatch(segment)
     if match:
-        fields["step"] = int(match[1])
+        fields[key] = int(match[1])
     return match is not None
 
 
@@ -102,23 +112,9 @@ def _read_coords(segment: str, fields: dict[str, Any]) -> bool:
     return True
 
 
-def _read_replica(segment: str, fields: dict[str, Any]) -> bool:
-    match = _REPLICA.fullmatch(segment)
-    if match:
-        fields["replica"] = int(match[1])
-    return match is not None
-
-
 def _read_window(segment: str, fields: dict[str, Any]) -> bool:
     match = _WINDOW.fullmatch(segment)
     if match:
         first = int(match[1])
         fields["window"] = (first, first if match[2] is None else int(match[2]))
-    return match is not None
-
-
-def _read_part(segment: str, fields: dict[str, Any]) -> bool:
-    match = _PART.fullmatch(segment)
-    if match:
-        fields["part"] = int(match[1])
     return match is not None
