@@ -375,6 +375,21 @@ class TestTorchSampler:
         traces = [r for r in read_manifest(cfg.save_path) if r["kind"] == "trace"]
         assert len(traces) == 1
 
+    def test_sampler_pickles_without_its_session(self, tmp_path: Path) -> None:
+        """Shipped to a Ray actor mid-window (pickled), the sampler keeps its config, replica and
+        GPU, not the session open in this process; the copy opens its own."""
+        import pickle
+
+        cfg = config(tmp_path / "p", discrete=True, steps=[2])
+        sampler = TorchSamplerEngine(cfg, replica=1, local_rank=1, replica_world_size=2)
+        with driver(cfg) as profiler, profiler.step(2):
+            sampler.start_profile()
+            assert sampler._session is not None
+            copy = pickle.loads(pickle.dumps(sampler))
+            sampler.stop_profile()
+        assert (copy.config, copy.replica, copy.local_rank, copy.replica_world_size) == (cfg, 1, 1, 2)
+        assert copy._session is None
+
 
 class TestPlanRollout:
     """`plan_rollout` (pure) against an oracle written from the contract."""

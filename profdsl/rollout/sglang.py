@@ -29,8 +29,7 @@ __all__ = ["SGLangEngine", "SGLangHttpEngine", "sglang_profile_request"]
 
 #: How SGLang's scheduler refuses to stop a profile that is not running, and to start one
 #: (with ``start_step``) while one runs.
-_NOT_IN_PROGRESS = "not in progress"
-_IN_PROGRESS = "already in progress"
+_REFUSALS = {"stop": "not in progress", "start": "already in progress"}
 
 
 def sglang_profile_request(
@@ -81,7 +80,7 @@ class SGLangEngine(SGLangHandle):
         return self.engine.stop_profile()
 
     def _refused(self, exc: Exception, call: str) -> bool:
-        return (_NOT_IN_PROGRESS if call == "stop" else _IN_PROGRESS) in str(exc)
+        return _REFUSALS[call] in str(exc)
 
 
 class SGLangHttpEngine(SGLangHandle):
@@ -118,16 +117,15 @@ class SGLangHttpEngine(SGLangHandle):
             body = exc.read().decode(errors="replace")
         except Exception:
             body = ""
-        if (_NOT_IN_PROGRESS if call == "stop" else _IN_PROGRESS) in body:
+        if _REFUSALS[call] in body:
             return True
         if exc.code != 500:
             return False
         once(
             f"sglang-http-refused-{call}",
             logging.INFO,
-            "profdsl: an SGLang server answered "
-            "HTTP 500 to /%s_profile; taken as SGLang refusing it (a profile %s in progress)",
+            "profdsl: an SGLang server answered HTTP 500 to /%s_profile; taken as SGLang refusing it (a profile %s)",
             call,
-            "not" if call == "stop" else "already",
+            _REFUSALS[call],
         )
         return True

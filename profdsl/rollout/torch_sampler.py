@@ -84,14 +84,5 @@ class TorchSamplerEngine:
             PROCESS.slot.end_stage(session)
             PROCESS.writer.wait(timeout=PROCESS.writer.budget())
 
-    def __reduce__(self) -> tuple[Any, ...]:  # shipped to a Ray actor without its session
-        return (
-            TorchSamplerEngine,
-            (self.config, self.replica),
-            {"local_rank": self.local_rank, "replica_world_size": self.replica_world_size},
-        )
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.local_rank = state["local_rank"]
-        self.replica_world_size = state["replica_world_size"]
-        self._session = None
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_session": None}  # shipped to a Ray actor without its session
