@@ -17,6 +17,7 @@ the reason.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -82,24 +83,15 @@ def steps_text(steps: Iterable[int], most: int = STEPS_MAX_CHARS) -> str:
     plain = ",".join(map(str, ordered))
     if len(plain) <= most:
         return plain
-    items: list[str] = []
-    start = 0
-    for index in range(1, len(ordered) + 1):
-        if index == len(ordered) or ordered[index] != ordered[index - 1] + 1:
-            first, last = ordered[start], ordered[index - 1]
-            items.append(str(first) if first == last else f"{first}-{last}")
-            start = index
+    items = []
+    for _, pairs in itertools.groupby(enumerate(ordered), key=lambda pair: pair[1] - pair[0]):  # a run
+        run = [step for _, step in pairs]
+        items.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
     text = ",".join(items)
     if len(text) <= most:
         return text
-    kept: list[str] = []
-    used = len(_CUT)
-    for item in items:
-        used += len(item) + (1 if kept else 0)
-        if used > most:
-            break
-        kept.append(item)
-    return ",".join(kept) + _CUT
+    ends = itertools.accumulate(len(item) + 1 for item in items)  # where each item's comma would end
+    return ",".join(item for item, end in zip(items, ends) if end - 1 + len(_CUT) <= most) + _CUT
 
 
 @contextlib.contextmanager
