@@ -128,19 +128,12 @@ class _Token:
     column: int  # 0-based
 
 
-def _tokens(text: str, where: str) -> list[_Token]:
-    found, at = [], 0
-    while at < len(text):
-        if text[at:].strip() == "":
-            break
-        match = _TOKEN.match(text, at)
-        kind = None if match is None else match.lastgroup
-        if match is None or kind is None:  # not reached: every non-space character is a token
-            raise ConfigError(f"{where}: cannot read {text[at:]!r}")
-        found.append(_Token(kind, match[kind], match.start(kind)))
-        at = match.end()
-    found.append(_Token("end", "", len(text)))
-    return found
+def _tokens(text: str) -> list[_Token]:
+    """The tokens of ``text``, then its end (every character but a space is a token: none is skipped)."""
+    found = [
+        _Token(kind, match[kind], match.start(kind)) for match in _TOKEN.finditer(text) if (kind := match.lastgroup)
+    ]
+    return [*found, _Token("end", "", len(text))]
 
 
 def _fail(where: str, text: str, column: int, width: int, problem: str) -> NoReturn:
@@ -151,7 +144,7 @@ def _fail(where: str, text: str, column: int, width: int, problem: str) -> NoRet
 class _Parser:
     def __init__(self, text: str, where: str) -> None:
         self.text, self.where = text, where
-        self.tokens = _tokens(text, where)
+        self.tokens = _tokens(text)
         self.at = 0
 
     @property
