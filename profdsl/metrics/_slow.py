@@ -167,13 +167,11 @@ class SlowRank:
         )
 
 
-def _typical(times: Mapping[int, float], slow: int) -> int | None:
-    """The rank (not ``slow``) whose time is closest to the median of all (the lowest on a tie)."""
-    others = [r for r in times if r != slow]
-    if not others:
-        return None
+def _typical(times: Mapping[int, float], slow: int) -> int:
+    """The rank (not ``slow``: :func:`slow_ranks` compares two ranks at least) whose time is
+    closest to the median of all (the lowest on a tie)."""
     median = statistics.median(times.values())
-    return min(others, key=lambda r: (abs(times[r] - median), r))
+    return min((r for r in times if r != slow), key=lambda r: (abs(times[r] - median), r))
 
 
 def slow_ranks(
