@@ -108,8 +108,7 @@ def no_window(schedule: Schedule, n: int) -> str | None:
     """
     if recorded_windows(schedule, n):
         return None
-    fields = ", ".join(f"{k}={getattr(schedule, k)}" for k in ("skip_first", "wait", "warmup", "active", "repeat"))
     return (
-        f"Schedule({fields}) recorded no window over {n} mini-batch{'es' if n != 1 else ''} "
+        f"{schedule!r} recorded no window over {n} mini-batch{'es' if n != 1 else ''} "
         f"(the first it records is mini-batch {first_recorded(schedule)}, counting from 0): no trace"
     )
