@@ -166,44 +166,33 @@ def _fallback(environ: Mapping[str, str], *, rank_needed: bool = True, world_siz
     return _Found(0, 1, _SOURCE_DEFAULT, "default rank", "the default")
 
 
-def _combine(rank: int | None, world_size: int | None, environ: Mapping[str, str], holds: bool = False) -> _Found:
-    """Fill the arguments that were not given from the implicit sources; with ``holds``, a
-    world size no source gives is the smallest that holds an explicit ``rank``."""
+def _combine(rank: int | None, world_size: int | None, environ: Mapping[str, str]) -> _Found:
+    """Fill the arguments that were not given from the implicit sources."""
     if rank is not None and world_size is not None:
         return _Found(rank, world_size, _SOURCE_EXPLICIT, "argument rank", "argument world_size")
     base = _fallback(environ, rank_needed=rank is None, world_size_needed=world_size is None)
     if rank is None and world_size is None:
         return base
-    world_label = base.world_size_label if world_size is None else "argument world_size"
-    world = base.world_size if world_size is None else world_size
-    if holds and world_size is None and rank is not None and world_label == "the default" and rank >= world:
-        world, world_label = rank + 1, "the smallest world holding the rank"
     return _Found(
         rank=base.rank if rank is None else rank,
-        world_size=world,
+        world_size=base.world_size if world_size is None else world_size,
         source=_SOURCE_EXPLICIT,
         rank_label=base.rank_label if rank is None else "argument rank",
-        world_size_label=world_label,
+        world_size_label=base.world_size_label if world_size is None else "argument world_size",
     )
 
 
 def discover_world(
-    rank: int | None = None,
-    world_size: int | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    holds_rank: bool = False,
+    rank: int | None = None, world_size: int | None = None, *, environ: Mapping[str, str] | None = None
 ) -> tuple[int, int]:
     """This process's global rank and the job's world size, as :func:`discover_rank` finds them,
-    without reading ``LOCAL_RANK`` (what a profiler needs). ``holds_rank``: when ``rank`` is
-    given and no source gives the world size, it is ``rank + 1`` (verl's profiler needs no world
-    size, so its callers give none) instead of an error.
+    without reading ``LOCAL_RANK`` (what a profiler needs).
 
     Raises:
         ConfigError: An argument is not an integer in range, or the rank is not below the world
             size; the message names the argument and the value.
     """
-    found = _found(rank, world_size, os.environ if environ is None else environ, holds_rank)
+    found = _found(rank, world_size, os.environ if environ is None else environ)
     return found.rank, found.world_size
 
 
@@ -216,10 +205,10 @@ def _argument(label: str, value: int | None, minimum: int, maximum: int) -> int 
     return value
 
 
-def _found(rank: int | None, world_size: int | None, environ: Mapping[str, str], holds: bool = False) -> _Found:
+def _found(rank: int | None, world_size: int | None, environ: Mapping[str, str]) -> _Found:
     checked_rank = _argument("argument rank", rank, 0, MAX_WIDE_INDEX - 1)
     checked_world = _argument("argument world_size", world_size, 1, MAX_WIDE_INDEX)
-    found = _combine(checked_rank, checked_world, environ, holds)
+    found = _combine(checked_rank, checked_world, environ)
     if found.rank >= found.world_size:
         raise ConfigError(
             f"{found.rank_label} must be < world size {found.world_size} "
