@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -250,14 +250,12 @@ def run_command(
     timeout_s: float,
     rank: int,
     abort: Abort | None = None,
-    on_interrupt: Callable[[HookResult], object] | None = None,
 ) -> HookResult:
     """Run ``cmd`` with ``SHELL -c`` in a new session, bounded by ``timeout_s``.
 
     Never raises an ``Exception``. An interrupt while it runs (``KeyboardInterrupt``,
-    ``SystemExit``, any ``BaseException``) kills its process group, is handed to ``on_interrupt``
-    as an ``interrupted`` result, and propagates. ``abort`` (set from another thread) ends the run
-    the same way without raising.
+    ``SystemExit``, any ``BaseException``) kills its process group and propagates. ``abort`` (set
+    from another thread) ends the run the same way without raising: ``interrupted``.
     """
     started = time.monotonic()
     try:
@@ -278,17 +276,8 @@ def run_command(
         return HookResult(
             "failed", proc.returncode, time.monotonic() - started, f"{type(exc).__name__}: {exc}; process group killed"
         )
-    except BaseException as exc:  # Ctrl-C, sys.exit from a signal handler: the group goes first
+    except BaseException:  # Ctrl-C, sys.exit from a signal handler: the group goes first
         _kill_group(proc)
-        if on_interrupt is not None:
-            on_interrupt(
-                HookResult(
-                    "interrupted",
-                    proc.returncode,
-                    time.monotonic() - started,
-                    f"{type(exc).__name__} while the hook ran; process group killed",
-                )
-            )
         raise
 
 
