@@ -79,7 +79,6 @@ def is_hook_rank(
     profiled_all_ranks: bool,
     profiled_select: Selector | str | None = None,
     topology: Topology | None = None,
-    profiled: bool | None = None,
 ) -> bool:
     """Tell whether the finish hook runs on ``rank``.
 
@@ -91,8 +90,6 @@ def is_hook_rank(
         profiled_all_ranks: Profile every rank.
         profiled_select: The profiled-rank selector, if any.
         topology: ``rank``'s place in the job (needed with ``profiled_select``).
-        profiled: whether ``rank`` is profiled, when the caller knows it already (the profiled
-            rank arguments are then not looked at).
 
     Returns:
         True for every rank with ``hook_all_ranks``; membership in ``hook_ranks`` when it is
@@ -106,15 +103,10 @@ def is_hook_rank(
     rule = Selection(hook_ranks=frozenset(hook_ranks), hook_all_ranks=hook_all_ranks)
     if hook_all_ranks or hook_ranks:
         return rule.hook_takes(rank, False)
-    # The hook's fallback is "the profiled ranks". A caller that knows already whether ``rank`` is
-    # profiled passes ``profiled`` (a capture request traces ranks the config does not name, so
-    # the rank arguments would answer wrongly; a rank resolved on its topology would be decided a
-    # second time), and the rank arguments are then dead: hence the bypass.
-    if profiled is None:
-        profiled = is_rank_selected(
-            rank, profiled_ranks, all_ranks=profiled_all_ranks, select=profiled_select, topology=topology
-        )
-    return rule.hook_takes(rank, profiled)
+    profiled = is_rank_selected(
+        rank, profiled_ranks, all_ranks=profiled_all_ranks, select=profiled_select, topology=topology
+    )
+    return rule.hook_takes(rank, profiled)  # the hook's fallback: the profiled ranks
 
 
 def replicas_for_ranks(
