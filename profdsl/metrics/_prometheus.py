@@ -310,9 +310,7 @@ class Server:
     """One endpoint: a registry with profdsl's metrics, served on a daemon thread, and
     ``POST /profile`` handed to ``on_profile``."""
 
-    def __init__(
-        self, address: str, port: int, rank_label: bool, on_profile: OnProfile | None = None, gate: Gate | None = None
-    ) -> None:
+    def __init__(self, address: str, port: int, rank_label: bool, on_profile: OnProfile, gate: Gate) -> None:
         import prometheus_client as client
 
         self.gate = gate
@@ -340,8 +338,6 @@ class Server:
         """``POST /profile``: read the body (bounded) and hand it over; never raises."""
         if environ.get("REQUEST_METHOD") != "POST":
             return 405, {"why": ["POST a JSON capture request to /profile"]}
-        if self.on_profile is None:
-            return 404, {"why": ["this endpoint takes no capture requests"]}
         refused = self._admit(environ)
         if refused is not None:
             status, why = refused
@@ -374,7 +370,7 @@ class Server:
         headers = {key[5:].replace("_", "-"): value for key, value in environ.items() if key.startswith("HTTP_")}
         if "CONTENT_TYPE" in environ:
             headers["Content-Type"] = environ["CONTENT_TYPE"]
-        tokens, hosts = self.gate() if self.gate is not None else ((), ())
+        tokens, hosts = self.gate()
         if self.address in ("0.0.0.0", "::", ""):  # reached by this machine's own names too
             hosts = (*hosts, socket.gethostname().lower(), socket.getfqdn().lower())
         return admit(headers, bound=self.address, port=self.port, hosts=hosts, tokens=tokens)
@@ -395,7 +391,7 @@ class Servers:
     """The process's Prometheus endpoints, by (address, port); ``POST /profile`` on any of them
     goes to ``on_profile``."""
 
-    def __init__(self, on_profile: OnProfile | None = None, gate: Gate | None = None) -> None:
+    def __init__(self, on_profile: OnProfile, gate: Gate) -> None:
         self._lock = threading.Lock()
         self._servers: dict[tuple[str, int], Server] = {}
         self._on_profile, self._gate = on_profile, gate
