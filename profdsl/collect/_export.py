@@ -272,14 +272,6 @@ def finish(
     began = time.perf_counter()
     cpu_began = time.thread_time()  # this thread's own CPU: the writer's, never the caller's
     census = Census(device=pending.expect is not None and pending.expect.device is not None)
-    try:
-        pending = write_events(pending)
-        settled()
-        compress_trace(pending.events, packed, pending.header, level=label.export.level, census=census)
-    except BaseException as exc:
-        _remove_quietly(packed)
-        _failed(pending, exc, commit)
-        return None
 
     def place() -> str:
         final = reserve(label.save_path, pending.name()).format()
@@ -300,8 +292,11 @@ def finish(
             )
         return path
 
-    try:
-        path: str | None = commit(place)
+    try:  # the events written, compressed and checked, then placed
+        pending = write_events(pending)
+        settled()
+        compress_trace(pending.events, packed, pending.header, level=label.export.level, census=census)
+        path: str | None = commit(place)  # place() reads pending as written
     except BaseException as exc:
         _remove_quietly(packed)
         _failed(pending, exc, commit)
