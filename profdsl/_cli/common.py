@@ -6,11 +6,14 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profdsl.core._log import COUNTED_IN_FULL, printable
 
-__all__ = ["drawn", "fail", "printable", "say", "skipped", "stack", "table"]
+if TYPE_CHECKING:
+    from profdsl.analysis._walls import LogRead
+
+__all__ = ["drawn", "fail", "printable", "say", "skipped", "skipped_read", "stack", "table"]
 
 
 def say(message: str, command: str = "") -> None:
@@ -48,6 +51,16 @@ def skipped(command: str, reasons: Iterable[str], *, most: int | None = COUNTED_
     if most is not None and count > most:
         say(f"skipped {count - most} more (not named)", command)
     return 1 if count else 0
+
+
+def skipped_read(command: str, bad: Iterable[str], log: LogRead | None) -> int:
+    """:func:`skipped` ``bad`` (manifest lines, traces), then the lines of the metrics logs that
+    are not valid, from ``log``: the one read whose lines the command showed (None: it read no
+    log), so what is shown and what is named cannot disagree. Returns 1 when any was named."""
+    code = skipped(command, bad)
+    if log is not None:
+        code = skipped(command, log.problems) or code
+    return code
 
 
 #: The most characters of one skipped input's reason printed (escaped): a reason may quote input.

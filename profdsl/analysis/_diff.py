@@ -192,13 +192,19 @@ def _common_ranks(a: Samples, b: Samples, problems: list[str]) -> tuple[Samples,
 
 
 def _from_traces(folder: str) -> tuple[Samples, list[str]]:
+    """A run's samples from its traces (the stage-time model); what is left out is named: the
+    manifest's bad lines, unreadable traces, and the metrics logs' bad lines from the model's
+    one read of them."""
     from profdsl.analysis._catalog import catalog
     from profdsl.analysis._load import load_model
+    from profdsl.analysis._walls import read_walls
     from profdsl.metrics._tree import segment
 
     found = catalog(folder)
     skipped: list[str] = list(found.problems)
-    model = load_model(folder, found.artifacts, skipped)
+    log = read_walls(folder)
+    model = load_model(folder, found.artifacts, skipped, log)
+    skipped += log.problems
     samples: Samples = defaultdict(list)
     for node in model.nodes:
         path = "/".join(segment(name) for name in node.path)
