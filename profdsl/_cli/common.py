@@ -102,18 +102,23 @@ def stack(
     return bottoms
 
 
+#: The fewest characters of a value a left-aligned last column cut to fit a terminal keeps.
+CUT_FLOOR = 12
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], left: int | None = None) -> str:
     """A plain aligned table, control characters escaped (headers too); ``left``: only the first
     ``left`` columns (names) are left-aligned, the others (figures) right-aligned; None: every
     column left-aligned. On a terminal a left-aligned last column is cut to its width (a figure
-    never is); elsewhere (a pipe, a file) every value is whole."""
+    never is), though never narrower than its header nor :data:`CUT_FLOOR`: every header is
+    printed whole; elsewhere (a pipe, a file) every value is whole."""
     headers = [printable(h) for h in headers]  # a column may be named by a file (a kind of work)
     cells = [[("-" if c is None else printable(str(c))) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     names = len(headers) if left is None else left
     if sys.stdout.isatty() and names >= len(headers):
         room = shutil.get_terminal_size((160, 24)).columns - sum(w + 2 for w in widths[:-1])
-        widths[-1] = max(12, min(widths[-1], room))
+        widths[-1] = max(CUT_FLOOR, len(headers[-1]), min(widths[-1], room))
 
     def line(values: Sequence[str]) -> str:
         last = len(values) - 1
