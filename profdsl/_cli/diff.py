@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -15,6 +16,7 @@ from profdsl.analysis._catalog import FolderError
 from profdsl.analysis._diff import Comparison, Row, describe_noise, load_samples
 from profdsl.analysis._outputs import OutputError, check_output
 from profdsl.analysis.culprits import DEFAULT_LATE_MS, NO_TRACE, culprit_lines, run_culprits
+from profdsl.core._units import ms_text
 
 HELP = "compare two runs per role and stage: time per step, change, ratio, spread, within the noise or not"
 EXAMPLES = """examples:
@@ -65,12 +67,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _ms(value: float | None, scale: float = 1e3, digits: int = 3) -> str:
-    return "-" if value is None else f"{value * scale:.{digits}f}"
+def _ms(seconds: float | None) -> str:
+    """Seconds as the table prints them: milliseconds, ``-`` where a run has none."""
+    return "-" if seconds is None else ms_text(seconds * 1e3)
 
 
-def _pair(a: float | None, b: float | None, scale: float = 1e3, digits: int = 3) -> str:
-    return f"{_ms(a, scale, digits)}/{_ms(b, scale, digits)}"
+def _entries(count: float | None) -> str:
+    """A mean count of entries per step and rank (one decimal), ``-`` where a run has none."""
+    return "-" if count is None else f"{count:.1f}"
+
+
+def _pair(a: float | None, b: float | None, text: Callable[[float | None], str] = _ms) -> str:
+    return f"{text(a)}/{text(b)}"
 
 
 def _cells(row: Row) -> list[object]:
@@ -80,10 +88,10 @@ def _cells(row: Row) -> list[object]:
         row.stage,
         _ms(a.mean_s if a else None),
         _ms(b.mean_s if b else None),
-        f"{row.change_s * 1e3:+.3f}",
+        ms_text(row.change_s * 1e3, signed=True),
         "-" if row.ratio is None else f"{row.ratio:.2f}x",
         _pair(a.self_s if a else None, b.self_s if b else None),
-        _pair(a.count if a else None, b.count if b else None, 1, 1),
+        _pair(a.count if a else None, b.count if b else None, _entries),
         _pair(a.spread_s if a else None, b.spread_s if b else None),
         describe_noise(row),
         row.verdict,

@@ -340,8 +340,8 @@ def _print_flat(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
     for item in rows:
         share = "" if item["share"] is None else f"{100 * item['share']:.1f}%"
         cells = ["/".join(item["path"]) if k == "stage" else item[k] for k in keys]
-        extra = [f"{item['step_ms']:.3f}", f"{item['outside_ms']:.3f}"] if steps else []
-        body.append([*cells, item["count"], f"{item['total_ms']:.3f}", f"{item['mean_ms']:.3f}", *extra, share])
+        extra = [ms_text(item["step_ms"]), ms_text(item["outside_ms"])] if steps else []
+        body.append([*cells, item["count"], ms_text(item["total_ms"]), ms_text(item["mean_ms"]), *extra, share])
     headers = [*keys, "count", "total ms", "mean ms", *(("step ms", "outside ms") if steps else ()), "share"]
     print(table(headers, body))
     if "stage" not in keys:

@@ -27,6 +27,7 @@ import attrs
 
 from profdsl.collect.metrics_log import log_files, read_log_lines
 from profdsl.config._checks import MAX_SECONDS
+from profdsl.core._units import ms_text
 from profdsl.metrics.aggregate import over_ranks
 
 __all__ = ["METHOD", "Comparison", "Row", "Sample", "Side", "compare", "describe_noise", "load_samples", "side"]
@@ -247,4 +248,4 @@ def describe_noise(row: Row) -> str:
     n = f"n {row.a.n if row.a else 0}/{row.b.n if row.b else 0}"
     if row.noise_s is None:
         return f"- ({n})"
-    return f"±{row.noise_s * 1e3:.3f} ({n})"
+    return f"±{ms_text(row.noise_s * 1e3)} ({n})"
