@@ -147,7 +147,7 @@ def _culprits(args: argparse.Namespace) -> dict[str, Any] | None:
 def _culprit_text(culprits: dict[str, Any] | None, late_ms: float) -> list[str]:
     if culprits is None:
         return []
-    lines = [f"\nculprits at collectives (both runs traced; a rank late by {late_ms:g} ms over the median rank):"]
+    lines = ["", f"culprits at collectives (both runs traced; a rank late by {late_ms:g} ms over the median rank):"]
     for run in ("a", "b"):
         found = culprits[run]
         said = found["lines"] or [found["why"] or "no rank stands out"]
