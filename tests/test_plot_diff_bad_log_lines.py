@@ -139,3 +139,33 @@ def test_diff_says_a_metrics_log_of_bad_lines_only_is_so(
     out, err = capsys.readouterr()
     _named(err, log, range(1, 3))
     assert out.strip()  # the comparison is printed all the same
+
+
+@pytest.mark.parametrize("source", ["log", "auto"])
+def test_diff_says_a_run_whose_logs_hold_no_valid_line_shows_only_the_other(
+    captured: Path, tmp_path: Path, source: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every stage shows as "only in B" when A's metrics logs hold no valid line: said, not left
+    for the reader to take for stages A never ran."""
+    a, _ = _copy(captured, tmp_path / "a", every_line_bad=True)
+    b = Path(shutil.copytree(captured, tmp_path / "b"))
+    assert profdsl._cli.main(["diff", str(a), str(b), "--source", source]) == 1
+    out, err = capsys.readouterr()
+    assert "only in B" in out
+    said = f"profdsl diff: A ({a}) holds no stage time in the metrics logs (every step): every stage shows as only in B"
+    assert said + "; --source traces compares their traces" in err, err
+
+
+def test_diff_of_two_runs_whose_logs_hold_no_valid_line_says_where_it_looked(
+    captured: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both runs are traced: "neither run holds stage times" named the logs it read and the way to
+    the traces, not "(Metrics(log=True) or traces)"."""
+    a, _ = _copy(captured, tmp_path / "a", every_line_bad=True)
+    b, _ = _copy(captured, tmp_path / "b", every_line_bad=True)
+    assert profdsl._cli.main(["diff", str(a), str(b)]) == 2  # nothing to compare (docs/cli.md)
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (
+        "profdsl: diff: neither run holds stage times in the metrics logs (every step); "
+        "--source traces compares their traces"
+    )

@@ -13,7 +13,7 @@ import attrs
 
 from profdsl._cli.common import fail, printable, say, skipped, table
 from profdsl.analysis._catalog import FolderError
-from profdsl.analysis._diff import Comparison, Row, describe_noise, load_samples
+from profdsl.analysis._diff import FROM_LOGS, Comparison, Row, describe_noise, load_samples
 from profdsl.analysis._outputs import OutputError, check_output
 from profdsl.analysis.culprits import DEFAULT_LATE_MS, NO_TRACE, culprit_lines, run_culprits
 from profdsl.core._units import ms_text
@@ -98,6 +98,11 @@ def _cells(row: Row) -> list[object]:
     ]
 
 
+def _to_traces(comparison: Comparison) -> str:
+    """Where the samples came from the metrics logs, the way to the traces instead."""
+    return "; --source traces compares their traces" if comparison.source == FROM_LOGS else ""
+
+
 def _summary(comparison: Comparison) -> str:
     changed = [r for r in comparison.rows if r.verdict in ("slower", "faster")]
     return (
@@ -172,7 +177,14 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"diff: {exc}")
     code = skipped("diff", comparison.skipped)
     if not comparison.rows:
-        return fail("diff: neither run holds stage times (Metrics(log=True) or traces)")
+        return fail(f"diff: neither run holds stage times in {comparison.source}{_to_traces(comparison)}")
+    for run, other, folder, sides in (
+        ("A", "B", args.run_a, [r.a for r in comparison.rows]),
+        ("B", "A", args.run_b, [r.b for r in comparison.rows]),
+    ):
+        if not any(sides):  # every row "only in" the other run: never left for stages it did not run
+            where = f"{run} ({folder}) holds no stage time in {comparison.source}"
+            say(f"{where}: every stage shows as only in {other}{_to_traces(comparison)}", "diff")
     culprits = _culprits(args)
     if args.json:
         json.dump({**attrs.asdict(comparison), "culprits": culprits}, sys.stdout, indent=1)

@@ -30,10 +30,24 @@ from profdsl.config._checks import MAX_SECONDS
 from profdsl.core._units import ms_text
 from profdsl.metrics.aggregate import over_ranks
 
-__all__ = ["METHOD", "Comparison", "Row", "Sample", "Side", "compare", "describe_noise", "load_samples", "side"]
+__all__ = [
+    "FROM_LOGS",
+    "FROM_TRACES",
+    "METHOD",
+    "Comparison",
+    "Row",
+    "Sample",
+    "Side",
+    "compare",
+    "describe_noise",
+    "load_samples",
+    "side",
+]
 
 #: How the noise is measured (printed with every diff).
 METHOD = "2 x the standard error of the difference of the means (Welch), from the per-step samples"
+#: Where a comparison's samples come from (its ``source``).
+FROM_LOGS, FROM_TRACES = "the metrics logs (every step)", "the traces (profiled steps)"
 #: The verdicts of a row.
 SLOWER, FASTER, UNCHANGED, UNKNOWN, ONLY_A, ONLY_B = (
     "slower",
@@ -238,7 +252,7 @@ def load_samples(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], *
     (samples_a, skipped_a), (samples_b, skipped_b) = read(a), read(b)
     left_out: list[str] = []
     samples_a, samples_b = _common_ranks(samples_a, samples_b, left_out)
-    what = "the metrics logs (every step)" if use_log else "the traces (profiled steps)"
+    what = FROM_LOGS if use_log else FROM_TRACES
     result = compare(samples_a, samples_b, source=what, run_a=a, run_b=b)
     return attrs.evolve(result, skipped=tuple(skipped_a + skipped_b + left_out))
 
