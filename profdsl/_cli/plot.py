@@ -112,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
 
     Returns:
         0 when every trace was drawn, 1 when a manifest line, a trace or a metrics log line was
-        skipped (each named on stderr, metrics log lines a few then a count; the rest is drawn)
-        or nothing could be drawn, 2 on usage errors (no folder, no
-        matplotlib, an output inside the input folder, unwritable output).
+        skipped (each named on stderr, a few then a count; the rest is drawn) or nothing could be
+        drawn, 2 on usage errors (no folder, no matplotlib, an output inside the input folder,
+        unwritable output).
     """
     try:
         check_output(args.output, args.folder)
