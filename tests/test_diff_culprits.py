@@ -128,3 +128,14 @@ def test_a_follow_up_waits_for_the_traced_ranks_traces(tmp_path: Path) -> None:
     finally:
         writer.join(timeout=60)
     assert await_traces(folder, 2, {0, 5}, timeout_s=0.5, settle_s=0.1) == {5}
+
+
+def test_the_culprits_follow_the_table_after_an_empty_line(tmp_path: Path) -> None:
+    """The section's heading is a line of its own after an empty one: it printed ``\\nculprits
+    at collectives ...`` on the table's last line's heels, the newline escaped as every printed
+    line's control characters are."""
+    done = _diff(_folder(tmp_path / "a", late=1), _folder(tmp_path / "b", late=2))
+    lines = done.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "culprits at collectives" in line)
+    assert lines[at].startswith("culprits at collectives (both runs traced") and lines[at - 1] == "", lines
+    assert "\\n" not in done.stdout

@@ -6,11 +6,14 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profdsl.core._log import COUNTED_IN_FULL, printable
 
-__all__ = ["drawn", "fail", "printable", "say", "skipped", "stack", "table"]
+if TYPE_CHECKING:
+    from profdsl.analysis._walls import LogRead
+
+__all__ = ["drawn", "fail", "printable", "say", "skipped", "skipped_read", "stack", "table"]
 
 
 def say(message: str, command: str = "") -> None:
@@ -48,6 +51,16 @@ def skipped(command: str, reasons: Iterable[str], *, most: int | None = COUNTED_
     if most is not None and count > most:
         say(f"skipped {count - most} more (not named)", command)
     return 1 if count else 0
+
+
+def skipped_read(command: str, bad: Iterable[str], log: LogRead | None) -> int:
+    """:func:`skipped` ``bad`` (manifest lines, traces), then the lines of the metrics logs that
+    are not valid, from ``log``: the one read whose lines the command showed (None: it read no
+    log), so what is shown and what is named cannot disagree. Returns 1 when any was named."""
+    code = skipped(command, bad)
+    if log is not None:
+        code = skipped(command, log.problems) or code
+    return code
 
 
 #: The most characters of one skipped input's reason printed (escaped): a reason may quote input.
@@ -89,18 +102,23 @@ def stack(
     return bottoms
 
 
+#: The fewest characters of a value a left-aligned last column cut to fit a terminal keeps.
+CUT_FLOOR = 12
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], left: int | None = None) -> str:
     """A plain aligned table, control characters escaped (headers too); ``left``: only the first
     ``left`` columns (names) are left-aligned, the others (figures) right-aligned; None: every
     column left-aligned. On a terminal a left-aligned last column is cut to its width (a figure
-    never is); elsewhere (a pipe, a file) every value is whole."""
+    never is), though never narrower than its header nor :data:`CUT_FLOOR`: every header is
+    printed whole; elsewhere (a pipe, a file) every value is whole."""
     headers = [printable(h) for h in headers]  # a column may be named by a file (a kind of work)
     cells = [[("-" if c is None else printable(str(c))) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     names = len(headers) if left is None else left
     if sys.stdout.isatty() and names >= len(headers):
         room = shutil.get_terminal_size((160, 24)).columns - sum(w + 2 for w in widths[:-1])
-        widths[-1] = max(12, min(widths[-1], room))
+        widths[-1] = max(CUT_FLOOR, len(headers[-1]), min(widths[-1], room))
 
     def line(values: Sequence[str]) -> str:
         last = len(values) - 1

@@ -6,15 +6,17 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from profdsl._cli.common import fail, printable, say, skipped, table
 from profdsl.analysis._catalog import FolderError
-from profdsl.analysis._diff import Comparison, Row, describe_noise, load_samples
+from profdsl.analysis._diff import FROM_LOGS, Comparison, Row, describe_noise, load_samples
 from profdsl.analysis._outputs import OutputError, check_output
 from profdsl.analysis.culprits import DEFAULT_LATE_MS, NO_TRACE, culprit_lines, run_culprits
+from profdsl.core._units import ms_text
 
 HELP = "compare two runs per role and stage: time per step, change, ratio, spread, within the noise or not"
 EXAMPLES = """examples:
@@ -65,12 +67,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _ms(value: float | None, scale: float = 1e3, digits: int = 3) -> str:
-    return "-" if value is None else f"{value * scale:.{digits}f}"
+def _ms(seconds: float | None) -> str:
+    """Seconds as the table prints them: milliseconds, ``-`` where a run has none."""
+    return "-" if seconds is None else ms_text(seconds * 1e3)
 
 
-def _pair(a: float | None, b: float | None, scale: float = 1e3, digits: int = 3) -> str:
-    return f"{_ms(a, scale, digits)}/{_ms(b, scale, digits)}"
+def _entries(count: float | None) -> str:
+    """A mean count of entries per step and rank (one decimal), ``-`` where a run has none."""
+    return "-" if count is None else f"{count:.1f}"
+
+
+def _pair(a: float | None, b: float | None, text: Callable[[float | None], str] = _ms) -> str:
+    return f"{text(a)}/{text(b)}"
 
 
 def _cells(row: Row) -> list[object]:
@@ -80,14 +88,19 @@ def _cells(row: Row) -> list[object]:
         row.stage,
         _ms(a.mean_s if a else None),
         _ms(b.mean_s if b else None),
-        f"{row.change_s * 1e3:+.3f}",
+        ms_text(row.change_s * 1e3, signed=True),
         "-" if row.ratio is None else f"{row.ratio:.2f}x",
         _pair(a.self_s if a else None, b.self_s if b else None),
-        _pair(a.count if a else None, b.count if b else None, 1, 1),
+        _pair(a.count if a else None, b.count if b else None, _entries),
         _pair(a.spread_s if a else None, b.spread_s if b else None),
         describe_noise(row),
         row.verdict,
     ]
+
+
+def _to_traces(comparison: Comparison) -> str:
+    """Where the samples came from the metrics logs, the way to the traces instead."""
+    return "; --source traces compares their traces" if comparison.source == FROM_LOGS else ""
 
 
 def _summary(comparison: Comparison) -> str:
@@ -139,7 +152,7 @@ def _culprits(args: argparse.Namespace) -> dict[str, Any] | None:
 def _culprit_text(culprits: dict[str, Any] | None, late_ms: float) -> list[str]:
     if culprits is None:
         return []
-    lines = [f"\nculprits at collectives (both runs traced; a rank late by {late_ms:g} ms over the median rank):"]
+    lines = ["", f"culprits at collectives (both runs traced; a rank late by {late_ms:g} ms over the median rank):"]
     for run in ("a", "b"):
         found = culprits[run]
         said = found["lines"] or [found["why"] or "no rank stands out"]
@@ -164,7 +177,14 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"diff: {exc}")
     code = skipped("diff", comparison.skipped)
     if not comparison.rows:
-        return fail("diff: neither run holds stage times (Metrics(log=True) or traces)")
+        return fail(f"diff: neither run holds stage times in {comparison.source}{_to_traces(comparison)}")
+    for run, other, folder, sides in (
+        ("A", "B", args.run_a, [r.a for r in comparison.rows]),
+        ("B", "A", args.run_b, [r.b for r in comparison.rows]),
+    ):
+        if not any(sides):  # every row "only in" the other run: never left for stages it did not run
+            where = f"{run} ({folder}) holds no stage time in {comparison.source}"
+            say(f"{where}: every stage shows as only in {other}{_to_traces(comparison)}", "diff")
     culprits = _culprits(args)
     if args.json:
         json.dump({**attrs.asdict(comparison), "culprits": culprits}, sys.stdout, indent=1)

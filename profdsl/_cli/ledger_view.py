@@ -40,7 +40,7 @@ METRICS_TITLE = (
 )
 NO_METRICS = " (none here: no metrics log line carries a ledger; Metrics(log=True) writes them)"
 OUTSIDE_NOTE = (
-    "{role} rank {rank} step {step}: profiling held the step up {ms:.3f} ms more before its start and "
+    "{role} rank {rank} step {step}: profiling held the step up {ms} ms more before its start and "
     "after its end (a continuous capture's start and stop), not in its wall time"
 )
 DEVICE_TITLE = (
@@ -50,7 +50,7 @@ DEVICE_TITLE = (
     "(the device idle, or running work queued outside every stage)"
 )
 UNPLACED_NOTE = (
-    "{role} rank {rank} step {step}: {ms:.3f} ms of profiling's recorded waits exceed the time outside its "
+    "{role} rank {rank} step {step}: {ms} ms of profiling's recorded waits exceed the time outside its "
     "stages: they are left in the stages' time"
 )
 
@@ -81,7 +81,7 @@ def _rank_rows(ranks: Sequence[RankLedger], columns: Sequence[str]) -> tuple[lis
             notes.append(f"{where}: not in the groups' idle times: {rank.why}")
         for note, ns in ((OUTSIDE_NOTE, rank.overhead_outside), (UNPLACED_NOTE, ledger.overhead_unplaced)):
             if ns:
-                notes.append(note.format(role=rank.role, rank=rank.rank, step=rank.step, ms=ns / 1e6))
+                notes.append(note.format(role=rank.role, rank=rank.rank, step=rank.step, ms=ms(ns)))
     return rows, notes
 
 

@@ -19,11 +19,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from profdsl._cli.common import drawn, fail, say, skipped, stack
+from profdsl._cli.common import drawn, fail, say, skipped_read, stack
 from profdsl.analysis._catalog import Catalog, FolderError, catalog_or_logs, number
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import Span, StageModel
 from profdsl.analysis._outputs import OutputError, check_output
+from profdsl.analysis._walls import read_walls
 from profdsl.config._parallel import DIMS
 
 if TYPE_CHECKING:
@@ -110,9 +111,10 @@ def run(args: argparse.Namespace) -> int:
     """Draw the folder ``args.folder`` into ``args.output``.
 
     Returns:
-        0 when every trace was drawn, 1 when a manifest line or a trace was skipped (each named
-        on stderr; the rest is drawn) or nothing could be drawn, 2 on usage errors (no folder, no
-        matplotlib, an output inside the input folder, unwritable output).
+        0 when every trace was drawn, 1 when a manifest line, a trace or a metrics log line was
+        skipped (each named on stderr, a few then a count; the rest is drawn) or nothing could be
+        drawn, 2 on usage errors (no folder, no matplotlib, an output inside the input folder,
+        unwritable output).
     """
     try:
         check_output(args.output, args.folder)
@@ -127,8 +129,9 @@ def run(args: argparse.Namespace) -> int:
     if args.ledger:
         return _ledger(args, found)
     failures = list(found.problems)
-    model = load_model(args.folder, found.artifacts, failures)
-    failed = skipped("plot", failures)
+    log = read_walls(args.folder)  # the model's walls and the bad lines named: one read
+    model = load_model(args.folder, found.artifacts, failures, log)
+    failed = skipped_read("plot", failures, log)
     if not model.nodes:
         return fail(f"{args.folder}: no stage time found in any readable trace", 1, "plot")
     figure = build_figure(model, args)
@@ -143,8 +146,9 @@ def _ledger(args: argparse.Namespace, found: Catalog) -> int:
     if args.timeline:
         return fail("--ledger draws bars; it does not take --timeline", command="plot")
     failures = list(found.problems)
-    ledger = load_ledger(args.folder, found.artifacts, failures)
-    failed = skipped("plot", failures)
+    log = read_walls(args.folder)  # the ledger drawn and the bad lines named: one read
+    ledger = load_ledger(args.folder, found.artifacts, failures, log)
+    failed = skipped_read("plot", failures, log)
     figure = ledger_figure(ledger, drawn(Path(args.folder).resolve().name))
     if figure is None:
         return fail(f"{args.folder}: no step has a ledger (no trace splits one, no metrics log has one)", 1, "plot")

@@ -11,6 +11,7 @@ from profdsl.analysis._catalog import Artifact
 from profdsl.analysis._collectives import Blame, blame, load_matches
 from profdsl.analysis.culprits import DEFAULT_LATE_MS
 from profdsl.core._log import printable
+from profdsl.core._units import ms_text
 
 __all__ = ["DEFAULT_LATE_MS", "NOTHING_TRACED", "run", "stragglers_text"]
 
@@ -31,8 +32,8 @@ def _line(item: Blame) -> str:
     late = item.late_us[item.culprit] if item.culprit is not None else 0.0
     return printable(
         f"step {item.step}, {item.role} {item.stage}: rank {item.culprit} arrived last at {item.culprit_last_at} "
-        f"of {item.collectives} collective(s) and made the others wait {late / 1000:.3f} ms, "
-        f"{item.excess_us / 1000:.3f} ms more than the median rank"
+        f"of {item.collectives} collective(s) and made the others wait {ms_text(late / 1000)} ms, "
+        f"{ms_text(item.excess_us / 1000)} ms more than the median rank"
     )
 
 
@@ -48,8 +49,8 @@ def stragglers_text(items: list[Blame], notes: list[str], late_ms: float) -> str
             b.collectives,
             len(b.late_us),
             "-" if b.culprit is None else f"rank {b.culprit}",
-            f"{b.excess_us / 1000:.3f}",
-            "  ".join(f"{rank}:{us / 1000:.3f}" for rank, us in sorted(b.late_us.items())),
+            ms_text(b.excess_us / 1000),
+            "  ".join(f"{rank}:{ms_text(us / 1000)}" for rank, us in sorted(b.late_us.items())),
         ]
         for b in items
     ]

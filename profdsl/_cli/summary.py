@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from profdsl._cli import ledger_view, stragglers_view
-from profdsl._cli.common import fail, skipped, table
+from profdsl._cli.common import fail, skipped, skipped_read, table
 from profdsl.analysis import _cost as cost
 from profdsl.analysis._catalog import Artifact, FolderError, catalog_or_logs
 from profdsl.analysis._load import load_model
@@ -175,10 +175,10 @@ def run(args: argparse.Namespace) -> int:
         _print_cost(found.artifacts, args)
         return skipped("summary", bad)
     if view is not None:
-        return _skipped(bad, view(args, args.dir, found.artifacts, bad))
+        return skipped_read("summary", bad, view(args, args.dir, found.artifacts, bad))
     log = read_walls(args.dir)  # the walls shown and the bad lines named: one read
     model = load_model(args.dir, found.artifacts, bad, log)
-    code = _skipped(bad, log)
+    code = skipped_read("summary", bad, log)
     rows = model.rows() if keys is None else group(model, keys)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -193,16 +193,6 @@ def run(args: argparse.Namespace) -> int:
         if costs:
             print()
             _print_cost_table(costs)
-    return code
-
-
-def _skipped(bad: list[str], log: LogRead | None) -> int:
-    """Name the input left out: ``bad``, then the lines of the metrics logs that are not valid,
-    from ``log``, the read the view showed (the ledger and the stage view read the logs,
-    ``--stragglers`` none; a few, then a count: :func:`~profdsl._cli.common.skipped`)."""
-    code = skipped("summary", bad)
-    if log is not None:
-        code = skipped("summary", log.problems) or code
     return code
 
 
@@ -350,8 +340,8 @@ def _print_flat(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
     for item in rows:
         share = "" if item["share"] is None else f"{100 * item['share']:.1f}%"
         cells = ["/".join(item["path"]) if k == "stage" else item[k] for k in keys]
-        extra = [f"{item['step_ms']:.3f}", f"{item['outside_ms']:.3f}"] if steps else []
-        body.append([*cells, item["count"], f"{item['total_ms']:.3f}", f"{item['mean_ms']:.3f}", *extra, share])
+        extra = [ms_text(item["step_ms"]), ms_text(item["outside_ms"])] if steps else []
+        body.append([*cells, item["count"], ms_text(item["total_ms"]), ms_text(item["mean_ms"]), *extra, share])
     headers = [*keys, "count", "total ms", "mean ms", *(("step ms", "outside ms") if steps else ()), "share"]
     print(table(headers, body))
     if "stage" not in keys:

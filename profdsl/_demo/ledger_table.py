@@ -11,6 +11,7 @@ from profdsl._cli.common import table
 from profdsl._cli.ledger_view import METRICS_OVERHEAD
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
+from profdsl.core._units import ms_text
 from profdsl.metrics import StepTimings
 from profdsl.metrics.aggregate import fleet_lines
 
@@ -45,7 +46,9 @@ def ledger_lines(timings: Sequence[StepTimings]) -> list[str]:
     for (step, role), items in sorted(by.items()):
         mean = {c: sum((t.ledger or {}).get(c, 0.0) for t in items) / len(items) for c in columns}
         wall = sum(t.wall_s for t in items) / len(items)
-        rows.append([str(step), role, str(len(items)), f"{wall * 1e3:.2f}", *(f"{mean[c] * 1e3:.2f}" for c in columns)])
+        rows.append(
+            [str(step), role, str(len(items)), ms_text(wall * 1e3, 2), *(ms_text(mean[c] * 1e3, 2) for c in columns)]
+        )
     lines = table(headers, rows, left=2).splitlines() + device_lines(timings)
     for step in sorted({step for step, _ in by}):
         lines += fleet_lines(step, timings)
@@ -70,6 +73,6 @@ def device_lines(timings: Sequence[StepTimings]) -> list[str]:
         mean = {c: sum(split.get(c, 0.0) for split in splits) / len(splits) for c in columns}
         span = sum(sum(split.values()) for split in splits) / len(splits)
         share = f"{100 * mean[OUTSIDE] / span:.1f}" if span else "-"
-        cells = [f"{span * 1e3:.2f}", *(f"{mean[c] * 1e3:.2f}" for c in columns), share]
+        cells = [ms_text(span * 1e3, 2), *(ms_text(mean[c] * 1e3, 2) for c in columns), share]
         rows.append([str(step), role, str(len(splits)), *cells])
     return [f"{DEVICE_TITLE}:", *table(headers, rows, left=2).splitlines()]

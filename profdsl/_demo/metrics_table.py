@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from profdsl._cli.common import table
+from profdsl.core._units import ms_text
 from profdsl.metrics import StepTimings
 
 __all__ = ["HEADERS", "TITLE", "MetricsLog"]
@@ -50,12 +51,12 @@ class MetricsLog:
                     key[1],
                     str(len(steps[key])),
                     str(len(by_rank)),
-                    f"{total * 1e3:.2f}",
-                    f"{total * 1e3 / samples[key]:.2f}",
+                    ms_text(total * 1e3, 2),
+                    ms_text(total * 1e3 / samples[key], 2),
                     f"rank {slowest}",
                     "|",
                     str(count) if count else "-",
-                    f"{traced_ms:.2f}" if count else "-",
+                    ms_text(traced_ms, 2) if count else "-",
                 ]
             )
         return rows

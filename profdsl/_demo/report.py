@@ -13,6 +13,7 @@ from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel
 from profdsl.collect._manifest import read_records
 from profdsl.collect.metrics_log import read_log
+from profdsl.core._units import ms_text
 from profdsl.metrics._tree import segment
 from profdsl.records.manifest import HookRecord, TraceRecord
 
@@ -121,7 +122,8 @@ def slow_step_table(save_path: str, step: int, rank: int) -> list[str]:
         median = statistics.median(others)
         ratio = f"{seconds / median:.1f}x" if median > 0 else "-"
         change = seconds - median
-        cells = [str(role), path, f"{seconds * 1000:.1f}", f"{median * 1000:.1f}", f"{change * 1000:+.1f}", ratio]
+        figures = [ms_text(seconds * 1000, 1), ms_text(median * 1000, 1), ms_text(change * 1000, 1, signed=True)]
+        cells = [str(role), path, *figures, ratio]
         rows.append((abs(change), [*cells, str(len(others))]))
     if not rows:
         return []

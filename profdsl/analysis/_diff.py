@@ -27,12 +27,27 @@ import attrs
 
 from profdsl.collect.metrics_log import log_files, read_log_lines
 from profdsl.config._checks import MAX_SECONDS
+from profdsl.core._units import ms_text
 from profdsl.metrics.aggregate import over_ranks
 
-__all__ = ["METHOD", "Comparison", "Row", "Sample", "Side", "compare", "describe_noise", "load_samples", "side"]
+__all__ = [
+    "FROM_LOGS",
+    "FROM_TRACES",
+    "METHOD",
+    "Comparison",
+    "Row",
+    "Sample",
+    "Side",
+    "compare",
+    "describe_noise",
+    "load_samples",
+    "side",
+]
 
 #: How the noise is measured (printed with every diff).
 METHOD = "2 x the standard error of the difference of the means (Welch), from the per-step samples"
+#: Where a comparison's samples come from (its ``source``).
+FROM_LOGS, FROM_TRACES = "the metrics logs (every step)", "the traces (profiled steps)"
 #: The verdicts of a row.
 SLOWER, FASTER, UNCHANGED, UNKNOWN, ONLY_A, ONLY_B = (
     "slower",
@@ -192,13 +207,19 @@ def _common_ranks(a: Samples, b: Samples, problems: list[str]) -> tuple[Samples,
 
 
 def _from_traces(folder: str) -> tuple[Samples, list[str]]:
+    """A run's samples from its traces (the stage-time model); what is left out is named: the
+    manifest's bad lines, unreadable traces, and the metrics logs' bad lines from the model's
+    one read of them."""
     from profdsl.analysis._catalog import catalog
     from profdsl.analysis._load import load_model
+    from profdsl.analysis._walls import read_walls
     from profdsl.metrics._tree import segment
 
     found = catalog(folder)
     skipped: list[str] = list(found.problems)
-    model = load_model(folder, found.artifacts, skipped)
+    log = read_walls(folder)
+    model = load_model(folder, found.artifacts, skipped, log)
+    skipped += log.problems
     samples: Samples = defaultdict(list)
     for node in model.nodes:
         path = "/".join(segment(name) for name in node.path)
@@ -231,7 +252,7 @@ def load_samples(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], *
     (samples_a, skipped_a), (samples_b, skipped_b) = read(a), read(b)
     left_out: list[str] = []
     samples_a, samples_b = _common_ranks(samples_a, samples_b, left_out)
-    what = "the metrics logs (every step)" if use_log else "the traces (profiled steps)"
+    what = FROM_LOGS if use_log else FROM_TRACES
     result = compare(samples_a, samples_b, source=what, run_a=a, run_b=b)
     return attrs.evolve(result, skipped=tuple(skipped_a + skipped_b + left_out))
 
@@ -241,4 +262,4 @@ def describe_noise(row: Row) -> str:
     n = f"n {row.a.n if row.a else 0}/{row.b.n if row.b else 0}"
     if row.noise_s is None:
         return f"- ({n})"
-    return f"±{row.noise_s * 1e3:.3f} ({n})"
+    return f"±{ms_text(row.noise_s * 1e3)} ({n})"

@@ -138,6 +138,7 @@ def load_model(
     """The stage-time model of ``items``' traces (see :func:`scan_artifacts`), with the step
     wall times of the folder's metrics logs (:func:`~profdsl.analysis._walls.clocked_walls`: one
     beyond any clock is left out, its line named in ``skipped``): from ``log``, the caller's read
-    of them (whose bad lines it names), else read here."""
+    of them (whose bad lines, ``log.problems``, it names: every command passes its read), else
+    read here, their bad lines not named."""
     walls = clocked_walls(read_walls(folder) if log is None else log, skipped)
     return StageModel(scan_artifacts(folder, items, skipped), walls)

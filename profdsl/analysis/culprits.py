@@ -20,6 +20,7 @@ from profdsl.analysis._catalog import FolderError, catalog, number
 from profdsl.analysis._collectives import Blame, blame, load_matches
 from profdsl.collect._manifest import read_records
 from profdsl.core._log import printable
+from profdsl.core._units import ms_text
 
 __all__ = ["DEFAULT_LATE_MS", "NO_COLLECTIVE", "NO_TRACE", "await_traces", "culprit_lines", "follow_up", "run_culprits"]
 
@@ -122,7 +123,7 @@ def culprit_lines(items: Sequence[Blame]) -> list[str]:
         plural = "s" if len(blames) > 1 else ""
         lines.append(  # role and stage come from the files: escaped before a driver logs them
             printable(
-                f"{role} {stage}: rank {rank} at step{plural} {steps} ({most:.3f} ms over the median rank at most)"
+                f"{role} {stage}: rank {rank} at step{plural} {steps} ({ms_text(most)} ms over the median rank at most)"
             )
         )
     return lines

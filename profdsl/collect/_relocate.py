@@ -95,10 +95,12 @@ def reserve(save_path: str, name: TraceName) -> TraceName:
 
 
 def gzip_complete(path: str, chunk: int = 1 << 20) -> bool:
-    """Whether ``path`` is a whole gzip stream (decompressed in chunks: bounded memory)."""
+    """Whether ``path`` is a whole gzip stream (decompressed in chunks: bounded memory). A link
+    or no regular file is not: it is opened by its own name, never followed, never blocked on
+    (a FIFO: :func:`~profdsl.core._files.open_regular`)."""
     inflater = zlib.decompressobj(wbits=31)
     try:
-        with open(path, "rb") as file:
+        with open_regular(path) as file:
             while block := file.read(chunk):
                 inflater.decompress(block, 0)
                 if inflater.eof:
@@ -112,14 +114,17 @@ def wait_complete(paths: Sequence[str], timeout_s: float, poll_s: float = POLL_S
     """Wait until each file's size and mtime hold still over one poll (and a ``.gz`` is a whole
     stream), at most ``timeout_s``; return the paths still incomplete then. A ``.gz`` that is a
     whole stream already is complete at once: its writer wrote its trailer last, and a caller
-    waits on this (tests/test_artifacts.py)."""
+    waits on this (tests/test_artifacts.py). A path that is there but no regular file is
+    :func:`_no_trace`: never waited on, so never incomplete (its move records it skipped)."""
     deadline = time.monotonic() + timeout_s
-    pending = {p: _signature(p) for p in paths if not (p.endswith(".gz") and gzip_complete(p))}
+    pending = {p: _signature(p) for p in paths if not (_no_trace(p) or (p.endswith(".gz") and gzip_complete(p)))}
     while pending:
         time.sleep(poll_s)
         for path, before in list(pending.items()):
             now = _signature(path)
-            if now is not None and now == before and now[0] > 0 and (not path.endswith(".gz") or gzip_complete(path)):
+            if _no_trace(path) or (
+                now is not None and now == before and now[0] > 0 and (not path.endswith(".gz") or gzip_complete(path))
+            ):
                 del pending[path]
             else:
                 pending[path] = now
@@ -129,11 +134,20 @@ def wait_complete(paths: Sequence[str], timeout_s: float, poll_s: float = POLL_S
 
 
 def _signature(path: str) -> tuple[int, int] | None:
+    """The size and mtime of ``path`` when it is a regular file (``lstat``: a link is never
+    followed, its target's size never reported); None otherwise."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except OSError:
         return None
-    return (st.st_size, st.st_mtime_ns)
+    return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def _no_trace(path: str) -> bool:
+    """Whether ``path`` is there but no regular file (:func:`_is_regular`: a link, a FIFO, a
+    folder): no trace, neither followed nor waited on; its move leaves it where it is, recorded
+    ``skipped`` (:func:`_take`, :data:`NOT_REGULAR`). One missing is waited on (as before)."""
+    return not _is_regular(path) and os.path.lexists(path)
 
 
 def default_nsys_dir() -> str:

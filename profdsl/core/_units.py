@@ -21,10 +21,16 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def ms_text(ms: float) -> str:
+def ms_text(ms: float, digits: int = 3, *, signed: bool = False) -> str:
     """Milliseconds as the views print them: ``1.500`` (the stage table, the cost table, the
-    step ledger)."""
-    return f"{ms:.3f}"
+    step ledger, ``diff``, the culprits); ``digits`` decimals (the demo's tables print fewer);
+    ``signed``: a change, ``+1.500`` or ``-1.500``.
+
+    Examples:
+        >>> ms_text(1.5), ms_text(1497.46, 1, signed=True), ms_text(-0.25, 2)
+        ('1.500', '+1497.5', '-0.25')
+    """
+    return f"{ms:+.{digits}f}" if signed else f"{ms:.{digits}f}"
 
 
 def size_text(size: int) -> str:
