@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from profdsl import Metrics, Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
+from profdsl import Metrics, Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage, rollout_window
 from profdsl._runtime.slot.session import Session
 from profdsl.analysis import _cost as cost
 from profdsl.analysis._catalog import catalog
@@ -133,3 +133,29 @@ def test_waits_beyond_the_room_are_kept_as_durations_and_none_once_the_step_ende
     assert root.placed == [1.0, 1.25, 2.0, 2.25] and root.waited == 0.25
     ledger = step_ledger(root, began=0.0, wall_s=4.0)
     assert ledger.buckets_s is not None and ledger.buckets_s["overhead"] == 0.75 and ledger.waits_s == 0.75
+
+
+class _SleepyEngine:
+    """A rollout engine whose profiler takes ``SLEEP_S`` to start and as long to stop."""
+
+    def start_profile(self) -> None:
+        time.sleep(SLEEP_S)
+
+    def stop_profile(self) -> None:
+        time.sleep(SLEEP_S)
+
+
+def test_engine_waits_inside_an_enclosing_stage_are_overhead_not_its_work(tmp_path: Path) -> None:
+    """A ``rollout_window`` nested in a step-wide stage (``train_step``, kind update): its engines'
+    profiler start and stop run inside that stage's time. They are overhead, not update (they
+    were capped into the time outside every stage, none here, and left in update)."""
+    cfg = config(tmp_path, metrics=Metrics(enabled=True))
+    with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
+        with profiler.step(1), profile_stage("train_step"):
+            with rollout_window([_SleepyEngine()], name="gen"):
+                work()
+        timings = profiler.meter.timings
+    assert timings is not None and timings.ledger is not None
+    stage_s = timings.stages["train_step"].total_s
+    assert timings.ledger["overhead"] >= 2 * SLEEP_S and (timings.ledger_engines_s or 0.0) >= 2 * SLEEP_S
+    assert timings.ledger["update"] <= stage_s - 2 * SLEEP_S + 1e-6
