@@ -24,7 +24,7 @@ from profdsl.analysis._fleet import BEYOND
 from profdsl.analysis._ledger import load_ledger
 from profdsl.collect.metrics_log import read_log
 from profdsl.metrics._ledger import step_ledger
-from profdsl.metrics._tree import Paths, Root, close
+from profdsl.metrics._tree import Paths, Root, child, close
 
 from .profiling import config, work
 
@@ -159,3 +159,24 @@ def test_engine_waits_inside_an_enclosing_stage_are_overhead_not_its_work(tmp_pa
     stage_s = timings.stages["train_step"].total_s
     assert timings.ledger["overhead"] >= 2 * SLEEP_S and (timings.ledger_engines_s or 0.0) >= 2 * SLEEP_S
     assert timings.ledger["update"] <= stage_s - 2 * SLEEP_S + 1e-6
+
+
+def test_a_wait_known_only_by_its_length_keeps_the_old_rule() -> None:
+    """``Root.wait`` (no place): charged to the time no stage covers, capped there, the excess
+    left in the stage's time (``overhead_unplaced_s``); a placed wait of the same length inside
+    the stage is overhead whole."""
+    root = Root("actor", 1, Paths(8))
+    update = child(root, "update_actor")
+    root.stretches += [0.0, 0.75, update]
+    root.wait(0.5)
+    close(root)
+    ledger = step_ledger(root, began=0.0, wall_s=1.0)
+    assert ledger.buckets_s is not None and ledger.buckets_s["overhead"] == 0.25
+    assert (ledger.overhead_unplaced_s, ledger.buckets_s["update"], ledger.waits_s) == (0.25, 0.75, 0.5)
+    placed = Root("actor", 1, Paths(8))
+    placed.stretches += [0.0, 0.75, child(placed, "update_actor")]
+    placed.wait_at(0.125, 0.625)
+    close(placed)
+    ledger = step_ledger(placed, began=0.0, wall_s=1.0)
+    assert ledger.buckets_s is not None and ledger.overhead_unplaced_s == 0.0
+    assert (ledger.buckets_s["overhead"], ledger.buckets_s["update"], ledger.buckets_s["outside"]) == (0.5, 0.25, 0.25)

@@ -233,8 +233,9 @@ class Root(Node):
         self.overflow_top.spans = self.stretches
 
     def wait(self, seconds: float, engines: bool = False) -> None:
-        """Profiling held the step up ``seconds`` (a capture's start or stop; ``engines``: a
-        rollout engine's profiler start or stop), not in any stage."""
+        """Profiling held the step up ``seconds``, where in the step unknown (``engines``: a rollout
+        engine's profiler start or stop): the ledger charges it to time no stage covers.
+        profdsl's own waits are placed (:meth:`wait_at`)."""
         with self.lock:
             if not self.closed:
                 self.waited += seconds
