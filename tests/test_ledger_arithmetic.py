@@ -104,6 +104,75 @@ def test_buckets_are_non_negative_add_up_and_hold_each_stage_once(case: tuple[in
     assert ledger.concurrent >= 0 and ledger.buckets[OVERHEAD] <= overhead
 
 
+waits_lists = st.lists(st.tuples(st.integers(0, 75), st.integers(0, 75)).map(lambda t: (min(t), max(t))), max_size=4)
+
+
+def waits_oracle(
+    start: int, end: int, stages: list[Stage], overhead: int, waits: list[tuple[int, int]]
+) -> dict[str, Any]:
+    """Tick by tick, with placed waits: a tick inside any wait is overhead, whichever stage runs
+    (the stage that began last would have won it, and is not charged it; the others running are
+    beside); any other tick goes as in :func:`oracle`; the unplaced ``overhead`` fills the ticks
+    no stage covers and no wait holds, and its excess is unplaced."""
+    outer = [i for i, s in enumerate(stages) if s.parent is None]
+    buckets: Counter[str] = Counter()
+    beside: Counter[str] = Counter()
+    charged = [0] * len(stages)
+    free = 0
+    for tick in range(start, end):
+        running = [i for i in outer if stages[i].start <= tick < stages[i].end]
+        held = any(a <= tick < b for a, b in waits)
+        if running:
+            winner = min(running, key=lambda i: (-stages[i].start, stages[i].end, i))
+            for other in running:
+                if other != winner:
+                    beside[stages[other].kind] += 1
+        if held:
+            buckets[OVERHEAD] += 1
+        elif running:
+            charged[winner] += 1
+            buckets[stages[winner].kind] += 1
+        else:
+            free += 1
+    placed = min(overhead, free)
+    buckets[OVERHEAD] += placed
+    buckets[OUTSIDE] += free - placed
+    return {
+        "buckets": {k: v for k, v in buckets.items() if v},
+        "beside": dict(beside),
+        "charged": charged,
+        "unplaced": overhead - placed,
+    }
+
+
+@settings(deadline=None, max_examples=500)
+@given(steps(), waits_lists)
+def test_placed_waits_are_overhead_whatever_runs_then(
+    case: tuple[int, int, list[Stage], int], waits: list[tuple[int, int]]
+) -> None:
+    """Placed waits (some inside stages, nested ones' too, some overlapping, some outside the
+    step) against the tick oracle: each tick inside one is overhead; the buckets add up."""
+    start, end, stages, overhead = case
+    ledger = split(start, end, stages, overhead, waits)
+    expected = waits_oracle(start, end, stages, overhead, waits)
+    assert {k: v for k, v in ledger.buckets.items() if v} == expected["buckets"]
+    assert dict(ledger.beside) == expected["beside"]
+    assert list(ledger.charged) == expected["charged"]
+    assert ledger.overhead_unplaced == expected["unplaced"]
+    assert sum(ledger.buckets.values()) == ledger.wall == end - start
+    assert all(v >= 0 for v in ledger.buckets.values())
+
+
+def test_a_wait_inside_a_stage_is_overhead_not_the_stage() -> None:
+    """A scheduled stage's schedule step (4 ticks) between two mini-batches of an update: not
+    update; the same length unplaced goes to the time outside the update instead."""
+    placed = split(0, 100, [Stage(10, 60, "update"), Stage(12, 30, "update", parent=0)], waits=[(30, 34)])
+    assert (placed.buckets["update"], placed.buckets[OVERHEAD], placed.buckets[OUTSIDE]) == (46, 4, 50)
+    assert placed.beside == {} and placed.overhead_unplaced == 0
+    unplaced = split(0, 100, [Stage(10, 60, "update")], overhead=4)
+    assert (unplaced.buckets["update"], unplaced.buckets[OVERHEAD], unplaced.buckets[OUTSIDE]) == (50, 4, 46)
+
+
 def test_concurrent_work_is_beside_not_added() -> None:
     """Update and generation both run through a 100-tick step, on two threads: the step is 100
     ticks, not 200. They begin and end together, so the first listed takes every tick and the
@@ -122,6 +191,7 @@ def test_concurrent_work_is_beside_not_added() -> None:
         lambda: split(0, 4, [Stage(0, 2, OUTSIDE)]),
         lambda: split(0, 4, [Stage(0, 2, "update", parent=1)]),
         lambda: split(0, 4, [Stage(0, 2, "update", parent=1), Stage(0, 2, "update", parent=0)]),
+        lambda: split(0, 4, [], waits=[(3, 2)]),
     ],
 )
 def test_bad_input_is_refused(bad: Any) -> None:

@@ -21,8 +21,11 @@ __all__ = ["ledger_text", "run"]
 
 TITLE = (
     "where each traced step's wall time went, per role and rank (ms): the columns after wall ms add up "
-    "to it; overhead: profiling's waits inside the step, its stage captures' blocked ms (as summary --cost "
-    "counts them) plus its waits on rollout engines' profilers (which summary --cost does not count); "
+    "to it; overhead: profiling's waits inside the step as its metrics log line timed them (its stage "
+    "captures' starts and stops, its scheduled stages' schedule steps, its rollout engines' profilers; "
+    "summary --cost's blocked ms counts torch's calls of profdsl's own captures only, and at the last "
+    "profiled step the wait for its traces after the step ended; from an older log: that blocked ms plus "
+    "its waits on rollout engines' profilers); "
     "concurrent: stage time that ran beside the stage its time went to, not in the sum"
 )
 UNTRACED = (
@@ -31,8 +34,8 @@ UNTRACED = (
 )
 #: What ``overhead`` is in a ledger from the metrics (here, and in the demo's table).
 METRICS_OVERHEAD = (
-    "overhead: profiling's waits inside the step, timed around its stage captures' starts and stops and its "
-    "rollout engines' profilers"
+    "overhead: profiling's waits inside the step, timed around its stage captures' starts and stops, its "
+    "scheduled stages' schedule steps and its rollout engines' profilers"
 )
 METRICS_TITLE = (
     "from the metrics log (Metrics(log=True): every step, split when it ended): where the wall time went of "

@@ -55,6 +55,7 @@ class MetricsLogs:
                 ledger_why=timings.ledger_why,
                 ledger_spans=timings.ledger_spans or None,
                 ledger_engines_s=timings.ledger_engines_s or None,
+                ledger_waits_s=timings.ledger_waits_s,
                 ledger_device=timings.ledger_device,
                 began_s=timings.began_s,
                 traced=traced,

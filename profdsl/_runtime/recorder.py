@@ -186,9 +186,9 @@ class Recorder:
             session.book.note(base, mini_batch=True)
             if batches.schedule is None:  # its end is counted by the stage's trace-size budget
                 return OwningHandle(annotator, name, None, self, finish=session.recording.batch_recorded)
-            return OwningHandle(
-                annotator, name, None, self, finish=functools.partial(_advance_outside, session, index, context, owner)
-            )
+            # the schedule step runs inside the stage: a placed profiling wait of the step's ledger
+            advance = functools.partial(self.stages.timed, _advance_outside, session, index, context, owner)
+            return OwningHandle(annotator, name, None, self, finish=advance)
         session.recording.mini_batch_began(recorded)
         self._report.stepped(context)
         if recorded:

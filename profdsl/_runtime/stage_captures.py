@@ -1,13 +1,15 @@
 """A profiled step's stage captures (discrete mode): each outermost stage opens a stage session on
-the process's slot and ends it there; a capture's start and stop hold the step up, and are the
-profiling waits of its ledger when it is timed; those still open when the step ends are ended
-with it (their traces say they were cut short).
+the process's slot and ends it there; a capture's start and stop, and a scheduled stage's
+schedule steps between its mini-batches (inside the stage), hold the step up, and are placed
+profiling waits of its ledger when it is timed (charged to ``overhead``, not to the stage they
+ran in); those still open when the step ends are ended with it (their traces say they were cut
+short).
 """
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -15,6 +17,7 @@ from profdsl._capture.base import Backend
 from profdsl._runtime.slot.slot import Busy, CaptureSlot
 from profdsl.collect._export import TraceLabel
 from profdsl.config import Schedule
+from profdsl.metrics._tree import clock
 
 if TYPE_CHECKING:
     from profdsl._runtime.slot.session import Session
@@ -40,7 +43,7 @@ class StageCaptures:
         """Open stage ``name``'s capture (following the step's schedule when ``scheduled``):
         :class:`Busy` when the slot is held elsewhere, None when the capture could not start."""
         label = attrs.evolve(self._label, stage=name)
-        began = time.perf_counter()
+        began = clock()
         session = self._slot.begin_stage(label, self._backend, self._schedule if scheduled else None)
         self._waited(began)
         if isinstance(session, Busy) or session is None:
@@ -50,9 +53,19 @@ class StageCaptures:
 
     def end(self, session: Session) -> None:
         """A stage's capture ends (a step session it cut resumes)."""
-        began = time.perf_counter()
+        began = clock()
         self._slot.end_stage(session)
         self._waited(began)
+
+    def timed(self, call: Callable[..., object], *args: Any) -> None:
+        """Run ``call(*args)``, one of profdsl's own calls inside a stage (a scheduled stage's
+        schedule step: torch's step, handing its trace to the writer): a placed profiling wait
+        of the step's ledger, when it is timed."""
+        began = clock()
+        try:
+            call(*args)
+        finally:
+            self._waited(began)
 
     def close(self, step: int | None) -> None:
         """Step ``step`` is over: end the stage captures it opened that are still open here."""
@@ -63,8 +76,8 @@ class StageCaptures:
             self._slot.end_stage(session)
 
     def _waited(self, began: float) -> None:
-        """A stage capture's start or stop held the step up since ``began``: its ledger's
-        overhead, when the step is timed."""
+        """profdsl held the step up since ``began`` (:data:`~profdsl.metrics._tree.clock`): a
+        placed wait, its ledger's overhead, when the step is timed."""
         tree = self.tree
         if tree is not None:
-            tree.wait(time.perf_counter() - began)
+            tree.wait_at(began, clock())

@@ -12,11 +12,15 @@ What it reads, each from its one home:
   length is known, not where it sits: the ledger places it over the stages, which is exact when
   they fit in it (they are inside ``start()`` .. ``stop()``); stages that spread over more than
   the wall time cannot be placed, and that rank's step gets no ledger;
-- profiling's overhead: the ``blocked_ms`` of the step's discrete (stage) traces
-  (:mod:`profdsl.analysis._cost`): a stage's capture starts and stops inside the step; and the
-  seconds the step waited on rollout engines' profilers, from its metrics log line
-  (``ledger_engines_s``). A continuous step's capture starts before the step's clock and stops
-  after it, so its ``blocked_ms`` is shown beside the ledger (``overhead_outside``), not in it;
+- profiling's overhead: the waits inside the step its metrics log line timed
+  (``ledger_waits_s``: a stage capture's start and stop, a scheduled stage's schedule steps
+  between its mini-batches, rollout engines' profilers), charged, as durations, to the time no
+  traced stage covers: a stage's region opens after its capture starts, is suspended while its
+  schedule steps and closes before it stops. A log written before that field: the
+  ``blocked_ms`` of the step's discrete (stage) traces (:mod:`profdsl.analysis._cost`) and the
+  seconds the step waited on rollout engines' profilers (``ledger_engines_s``). A continuous
+  step's capture starts before the step's clock and stops after it, so its ``blocked_ms`` is
+  shown beside the ledger (``overhead_outside``), not in it;
 - with device time on CUDA, the device split of its metrics log line (``ledger_device``).
 
 Steps and ranks no trace splits get their ledger from the metrics log instead (each line's
@@ -192,12 +196,12 @@ def _rank(
     why: str | None = None
     ledger: Ledger | None = None
     wall = None if wall_us is None else to_ns(wall_us, 1e3)
-    engines = to_ns(line.ledger_engines_s or 0.0) if line is not None else 0
+    waits = _waits(line, inside)
     if group[1] is not None:
         why = ENGINE
     elif wall_us is None:
         why = NO_WALL
-    elif wall is None or inside is None or outside is None or engines is None:
+    elif wall is None or waits is None or outside is None:
         why = BEYOND
     elif last - first > wall:
         why = (
@@ -205,9 +209,19 @@ def _rank(
             f"({wall_us / 1000:.3f} ms): where the step sat among them is unknown"
         )
     else:
-        ledger = split(first, first + wall, stages, inside + engines)
+        ledger = split(first, first + wall, stages, waits)
     device = None if line is None or ledger is None else device_ns(line.ledger_device)
     return RankLedger(key[0], key[1], key[2], group, ledger, why, busy, outside or 0, work, device=device)
+
+
+def _waits(line: MetricsLine | None, inside: int | None) -> int | None:
+    """Profiling's waits inside a traced step, ns: as its metrics log line timed them, else (a log
+    written before ``ledger_waits_s``, or none) its stage traces' ``blocked_ms`` (``inside``) and
+    its waits on rollout engines' profilers; None: beyond any clock."""
+    if line is not None and line.ledger_waits_s is not None:
+        return to_ns(line.ledger_waits_s)
+    engines = to_ns(line.ledger_engines_s or 0.0) if line is not None else 0
+    return None if inside is None or engines is None else inside + engines
 
 
 def load_ledger(

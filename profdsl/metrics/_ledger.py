@@ -4,10 +4,12 @@ as a traced step's).
 
 What the split needs comes from the step's tree (:mod:`profdsl.metrics._tree`): the stretches of
 time of its top-level entries (a role's outermost stages, on any thread or task; at most
-:data:`~profdsl.metrics._tree.MAX_SPANS` per step), each of its stage's kind, and ``waited``,
-the seconds profiling held the step up (a discrete stage's capture start and stop, a rollout
-engine's profiler start and stop: they happen outside the stage's own time). An entry still
-open when the step ends is not in the step's timings, and its time is not in any stage's bucket.
+:data:`~profdsl.metrics._tree.MAX_SPANS` per step), each of its stage's kind, and where
+profiling held the step up (``placed``: a discrete stage's capture start and stop, a scheduled
+stage's schedule steps between its mini-batches, a rollout engine's profiler start and stop),
+which the split carves out of whatever stage ran then, and ``waited``, the seconds of waits
+known only by their length. An entry still open when the step ends is not in the step's timings,
+and its time is not in any stage's bucket.
 
 With device time on CUDA (``Metrics(device_time=True)``), the same split runs on the device's
 timeline (:func:`device_split`): the top-level entries' CUDA events, from the first entry's to
@@ -59,8 +61,11 @@ class StepLedger:
     step's beginning (what places the step beside other ranks' and roles': the fleet view);
     None beyond :data:`MAX_PLACED` intervals in all. ``buckets_s`` None: no ledger, ``why``
     says why. ``engines_s``: of the ``overhead``, the seconds the step waited on rollout
-    engines' profilers (``rollout_window``). ``device_s``: with device time on CUDA, the device
-    span of the step's stages split (:func:`device_split`); None without."""
+    engines' profilers (``rollout_window``). ``waits_s``: profiling's waits inside the step as
+    the metrics timed them (the placed ones' union, and those known only by their length): the
+    ``overhead`` before any cap, what a traced step's ledger takes its overhead from.
+    ``device_s``: with device time on CUDA, the device span of the step's stages split
+    (:func:`device_split`); None without."""
 
     buckets_s: Mapping[str, float] | None
     beside_s: Mapping[str, float] = attrs.field(factory=dict)
@@ -69,6 +74,7 @@ class StepLedger:
     spans_s: Mapping[str, tuple[tuple[float, float], ...]] | None = None
     engines_s: float = 0.0
     device_s: Mapping[str, float] | None = None
+    waits_s: float = 0.0
 
     @property
     def concurrent_s(self) -> float:
@@ -106,7 +112,9 @@ def step_ledger(
         for start, end, node in zip(starts, ends, nodes)
     ]
     wall = round(wall_s * 1e9)
-    ledger = split(0, wall, stages, round(root.waited * 1e9))
+    held = root.placed
+    waits = [(round((a - began) * 1e9), round((b - began) * 1e9)) for a, b in zip(held[::2], held[1::2])]
+    ledger = split(0, wall, stages, round(root.waited * 1e9), waits)
     return StepLedger(
         {bucket: ns / 1e9 for bucket, ns in ledger.buckets.items()},
         {kind: ns / 1e9 for kind, ns in ledger.beside.items()},
@@ -114,6 +122,7 @@ def step_ledger(
         spans_s=_placed(stages, wall),
         engines_s=root.engines,
         device_s=None if device is None else device_split(paths, device),
+        waits_s=(ledger.buckets[OVERHEAD] + ledger.overhead_unplaced) / 1e9,
     )
 
 

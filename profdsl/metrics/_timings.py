@@ -77,7 +77,8 @@ class StepTimings:
     the wall clock, seconds since 1970); None, and
     ``ledger_why`` says why, when the step has none (derived from the stages' stretches, which
     are not kept: not compared). ``ledger_engines_s``: of its ``overhead``, the seconds the step
-    waited on rollout engines' profilers. ``ledger_device``: with device time on CUDA, the
+    waited on rollout engines' profilers. ``ledger_waits_s``: profiling's waits inside the step as
+    the metrics timed them (its ``overhead`` before any cap). ``ledger_device``: with device time on CUDA, the
     device span of the step's stages (from the first one's entry to the last one's exit, on the
     device) split per kind of work and ``outside`` (no stage's work); None without.
 
@@ -102,6 +103,7 @@ class StepTimings:
     ledger_why: str | None = attrs.field(default=None, eq=False)
     ledger_engines_s: float | None = attrs.field(default=None, eq=False)
     ledger_device: Mapping[str, float] | None = attrs.field(default=None, eq=False)
+    ledger_waits_s: float | None = attrs.field(default=None, eq=False)
 
     def flat(self) -> dict[str, float]:
         """The flat mapping for a logger (``wandb.log``, TensorBoard's ``add_scalar``, MLflow's
@@ -168,4 +170,5 @@ def from_tree(
         began_s=began_s,
         ledger_engines_s=None if ledger is None or ledger.buckets_s is None else ledger.engines_s,
         ledger_device=None if ledger is None or ledger.buckets_s is None else ledger.device_s,
+        ledger_waits_s=None if ledger is None or ledger.buckets_s is None else ledger.waits_s,
     )

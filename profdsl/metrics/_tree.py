@@ -30,6 +30,13 @@ both find room for the last stretch: :func:`close` keeps the first ``room`` item
 others dropped, in a list of its own (a stretch added by an entry that ends as the step ends
 goes to the old one).
 Nested entries leave none: their time is their outermost stage's.
+
+Profiling's own waits inside the step (a stage capture's start and stop, a scheduled stage's
+schedule step between its mini-batches, a rollout engine's profiler start and stop) are rare (a
+few per step), so each takes the step's lock: one placed where it happened (:meth:`Root.wait_at`:
+``start, end`` on :data:`clock`, in the step's ``placed``, at most :data:`MAX_WAITS`; one beyond
+is counted in ``waits_dropped`` and kept as a duration), or known only by its length
+(:meth:`Root.wait`, in ``waited``). None is kept once the step has ended.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FOLD_AT",
     "MAX_SPANS",
+    "MAX_WAITS",
     "OVERFLOW",
     "Node",
     "Paths",
@@ -64,6 +72,9 @@ clock = time.perf_counter
 OVERFLOW = "(overflow)"
 #: The most stretches of top-level entries one step keeps for its ledger (about 100 bytes each).
 MAX_SPANS = 4096
+#: The most profiling waits one step keeps placed in time (two floats each); further ones are
+#: kept as durations (``Root.waited``) and counted (``Root.waits_dropped``).
+MAX_WAITS = 1024
 #: How many ended entries' seconds a node holds (``Node.ended``) before it folds them into its sums.
 FOLD_AT = 64
 
@@ -178,9 +189,11 @@ class Root(Node):
     For its ledger: ``stretches`` (its top-level entries', :data:`Stretches`; ``spans`` of its
     top-level nodes is this list), ``room`` (the most items it holds: three per stretch, for
     :data:`MAX_SPANS` as it was when the step began), ``dropped`` (those beyond; ``unkept``: one
-    item for each found since the last fold), ``waited``
-    (seconds profiling held the step up: a discrete stage's capture start and stop, a rollout
-    engine's profiler start and stop), of which ``engines`` the rollout engines'.
+    item for each found since the last fold). Profiling's waits inside the step: ``placed``
+    (where each was: ``[start, end, start, end, ...]`` on :data:`clock`, at most
+    ``wait_room`` items), ``waited`` (seconds of those known only by their length, and of those
+    beyond the room: ``waits_dropped`` of them), of all of which ``engines`` the rollout
+    engines'.
     Entries of top-level paths beyond the cap go to ``overflow_top``, nested ones to ``overflow``."""
 
     __slots__ = (
@@ -191,12 +204,15 @@ class Root(Node):
         "overflow",
         "overflow_top",
         "paths",
+        "placed",
         "role",
         "room",
         "step",
         "stretches",
         "unkept",
+        "wait_room",
         "waited",
+        "waits_dropped",
     )
 
     def __init__(self, role: str, step: int, paths: Paths, device: DeviceTimes[Node] | None = None) -> None:
@@ -209,18 +225,36 @@ class Root(Node):
         self.unkept: list[None] = []
         self.waited = 0.0
         self.engines = 0.0
+        self.placed: list[float] = []
+        self.wait_room = 2 * MAX_WAITS
+        self.waits_dropped = 0
         self.overflow = Node(OVERFLOW, OVERFLOW, self, reported=False)
         self.overflow_top = Node(OVERFLOW, OVERFLOW, self, reported=False)
         self.overflow_top.spans = self.stretches
 
     def wait(self, seconds: float, engines: bool = False) -> None:
-        """Profiling held the step up ``seconds`` (a capture's start or stop; ``engines``: a
-        rollout engine's profiler start or stop), not in any stage."""
+        """Profiling held the step up ``seconds``, where in the step unknown (``engines``: a rollout
+        engine's profiler start or stop): the ledger charges it to time no stage covers.
+        profdsl's own waits are placed (:meth:`wait_at`)."""
         with self.lock:
             if not self.closed:
                 self.waited += seconds
                 if engines:
                     self.engines += seconds
+
+    def wait_at(self, start: float, end: float, engines: bool = False) -> None:
+        """Profiling held the step up from ``start`` to ``end`` (:data:`clock`), placed there:
+        the ledger charges that time to ``overhead`` whatever stage ran then (``engines``: a
+        rollout engine's profiler start or stop). Beyond the room, kept as a duration."""
+        with self.lock:
+            if not self.closed:
+                if len(self.placed) < self.wait_room:
+                    self.placed += (start, end)
+                else:
+                    self.waits_dropped += 1
+                    self.waited += end - start
+                if engines:
+                    self.engines += end - start
 
 
 def stretch(node: Node, start: float, end: float) -> None:

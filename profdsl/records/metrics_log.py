@@ -75,6 +75,12 @@ class MetricsLine:
         "of `ledger`'s `overhead`, the seconds the step waited on rollout engines' profilers "
         "(`rollout_window`: their start and stop, moving their traces)",
     )
+    ledger_waits_s: float | None = field(
+        DURATION,
+        "profiling's own waits inside the step as the metrics timed them (a stage capture's start and stop, "
+        "a scheduled stage's schedule steps, rollout engines' profilers): `ledger`'s `overhead` before any cap; "
+        "a traced step's ledger takes its overhead from it (absent in logs before it: from its traces' `blocked_ms`)",
+    )
     ledger_device: Mapping[str, float] | None = field(
         seconds_map,
         "with `Metrics(device_time=True)` on CUDA: the device span of the step's stages (from the first one's "

@@ -57,10 +57,11 @@ class RolloutRun:
         self.root = step.root  # the step's metrics tree, when it is timed
 
     def waited(self, began: float) -> None:
-        """The caller waited on the engines' profilers since ``began`` (``tree.clock``): the
-        step's ledger's overhead, when the step is timed (profiling's cost, not generation)."""
+        """The caller waited on the engines' profilers since ``began`` (``tree.clock``) until now:
+        a placed wait, the step's ledger's overhead, when the step is timed (profiling's cost, not
+        generation, whatever stage runs then)."""
         if self.root is not None:
-            self.root.wait(clock() - began, engines=True)
+            self.root.wait_at(began, clock(), engines=True)
 
     def start_kwargs(self) -> dict[int, dict[str, Any]]:
         return {
