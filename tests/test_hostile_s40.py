@@ -3,6 +3,8 @@ reads and the command lines' escaping: each test here failed on the code before 
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -11,6 +13,27 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _python(script: str, *args: str) -> tuple[int, str, str]:
+    """Run ``script`` in a fresh interpreter (a hang must not hang the tests): its exit code,
+    stdout and stderr; past 120 s its whole process group (its forked children too) is killed."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        return -1, out, f"hung (killed after 120 s)\n{err}"
+    return process.returncode, out, err
+
 
 #: A signal handler entering a stage while the main thread holds its step's lock (inside a fold
 #: of the ended entries: a signal arrives there, between two bytecodes, as anywhere). The
@@ -65,13 +88,63 @@ def test_a_signal_handler_entering_a_stage_while_its_step_folds_neither_hangs_no
     step's lock) and folds, the very node being folded when both are the overflow. Before the
     fix the step's lock was not re-entrant and the process hung there; each entry is counted
     once (a re-entered fold of the same node would count its items twice)."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_HANDLER_IN_A_FOLD), name, str(cap)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"{counts!r} {overflow}"
+    code, out, err = _python(_HANDLER_IN_A_FOLD, name, str(cap))
+    assert code == 0, err
+    assert out.strip() == f"{counts!r} {overflow}"
+
+
+#: A process forked inside a timed stage (a DataLoader worker started in the loop), while another
+#: thread holds the step's lock (``held``), times a step of its own in the child.
+_FORKED_IN_A_STAGE = """
+import json, os, sys, threading
+from profdsl import profile_stage
+from tests.metrics_support import metered
+
+held = sys.argv[1] == "held"
+parent = metered("actor")
+with parent.step(1):
+    root = parent.meter.root
+    with profile_stage("outer"):
+        holding, release = threading.Event(), threading.Event()
+
+        def holder():
+            with root.lock:
+                holding.set()
+                release.wait(60)
+
+        thread = threading.Thread(target=holder)
+        if held:
+            thread.start()
+            holding.wait(60)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                child = metered("worker")
+                with child.step(1):
+                    with profile_stage("inner"):
+                        pass
+                counts = {name: stage.count for name, stage in child.meter.timings.stages.items()}
+                os.write(write, json.dumps(counts).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            got = pipe.read()
+        os.waitpid(pid, 0)
+        release.set()
+        if held:
+            thread.join(60)
+print(got, json.dumps({name: stage.count for name, stage in parent.meter.timings.stages.items()}))
+"""
+
+
+@pytest.mark.parametrize("held", ["held", "free"])
+def test_a_child_forked_inside_a_stage_times_its_own_steps_apart_from_the_parents_tree(held: str) -> None:
+    """The child inherits the forking thread's open entries: before the fix its own entries
+    nested in the parent's open stage, in the copy of the parent's tree (the child's step had
+    no stage), and hung on the copy of the parent's step lock when another thread held it at the
+    fork. The child's step has its stage, the parent's its own."""
+    code, out, err = _python(_FORKED_IN_A_STAGE, held)
+    assert code == 0, err
+    assert out.strip() == '{"inner": 1} {"outer": 1}'
