@@ -148,3 +148,29 @@ def test_a_child_forked_inside_a_stage_times_its_own_steps_apart_from_the_parent
     code, out, err = _python(_FORKED_IN_A_STAGE, held)
     assert code == 0, err
     assert out.strip() == '{"inner": 1} {"outer": 1}'
+
+
+#: A right-to-left override: shown raw, it reverses what follows it on the terminal (a name that
+#: reads as another).
+RLO = "\u202e"
+
+
+@pytest.mark.parametrize("command", ["ls", "check", "summary"])
+def test_a_name_of_undecodable_bytes_or_a_bidi_override_is_printed_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A trace whose file name is no UTF-8 (Python reads it with surrogates, which a UTF-8
+    terminal's stdout refuses: before the fix, a UnicodeEncodeError traceback) in a folder whose
+    name holds a right-to-left override (shown raw before). Both are escaped, as a control
+    character is."""
+    import profdsl._cli
+
+    folder = tmp_path / f"run{RLO}nosj"
+    folder.mkdir()
+    name = os.fsencode(folder) + b"/actor\xfe.pt.trace.json"
+    with open(name, "wb") as file:
+        file.write(b'{"traceEvents": []}')
+    profdsl._cli.main([command, str(folder)])
+    out, err = capsys.readouterr()
+    assert RLO not in out + err and "\udcfe" not in out + err
+    assert "\\udcfe" in out + err and "run\\u202enosj" in err + out
