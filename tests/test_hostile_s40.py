@@ -174,3 +174,46 @@ def test_a_name_of_undecodable_bytes_or_a_bidi_override_is_printed_escaped(
     out, err = capsys.readouterr()
     assert RLO not in out + err and "\udcfe" not in out + err
     assert "\\udcfe" in out + err and "run\\u202enosj" in err + out
+
+
+def test_a_copy_across_filesystems_whose_source_cannot_be_removed_leaves_no_trace_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Across filesystems a source is copied in, then removed. Where it cannot be removed (its
+    folder not writable), the move failed: before the fix its copy stayed in save_path under a
+    trace name, recorded nowhere (the record says ``failed``, naming no file), and every later
+    pass copied it in again under the next free name. Now the copy goes, the source stays, the
+    failure is recorded, and the next pass finds save_path as it was."""
+    import errno
+
+    from profdsl.collect import _relocate as relocate
+    from profdsl.core._naming import TraceName
+    from profdsl.manifest import read_manifest
+
+    source = tmp_path / "engine" / "rollout.json"
+    source.parent.mkdir()
+    source.write_text('{"traceEvents": []}')
+    save = tmp_path / "save"
+    name = TraceName(role="rollout", host="h", pid=1, time_ms=1_795_000_000_000, ext=".json")
+    move = relocate.Move(str(source), name, "rollout", {"role": "rollout"}, "test")
+    replace, remove = os.replace, os.remove
+
+    def across(src: str, dst: str) -> None:  # the source lies on another filesystem
+        if src == str(source):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        replace(src, dst)
+
+    def kept(path: str) -> None:  # its folder is not writable
+        if path == str(source):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        remove(path)
+
+    monkeypatch.setattr(os, "replace", across)
+    monkeypatch.setattr(os, "remove", kept)
+    for _ in range(2):
+        relocate.apply([move], str(save), wait_s=5, record_incomplete=True)
+    assert source.read_text() == '{"traceEvents": []}'
+    assert sorted(p.name for p in save.iterdir()) == ["profdsl-manifest.jsonl"]
+    records = read_manifest(save)
+    assert [r["status"] for r in records] == ["failed", "failed"]
+    assert all("Permission denied" in r["error"] and r.get("file") is None for r in records)
