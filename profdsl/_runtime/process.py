@@ -29,6 +29,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from profdsl._runtime import context
 from profdsl._runtime.inbox import Inbox
 from profdsl._runtime.metrics_log import MetricsLogs
 from profdsl._runtime.registry import Registry
@@ -123,7 +124,10 @@ class Process:
 
     def after_fork_in_child(self) -> None:
         """A forked child inherits profiler objects but not the sessions or threads behind them:
-        it profiles nothing, owes no hook, writes nothing of its parent's, and logs afresh."""
+        it profiles nothing, owes no hook, writes nothing of its parent's, and logs afresh. Nor
+        the forking thread's open entries: what the child times nests in none of them (in the
+        copy of the parent's step tree, whose lock another thread may have held at the fork)."""
+        context.clear()
         self.rounds.clear()
         self.writer.forget()
         self.slot.forget()

@@ -407,7 +407,10 @@ def _temporary(save_path: str) -> str:
 
 def _copy_across(source: str, save_path: str, destination: str) -> bool:
     """Copy to a temporary name beside ``destination``, fsync, rename, then drop the source;
-    False, nothing copied, when ``source`` is a link or no regular file."""
+    False, nothing copied, when ``source`` is a link or no regular file. A source that cannot be
+    dropped (its folder not writable) was not moved: its copy goes, so that no trace stays in
+    save_path without its record, nor is copied in again at every later pass; the error is
+    raised."""
     tmp = _temporary(save_path)
     try:
         src = open_regular(source)
@@ -425,5 +428,11 @@ def _copy_across(source: str, save_path: str, destination: str) -> bool:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    os.remove(source)
+    try:
+        os.remove(source)
+    except FileNotFoundError:  # gone meanwhile: the copy is all there is
+        pass
+    except BaseException:
+        os.remove(destination)
+        raise
     return True

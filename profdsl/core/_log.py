@@ -15,15 +15,18 @@ import threading
 
 __all__ = ["ONCE", "OnceLog", "counted", "internal_error", "logger", "once", "printable"]
 
-#: Characters that would break a line or drive the terminal: C0 and C1 controls, DEL, and the
-#: Unicode line and paragraph separators.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: Characters that would break a line or drive the terminal: C0 and C1 controls, DEL, the
+#: Unicode line and paragraph separators, the bidirectional controls (an override reverses what
+#: follows it: a name shown as another) and lone surrogates (the bytes of a file name that are no
+#: UTF-8, as Python reads them: a UTF-8 stdout refuses to write them).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
     """``text`` with control characters escaped as Python writes them (``\\n``, ``\\t``,
-    ``\\x1b``); everything else, non-ASCII letters included, is kept: what came from outside
-    the process (a request, a file, a client's address) before it is logged or printed.
+    ``\\x1b``, ``\\u202e``, ``\\udcfe``); everything else, non-ASCII letters included, is kept:
+    what came from outside the process (a request, a file, a client's address) before it is
+    logged or printed.
 
     Examples:
         >>> printable("ok\\nfinish hook ok\\x1b[2J")

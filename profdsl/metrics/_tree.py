@@ -17,7 +17,10 @@ holds :data:`FOLD_AT` items, and for every node when the step ends (:func:`close
 timings read ``total`` and ``count`` after it). An entry that ends once its step has ended
 (``closed``) is not counted; one that ends while the step ends may be counted or not. Finding a
 child is one ``dict.get``; creating one (:func:`child`) takes the role's lock, since it also
-checks the role's cap on distinct paths.
+checks the role's cap on distinct paths. Both locks are re-entrant, as every lock a signal handler
+can meet (``docs/architecture.md``): a handler runs between two bytecodes of the main thread, which
+may hold them, and its entries make nodes and fold as any; a fold never runs inside another fold of
+its step on one thread (``folding``), which may be of the same node (it would count its items twice).
 
 For the step ledger (``docs/ledger.md``), the entries of the top-level stages (the root's
 children: a role's outermost stages on each thread or task) also leave their stretches of time,
@@ -132,9 +135,17 @@ class Node:
 
     def fold(self) -> None:
         """Move the seconds of the entries ended so far into ``total`` and ``count`` (dropped
-        once the step has ended)."""
-        with self.root.lock:
-            self.fold_locked()
+        once the step has ended). Not inside another fold of the step on this thread (a signal
+        handler's entry ending while the main thread folds: the step's lock is re-entrant, and
+        the fold it interrupted may be this node's): its seconds wait for the next fold."""
+        root = self.root
+        with root.lock:
+            if not root.folding:
+                root.folding = True
+                try:
+                    self.fold_locked()
+                finally:
+                    root.folding = False
 
     def fold_locked(self) -> None:
         """:meth:`fold`, with the step's lock held: the first ``n`` items, then just those taken
@@ -166,7 +177,7 @@ class Paths:
     def __init__(self, limit: int, stages: frozenset[str] = frozenset()) -> None:
         self.limit, self.stages = limit, stages
         self.seen: set[str] = set()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # re-entrant: a signal handler may enter a stage
         self.kinds: dict[tuple[str, str | None], str] = {}  # (name, declared) -> kind, for the ledger
 
     def admit(self, path: str) -> bool:
@@ -200,6 +211,7 @@ class Root(Node):
         "device",
         "dropped",
         "engines",
+        "folding",
         "lock",
         "overflow",
         "overflow_top",
@@ -216,7 +228,8 @@ class Root(Node):
     )
 
     def __init__(self, role: str, step: int, paths: Paths, device: DeviceTimes[Node] | None = None) -> None:
-        self.lock = threading.Lock()  # every node's total and count (Node.add)
+        self.lock = threading.RLock()  # every node's total and count (Node.add); re-entrant (see the module)
+        self.folding = False  # a fold is running under the lock (one re-entering it waits for the next)
         super().__init__("", "", None)
         self.role, self.step, self.paths, self.device = role, step, paths, device
         self.stretches: Stretches = []
@@ -274,9 +287,14 @@ def stretch(node: Node, start: float, end: float) -> None:
 
 def drop(root: Root) -> None:
     """Fold the stretches of ``root``'s step that found no room (``unkept``) into ``dropped``
-    (not once the step has ended)."""
+    (not once the step has ended; not inside another fold on this thread, as :meth:`Node.fold`)."""
     with root.lock:
-        drop_locked(root)
+        if not root.folding:
+            root.folding = True
+            try:
+                drop_locked(root)
+            finally:
+                root.folding = False
 
 
 def drop_locked(root: Root) -> None:
