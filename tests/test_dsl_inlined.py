@@ -11,13 +11,15 @@ gets one.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from profdsl import profile_stage
 from profdsl._runtime import context
-from profdsl._runtime.context import Entry, Timed
+from profdsl._runtime.context import ENDED, Entry, Timed
 
 from .metrics_support import FakeClock, fake_clock, metered, totals
 
@@ -30,8 +32,9 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
 
 def test_an_exited_entry_stays_on_top_dead_and_holds_nothing_of_its_step(clock: FakeClock) -> None:
     """After an inlined exit the context's stack still holds the entry, dead and without its
-    node (no step tree kept alive by an idle thread); ``top()`` skips it, the next entry begun
-    there drops it (never links above it), and its time was counted."""
+    node (no step tree kept alive by an idle thread: a closed node of no step instead); ``top()``
+    skips it, the next entry begun there drops it (never links above it), and its time was
+    counted."""
     stage = profile_stage("load")
     with metered() as profiler:
         with profiler.step(1):
@@ -40,7 +43,7 @@ def test_an_exited_entry_stays_on_top_dead_and_holds_nothing_of_its_step(clock: 
                 assert type(entered) is Timed and entered.live and entered.node is not None
                 clock.advance(1.0)
             left = context.STACK.get()
-            assert left is entered and not left.live and left.node is None
+            assert left is entered and not left.live and left.node is ENDED and ENDED.closed
             assert context.top() is None
             with profile_stage("next"):
                 assert context.STACK.get().below is None  # type: ignore[union-attr]
@@ -134,6 +137,30 @@ def test_tasks_keep_their_own_stack_over_a_dead_entry(clock: FakeClock) -> None:
         asyncio.run(main())
     assert totals(profiler.metrics) == {"before": 0.0, "task": 3.0}  # 100-101 and 100-102
     assert profiler.metrics["timing_count/task"] == 2
+
+
+def test_a_context_copied_inside_an_exited_entry_nests_nothing_under_it(clock: FakeClock) -> None:
+    """A context copied inside a block (``asyncio.to_thread``, ``copy_context``) holds its entry;
+    run after the block's exit, in a thread, its entries (a ``with`` block and a decorated call)
+    find that entry dead with a closed node and go to the top of the tree."""
+    stage = profile_stage("outer")
+
+    @profile_stage("call")
+    def call() -> None:
+        clock.advance(2.0)
+
+    def later() -> None:
+        with profile_stage("late"):
+            clock.advance(1.0)
+        call()
+
+    with metered() as profiler, profiler.step(1):
+        with stage:
+            copied = contextvars.copy_context()
+        worker = threading.Thread(target=copied.run, args=(later,))
+        worker.start()
+        worker.join()
+    assert totals(profiler.metrics) == {"outer": 0.0, "late": 1.0, "call": 2.0}
 
 
 def test_a_write_of_what_a_timed_hides_fails_loudly() -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from profdsl._dsl.decorate import decorate
 from profdsl._runtime import context
-from profdsl._runtime.context import Entry, Timed, make
+from profdsl._runtime.context import ENDED, Entry, Timed, make
 from profdsl._runtime.meter import node_for
 from profdsl._runtime.process import PROCESS
 from profdsl._runtime.registry import stray, unbound
@@ -324,7 +324,7 @@ class Annotation(Entries):
                     if len(unkept) >= tree.FOLD_AT:
                         tree.drop(root)
         entry.live = False  # left on top of the stack, dead (a ContextVar set fewer): the next entry
-        entry.node = None  # begun in this context drops it; meanwhile it keeps nothing of its step
+        entry.node = ENDED  # begun in this context drops it; meanwhile it keeps nothing of its step
 
     def _exit(self, registry: Registry) -> None:
         """The ``with`` exit of a word bound to a profiler (whose process's is ``registry``):

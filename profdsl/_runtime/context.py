@@ -11,11 +11,11 @@ The stack is a linked list in a ``ContextVar`` (a task copies its creator's cont
 share a mutable list with it). An entry removed from the middle (closed out of order, as
 interleaved generators do) is marked dead and skipped, then dropped once the entries above it
 are gone: entries keep their identity. So is the usual timed ``with`` entry (:class:`Timed`) when
-its exit finds it on top: it stays there, dead and holding nothing of its step, until the next
-entry begun in that context drops it (one ``ContextVar`` set per entry instead of two: a set
-makes a new context mapping, about 40 ns, as much as a clock read). A suspended generator stage
-takes the entries above its own with it (:func:`detach`) and puts them back wherever it resumes
-(:func:`reattach`).
+its exit finds it on top: it stays there, dead and holding nothing of its step (its node is
+:data:`ENDED`), until the next entry begun in that context drops it (one ``ContextVar`` set per
+entry instead of two: a set makes a new context mapping, about 40 ns, as much as a clock read).
+A suspended generator stage takes the entries above its own with it (:func:`detach`) and puts
+them back wherever it resumes (:func:`reattach`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from profdsl.metrics._tree import Node
 
 __all__ = [
+    "ENDED",
     "STACK",
     "Entry",
     "Timed",
@@ -150,6 +151,12 @@ class Timed(Entry):
 
 _HANDLE: Any = Entry.__dict__["handle"]  # the slots themselves, which a Timed's class hides
 _SPENT: Any = Entry.__dict__["spent"]
+
+#: The node of a :class:`Timed` its exit left on the stack: the root of no step, ended, so that
+#: the entry keeps nothing of its own step's tree and whatever looks for an open entry to nest
+#: in (even on another thread, between two reads) finds it closed, as it would an ended step's.
+ENDED = tree.Root("", 0, tree.Paths(0))
+tree.close(ENDED)
 
 #: The current context's innermost entry.
 STACK: ContextVar[Entry | None] = ContextVar("profdsl_entries", default=None)
