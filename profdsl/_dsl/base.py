@@ -5,8 +5,10 @@ it opened in the trace (a handle from its role's recorder), the metrics node its
 and its clock. Every form goes through :meth:`Entries._begin` and :meth:`Entries._end`, but
 for a ``with`` block's usual timed entry (a step timed, nothing profiled, the word bound to no
 role or profiler), which :meth:`Annotation.__enter__` and :meth:`Annotation.__exit__` begin and
-end without a call (the same steps, inlined: this runs for every timed ``with`` block); the
-decorator (:mod:`profdsl._dsl.decorate`) picks the piece for the callable's kind.
+end without a call (the same steps, inlined: this runs for every timed ``with`` block), as a
+:class:`~profdsl._runtime.context.Timed` entry that its exit leaves on the stack, dead, for the
+next entry begun in its context to drop; the decorator (:mod:`profdsl._dsl.decorate`) picks
+the piece for the callable's kind.
 
 When nothing is profiled or timed (``Registry.on`` is false), a ``with`` block costs one
 attribute check at entry and one at exit, and a decorated call one: no torch call, no
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from profdsl._dsl.decorate import decorate
 from profdsl._runtime import context
-from profdsl._runtime.context import Entry, make
+from profdsl._runtime.context import ENDED, Entry, Timed, make
 from profdsl._runtime.meter import node_for
 from profdsl._runtime.process import PROCESS
 from profdsl._runtime.registry import stray, unbound
@@ -166,9 +168,13 @@ class Entries:
     def _begin(self, profiler: Profiler | None, listed: bool = False, handle: Any = FROM_RECORDER) -> Entry:
         """Open one entry on the current context's stack: its ``handle`` (asked of its role's
         recorder unless given), then its clock. A ``listed`` entry with a handle is also listed as
-        open (a ``with`` entry: its exit must close it whatever turned off meanwhile). Timed entries
-        of an ended step left on the stack (exited when nothing was on) are dropped from under it."""
+        open (a ``with`` entry: its exit must close it whatever turned off meanwhile). Entries timed
+        in an ended step left on the stack (exited when nothing was on) are dropped from under it,
+        as are dead ones on top (a :class:`~profdsl._runtime.context.Timed` entry's exit leaves it
+        there)."""
         below = _STACK.get()
+        while below is not None and not below.live:  # (exited Timed entries stay on top, dead)
+            below = below.below
         registry = PROCESS.registry if profiler is None else profiler.process.registry
         steps = registry.steps
         if handle is FROM_RECORDER:  # only a profiled step opens regions (one only timed: none)
@@ -255,27 +261,30 @@ class Annotation(Entries):
         if not registry.plain or self.role is not None:
             self._begin(None, True)
             return self
-        # A timed step, nothing profiled, an entry bound to nothing: _begin(), inlined.
+        # A step timed on the host, nothing profiled, an entry bound to nothing: _begin(), inlined.
         below = _top()
+        while below is not None and not below.live:  # exited Timed entries stay on top, dead: dropped here
+            below = below.below
         if below is None:
-            node = registry.tops.get(self.name)  # the top of the one tree
+            node = registry.tops.get(self.name)  # the top of the one tree (only a tree timed on the host)
         else:
-            node = below.node  # nested in an open timed entry
-            node = node.children.get(self.name) if node is not None and below.live and not node.closed else None
+            node = below.node  # nested in an open entry timed on the host
+            if node is not None and not node.closed and node.root.device is None:
+                node = node.children.get(self.name)
+            else:
+                node = None
         if node is None:
             node = node_for(self.name, None, None, registry.steps, below, PROCESS.live, self.kind)
             while below is not None and below.handle is None and below.node is not None and below.node.closed:
                 below = below.below
-        if node is None or node.root.device is not None:  # not timed, or timed on the device
-            _set_top(make(self, None, node, below))
-            return self
-        entry = Entry()  # context.make(), inlined for an entry timed on the host (no mark)
+            if node is None or node.root.device is not None:  # not timed, or timed on the device
+                _set_top(make(self, None, node, below))
+                return self
+        entry = Timed()  # context.make(), inlined (its handle and spent: its class's)
         entry.key = self
-        entry.handle = None
         entry.node = node
         entry.below = below
         entry.live = True
-        entry.spent = 0.0
         entry.start = tree.clock()
         _set_top(entry)
         return self
@@ -286,17 +295,19 @@ class Annotation(Entries):
             return
         if not PROCESS.registry.on:
             return
-        entry = _top()
-        if entry is None or entry.key is not self or not entry.live:
-            _finish(self._leaving(), False, PROCESS.registry)
+        entry: Timed = _top()  # type: ignore[assignment]  # (a Timed once its class is checked)
+        while entry is not None and not entry.live:  # (exited Timed entries stay on top, dead)
+            entry = entry.below  # type: ignore[assignment]
+        # (`start is None`: a Timed is never paused, and ended first: only a race with another thread)
+        if entry.__class__ is not Timed or entry.key is not self or (start := entry.start) is None:
+            if entry is None or entry.key is not self:
+                _finish(self._leaving(), False, PROCESS.registry)
+            else:
+                _finish(entry, True, PROCESS.registry)
             return
-        start = entry.start
-        node: Node = entry.node  # type: ignore[assignment]  # (not None when start is not)
-        if start is None or entry.handle is not None or node.root.device is not None:
-            _finish(entry, True, PROCESS.registry)
-            return
-        now = tree.clock()  # Entry.end(), inlined for a timed entry on top: this runs for every one
-        spent = entry.spent + (now - start)  # (its clock stays: a dead entry is never run again)
+        node: Node = entry.node  # type: ignore[assignment]  # (a Timed's: not None)
+        now = tree.clock()  # Entry.end(), inlined for a Timed on top: this runs for every timed `with`
+        spent = now - start  # (a Timed's own spent is 0.0: never paused; its clock stays: never run again)
         if not node.closed:  # node.add(spent) and tree.stretch(), inlined
             ended = node.ended
             ended.append(spent)
@@ -312,11 +323,8 @@ class Annotation(Entries):
                     unkept.append(None)
                     if len(unkept) >= tree.FOLD_AT:
                         tree.drop(root)
-        entry.live = False
-        top = entry.below
-        while top is not None and not top.live:
-            top = top.below
-        _set_top(top)
+        entry.live = False  # left on top of the stack, dead (a ContextVar set fewer): the next entry
+        entry.node = ENDED  # begun in this context drops it; meanwhile it keeps nothing of its step
 
     def _exit(self, registry: Registry) -> None:
         """The ``with`` exit of a word bound to a profiler (whose process's is ``registry``):

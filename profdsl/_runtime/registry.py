@@ -75,8 +75,8 @@ class Registry:
     ``profiled`` (a step is profiled: an entry may open a region), ``timed`` (a step is timed:
     an entry has a metrics node), ``plain`` (``timed and not profiled``: an entry bound to no role
     or profiler is only timed, begun and ended without a call) and ``tops`` (the top-level nodes of
-    the one registered step's tree, when exactly one step is registered and it is timed; else an
-    empty mapping), derived from ``steps`` at each change. The DSL adds to
+    the one registered step's tree, when exactly one step is registered and it is timed on the host,
+    not on the device; else an empty mapping), derived from ``steps`` at each change. The DSL adds to
     ``opened`` and sets ``on`` without a lock (single dict operations are atomic); every writer
     that may clear it looks at ``opened`` again after writing, so an entry opened meanwhile keeps
     it set. A reset replaces the registry (:meth:`profdsl._runtime.process.Process.reset`): the
@@ -98,7 +98,7 @@ class Registry:
         self.timed = any(step.root is not None for step in steps)
         self.plain = self.timed and not self.profiled
         root = steps[0].root if len(steps) == 1 else None
-        self.tops = NO_TOPS if root is None else root.children
+        self.tops = NO_TOPS if root is None or root.device is not None else root.children
         self.on = bool(steps or self.opened)
         if not self.on and self.opened:  # an entry opened between the read and the write
             self.on = True
