@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,19 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     out = tmp_path_factory.mktemp("demo") / "profiles"
     command = [sys.executable, "-m", "profdsl", "demo", "--out", str(out)]
     return subprocess.run(command, capture_output=True, text=True, timeout=600), out
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How many times each metrics log was read (``metrics_log``'s one read of a file)."""
+    from profdsl.collect import metrics_log
+
+    counted: Counter[str] = Counter()
+    real = metrics_log._read_regular
+
+    def read(path: str) -> bytes:
+        counted[path] += 1
+        return real(path)
+
+    monkeypatch.setattr(metrics_log, "_read_regular", read)
+    return counted

@@ -45,20 +45,6 @@ def _folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """How many times each metrics log was read."""
-    counted: Counter[str] = Counter()
-    real = metrics_log._read_regular
-
-    def read(path: str) -> bytes:
-        counted[path] += 1
-        return real(path)
-
-    monkeypatch.setattr(metrics_log, "_read_regular", read)
-    return counted
-
-
 @pytest.mark.parametrize(
     "view", [[], ["--json"], ["--csv"], ["--by", "step,rank"], ["--ledger"], ["--ledger", "--json"]]
 )

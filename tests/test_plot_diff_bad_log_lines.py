@@ -61,20 +61,6 @@ def _copy(captured: Path, into: Path, *, every_line_bad: bool = False) -> tuple[
     return folder, log
 
 
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """How many times each metrics log was read."""
-    counted: Counter[str] = Counter()
-    real = metrics_log._read_regular
-
-    def read(path: str) -> bytes:
-        counted[path] += 1
-        return real(path)
-
-    monkeypatch.setattr(metrics_log, "_read_regular", read)
-    return counted
-
-
 def _named(err: str, log: Path, lines: range) -> None:
     for number in lines:
         assert f"{log} line {number}: not JSON" in err, err
