@@ -59,6 +59,7 @@ from profdsl.analysis._walls import Key, LogRead, longest, read_walls, step_wall
 from profdsl.core import _intervals as intervals
 from profdsl.core._kinds import kind_of
 from profdsl.core._ledger import Ledger, Stage, split
+from profdsl.core._units import ms_text
 from profdsl.records.metrics_log import MetricsLine
 
 __all__ = ["FolderLedger", "GroupStep", "RankLedger", "group_name", "load_ledger"]
@@ -205,8 +206,8 @@ def _rank(
         why = BEYOND
     elif last - first > wall:
         why = (
-            f"its stages spread over {_ms(last - first):.3f} ms, more than its wall time "
-            f"({wall_us / 1000:.3f} ms): where the step sat among them is unknown"
+            f"its stages spread over {ms_text(_ms(last - first))} ms, more than its wall time "
+            f"({ms_text(wall_us / 1000)} ms): where the step sat among them is unknown"
         )
     else:
         ledger = split(first, first + wall, stages, waits)

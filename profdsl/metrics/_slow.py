@@ -27,6 +27,7 @@ from collections.abc import Collection, Iterable, Mapping
 import attrs
 
 from profdsl.config import AutoCapture, Stragglers
+from profdsl.core._units import ms_text
 from profdsl.metrics._timings import StepTimings
 from profdsl.metrics._tree import segment
 
@@ -87,7 +88,7 @@ class SlowStage:
         first, last = self.baseline
         return (
             f"{self.stage} took {self.ratio:.1f}x the median of steps {first}-{last} at step {self.step} "
-            f"({self.seconds * 1e3:.1f} ms against {self.median_s * 1e3:.1f} ms)"
+            f"({ms_text(self.seconds * 1e3, 1)} ms against {ms_text(self.median_s * 1e3, 1)} ms)"
         )
 
 
@@ -161,9 +162,10 @@ class SlowRank:
     def reason(self) -> str:
         """One line for logs and records."""
         typical = f"; rank {self.typical} is typical" if self.typical is not None else ""
+        took, median = ms_text(self.seconds * 1e3, 1), ms_text(self.median_s * 1e3, 1)
         return (
             f"{self.role} {self.stage} on rank {self.rank} took {self.ratio:.1f}x the other ranks' median "
-            f"at step {self.step} ({self.seconds * 1e3:.1f} ms against {self.median_s * 1e3:.1f} ms){typical}"
+            f"at step {self.step} ({took} ms against {median} ms){typical}"
         )
 
 
