@@ -14,7 +14,8 @@ import pytest
 import profdsl._cli
 from profdsl import ConfigError, Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl._runtime.process import PROCESS
-from profdsl.core._trace_size import MB, SizeBook
+from profdsl.core._trace_size import SizeBook
+from profdsl.core._units import MB
 
 from .profiling import config, records, work
 from .traces import names, parsed

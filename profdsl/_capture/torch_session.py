@@ -41,7 +41,8 @@ from profdsl._capture.torch_args import all_threads_possible, profile_args
 from profdsl._capture.torch_traces import TorchTraces
 from profdsl.config import Schedule, TorchOptions
 from profdsl.core._log import once
-from profdsl.core._trace_size import MB, SizeBook
+from profdsl.core._trace_size import SizeBook
+from profdsl.core._units import MB
 
 __all__ = ["CALL_TIMEOUT_S", "STOP_TIMEOUT_S", "TorchBackend", "TorchSession"]
 

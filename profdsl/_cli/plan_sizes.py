@@ -9,7 +9,8 @@ import attrs
 
 from profdsl.collect._manifest import read_records
 from profdsl.config import ProfilerConfig
-from profdsl.core._trace_size import MB, SizeBook, megabytes
+from profdsl.core._trace_size import SizeBook
+from profdsl.core._units import MB, mb_text
 from profdsl.core.preview import Preview
 from profdsl.records.manifest import TraceRecord
 
@@ -87,13 +88,13 @@ def size_lines(config: ProfilerConfig, sizes: list[Likely]) -> list[str]:
     for size in sizes:
         what = f"{size.role} stage {size.stage!r}" if size.stage else f"{size.role} step"
         basis = (
-            f"{size.measured_mini_batches} mini-batch(es) in {megabytes(size.measured_bytes)} on the last "
+            f"{size.measured_mini_batches} mini-batch(es) in {mb_text(size.measured_bytes)} on the last "
             f"trace in save_path, times {size.mini_batches}"
             if size.mini_batches
-            else f"the last trace in save_path: {megabytes(size.measured_bytes)}"
+            else f"the last trace in save_path: {mb_text(size.measured_bytes)}"
         )
         over = ""
         if limit is not None and size.json_bytes > limit * MB:
             over = f"; over max_trace_mb={limit:g}: ended early at the mini-batch where it passes"
-        lines.append(f"likely trace size: {what}: about {megabytes(size.json_bytes)} of JSON ({basis}){over}")
+        lines.append(f"likely trace size: {what}: about {mb_text(size.json_bytes)} of JSON ({basis}){over}")
     return lines

@@ -16,18 +16,16 @@ Examples:
     >>> book.learn("update", json_bytes=3_000_000, mini_batches=2)
     >>> book.estimate("update", 4), book.estimate("update", None)
     (6000000, 3000000)
-    >>> megabytes(6_000_000)
-    '6.0 MB'
+
+Its sizes are bytes; the budget's unit and how it prints one are ``core/_units`` (``MB``,
+``mb_text``).
 """
 
 from __future__ import annotations
 
 import attrs
 
-__all__ = ["MB", "Sample", "SizeBook", "estimate", "megabytes"]
-
-#: A megabyte, as the budget counts it (10^6 bytes, as docs/performance.md does).
-MB = 1_000_000
+__all__ = ["Sample", "SizeBook", "estimate"]
 
 
 @attrs.frozen
@@ -44,11 +42,6 @@ def estimate(sample: Sample, mini_batches: int | None) -> int:
     if not mini_batches or not sample.mini_batches:
         return sample.json_bytes
     return round(sample.json_bytes / sample.mini_batches * mini_batches)
-
-
-def megabytes(size: float) -> str:
-    """``size`` bytes in MB, one decimal."""
-    return f"{size / MB:.1f} MB"
 
 
 class SizeBook:

@@ -1,13 +1,18 @@
 """Time units as profdsl writes them: seconds as milliseconds to the microsecond (a record's
 cost fields), the wall clock in whole milliseconds (a trace's or a log line's ``time_ms``), and
-milliseconds as the reading side's views print them (three decimals); and a size in bytes as the
-commands print one."""
+milliseconds as the reading side's views print them (three decimals); a size in bytes as the
+commands print one (binary units); and a trace's size as the trace-size budget counts and prints
+it (``TorchOptions.max_trace_mb``: decimal megabytes, 10^6 bytes, as docs/configuration.md says)."""
 
 from __future__ import annotations
 
 import time
 
-__all__ = ["ms_of", "ms_text", "now_ms", "size_text"]
+__all__ = ["MB", "mb_text", "ms_of", "ms_text", "now_ms", "size_text"]
+
+#: A megabyte, as the trace-size budget counts it (10^6 bytes, as docs/configuration.md and
+#: docs/performance.md do).
+MB = 1_000_000
 
 
 def ms_of(seconds: float, plus_ms: float = 0.0) -> float:
@@ -40,3 +45,14 @@ def size_text(size: int) -> str:
         if size >= scale:
             return f"{size / scale:.1f} {unit}"
     return f"{size} B"
+
+
+def mb_text(size: float) -> str:
+    """``size`` bytes in the trace-size budget's megabytes (:data:`MB`), one decimal: the budget's
+    warnings and ``profdsl plan``, beside a ``max_trace_mb`` counted in the same unit.
+
+    Examples:
+        >>> mb_text(6_000_000), mb_text(2**20)
+        ('6.0 MB', '1.0 MB')
+    """
+    return f"{size / MB:.1f} MB"

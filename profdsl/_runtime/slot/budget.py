@@ -19,7 +19,8 @@ from collections.abc import Callable
 from profdsl._capture.base import Backend
 from profdsl.collect._export import TraceLabel
 from profdsl.core._log import once
-from profdsl.core._trace_size import MB, SizeBook, megabytes
+from profdsl.core._trace_size import SizeBook
+from profdsl.core._units import MB, mb_text
 
 __all__ = ["Budget"]
 
@@ -53,7 +54,7 @@ class Budget:
             "TorchOptions.max_trace_mb=%g: it is ended at the mini-batch where it passes the bound",
             self.label.rank,
             self._where,
-            megabytes(likely),
+            mb_text(likely),
             self.limit / MB,
         )
 
@@ -88,7 +89,7 @@ class Budget:
             return False
         self.cut = (
             f"ended early after {self.batches} mini-batch(es): a trace of {self.batches + 1} would weigh about "
-            f"{megabytes(likely)} of JSON{per}, over TorchOptions.max_trace_mb={self.limit / MB:g}"
+            f"{mb_text(likely)} of JSON{per}, over TorchOptions.max_trace_mb={self.limit / MB:g}"
         )
         once(
             f"budget-cut:{self.label.role}:{self.label.stage}",
@@ -120,4 +121,4 @@ def _per_mini_batch(sizes: SizeBook, stage: str | None) -> str:
     sample = sizes.sample(stage)
     if sample is None or not sample.mini_batches:
         return ""
-    return f" ({megabytes(sample.json_bytes / sample.mini_batches)} per mini-batch, measured on the last trace)"
+    return f" ({mb_text(sample.json_bytes / sample.mini_batches)} per mini-batch, measured on the last trace)"
