@@ -9,6 +9,7 @@ import ast
 import gzip
 import json
 import string
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,9 @@ from profdsl.analysis import _reader as reader
 from profdsl.analysis._catalog import catalog
 from profdsl.collect._manifest import MANIFEST_NAME, append_record, read_manifest, read_records
 from profdsl.config._parallel import DIMS
+from profdsl.errors import ConfigError
 from profdsl.records._tables import field_tables
-from profdsl.records.fields import RecordError, to_json
+from profdsl.records.fields import DURATION, RecordError, seconds_map, spans_map, to_json
 from profdsl.records.manifest import RECORD_CLASSES, RECORD_KEYS, STATUSES, Record, TraceRecord, parse_record
 from profdsl.records.meta import ExportMeta, Regions, TraceMeta, WindowNote, parse_meta, trace_header
 from profdsl.records.metrics_log import MetricsLine, StageLine
@@ -226,6 +228,31 @@ def test_a_wrong_field_is_named() -> None:
         parse_record({**good, "kind": "upload", "schema": 9})
     with pytest.raises(RecordError, match=r"profdsl.regions.stages must be a list of strings"):
         parse_meta({"regions": {"stages": [["x"]]}})
+
+
+def _verdict(check: Any, key: str, value: Any) -> str:
+    try:
+        check(key, value)
+    except ConfigError as refused:
+        return str(refused)
+    return "taken"
+
+
+@settings(deadline=None)
+@given(
+    st.floats()
+    | st.integers(-(2**1100), 2**1100)
+    | st.booleans()
+    | st.text(max_size=3)
+    | st.sampled_from([-0.0, 0, 1e308, float("inf"), float("nan")])
+)
+def test_a_duration_a_seconds_map_and_a_span_take_and_refuse_the_same_numbers(value: Any) -> None:
+    """``DURATION``, ``seconds_map``'s values and a span's start are one check (a finite number
+    >= 0): each takes what the others take, and refuses the rest in the same words."""
+    alone = _verdict(DURATION, "k.n", value).replace(" or None, got ", ", got ")  # it takes null too
+    assert _verdict(seconds_map, "k", {"n": value}) == alone
+    assert _verdict(spans_map, "k", {"n": [[value, sys.float_info.max]]}) == alone
+    assert alone == "taken" or alone.startswith("k.n must be a finite number >= 0, got ")
 
 
 def test_writers_cannot_add_a_key_the_schema_lacks() -> None:

@@ -77,9 +77,15 @@ def count(low: int, high: int | None = None) -> Check:
     return nullable(require_int, low, high)
 
 
+def _duration(key: str, value: Any, *, optional: bool = False) -> float:
+    """A finite number >= 0 (``optional``: or null): a duration, a value of ``seconds_map``,
+    a span's start."""
+    return require_number(key, value, 0, sys.float_info.max, optional=optional, what="a finite number >= 0")
+
+
+DURATION: Final = nullable(_duration)
 TEXT: Final = nullable(require_text)
 INTEGER: Final = nullable(require_int, None)
-DURATION: Final = nullable(require_number, 0, sys.float_info.max, what="a finite number >= 0")
 FLAG: Final = nullable(require_bool)
 TEXTS: Final = nullable(require_list, lambda v: isinstance(v, str), "a list of strings")
 INTEGERS: Final = nullable(require_list, is_int, "a list of integers")
@@ -128,7 +134,7 @@ def seconds_map(key: str, value: Any) -> dict[str, float] | None:
     """A mapping of strings to finite numbers >= 0 (seconds)."""
     mapping = require_mapping(key, value, optional=True)
     for name, number in (mapping or {}).items():
-        require_number(f"{key}.{name}", number, 0, sys.float_info.max, what="a finite number >= 0")
+        _duration(f"{key}.{name}", number)
     return mapping
 
 
@@ -147,7 +153,7 @@ def spans_map(key: str, value: Any) -> dict[str, tuple[tuple[float, float], ...]
         )
         checked = []
         for start, end in pairs:
-            a = require_number(f"{key}.{name}", start, 0, sys.float_info.max, what="a finite number >= 0")
+            a = _duration(f"{key}.{name}", start)
             b = require_number(f"{key}.{name}", end, a, sys.float_info.max, what="a finite number >= its start")
             checked.append((float(a), float(b)))
         out[name] = tuple(checked)
