@@ -14,7 +14,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from profdsl.core._ranks import RankInfo, discover_rank, is_hook_rank, is_rank_selected
+from profdsl.config import FinishHook, ProfilerConfig
+from profdsl.core._decide import decide
+from profdsl.core._ranks import RankInfo, discover_rank, is_rank_selected
+from profdsl.core._topology import Topology
 from profdsl.errors import ConfigError
 from profdsl.ranks import local_rank_from_trace_name, replicas_for_ranks
 
@@ -224,7 +227,7 @@ class TestDiscoverRankErrors:
 
 
 # ----------------------------------------------------------------------------------------------
-# is_rank_selected / is_hook_rank
+# is_rank_selected / the hook ranks (decided by core/_decide.decide)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -283,40 +286,47 @@ class TestIsRankSelected:
         assert got == selected_oracle(world, ranks, all_ranks)
 
 
-class TestIsHookRank:
+def hook_config(
+    hook_ranks: Collection[int], hook_all_ranks: bool, profiled_ranks: Collection[int], profiled_all_ranks: bool
+) -> ProfilerConfig:
+    """A config that names its hook ranks and profiled ranks as given, with a hook command."""
+    hook = FinishHook(cmd="true", ranks=tuple(hook_ranks), all_ranks=hook_all_ranks)
+    return ProfilerConfig(enable=True, ranks=tuple(profiled_ranks), all_ranks=profiled_all_ranks, finish_hook=hook)
+
+
+def runs_hook(config: ProfilerConfig, rank: int, world: int = 16) -> bool:
+    """Whether the one resolver runs ``config``'s finish hook on ``rank`` of a ``world``."""
+    return decide(config, Topology(rank=rank, world_size=world)).runs_hook
+
+
+class TestHookRanks:
     def test_defaults_to_profiled_ranks(self) -> None:
         """Without hook ranks the hook runs exactly where profiling runs."""
-        assert is_hook_rank(2, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(2,), profiled_all_ranks=False)
-        assert not is_hook_rank(0, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(2,), profiled_all_ranks=False)
+        assert runs_hook(hook_config((), False, (2,), False), 2)
+        assert not runs_hook(hook_config((), False, (2,), False), 0)
 
     def test_default_follows_profiled_rank_zero_rule(self) -> None:
         """With nothing named anywhere the hook runs on rank 0 only."""
-        assert is_hook_rank(0, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(), profiled_all_ranks=False)
-        assert not is_hook_rank(1, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(), profiled_all_ranks=False)
+        assert runs_hook(hook_config((), False, (), False), 0)
+        assert not runs_hook(hook_config((), False, (), False), 1)
 
     def test_default_follows_profiled_all_ranks(self) -> None:
         """With no hook ranks and profiled_all_ranks, the hook runs on every rank."""
-        assert is_hook_rank(5, hook_ranks=(), hook_all_ranks=False, profiled_ranks=(), profiled_all_ranks=True)
+        assert runs_hook(hook_config((), False, (), True), 5)
 
     def test_hook_ranks_override_profiled_ranks(self) -> None:
         """Named hook ranks replace the profiled ranks, even profiled_all_ranks."""
-        assert is_hook_rank(4, hook_ranks=[4], hook_all_ranks=False, profiled_ranks=[0], profiled_all_ranks=True)
-        assert not is_hook_rank(0, hook_ranks=[4], hook_all_ranks=False, profiled_ranks=[0], profiled_all_ranks=True)
+        assert runs_hook(hook_config([4], False, [0], True), 4)
+        assert not runs_hook(hook_config([4], False, [0], True), 0)
 
     def test_hook_all_ranks_runs_everywhere(self) -> None:
         """hook_all_ranks runs the hook on ranks that are neither hook nor profiled ranks."""
-        assert is_hook_rank(9, hook_ranks=[1], hook_all_ranks=True, profiled_ranks=[2], profiled_all_ranks=False)
+        assert runs_hook(hook_config([1], True, [2], False), 9)
 
     def test_bad_hook_ranks_member_is_rejected(self) -> None:
-        """A negative hook rank raises ConfigError naming hook_ranks."""
-        with pytest.raises(ConfigError, match=r"hook_ranks members .*got -1"):
-            is_hook_rank(
-                0,
-                hook_ranks=[-1],
-                hook_all_ranks=False,
-                profiled_ranks=[],
-                profiled_all_ranks=False,
-            )
+        """A negative hook rank raises ConfigError naming the hook's ranks."""
+        with pytest.raises(ConfigError, match=r"FinishHook.ranks must contain .*got -1"):
+            hook_config([-1], False, [], False)
 
     @given(
         world=st.integers(1, 24),
@@ -334,17 +344,8 @@ class TestIsHookRank:
         profiled_all: bool,
     ) -> None:
         """Over a whole small world the hook ranks equal the brute-force oracle's."""
-        got = {
-            r
-            for r in range(world)
-            if is_hook_rank(
-                r,
-                hook_ranks=hook_ranks,
-                hook_all_ranks=hook_all,
-                profiled_ranks=profiled_ranks,
-                profiled_all_ranks=profiled_all,
-            )
-        }
+        config = hook_config(sorted(hook_ranks), hook_all, sorted(profiled_ranks), profiled_all)
+        got = {r for r in range(world) if runs_hook(config, r, world)}
         assert got == hook_oracle(world, hook_ranks, hook_all, profiled_ranks, profiled_all)
 
 

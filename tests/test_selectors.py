@@ -13,9 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profdsl import ProfilerConfig
+from profdsl.config import FinishHook
 from profdsl.config._parallel import Parallel
 from profdsl.config.selector import parse_selector
-from profdsl.core._ranks import is_hook_rank, is_rank_selected
+from profdsl.core._decide import decide
+from profdsl.core._ranks import is_rank_selected
 from profdsl.core._topology import GridLayout, Topology
 from profdsl.core.preview import preview
 from profdsl.errors import ConfigError
@@ -243,19 +245,8 @@ class TestWhatTermsNeed:
 
     def test_hook_ranks_follow_the_selector(self) -> None:
         layout = GridLayout(world_size=8, tp=2)
-        hook = [
-            r
-            for r in range(8)
-            if is_hook_rank(
-                r,
-                hook_ranks=(),
-                hook_all_ranks=False,
-                profiled_ranks=(),
-                profiled_all_ranks=False,
-                profiled_select="tp == 1",
-                topology=layout.topology(r),
-            )
-        ]
+        config = ProfilerConfig(enable=True, select="tp == 1", finish_hook=FinishHook(cmd="true"))
+        hook = [r for r in range(8) if decide(config, layout.topology(r)).runs_hook]
         assert hook == [1, 3, 5, 7]
 
 

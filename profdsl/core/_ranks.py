@@ -16,7 +16,6 @@ __all__ = [
     "RankInfo",
     "discover_rank",
     "discover_world",
-    "is_hook_rank",
     "is_rank_selected",
     "local_rank_from_trace_name",
     "replicas_for_ranks",
@@ -68,45 +67,6 @@ def is_rank_selected(
         )
     selection = Selection(enabled=True, ranks=frozenset(ranks), all_ranks=all_ranks, select=selector)
     return selection.names(rank) if selector is None or topology is None else selection.matches(topology)
-
-
-def is_hook_rank(
-    rank: int,
-    *,
-    hook_ranks: Collection[int],
-    hook_all_ranks: bool,
-    profiled_ranks: Collection[int],
-    profiled_all_ranks: bool,
-    profiled_select: Selector | str | None = None,
-    topology: Topology | None = None,
-) -> bool:
-    """Tell whether the finish hook runs on ``rank``.
-
-    Args:
-        rank: The global rank asking.
-        hook_ranks: Ranks the hook is configured to run on.
-        hook_all_ranks: Run the hook on every rank.
-        profiled_ranks: Ranks named for profiling.
-        profiled_all_ranks: Profile every rank.
-        profiled_select: The profiled-rank selector, if any.
-        topology: ``rank``'s place in the job (needed with ``profiled_select``).
-
-    Returns:
-        True for every rank with ``hook_all_ranks``; membership in ``hook_ranks`` when it is
-        non-empty; otherwise whether ``rank`` is profiled (see :func:`is_rank_selected`).
-
-    Raises:
-        ConfigError: ``rank`` or a member of either collection is not an integer ``>= 0``.
-    """
-    require_int("rank", rank, 0)
-    require_ranks("hook_ranks", hook_ranks)
-    rule = Selection(hook_ranks=frozenset(hook_ranks), hook_all_ranks=hook_all_ranks)
-    if hook_all_ranks or hook_ranks:
-        return rule.hook_takes(rank, False)
-    profiled = is_rank_selected(
-        rank, profiled_ranks, all_ranks=profiled_all_ranks, select=profiled_select, topology=topology
-    )
-    return rule.hook_takes(rank, profiled)  # the hook's fallback: the profiled ranks
 
 
 def replicas_for_ranks(
