@@ -16,6 +16,7 @@ from profdsl.analysis._walls import LogRead, read_walls
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
 from profdsl.core._log import printable
+from profdsl.core._units import percent_text
 
 __all__ = ["ledger_text", "run"]
 
@@ -99,7 +100,7 @@ def _device_rows(ranks: Sequence[RankLedger]) -> list[str]:
         device = rank.device or {}
         span = sum(device.values())
         cells = [ms(device.get(k, 0)) for k in [*kinds, OUTSIDE]]
-        rows.append([rank.role, rank.rank, ms(span), *cells, f"{100 * device.get(OUTSIDE, 0) / span:.1f}%"])
+        rows.append([rank.role, rank.rank, ms(span), *cells, percent_text(device.get(OUTSIDE, 0), span)])
     headers = ["role", "rank", "span ms", *(f"{k} ms" for k in kinds), "outside ms", "outside %"]
     return [DEVICE_TITLE, table(headers, rows)]
 
@@ -113,7 +114,7 @@ def _fleet(step: int | None, span: int, groups: Sequence[GroupStep], what: str) 
             g.ranks,
             ms(g.busy),
             ms(g.idle),
-            f"{100 * g.idle / span:.1f}%" if span else "-",
+            percent_text(g.idle, span) if span else "-",
             *(ms(g.idle_while[o.group]) if o.group in g.idle_while else "" for o in groups),
         ]
         for g in groups

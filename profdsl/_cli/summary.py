@@ -21,7 +21,7 @@ from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel, StageSpread
 from profdsl.analysis._walls import LogRead, read_walls
 from profdsl.config._parallel import DIMS
-from profdsl.core._units import ms_text
+from profdsl.core._units import ms_text, percent_text
 
 HELP = (
     "where each profiled step went: every role's stages and mini-batches (the rollout engines' "
@@ -338,7 +338,7 @@ def _print_flat(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
     body = []
     steps = any("step_ms" in item for item in rows)
     for item in rows:
-        share = "" if item["share"] is None else f"{100 * item['share']:.1f}%"
+        share = "" if item["share"] is None else percent_text(item["share"])
         cells = ["/".join(item["path"]) if k == "stage" else item[k] for k in keys]
         extra = [ms_text(item["step_ms"]), ms_text(item["outside_ms"])] if steps else []
         body.append([*cells, item["count"], ms_text(item["total_ms"]), ms_text(item["mean_ms"]), *extra, share])

@@ -35,7 +35,7 @@ from profdsl.analysis._reader import MAX_TIME_US
 from profdsl.core import _intervals as intervals
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD, Ledger
-from profdsl.core._units import ms_text
+from profdsl.core._units import ms_text, percent_text
 
 __all__ = [
     "FROM_METRICS",
@@ -297,7 +297,7 @@ def _idle_lines(
             continue
         other, idle = worst
         lines.append(
-            f"{group_name(waiting.group)} ranks idle {100 * idle / span:.1f}% of step {step} while "
+            f"{group_name(waiting.group)} ranks idle {percent_text(idle, span)} of step {step} while "
             f"{name(other)} ran ({ms(idle)} of {ms(span)} ms)"
         )
     return lines

@@ -1,14 +1,15 @@
 """Time units as profdsl writes them: seconds as milliseconds to the microsecond (a record's
 cost fields), the wall clock in whole milliseconds (a trace's or a log line's ``time_ms``), and
 milliseconds as the reading side's views print them (three decimals); a size in bytes as the
-commands print one (binary units); and a trace's size as the trace-size budget counts and prints
-it (``TorchOptions.max_trace_mb``: decimal megabytes, 10^6 bytes, as docs/configuration.md says)."""
+commands print one (binary units); a share as a percentage; and a trace's size as the
+trace-size budget counts and prints it (``TorchOptions.max_trace_mb``: decimal megabytes,
+10^6 bytes, as docs/configuration.md says)."""
 
 from __future__ import annotations
 
 import time
 
-__all__ = ["MB", "mb_text", "ms_of", "ms_text", "now_ms", "size_text"]
+__all__ = ["MB", "mb_text", "ms_of", "ms_text", "now_ms", "percent_text", "size_text"]
 
 #: A megabyte, as the trace-size budget counts it (10^6 bytes, as docs/configuration.md and
 #: docs/performance.md do).
@@ -36,6 +37,17 @@ def ms_text(ms: float, digits: int = 3, *, signed: bool = False) -> str:
         ('1.500', '+1497.5', '-0.25')
     """
     return f"{ms:+.{digits}f}" if signed else f"{ms:.{digits}f}"
+
+
+def percent_text(part: float, whole: float = 1.0) -> str:
+    """``part`` of ``whole`` (a share when ``whole`` is left out) as a percentage, one decimal
+    (``summary``'s share column, the step ledger's idle and outside shares).
+
+    Examples:
+        >>> percent_text(0.125), percent_text(1, 3)
+        ('12.5%', '33.3%')
+    """
+    return f"{100 * part / whole:.1f}%"
 
 
 def size_text(size: int) -> str:
