@@ -4,12 +4,19 @@ fix."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from profdsl import profile_stage
+from profdsl._runtime import context
+from profdsl.metrics import _tree as tree
+
+from .metrics_support import metered
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,3 +94,32 @@ def test_a_signal_handler_ending_an_entry_while_its_step_closes_never_double_cou
     fired, count, timed = (int(word) for word in out.split())
     assert fired == 1
     assert count in (1, 2) and timed == count
+
+
+def _roots(role: str) -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is tree.Root and o.role == role)
+
+
+def test_a_dead_timed_entry_on_top_keeps_no_entry_of_its_step_alive() -> None:
+    """``a`` is exited while ``b`` (entered inside it) is still open, then ``b``: ``b`` is a
+    ``Timed`` its exit leaves dead on top, and below it ``a``, ended out of order, still held its
+    step's node: with no later block in this context the whole step tree stayed alive."""
+    a, b = profile_stage("a"), profile_stage("b")
+    profiler = metered("hostile-s40b")
+    with profiler.step(1):
+        a.__enter__()
+        b.__enter__()
+        a.__exit__(None, None, None)
+        b.__exit__(None, None, None)
+    timings = profiler.meter.timings
+    assert timings is not None
+    assert {path: stage.count for path, stage in timings.stages.items()} == {"a": 1, "a/b": 1}
+    kept = []
+    entry = context.STACK.get()
+    while entry is not None:
+        kept.append(entry)
+        entry = entry.below
+    assert all(e.node is None or e.node is context.ENDED for e in kept if not e.live)
+    del profiler, timings
+    assert _roots("hostile-s40b") == 0
