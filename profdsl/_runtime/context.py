@@ -10,10 +10,11 @@ again by the object's identity (``key``), a decorated call holds its own.
 The stack is a linked list in a ``ContextVar`` (a task copies its creator's context and must not
 share a mutable list with it). An entry removed from the middle (closed out of order, as
 interleaved generators do) is marked dead and skipped (its node :data:`ENDED`: it keeps nothing
-of its step), then dropped once the entries above it are gone: entries keep their identity. So is the usual timed ``with`` entry (:class:`Timed`) when
-its exit finds it on top: it stays there, dead and holding nothing of its step (its node is
-:data:`ENDED`), until the next entry begun in that context drops it (one ``ContextVar`` set per
-entry instead of two: a set makes a new context mapping, about 40 ns, as much as a clock read).
+of its step), then dropped once the entries above it are gone: entries keep their identity.
+So is the usual timed ``with`` entry (:class:`Timed`) when its exit finds it on top: it stays
+there, dead and holding nothing of its step (its node is :data:`ENDED`), until the next entry
+begun in that context drops it (one ``ContextVar`` set per entry instead of two: a set makes a
+new context mapping, about 40 ns, as much as a clock read).
 A suspended generator stage takes the entries above its own with it (:func:`detach`) and puts
 them back wherever it resumes (:func:`reattach`).
 """
