@@ -134,10 +134,8 @@ class Entry:
             while top is not None and not top.live:
                 top = top.below
             STACK.set(top)
-        else:  # it may stay on the stack, dead (below a live entry, or a Timed left dead on top):
-            self.node = ENDED  # keeping nothing of its step
-            if top is not None and not top.live:
-                remove(self)
+        else:  # off the top (ended out of order, or a Timed left dead above it)
+            remove(self)
 
 
 class Timed(Entry):
@@ -216,9 +214,11 @@ def find(key: object) -> Entry | None:
 
 
 def remove(entry: Entry) -> None:
-    """Take ``entry`` off the stack (marked dead wherever it is); the dead entries on top are
+    """Take ``entry`` off the stack (marked dead wherever it is, where it may stay below live
+    entries: its node :data:`ENDED`, it keeps nothing of its step); the dead entries on top are
     dropped from the current context's stack."""
     entry.live = False
+    entry.node = ENDED
     innermost = STACK.get()
     if innermost is not None and not innermost.live:
         while innermost is not None and not innermost.live:
