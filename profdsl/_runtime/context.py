@@ -9,11 +9,12 @@ again by the object's identity (``key``), a decorated call holds its own.
 
 The stack is a linked list in a ``ContextVar`` (a task copies its creator's context and must not
 share a mutable list with it). An entry removed from the middle (closed out of order, as
-interleaved generators do) is marked dead and skipped, then dropped once the entries above it
-are gone: entries keep their identity. So is the usual timed ``with`` entry (:class:`Timed`) when
-its exit finds it on top: it stays there, dead and holding nothing of its step (its node is
-:data:`ENDED`), until the next entry begun in that context drops it (one ``ContextVar`` set per
-entry instead of two: a set makes a new context mapping, about 40 ns, as much as a clock read).
+interleaved generators do) is marked dead and skipped (its node :data:`ENDED`: it keeps nothing
+of its step), then dropped once the entries above it are gone: entries keep their identity.
+So is the usual timed ``with`` entry (:class:`Timed`) when its exit finds it on top: it stays
+there, dead and holding nothing of its step (its node is :data:`ENDED`), until the next entry
+begun in that context drops it (one ``ContextVar`` set per entry instead of two: a set makes a
+new context mapping, about 40 ns, as much as a clock read).
 A suspended generator stage takes the entries above its own with it (:func:`detach`) and puts
 them back wherever it resumes (:func:`reattach`).
 """
@@ -133,7 +134,7 @@ class Entry:
             while top is not None and not top.live:
                 top = top.below
             STACK.set(top)
-        elif top is not None and not top.live:
+        else:  # off the top (ended out of order, or a Timed left dead above it)
             remove(self)
 
 
@@ -213,9 +214,11 @@ def find(key: object) -> Entry | None:
 
 
 def remove(entry: Entry) -> None:
-    """Take ``entry`` off the stack (marked dead wherever it is); the dead entries on top are
+    """Take ``entry`` off the stack (marked dead wherever it is, where it may stay below live
+    entries: its node :data:`ENDED`, it keeps nothing of its step); the dead entries on top are
     dropped from the current context's stack."""
     entry.live = False
+    entry.node = ENDED
     innermost = STACK.get()
     if innermost is not None and not innermost.live:
         while innermost is not None and not innermost.live:

@@ -332,13 +332,18 @@ def child(parent: Node, name: str, kind: str | None = None) -> Node:
 def close(root: Root) -> list[Node]:
     """End the step: every node's entries folded, no entry is counted or nests under its nodes
     any more, its stretches kept within its room (in a list of their own). Returns its nodes,
-    depth first."""
+    depth first. A fold too (``folding``): an entry ending inside it on this thread (a signal
+    handler's) does not fold the node it is folding."""
     with root.lock:
-        nodes = root.walk()
-        drop_locked(root)
-        for node in (root, *nodes, root.overflow, root.overflow_top):
-            node.fold_locked()
-            node.closed = True
+        folding, root.folding = root.folding, True
+        try:
+            nodes = root.walk()
+            drop_locked(root)
+            for node in (root, *nodes, root.overflow, root.overflow_top):
+                node.fold_locked()
+                node.closed = True
+        finally:
+            root.folding = folding
         stretches, room = root.stretches, root.room
         root.stretches = stretches[:room]
         root.dropped += max(0, len(stretches) - room) // 3
