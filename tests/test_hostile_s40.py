@@ -4,36 +4,11 @@ reads and the command lines' escaping: each test here failed on the code before 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _python(script: str, *args: str) -> tuple[int, str, str]:
-    """Run ``script`` in a fresh interpreter (a hang must not hang the tests): its exit code,
-    stdout and stderr; past 120 s its whole process group (its forked children too) is killed."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = process.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        return -1, out, f"hung (killed after 120 s)\n{err}"
-    return process.returncode, out, err
-
+from .scripts import run_script
 
 #: A signal handler entering a stage while the main thread holds its step's lock (inside a fold
 #: of the ended entries: a signal arrives there, between two bytecodes, as anywhere). The
@@ -88,7 +63,7 @@ def test_a_signal_handler_entering_a_stage_while_its_step_folds_neither_hangs_no
     step's lock) and folds, the very node being folded when both are the overflow. Before the
     fix the step's lock was not re-entrant and the process hung there; each entry is counted
     once (a re-entered fold of the same node would count its items twice)."""
-    code, out, err = _python(_HANDLER_IN_A_FOLD, name, str(cap))
+    code, out, err = run_script(_HANDLER_IN_A_FOLD, name, str(cap))
     assert code == 0, err
     assert out.strip() == f"{counts!r} {overflow}"
 
@@ -145,7 +120,7 @@ def test_a_child_forked_inside_a_stage_times_its_own_steps_apart_from_the_parent
     nested in the parent's open stage, in the copy of the parent's tree (the child's step had
     no stage), and hung on the copy of the parent's step lock when another thread held it at the
     fork. The child's step has its stage, the parent's its own."""
-    code, out, err = _python(_FORKED_IN_A_STAGE, held)
+    code, out, err = run_script(_FORKED_IN_A_STAGE, held)
     assert code == 0, err
     assert out.strip() == '{"inner": 1} {"outer": 1}'
 

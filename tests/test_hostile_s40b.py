@@ -5,41 +5,13 @@ fix."""
 from __future__ import annotations
 
 import gc
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 from profdsl import profile_stage
 from profdsl._runtime import context
 from profdsl.metrics import _tree as tree
 
 from .metrics_support import metered
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _python(script: str) -> tuple[int, str, str]:
-    """Run ``script`` in a fresh interpreter: its exit code, stdout and stderr; past 120 s its
-    process group is killed."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = process.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        return -1, out, f"hung (killed after 120 s)\n{err}"
-    return process.returncode, out, err
-
+from .scripts import run_script
 
 #: The step ends (``close`` folding node ``g``, one entry of it counted, not yet taken out) when a
 #: signal arrives; its handler closes a suspended generator stage of ``g`` opened in the step (as a
@@ -89,7 +61,7 @@ def test_a_signal_handler_ending_an_entry_while_its_step_closes_never_double_cou
     (``Root.folding``): the handler's entry, ending inside close's fold of its node, folded that
     node again, and close then counted its own items a second time (count 3 for two entries).
     The entry ending as the step ends may be counted or not: 1 or 2, never more."""
-    code, out, err = _python(_HANDLER_IN_CLOSE)
+    code, out, err = run_script(_HANDLER_IN_CLOSE)
     assert code == 0, err
     fired, count, timed = (int(word) for word in out.split())
     assert fired == 1
