@@ -162,13 +162,14 @@ def test_engine_waits_inside_an_enclosing_stage_are_overhead_not_its_work(tmp_pa
 
 
 def test_a_wait_known_only_by_its_length_keeps_the_old_rule() -> None:
-    """``Root.wait`` (no place): charged to the time no stage covers, capped there, the excess
-    left in the stage's time (``overhead_unplaced_s``); a placed wait of the same length inside
-    the stage is overhead whole."""
+    """A wait beyond the step's room for placed ones (kept by its length only): charged to the
+    time no stage covers, capped there, the excess left in the stage's time
+    (``overhead_unplaced_s``); a placed wait of the same length inside the stage is overhead whole."""
     root = Root("actor", 1, Paths(8))
     update = child(root, "update_actor")
     root.stretches += [0.0, 0.75, update]
-    root.wait(0.5)
+    root.wait_room = 0  # no room: kept as a duration
+    root.wait_at(0.125, 0.625)
     close(root)
     ledger = step_ledger(root, began=0.0, wall_s=1.0)
     assert ledger.buckets_s is not None and ledger.buckets_s["overhead"] == 0.25

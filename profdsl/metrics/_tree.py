@@ -36,10 +36,10 @@ Nested entries leave none: their time is their outermost stage's.
 
 Profiling's own waits inside the step (a stage capture's start and stop, a scheduled stage's
 schedule step between its mini-batches, a rollout engine's profiler start and stop) are rare (a
-few per step), so each takes the step's lock: one placed where it happened (:meth:`Root.wait_at`:
+few per step), so each takes the step's lock, placed where it happened (:meth:`Root.wait_at`:
 ``start, end`` on :data:`clock`, in the step's ``placed``, at most :data:`MAX_WAITS`; one beyond
-is counted in ``waits_dropped`` and kept as a duration), or known only by its length
-(:meth:`Root.wait`, in ``waited``). None is kept once the step has ended.
+is counted in ``waits_dropped`` and kept as a duration, in ``waited``). None is kept once the step
+has ended.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from profdsl.metrics._device import DeviceTimes
 
 __all__ = [
@@ -138,14 +140,7 @@ class Node:
         once the step has ended). Not inside another fold of the step on this thread (a signal
         handler's entry ending while the main thread folds: the step's lock is re-entrant, and
         the fold it interrupted may be this node's): its seconds wait for the next fold."""
-        root = self.root
-        with root.lock:
-            if not root.folding:
-                root.folding = True
-                try:
-                    self.fold_locked()
-                finally:
-                    root.folding = False
+        _alone(self.root, self.fold_locked)
 
     def fold_locked(self) -> None:
         """:meth:`fold`, with the step's lock held: the first ``n`` items, then just those taken
@@ -245,16 +240,6 @@ class Root(Node):
         self.overflow_top = Node(OVERFLOW, OVERFLOW, self, reported=False)
         self.overflow_top.spans = self.stretches
 
-    def wait(self, seconds: float, engines: bool = False) -> None:
-        """Profiling held the step up ``seconds``, where in the step unknown (``engines``: a rollout
-        engine's profiler start or stop): the ledger charges it to time no stage covers.
-        profdsl's own waits are placed (:meth:`wait_at`)."""
-        with self.lock:
-            if not self.closed:
-                self.waited += seconds
-                if engines:
-                    self.engines += seconds
-
     def wait_at(self, start: float, end: float, engines: bool = False) -> None:
         """Profiling held the step up from ``start`` to ``end`` (:data:`clock`), placed there:
         the ledger charges that time to ``overhead`` whatever stage ran then (``engines``: a
@@ -285,16 +270,22 @@ def stretch(node: Node, start: float, end: float) -> None:
                 drop(root)
 
 
-def drop(root: Root) -> None:
-    """Fold the stretches of ``root``'s step that found no room (``unkept``) into ``dropped``
-    (not once the step has ended; not inside another fold on this thread, as :meth:`Node.fold`)."""
+def _alone(root: Root, fold: Callable[[], None]) -> None:
+    """Run ``fold`` under ``root``'s lock, unless another fold of the step runs on this thread
+    (a signal handler's entry ending inside it: the lock is re-entrant), which takes its items."""
     with root.lock:
         if not root.folding:
             root.folding = True
             try:
-                drop_locked(root)
+                fold()
             finally:
                 root.folding = False
+
+
+def drop(root: Root) -> None:
+    """Fold the stretches of ``root``'s step that found no room (``unkept``) into ``dropped``
+    (not once the step has ended; not inside another fold on this thread, as :meth:`Node.fold`)."""
+    _alone(root, lambda: drop_locked(root))
 
 
 def drop_locked(root: Root) -> None:
