@@ -17,7 +17,7 @@ from profdsl.config import FinishHook
 from profdsl.config._parallel import Parallel
 from profdsl.config.selector import parse_selector
 from profdsl.core._decide import decide
-from profdsl.core._ranks import is_rank_selected
+from profdsl.core._selection import Selection
 from profdsl.core._topology import GridLayout, Topology
 from profdsl.core.preview import preview
 from profdsl.errors import ConfigError
@@ -116,9 +116,14 @@ def layouts(draw: st.DrawFn) -> tuple[int, int, int, int, int]:
     return tp, pp, cp, dp, nodes
 
 
+def is_rank_selected(rank: int, ranks: tuple[int, ...], *, select: str, topology: Topology) -> bool:
+    """Whether the selection's rank rule (``Selection.matches``) takes ``topology``'s rank."""
+    assert topology.rank == rank and not ranks
+    return Selection(enabled=True, select=parse_selector(select)).matches(topology)
+
+
 def resolved(text: str, layout: GridLayout) -> list[int]:
-    select = parse_selector(text)
-    return [r for r in range(layout.world_size) if is_rank_selected(r, (), select=select, topology=layout.topology(r))]
+    return [r for r in range(layout.world_size) if is_rank_selected(r, (), select=text, topology=layout.topology(r))]
 
 
 class TestResolverAgainstEnumeration:
@@ -236,12 +241,6 @@ class TestWhatTermsNeed:
         for rank in range(4):
             topology = Topology(rank=rank, world_size=4, parallel=Parallel(dp=rank, dp_size=4))
             assert is_rank_selected(rank, (), select="one_per_dp_group", topology=topology)
-
-    def test_a_selector_needs_the_topology_of_the_rank(self) -> None:
-        with pytest.raises(ConfigError, match="needs rank 2's topology"):
-            is_rank_selected(2, (), select="every(2)")
-        with pytest.raises(ConfigError, match="needs rank 2's topology"):
-            is_rank_selected(2, (), select="every(2)", topology=Topology(rank=3, world_size=4))
 
     def test_hook_ranks_follow_the_selector(self) -> None:
         layout = GridLayout(world_size=8, tp=2)

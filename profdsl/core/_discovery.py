@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Final
 
 import attrs
@@ -21,7 +21,7 @@ from profdsl.config._checks import MAX_WIDE_INDEX, require_int
 from profdsl.core._log import once
 from profdsl.errors import ConfigError
 
-__all__ = ["RankInfo", "discover_local_rank", "discover_rank", "discover_world", "require_ranks"]
+__all__ = ["RankInfo", "discover_local_rank", "discover_rank", "discover_world"]
 
 _SOURCE_EXPLICIT: Final = "explicit"
 _SOURCE_TORCH: Final = "torch.distributed"
@@ -63,16 +63,6 @@ class _Found:
     source: str
     rank_label: str
     world_size_label: str
-
-
-def require_ranks(label: str, ranks: Collection[int]) -> None:
-    """Check that every member of ``ranks`` is an integer ``>= 0``.
-
-    Raises:
-        ConfigError: A member is not a non-negative integer; the message names ``label``.
-    """
-    for member in ranks:
-        require_int(f"{label} members", member, 0)
 
 
 def _parse_env_int(environ: Mapping[str, str], name: str, minimum: int, maximum: int) -> int | None:

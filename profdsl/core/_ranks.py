@@ -1,72 +1,23 @@
-"""Rank discovery and rank-selection rules (the public face is :mod:`profdsl.ranks`)."""
+"""The rollout replicas a config's ranks select and the rank an engine trace's name carries (the
+public face is :mod:`profdsl.ranks`), and rank discovery (:mod:`profdsl.core._discovery`).
+Which ranks a config traces is :class:`~profdsl.core._selection.Selection`'s rule."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
 from profdsl.config._checks import require_int
-from profdsl.config.selector import Selector, parse_selector
-from profdsl.core._discovery import RankInfo, discover_rank, discover_world, require_ranks
+from profdsl.core._discovery import RankInfo, discover_rank, discover_world
 from profdsl.core._engine_names import Ambiguous, read_engine_rank
 from profdsl.core._selection import Selection
-from profdsl.core._topology import Topology
-from profdsl.errors import ConfigError
 
 __all__ = [
     "RankInfo",
     "discover_rank",
     "discover_world",
-    "is_rank_selected",
     "local_rank_from_trace_name",
     "replicas_for_ranks",
 ]
-
-
-def is_rank_selected(
-    rank: int,
-    ranks: Collection[int],
-    *,
-    all_ranks: bool = False,
-    select: Selector | str | None = None,
-    topology: Topology | None = None,
-) -> bool:
-    """Apply the profiled-rank rule.
-
-    Args:
-        rank: The global rank asking.
-        ranks: Ranks named in the config.
-        all_ranks: Select every rank, whatever ``ranks`` holds.
-        select: A rank selector (``ProfilerConfig.select``): when given, it alone decides.
-        topology: ``rank``'s place in the job, which a selector is resolved against.
-
-    Returns:
-        With ``select``: whether ``rank`` matches every term of it. Otherwise True for every rank
-        with ``all_ranks``; for rank 0 only when ``ranks`` is empty; otherwise whether ``rank`` is
-        in ``ranks``.
-
-    Raises:
-        ConfigError: ``rank`` or a member of ``ranks`` is not an integer ``>= 0``; a selector
-            without the topology of ``rank``, or whose terms need something the topology lacks
-            (a coordinate, a dimension's size for ``last``, the local rank for
-            ``first_per_node``).
-
-    Examples:
-        >>> from profdsl.core._topology import GridLayout
-        >>> layout = GridLayout(world_size=8, tp=2, pp=2)
-        >>> [r for r in range(8) if is_rank_selected(r, (), select="tp == 0 and pp in {0, last}",
-        ...                                          topology=layout.topology(r))]
-        [0, 2, 4, 6]
-    """
-    require_int("rank", rank, 0)
-    require_ranks("ranks", ranks)
-    selector = None if select is None else parse_selector(select) if isinstance(select, str) else select
-    if selector is not None and (topology is None or topology.rank != rank):
-        raise ConfigError(
-            f"the rank selector {selector.format()!r} needs rank {rank}'s topology "
-            "(its parallel coordinates and local rank)"
-        )
-    selection = Selection(enabled=True, ranks=frozenset(ranks), all_ranks=all_ranks, select=selector)
-    return selection.names(rank) if selector is None or topology is None else selection.matches(topology)
 
 
 def replicas_for_ranks(
@@ -92,7 +43,8 @@ def replicas_for_ranks(
     """
     width = require_int("replica_world_size", replica_world_size, 1)
     count = require_int("num_replicas", num_replicas, 0)
-    require_ranks("ranks", ranks)
+    for member in ranks:
+        require_int("ranks members", member, 0)
     return Selection(enabled=True, ranks=frozenset(ranks), all_ranks=all_ranks).replicas(width, count)
 
 
