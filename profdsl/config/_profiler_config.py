@@ -240,45 +240,37 @@ def _first(a: T | None, b: T | None) -> T | None:
     return a if a is not None else b
 
 
-def _torch_union(a: TorchOptions, b: TorchOptions) -> TorchOptions:
-    # No schedule records every mini-batch, which contains any schedule's windows.
-    schedule = None if a.schedule is None or b.schedule is None else a.schedule
-    return attrs.evolve(
-        a,
-        contents=_contents(a.contents, b.contents, frozenset.union),
-        schedule=schedule,
-        all_threads=a.all_threads or b.all_threads,
-    )
+#: The switches a union turns on when either config does, an intersect when both do.
+_SWITCHES = ("discrete", "continuous_steps", "nvtx", "relocate_results")
 
 
-def _torch_intersect(a: TorchOptions, b: TorchOptions) -> TorchOptions:
-    return attrs.evolve(
-        a,
-        contents=_contents(a.contents, b.contents, frozenset.intersection),
-        schedule=_first(a.schedule, b.schedule),
-        all_threads=a.all_threads and b.all_threads,
-    )
-
-
-def _hook_union(a: FinishHook, b: FinishHook) -> FinishHook:
-    return attrs.evolve(
-        a,
-        cmd=_first(a.cmd, b.cmd),
-        ranks=sorted(set(a.ranks) | set(b.ranks)),
-        all_ranks=a.all_ranks or b.all_ranks,
-        timeout_s=max(a.timeout_s, b.timeout_s),
-        background=a.background or b.background,
-    )
-
-
-def _hook_intersect(a: FinishHook, b: FinishHook) -> FinishHook:
-    return attrs.evolve(
-        a,
-        cmd=a.cmd if a.cmd == b.cmd else None,
-        ranks=sorted(set(a.ranks) & set(b.ranks)),
-        all_ranks=a.all_ranks and b.all_ranks,
-        timeout_s=min(a.timeout_s, b.timeout_s),
-        background=a.background and b.background,
+def _joined(a: ProfilerConfig, b: ProfilerConfig, union: bool) -> dict[str, Any]:
+    """The fields a union (``union``) or an intersect of ``a`` and ``b`` takes from either (from
+    both): steps, switches, the torch options and the finish hook; not ``enable`` nor the ranks."""
+    join, sets = (any, frozenset.union) if union else (all, frozenset.intersection)
+    ta, tb, ha, hb = a.torch, b.torch, a.finish_hook, b.finish_hook
+    if union:  # no schedule records every mini-batch, which contains any schedule's windows
+        schedule = None if ta.schedule is None or tb.schedule is None else ta.schedule
+        cmd = _first(ha.cmd, hb.cmd)
+    else:
+        schedule, cmd = _first(ta.schedule, tb.schedule), ha.cmd if ha.cmd == hb.cmd else None
+    return dict(
+        steps=sorted(sets(frozenset(a.steps), frozenset(b.steps))),
+        torch=attrs.evolve(
+            ta,
+            contents=_contents(ta.contents, tb.contents, sets),
+            schedule=schedule,
+            all_threads=join((ta.all_threads, tb.all_threads)),
+        ),
+        finish_hook=attrs.evolve(
+            ha,
+            cmd=cmd,
+            ranks=sorted(sets(frozenset(ha.ranks), frozenset(hb.ranks))),
+            all_ranks=join((ha.all_ranks, hb.all_ranks)),
+            timeout_s=(max if union else min)(ha.timeout_s, hb.timeout_s),
+            background=join((ha.background, hb.background)),
+        ),
+        **{name: join((getattr(a, name), getattr(b, name))) for name in _SWITCHES},
     )
 
 
@@ -295,18 +287,7 @@ def union(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
         ranks, all_ranks = a.ranks, a.all_ranks
     else:
         ranks, all_ranks = _ranks(a.ranks, b.ranks, frozenset.union), a.all_ranks or b.all_ranks
-    return attrs.evolve(
-        a,
-        steps=sorted(set(a.steps) | set(b.steps)),
-        ranks=ranks,
-        all_ranks=all_ranks,
-        discrete=a.discrete or b.discrete,
-        continuous_steps=a.continuous_steps or b.continuous_steps,
-        nvtx=a.nvtx or b.nvtx,
-        relocate_results=a.relocate_results or b.relocate_results,
-        torch=_torch_union(a.torch, b.torch),
-        finish_hook=_hook_union(a.finish_hook, b.finish_hook),
-    )
+    return attrs.evolve(a, ranks=ranks, all_ranks=all_ranks, **_joined(a, b, union=True))
 
 
 def intersect(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
@@ -337,16 +318,5 @@ def _intersect_lists(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
         ranks = _ranks(a.ranks, b.ranks, frozenset.intersection)
         # Disjoint rank lists cannot be written as a rank list (empty means rank 0): disable.
         disjoint = not ranks and bool(a.ranks or b.ranks)
-    return attrs.evolve(
-        a,
-        enable=a.enable and b.enable and not disjoint,
-        steps=sorted(set(a.steps) & set(b.steps)),
-        ranks=ranks,
-        all_ranks=all_ranks,
-        discrete=a.discrete and b.discrete,
-        continuous_steps=a.continuous_steps and b.continuous_steps,
-        nvtx=a.nvtx and b.nvtx,
-        relocate_results=a.relocate_results and b.relocate_results,
-        torch=_torch_intersect(a.torch, b.torch),
-        finish_hook=_hook_intersect(a.finish_hook, b.finish_hook),
-    )
+    enable = a.enable and b.enable and not disjoint
+    return attrs.evolve(a, enable=enable, ranks=ranks, all_ranks=all_ranks, **_joined(a, b, union=False))
