@@ -9,7 +9,7 @@ Examples:
     >>> from profdsl.core._topology import GridLayout
     >>> layout = GridLayout(world_size=8, tp=2, pp=2)
     >>> s = Selection.of(ProfilerConfig(enable=True, select="tp == 0 and pp in {0, last}"))
-    >>> [r for r in range(8) if s.traces(layout.topology(r))]
+    >>> [r for r in range(8) if s.matches(layout.topology(r))]
     [0, 2, 4, 6]
     >>> sorted(Selection.of(ProfilerConfig(enable=True, ranks=[3])).replicas(2, 4))
     [1]
@@ -78,24 +78,14 @@ class Selection:
         """
         if self.select is not None:
             return all(_matches(term, topology) for term in self.select.terms)
-        return self.names(topology.rank)
-
-    def names(self, rank: int) -> bool:
-        """The named-rank rule (no selector): ``all_ranks``, else ``ranks``, else rank 0."""
-        return self.all_ranks or (rank in self.ranks if self.ranks else rank == 0)
-
-    def traces(self, topology: Topology) -> bool:
-        """Whether this config traces the rank of ``topology`` (enabled and matched)."""
-        return self.enabled and self.matches(topology)
+        return self.all_ranks or (topology.rank in self.ranks if self.ranks else topology.rank == 0)
 
     def runs_hook(self, rank: int, traced: bool) -> bool:
         """Whether the finish hook runs on ``rank`` (``traced``: whether the rank is traced, by
         the config or a request): every rank with ``hook_all_ranks``, membership in a non-empty
         ``hook_ranks``, else ``traced``. No command: never."""
-        return self.enabled and self.hook and self.hook_takes(rank, traced)
-
-    def hook_takes(self, rank: int, traced: bool) -> bool:
-        """The hook-rank rule alone (command and ``enabled`` not looked at)."""
+        if not (self.enabled and self.hook):
+            return False
         return self.hook_all_ranks or (rank in self.hook_ranks if self.hook_ranks else traced)
 
     def named_ranks(self, world_size: int) -> frozenset[int] | None:
