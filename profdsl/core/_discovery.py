@@ -23,11 +23,6 @@ from profdsl.errors import ConfigError
 
 __all__ = ["RankInfo", "discover_local_rank", "discover_rank", "discover_world"]
 
-_SOURCE_EXPLICIT: Final = "explicit"
-_SOURCE_TORCH: Final = "torch.distributed"
-_SOURCE_ENV: Final = "env"
-_SOURCE_DEFAULT: Final = "default"
-
 _ENV_RANK: Final = "RANK"
 _ENV_WORLD_SIZE: Final = "WORLD_SIZE"
 _ENV_LOCAL_RANK: Final = "LOCAL_RANK"
@@ -113,7 +108,7 @@ def _from_torch_distributed() -> _Found | None:
         return None
     if world_size < 1 or not 0 <= rank < world_size:
         return None
-    return _Found(rank, world_size, _SOURCE_TORCH, "torch.distributed rank", "torch.distributed")
+    return _Found(rank, world_size, "torch.distributed", "torch.distributed rank", "torch.distributed")
 
 
 def _from_env(environ: Mapping[str, str], *, rank_needed: bool, world_size_needed: bool) -> _Found | None:
@@ -127,7 +122,7 @@ def _from_env(environ: Mapping[str, str], *, rank_needed: bool, world_size_neede
     found = _Found(
         rank=0 if rank is None else rank,
         world_size=1 if world_size is None else world_size,
-        source=_SOURCE_ENV,
+        source="env",
         rank_label=f"environment variable {_ENV_RANK}" if rank is not None else "default rank",
         world_size_label=(f"environment variable {_ENV_WORLD_SIZE}" if world_size is not None else "the default"),
     )
@@ -144,32 +139,6 @@ def _from_env(environ: Mapping[str, str], *, rank_needed: bool, world_size_neede
         )
         return None
     return found
-
-
-def _fallback(environ: Mapping[str, str], *, rank_needed: bool = True, world_size_needed: bool = True) -> _Found:
-    """Return the first usable implicit source: torch.distributed, environment, default."""
-    found = _from_torch_distributed() or _from_env(
-        environ, rank_needed=rank_needed, world_size_needed=world_size_needed
-    )
-    if found is not None:
-        return found
-    return _Found(0, 1, _SOURCE_DEFAULT, "default rank", "the default")
-
-
-def _combine(rank: int | None, world_size: int | None, environ: Mapping[str, str]) -> _Found:
-    """Fill the arguments that were not given from the implicit sources."""
-    if rank is not None and world_size is not None:
-        return _Found(rank, world_size, _SOURCE_EXPLICIT, "argument rank", "argument world_size")
-    base = _fallback(environ, rank_needed=rank is None, world_size_needed=world_size is None)
-    if rank is None and world_size is None:
-        return base
-    return _Found(
-        rank=base.rank if rank is None else rank,
-        world_size=base.world_size if world_size is None else world_size,
-        source=_SOURCE_EXPLICIT,
-        rank_label=base.rank_label if rank is None else "argument rank",
-        world_size_label=base.world_size_label if world_size is None else "argument world_size",
-    )
 
 
 def discover_world(
@@ -196,9 +165,23 @@ def _argument(label: str, value: int | None, minimum: int, maximum: int) -> int 
 
 
 def _found(rank: int | None, world_size: int | None, environ: Mapping[str, str]) -> _Found:
-    checked_rank = _argument("argument rank", rank, 0, MAX_WIDE_INDEX - 1)
-    checked_world = _argument("argument world_size", world_size, 1, MAX_WIDE_INDEX)
-    found = _combine(checked_rank, checked_world, environ)
+    """The arguments given (checked); those not given, from the first usable implicit source
+    (torch.distributed, the environment, rank 0 of 1); the rank checked against the world size."""
+    rank = _argument("argument rank", rank, 0, MAX_WIDE_INDEX - 1)
+    world_size = _argument("argument world_size", world_size, 1, MAX_WIDE_INDEX)
+    found = _Found(rank or 0, world_size or 1, "explicit", "argument rank", "argument world_size")
+    if rank is None or world_size is None:
+        base = (
+            _from_torch_distributed()
+            or _from_env(environ, rank_needed=rank is None, world_size_needed=world_size is None)
+            or _Found(0, 1, "default", "default rank", "the default")
+        )
+        if rank is None and world_size is None:
+            found = base
+        elif rank is None:
+            found = attrs.evolve(found, rank=base.rank, rank_label=base.rank_label)
+        else:
+            found = attrs.evolve(found, world_size=base.world_size, world_size_label=base.world_size_label)
     if found.rank >= found.world_size:
         raise ConfigError(
             f"{found.rank_label} must be < world size {found.world_size} "
