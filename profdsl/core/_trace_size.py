@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import attrs
 
-__all__ = ["Sample", "SizeBook", "estimate"]
+__all__ = ["Sample", "SizeBook"]
 
 
 @attrs.frozen
@@ -34,14 +34,6 @@ class Sample:
 
     json_bytes: int
     mini_batches: int
-
-
-def estimate(sample: Sample, mini_batches: int | None) -> int:
-    """The likely size of a trace of ``mini_batches`` mini-batches (None or 0: as many as the
-    sample's, or a whole trace of no mini-batch), from one measured ``sample``."""
-    if not mini_batches or not sample.mini_batches:
-        return sample.json_bytes
-    return round(sample.json_bytes / sample.mini_batches * mini_batches)
 
 
 class SizeBook:
@@ -65,7 +57,9 @@ class SizeBook:
         return self._last.get(stage)
 
     def estimate(self, stage: str | None, mini_batches: int | None) -> int | None:
-        """The likely size of a trace of ``stage`` with ``mini_batches`` (None: unknown, as the
-        last one), or None before a first trace of it."""
+        """The likely size of a trace of ``stage`` with ``mini_batches`` (None or 0: as many as the
+        last one's, or a whole trace of no mini-batch), or None before a first trace of it."""
         sample = self._last.get(stage)
-        return None if sample is None else estimate(sample, mini_batches)
+        if sample is None or not mini_batches or not sample.mini_batches:
+            return None if sample is None else sample.json_bytes
+        return round(sample.json_bytes / sample.mini_batches * mini_batches)
