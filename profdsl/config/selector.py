@@ -136,11 +136,6 @@ def _tokens(text: str) -> list[_Token]:
     return [*found, _Token("end", "", len(text))]
 
 
-def _fail(where: str, text: str, column: int, width: int, problem: str) -> NoReturn:
-    caret = " " * column + "^" * max(width, 1)
-    raise ConfigError(f"{where}: {problem} at column {column + 1}\n  {text}\n  {caret}")
-
-
 class _Parser:
     def __init__(self, text: str, where: str) -> None:
         self.text, self.where = text, where
@@ -154,7 +149,10 @@ class _Parser:
     def fail(self, problem: str, token: _Token | None = None) -> NoReturn:
         token = token or self.token
         shown = "the end" if token.kind == "end" else repr(token.text)
-        _fail(self.where, self.text, token.column, len(token.text), f"{problem}, got {shown}")
+        caret = " " * token.column + "^" * max(len(token.text), 1)
+        raise ConfigError(
+            f"{self.where}: {problem}, got {shown} at column {token.column + 1}\n  {self.text}\n  {caret}"
+        )
 
     def take(self, text: str, problem: str) -> _Token:
         token = self.token
