@@ -140,7 +140,8 @@ def preview(
     candidates = _candidate_ranks(config, world_size) if config.enable else ()
     place = (lambda r: Topology(rank=r, world_size=world_size)) if layout is None else layout.topology
     decided = [decide(config, place(r), selection=selection, steps=plan) for r in candidates]
-    ranks = tuple(d.topology.rank for d in decided if d.traced)
+    traced = [d.topology for d in decided if d.traced]
+    ranks = tuple(t.rank for t in traced)
     hook_ranks = tuple(d.topology.rank for d in decided if d.runs_hook)
     replicas = None
     if replica_world_size is not None:
@@ -179,7 +180,5 @@ def preview(
         layout=None
         if layout is None
         else {"tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "dp": layout.dp, "nodes": layout.nodes},
-        coords=()
-        if layout is None
-        else tuple({**layout.topology(r).parallel.coords(), "node": layout.node_of(r)} for r in ranks),
+        coords=() if layout is None else tuple({**t.parallel.coords(), "node": layout.node_of(t.rank)} for t in traced),
     )
