@@ -1,22 +1,11 @@
 """What kind of work a stage is: the vocabulary of the step ledger (``docs/ledger.md``).
 
 A stage's kind is the one it declares (the trace metadata's ``profdsl.regions.kinds``, which
-``profile_stage(..., kind=...)`` is to fill), else the first default below whose pattern its
+``profile_stage(..., kind=...)`` is to fill), else the first default whose pattern its
 label matches (lower-cased, shell-style ``*``), else ``other``. A declared kind profdsl does not
 know (written by a newer version) counts as ``other``.
 
-==============  ==================================================================================
-kind            default label patterns, tried in this order
-==============  ==================================================================================
-``weight_sync`` ``*sync*weight*``, ``*weight*sync*``, ``update_weights*``
-``reward``      ``*reward*``, ``*rm_score*``
-``inference``   ``*log_prob*``, ``*logprob*``, ``ref``, ``ref_*``, ``reference*``, ``compute_values*``
-``generation``  ``gen``, ``gen_*``, ``generat*`` (an engine's own trace, ``generate (engine)``),
-                ``rollout*`` (``rollout_window``'s default region)
-``update``      ``update_*``, ``update``, ``train*``, ``mini_batch*``
-``data``        ``*data*``, ``load*batch*``
-``other``       anything else
-==============  ==================================================================================
+The default patterns are :data:`DEFAULTS`, tabled in ``docs/ledger.md``.
 
 Examples:
     >>> kind_of("compute_ref_log_prob"), kind_of("generate_sequences"), kind_of("update_actor")
