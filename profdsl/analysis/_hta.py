@@ -49,7 +49,7 @@ from profdsl.analysis._outputs import check_output
 from profdsl.analysis._rewrite import Rewriter, shift_us
 from profdsl.analysis._scan import Piece, TraceScan
 from profdsl.core._naming import TRACE_EXT
-from profdsl.records.fields import RecordError, to_json
+from profdsl.records.fields import to_json
 from profdsl.records.meta import (
     BASE_TIME_KEY,
     DISTRIBUTED_KEY,
@@ -212,7 +212,7 @@ def _ours(entry: Path) -> bool:
         return True
     try:
         own = header_meta(reader.header(entry))
-    except (reader.TraceError, RecordError):
+    except reader.TraceError:
         return False
     return own is not None and own.export is not None
 

@@ -21,7 +21,6 @@ from typing import Any
 import attrs
 
 from profdsl.core._labels import trace_names
-from profdsl.records.fields import RecordError
 from profdsl.records.meta import Regions, header_meta
 
 __all__ = ["ENGINE_STAGE", "RegionNames"]
@@ -54,12 +53,8 @@ class RegionNames:
 
     @classmethod
     def from_header(cls, meta: Mapping[str, Any]) -> RegionNames:
-        """Read a trace's header (:func:`profdsl.analysis._reader.header`, already checked; a
-        header whose metadata does not fit the schema counts as none)."""
-        try:
-            own = header_meta(meta)
-        except RecordError:
-            own = None
+        """Read a trace's header (:func:`profdsl.analysis._reader.header`, already checked)."""
+        own = header_meta(meta)
         if own is None:
             return cls({}, {}, own=False)
         regions = own.regions or Regions()

@@ -31,10 +31,9 @@ import attrs
 
 from profdsl.analysis._reader import TraceError, event_problem, events, open_trace
 from profdsl.analysis._regions import RegionNames
-from profdsl.records.fields import RecordError
 from profdsl.records.meta import base_time_ns
 
-__all__ = ["Piece", "TraceScan", "base_ns", "scan_events", "scan_file"]
+__all__ = ["Piece", "TraceScan", "scan_events", "scan_file"]
 
 #: Decompressed bytes read at a time by the fast reader (its memory is about twice this).
 CHUNK = 8 << 20
@@ -75,14 +74,6 @@ class TraceScan:
     kinds: Mapping[str, str] = attrs.field(factory=dict)
 
 
-def base_ns(meta: Mapping[str, Any]) -> int:
-    """The trace's ``baseTimeNanoseconds``; 0 when the header has none."""
-    try:
-        return base_time_ns(meta)
-    except RecordError:  # a header not checked (reader.header checks it)
-        return 0
-
-
 def _piece(names: RegionNames, event: Mapping[str, Any]) -> Piece | None:
     if event.get("ph") != "X" or event.get("cat") == _GPU_COPY:
         return None
@@ -107,7 +98,7 @@ def scan_events(meta: Mapping[str, Any], stream: Iterable[Mapping[str, Any]], *,
             if piece is not None:
                 pieces.append(piece)
     extent = (first, last) if first <= last else None
-    return TraceScan(tuple(pieces), extent, base_ns(meta), names.continued, names.continued_at, names.kinds)
+    return TraceScan(tuple(pieces), extent, base_time_ns(meta), names.continued, names.continued_at, names.kinds)
 
 
 def scan_file(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bool) -> TraceScan:
@@ -124,7 +115,7 @@ def scan_file(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bo
         found = None
     if found is not None:
         pieces, extent = found
-        return TraceScan(pieces, extent, base_ns(meta), names.continued, names.continued_at, names.kinds)
+        return TraceScan(pieces, extent, base_time_ns(meta), names.continued, names.continued_at, names.kinds)
     return scan_events(meta, events(path), span=span)
 
 

@@ -32,9 +32,9 @@ from profdsl.analysis._catalog import Artifact, catalog, json_traces, number, tr
 from profdsl.analysis._model import StageModel
 from profdsl.analysis._outputs import check_output
 from profdsl.analysis._rewrite import Rewriter, partial_of
-from profdsl.analysis._scan import TraceScan, base_ns, scan_events
-from profdsl.records.fields import RecordError, to_json
-from profdsl.records.meta import META_KEY, TraceMeta, header_meta
+from profdsl.analysis._scan import TraceScan, scan_events
+from profdsl.records.fields import to_json
+from profdsl.records.meta import META_KEY, TraceMeta, base_time_ns, header_meta
 
 __all__ = ["LEFT_OUT", "MergeReport", "MergedRow", "alignment", "merge_folder"]
 
@@ -92,10 +92,7 @@ class _Input:
     @property
     def host(self) -> str | None:
         """The host whose clock the trace follows."""
-        try:
-            own = header_meta(self.meta)
-        except RecordError:  # checked when read: not here
-            own = None
+        own = header_meta(self.meta)
         return self.artifact.host or (own.host if own is not None else None)
 
 
@@ -178,7 +175,7 @@ def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) ->
         except reader.TraceError as exc:
             errors.append(str(exc))
             continue
-        inputs.append(_Input(path, artifact.label, base_ns(meta), artifact, meta))
+        inputs.append(_Input(path, artifact.label, base_time_ns(meta), artifact, meta))
     return inputs, errors
 
 
