@@ -33,7 +33,7 @@ from profdsl.analysis._reader import TraceError, event_problem, events, open_tra
 from profdsl.analysis._regions import RegionNames
 from profdsl.records.meta import base_time_ns
 
-__all__ = ["Piece", "TraceScan", "scan_events", "scan_file"]
+__all__ = ["Piece", "TraceScan", "piece", "scan_events", "scan_file"]
 
 #: Decompressed bytes read at a time by the fast reader (its memory is about twice this).
 CHUNK = 8 << 20
@@ -74,13 +74,16 @@ class TraceScan:
     kinds: Mapping[str, str] = attrs.field(factory=dict)
 
 
-def _piece(names: RegionNames, event: Mapping[str, Any]) -> Piece | None:
-    if event.get("ph") != "X" or event.get("cat") == _GPU_COPY:
-        return None
-    found = names.label(str(event.get("name", "")))
-    if found is None:
+def piece(event: Mapping[str, Any], found: tuple[str, int | None] | None) -> Piece | None:
+    """The complete event ``event`` as a region event, ``found`` its label and index
+    (:meth:`RegionNames.label`); None when it is none, or a GPU-side copy of one."""
+    if found is None or event.get("cat") == _GPU_COPY:
         return None
     return Piece(found[0], found[1], str(event.get("tid")), float(event.get("ts", 0)), float(event.get("dur", 0)))
+
+
+def _piece(names: RegionNames, event: Mapping[str, Any]) -> Piece | None:
+    return piece(event, names.label(str(event.get("name", "")))) if event.get("ph") == "X" else None
 
 
 def scan_events(meta: Mapping[str, Any], stream: Iterable[Mapping[str, Any]], *, span: bool) -> TraceScan:
