@@ -32,7 +32,6 @@ __all__ = [
     "Catalog",
     "FolderError",
     "RecordError",
-    "artifacts",
     "catalog",
     "coordinates",
     "from_record",
@@ -223,15 +222,6 @@ def _from_manifest(folder: Path) -> tuple[list[Artifact], list[str]]:
         except RecordError as exc:
             problems.append(f"{where}: {exc}")
     return rows, problems
-
-
-def artifacts(folder: str | os.PathLike[str]) -> list[Artifact]:
-    """The valid artifacts of ``folder`` (:func:`catalog` without the problems).
-
-    Raises:
-        FolderError: as :func:`catalog`.
-    """
-    return catalog(folder).artifacts
 
 
 def number(value: int | None) -> int:

@@ -49,10 +49,10 @@ import attrs
 from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._load import scan_artifacts
 from profdsl.analysis._model import Span, StageModel
-from profdsl.analysis._nccl import NCCL_KERNELS, NcclEvents
+from profdsl.analysis._nccl import NcclEvents
 from profdsl.analysis._reader import TraceError, events
 
-__all__ = ["NCCL_KERNELS", "PREFIXES", "Arrival", "Blame", "Match", "blame", "load_matches", "match"]
+__all__ = ["PREFIXES", "Arrival", "Blame", "Match", "blame", "load_matches", "match"]
 
 #: The events that are one rank's wait at a collective, by name prefix.
 PREFIXES = ("gloo:",)
