@@ -47,7 +47,6 @@ class RegionNames:
     stages: Mapping[str, str]
     bases: Mapping[str, str]
     continued: Mapping[str, int] = attrs.field(factory=dict)
-    own: bool = True  # the trace carries profdsl metadata (an engine's own trace does not)
     continued_at: Mapping[tuple[str, ...], int] = attrs.field(factory=dict)
     kinds: Mapping[str, str] = attrs.field(factory=dict)
 
@@ -56,7 +55,7 @@ class RegionNames:
         """Read a trace's header (:func:`profdsl.analysis._reader.header`, already checked)."""
         own = header_meta(meta)
         if own is None:
-            return cls({}, {}, own=False)
+            return cls({}, {})
         regions = own.regions or Regions()
         stages = list(regions.stages or ())
         if own.stage is not None:  # a discrete trace's own stage, even unlisted

@@ -21,6 +21,7 @@ out malformed or cut short is skipped whole, as every other command skips it.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from profdsl.analysis import _reader as reader
 from profdsl.analysis._catalog import Artifact, catalog, json_traces, number, trace_header
 from profdsl.analysis._model import StageModel
 from profdsl.analysis._outputs import check_output
-from profdsl.analysis._rewrite import Rewriter, partial_of
+from profdsl.analysis._rewrite import Rewriter, partial_of, shift_us
 from profdsl.analysis._scan import TraceScan, scan_events
 from profdsl.records.fields import to_json
 from profdsl.records.meta import META_KEY, TraceMeta, base_time_ns, header_meta
@@ -205,7 +206,6 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[MergedRow, ...], l
     base = min(i.base_ns for i in inputs)
     pids: dict[str, int] = {}
     counts: dict[str, int] = {}
-    traces: dict[str, int] = {}
     errors: list[str] = []
     scans: list[tuple[_Input, TraceScan]] = []
     try:
@@ -224,9 +224,8 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[MergedRow, ...], l
                 scans.append((item, scan))
                 pids[item.label] = pid
                 counts[item.label] = counts.get(item.label, 0) + out.body.count - written
-                traces[item.label] = traces.get(item.label, 0) + 1
             own = TraceMeta(
-                merged_traces=sum(traces.values()),
+                merged_traces=len(scans),
                 alignment=alignment(scans, base, pids),
                 stages=tuple(StageModel((item.artifact, scan) for item, scan in scans).rows()),
             )
@@ -241,6 +240,7 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[MergedRow, ...], l
         os.replace(partial, output)
     finally:
         partial_of(output).unlink(missing_ok=True)
+    traces = Counter(item.label for item, _ in scans)
     return tuple(MergedRow(pid, label, traces[label], counts[label]) for label, pid in pids.items()), errors
 
 
@@ -254,7 +254,7 @@ def alignment(scans: Sequence[tuple[_Input, TraceScan]], base_ns: int, pids: dic
         if pids[item.label] not in entry["rows"]:
             entry["rows"].append(pids[item.label])
         entry["traces"] += 1
-        entry["shift_us"].append((item.base_ns - base_ns) / 1000)
+        entry["shift_us"].append(shift_us(item.base_ns, base_ns))
     for entry in hosts.values():
         shifts = entry.pop("shift_us")
         entry["shift_us"] = [min(shifts), max(shifts)]
