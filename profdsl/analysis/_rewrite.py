@@ -166,12 +166,10 @@ class Rewriter:
             self.body.undo(mark)
             raise
 
-    def events(
-        self, path: str, header: dict[str, Any], base_ns: int, index: int, edit: Edit | None = None
-    ) -> Iterator[Event]:
+    def events(self, path: str, header: dict[str, Any], base_ns: int, index: int, edit: Edit) -> Iterator[Event]:
         """Spool the events of the trace at ``path`` (input number ``index``, with its header and
         base), yielding each as read before it is rewritten, so that a scan can see it too.
-        ``edit`` may change or leave out each event first. Use inside :meth:`whole`."""
+        ``edit`` changes or leaves out each event first. Use inside :meth:`whole`."""
         names = RegionNames.from_header(header)
         shift, flow_base = shift_us(base_ns, self.base_ns), index << FLOW_SHIFT
         for event in reader.events(path):
@@ -179,11 +177,11 @@ class Rewriter:
             label = names.label(str(event.get("name", ""))) if event.get("ph") == "X" and not names.empty else None
             if label is not None:
                 event["name"] = region_title(label)
-            kept = event if edit is None else edit(event, label)
+            kept = edit(event, label)
             if kept is not None:
                 self.body.write_all([move(kept, shift_us=shift, flow_base=flow_base)])
 
-    def copy(self, path: str, header: dict[str, Any], base_ns: int, index: int, edit: Edit | None = None) -> None:
+    def copy(self, path: str, header: dict[str, Any], base_ns: int, index: int, edit: Edit) -> None:
         """:meth:`events` read to the end, whole or not at all.
 
         Raises:

@@ -31,9 +31,9 @@ import attrs
 
 from profdsl.analysis._reader import TraceError, event_problem, events, open_trace
 from profdsl.analysis._regions import RegionNames
-from profdsl.records.meta import base_time_ns
+from profdsl.records.meta import META_KEY, base_time_ns
 
-__all__ = ["Piece", "TraceScan", "piece", "scan_events", "scan_file"]
+__all__ = ["Piece", "TraceScan", "piece", "scan_events", "scan_file", "spans_whole"]
 
 #: Decompressed bytes read at a time by the fast reader (its memory is about twice this).
 CHUNK = 8 << 20
@@ -72,6 +72,12 @@ class TraceScan:
     continued: Mapping[str, int]
     continued_at: Mapping[tuple[str, ...], int] = attrs.field(factory=dict)
     kinds: Mapping[str, str] = attrs.field(factory=dict)
+
+
+def spans_whole(kind: str, meta: Mapping[str, Any]) -> bool:
+    """Whether a trace's span is read (``span``): a rollout engine's trace, or one without profdsl
+    metadata, stands for one region over its whole span (the stage-time model's root)."""
+    return kind == "rollout" or META_KEY not in meta
 
 
 def piece(event: Mapping[str, Any], found: tuple[str, int | None] | None) -> Piece | None:

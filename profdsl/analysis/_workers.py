@@ -21,8 +21,7 @@ from typing import IO, Any
 
 from profdsl.analysis._catalog import Artifact, trace_header
 from profdsl.analysis._reader import TraceError
-from profdsl.analysis._scan import TraceScan, scan_file
-from profdsl.records.meta import META_KEY
+from profdsl.analysis._scan import TraceScan, scan_file, spans_whole
 
 __all__ = ["run_workers", "scan_one", "shares"]
 
@@ -120,8 +119,7 @@ def scan_one(folder: str, artifact: Artifact) -> TraceScan | str:
     its share, and the caller for a trace no worker finished)."""
     try:
         meta = trace_header(folder, artifact)
-        engine = artifact.kind == "rollout" or META_KEY not in meta
-        return scan_file(os.path.join(folder, str(artifact.path)), meta, span=engine)
+        return scan_file(os.path.join(folder, str(artifact.path)), meta, span=spans_whole(artifact.kind, meta))
     except TraceError as exc:
         return str(exc)
 

@@ -33,7 +33,7 @@ from profdsl.analysis._catalog import Artifact, catalog, json_traces, number, tr
 from profdsl.analysis._model import StageModel
 from profdsl.analysis._outputs import check_output
 from profdsl.analysis._rewrite import Rewriter, partial_of, shift_us
-from profdsl.analysis._scan import TraceScan, scan_events
+from profdsl.analysis._scan import TraceScan, scan_events, spans_whole
 from profdsl.records.fields import to_json
 from profdsl.records.meta import META_KEY, TraceMeta, base_time_ns, header_meta
 
@@ -212,12 +212,11 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[MergedRow, ...], l
         with Rewriter(output.parent, base) as out:
             for index, item in enumerate(inputs):
                 pid = pids.get(item.label, len(pids) + 1)
-                engine = item.artifact.kind == "rollout" or META_KEY not in item.meta
                 written = out.body.count
                 try:
                     with out.whole():
                         events = out.events(item.path, item.meta, item.base_ns, index, _on_row(pid))
-                        scan = scan_events(item.meta, events, span=engine)
+                        scan = scan_events(item.meta, events, span=spans_whole(item.artifact.kind, item.meta))
                 except reader.TraceError as exc:
                     errors.append(str(exc))
                     continue
