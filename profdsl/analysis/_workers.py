@@ -71,7 +71,6 @@ def run_workers(
     left = set(range(len(tasks)))
     procs: list[subprocess.Popen[bytes]] = []
     results: queue.SimpleQueue[tuple[int, Any] | None] = queue.SimpleQueue()
-    readers = []
     for share in shares(sizes, workers):
         try:
             proc = subprocess.Popen(
@@ -84,9 +83,7 @@ def run_workers(
         except OSError:
             continue
         procs.append(proc)
-        reader = threading.Thread(target=_read, args=(proc.stdout, results), daemon=True, name="profdsl-scan-reader")
-        reader.start()
-        readers.append(reader)
+        threading.Thread(target=_read, args=(proc.stdout, results), daemon=True, name="profdsl-scan-reader").start()
         try:
             assert proc.stdin is not None
             pickle.dump((folder, [(i, tasks[i]) for i in share]), proc.stdin)
