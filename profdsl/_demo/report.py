@@ -8,7 +8,7 @@ import statistics
 from profdsl._cli.common import table
 from profdsl._cli.summary import cost_lines, step_view
 from profdsl.analysis import _cost as cost
-from profdsl.analysis._catalog import FolderError, artifacts, catalog
+from profdsl.analysis._catalog import FolderError, catalog
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel
 from profdsl.collect._manifest import read_records
@@ -80,7 +80,7 @@ def cost_table(save_path: str) -> list[str]:
     step, then, after an empty line, what the parts are when it shows them), or [] when no record
     carries a cost."""
     try:
-        costs = cost.step_costs(artifacts(save_path))
+        costs = cost.step_costs(catalog(save_path).artifacts)
     except FolderError:
         return []
     return cost_lines(costs) if costs else []

@@ -23,7 +23,7 @@ from profdsl.collect._manifest import MANIFEST_NAME, read_lines
 from profdsl.collect.metrics_log import log_files
 from profdsl.config._parallel import DIMS
 from profdsl.core._naming import ARTIFACT_SUFFIXES, NSYS_EXT, TEMP_PREFIX, TraceName, is_json_trace
-from profdsl.records.fields import RecordError, to_json
+from profdsl.records.fields import RecordError
 from profdsl.records.manifest import Record, TraceRecord, parse_record
 from profdsl.records.meta import DISTRIBUTED_KEY, META_KEY
 
@@ -32,7 +32,6 @@ __all__ = [
     "Catalog",
     "FolderError",
     "RecordError",
-    "artifacts",
     "catalog",
     "coordinates",
     "from_record",
@@ -102,13 +101,13 @@ class Catalog:
 
 
 def from_record(record: object) -> Artifact:
-    """The artifact a manifest record describes (its JSON object, or a schema record).
+    """The artifact a manifest record describes (its JSON object).
 
     Raises:
         RecordError: ``record`` is not an object, or a field has the wrong type or value (the
             message names the first such field: :func:`profdsl.records.manifest.parse_record`).
     """
-    parsed = parse_record(to_json(record) if isinstance(record, Record) else record)
+    parsed = parse_record(record)
     trace = parsed if isinstance(parsed, TraceRecord) else None
     blocked, export = (None, None) if trace is None else (trace.blocked_ms, trace.export_ms)
     return Artifact(
@@ -223,15 +222,6 @@ def _from_manifest(folder: Path) -> tuple[list[Artifact], list[str]]:
         except RecordError as exc:
             problems.append(f"{where}: {exc}")
     return rows, problems
-
-
-def artifacts(folder: str | os.PathLike[str]) -> list[Artifact]:
-    """The valid artifacts of ``folder`` (:func:`catalog` without the problems).
-
-    Raises:
-        FolderError: as :func:`catalog`.
-    """
-    return catalog(folder).artifacts
 
 
 def number(value: int | None) -> int:

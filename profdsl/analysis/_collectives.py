@@ -49,10 +49,10 @@ import attrs
 from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._load import scan_artifacts
 from profdsl.analysis._model import Span, StageModel
-from profdsl.analysis._nccl import NCCL_KERNELS, NcclEvents
+from profdsl.analysis._nccl import NcclEvents
 from profdsl.analysis._reader import TraceError, events
 
-__all__ = ["NCCL_KERNELS", "PREFIXES", "Arrival", "Blame", "Match", "blame", "load_matches", "match"]
+__all__ = ["PREFIXES", "Arrival", "Blame", "Match", "blame", "load_matches", "match"]
 
 #: The events that are one rank's wait at a collective, by name prefix.
 PREFIXES = ("gloo:",)
@@ -244,9 +244,7 @@ def _arrivals(folder: str, artifact: Artifact, rank: int, base_us: float, spans:
     return found
 
 
-def load_matches(
-    folder: str, artifacts: Sequence[Artifact], skipped: list[str] | None = None
-) -> tuple[list[Match], list[str], int]:
+def load_matches(folder: str, artifacts: Sequence[Artifact], skipped: list[str]) -> tuple[list[Match], list[str], int]:
     """Every matched collective of ``folder``'s training traces, the notes on what could not be
     matched, and how many collective events were read; traces that cannot be read are left out,
     their reasons appended to ``skipped``."""
@@ -260,8 +258,7 @@ def load_matches(
         try:
             found = _arrivals(folder, artifact, artifact.rank, base[id(artifact)], spans)
         except TraceError as exc:
-            if skipped is not None:
-                skipped.append(str(exc))
+            skipped.append(str(exc))
             continue
         read += len(found)
         per_step[(artifact.role or "unknown", artifact.step)][artifact.rank] += found

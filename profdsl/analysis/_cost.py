@@ -228,9 +228,7 @@ def cells(cost: StepCost, parts: bool = False) -> list[object]:
     most = None if _ms(cost.max_blocked_ms) is None else f"rank {rank} ({_ms(cost.max_blocked_ms)} ms)"
     row: list[object] = [cost.role, cost.step, cost.traces, _ms(cost.blocked_ms), most, _ms(cost.export_ms)]
     if parts:
-        sessions = (
-            None if cost.start_ms is None and cost.stop_ms is None else (cost.start_ms or 0.0) + (cost.stop_ms or 0.0)
-        )
+        (sessions,) = _sum((cost.start_ms,), (cost.stop_ms,))
         row += [_ms(cost.init_ms), _ms(sessions), _ms(cost.wait_ms), _ms(cost.export_cpu_ms)]
     return row
 

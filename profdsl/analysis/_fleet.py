@@ -43,7 +43,7 @@ __all__ = [
     "Group",
     "GroupStep",
     "RankLedger",
-    "device_ns",
+    "all_ns",
     "fleet",
     "from_metrics",
     "group_name",
@@ -149,8 +149,8 @@ def from_metrics(
     A step with a time beyond any clock (:func:`to_ns`), or whose buckets do not add up to its
     wall time (to the ns each bucket's seconds may lose), has no ledger, and says so."""
     wall = to_ns(wall_s)
-    buckets = _all_ns(buckets_s)
-    beside = _all_ns(beside_s or {})
+    buckets = all_ns(buckets_s)
+    beside = all_ns(beside_s or {})
     at = None if began_s is None else to_ns(began_s - origin_s)
     ends = [to_ns(end) for spans in (spans_s or {}).values() for _, end in spans]  # starts are <= their end
     if wall is None or buckets is None or beside is None or None in ends or (began_s is not None and at is None):
@@ -178,18 +178,15 @@ def from_metrics(
         work=work,
         source=FROM_METRICS,
         placed=why is None,
-        device=device_ns(device_s),
+        device=all_ns(device_s),
     )
 
 
-def device_ns(device_s: Mapping[str, float] | None) -> dict[str, int] | None:
-    """A device split in seconds (a metrics log line's ``ledger_device``) in ns (None: none, or
-    one of its times is beyond any clock)."""
-    return None if device_s is None else _all_ns(device_s)
-
-
-def _all_ns(seconds: Mapping[str, float]) -> dict[str, int] | None:
-    """Each value in ns (:func:`to_ns`); None when any is beyond any clock."""
+def all_ns(seconds: Mapping[str, float] | None) -> dict[str, int] | None:
+    """Each value in ns (:func:`to_ns`: buckets, or a metrics log line's device split,
+    ``ledger_device``); None when there are none, or any is beyond any clock."""
+    if seconds is None:
+        return None
     found = {k: to_ns(v) for k, v in seconds.items()}
     return None if None in found.values() else {k: v for k, v in found.items() if v is not None}
 

@@ -47,9 +47,9 @@ from profdsl.analysis._load import scan_artifacts
 from profdsl.analysis._model import StageModel
 from profdsl.analysis._outputs import check_output
 from profdsl.analysis._rewrite import Rewriter, shift_us
-from profdsl.analysis._scan import Piece, TraceScan
+from profdsl.analysis._scan import Piece, TraceScan, piece
 from profdsl.core._naming import TRACE_EXT
-from profdsl.records.fields import RecordError, to_json
+from profdsl.records.fields import to_json
 from profdsl.records.meta import (
     BASE_TIME_KEY,
     DISTRIBUTED_KEY,
@@ -212,7 +212,7 @@ def _ours(entry: Path) -> bool:
         return True
     try:
         own = header_meta(reader.header(entry))
-    except (reader.TraceError, RecordError):
+    except reader.TraceError:
         return False
     return own is not None and own.export is not None
 
@@ -367,7 +367,8 @@ class _RankWriter:
         def edit(event: dict[str, Any], label: tuple[str, int | None] | None) -> dict[str, Any] | None:
             if self._repeated(event):
                 return None
-            mark_of = None if label is None else self._marker_of(artifact, label, event)
+            found_piece = piece(event, label)
+            mark_of = None if found_piece is None else self.wanted.get((id(artifact), found_piece))
             if mark_of is not None:
                 found.append((mark_of, (event["ts"] + shift, event.get("dur", 0), event.get("pid"), event.get("tid"))))
             name = event.get("name")
@@ -397,12 +398,6 @@ class _RankWriter:
             return True
         self.seen.add(key)
         return False
-
-    def _marker_of(self, artifact: Artifact, label: tuple[str, int | None], event: dict[str, Any]) -> int | None:
-        if event.get("cat") == "gpu_user_annotation":
-            return None
-        piece = Piece(label[0], label[1], str(event.get("tid")), float(event.get("ts", 0)), float(event.get("dur", 0)))
-        return self.wanted.get((id(artifact), piece))
 
     def _markers(self) -> list[dict[str, Any]]:
         markers = []

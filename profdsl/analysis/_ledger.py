@@ -46,7 +46,7 @@ from profdsl.analysis._fleet import (
     Group,
     GroupStep,
     RankLedger,
-    device_ns,
+    all_ns,
     fleet,
     from_metrics,
     group_name,
@@ -211,7 +211,7 @@ def _rank(
         )
     else:
         ledger = split(first, first + wall, stages, waits)
-    device = None if line is None or ledger is None else device_ns(line.ledger_device)
+    device = None if line is None or ledger is None else all_ns(line.ledger_device)
     return RankLedger(key[0], key[1], key[2], group, ledger, why, busy, outside or 0, work, device=device)
 
 

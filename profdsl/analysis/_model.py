@@ -204,7 +204,7 @@ def _nodes(trees: dict[Key, dict[tuple[str, ...], _Acc]]) -> list[StageNode]:
         overlapped = {path[:-1] for path, acc in tree.items() if acc.crossed}
         for path, acc in tree.items():
             self_us = max(acc.self_us, 0.0) if acc.crossed or path in overlapped else acc.self_us
-            count = max(acc.pieces - acc.continued, 1 if acc.pieces else 0)
+            count = max(acc.pieces - acc.continued, 1)  # every path has a region event
             nodes.append(StageNode(role, step, rank, path, count, acc.total_us, self_us, acc.first, acc.crossed))
     return sorted(nodes, key=lambda n: (n.role, number(n.step), number(n.rank), n.path))
 
@@ -337,7 +337,7 @@ class StageModel:
                     "rank": node.rank,
                     "count": node.count,
                     "total_ms": _ms(node.total_us),
-                    "mean_ms": _ms(node.total_us / node.count) if node.count else 0.0,
+                    "mean_ms": _ms(node.total_us / node.count),
                     "share": None if share is None else round(share, 6),
                     "path": list(node.path),
                     "depth": node.depth,

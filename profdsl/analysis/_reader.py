@@ -31,7 +31,6 @@ from profdsl.records.meta import DISTRIBUTED_KEY, base_time_ns, header_meta
 __all__ = [
     "MAX_TIME_US",
     "TraceError",
-    "brief",
     "event_problem",
     "events",
     "file_kind",
@@ -104,14 +103,6 @@ class _Gzip(gzip.GzipFile):
             self._raw.close()
 
 
-def _ijson() -> Any:
-    try:
-        import ijson
-    except ImportError as exc:  # pragma: no cover - ijson is a dependency
-        raise TraceError("reading traces needs the ijson package (pip install ijson)") from exc
-    return ijson
-
-
 def _unreadable(path: str | os.PathLike[str], exc: BaseException) -> TraceError:
     """A one-line error (ijson's messages go on to draw the spot over several lines)."""
     first = next(iter(str(exc).splitlines()), "") or type(exc).__name__
@@ -125,7 +116,8 @@ def header(path: str | os.PathLike[str]) -> dict[str, Any]:
         TraceError: the file cannot be read, or metadata profdsl reads has the wrong shape (see
             :func:`metadata_problem`).
     """
-    ijson = _ijson()
+    import ijson
+
     meta: dict[str, Any] = {}
     try:
         with open_trace(path) as stream:
@@ -206,7 +198,8 @@ def events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
         TraceError: the file is missing, empty, not gzip, not JSON or cut short, holds no event,
             or holds a malformed event.
     """
-    ijson = _ijson()
+    import ijson
+
     count, bad, first = 0, 0, ""
     try:
         with open_trace(path) as stream:

@@ -21,7 +21,6 @@ from typing import Any
 import attrs
 
 from profdsl.core._labels import trace_names
-from profdsl.records.fields import RecordError
 from profdsl.records.meta import Regions, header_meta
 
 __all__ = ["ENGINE_STAGE", "RegionNames"]
@@ -48,20 +47,15 @@ class RegionNames:
     stages: Mapping[str, str]
     bases: Mapping[str, str]
     continued: Mapping[str, int] = attrs.field(factory=dict)
-    own: bool = True  # the trace carries profdsl metadata (an engine's own trace does not)
     continued_at: Mapping[tuple[str, ...], int] = attrs.field(factory=dict)
     kinds: Mapping[str, str] = attrs.field(factory=dict)
 
     @classmethod
     def from_header(cls, meta: Mapping[str, Any]) -> RegionNames:
-        """Read a trace's header (:func:`profdsl.analysis._reader.header`, already checked; a
-        header whose metadata does not fit the schema counts as none)."""
-        try:
-            own = header_meta(meta)
-        except RecordError:
-            own = None
+        """Read a trace's header (:func:`profdsl.analysis._reader.header`, already checked)."""
+        own = header_meta(meta)
         if own is None:
-            return cls({}, {}, own=False)
+            return cls({}, {})
         regions = own.regions or Regions()
         stages = list(regions.stages or ())
         if own.stage is not None:  # a discrete trace's own stage, even unlisted

@@ -99,39 +99,32 @@ class ArrayWriter:
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
-        self.empty = True
         self.count = 0
 
-    def write_all(self, items: Iterable[Event]) -> int:
-        """Write ``items``; returns how many."""
-        count = 0
+    def write_all(self, items: Iterable[Event]) -> None:
+        """Write ``items``."""
         for item in items:
-            if not self.empty:
+            if self.count:
                 self._stream.write(b",\n")
             self._stream.write(json.dumps(item, separators=(",", ":"), default=json_value).encode())
-            self.empty = False
-            count += 1
-        self.count += count
-        return count
+            self.count += 1
 
-    def append(self, items: IO[bytes], *, empty: bool) -> None:
-        """Copy the items another writer wrote to ``items`` (read from its current position)."""
-        if empty:
-            return
-        if not self.empty:
+    def append(self, items: IO[bytes], count: int) -> None:
+        """Copy the ``count`` items another writer wrote to ``items`` (read from its current position)."""
+        if count and self.count:
             self._stream.write(b",\n")
         shutil.copyfileobj(items, self._stream)
-        self.empty = False
+        self.count += count
 
-    def mark(self) -> tuple[int, bool, int]:
+    def mark(self) -> tuple[int, int]:
         """Where the next item goes (a seekable stream only), for :meth:`undo`."""
-        return self._stream.tell(), self.empty, self.count
+        return self._stream.tell(), self.count
 
-    def undo(self, mark: tuple[int, bool, int]) -> None:
+    def undo(self, mark: tuple[int, int]) -> None:
         """Cut off everything written since ``mark``."""
         self._stream.seek(mark[0])
         self._stream.truncate()
-        _, self.empty, self.count = mark
+        self.count = mark[1]
 
 
 def partial_of(path: Path) -> Path:
@@ -152,15 +145,14 @@ class Rewriter:
 
     def __init__(self, folder: Path, base_ns: int) -> None:
         self.folder, self.base_ns = folder, base_ns
-        self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Rewriter:
-        self._spool = self._stack.enter_context(tempfile.TemporaryFile(dir=self.folder))
+        self._spool = tempfile.TemporaryFile(dir=self.folder)
         self.body = ArrayWriter(self._spool)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stack.close()
+        self._spool.close()
 
     @contextlib.contextmanager
     def whole(self) -> Iterator[None]:
@@ -174,12 +166,10 @@ class Rewriter:
             self.body.undo(mark)
             raise
 
-    def events(
-        self, path: str, header: dict[str, Any], base_ns: int, index: int, edit: Edit | None = None
-    ) -> Iterator[Event]:
+    def events(self, path: str, header: dict[str, Any], base_ns: int, index: int, edit: Edit) -> Iterator[Event]:
         """Spool the events of the trace at ``path`` (input number ``index``, with its header and
         base), yielding each as read before it is rewritten, so that a scan can see it too.
-        ``edit`` may change or leave out each event first. Use inside :meth:`whole`."""
+        ``edit`` changes or leaves out each event first. Use inside :meth:`whole`."""
         names = RegionNames.from_header(header)
         shift, flow_base = shift_us(base_ns, self.base_ns), index << FLOW_SHIFT
         for event in reader.events(path):
@@ -187,21 +177,19 @@ class Rewriter:
             label = names.label(str(event.get("name", ""))) if event.get("ph") == "X" and not names.empty else None
             if label is not None:
                 event["name"] = region_title(label)
-            kept = event if edit is None else edit(event, label)
+            kept = edit(event, label)
             if kept is not None:
                 self.body.write_all([move(kept, shift_us=shift, flow_base=flow_base)])
 
-    def copy(self, path: str, header: dict[str, Any], base_ns: int, index: int, edit: Edit | None = None) -> int:
-        """:meth:`events` read to the end, whole or not at all: how many events were written.
+    def copy(self, path: str, header: dict[str, Any], base_ns: int, index: int, edit: Edit) -> None:
+        """:meth:`events` read to the end, whole or not at all.
 
         Raises:
             TraceError: the trace is unreadable or malformed; nothing of it is kept.
         """
         with self.whole():
-            written = self.body.count
             for _ in self.events(path, header, base_ns, index, edit):
                 pass
-            return self.body.count - written
 
     def finish(
         self,
@@ -225,7 +213,7 @@ class Rewriter:
                 stream.write(("{" + ",\n".join(lines)).encode())
                 out = ArrayWriter(stream)
                 out.write_all(before)
-                out.append(self._spool, empty=self.body.empty)
+                out.append(self._spool, self.body.count)
                 out.write_all(after)
                 stream.write(b"\n]}\n")
         except BaseException:

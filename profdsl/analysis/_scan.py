@@ -31,10 +31,9 @@ import attrs
 
 from profdsl.analysis._reader import TraceError, event_problem, events, open_trace
 from profdsl.analysis._regions import RegionNames
-from profdsl.records.fields import RecordError
-from profdsl.records.meta import base_time_ns
+from profdsl.records.meta import META_KEY, base_time_ns
 
-__all__ = ["Piece", "TraceScan", "base_ns", "scan_events", "scan_file"]
+__all__ = ["Piece", "TraceScan", "piece", "scan_events", "scan_file", "spans_whole"]
 
 #: Decompressed bytes read at a time by the fast reader (its memory is about twice this).
 CHUNK = 8 << 20
@@ -75,21 +74,22 @@ class TraceScan:
     kinds: Mapping[str, str] = attrs.field(factory=dict)
 
 
-def base_ns(meta: Mapping[str, Any]) -> int:
-    """The trace's ``baseTimeNanoseconds``; 0 when the header has none."""
-    try:
-        return base_time_ns(meta)
-    except RecordError:  # a header not checked (reader.header checks it)
-        return 0
+def spans_whole(kind: str, meta: Mapping[str, Any]) -> bool:
+    """Whether a trace's span is read (``span``): a rollout engine's trace, or one without profdsl
+    metadata, stands for one region over its whole span (the stage-time model's root)."""
+    return kind == "rollout" or META_KEY not in meta
+
+
+def piece(event: Mapping[str, Any], found: tuple[str, int | None] | None) -> Piece | None:
+    """The complete event ``event`` as a region event, ``found`` its label and index
+    (:meth:`RegionNames.label`); None when it is none, or a GPU-side copy of one."""
+    if found is None or event.get("cat") == _GPU_COPY:
+        return None
+    return Piece(found[0], found[1], str(event.get("tid")), float(event.get("ts", 0)), float(event.get("dur", 0)))
 
 
 def _piece(names: RegionNames, event: Mapping[str, Any]) -> Piece | None:
-    if event.get("ph") != "X" or event.get("cat") == _GPU_COPY:
-        return None
-    found = names.label(str(event.get("name", "")))
-    if found is None:
-        return None
-    return Piece(found[0], found[1], str(event.get("tid")), float(event.get("ts", 0)), float(event.get("dur", 0)))
+    return piece(event, names.label(str(event.get("name", "")))) if event.get("ph") == "X" else None
 
 
 def scan_events(meta: Mapping[str, Any], stream: Iterable[Mapping[str, Any]], *, span: bool) -> TraceScan:
@@ -107,7 +107,7 @@ def scan_events(meta: Mapping[str, Any], stream: Iterable[Mapping[str, Any]], *,
             if piece is not None:
                 pieces.append(piece)
     extent = (first, last) if first <= last else None
-    return TraceScan(tuple(pieces), extent, base_ns(meta), names.continued, names.continued_at, names.kinds)
+    return TraceScan(tuple(pieces), extent, base_time_ns(meta), names.continued, names.continued_at, names.kinds)
 
 
 def scan_file(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bool) -> TraceScan:
@@ -124,7 +124,7 @@ def scan_file(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bo
         found = None
     if found is not None:
         pieces, extent = found
-        return TraceScan(pieces, extent, base_ns(meta), names.continued, names.continued_at, names.kinds)
+        return TraceScan(pieces, extent, base_time_ns(meta), names.continued, names.continued_at, names.kinds)
     return scan_events(meta, events(path), span=span)
 
 

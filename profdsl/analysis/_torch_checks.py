@@ -12,7 +12,6 @@ checked. torch is imported only when a trace holds an event the rules read.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -40,11 +39,9 @@ def _wanted(event: Mapping[str, Any]) -> bool:
 
 
 def _rules() -> list[Any]:
-    if importlib.util.find_spec("torch") is None:
-        return []
     try:
         from torch.profiler import _trace_validator
-    except ImportError:  # torch < 2.13
+    except ImportError:  # no torch, or torch < 2.13
         return []
     rules = getattr(_trace_validator, "_RULES", None)
     return list(rules) if isinstance(rules, (list, tuple)) else []

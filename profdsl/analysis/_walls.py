@@ -54,7 +54,8 @@ def read_walls(folder: str | os.PathLike[str]) -> LogRead:
 def step_walls(log: LogRead) -> dict[Key, float]:
     """(role, step, rank) → the step's wall time in µs (the longest, when several processes of
     one rank logged it); lines that are not valid are left out."""
-    return _longest(line for _, _, line in log.lines)
+    best = longest(((line.role, line.step, line.rank), line) for _, _, line in log.lines if line.role is not None)
+    return {key: (line.wall_s or 0.0) * 1e6 for key, line in best.items()}
 
 
 def clocked_walls(log: LogRead, skipped: list[str] | None = None) -> dict[Key, float]:
@@ -78,8 +79,3 @@ def longest(lines: Iterable[tuple[Key, MetricsLine]]) -> dict[Key, MetricsLine]:
         if line.wall_s is not None and (key not in best or line.wall_s > (best[key].wall_s or 0.0)):
             best[key] = line
     return best
-
-
-def _longest(lines: Iterable[MetricsLine]) -> dict[Key, float]:
-    best = longest(((line.role, line.step, line.rank), line) for line in lines if line.role is not None)
-    return {key: (line.wall_s or 0.0) * 1e6 for key, line in best.items()}

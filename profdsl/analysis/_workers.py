@@ -21,8 +21,7 @@ from typing import IO, Any
 
 from profdsl.analysis._catalog import Artifact, trace_header
 from profdsl.analysis._reader import TraceError
-from profdsl.analysis._scan import TraceScan, scan_file
-from profdsl.records.meta import META_KEY
+from profdsl.analysis._scan import TraceScan, scan_file, spans_whole
 
 __all__ = ["run_workers", "scan_one", "shares"]
 
@@ -72,7 +71,6 @@ def run_workers(
     left = set(range(len(tasks)))
     procs: list[subprocess.Popen[bytes]] = []
     results: queue.SimpleQueue[tuple[int, Any] | None] = queue.SimpleQueue()
-    readers = []
     for share in shares(sizes, workers):
         try:
             proc = subprocess.Popen(
@@ -85,9 +83,7 @@ def run_workers(
         except OSError:
             continue
         procs.append(proc)
-        reader = threading.Thread(target=_read, args=(proc.stdout, results), daemon=True, name="profdsl-scan-reader")
-        reader.start()
-        readers.append(reader)
+        threading.Thread(target=_read, args=(proc.stdout, results), daemon=True, name="profdsl-scan-reader").start()
         try:
             assert proc.stdin is not None
             pickle.dump((folder, [(i, tasks[i]) for i in share]), proc.stdin)
@@ -120,8 +116,7 @@ def scan_one(folder: str, artifact: Artifact) -> TraceScan | str:
     its share, and the caller for a trace no worker finished)."""
     try:
         meta = trace_header(folder, artifact)
-        engine = artifact.kind == "rollout" or META_KEY not in meta
-        return scan_file(os.path.join(folder, str(artifact.path)), meta, span=engine)
+        return scan_file(os.path.join(folder, str(artifact.path)), meta, span=spans_whole(artifact.kind, meta))
     except TraceError as exc:
         return str(exc)
 

@@ -21,6 +21,7 @@ out malformed or cut short is skipped whole, as every other command skips it.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,10 @@ from profdsl.analysis import _reader as reader
 from profdsl.analysis._catalog import Artifact, catalog, json_traces, number, trace_header
 from profdsl.analysis._model import StageModel
 from profdsl.analysis._outputs import check_output
-from profdsl.analysis._rewrite import Rewriter, partial_of
-from profdsl.analysis._scan import TraceScan, base_ns, scan_events
-from profdsl.records.fields import RecordError, to_json
-from profdsl.records.meta import META_KEY, TraceMeta, header_meta
+from profdsl.analysis._rewrite import Rewriter, partial_of, shift_us
+from profdsl.analysis._scan import TraceScan, scan_events, spans_whole
+from profdsl.records.fields import to_json
+from profdsl.records.meta import META_KEY, TraceMeta, base_time_ns, header_meta
 
 __all__ = ["LEFT_OUT", "MergeReport", "MergedRow", "alignment", "merge_folder"]
 
@@ -92,10 +93,7 @@ class _Input:
     @property
     def host(self) -> str | None:
         """The host whose clock the trace follows."""
-        try:
-            own = header_meta(self.meta)
-        except RecordError:  # checked when read: not here
-            own = None
+        own = header_meta(self.meta)
         return self.artifact.host or (own.host if own is not None else None)
 
 
@@ -178,7 +176,7 @@ def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) ->
         except reader.TraceError as exc:
             errors.append(str(exc))
             continue
-        inputs.append(_Input(path, artifact.label, base_ns(meta), artifact, meta))
+        inputs.append(_Input(path, artifact.label, base_time_ns(meta), artifact, meta))
     return inputs, errors
 
 
@@ -208,28 +206,25 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[MergedRow, ...], l
     base = min(i.base_ns for i in inputs)
     pids: dict[str, int] = {}
     counts: dict[str, int] = {}
-    traces: dict[str, int] = {}
     errors: list[str] = []
     scans: list[tuple[_Input, TraceScan]] = []
     try:
         with Rewriter(output.parent, base) as out:
             for index, item in enumerate(inputs):
                 pid = pids.get(item.label, len(pids) + 1)
-                engine = item.artifact.kind == "rollout" or META_KEY not in item.meta
                 written = out.body.count
                 try:
                     with out.whole():
                         events = out.events(item.path, item.meta, item.base_ns, index, _on_row(pid))
-                        scan = scan_events(item.meta, events, span=engine)
+                        scan = scan_events(item.meta, events, span=spans_whole(item.artifact.kind, item.meta))
                 except reader.TraceError as exc:
                     errors.append(str(exc))
                     continue
                 scans.append((item, scan))
                 pids[item.label] = pid
                 counts[item.label] = counts.get(item.label, 0) + out.body.count - written
-                traces[item.label] = traces.get(item.label, 0) + 1
             own = TraceMeta(
-                merged_traces=sum(traces.values()),
+                merged_traces=len(scans),
                 alignment=alignment(scans, base, pids),
                 stages=tuple(StageModel((item.artifact, scan) for item, scan in scans).rows()),
             )
@@ -244,6 +239,7 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[MergedRow, ...], l
         os.replace(partial, output)
     finally:
         partial_of(output).unlink(missing_ok=True)
+    traces = Counter(item.label for item, _ in scans)
     return tuple(MergedRow(pid, label, traces[label], counts[label]) for label, pid in pids.items()), errors
 
 
@@ -257,7 +253,7 @@ def alignment(scans: Sequence[tuple[_Input, TraceScan]], base_ns: int, pids: dic
         if pids[item.label] not in entry["rows"]:
             entry["rows"].append(pids[item.label])
         entry["traces"] += 1
-        entry["shift_us"].append((item.base_ns - base_ns) / 1000)
+        entry["shift_us"].append(shift_us(item.base_ns, base_ns))
     for entry in hosts.values():
         shifts = entry.pop("shift_us")
         entry["shift_us"] = [min(shifts), max(shifts)]
