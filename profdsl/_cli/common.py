@@ -6,14 +6,17 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from profdsl.analysis._walls import LogRead, read_walls
 from profdsl.core._log import COUNTED_IN_FULL, printable
 
 if TYPE_CHECKING:
-    from profdsl.analysis._walls import LogRead
+    from profdsl.analysis._catalog import Artifact
 
-__all__ = ["drawn", "fail", "printable", "say", "skipped", "skipped_read", "stack", "table"]
+T = TypeVar("T")
+
+__all__ = ["drawn", "fail", "load_read", "printable", "say", "skipped", "stack", "table"]
 
 
 def say(message: str, command: str = "") -> None:
@@ -53,14 +56,20 @@ def skipped(command: str, reasons: Iterable[str], *, most: int | None = COUNTED_
     return 1 if count else 0
 
 
-def skipped_read(command: str, bad: Iterable[str], log: LogRead | None) -> int:
-    """:func:`skipped` ``bad`` (manifest lines, traces), then the lines of the metrics logs that
-    are not valid, from ``log``: the one read whose lines the command showed (None: it read no
-    log), so what is shown and what is named cannot disagree. Returns 1 when any was named."""
-    code = skipped(command, bad)
-    if log is not None:
-        code = skipped(command, log.problems) or code
-    return code
+def load_read(
+    command: str,
+    folder: str,
+    artifacts: list[Artifact],
+    bad: list[str],
+    load: Callable[[str, list[Artifact], list[str], LogRead], T],
+) -> tuple[T, int]:
+    """``load(folder, artifacts, bad, log)`` with one read of ``folder``'s metrics logs, then
+    :func:`skipped` ``bad`` (manifest lines, traces) and the lines of the logs that are not valid
+    from that read: what is shown and what is named cannot disagree. Returns what ``load``
+    returned and 1 when any input was named, else 0."""
+    log = read_walls(folder)
+    found = load(folder, artifacts, bad, log)
+    return found, max(skipped(command, bad), skipped(command, log.problems))
 
 
 #: The most characters of one skipped input's reason printed (escaped): a reason may quote input.

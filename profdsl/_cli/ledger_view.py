@@ -8,11 +8,10 @@ import argparse
 import json
 from collections.abc import Sequence
 
-from profdsl._cli.common import table
+from profdsl._cli.common import load_read, table
 from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._fleet import GroupStep, RankLedger, group_name, headlines, kind_headlines, ms
 from profdsl.analysis._ledger import FolderLedger, load_ledger
-from profdsl.analysis._walls import LogRead, read_walls
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
 from profdsl.core._log import printable
@@ -167,13 +166,12 @@ def ledger_text(found: FolderLedger) -> str:
     return "\n\n".join([TITLE, *blocks])
 
 
-def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> LogRead:
-    """Print the ledger of ``folder`` (text, or ``--json``); unreadable traces go to ``bad``.
-    Returns the one read of the metrics logs it showed, for their bad lines to be named."""
-    log = read_walls(folder)
-    found = load_ledger(folder, artifacts, bad, log)
+def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> int:
+    """Print the ledger of ``folder`` (text, or ``--json``), naming what it skipped
+    (:func:`~profdsl._cli.common.load_read`); returns the exit code."""
+    found, code = load_read("summary", folder, artifacts, bad, load_ledger)
     if args.json:
         print(json.dumps(found.as_dict(), indent=1))
     else:
         print(ledger_text(found))
-    return log
+    return code

@@ -19,12 +19,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from profdsl._cli.common import drawn, fail, say, skipped_read, stack
+from profdsl._cli.common import drawn, fail, load_read, say, stack
 from profdsl.analysis._catalog import Catalog, FolderError, catalog_or_logs, number
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import Span, StageModel
 from profdsl.analysis._outputs import OutputError, check_output
-from profdsl.analysis._walls import read_walls
 from profdsl.config._parallel import DIMS
 
 if TYPE_CHECKING:
@@ -128,10 +127,7 @@ def run(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     if args.ledger:
         return _ledger(args, found)
-    failures = list(found.problems)
-    log = read_walls(args.folder)  # the model's walls and the bad lines named: one read
-    model = load_model(args.folder, found.artifacts, failures, log)
-    failed = skipped_read("plot", failures, log)
+    model, failed = load_read("plot", args.folder, found.artifacts, list(found.problems), load_model)
     if not model.nodes:
         return fail(f"{args.folder}: no stage time found in any readable trace", 1, "plot")
     figure = build_figure(model, args)
@@ -145,10 +141,7 @@ def _ledger(args: argparse.Namespace, found: Catalog) -> int:
 
     if args.timeline:
         return fail("--ledger draws bars; it does not take --timeline", command="plot")
-    failures = list(found.problems)
-    log = read_walls(args.folder)  # the ledger drawn and the bad lines named: one read
-    ledger = load_ledger(args.folder, found.artifacts, failures, log)
-    failed = skipped_read("plot", failures, log)
+    ledger, failed = load_read("plot", args.folder, found.artifacts, list(found.problems), load_ledger)
     figure = ledger_figure(ledger, drawn(Path(args.folder).resolve().name))
     if figure is None:
         return fail(f"{args.folder}: no step has a ledger (no trace splits one, no metrics log has one)", 1, "plot")

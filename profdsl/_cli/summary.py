@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from profdsl._cli import ledger_view, stragglers_view
-from profdsl._cli.common import fail, skipped, skipped_read, table
+from profdsl._cli.common import fail, load_read, skipped, table
 from profdsl.analysis import _cost as cost
 from profdsl.analysis._catalog import Artifact, FolderError, catalog_or_logs
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel, StageSpread
-from profdsl.analysis._walls import LogRead, read_walls
 from profdsl.config._parallel import DIMS
 from profdsl.core._units import ms_text, percent_text
 
@@ -175,10 +174,8 @@ def run(args: argparse.Namespace) -> int:
         _print_cost(found.artifacts, args)
         return skipped("summary", bad)
     if view is not None:
-        return skipped_read("summary", bad, view(args, args.dir, found.artifacts, bad))
-    log = read_walls(args.dir)  # the walls shown and the bad lines named: one read
-    model = load_model(args.dir, found.artifacts, bad, log)
-    code = skipped_read("summary", bad, log)
+        return view(args, args.dir, found.artifacts, bad)
+    model, code = load_read("summary", args.dir, found.artifacts, bad, load_model)
     rows = model.rows() if keys is None else group(model, keys)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -220,12 +217,9 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _view(
-    args: argparse.Namespace,
-) -> Callable[[argparse.Namespace, str, list[Artifact], list[str]], LogRead | None] | int | None:
+def _view(args: argparse.Namespace) -> Callable[[argparse.Namespace, str, list[Artifact], list[str]], int] | int | None:
     """The view ``--ledger`` or ``--stragglers`` asks for (None: the stage view), or a usage
-    error's exit code. A view returns the read of the metrics logs it showed (None: it read
-    none), whose bad lines are named."""
+    error's exit code. A view names what it skipped and returns the exit code."""
     if not (args.ledger or args.stragglers):
         return None
     flag = "--ledger" if args.ledger else "--stragglers"
