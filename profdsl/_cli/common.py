@@ -41,18 +41,19 @@ def fail_pointing(message: str, code: int = 2) -> int:
     return code
 
 
-def skipped(command: str, reasons: Iterable[str], *, most: int | None = COUNTED_IN_FULL) -> int:
+def skipped(command: str, reasons: Iterable[str]) -> int:
     """Print ``profdsl COMMAND: skipped REASON`` to stderr for each bad input left out (only the
-    first ``most``, then how many more: what is read is untrusted, and a folder may hold a file of
-    millions of bad lines; None, every one; each reason escaped and cut to :data:`REASON_CHARS`
-    characters); returns 1 when there was any (the exit code it calls for), else 0."""
+    first :data:`~profdsl.core._log.COUNTED_IN_FULL`, then how many more: what is read is
+    untrusted, and a folder may hold a file of millions of bad lines; each reason escaped and cut
+    to :data:`REASON_CHARS` characters); returns 1 when there was any (the exit code it calls
+    for), else 0."""
     count = 0
     for reason in reasons:
-        if most is None or count < most:
+        if count < COUNTED_IN_FULL:
             say(f"skipped {_bounded(reason)}", command)
         count += 1
-    if most is not None and count > most:
-        say(f"skipped {count - most} more (not named)", command)
+    if count > COUNTED_IN_FULL:
+        say(f"skipped {count - COUNTED_IN_FULL} more (not named)", command)
     return 1 if count else 0
 
 
