@@ -28,7 +28,7 @@ class MetricsLog:
     def rows(self, traced: Iterable[tuple[str, str, int, float]]) -> list[list[str]]:
         """One row per role and stage path seen: steps and ranks it ran on, its total and mean
         per step of one rank (ms), the rank with the most time, then the traces' count and total
-        for the same role and stage (``traced``: rows of ``stage_table``)."""
+        for the same role and stage (``traced``: :func:`~profdsl._demo.report.traced_totals`)."""
         from_traces = {(role, stage): (count, total) for role, stage, count, total in traced}
         seconds: dict[tuple[str, str], dict[int, float]] = {}
         steps: dict[tuple[str, str], set[int]] = {}
