@@ -185,9 +185,6 @@ class _Alerts(logging.Handler):
 
     WORDS = ("slow step:", "slow rank:", "straggler")
 
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if any(word in message for word in self.WORDS):
@@ -239,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     log = MetricsLog()
-    logger, alerts = logging.getLogger("profdsl"), _Alerts()
+    logger, alerts = logging.getLogger("profdsl"), _Alerts(logging.INFO)
     level = logger.level
     logger.addHandler(alerts)
     logger.setLevel(logging.INFO)
