@@ -270,7 +270,7 @@ def step_extents(model: StageModel) -> dict[int, tuple[float, float]]:
     return extents
 
 
-def _bar_positions(keys: Sequence[BarKey], groups: Sequence[object] | None = None) -> list[float]:
+def _bar_positions(keys: Sequence[BarKey], groups: Sequence[object]) -> list[float]:
     """x of each bar (keys ordered by role, group, then step): gaps set roles, coordinate groups
     and steps apart."""
     xs: list[float] = []
@@ -278,7 +278,7 @@ def _bar_positions(keys: Sequence[BarKey], groups: Sequence[object] | None = Non
     for i, key in enumerate(keys):
         if i and key[0] != keys[i - 1][0]:
             x += 1.0
-        elif i and groups is not None and groups[i] != groups[i - 1]:
+        elif i and groups[i] != groups[i - 1]:
             x += 0.7
         elif i and key[2] != keys[i - 1][2]:
             x += 0.4
@@ -312,7 +312,7 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: i
             stage_sum[stage] += ms
     order = sorted(stage_sum, key=lambda s: (-stage_sum[s], s))
     colours = _colours(order)
-    xs = _bar_positions(keys, [group[k] for k in keys] if by else None)
+    xs = _bar_positions(keys, [group[k] for k in keys])  # without --by every group is ()
     figure = Figure(figsize=(min(max(3 + 0.45 * (xs[-1] + 1), 7.0), 30.0), 5.5))
     axes = figure.add_subplot()
     label = functools.partial(_legend, interleaved=tangled)
