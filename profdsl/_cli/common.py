@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["drawn", "fail", "load_read", "printable", "say", "skipped", "stack", "table"]
+__all__ = ["drawn", "fail", "listed", "load_read", "printable", "say", "skipped", "stack", "table"]
 
 
 def say(message: str, command: str = "") -> None:
@@ -81,6 +81,13 @@ def _bounded(reason: str) -> str:
     """``reason`` escaped, cut to :data:`REASON_CHARS` characters, saying how long it was."""
     text = printable(reason)
     return text if len(text) <= REASON_CHARS else f"{text[:REASON_CHARS]}... ({len(reason)} characters)"
+
+
+def listed(text: str, allowed: Sequence[str]) -> tuple[str, ...] | None:
+    """The comma-separated names of ``text`` (a ``--by``), or None unless there is one and each
+    is one of ``allowed``."""
+    names = tuple(k.strip() for k in text.split(",") if k.strip())
+    return names if names and all(k in allowed for k in names) else None
 
 
 def drawn(text: str) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from profdsl._cli.common import drawn, fail, load_read, say, stack
+from profdsl._cli.common import drawn, fail, listed, load_read, say, stack
 from profdsl.analysis._catalog import Catalog, FolderError, catalog_or_logs, number
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import Span, StageModel
@@ -89,9 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _coordinates(text: str) -> tuple[str, ...]:
-    keys = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in keys if k not in DIMS]
-    if unknown or not keys:
+    keys = listed(text, DIMS)
+    if keys is None:
         raise argparse.ArgumentTypeError(f"takes parallel coordinates from {','.join(DIMS)}, got {text!r}")
     return keys
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from profdsl._cli import ledger_view, stragglers_view
-from profdsl._cli.common import fail, load_read, skipped, table
+from profdsl._cli.common import fail, listed, load_read, skipped, table
 from profdsl.analysis import _cost as cost
 from profdsl.analysis._catalog import Artifact, FolderError, catalog_or_logs
 from profdsl.analysis._load import load_model
@@ -156,12 +156,9 @@ def _step_time_us(model: StageModel, members: set[tuple[str, int | None, int | N
 def run(args: argparse.Namespace) -> int:
     """Summarize the readable traces; 1 when a manifest line, a trace or a metrics log line was
     skipped (each named on stderr; metrics log lines, the first few), 2 for usage errors."""
-    keys: tuple[str, ...] | None = None
-    if args.by is not None:
-        keys = tuple(k.strip() for k in args.by.split(",") if k.strip())
-        unknown = [k for k in keys if k not in KEYS]
-        if unknown or not keys:
-            return fail(f"--by takes keys from {','.join(KEYS)}, got {args.by!r}")
+    keys = None if args.by is None else listed(args.by, KEYS)
+    if args.by is not None and keys is None:
+        return fail(f"--by takes keys from {','.join(KEYS)}, got {args.by!r}")
     view = _view(args)
     if isinstance(view, int):
         return view
