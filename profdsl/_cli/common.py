@@ -3,6 +3,7 @@ tables that fit a terminal; what a figure draws (names from the files, stacked b
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["drawn", "fail", "listed", "load_read", "printable", "say", "skipped", "stack", "table"]
+__all__ = ["drawn", "fail", "late_ms_refused", "listed", "load_read", "printable", "say", "skipped", "stack", "table"]
 
 
 def say(message: str, command: str = "") -> None:
@@ -88,6 +89,12 @@ def listed(text: str, allowed: Sequence[str]) -> tuple[str, ...] | None:
     is one of ``allowed``."""
     names = tuple(k.strip() for k in text.split(",") if k.strip())
     return names if names and all(k in allowed for k in names) else None
+
+
+def late_ms_refused(late_ms: float) -> str | None:
+    """Why a ``--late-ms`` is refused, or None: it must be a finite number of ms >= 0 (NaN is
+    not; inf would reach ``--json`` as Infinity)."""
+    return None if 0 <= late_ms < math.inf else f"--late-ms must be a finite number of ms >= 0, got {late_ms}"
 
 
 def drawn(text: str) -> str:

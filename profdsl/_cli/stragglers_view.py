@@ -9,11 +9,10 @@ import json
 from profdsl._cli.common import skipped, table
 from profdsl.analysis._catalog import Artifact
 from profdsl.analysis._collectives import Blame, blame, load_matches
-from profdsl.analysis.culprits import DEFAULT_LATE_MS
 from profdsl.core._log import printable
 from profdsl.core._units import ms_text
 
-__all__ = ["DEFAULT_LATE_MS", "NOTHING_TRACED", "run", "stragglers_text"]
+__all__ = ["NOTHING_TRACED", "run", "stragglers_text"]
 
 TITLE = (
     "who made the others wait at collectives (traced steps): at each collective the rank with the "

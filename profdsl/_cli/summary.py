@@ -7,18 +7,18 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from profdsl._cli import ledger_view, stragglers_view
-from profdsl._cli.common import fail, listed, load_read, skipped, table
+from profdsl._cli.common import fail, late_ms_refused, listed, load_read, skipped, table
 from profdsl.analysis import _cost as cost
 from profdsl.analysis._catalog import Artifact, FolderError, catalog_or_logs
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel, StageSpread
+from profdsl.analysis.culprits import DEFAULT_LATE_MS
 from profdsl.config._parallel import DIMS
 from profdsl.core._units import ms_text, percent_text
 
@@ -208,7 +208,7 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--late-ms",
         type=float,
-        default=stragglers_view.DEFAULT_LATE_MS,
+        default=DEFAULT_LATE_MS,
         help="with --stragglers: name a culprit when its lateness exceeds the median rank's by this "
         "many ms (default %(default)g)",
     )
@@ -222,8 +222,8 @@ def _view(args: argparse.Namespace) -> Callable[[argparse.Namespace, str, list[A
     flag = "--ledger" if args.ledger else "--stragglers"
     if args.by is not None or args.cost or args.csv or (args.ledger and args.stragglers):
         return fail(f"{flag} takes --json or prints text; not with --by, --cost, --csv or another view")
-    if not 0 <= args.late_ms < math.inf:  # also refuses NaN: inf would reach --json as Infinity
-        return fail(f"--late-ms must be a finite number of ms >= 0, got {args.late_ms}")
+    if (refused := late_ms_refused(args.late_ms)) is not None:
+        return fail(refused)
     return ledger_view.run if args.ledger else stragglers_view.run
 
 
