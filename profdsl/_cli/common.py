@@ -3,17 +3,21 @@ tables that fit a terminal; what a figure draws (names from the files, stacked b
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from profdsl.analysis._walls import LogRead, read_walls
 from profdsl.core._log import COUNTED_IN_FULL, printable
 
 if TYPE_CHECKING:
-    from profdsl.analysis._walls import LogRead
+    from profdsl.analysis._catalog import Artifact
 
-__all__ = ["drawn", "fail", "printable", "say", "skipped", "skipped_read", "stack", "table"]
+T = TypeVar("T")
+
+__all__ = ["drawn", "fail", "late_ms_refused", "listed", "load_read", "printable", "say", "skipped", "stack", "table"]
 
 
 def say(message: str, command: str = "") -> None:
@@ -38,29 +42,36 @@ def fail_pointing(message: str, code: int = 2) -> int:
     return code
 
 
-def skipped(command: str, reasons: Iterable[str], *, most: int | None = COUNTED_IN_FULL) -> int:
+def skipped(command: str, reasons: Iterable[str]) -> int:
     """Print ``profdsl COMMAND: skipped REASON`` to stderr for each bad input left out (only the
-    first ``most``, then how many more: what is read is untrusted, and a folder may hold a file of
-    millions of bad lines; None, every one; each reason escaped and cut to :data:`REASON_CHARS`
-    characters); returns 1 when there was any (the exit code it calls for), else 0."""
+    first :data:`~profdsl.core._log.COUNTED_IN_FULL`, then how many more: what is read is
+    untrusted, and a folder may hold a file of millions of bad lines; each reason escaped and cut
+    to :data:`REASON_CHARS` characters); returns 1 when there was any (the exit code it calls
+    for), else 0."""
     count = 0
     for reason in reasons:
-        if most is None or count < most:
+        if count < COUNTED_IN_FULL:
             say(f"skipped {_bounded(reason)}", command)
         count += 1
-    if most is not None and count > most:
-        say(f"skipped {count - most} more (not named)", command)
+    if count > COUNTED_IN_FULL:
+        say(f"skipped {count - COUNTED_IN_FULL} more (not named)", command)
     return 1 if count else 0
 
 
-def skipped_read(command: str, bad: Iterable[str], log: LogRead | None) -> int:
-    """:func:`skipped` ``bad`` (manifest lines, traces), then the lines of the metrics logs that
-    are not valid, from ``log``: the one read whose lines the command showed (None: it read no
-    log), so what is shown and what is named cannot disagree. Returns 1 when any was named."""
-    code = skipped(command, bad)
-    if log is not None:
-        code = skipped(command, log.problems) or code
-    return code
+def load_read(
+    command: str,
+    folder: str,
+    artifacts: list[Artifact],
+    bad: list[str],
+    load: Callable[[str, list[Artifact], list[str], LogRead], T],
+) -> tuple[T, int]:
+    """``load(folder, artifacts, bad, log)`` with one read of ``folder``'s metrics logs, then
+    :func:`skipped` ``bad`` (manifest lines, traces) and the lines of the logs that are not valid
+    from that read: what is shown and what is named cannot disagree. Returns what ``load``
+    returned and 1 when any input was named, else 0."""
+    log = read_walls(folder)
+    found = load(folder, artifacts, bad, log)
+    return found, max(skipped(command, bad), skipped(command, log.problems))
 
 
 #: The most characters of one skipped input's reason printed (escaped): a reason may quote input.
@@ -71,6 +82,19 @@ def _bounded(reason: str) -> str:
     """``reason`` escaped, cut to :data:`REASON_CHARS` characters, saying how long it was."""
     text = printable(reason)
     return text if len(text) <= REASON_CHARS else f"{text[:REASON_CHARS]}... ({len(reason)} characters)"
+
+
+def listed(text: str, allowed: Sequence[str]) -> tuple[str, ...] | None:
+    """The comma-separated names of ``text`` (a ``--by``), or None unless there is one and each
+    is one of ``allowed``."""
+    names = tuple(k.strip() for k in text.split(",") if k.strip())
+    return names if names and all(k in allowed for k in names) else None
+
+
+def late_ms_refused(late_ms: float) -> str | None:
+    """Why a ``--late-ms`` is refused, or None: it must be a finite number of ms >= 0 (NaN is
+    not; inf would reach ``--json`` as Infinity)."""
+    return None if 0 <= late_ms < math.inf else f"--late-ms must be a finite number of ms >= 0, got {late_ms}"
 
 
 def drawn(text: str) -> str:

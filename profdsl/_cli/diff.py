@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
-from profdsl._cli.common import fail, printable, say, skipped, table
+from profdsl._cli.common import fail, late_ms_refused, printable, say, skipped, table
 from profdsl.analysis._catalog import FolderError
 from profdsl.analysis._diff import FROM_LOGS, Comparison, Row, describe_noise, load_samples
 from profdsl.analysis._outputs import OutputError, check_output
@@ -163,8 +162,8 @@ def _culprit_text(culprits: dict[str, Any] | None, late_ms: float) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Print the diff; 0 when done (changes are no error), 1 when input was skipped, 2 for usage
     errors."""
-    if not 0 <= args.late_ms < math.inf:  # also refuses NaN: inf would reach --json as Infinity
-        return fail(f"diff: --late-ms must be a finite number of ms >= 0, got {args.late_ms}")
+    if (refused := late_ms_refused(args.late_ms)) is not None:
+        return fail(f"diff: {refused}")
     if args.plot is not None:
         try:
             for folder in (args.run_a, args.run_b):

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from profdsl._cli.common import drawn, stack
-from profdsl.analysis._fleet import FROM_TRACE, RankLedger
+from profdsl.analysis._fleet import FROM_METRICS, FROM_TRACE, RankLedger
 from profdsl.analysis._ledger import FolderLedger
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
@@ -50,8 +50,6 @@ COLOURS = {
     OVERHEAD: "#111111",
     OUTSIDE: "#d9d9d9",
 }
-#: A bar's source: from traces, the metrics log, or both (ranks of each).
-SOURCES = {frozenset({"trace"}): "trace", frozenset({"metrics"}): "metrics"}
 
 Bar = tuple[str, int, str, dict[str, float]]  # role, step, source, ms per bucket
 
@@ -76,7 +74,8 @@ def ledger_bars(found: FolderLedger) -> list[Bar]:
     came from (``trace``, ``metrics``, or ``trace+metrics``), sorted by role and step."""
     bars: list[Bar] = []
     for (role, step), members in _steps(found).items():
-        source = SOURCES.get(frozenset(r.source for r in members), "trace+metrics")
+        sources = {r.source for r in members}  # from traces, the metrics log, or both (ranks of each)
+        source = "+".join(s for s in (FROM_TRACE, FROM_METRICS) if s in sources)
         bars.append((role, step, source, _means([r.ledger.buckets for r in members if r.ledger is not None], BUCKETS)))
     return bars
 

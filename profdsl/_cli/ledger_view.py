@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from profdsl._cli.common import table
+from profdsl._cli.common import load_read, table
 from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._fleet import GroupStep, RankLedger, group_name, headlines, kind_headlines, ms
 from profdsl.analysis._ledger import FolderLedger, load_ledger
-from profdsl.analysis._walls import LogRead, read_walls
 from profdsl.core._kinds import STAGE_KINDS
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
 from profdsl.core._log import printable
 from profdsl.core._units import percent_text
 
-__all__ = ["ledger_text", "run"]
+__all__ = ["ledger_columns", "ledger_text", "run"]
 
 TITLE = (
     "where each traced step's wall time went, per role and rank (ms): the columns after wall ms add up "
@@ -59,15 +58,11 @@ UNPLACED_NOTE = (
 )
 
 
-def _kinds(used: set[str]) -> list[str]:
-    """The kinds of work of ``used``: in :data:`STAGE_KINDS` order, then the files' own, sorted."""
-    return [k for k in STAGE_KINDS if k in used] + sorted(used - set(STAGE_KINDS))
-
-
-def _columns(ranks: Sequence[RankLedger]) -> list[str]:
-    """The kinds any ledger holds time in (:func:`_kinds`), then overhead and outside."""
-    used = {k for r in ranks if r.ledger is not None for k, v in r.ledger.buckets.items() if v}
-    return [*_kinds(used - {OVERHEAD, OUTSIDE}), OVERHEAD, OUTSIDE]
+def ledger_columns(used: Iterable[str], *last: str) -> list[str]:
+    """A ledger table's columns: the kinds of work of ``used`` (each with time) but ``last``, in
+    :data:`STAGE_KINDS` order, then the files' own, sorted; then ``last`` (overhead, outside)."""
+    kinds = set(used) - set(last)
+    return [k for k in STAGE_KINDS if k in kinds] + sorted(kinds - set(STAGE_KINDS)) + list(last)
 
 
 def _rank_rows(ranks: Sequence[RankLedger], columns: Sequence[str]) -> tuple[list[list[object]], list[str]]:
@@ -94,14 +89,14 @@ def _device_rows(ranks: Sequence[RankLedger]) -> list[str]:
     found = [r for r in ranks if r.device is not None and any(r.device.values())]
     if not found:
         return []
-    kinds = _kinds({k for r in found for k, v in (r.device or {}).items() if v and k != OUTSIDE})
+    heads = ledger_columns((k for r in found for k, v in (r.device or {}).items() if v), OUTSIDE)
     rows: list[list[object]] = []
     for rank in found:
         device = rank.device or {}
         span = sum(device.values())
-        cells = [ms(device.get(k, 0)) for k in [*kinds, OUTSIDE]]
+        cells = [ms(device.get(k, 0)) for k in heads]
         rows.append([rank.role, rank.rank, ms(span), *cells, percent_text(device.get(OUTSIDE, 0), span)])
-    headers = ["role", "rank", "span ms", *(f"{k} ms" for k in kinds), "outside ms", "outside %"]
+    headers = ["role", "rank", "span ms", *(f"{k} ms" for k in heads), "outside %"]
     return [DEVICE_TITLE, table(headers, rows)]
 
 
@@ -134,11 +129,12 @@ def _blocks(
 ) -> list[str]:
     """Per step: its ranks' ledgers, then (where they are placed) its groups' busy and idle time."""
     blocks = []
-    columns = _columns(ranks)
-    headers = ["role", "rank", "wall ms", *(f"{c} ms" for c in columns), "concurrent ms"]
+    used = (k for r in ranks if r.ledger is not None for k, v in r.ledger.buckets.items() if v)
+    heads = ledger_columns(used, OVERHEAD, OUTSIDE)
+    headers = ["role", "rank", "wall ms", *(f"{c} ms" for c in heads), "concurrent ms"]
     steps = sorted({r.step for r in ranks} | set(spans), key=number)
     for step in steps:
-        rows, notes = _rank_rows([r for r in ranks if r.step == step], columns)
+        rows, notes = _rank_rows([r for r in ranks if r.step == step], heads)
         title = "traces without a step" if step is None else f"step {step}"
         lines = [title]
         lines += [table(headers, rows)] if rows else ["no role's step has a ledger here:"]
@@ -167,13 +163,12 @@ def ledger_text(found: FolderLedger) -> str:
     return "\n\n".join([TITLE, *blocks])
 
 
-def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> LogRead:
-    """Print the ledger of ``folder`` (text, or ``--json``); unreadable traces go to ``bad``.
-    Returns the one read of the metrics logs it showed, for their bad lines to be named."""
-    log = read_walls(folder)
-    found = load_ledger(folder, artifacts, bad, log)
+def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> int:
+    """Print the ledger of ``folder`` (text, or ``--json``), naming what it skipped
+    (:func:`~profdsl._cli.common.load_read`); returns the exit code."""
+    found, code = load_read("summary", folder, artifacts, bad, load_ledger)
     if args.json:
         print(json.dumps(found.as_dict(), indent=1))
     else:
         print(ledger_text(found))
-    return log
+    return code

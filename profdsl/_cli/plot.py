@@ -19,12 +19,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from profdsl._cli.common import drawn, fail, say, skipped_read, stack
+from profdsl._cli.common import drawn, fail, listed, load_read, say, stack
 from profdsl.analysis._catalog import Catalog, FolderError, catalog_or_logs, number
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import Span, StageModel
 from profdsl.analysis._outputs import OutputError, check_output
-from profdsl.analysis._walls import read_walls
 from profdsl.config._parallel import DIMS
 
 if TYPE_CHECKING:
@@ -90,9 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _coordinates(text: str) -> tuple[str, ...]:
-    keys = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in keys if k not in DIMS]
-    if unknown or not keys:
+    keys = listed(text, DIMS)
+    if keys is None:
         raise argparse.ArgumentTypeError(f"takes parallel coordinates from {','.join(DIMS)}, got {text!r}")
     return keys
 
@@ -128,10 +126,7 @@ def run(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     if args.ledger:
         return _ledger(args, found)
-    failures = list(found.problems)
-    log = read_walls(args.folder)  # the model's walls and the bad lines named: one read
-    model = load_model(args.folder, found.artifacts, failures, log)
-    failed = skipped_read("plot", failures, log)
+    model, failed = load_read("plot", args.folder, found.artifacts, list(found.problems), load_model)
     if not model.nodes:
         return fail(f"{args.folder}: no stage time found in any readable trace", 1, "plot")
     figure = build_figure(model, args)
@@ -145,10 +140,7 @@ def _ledger(args: argparse.Namespace, found: Catalog) -> int:
 
     if args.timeline:
         return fail("--ledger draws bars; it does not take --timeline", command="plot")
-    failures = list(found.problems)
-    log = read_walls(args.folder)  # the ledger drawn and the bad lines named: one read
-    ledger = load_ledger(args.folder, found.artifacts, failures, log)
-    failed = skipped_read("plot", failures, log)
+    ledger, failed = load_read("plot", args.folder, found.artifacts, list(found.problems), load_ledger)
     figure = ledger_figure(ledger, drawn(Path(args.folder).resolve().name))
     if figure is None:
         return fail(f"{args.folder}: no step has a ledger (no trace splits one, no metrics log has one)", 1, "plot")
@@ -277,7 +269,7 @@ def step_extents(model: StageModel) -> dict[int, tuple[float, float]]:
     return extents
 
 
-def _bar_positions(keys: Sequence[BarKey], groups: Sequence[object] | None = None) -> list[float]:
+def _bar_positions(keys: Sequence[BarKey], groups: Sequence[object]) -> list[float]:
     """x of each bar (keys ordered by role, group, then step): gaps set roles, coordinate groups
     and steps apart."""
     xs: list[float] = []
@@ -285,7 +277,7 @@ def _bar_positions(keys: Sequence[BarKey], groups: Sequence[object] | None = Non
     for i, key in enumerate(keys):
         if i and key[0] != keys[i - 1][0]:
             x += 1.0
-        elif i and groups is not None and groups[i] != groups[i - 1]:
+        elif i and groups[i] != groups[i - 1]:
             x += 0.7
         elif i and key[2] != keys[i - 1][2]:
             x += 0.4
@@ -319,7 +311,7 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: i
             stage_sum[stage] += ms
     order = sorted(stage_sum, key=lambda s: (-stage_sum[s], s))
     colours = _colours(order)
-    xs = _bar_positions(keys, [group[k] for k in keys] if by else None)
+    xs = _bar_positions(keys, [group[k] for k in keys])  # without --by every group is ()
     figure = Figure(figsize=(min(max(3 + 0.45 * (xs[-1] + 1), 7.0), 30.0), 5.5))
     axes = figure.add_subplot()
     label = functools.partial(_legend, interleaved=tangled)

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from profdsl._cli.common import table
+from profdsl._cli.common import skipped, table
 from profdsl.analysis._catalog import Artifact
 from profdsl.analysis._collectives import Blame, blame, load_matches
-from profdsl.analysis.culprits import DEFAULT_LATE_MS
 from profdsl.core._log import printable
 from profdsl.core._units import ms_text
 
-__all__ = ["DEFAULT_LATE_MS", "NOTHING_TRACED", "run", "stragglers_text"]
+__all__ = ["NOTHING_TRACED", "run", "stragglers_text"]
 
 TITLE = (
     "who made the others wait at collectives (traced steps): at each collective the rank with the "
@@ -66,8 +65,9 @@ def stragglers_text(items: list[Blame], notes: list[str], late_ms: float) -> str
     )
 
 
-def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> None:
-    """Print the culprits of ``folder``'s traced steps (text, or ``--json``)."""
+def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> int:
+    """Print the culprits of ``folder``'s traced steps (text, or ``--json``), then name what it
+    skipped; returns the exit code."""
     matches, notes, _ = load_matches(folder, artifacts, bad)
     late_ms = args.late_ms
     items = blame(matches, late_ms * 1000)
@@ -75,3 +75,4 @@ def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: l
         print(json.dumps({"stages": [b.as_dict(late_ms) for b in items], "notes": notes}, indent=1))
     else:
         print(stragglers_text(items, notes, late_ms))
+    return skipped("summary", bad)

@@ -7,19 +7,18 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from profdsl._cli import ledger_view, stragglers_view
-from profdsl._cli.common import fail, skipped, skipped_read, table
+from profdsl._cli.common import fail, late_ms_refused, listed, load_read, skipped, table
 from profdsl.analysis import _cost as cost
 from profdsl.analysis._catalog import Artifact, FolderError, catalog_or_logs
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel, StageSpread
-from profdsl.analysis._walls import LogRead, read_walls
+from profdsl.analysis.culprits import DEFAULT_LATE_MS
 from profdsl.config._parallel import DIMS
 from profdsl.core._units import ms_text, percent_text
 
@@ -157,12 +156,9 @@ def _step_time_us(model: StageModel, members: set[tuple[str, int | None, int | N
 def run(args: argparse.Namespace) -> int:
     """Summarize the readable traces; 1 when a manifest line, a trace or a metrics log line was
     skipped (each named on stderr; metrics log lines, the first few), 2 for usage errors."""
-    keys: tuple[str, ...] | None = None
-    if args.by is not None:
-        keys = tuple(k.strip() for k in args.by.split(",") if k.strip())
-        unknown = [k for k in keys if k not in KEYS]
-        if unknown or not keys:
-            return fail(f"--by takes keys from {','.join(KEYS)}, got {args.by!r}")
+    keys = None if args.by is None else listed(args.by, KEYS)
+    if args.by is not None and keys is None:
+        return fail(f"--by takes keys from {','.join(KEYS)}, got {args.by!r}")
     view = _view(args)
     if isinstance(view, int):
         return view
@@ -175,10 +171,8 @@ def run(args: argparse.Namespace) -> int:
         _print_cost(found.artifacts, args)
         return skipped("summary", bad)
     if view is not None:
-        return skipped_read("summary", bad, view(args, args.dir, found.artifacts, bad))
-    log = read_walls(args.dir)  # the walls shown and the bad lines named: one read
-    model = load_model(args.dir, found.artifacts, bad, log)
-    code = skipped_read("summary", bad, log)
+        return view(args, args.dir, found.artifacts, bad)
+    model, code = load_read("summary", args.dir, found.artifacts, bad, load_model)
     rows = model.rows() if keys is None else group(model, keys)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -214,25 +208,22 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--late-ms",
         type=float,
-        default=stragglers_view.DEFAULT_LATE_MS,
+        default=DEFAULT_LATE_MS,
         help="with --stragglers: name a culprit when its lateness exceeds the median rank's by this "
         "many ms (default %(default)g)",
     )
 
 
-def _view(
-    args: argparse.Namespace,
-) -> Callable[[argparse.Namespace, str, list[Artifact], list[str]], LogRead | None] | int | None:
+def _view(args: argparse.Namespace) -> Callable[[argparse.Namespace, str, list[Artifact], list[str]], int] | int | None:
     """The view ``--ledger`` or ``--stragglers`` asks for (None: the stage view), or a usage
-    error's exit code. A view returns the read of the metrics logs it showed (None: it read
-    none), whose bad lines are named."""
+    error's exit code. A view names what it skipped and returns the exit code."""
     if not (args.ledger or args.stragglers):
         return None
     flag = "--ledger" if args.ledger else "--stragglers"
     if args.by is not None or args.cost or args.csv or (args.ledger and args.stragglers):
         return fail(f"{flag} takes --json or prints text; not with --by, --cost, --csv or another view")
-    if not 0 <= args.late_ms < math.inf:  # also refuses NaN: inf would reach --json as Infinity
-        return fail(f"--late-ms must be a finite number of ms >= 0, got {args.late_ms}")
+    if (refused := late_ms_refused(args.late_ms)) is not None:
+        return fail(refused)
     return ledger_view.run if args.ledger else stragglers_view.run
 
 

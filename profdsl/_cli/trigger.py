@@ -10,6 +10,7 @@ import time
 from profdsl._cli.common import fail, fail_pointing, printable, say
 from profdsl.collect._manifest import MANIFEST_NAME
 from profdsl.collect._requests import REQUESTS_DIR, new_id, write_request
+from profdsl.config import OnDemand
 from profdsl.records.fields import RecordError, to_json
 from profdsl.records.requests import MAX_REQUEST_STEPS, CaptureRequest, parse_request
 
@@ -126,9 +127,10 @@ def run(args: argparse.Namespace) -> int:
             "is it the job's save_path?",
             "trigger",
         )
-    if request.steps and request.steps > 10:
+    default = OnDemand().max_steps
+    if request.steps and request.steps > default:
         print(
-            f"profdsl trigger: note: the job takes at most OnDemand.max_steps steps per request (10 by default; "
-            f"{MAX_REQUEST_STEPS} at most)"
+            f"profdsl trigger: note: the job takes at most OnDemand.max_steps steps per request ({default} by "
+            f"default; {MAX_REQUEST_STEPS} at most)"
         )
     return 0

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from profdsl._demo.metrics_table import MetricsLog
@@ -184,9 +185,6 @@ class _Alerts(logging.Handler):
 
     WORDS = ("slow step:", "slow rank:", "straggler")
 
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if any(word in message for word in self.WORDS):
@@ -195,22 +193,11 @@ class _Alerts(logging.Handler):
             print(message, file=sys.stderr, flush=True)
 
 
-def _always_on(log: MetricsLog, stages: list[tuple[str, str, int, float]]) -> None:
-    from profdsl._demo.metrics_table import TITLE
-
-    print(f"\n{TITLE}:")
-    for line in log.lines(stages):
-        print("  " + line)
-
-
-def _ledger(log: MetricsLog) -> None:
-    from profdsl._demo.ledger_table import TITLE, ledger_lines
-
-    lines = ledger_lines(log.timings)
-    if lines:
-        print(f"\n{TITLE}:")
-        for line in lines:
-            print("  " + line)
+def _section(title: str, lines: Iterable[str]) -> None:
+    """``title:`` after an empty line, then each of ``lines`` indented (an empty one left empty)."""
+    print(f"\n{title}:")
+    for line in lines:
+        print("  " + line if line else "")
 
 
 def _slow_story(save_path: str, args: argparse.Namespace) -> None:
@@ -220,22 +207,25 @@ def _slow_story(save_path: str, args: argparse.Namespace) -> None:
     if args.slow_step < 0:
         return
     captures = auto_captures(save_path)
-    print("\nautomatic captures (ProfilerConfig.auto: each traced step, its rank and roles, and why):")
-    for line in captures or ["none: the slow step was not caught"]:
-        print("  " + line)
+    _section(
+        "automatic captures (ProfilerConfig.auto: each traced step, its rank and roles, and why)",
+        captures or ["none: the slow step was not caught"],
+    )
     rank = 1 if args.ray else 0
     table = slow_step_table(save_path, args.slow_step, rank)
-    print(
-        f"\nwhere the slow step's time went (step {args.slow_step} on rank {rank} against the median of "
-        "its other untraced steps, from the metrics log):"
+    _section(
+        f"where the slow step's time went (step {args.slow_step} on rank {rank} against the median of "
+        "its other untraced steps, from the metrics log)",
+        table or ["(no metrics log)"],
     )
-    for line in table or ["(no metrics log)"]:
-        print("  " + line)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; returns the exit code."""
-    from profdsl._demo.report import artifacts_table, cost_table, stage_table, traced_totals
+    from profdsl._demo.ledger_table import TITLE as LEDGER_TITLE
+    from profdsl._demo.ledger_table import ledger_lines
+    from profdsl._demo.metrics_table import TITLE as METRICS_TITLE
+    from profdsl._demo.report import artifacts_table, cost_table, stage_tables
     from profdsl.analysis import _cost as cost
 
     config = demo_config(args)
@@ -246,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     log = MetricsLog()
-    logger, alerts = logging.getLogger("profdsl"), _Alerts()
+    logger, alerts = logging.getLogger("profdsl"), _Alerts(logging.INFO)
     level = logger.level
     logger.addHandler(alerts)
     logger.setLevel(logging.INFO)
@@ -255,20 +245,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         logger.removeHandler(alerts)
         logger.setLevel(level)
-    print(f"\ndone in {time.monotonic() - started:.1f}s. Where every artifact went:")
-    for line in artifacts_table(config.save_path):
-        print("  " + line)
-    print("\nwhere each step went (from the traces, as `profdsl summary` shows it):")
-    for line in stage_table(config.save_path):
-        print("  " + line if line else "")
-    _always_on(log, traced_totals(config.save_path))
-    _ledger(log)
+    _section(f"done in {time.monotonic() - started:.1f}s. Where every artifact went", artifacts_table(config.save_path))
+    steps, traced = stage_tables(config.save_path)
+    _section("where each step went (from the traces, as `profdsl summary` shows it)", steps)
+    _section(METRICS_TITLE, log.lines(traced))
+    ledger = ledger_lines(log.timings)
+    if ledger:
+        _section(LEDGER_TITLE, ledger)
     _slow_story(config.save_path, args)
     costs = cost_table(config.save_path)
     if costs:
-        print(f"\n{cost.TITLE}:")
-        for line in costs:
-            print(f"  {line}".rstrip())
+        _section(cost.TITLE, costs)
     if os.path.exists(config.save_path + ".tgz"):
         print(f"\nthe finish hook packed everything into {config.save_path}.tgz")
     print("open any .json.gz trace in https://ui.perfetto.dev")

@@ -8,8 +8,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from profdsl._cli.common import table
-from profdsl._cli.ledger_view import METRICS_OVERHEAD
-from profdsl.core._kinds import STAGE_KINDS
+from profdsl._cli.ledger_view import METRICS_OVERHEAD, ledger_columns
 from profdsl.core._ledger import OUTSIDE, OVERHEAD
 from profdsl.core._units import ms_text
 from profdsl.metrics import StepTimings
@@ -40,7 +39,7 @@ def ledger_lines(timings: Sequence[StepTimings]) -> list[str]:
     if not by:
         return []
     used = {k for items in by.values() for t in items for k, v in (t.ledger or {}).items() if v}
-    columns = [k for k in STAGE_KINDS if k in used] + [OVERHEAD, OUTSIDE]
+    columns = ledger_columns(used, OVERHEAD, OUTSIDE)
     headers = ["step", "role", "ranks", "wall ms", *(f"{c} ms" for c in columns)]
     rows = []
     for (step, role), items in sorted(by.items()):
@@ -66,7 +65,7 @@ def device_lines(timings: Sequence[StepTimings]) -> list[str]:
     if not by:
         return []
     used = {k for splits in by.values() for split in splits for k, v in split.items() if v}
-    columns = [k for k in STAGE_KINDS if k in used] + [OUTSIDE]
+    columns = ledger_columns(used, OUTSIDE)
     headers = ["step", "role", "ranks", "span ms", *(f"{c} ms" for c in columns), "outside %"]
     rows = []
     for (step, role), splits in sorted(by.items()):

@@ -3,6 +3,7 @@ what the traces of the profiled steps say about the same stages."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 
 from profdsl._cli.common import table
@@ -28,31 +29,28 @@ class MetricsLog:
     def rows(self, traced: Iterable[tuple[str, str, int, float]]) -> list[list[str]]:
         """One row per role and stage path seen: steps and ranks it ran on, its total and mean
         per step of one rank (ms), the rank with the most time, then the traces' count and total
-        for the same role and stage (``traced``: rows of ``stage_table``)."""
+        for the same role and stage (``traced``: :func:`~profdsl._demo.report.traced_totals`)."""
         from_traces = {(role, stage): (count, total) for role, stage, count, total in traced}
-        seconds: dict[tuple[str, str], dict[int, float]] = {}
-        steps: dict[tuple[str, str], set[int]] = {}
-        samples: dict[tuple[str, str], int] = {}
+        samples: dict[tuple[str, str], list[tuple[int, int, float]]] = defaultdict(list)
         for item in self.timings:
             for path, timing in item.stages.items():
-                key = (item.role, path)
-                by_rank = seconds.setdefault(key, {})
-                by_rank[item.rank] = by_rank.get(item.rank, 0.0) + timing.total_s
-                steps.setdefault(key, set()).add(item.step)
-                samples[key] = samples.get(key, 0) + 1
+                samples[(item.role, path)].append((item.step, item.rank, timing.total_s))
         rows = []
-        for key in sorted(seconds, key=lambda k: (k[0], k[1])):
-            by_rank, total = seconds[key], sum(seconds[key].values())
+        for (role, path), seen in sorted(samples.items()):
+            by_rank: dict[int, float] = defaultdict(float)
+            for _, rank, seconds in seen:
+                by_rank[rank] += seconds
+            total = sum(by_rank.values())
             slowest = min(by_rank, key=lambda rank: (-by_rank[rank], rank))
-            count, traced_ms = from_traces.get(key, (0, 0.0))
+            count, traced_ms = from_traces.get((role, path), (0, 0.0))
             rows.append(
                 [
-                    key[0],
-                    key[1],
-                    str(len(steps[key])),
+                    role,
+                    path,
+                    str(len({step for step, _, _ in seen})),
                     str(len(by_rank)),
                     ms_text(total * 1e3, 2),
-                    ms_text(total * 1e3 / samples[key], 2),
+                    ms_text(total * 1e3 / len(seen), 2),
                     f"rank {slowest}",
                     "|",
                     str(count) if count else "-",

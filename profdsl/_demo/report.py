@@ -23,7 +23,7 @@ __all__ = [
     "cost_table",
     "slow_step_table",
     "stage_model",
-    "stage_table",
+    "stage_tables",
     "traced_totals",
 ]
 
@@ -34,23 +34,20 @@ def stage_model(save_path: str) -> StageModel:
     return load_model(save_path, found.artifacts, [])
 
 
-def stage_table(save_path: str) -> list[str]:
-    """The lines of ``profdsl summary``'s step view of the run: each profiled step's roles and
-    stages, mini-batches under the stage they ran in."""
+def stage_tables(save_path: str) -> tuple[list[str], list[tuple[str, str, int, float]]]:
+    """From one read of the run's traces: the lines of ``profdsl summary``'s step view (each
+    profiled step's roles and stages, mini-batches under the stage they ran in) and
+    :func:`traced_totals`; nothing when the folder holds nothing to read."""
     try:
         model = stage_model(save_path)
     except FolderError:
-        return []
-    return step_view(model).splitlines()
+        return [], []
+    return step_view(model).splitlines(), traced_totals(model)
 
 
-def traced_totals(save_path: str) -> list[tuple[str, str, int, float]]:
+def traced_totals(model: StageModel) -> list[tuple[str, str, int, float]]:
     """(role, stage path, entries, total ms) per role and stage path over the run's traces, the
     path named as the always-on metrics name it (``update_actor/mini_batch``), to set beside them."""
-    try:
-        model = stage_model(save_path)
-    except FolderError:
-        return []
     totals: dict[tuple[str, str], list[float]] = {}
     for node in model.nodes:
         key = (node.role, "/".join(segment(name) for name in node.path))

@@ -20,22 +20,13 @@ def _policy(seed: int) -> Any:
     return torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, ACTIONS))
 
 
-class Sampler:
-    """A rollout replica: samples actions from a copy of the policy."""
-
-    # In-process, its torch session records the thread that starts it: rollout_window must call
-    # it on the generating thread (a Ray actor runs it on the actor's own thread anyway).
-    profdsl_thread_affine = True
+class Sampler(TorchSamplerEngine):
+    """A rollout replica: samples actions from a copy of the policy, profiled as the torch
+    sampler it is (in-process, rollout_window starts it on the generating thread)."""
 
     def __init__(self, config: ProfilerConfig, replica: int) -> None:
-        self.engine = TorchSamplerEngine(config, replica)
+        super().__init__(config, replica)
         self.policy = _policy(replica)
-
-    def start_profile(self, profile_prefix: str | None = None) -> None:
-        self.engine.start_profile(profile_prefix)
-
-    def stop_profile(self) -> None:
-        self.engine.stop_profile()
 
     def generate(self, prompts: Any) -> Any:
         import torch
