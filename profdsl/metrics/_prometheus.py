@@ -415,10 +415,6 @@ class Servers:
                 )
             return server
 
-    def all(self) -> list[Server]:
-        with self._lock:
-            return list(self._servers.values())
-
     def close(self) -> None:
         """Stop every endpoint (tests' reset)."""
         with self._lock:
