@@ -24,14 +24,12 @@ from profdsl.records.fields import RecordError, to_json
 from profdsl.records.manifest import KINDS, RECORD_CLASSES, RECORD_KEYS, Record, parse_record
 
 __all__ = [
-    "KINDS",
     "MANIFEST_NAME",
     "MAX_MANIFEST_BYTES",
     "RECORD_KEYS",
     "ManifestLine",
     "append_record",
     "append_whole",
-    "is_relative",
     "json_lines",
     "make_record",
     "read_lines",

@@ -94,14 +94,14 @@ def reserve(save_path: str, name: TraceName) -> TraceName:
             candidate = attrs.evolve(candidate, part=part)
 
 
-def gzip_complete(path: str, chunk: int = 1 << 20) -> bool:
+def gzip_complete(path: str) -> bool:
     """Whether ``path`` is a whole gzip stream (decompressed in chunks: bounded memory). A link
     or no regular file is not: it is opened by its own name, never followed, never blocked on
     (a FIFO: :func:`~profdsl.core._files.open_regular`)."""
     inflater = zlib.decompressobj(wbits=31)
     try:
         with open_regular(path) as file:
-            while block := file.read(chunk):
+            while block := file.read(1 << 20):
                 inflater.decompress(block, 0)
                 if inflater.eof:
                     return True
@@ -172,7 +172,7 @@ def _ours(names: Iterable[str], pid: int) -> dict[str, re.Match[str]]:
     return ours
 
 
-def wait_converted(source_dir: str, pid: int, timeout_s: float, poll_s: float = POLL_S) -> bool:
+def wait_converted(source_dir: str, pid: int, timeout_s: float) -> bool:
     """Wait until no ``.qdstrm`` of process ``pid`` is left in ``source_dir`` (nsys has written
     every report), at most ``timeout_s``; False when some is still converting then."""
     deadline = time.monotonic() + timeout_s
@@ -185,7 +185,7 @@ def wait_converted(source_dir: str, pid: int, timeout_s: float, poll_s: float = 
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(poll_s)
+        time.sleep(POLL_S)
 
 
 def plan_nsys(

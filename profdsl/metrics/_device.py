@@ -71,7 +71,7 @@ class CudaEvents:
         event.record()
         return event
 
-    def read(self, pairs: list[tuple[Any, Any]], placed: Sequence[Any] = ()) -> tuple[list[float], list[float] | None]:
+    def read(self, pairs: list[tuple[Any, Any]], placed: Sequence[Any]) -> tuple[list[float], list[float] | None]:
         """Seconds between each (start, end) pair, and of each event of ``placed`` (events of
         ``pairs``) after the first of them, after one synchronize; the events are reused. The
         places are None when they cannot be read (events of different devices: logged once)."""
