@@ -254,10 +254,9 @@ def apply(
     records = []
     for item in plan:
         if isinstance(item, Skip):
-            if item.status == "skipped" or (item.status == "incomplete" and record_incomplete):
-                record = _unmoved(item, item.status, item.reason)
-            else:
+            if item.status != "skipped" and not (item.status == "incomplete" and record_incomplete):
                 continue
+            record = _unmoved(item, item.status, item.reason)
         elif item not in moves:
             record = _unmoved(item, "skipped", NOT_REGULAR)
         elif item.source in incomplete:
