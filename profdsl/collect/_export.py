@@ -47,7 +47,6 @@ __all__ = [
     "ExportPolicy",
     "PendingTrace",
     "TraceLabel",
-    "direct",
     "events_owner",
     "finish",
     "write_events",
@@ -339,21 +338,13 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
             final: str | None = pending.name().format()
         except Exception:  # a label the name refuses: recorded without a path
             final = None
-        error = (
+        why = (
             f"interrupted ({type(exc).__name__}) while the trace was written"
             if interrupted
             else f"{type(exc).__name__}: {exc}"
         )
-        append_record(
-            label.save_path,
-            TraceRecord(
-                intended=final,
-                status="incomplete" if interrupted else "failed",
-                error=None if interrupted else error,
-                reason=error if interrupted else None,
-                **pending.fields(),
-            ),
-        )
+        status = "incomplete" if interrupted else "failed"
+        append_record(label.save_path, label.loss(status, why, intended=final, **pending.fields()))
 
     commit(record)
     if interrupted:
