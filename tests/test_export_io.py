@@ -19,7 +19,7 @@ import pytest
 
 import profdsl._cli
 from profdsl.analysis._reader import header
-from profdsl.collect._export import TraceLabel, finish, pending_trace
+from profdsl.collect._export import PendingTrace, TraceLabel, finish
 from profdsl.collect._manifest import MANIFEST_NAME
 from profdsl.manifest import read_manifest
 
@@ -62,7 +62,7 @@ def _label(save_path: Path, **kwargs: Any) -> TraceLabel:
 
 def export_trace(write: Any, label: TraceLabel, **kwargs: Any) -> str | None:
     """A trace's export, as the writer runs it: torch's write of the events, then the rest."""
-    return finish(pending_trace(write, label, **kwargs))
+    return finish(PendingTrace(write=write, label=label, **kwargs))
 
 
 def _writer(content: bytes, header: dict[str, Any] | None = None) -> Any:

@@ -23,7 +23,7 @@ import profdsl._cli
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl._capture import torch_args, torch_traces
 from profdsl._runtime.process import PROCESS
-from profdsl.collect._export import ExportPolicy, TraceLabel, finish, pending_trace
+from profdsl.collect._export import ExportPolicy, PendingTrace, TraceLabel, finish
 from profdsl.core._completeness import Expect
 
 from .profiling import config, records, work
@@ -68,9 +68,9 @@ class TestNoEvents:
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
         prof.start()
         prof.stop()
-        pending = pending_trace(
-            lambda path: prof.export_chrome_trace(path),
-            label_in(tmp_path),
+        pending = PendingTrace(
+            write=lambda path: prof.export_chrome_trace(path),
+            label=label_in(tmp_path),
             window=None,
             time_ms=1,
             expect=Expect(regions=opened),
@@ -151,7 +151,7 @@ class TestAskedDevice:
             return {}
 
         expect = Expect(device="cuda")
-        assert finish(pending_trace(write, label, window=None, time_ms=1, expect=expect))
+        assert finish(PendingTrace(write=write, label=label, window=None, time_ms=1, expect=expect))
         (record,) = records(tmp_path, "trace")
         assert record["status"] == "ok"
 

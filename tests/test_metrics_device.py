@@ -169,9 +169,9 @@ def test_bookkeeping_bounds(gpu: FakeDevice, monkeypatch: pytest.MonkeyPatch, ca
         gpu.run(1.0)
         times.add(node, start, times.mark())
     with caplog.at_level(logging.WARNING, logger="profdsl"):
-        assert times.settle() == {node: 3.0}
+        assert times.read_step(root).seconds == {node: 3.0}
     assert "device time of 2 of them is missing" in caplog.text
-    assert times.settle() == {} and gpu.syncs == 1  # nothing to read: no synchronize
+    assert times.read_step(root).seconds == {} and gpu.syncs == 1  # nothing to read: no synchronize
 
 
 def test_no_torch_no_device_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,10 +47,8 @@ __all__ = [
     "ExportPolicy",
     "PendingTrace",
     "TraceLabel",
-    "direct",
     "events_owner",
     "finish",
-    "pending_trace",
     "write_events",
 ]
 
@@ -136,14 +134,15 @@ class TraceLabel:
 
 @attrs.frozen(kw_only=True)
 class PendingTrace:
-    """A trace not yet finished: its events are in ``events`` (plain JSON), or, while ``write``
-    is set, still to be written there by ``write(events)`` (which returns the metadata)."""
+    """A trace not yet finished: its events are in ``events`` (plain JSON; by default a fresh
+    hidden name in ``save_path``, nothing written yet), or, while ``write`` is set, still to be
+    written there by ``write(events)`` (which returns the metadata)."""
 
     label: TraceLabel
     window: tuple[int, int] | None
     time_ms: int
-    extra: Mapping[str, object] | None
-    events: str
+    extra: Mapping[str, object] | None = None
+    events: str = attrs.field()
     header: Mapping[str, object] | None = None
     write: Callable[[str], object] | None = attrs.field(default=None, eq=False, repr=False)
     #: Milliseconds the training thread was blocked handing it over (None: not measured).
@@ -155,6 +154,10 @@ class PendingTrace:
     #: ``measured(json_bytes)``: told the trace's size as plain JSON once it is recorded (the
     #: role's trace-size budget learns from it).
     measured: Callable[[int], object] | None = attrs.field(default=None, eq=False, repr=False)
+
+    @events.default
+    def _events_file(self) -> str:
+        return os.path.join(self.label.save_path, f"{TEMP_PREFIX}{self.label.pid}-{uuid.uuid4().hex}.json")
 
     def fields(self, waited_s: float = 0.0) -> dict[str, Any]:
         """The trace's record fields, but its path, status and size; ``waited_s``: seconds the
@@ -189,35 +192,6 @@ class PendingTrace:
 #: ``commit(action)``: run ``action`` (a step that changes what save_path shows: a reservation,
 #: a rename, a record) and return its result, or refuse (None): the trace was given up.
 Commit = Callable[[Callable[[], T]], T | None]
-
-
-def pending_trace(
-    write: Callable[[str], object],
-    label: TraceLabel,
-    *,
-    window: tuple[int, int] | None,
-    time_ms: int,
-    extra: Mapping[str, object] | None = None,
-    blocked_ms: float | None = None,
-    wait_ms: float | None = None,
-    expect: Expect | None = None,
-    measured: Callable[[int], object] | None = None,
-) -> PendingTrace:
-    """A trace whose events ``write(path)`` will write: named, its events file chosen in
-    ``save_path``, nothing written yet."""
-    events = os.path.join(label.save_path, f"{TEMP_PREFIX}{label.pid}-{uuid.uuid4().hex}.json")
-    return PendingTrace(
-        label=label,
-        window=window,
-        time_ms=time_ms,
-        extra=extra,
-        events=events,
-        write=write,
-        blocked_ms=blocked_ms,
-        wait_ms=wait_ms,
-        expect=expect,
-        measured=measured,
-    )
 
 
 def write_events(pending: PendingTrace) -> PendingTrace:
@@ -364,21 +338,13 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
             final: str | None = pending.name().format()
         except Exception:  # a label the name refuses: recorded without a path
             final = None
-        error = (
+        why = (
             f"interrupted ({type(exc).__name__}) while the trace was written"
             if interrupted
             else f"{type(exc).__name__}: {exc}"
         )
-        append_record(
-            label.save_path,
-            TraceRecord(
-                intended=final,
-                status="incomplete" if interrupted else "failed",
-                error=None if interrupted else error,
-                reason=error if interrupted else None,
-                **pending.fields(),
-            ),
-        )
+        status = "incomplete" if interrupted else "failed"
+        append_record(label.save_path, label.loss(status, why, intended=final, **pending.fields()))
 
     commit(record)
     if interrupted:

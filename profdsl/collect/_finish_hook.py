@@ -228,18 +228,14 @@ def _watch(
     reader.start()
     try:
         code = _wait(proc, started + timeout_s, abort)
+        status, error = ("ok", None) if code == 0 else ("failed", f"exit code {code}")
     except (subprocess.TimeoutExpired, _AbortedError) as stop:
         _kill_group(proc)
-        reader.join(DRAIN_GRACE_S)
         timed_out = isinstance(stop, subprocess.TimeoutExpired)
+        status, code = ("timeout" if timed_out else "interrupted"), proc.returncode
         why = f"timed out after {timeout_s:g}s" if timed_out else str(stop)
-        status = "timeout" if timed_out else "interrupted"
-        return HookResult(
-            status, proc.returncode, time.monotonic() - started, f"{why}; process group killed", tail.lines()
-        )
+        error = f"{why}; process group killed"
     reader.join(DRAIN_GRACE_S)
-    status = "ok" if code == 0 else "failed"
-    error = None if code == 0 else f"exit code {code}"
     return HookResult(status, code, time.monotonic() - started, error, tail.lines())
 
 

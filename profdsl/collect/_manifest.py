@@ -24,14 +24,12 @@ from profdsl.records.fields import RecordError, to_json
 from profdsl.records.manifest import KINDS, RECORD_CLASSES, RECORD_KEYS, Record, parse_record
 
 __all__ = [
-    "KINDS",
     "MANIFEST_NAME",
     "MAX_MANIFEST_BYTES",
     "RECORD_KEYS",
     "ManifestLine",
     "append_record",
     "append_whole",
-    "is_relative",
     "json_lines",
     "make_record",
     "read_lines",
@@ -101,15 +99,16 @@ def append_whole(path: str, data: bytes, what: str, *, lock: bool = False) -> bo
     return True
 
 
-def _lock(fd: int) -> None:
-    """An exclusive record lock of this process on the whole file (released by the close)."""
+def _lock(fd: int, shared: bool = False) -> None:
+    """A record lock of this process on the whole file, exclusive (an append) or ``shared`` (a
+    read: it waits for an append in progress); released by the close. Best effort: without
+    POSIX or on a filesystem without record locks, ``O_APPEND`` alone keeps single writes
+    whole."""
     try:
         import fcntl
-    except ImportError:  # not POSIX: O_APPEND alone keeps single writes whole on local disks
-        return
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX)
-    except OSError:  # a filesystem without record locks: O_APPEND keeps lines whole
+
+        fcntl.lockf(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+    except (ImportError, OSError):
         pass
 
 
@@ -165,18 +164,8 @@ def _read_regular(target: str) -> bytes:
     """The whole file, read under a shared lock, within :data:`MAX_MANIFEST_BYTES`; a link, FIFO,
     device or folder is refused unread (:func:`~profdsl.core._files.open_regular`)."""
     with open_regular(target, limit=MAX_MANIFEST_BYTES, holds="a manifest") as file:
-        _read_lock(file.fileno())
+        _lock(file.fileno(), shared=True)
         return read_within(file, limit=MAX_MANIFEST_BYTES, holds="a manifest")
-
-
-def _read_lock(fd: int) -> None:
-    """A shared record lock: waits for an append in progress (best effort, like the writers')."""
-    try:
-        import fcntl
-
-        fcntl.lockf(fd, fcntl.LOCK_SH)
-    except (ImportError, OSError):
-        pass
 
 
 def read_manifest(save_path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -94,14 +94,14 @@ def reserve(save_path: str, name: TraceName) -> TraceName:
             candidate = attrs.evolve(candidate, part=part)
 
 
-def gzip_complete(path: str, chunk: int = 1 << 20) -> bool:
+def gzip_complete(path: str) -> bool:
     """Whether ``path`` is a whole gzip stream (decompressed in chunks: bounded memory). A link
     or no regular file is not: it is opened by its own name, never followed, never blocked on
     (a FIFO: :func:`~profdsl.core._files.open_regular`)."""
     inflater = zlib.decompressobj(wbits=31)
     try:
         with open_regular(path) as file:
-            while block := file.read(chunk):
+            while block := file.read(1 << 20):
                 inflater.decompress(block, 0)
                 if inflater.eof:
                     return True
@@ -172,7 +172,7 @@ def _ours(names: Iterable[str], pid: int) -> dict[str, re.Match[str]]:
     return ours
 
 
-def wait_converted(source_dir: str, pid: int, timeout_s: float, poll_s: float = POLL_S) -> bool:
+def wait_converted(source_dir: str, pid: int, timeout_s: float) -> bool:
     """Wait until no ``.qdstrm`` of process ``pid`` is left in ``source_dir`` (nsys has written
     every report), at most ``timeout_s``; False when some is still converting then."""
     deadline = time.monotonic() + timeout_s
@@ -185,7 +185,7 @@ def wait_converted(source_dir: str, pid: int, timeout_s: float, poll_s: float = 
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(poll_s)
+        time.sleep(POLL_S)
 
 
 def plan_nsys(
@@ -254,12 +254,11 @@ def apply(
     records = []
     for item in plan:
         if isinstance(item, Skip):
-            if item.status == "skipped" or (item.status == "incomplete" and record_incomplete):
-                record = _unmoved(item, item.status, item.reason)
-            else:
+            if item.status != "skipped" and not (item.status == "incomplete" and record_incomplete):
                 continue
+            record = _unmoved(item, item.status, item.reason)
         elif item not in moves:
-            record = _not_regular(item)
+            record = _unmoved(item, "skipped", NOT_REGULAR)
         elif item.source in incomplete:
             if not record_incomplete:
                 continue
@@ -285,25 +284,14 @@ def _moved(save_path: str, move: Move) -> dict[str, Any]:
 
 
 def _unmoved(item: Move | Skip, status: str, reason: str) -> dict[str, Any]:
-    """The record of a source left where it is; an incomplete one keeps its size and mtime."""
-    fields = _with(item.fields, status=status, source=item.source, reason=reason)
+    """The record of a source left where it is; an incomplete one keeps its size and mtime. What
+    happened to it overrides its planned fields (a ``stray`` file that could not be moved is
+    recorded for that, not as stray)."""
+    fields = dict(item.fields, status=status, source=item.source, reason=reason)
     signature = _signature(item.source) if status == "incomplete" else None
     if signature is not None:
         fields.update(source_bytes=signature[0], source_mtime_ns=signature[1])
     return make_record(item.kind, None, **fields)
-
-
-def _not_regular(move: Move) -> dict[str, Any]:
-    """The record of a source left where it is because it is no regular file."""
-    return make_record(move.kind, None, **_with(move.fields, status="skipped", source=move.source, reason=NOT_REGULAR))
-
-
-def _with(fields: dict[str, Any], **outcome: Any) -> dict[str, Any]:
-    """A planned item's fields with what happened to it (its status and reason among them: a
-    ``stray`` file that could not be moved is recorded for that, not as stray)."""
-    merged = dict(fields)
-    merged.update(outcome)
-    return merged
 
 
 def _recorded_incomplete(save_path: str) -> dict[str, tuple[int, int]]:
@@ -343,7 +331,7 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
         reserved = os.path.join(save_path, name)
         if not _take(move.source, save_path, reserved):
             os.remove(reserved)  # the empty reservation
-            return _not_regular(move)
+            return _unmoved(move, "skipped", NOT_REGULAR)
         size = os.lstat(reserved).st_size
     except Exception as exc:
         if reserved is not None and os.path.exists(reserved) and os.path.getsize(reserved) == 0:
@@ -351,7 +339,7 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
         return make_record(
             move.kind,
             None,
-            **_with(
+            **dict(
                 move.fields,
                 status="failed",
                 source=move.source,
@@ -359,7 +347,7 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
                 error=f"{type(exc).__name__}: {exc}",
             ),
         )
-    return make_record(move.kind, name, **_with(move.fields, bytes=size, source=move.source))
+    return make_record(move.kind, name, **dict(move.fields, bytes=size, source=move.source))
 
 
 def _take(source: str, save_path: str, destination: str) -> bool:

@@ -107,8 +107,7 @@ class RequestFolder:
         self.began = time.time()  # requests made before this are not this process's
         self._mtime: int | None = None
         self._settled = False
-        self._seen: set[str] = set()
-        self._read: dict[str, int] = {}  # each file's mtime when read: one replaced is read again
+        self._read: dict[str, int] = {}  # each file seen: its mtime when read (one replaced is read again)
 
     def changed(self) -> bool:
         """Whether the folder may hold files not scanned yet: one ``stat``."""
@@ -132,14 +131,14 @@ class RequestFolder:
             if name.startswith(".") or not name.endswith(".json"):
                 continue
             path = os.path.join(self.path, name)
-            if name in self._seen:
+            if name in self._read:
                 try:
-                    if os.stat(path).st_mtime_ns == self._read.get(name):
+                    if os.stat(path).st_mtime_ns == self._read[name]:
                         continue
                 except OSError:
                     continue
-                self._seen.discard(name)  # replaced since it was read (a corrected request)
-            if len(self._seen) >= MAX_FILES:
+                del self._read[name]  # replaced since it was read (a corrected request)
+            if len(self._read) >= MAX_FILES:
                 yield Scanned(name, None, f"more than {MAX_FILES} request files: the rest are not read", 0.0)
                 return
             try:
@@ -147,13 +146,12 @@ class RequestFolder:
             except OSError:
                 continue  # gone meanwhile
             mtime = info.st_mtime
-            self._seen.add(name)
             self._read[name] = info.st_mtime_ns
             try:
                 yield Scanned(name, read_request(path), None, mtime)
             except (OSError, RecordError) as exc:
                 if isinstance(exc, RecordError) and _young(time.time_ns() - int(mtime * 1e9)):
-                    self._seen.discard(name)  # written by hand, maybe not whole yet: read again
+                    del self._read[name]  # written by hand, maybe not whole yet: read again
                     self._settled = False  # at the next check
                     continue
                 yield Scanned(

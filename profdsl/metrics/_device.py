@@ -71,7 +71,7 @@ class CudaEvents:
         event.record()
         return event
 
-    def read(self, pairs: list[tuple[Any, Any]], placed: Sequence[Any] = ()) -> tuple[list[float], list[float] | None]:
+    def read(self, pairs: list[tuple[Any, Any]], placed: Sequence[Any]) -> tuple[list[float], list[float] | None]:
         """Seconds between each (start, end) pair, and of each event of ``placed`` (events of
         ``pairs``) after the first of them, after one synchronize; the events are reused. The
         places are None when they cannot be read (events of different devices: logged once)."""
@@ -128,11 +128,7 @@ class DeviceTimes(Generic[N]):
             return
         self.pairs.append((node, start, end))
 
-    def settle(self) -> dict[N, float]:
-        """Device seconds per node for the step, read with one synchronize."""
-        return self.read_step(None).seconds
-
-    def read_step(self, root: object | None) -> StepDevice[N]:
+    def read_step(self, root: object) -> StepDevice[N]:
         """The step's device time, read with one synchronize: seconds per node, and the places
         of ``root``'s top-level entries (a top-level node's: its ``spans`` are kept)."""
         pairs, self.pairs = self.pairs, []
@@ -146,16 +142,16 @@ class DeviceTimes(Generic[N]):
                 self.dropped,
             )
             self.dropped = 0
-        top = [] if root is None else [(n, s, e) for n, s, e in pairs if n.root is root and n.spans is not None]
+        top = [(n, s, e) for n, s, e in pairs if n.root is root and n.spans is not None]
         if not pairs:
-            return StepDevice({}, [] if complete and root is not None else None)
+            return StepDevice({}, [] if complete else None)
         events = [event for _, start, end in top for event in (start, end)]
         seconds, at = self.source.read([(start, end) for _, start, end in pairs], events)
         totals: dict[N, float] = {}
         for (node, _, _), value in zip(pairs, seconds):
             totals[node] = totals.get(node, 0.0) + value
         placed = None
-        if complete and root is not None and (at is not None or not top):
+        if complete and (at is not None or not top):
             places = at or []
             placed = [(node, places[2 * i], places[2 * i + 1]) for i, (node, _, _) in enumerate(top)]
         return StepDevice(totals, placed)

@@ -9,8 +9,9 @@ as before.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from profdsl.config import Metrics
@@ -84,18 +85,14 @@ def publish(timings: StepTimings, exporters: list[Exporter], on_step: OnStep | N
     failure is logged once per exporter (or callback) and error type, never raised."""
     flat = timings.flat()
     for exporter in exporters:
-        try:
+        with _guarded(
+            f"metrics-export:{exporter.name}:{id(exporter)}",
+            "profdsl: %s: exporting step %s to %s failed (training goes on): %r",
+            timings.role,
+            timings.step,
+            exporter.name,
+        ):
             exporter.export(timings)
-        except Exception as exc:
-            once(
-                f"metrics-export:{exporter.name}:{id(exporter)}:{type(exc).__name__}",
-                logging.ERROR,
-                "profdsl: %s: exporting step %s to %s failed (training goes on): %r",
-                timings.role,
-                timings.step,
-                exporter.name,
-                exc,
-            )
     call_on_step(on_step, timings.step, flat, timings.role)
     return flat
 
@@ -105,33 +102,33 @@ def export_alert(exporters: list[Exporter], alert: StragglerAlert) -> None:
     ``profdsl_straggler_*`` gauges); a failure is logged once, never raised."""
     for exporter in exporters:
         show = getattr(exporter, "alert", None)
-        if show is None:
-            continue
-        try:
-            show(alert)
-        except Exception as exc:
-            once(
-                f"metrics-alert:{exporter.name}:{id(exporter)}:{type(exc).__name__}",
-                logging.ERROR,
+        if show is not None:
+            with _guarded(
+                f"metrics-alert:{exporter.name}:{id(exporter)}",
                 "profdsl: exporting a straggler alert to %s failed (training goes on): %r",
                 exporter.name,
-                exc,
-            )
+            ):
+                show(alert)
 
 
 def call_on_step(on_step: OnStep | None, step: int, flat: dict[str, float], who: str) -> None:
     """Call ``on_step(step, a copy of flat)``; a failure is logged once per callback and error
     type, never raised."""
-    if on_step is None:
-        return
-    try:
-        on_step(step, dict(flat))
-    except Exception as exc:
-        once(
-            f"metrics-on-step:{id(on_step)}:{type(exc).__name__}",
-            logging.ERROR,
+    if on_step is not None:
+        with _guarded(
+            f"metrics-on-step:{id(on_step)}",
             "profdsl: %s: the on_step callback failed at step %s (training goes on): %r",
             who,
             step,
-            exc,
-        )
+        ):
+            on_step(step, dict(flat))
+
+
+@contextlib.contextmanager
+def _guarded(key: str, message: str, *args: object) -> Iterator[None]:
+    """Log an ``Exception`` of the block at ERROR, once per ``key`` and error type (``message``'s
+    last argument: the error), and go on."""
+    try:
+        yield
+    except Exception as exc:
+        once(f"{key}:{type(exc).__name__}", logging.ERROR, message, *args, exc)

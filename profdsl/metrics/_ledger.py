@@ -28,7 +28,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import cast
+from typing import Any
 
 import attrs
 
@@ -101,15 +101,11 @@ def step_ledger(
     if root.dropped:
         count = len(root.stretches) // 3 + root.dropped
         return StepLedger(None, why=DROPPED.format(count=count, limit=tree.MAX_SPANS))
-    paths, kept = root.paths, root.stretches
-    starts, ends, nodes = (
-        cast("list[float]", kept[::3]),
-        cast("list[float]", kept[1::3]),
-        cast("list[Node]", kept[2::3]),
-    )
+    paths = root.paths
+    kept: list[Any] = root.stretches  # flat: start, end, node, ...
     stages = [
         Stage(round((start - began) * 1e9), round((end - began) * 1e9), kind_for(paths, node))
-        for start, end, node in zip(starts, ends, nodes)
+        for start, end, node in zip(kept[::3], kept[1::3], kept[2::3])
     ]
     wall = round(wall_s * 1e9)
     held = root.placed

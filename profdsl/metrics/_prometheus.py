@@ -314,7 +314,6 @@ class Server:
         import prometheus_client as client
 
         self.gate = gate
-        self.rank_label = rank_label
         self.registry = client.CollectorRegistry(auto_describe=True)
         self.families = _Families(client, self.registry, rank_label)
         self.on_profile = on_profile
@@ -406,18 +405,14 @@ class Servers:
                     address, port, rank_label, self._on_profile, self._gate
                 )
                 logger.info("profdsl: Prometheus metrics on http://%s/metrics", host_port(address, server.port))
-            elif server.rank_label != rank_label:
+            elif server.families.rank_label != rank_label:
                 logger.warning(
                     "profdsl: the Prometheus endpoint %s was started %s a rank label; "
                     "a role asking otherwise shares it as it is",
                     host_port(address, server.port),
-                    "with" if server.rank_label else "without",
+                    "with" if server.families.rank_label else "without",
                 )
             return server
-
-    def all(self) -> list[Server]:
-        with self._lock:
-            return list(self._servers.values())
 
     def close(self) -> None:
         """Stop every endpoint (tests' reset)."""

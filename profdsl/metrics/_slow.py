@@ -92,7 +92,24 @@ class SlowStage:
         )
 
 
-class SlowSteps:
+class _Budget:
+    """A trigger's captures: at most ``auto.max_captures``, and after each (its next step traced)
+    ``auto.cooldown_steps`` steps that call for none."""
+
+    def __init__(self, auto: AutoCapture) -> None:
+        self.auto = auto
+        self.captures = 0
+        self._quiet_until = 0  # the first step that may trigger again
+
+    def _may(self, step: int) -> bool:
+        return self.captures < self.auto.max_captures and step >= self._quiet_until
+
+    def _spend(self, step: int) -> None:
+        self.captures += 1
+        self._quiet_until = step + 1 + self.auto.cooldown_steps + 1  # the next step is traced, then quiet
+
+
+class SlowSteps(_Budget):
     """One rank's rolling-median trigger (see the module docstring).
 
     Examples:
@@ -105,9 +122,7 @@ class SlowSteps:
     """
 
     def __init__(self, auto: AutoCapture) -> None:
-        self.auto = auto
-        self.captures = 0
-        self._quiet_until = 0  # the first step that may trigger again
+        super().__init__(auto)
         self._windows: dict[str, deque[tuple[int, float]]] = {}
 
     def observe(self, step: int, stages: Mapping[str, float], *, traced: bool = False) -> SlowStage | None:
@@ -117,7 +132,7 @@ class SlowSteps:
             return None
         auto = self.auto
         found: SlowStage | None = None
-        if self.captures < auto.max_captures and step >= self._quiet_until:
+        if self._may(step):
             for path, seconds in stages.items():
                 window = self._windows.get(path)
                 if window is None or len(window) < auto.baseline_steps or not watched(path, auto.stages):
@@ -132,8 +147,7 @@ class SlowSteps:
                 window = self._windows.setdefault(path, deque(maxlen=auto.baseline_steps))
                 window.append((step, seconds))
         if found is not None:
-            self.captures += 1
-            self._quiet_until = step + 1 + auto.cooldown_steps + 1  # the next step is traced, then quiet
+            self._spend(step)
         return found
 
 
@@ -199,19 +213,14 @@ def slow_ranks(
     return found
 
 
-class SlowRanks:
+class SlowRanks(_Budget):
     """The driver's cross-rank trigger (see the module docstring)."""
-
-    def __init__(self, auto: AutoCapture) -> None:
-        self.auto = auto
-        self.captures = 0
-        self._quiet_until = 0
 
     def observe(self, step: int, times: RankTimes, *, traced: bool = False) -> SlowRank | None:
         """The slowest rank of step ``step`` (by ratio, over the watched stages), when it calls
         for a capture of the next step (counted)."""
         auto = self.auto
-        if traced or self.captures >= auto.max_captures or step < self._quiet_until:
+        if traced or not self._may(step):
             return None
         slow = slow_ranks(times, auto.stages, auto.slower_than, auto.min_seconds)
         if not slow:
@@ -219,8 +228,7 @@ class SlowRanks:
         # the slowest by ratio; on a tie the later role and stage, and in one stage the lower rank
         (role, stage, rank), (_, median) = max(slow.items(), key=lambda i: (i[1][0], *i[0][:2], -i[0][2]))
         by_rank = times[(role, stage)]
-        self.captures += 1
-        self._quiet_until = step + 1 + auto.cooldown_steps + 1
+        self._spend(step)
         return SlowRank(step, role, stage, rank, by_rank[rank], median, _typical(by_rank, rank))
 
 

@@ -103,13 +103,12 @@ class StepSummary:
         for spread in self.spreads:
             role = segment(spread.role)
             if spread.stage is None:
-                prefix, key = NAMES.step, role
+                prefix, key, slowest = NAMES.step, role, "timing_step_slowest_rank"
             else:
-                prefix, key = NAMES.total, f"{role}/{spread.stage}"
+                prefix, key, slowest = NAMES.total, f"{role}/{spread.stage}", "timing_slowest_rank"
             out[f"{prefix}_min/{key}"] = spread.min_s
             out[f"{prefix}_mean/{key}"] = spread.mean_s
             out[f"{prefix}_max/{key}"] = spread.max_s
-            slowest = "timing_slowest_rank" if spread.stage is not None else "timing_step_slowest_rank"
             out[f"{slowest}/{key}"] = spread.slowest_rank
         for alert in sorted(self.stragglers, key=lambda a: a.factor):  # the slowest rank's last
             key = f"{segment(alert.role)}/{alert.stage}"

@@ -19,7 +19,7 @@ from profdsl._runtime.slot.recording import Recording
 from profdsl._runtime.slot.region_book import RegionBook
 from profdsl._runtime.writer.jobs import ExportJob, RecordJob
 from profdsl._runtime.writer.writer import Writer
-from profdsl.collect._export import TraceLabel, pending_trace
+from profdsl.collect._export import PendingTrace, TraceLabel
 from profdsl.core._completeness import Expect
 from profdsl.core._log import once
 from profdsl.core._units import ms_of
@@ -131,9 +131,9 @@ class Traces:
             if cut_short:
                 extra.update(note=f"stopped early: {cut_short}")
             blocked_ms = ms_of(held.total_s + time.perf_counter() - noted)
-            pending = pending_trace(
-                write,
-                label,
+            pending = PendingTrace(
+                write=write,
+                label=label,
                 window=window,
                 time_ms=time_ms,
                 extra=extra,
