@@ -13,7 +13,6 @@ from profdsl._runtime.handles import Handle
 from profdsl.config._checks import MAX_WIDE_INDEX, require_int
 from profdsl.core._kinds import GENERATION
 from profdsl.core._log import internal_error
-from profdsl.metrics._tree import clock
 from profdsl.rollout._calls import call_all, call_all_async, in_daemon_thread
 from profdsl.rollout._run import RolloutRun
 
@@ -61,22 +60,17 @@ class _Engines(Handle):
         once."""
         run = self._close_region()
         if run is not None:
-            began = clock()
-            run.record(call_all(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s), "stop_profile")
-            run.relocate()
-            run.waited(began)
+            with run.waiting():
+                run.record(call_all(*run.stop_call()), "stop_profile")
+                run.relocate()
 
     async def aclose(self) -> None:
         """:meth:`close` for an event loop."""
         run = self._close_region()
         if run is not None:
-            began = clock()
-            run.record(
-                await call_all_async(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s),
-                "stop_profile",
-            )
-            await in_daemon_thread(run.relocate)
-            run.waited(began)
+            with run.waiting():
+                run.record(await call_all_async(*run.stop_call()), "stop_profile")
+                await in_daemon_thread(run.relocate)
 
 
 class rollout_window(Annotation):
@@ -191,11 +185,8 @@ class rollout_window(Annotation):
     def _handle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> _Engines | None:
         run = self._run(profiler, steps, top)
         if run is not None:
-            began = clock()
-            run.started_from(
-                call_all(run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s)
-            )
-            run.waited(began)
+            with run.waiting():
+                run.started_from(call_all(*run.start_call()))
         return self._opened(run, profiler, steps, top)
 
     async def _ahandle(
@@ -203,13 +194,8 @@ class rollout_window(Annotation):
     ) -> _Engines | None:
         run = self._run(profiler, steps, top)
         if run is not None:
-            began = clock()
-            run.started_from(
-                await call_all_async(
-                    run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s
-                )
-            )
-            run.waited(began)
+            with run.waiting():
+                run.started_from(await call_all_async(*run.start_call()))
         return self._opened(run, profiler, steps, top)
 
     async def _aend(self, entry: Entry) -> None:
