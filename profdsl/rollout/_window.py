@@ -144,13 +144,10 @@ class rollout_window(Annotation):
         try:
             if any(e.key is self and e.handle is not None for e in context.walk(top)):
                 return None
-            step = profiler.step_context if profiler is not None else None
             if profiler is None:
-                for step in steps:
-                    if step.profiled and (self.role is None or step.role == self.role):
-                        break
-                else:
-                    step = None
+                step = next((s for s in steps if s.profiled and self.role in (None, s.role)), None)
+            else:
+                step = profiler.step_context
             if step is None or not step.profiled or not step.config.enable or not self.engines:
                 return None
             replicas = sorted(step.plan.selection.replicas(self.replica_world_size, len(self.engines)))
@@ -166,14 +163,11 @@ class rollout_window(Annotation):
         discrete mode, only inside a stage), its region there. None when it has neither.
         Opened once the engines run (starting them is no generation). Never raises."""
         try:
-            recorder: Recorder | NullRecorder | None = None
-            if profiler is not None:
-                recorder = profiler.recorder
-            else:
-                for step in steps:
-                    if step.recorder is not None and (self.role is None or step.role == self.role):
-                        recorder = step.recorder
-                        break
+            recorder: Recorder | NullRecorder | None = (
+                next((s.recorder for s in steps if s.recorder is not None and self.role in (None, s.role)), None)
+                if profiler is None
+                else profiler.recorder
+            )
             if recorder is not None and recorder.active:
                 handle = recorder.region(self.name, top, functools.partial(_Engines, run), self.kind)
                 if handle is not None:
