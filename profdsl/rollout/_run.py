@@ -195,17 +195,15 @@ def relocate_replicas(
     replicas: Sequence[int],
     width: int,
     world_size: int,
-    node: str | None = None,
-    wait_s: float | None = None,
+    node: str | None,
+    wait_s: float,
     *,
     writer: Writer | None = None,
 ) -> None:
     """Move replicas' engine files into save_path on this node (runs as a pinned Ray task for
     replicas on other nodes), through this process's writer, and wait for them (at most
-    ``wait_s``, default ``rollout.flush_wait_s``, for them all, plus the bookkeeping); never
-    raises."""
+    ``wait_s`` for them all, plus the bookkeeping); never raises."""
     writer = PROCESS.writer if writer is None else writer
-    wait_s = config.rollout.flush_wait_s if wait_s is None else wait_s
     # The kept GPUs: the named ranks, or every GPU of each selected replica (empty ranks: replica 0).
     keep = Selection.of(config).replica_gpus(width, world_size // width)
 

@@ -65,9 +65,9 @@ def _unset(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value == MISSING)
 
 
-def _given(check: Callable[..., T], where: str, value: Any, *args: Any) -> T | None:
+def _given(check: Callable[[str, Any], T], where: str, value: Any) -> T | None:
     """``check`` (a profdsl field check) on a verl value, naming its verl key; unset: None."""
-    return None if _unset(value) else check(f"verl {where}", value, *args)
+    return None if _unset(value) else check(f"verl {where}", value)
 
 
 def _bool(where: str, value: Any) -> bool:
