@@ -339,13 +339,8 @@ class _RankWatch:
         return summary
 
 
-def _call_each(
-    workers: list[Any],
-    errors: list[WorkerCallError],
-    method: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    timeout: float,
+def _call(
+    workers: list[Any], errors: list[WorkerCallError], method: str, *args: Any, timeout: float, **kwargs: Any
 ) -> list[Any]:
     """Call ``method`` on every worker; the answers (None for a worker that failed, noted in
     ``errors``)."""
@@ -464,10 +459,6 @@ class RayStepProfiler:
         PROCESS.inbox.deliver(request)
         return request.id
 
-    def _call(self, method: str, *args: Any, timeout: float, **kwargs: Any) -> list[Any]:
-        """Call ``method`` on every worker; the answers (None for a worker that failed)."""
-        return _call_each(self.workers, self.errors, method, args, kwargs, timeout)
-
     def _stop_timeout(self) -> float:
         return self.config.finish_hook.timeout_s + self.config.rollout.stop_timeout_s
 
@@ -489,7 +480,7 @@ class RayStepProfiler:
                 extra.update(requests=passed)
             if alerts := self._watch.pass_on():
                 extra.update(alerts=alerts)
-            started = self._call("start_profile", number, timeout=self.call_timeout_s, **extra)
+            started = _call(self.workers, self.errors, "start_profile", number, timeout=self.call_timeout_s, **extra)
             # a requested step is traced where a worker took the request: one every worker
             # refused (too many steps, a rank or role no worker has) leaves the times untouched
             self._traced = planned or any(answer is True for answer in started)
@@ -499,7 +490,7 @@ class RayStepProfiler:
         try:
             yield self
         finally:
-            answers = self._call("stop_profile", timeout=self._stop_timeout()) if driven else []
+            answers = _call(self.workers, self.errors, "stop_profile", timeout=self._stop_timeout()) if driven else []
             own = self.clock.stop()
             if own is not None and number is not None:
                 self._gathered(number, own, answers)
@@ -524,6 +515,6 @@ class RayStepProfiler:
         """Training is over: every worker closes, running a finish hook still owed; the
         captures' follow-ups still going are waited for (bounded)."""
         PROCESS.inbox.unlisten(self._requests.hear)
-        self._call("finish_profile", timeout=self._stop_timeout())
+        _call(self.workers, self.errors, "finish_profile", timeout=self._stop_timeout())
         self.clock.close()
         self._follow.close()
