@@ -170,26 +170,10 @@ class _Role(_Values):
     nsys_discrete: Any
 
 
-#: Role keys a rollout block takes from the actor's when it lacks them (the rest: global).
-_FROM_ACTOR: Final = (
-    "enable",
-    "all_ranks",
-    "ranks",
-    "relocate_results",
-    "finish_hook_cmd",
-    "finish_hook_all_ranks",
-    "finish_hook_ranks",
-)
-_FROM_GLOBAL: Final = (
-    "tool",
-    "save_path",
-    "relocate_results",
-    "finish_hook_cmd",
-    "finish_hook_all_ranks",
-    "finish_hook_ranks",
-)
+#: The role keys a block lacking them holds at these values (``global_profiler``'s are never read).
 _LOCAL: Final = {"enable": False, "all_ranks": False, "ranks": []}
-#: What ``global_profiler`` holds when a mapping lacks a key: verl's shipped YAML defaults.
+#: The role keys a block lacking them takes from ``global_profiler``, and what that holds when a
+#: mapping lacks them too: verl's shipped YAML defaults.
 _GLOBAL_DEFAULTS: Final[dict[str, Any]] = {
     "tool": None,
     "save_path": "outputs/profile",
@@ -198,6 +182,8 @@ _GLOBAL_DEFAULTS: Final[dict[str, Any]] = {
     "finish_hook_all_ranks": False,
     "finish_hook_ranks": [],
 }
+#: Role keys a rollout block takes from the actor's when it lacks them (the tool and save_path: global).
+_FROM_ACTOR: Final = {*_LOCAL, *_GLOBAL_DEFAULTS} - {"tool", "save_path"}
 
 
 def _one_tool(tools: dict[str, Any], tool: Any) -> dict[str, Any]:
@@ -226,12 +212,12 @@ def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role 
     if "schedule" in torch:
         torch["schedule"] = _block(torch["schedule"], f"{where}.tool_config.torch.schedule", SCHEDULE_KEYS)
     values: dict[str, Any] = {}
-    for key in (*_LOCAL, *_FROM_GLOBAL):
+    for key in (*_LOCAL, *_GLOBAL_DEFAULTS):
         if key in block and not (_unset(block[key]) and block[key] is not None):
             values[key] = block[key]
         elif actor is not None and key in _FROM_ACTOR:
             values[key] = actor.get(key)
-        elif key in _FROM_GLOBAL:
+        elif key in _GLOBAL_DEFAULTS:
             values[key] = g.get(key, _GLOBAL_DEFAULTS[key])
         else:
             values[key] = _LOCAL[key]
