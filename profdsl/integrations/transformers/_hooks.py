@@ -101,41 +101,35 @@ class TrainerHooks:
 
     # -- micro-batches -------------------------------------------------------------------------
 
-    def _micro_stage(self, index: int) -> profile_stage:
+    def _micro_block(self, index: int) -> Annotation:
+        """Micro-batch ``index``'s block: a plain Trainer's window, or, on-policy, its
+        ``micro_batch<index>`` stage inside the optimizer step's window."""
+        if not self.kind.on_policy:
+            return self.window
         found = self._micro_stages.get(index)
         if found is None:
             found = self._micro_stages[index] = profile_stage(f"{phases.MICRO_BATCH}{index}", profiler=self.profiler)
         return found
 
     def begin_micro(self) -> None:
-        """A micro-batch's inputs are ready: open its window (and the update) as needed."""
+        """A micro-batch's inputs are ready: open its block (and the update and window) as needed."""
         if not self.in_step:
             return
         if not self.open.holds(self.outer):
             self.open.enter(self.outer)
-        if self.kind.on_policy:
-            if not self.open.holds(self.window):
-                self.open.enter(self.window)
-            self.open.enter(self._micro_stage(self.micro))
-        else:
+        if self.kind.on_policy and not self.open.holds(self.window):
             self.open.enter(self.window)
+        self.open.enter(self._micro_block(self.micro))
         self.micro += 1
 
     def end_micro(self) -> None:
         """The micro-batch's ``training_step`` returned (or raised)."""
-        if self.kind.on_policy:
-            if self.micro:
-                self.open.leave(self._micro_stage(self.micro - 1))
-        else:
-            self.open.leave(self.window)
+        if self.micro:
+            self.open.leave(self._micro_block(self.micro - 1))
 
     @property
     def in_micro(self) -> bool:
-        if not self.in_step:
-            return False
-        if self.kind.on_policy:
-            return self.micro > 0 and self.open.holds(self._micro_stage(self.micro - 1))
-        return self.open.holds(self.window)
+        return self.in_step and self.micro > 0 and self.open.holds(self._micro_block(self.micro - 1))
 
     # -- callback events -----------------------------------------------------------------------
 
