@@ -175,7 +175,8 @@ def _distinct(workers: Sequence[Any]) -> list[Any]:
     in the order first listed."""
     distinct: dict[Any, Any] = {}
     for handle in workers:
-        distinct.setdefault(_actor_id(handle), handle)
+        actor_id = getattr(handle, "_actor_id", None)
+        distinct.setdefault(actor_id.hex() if actor_id is not None else id(handle), handle)
     return list(distinct.values())
 
 
@@ -184,11 +185,6 @@ def _driver_clock(config: ProfilerConfig) -> Profiler:
     exports nothing: a worker of this host may listen on the metrics port)."""
     clock_config = attrs.evolve(config, finish_hook=FinishHook(), metrics=attrs.evolve(config.metrics, exporters=()))
     return Profiler(clock_config, role="driver", rank=0, world_size=1, capture=False)
-
-
-def _actor_id(handle: Any) -> Any:
-    actor_id = getattr(handle, "_actor_id", None)
-    return actor_id.hex() if actor_id is not None else id(handle)
 
 
 @attrs.frozen
@@ -493,13 +489,10 @@ class RayStepProfiler:
             answers = _call(self.workers, self.errors, "stop_profile", timeout=self._stop_timeout()) if driven else []
             own = self.clock.stop()
             if own is not None and number is not None:
-                self._gathered(number, own, answers)
+                self.metrics = self._watch.summary(number, own, answers, traced=self._traced)
+                call_on_step(self._on_step, number, self.metrics.flat(), "RayStepProfiler")
             if captured and number is not None:
                 self._follow.start(number, _ranks(started, answers), asked=number in self._requests.asked)
-
-    def _gathered(self, step: int, own: StepTimings, answers: list[Any]) -> None:
-        self.metrics = self._watch.summary(step, own, answers, traced=self._traced)
-        call_on_step(self._on_step, step, self.metrics.flat(), "RayStepProfiler")
 
     def rollout(self, name: str = "rollout") -> rollout_window:
         """``rollout_window`` over the engines, for the current step (timed as stage ``name``)."""
