@@ -10,6 +10,7 @@ every call runs on the training thread, in one context. What maps to what is in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -183,16 +184,12 @@ class TrainerHooks:
             return call(*args, **kwargs)
 
     def scoring_stage(self, name: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if self.scoring is None:
-            return call(*args, **kwargs)
-        with self.stages[name]:
+        with self.stages[name] if self.scoring is not None else contextlib.nullcontext():
             return call(*args, **kwargs)
 
     def micro_stage(self, name: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A micro-batch's forward or backward (not an evaluation's ``compute_loss``)."""
-        if not self.in_micro:
-            return call(*args, **kwargs)
-        with self.stages[name]:
+        with self.stages[name] if self.in_micro else contextlib.nullcontext():
             return call(*args, **kwargs)
 
 
