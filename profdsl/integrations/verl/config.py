@@ -130,8 +130,8 @@ class _Global(_Values):
 def _global(cfg: Mapping[str, Any]) -> _Global:
     where = "global_profiler"
     block = _block(cfg.get("global_profiler"), where, GLOBAL_KEYS)
-    for key, unset in (("enable", False), ("all_ranks", False), ("ranks", []), ("tool_config", None)):
-        if block.get(key, unset) not in (unset, None, {}, [], False, MISSING):
+    for key in (*_LOCAL, "tool_config"):  # a role's own keys
+        if block.get(key) not in (None, {}, [], False, MISSING):
             raise ConfigError(
                 f"verl {where}.{key} is never read by verl's trainer, got "
                 f"{block[key]!r}: set it in each role's profiler block"
