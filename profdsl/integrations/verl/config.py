@@ -143,10 +143,7 @@ def _global(cfg: Mapping[str, Any]) -> _Global:
         _bool(f"{where}.{key}", block.get(key))
     for key in ("steps", "finish_hook_ranks"):
         _given(to_int_set, f"{where}.{key}", block.get(key))
-    tools = _block(block.get("global_tool_config"), f"{where}.global_tool_config", TOOL_KEYS)
-    for tool, sub in tools.items():
-        if tool in TOOL_KEYS:
-            _block(sub, f"{where}.global_tool_config.{tool}", TOOL_KEYS[tool])
+    tools = _tools(block.get("global_tool_config"), f"{where}.global_tool_config")
     nsys = _block(tools.get("nsys"), f"{where}.global_tool_config.nsys")
     _bool(f"{where}.global_tool_config.nsys.discrete", nsys.get("discrete"))
     return _Global(block, nsys)
@@ -186,13 +183,19 @@ _GLOBAL_DEFAULTS: Final[dict[str, Any]] = {
 _FROM_ACTOR: Final = {*_LOCAL, *_GLOBAL_DEFAULTS} - {"tool", "save_path"}
 
 
-def _one_tool(tools: dict[str, Any], tool: Any) -> dict[str, Any]:
-    """``tool_config`` as verl's tests build it, ``ProfilerConfig(tool_config=
-    TorchProfilerToolConfig(...))``: one tool's fields where the per-tool mapping goes. With the
-    role's ``tool`` named and no key a tool's name, the block is that tool's; otherwise as it is
-    (an unknown key is refused by name)."""
+def _tools(raw: Any, where: str, tool: Any = None) -> dict[str, Any]:
+    """A ``tool_config`` (or ``global_tool_config``) block as a dict, its keys and each tool's
+    checked. A role's, with its ``tool`` named, may be as verl's tests build it,
+    ``ProfilerConfig(tool_config=TorchProfilerToolConfig(...))``: one tool's fields where the
+    per-tool mapping goes; with no key a tool's name, the block is that tool's (an unknown key is
+    refused by name)."""
+    tools = _block(raw, where)
     if isinstance(tool, str) and tool in TOOL_KEYS and tools and not set(tools) & set(TOOL_KEYS):
-        return {tool: tools}
+        tools = {tool: tools}
+    _check(tools, TOOL_KEYS, where)
+    for name, sub in tools.items():
+        if name in TOOL_KEYS:  # not an ignored key (``_target_``, ``name``)
+            _block(sub, f"{where}.{name}", TOOL_KEYS[name])
     return tools
 
 
@@ -204,10 +207,7 @@ def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role 
             f"verl {where}.global_tool_config is read from global_profiler only: move "
             "it to global_profiler.global_tool_config"
         )
-    tools = _one_tool(_block(block.get("tool_config"), f"{where}.tool_config"), block.get("tool"))
-    _check(tools, TOOL_KEYS, f"{where}.tool_config")
-    for tool, sub in tools.items():
-        _block(sub, f"{where}.tool_config.{tool}", TOOL_KEYS[tool])
+    tools = _tools(block.get("tool_config"), f"{where}.tool_config", block.get("tool"))
     torch = _block(tools.get("torch"), f"{where}.tool_config.torch")
     if "schedule" in torch:
         torch["schedule"] = _block(torch["schedule"], f"{where}.tool_config.torch.schedule", SCHEDULE_KEYS)
