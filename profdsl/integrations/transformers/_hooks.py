@@ -132,20 +132,20 @@ class TrainerHooks:
     def in_micro(self) -> bool:
         return self.in_step and self.micro > 0 and self.open.holds(self._micro_block(self.micro - 1))
 
-    # -- callback events -----------------------------------------------------------------------
+    # -- callback events (of transformers' ``TrainerCallback``, which :func:`install` mixes in) --
 
-    def step_begin(self, state: Any) -> None:
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not self.kind.on_policy:
             self._begin(int(state.global_step) + 1)
 
-    def pre_optimizer_step(self) -> None:
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.in_step and self.open.holds(self.outer):
             self.open.enter(self.optimizer_stage)
 
-    def optimizer_step(self) -> None:
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.open.leave(self.optimizer_stage)
 
-    def step_end(self) -> None:
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not self.kind.on_policy:
             self._end()
             return
@@ -154,6 +154,9 @@ class TrainerHooks:
         shape = self.kind.shape
         if shape is not None and shape.ends_round(int(self.trainer._step)):
             self._end()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.finish()
 
     # -- TRL's scoring -------------------------------------------------------------------------
 
@@ -208,9 +211,9 @@ def _wrap(owner: Any, name: str, around: Callable[..., Any]) -> None:
 
 
 def install(trainer: Any, profiler: Profiler, kind: Kind, callback_base: type) -> TrainerHooks:
-    """Wrap ``trainer``'s methods and add the callback (a subclass of ``callback_base``,
-    transformers' ``TrainerCallback``); return the hooks."""
-    hooks = TrainerHooks(trainer, profiler, kind)
+    """Wrap ``trainer``'s methods and add the hooks as its callback (their class with
+    ``callback_base``, transformers' ``TrainerCallback``, mixed in); return them."""
+    hooks: TrainerHooks = type("ProfdslCallback", (TrainerHooks, callback_base), {})(trainer, profiler, kind)
 
     def prepare(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         inputs = call(*args, **kwargs)
@@ -242,30 +245,5 @@ def install(trainer: Any, profiler: Profiler, kind: Kind, callback_base: type) -
     _wrap(trainer, "compute_loss", functools.partial(hooks.micro_stage, phases.FORWARD))
     _wrap(trainer.accelerator, "backward", functools.partial(hooks.micro_stage, phases.BACKWARD))
     _wrap(trainer, "train", train)
-    trainer.add_callback(_callback(callback_base)(hooks))
+    trainer.add_callback(hooks)
     return hooks
-
-
-def _callback(base: type) -> type:
-    """The callback class: transformers' ``TrainerCallback`` with the events profdsl follows."""
-
-    class ProfdslCallback(base):  # type: ignore[misc]
-        def __init__(self, hooks: TrainerHooks) -> None:
-            self.hooks = hooks
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.hooks.step_begin(state)
-
-        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.hooks.pre_optimizer_step()
-
-        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.hooks.optimizer_step()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.hooks.step_end()
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.hooks.finish()
-
-    return ProfdslCallback
