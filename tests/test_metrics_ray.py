@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from profdsl import Metrics, ProfilerConfig, TorchOptions
+from profdsl.integrations import _ray as driver
 from profdsl.manifest import read_manifest
 from profdsl.metrics import StepSummary, StepTimings
 from profdsl.ray import RayStepProfiler
@@ -81,18 +82,20 @@ def test_every_step_every_rank(ray_cluster: str, tmp_path: Path) -> None:
     assert set(traces) == {("actor", 1, 0), ("ref", 1, 0)}  # profiling itself is unchanged
 
 
-def test_without_metrics_workers_are_driven_on_profiled_steps_only(ray_cluster: str, tmp_path: Path) -> None:
+def test_without_metrics_workers_are_driven_on_profiled_steps_only(
+    ray_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = ProfilerConfig(enable=True, steps=[2], save_path=str(tmp_path), tool="nsys")
     worker: Any = ray.remote(num_cpus=0)(MeteredWorker).remote(config, 0, 1, 0.0)
     trainer = RayStepProfiler(config, workers=[worker])
     calls = []
-    original = trainer._call
+    original = driver._call
 
-    def counting(method: str, *args: Any, timeout: float) -> list[Any]:
+    def counting(workers: list[Any], errors: list[Any], method: str, *args: Any, timeout: float) -> list[Any]:
         calls.append(method)
-        return original(method, *args, timeout=timeout)
+        return original(workers, errors, method, *args, timeout=timeout)
 
-    trainer._call = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(driver, "_call", counting)
     for step in range(4):
         with trainer.step(step):
             pass

@@ -621,3 +621,30 @@ def test_values_verl_can_hold(where: str, value: Any, words: str | None) -> None
     else:
         with pytest.raises(ConfigError, match=re.escape(words)):
             profiler_configs(cfg)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "global_profiler",
+        "global_profiler.global_tool_config",
+        "global_profiler.global_tool_config.nsys",
+        "actor_rollout_ref.actor.profiler",
+        "actor_rollout_ref.actor.profiler.tool_config",
+        "actor_rollout_ref.actor.profiler.tool_config.torch",
+        "actor_rollout_ref.actor.profiler.tool_config.torch.schedule",
+    ],
+)
+def test_hydras_target_and_a_name_are_ignored_in_every_block(block: str) -> None:
+    """``_target_`` and ``name`` are accepted and ignored in any block (docs/from-verl.md), a
+    role's ``tool_config`` beside its tools included: the config maps as it does without them."""
+    plain_cfg: dict[str, Any] = {
+        "global_profiler": {"tool": "torch", "steps": [1]},
+        "actor_rollout_ref": {
+            "actor": {"profiler": {"enable": True, "tool_config": {"torch": {"schedule": {"active": 1}}}}}
+        },
+    }
+    cfg = copy.deepcopy(plain_cfg)
+    _put(cfg, (*block.split("."), "_target_"), "verl.utils.profiler.config.SomeConfig")
+    _put(cfg, (*block.split("."), "name"), "a label")
+    assert profiler_configs(cfg) == profiler_configs(plain_cfg)

@@ -175,7 +175,8 @@ def _distinct(workers: Sequence[Any]) -> list[Any]:
     in the order first listed."""
     distinct: dict[Any, Any] = {}
     for handle in workers:
-        distinct.setdefault(_actor_id(handle), handle)
+        actor_id = getattr(handle, "_actor_id", None)
+        distinct.setdefault(actor_id.hex() if actor_id is not None else id(handle), handle)
     return list(distinct.values())
 
 
@@ -184,11 +185,6 @@ def _driver_clock(config: ProfilerConfig) -> Profiler:
     exports nothing: a worker of this host may listen on the metrics port)."""
     clock_config = attrs.evolve(config, finish_hook=FinishHook(), metrics=attrs.evolve(config.metrics, exporters=()))
     return Profiler(clock_config, role="driver", rank=0, world_size=1, capture=False)
-
-
-def _actor_id(handle: Any) -> Any:
-    actor_id = getattr(handle, "_actor_id", None)
-    return actor_id.hex() if actor_id is not None else id(handle)
 
 
 @attrs.frozen
@@ -339,13 +335,8 @@ class _RankWatch:
         return summary
 
 
-def _call_each(
-    workers: list[Any],
-    errors: list[WorkerCallError],
-    method: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    timeout: float,
+def _call(
+    workers: list[Any], errors: list[WorkerCallError], method: str, *args: Any, timeout: float, **kwargs: Any
 ) -> list[Any]:
     """Call ``method`` on every worker; the answers (None for a worker that failed, noted in
     ``errors``)."""
@@ -464,10 +455,6 @@ class RayStepProfiler:
         PROCESS.inbox.deliver(request)
         return request.id
 
-    def _call(self, method: str, *args: Any, timeout: float, **kwargs: Any) -> list[Any]:
-        """Call ``method`` on every worker; the answers (None for a worker that failed)."""
-        return _call_each(self.workers, self.errors, method, args, kwargs, timeout)
-
     def _stop_timeout(self) -> float:
         return self.config.finish_hook.timeout_s + self.config.rollout.stop_timeout_s
 
@@ -489,7 +476,7 @@ class RayStepProfiler:
                 extra.update(requests=passed)
             if alerts := self._watch.pass_on():
                 extra.update(alerts=alerts)
-            started = self._call("start_profile", number, timeout=self.call_timeout_s, **extra)
+            started = _call(self.workers, self.errors, "start_profile", number, timeout=self.call_timeout_s, **extra)
             # a requested step is traced where a worker took the request: one every worker
             # refused (too many steps, a rank or role no worker has) leaves the times untouched
             self._traced = planned or any(answer is True for answer in started)
@@ -499,16 +486,13 @@ class RayStepProfiler:
         try:
             yield self
         finally:
-            answers = self._call("stop_profile", timeout=self._stop_timeout()) if driven else []
+            answers = _call(self.workers, self.errors, "stop_profile", timeout=self._stop_timeout()) if driven else []
             own = self.clock.stop()
             if own is not None and number is not None:
-                self._gathered(number, own, answers)
+                self.metrics = self._watch.summary(number, own, answers, traced=self._traced)
+                call_on_step(self._on_step, number, self.metrics.flat(), "RayStepProfiler")
             if captured and number is not None:
                 self._follow.start(number, _ranks(started, answers), asked=number in self._requests.asked)
-
-    def _gathered(self, step: int, own: StepTimings, answers: list[Any]) -> None:
-        self.metrics = self._watch.summary(step, own, answers, traced=self._traced)
-        call_on_step(self._on_step, step, self.metrics.flat(), "RayStepProfiler")
 
     def rollout(self, name: str = "rollout") -> rollout_window:
         """``rollout_window`` over the engines, for the current step (timed as stage ``name``)."""
@@ -524,6 +508,6 @@ class RayStepProfiler:
         """Training is over: every worker closes, running a finish hook still owed; the
         captures' follow-ups still going are waited for (bounded)."""
         PROCESS.inbox.unlisten(self._requests.hear)
-        self._call("finish_profile", timeout=self._stop_timeout())
+        _call(self.workers, self.errors, "finish_profile", timeout=self._stop_timeout())
         self.clock.close()
         self._follow.close()

@@ -17,7 +17,7 @@ import inspect
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -207,5 +207,4 @@ async def call_all_async(
         except asyncio.TimeoutError:
             return Outcome(replica, "timeout", f"{method} took over {timeout:g}s")
 
-    order: Sequence[int] = list(engines)
-    return list(await asyncio.gather(*(bounded(r, engines[r]) for r in order)))
+    return list(await asyncio.gather(*(bounded(r, engine) for r, engine in engines.items())))

@@ -8,13 +8,14 @@ files to be complete, and a file recorded incomplete is not waited for again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -56,19 +57,29 @@ class RolloutRun:
         self.started: dict[int, Any] = {}
         self.root = step.root  # the step's metrics tree, when it is timed
 
-    def waited(self, began: float) -> None:
-        """The caller waited on the engines' profilers since ``began`` (``tree.clock``) until now:
-        a placed wait, the step's ledger's overhead, when the step is timed (profiling's cost, not
-        generation, whatever stage runs then)."""
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """The caller waits on the engines' profilers in this block: a placed wait, the step's
+        ledger's overhead, when the step is timed (profiling's cost, not generation, whatever
+        stage runs then)."""
+        began = clock()
+        yield
         if self.root is not None:
             self.root.wait_at(began, clock(), engines=True)
 
-    def start_kwargs(self) -> dict[int, dict[str, Any]]:
-        return {
+    def start_call(self) -> tuple[dict[int, Any], str, dict[int, dict[str, Any]], float]:
+        """``call_all``'s arguments that start the selected replicas (with ``profile_prefix``
+        where an engine takes it)."""
+        prefixes = {
             r: {"profile_prefix": trace_prefix(self.step, r)}
             for r, engine in self.selected.items()
             if accepts(engine, "start_profile", "profile_prefix")
         }
+        return self.selected, "start_profile", prefixes, self.config.rollout.start_timeout_s
+
+    def stop_call(self) -> tuple[dict[int, Any], str, dict[int, dict[str, Any]], float]:
+        """``call_all``'s arguments that stop the started replicas."""
+        return self.started, "stop_profile", {}, self.config.rollout.stop_timeout_s
 
     def started_from(self, outcomes: list[Outcome]) -> None:
         self.record(outcomes, "start_profile")
@@ -184,17 +195,15 @@ def relocate_replicas(
     replicas: Sequence[int],
     width: int,
     world_size: int,
-    node: str | None = None,
-    wait_s: float | None = None,
+    node: str | None,
+    wait_s: float,
     *,
     writer: Writer | None = None,
 ) -> None:
     """Move replicas' engine files into save_path on this node (runs as a pinned Ray task for
     replicas on other nodes), through this process's writer, and wait for them (at most
-    ``wait_s``, default ``rollout.flush_wait_s``, for them all, plus the bookkeeping); never
-    raises."""
+    ``wait_s`` for them all, plus the bookkeeping); never raises."""
     writer = PROCESS.writer if writer is None else writer
-    wait_s = config.rollout.flush_wait_s if wait_s is None else wait_s
     # The kept GPUs: the named ranks, or every GPU of each selected replica (empty ranks: replica 0).
     keep = Selection.of(config).replica_gpus(width, world_size // width)
 

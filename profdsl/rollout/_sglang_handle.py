@@ -95,36 +95,32 @@ class SGLangHandle:
         """End the engine's profile: stop it, unless SGLang already ended it by itself (or never
         began it); never leaves a pending start armed."""
         with self._lock:
-            try:
-                result = self._send_stop()
-            except Exception as exc:
-                if not self._refused(exc, "stop"):
-                    raise
-                self._after_refused_stop()
-                if not _ends_by_itself(self.request):
-                    raise  # nothing could have ended it but someone else's stop: a failure
-                return None
-            self._settled = True
+            result, refusal = self._stop()
+            if refusal is not None and not _ends_by_itself(self.request):
+                raise refusal  # nothing could have ended it but someone else's stop: a failure
             return result
 
     # -- settling -------------------------------------------------------------------------------
-    def _after_refused_stop(self) -> None:
-        """Nothing runs; a start with ``start_step`` may still be armed: disarm it."""
-        if self.request.get("start_step"):
-            self._disarm()
-        self._settled = True
+    def _stop(self) -> tuple[Any, Exception | None]:
+        """Stop the engine's profile: its answer, or SGLang's refusal as "not in progress" (then
+        nothing runs, and a start with ``start_step`` that may still be armed is disarmed).
+        Settled either way; any other failure is raised."""
+        try:
+            result, refusal = self._send_stop(), None
+        except Exception as exc:
+            if not self._refused(exc, "stop"):
+                raise
+            if self.request.get("start_step"):
+                self._disarm()
+            result, refusal = None, exc
+        self._settled = True  # a successful stop also clears a pending start
+        return result, refusal
 
     def _settle(self) -> None:
         """End whatever profile of an earlier window may still run or be armed; its files are
         stray. Raises :class:`UnsettledProfileError` when that cannot be done."""
         try:
-            try:
-                self._send_stop()
-                self._settled = True  # a successful stop also clears a pending start
-            except Exception as exc:
-                if not self._refused(exc, "stop"):
-                    raise
-                self._after_refused_stop()
+            self._stop()
         except Exception as exc:
             raise UnsettledProfileError(
                 f"not starting: a profile of an earlier window may still run "

@@ -13,7 +13,6 @@ from profdsl._runtime.handles import Handle
 from profdsl.config._checks import MAX_WIDE_INDEX, require_int
 from profdsl.core._kinds import GENERATION
 from profdsl.core._log import internal_error
-from profdsl.metrics._tree import clock
 from profdsl.rollout._calls import call_all, call_all_async, in_daemon_thread
 from profdsl.rollout._run import RolloutRun
 
@@ -61,22 +60,17 @@ class _Engines(Handle):
         once."""
         run = self._close_region()
         if run is not None:
-            began = clock()
-            run.record(call_all(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s), "stop_profile")
-            run.relocate()
-            run.waited(began)
+            with run.waiting():
+                run.record(call_all(*run.stop_call()), "stop_profile")
+                run.relocate()
 
     async def aclose(self) -> None:
         """:meth:`close` for an event loop."""
         run = self._close_region()
         if run is not None:
-            began = clock()
-            run.record(
-                await call_all_async(run.started, "stop_profile", {}, run.config.rollout.stop_timeout_s),
-                "stop_profile",
-            )
-            await in_daemon_thread(run.relocate)
-            run.waited(began)
+            with run.waiting():
+                run.record(await call_all_async(*run.stop_call()), "stop_profile")
+                await in_daemon_thread(run.relocate)
 
 
 class rollout_window(Annotation):
@@ -150,13 +144,10 @@ class rollout_window(Annotation):
         try:
             if any(e.key is self and e.handle is not None for e in context.walk(top)):
                 return None
-            step = profiler.step_context if profiler is not None else None
             if profiler is None:
-                for step in steps:
-                    if step.profiled and (self.role is None or step.role == self.role):
-                        break
-                else:
-                    step = None
+                step = next((s for s in steps if s.profiled and self.role in (None, s.role)), None)
+            else:
+                step = profiler.step_context
             if step is None or not step.profiled or not step.config.enable or not self.engines:
                 return None
             replicas = sorted(step.plan.selection.replicas(self.replica_world_size, len(self.engines)))
@@ -172,14 +163,11 @@ class rollout_window(Annotation):
         discrete mode, only inside a stage), its region there. None when it has neither.
         Opened once the engines run (starting them is no generation). Never raises."""
         try:
-            recorder: Recorder | NullRecorder | None = None
-            if profiler is not None:
-                recorder = profiler.recorder
-            else:
-                for step in steps:
-                    if step.recorder is not None and (self.role is None or step.role == self.role):
-                        recorder = step.recorder
-                        break
+            recorder: Recorder | NullRecorder | None = (
+                next((s.recorder for s in steps if s.recorder is not None and self.role in (None, s.role)), None)
+                if profiler is None
+                else profiler.recorder
+            )
             if recorder is not None and recorder.active:
                 handle = recorder.region(self.name, top, functools.partial(_Engines, run), self.kind)
                 if handle is not None:
@@ -191,11 +179,8 @@ class rollout_window(Annotation):
     def _handle(self, profiler: Profiler | None, steps: tuple[StepContext, ...], top: Entry | None) -> _Engines | None:
         run = self._run(profiler, steps, top)
         if run is not None:
-            began = clock()
-            run.started_from(
-                call_all(run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s)
-            )
-            run.waited(began)
+            with run.waiting():
+                run.started_from(call_all(*run.start_call()))
         return self._opened(run, profiler, steps, top)
 
     async def _ahandle(
@@ -203,13 +188,8 @@ class rollout_window(Annotation):
     ) -> _Engines | None:
         run = self._run(profiler, steps, top)
         if run is not None:
-            began = clock()
-            run.started_from(
-                await call_all_async(
-                    run.selected, "start_profile", run.start_kwargs(), run.config.rollout.start_timeout_s
-                )
-            )
-            run.waited(began)
+            with run.waiting():
+                run.started_from(await call_all_async(*run.start_call()))
         return self._opened(run, profiler, steps, top)
 
     async def _aend(self, entry: Entry) -> None:

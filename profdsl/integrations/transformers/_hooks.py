@@ -10,6 +10,7 @@ every call runs on the training thread, in one context. What maps to what is in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -101,56 +102,50 @@ class TrainerHooks:
 
     # -- micro-batches -------------------------------------------------------------------------
 
-    def _micro_stage(self, index: int) -> profile_stage:
+    def _micro_block(self, index: int) -> Annotation:
+        """Micro-batch ``index``'s block: a plain Trainer's window, or, on-policy, its
+        ``micro_batch<index>`` stage inside the optimizer step's window."""
+        if not self.kind.on_policy:
+            return self.window
         found = self._micro_stages.get(index)
         if found is None:
             found = self._micro_stages[index] = profile_stage(f"{phases.MICRO_BATCH}{index}", profiler=self.profiler)
         return found
 
     def begin_micro(self) -> None:
-        """A micro-batch's inputs are ready: open its window (and the update) as needed."""
+        """A micro-batch's inputs are ready: open its block (and the update and window) as needed."""
         if not self.in_step:
             return
         if not self.open.holds(self.outer):
             self.open.enter(self.outer)
-        if self.kind.on_policy:
-            if not self.open.holds(self.window):
-                self.open.enter(self.window)
-            self.open.enter(self._micro_stage(self.micro))
-        else:
+        if self.kind.on_policy and not self.open.holds(self.window):
             self.open.enter(self.window)
+        self.open.enter(self._micro_block(self.micro))
         self.micro += 1
 
     def end_micro(self) -> None:
         """The micro-batch's ``training_step`` returned (or raised)."""
-        if self.kind.on_policy:
-            if self.micro:
-                self.open.leave(self._micro_stage(self.micro - 1))
-        else:
-            self.open.leave(self.window)
+        if self.micro:
+            self.open.leave(self._micro_block(self.micro - 1))
 
     @property
     def in_micro(self) -> bool:
-        if not self.in_step:
-            return False
-        if self.kind.on_policy:
-            return self.micro > 0 and self.open.holds(self._micro_stage(self.micro - 1))
-        return self.open.holds(self.window)
+        return self.in_step and self.micro > 0 and self.open.holds(self._micro_block(self.micro - 1))
 
-    # -- callback events -----------------------------------------------------------------------
+    # -- callback events (of transformers' ``TrainerCallback``, which :func:`install` mixes in) --
 
-    def step_begin(self, state: Any) -> None:
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not self.kind.on_policy:
             self._begin(int(state.global_step) + 1)
 
-    def pre_optimizer_step(self) -> None:
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.in_step and self.open.holds(self.outer):
             self.open.enter(self.optimizer_stage)
 
-    def optimizer_step(self) -> None:
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.open.leave(self.optimizer_stage)
 
-    def step_end(self) -> None:
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not self.kind.on_policy:
             self._end()
             return
@@ -159,6 +154,9 @@ class TrainerHooks:
         shape = self.kind.shape
         if shape is not None and shape.ends_round(int(self.trainer._step)):
             self._end()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.finish()
 
     # -- TRL's scoring -------------------------------------------------------------------------
 
@@ -189,16 +187,12 @@ class TrainerHooks:
             return call(*args, **kwargs)
 
     def scoring_stage(self, name: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if self.scoring is None:
-            return call(*args, **kwargs)
-        with self.stages[name]:
+        with self.stages[name] if self.scoring is not None else contextlib.nullcontext():
             return call(*args, **kwargs)
 
     def micro_stage(self, name: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A micro-batch's forward or backward (not an evaluation's ``compute_loss``)."""
-        if not self.in_micro:
-            return call(*args, **kwargs)
-        with self.stages[name]:
+        with self.stages[name] if self.in_micro else contextlib.nullcontext():
             return call(*args, **kwargs)
 
 
@@ -217,9 +211,9 @@ def _wrap(owner: Any, name: str, around: Callable[..., Any]) -> None:
 
 
 def install(trainer: Any, profiler: Profiler, kind: Kind, callback_base: type) -> TrainerHooks:
-    """Wrap ``trainer``'s methods and add the callback (a subclass of ``callback_base``,
-    transformers' ``TrainerCallback``); return the hooks."""
-    hooks = TrainerHooks(trainer, profiler, kind)
+    """Wrap ``trainer``'s methods and add the hooks as its callback (their class with
+    ``callback_base``, transformers' ``TrainerCallback``, mixed in); return them."""
+    hooks: TrainerHooks = type("ProfdslCallback", (TrainerHooks, callback_base), {})(trainer, profiler, kind)
 
     def prepare(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         inputs = call(*args, **kwargs)
@@ -251,30 +245,5 @@ def install(trainer: Any, profiler: Profiler, kind: Kind, callback_base: type) -
     _wrap(trainer, "compute_loss", functools.partial(hooks.micro_stage, phases.FORWARD))
     _wrap(trainer.accelerator, "backward", functools.partial(hooks.micro_stage, phases.BACKWARD))
     _wrap(trainer, "train", train)
-    trainer.add_callback(_callback(callback_base)(hooks))
+    trainer.add_callback(hooks)
     return hooks
-
-
-def _callback(base: type) -> type:
-    """The callback class: transformers' ``TrainerCallback`` with the events profdsl follows."""
-
-    class ProfdslCallback(base):  # type: ignore[misc]
-        def __init__(self, hooks: TrainerHooks) -> None:
-            self.hooks = hooks
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.hooks.step_begin(state)
-
-        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.hooks.pre_optimizer_step()
-
-        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.hooks.optimizer_step()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.hooks.step_end()
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.hooks.finish()
-
-    return ProfdslCallback

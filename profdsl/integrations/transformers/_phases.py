@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import attrs
 
-from profdsl.config._checks import is_int
+from profdsl.config._checks import require_int
 from profdsl.errors import ConfigError
 
 __all__ = [
@@ -44,13 +44,7 @@ MINI_BATCH, MICRO_BATCH = "mini_batch", "micro_batch"
 
 def _count(field: str) -> Callable[[object], int]:
     """A converter: the trainer's ``field``, an integer >= 1."""
-
-    def check(value: object) -> int:
-        if not is_int(value) or value < 1:
-            raise ConfigError(f"profile_trainer: the trainer's {field} must be an integer >= 1, got {value!r}")
-        return value
-
-    return check
+    return lambda value: require_int(f"profile_trainer: the trainer's {field}", value, 1)
 
 
 @attrs.frozen

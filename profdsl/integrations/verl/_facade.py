@@ -374,9 +374,7 @@ class DistProfilerExtension:
 def _world_holding(rank: int | None, world_size: int | None) -> int | None:
     """``world_size``, or, when neither it nor ``WORLD_SIZE`` says and the discovered world
     cannot hold ``rank``, ``rank + 1`` (verl's inference; a bad ``rank`` is left to the plan)."""
-    if world_size is not None or rank is None or os.environ.get("WORLD_SIZE") is not None:
-        return world_size
-    if not is_int(rank) or rank < 0:
+    if world_size is not None or not is_int(rank) or rank < 0 or os.environ.get("WORLD_SIZE") is not None:
         return world_size
     _, found = discover_world()
     return found if rank < found else rank + 1

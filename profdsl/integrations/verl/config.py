@@ -65,9 +65,9 @@ def _unset(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value == MISSING)
 
 
-def _given(check: Callable[..., T], where: str, value: Any, *args: Any) -> T | None:
+def _given(check: Callable[[str, Any], T], where: str, value: Any) -> T | None:
     """``check`` (a profdsl field check) on a verl value, naming its verl key; unset: None."""
-    return None if _unset(value) else check(f"verl {where}", value, *args)
+    return None if _unset(value) else check(f"verl {where}", value)
 
 
 def _bool(where: str, value: Any) -> bool:
@@ -130,8 +130,8 @@ class _Global(_Values):
 def _global(cfg: Mapping[str, Any]) -> _Global:
     where = "global_profiler"
     block = _block(cfg.get("global_profiler"), where, GLOBAL_KEYS)
-    for key, unset in (("enable", False), ("all_ranks", False), ("ranks", []), ("tool_config", None)):
-        if block.get(key, unset) not in (unset, None, {}, [], False, MISSING):
+    for key in (*_LOCAL, "tool_config"):  # a role's own keys
+        if block.get(key) not in (None, {}, [], False, MISSING):
             raise ConfigError(
                 f"verl {where}.{key} is never read by verl's trainer, got "
                 f"{block[key]!r}: set it in each role's profiler block"
@@ -143,10 +143,7 @@ def _global(cfg: Mapping[str, Any]) -> _Global:
         _bool(f"{where}.{key}", block.get(key))
     for key in ("steps", "finish_hook_ranks"):
         _given(to_int_set, f"{where}.{key}", block.get(key))
-    tools = _block(block.get("global_tool_config"), f"{where}.global_tool_config", TOOL_KEYS)
-    for tool, sub in tools.items():
-        if tool in TOOL_KEYS:
-            _block(sub, f"{where}.global_tool_config.{tool}", TOOL_KEYS[tool])
+    tools = _tools(block.get("global_tool_config"), f"{where}.global_tool_config")
     nsys = _block(tools.get("nsys"), f"{where}.global_tool_config.nsys")
     _bool(f"{where}.global_tool_config.nsys.discrete", nsys.get("discrete"))
     return _Global(block, nsys)
@@ -170,26 +167,10 @@ class _Role(_Values):
     nsys_discrete: Any
 
 
-#: Role keys a rollout block takes from the actor's when it lacks them (the rest: global).
-_FROM_ACTOR: Final = (
-    "enable",
-    "all_ranks",
-    "ranks",
-    "relocate_results",
-    "finish_hook_cmd",
-    "finish_hook_all_ranks",
-    "finish_hook_ranks",
-)
-_FROM_GLOBAL: Final = (
-    "tool",
-    "save_path",
-    "relocate_results",
-    "finish_hook_cmd",
-    "finish_hook_all_ranks",
-    "finish_hook_ranks",
-)
+#: The role keys a block lacking them holds at these values (``global_profiler``'s are never read).
 _LOCAL: Final = {"enable": False, "all_ranks": False, "ranks": []}
-#: What ``global_profiler`` holds when a mapping lacks a key: verl's shipped YAML defaults.
+#: The role keys a block lacking them takes from ``global_profiler``, and what that holds when a
+#: mapping lacks them too: verl's shipped YAML defaults.
 _GLOBAL_DEFAULTS: Final[dict[str, Any]] = {
     "tool": None,
     "save_path": "outputs/profile",
@@ -198,15 +179,23 @@ _GLOBAL_DEFAULTS: Final[dict[str, Any]] = {
     "finish_hook_all_ranks": False,
     "finish_hook_ranks": [],
 }
+#: Role keys a rollout block takes from the actor's when it lacks them (the tool and save_path: global).
+_FROM_ACTOR: Final = {*_LOCAL, *_GLOBAL_DEFAULTS} - {"tool", "save_path"}
 
 
-def _one_tool(tools: dict[str, Any], tool: Any) -> dict[str, Any]:
-    """``tool_config`` as verl's tests build it, ``ProfilerConfig(tool_config=
-    TorchProfilerToolConfig(...))``: one tool's fields where the per-tool mapping goes. With the
-    role's ``tool`` named and no key a tool's name, the block is that tool's; otherwise as it is
-    (an unknown key is refused by name)."""
+def _tools(raw: Any, where: str, tool: Any = None) -> dict[str, Any]:
+    """A ``tool_config`` (or ``global_tool_config``) block as a dict, its keys and each tool's
+    checked. A role's, with its ``tool`` named, may be as verl's tests build it,
+    ``ProfilerConfig(tool_config=TorchProfilerToolConfig(...))``: one tool's fields where the
+    per-tool mapping goes; with no key a tool's name, the block is that tool's (an unknown key is
+    refused by name)."""
+    tools = _block(raw, where)
     if isinstance(tool, str) and tool in TOOL_KEYS and tools and not set(tools) & set(TOOL_KEYS):
-        return {tool: tools}
+        tools = {tool: tools}
+    _check(tools, TOOL_KEYS, where)
+    for name, sub in tools.items():
+        if name in TOOL_KEYS:  # not an ignored key (``_target_``, ``name``)
+            _block(sub, f"{where}.{name}", TOOL_KEYS[name])
     return tools
 
 
@@ -218,20 +207,17 @@ def _role(block: Mapping[str, Any] | None, g: _Global, where: str, actor: _Role 
             f"verl {where}.global_tool_config is read from global_profiler only: move "
             "it to global_profiler.global_tool_config"
         )
-    tools = _one_tool(_block(block.get("tool_config"), f"{where}.tool_config"), block.get("tool"))
-    _check(tools, TOOL_KEYS, f"{where}.tool_config")
-    for tool, sub in tools.items():
-        _block(sub, f"{where}.tool_config.{tool}", TOOL_KEYS[tool])
+    tools = _tools(block.get("tool_config"), f"{where}.tool_config", block.get("tool"))
     torch = _block(tools.get("torch"), f"{where}.tool_config.torch")
     if "schedule" in torch:
         torch["schedule"] = _block(torch["schedule"], f"{where}.tool_config.torch.schedule", SCHEDULE_KEYS)
     values: dict[str, Any] = {}
-    for key in (*_LOCAL, *_FROM_GLOBAL):
+    for key in (*_LOCAL, *_GLOBAL_DEFAULTS):
         if key in block and not (_unset(block[key]) and block[key] is not None):
             values[key] = block[key]
         elif actor is not None and key in _FROM_ACTOR:
             values[key] = actor.get(key)
-        elif key in _FROM_GLOBAL:
+        elif key in _GLOBAL_DEFAULTS:
             values[key] = g.get(key, _GLOBAL_DEFAULTS[key])
         else:
             values[key] = _LOCAL[key]
