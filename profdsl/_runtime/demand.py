@@ -250,12 +250,10 @@ class SlowStepRequests:
         self.role, self._plan, self._inbox = plan.role, plan, inbox
         self.slow = SlowSteps(auto)
 
-    def after_step(self, timings: StepTimings | None, *, traced: bool) -> None:
+    def after_step(self, timings: StepTimings, *, traced: bool) -> None:
         """A step's timings are out: when a watched stage was slow against this rank's earlier
         steps, the next step of this rank is requested (``ProfilerConfig.auto``). Never raises
         (a failure is logged once)."""
-        if timings is None:
-            return
         try:
             self._check(timings, traced)
         except Exception as exc:  # a slow-step check never reaches the training loop

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple, SupportsIndex
 
 import attrs
 
-from profdsl._runtime.meter import make_meter
+from profdsl._runtime.meter import NULL_METER, StepMeter
 from profdsl._runtime.role_capture import RoleCapture
 from profdsl._runtime.step import StepContext
 from profdsl._runtime.step_events import StepEvents
@@ -139,8 +139,8 @@ class Lifecycle:
         self.steps = StepEvents(
             plan, self.capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
         )
-        self.meter = make_meter(
-            plan.metrics, plan.role, plan.rank, plan.local_rank, on_step, device=device, servers=process.servers
+        self.meter = (
+            StepMeter(plan, on_step, device=device, servers=process.servers) if plan.metrics.enabled else NULL_METER
         )
         self.where = Where()
         self.step: StepContext | None = None  # the step open, while it has anything on
@@ -226,9 +226,9 @@ class Lifecycle:
         """After the step's capture has ended: its timings to the exporters, ``on_step``, the
         metrics log and the slow-step check."""
         timings, traced = ended or (None, False)
-        self.meter.publish(timings)
         if timings is None:
             return None
+        self.meter.publish(timings)
         if self.plan.metrics.log:
             self.process.logs.write(self.plan, timings, traced=traced)
         self.steps.timed(timings, traced=traced)

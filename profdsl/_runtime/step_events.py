@@ -178,7 +178,7 @@ class StepEvents:
         due = self._arrive(hook=False) or (outstanding.due if outstanding is not None else None)
         return Outstanding(self._writer.tail(), due)
 
-    def timed(self, timings: StepTimings | None, *, traced: bool) -> None:
+    def timed(self, timings: StepTimings, *, traced: bool) -> None:
         """A step's timings are out: a slow step requests the next one (``ProfilerConfig.auto``)."""
         if self.auto is not None:
             self.auto.after_step(timings, traced=traced)
