@@ -136,9 +136,7 @@ class Lifecycle:
         self.owner, self.config, self.plan, self.process = owner, config, plan, process
         self.turns = Turns()
         self.capture = RoleCapture(plan, process.slot)
-        self.steps = StepEvents(
-            plan, self.capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
-        )
+        self.steps = StepEvents(plan, self.capture, process)
         self.meter = (
             StepMeter(plan, on_step, device=device, servers=process.servers) if plan.metrics.enabled else NULL_METER
         )

@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING
 import attrs
 
 from profdsl._runtime.demand import Demand, DemandSteps, SlowStepRequests
-from profdsl._runtime.inbox import Inbox
 from profdsl._runtime.plan import RolePlan
 from profdsl._runtime.role_capture import RoleCapture
 from profdsl._runtime.slot.claims import Claim
-from profdsl._runtime.slot.slot import CaptureSlot
 from profdsl._runtime.writer.hook import stop_hooks
 from profdsl._runtime.writer.jobs import MoveJob
-from profdsl._runtime.writer.rounds import DueHook, HookRounds
+from profdsl._runtime.writer.rounds import DueHook
 from profdsl._runtime.writer.writer import Writer
 from profdsl.collect import _relocate as relocate
 from profdsl.core._log import logger, once
@@ -104,29 +102,21 @@ class StepEvents:
     requests' at each boundary. It owns no session: it claims the slot for a continuous step and
     releases it, moves nsys reports in, and arrives at the finish hook's round."""
 
-    def __init__(
-        self,
-        plan: RolePlan,
-        capture: RoleCapture,
-        *,
-        slot: CaptureSlot,
-        writer: Writer,
-        rounds: HookRounds,
-        inbox: Inbox,
-    ) -> None:
+    def __init__(self, plan: RolePlan, capture: RoleCapture, process: Process) -> None:
         self.profiled_steps: list[int] = []
         self.claim: Claim | None = None  # continuous mode: this role's hold on the capture
         self._plan, self._capture = plan, capture
-        self._slot, self._writer, self._rounds = slot, writer, rounds
+        self._slot, self._writer, self._rounds = process.slot, process.writer, process.rounds
         self._hook_owed = False  # the hook event was interrupted before it was carried out
         self._arrived = not plan.member  # a step clock never holds up another role's hook
         self._step: int | None = None  # the step begun last
-        self.nsys = NsysReports(plan, capture, writer)
+        self.nsys = NsysReports(plan, capture, process.writer)
         if plan.member:
-            rounds.join(plan.save_path, self)
-        self.demand = DemandSteps(Demand(plan, rounds=rounds, member=self, inbox=inbox), plan, capture, rounds=rounds)
+            process.rounds.join(plan.save_path, self)
+        demand = Demand(plan, rounds=process.rounds, member=self, inbox=process.inbox)
+        self.demand = DemandSteps(demand, plan, capture, rounds=process.rounds)
         auto = plan.demand.auto
-        self.auto = SlowStepRequests(plan, auto, inbox) if auto is not None and plan.member else None
+        self.auto = SlowStepRequests(plan, auto, process.inbox) if auto is not None and plan.member else None
         self.tracker = StepTracker(plan.steps)
 
     @property
