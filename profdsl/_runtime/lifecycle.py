@@ -211,14 +211,14 @@ class Lifecycle:
     def _end(self, number: int | None) -> tuple[Outstanding | None, Ended | None]:
         """The step open ends: its capture (a run of continuous steps keeps its capture between
         steps), its timings."""
-        traced = self.where.capturing
+        step, traced = self.where.step, self.where.capturing
         self.where = Where(self.where.state)
         self._unregister()
         timings = self.meter.end()
         self.capture.end()
         if self.where.state is not State.IDLE:
             self.where = Where(State.STOPPED)
-        return self.steps.end(), (timings, traced)
+        return self.steps.end(step), (timings, traced)
 
     def _ended(self, ended: Ended | None) -> StepTimings | None:
         """After the step's capture has ended: its timings to the exporters, ``on_step``, the

@@ -109,7 +109,6 @@ class StepEvents:
         self._slot, self._writer, self._rounds = process.slot, process.writer, process.rounds
         self._hook_owed = False  # the hook event was interrupted before it was carried out
         self._arrived = not plan.member  # a step clock never holds up another role's hook
-        self._step: int | None = None  # the step begun last
         self.nsys = NsysReports(plan, capture, process.writer)
         if plan.member:
             process.rounds.join(plan.save_path, self)
@@ -133,7 +132,6 @@ class StepEvents:
             for steps, tag in self.demand.poll(step):
                 self.tracker.request(steps, tag)
         events = self.tracker.begin(step)
-        self._step = step
         profiled = self.tracker.profiling
         if self.tracker.hook_done and not profiled and self.tracker.plan.is_profiled(step):
             once(
@@ -147,12 +145,12 @@ class StepEvents:
             self.profiled_steps.append(step)  # the plan's (a request's steps are its round's)
         return profiled, self._apply(events, step)
 
-    def end(self) -> Outstanding | None:
-        """The current step ends; what to wait for when it was the last profiled one. The
-        requests whose last step it was are done (their hooks are not waited for)."""
+    def end(self, step: int | None) -> Outstanding | None:
+        """The current step (``step``) ends; what to wait for when it was the last profiled one.
+        The requests whose last step it was are done (their hooks are not waited for)."""
         outstanding = self._apply(self.tracker.end(), None)
-        if self._step is not None:
-            self.demand.ended(self._step)
+        if step is not None:
+            self.demand.ended(step)
         return outstanding
 
     def finish(self) -> Outstanding:
