@@ -277,22 +277,10 @@ class SlowStepRequests:
             )
         )
         if answer.status == "accepted":  # said after it is taken: never a capture that does not happen
-            logger.warning(
-                "[profdsl rank %s] slow step: %s; tracing step %s (automatic capture %s of %s)",
-                plan.rank,
-                reason,
-                step,
-                self.slow.captures,
-                self.slow.auto.max_captures,
-            )
+            then = f"tracing step {step} (automatic capture {self.slow.captures} of {self.slow.auto.max_captures})"
         else:
-            logger.warning(
-                "[profdsl rank %s] slow step: %s; step %s is not traced (%s)",
-                plan.rank,
-                reason,
-                step,
-                "; ".join(answer.why) or answer.status,
-            )
+            then = f"step {step} is not traced ({'; '.join(answer.why) or answer.status})"
+        logger.warning("[profdsl rank %s] slow step: %s; %s", plan.rank, reason, then)
 
 
 def deliver_request(
