@@ -64,11 +64,9 @@ class Answer:
         return {"accepted": 202, "duplicate": 200, "refused": 409}.get(self.status, 400)
 
     def describe(self) -> str:
-        """One line for the log."""
+        """One line for the log, of a request offered to the roles (taken, or refused)."""
         if self.status == "accepted":
             return f"capture request {self.request} taken by {', '.join(self.roles)}"
-        if self.status == "duplicate":
-            return f"capture request {self.request} seen before: nothing more to do"
         return f"capture request {self.request} not taken: {'; '.join(self.why) or 'no role here'}"
 
 
