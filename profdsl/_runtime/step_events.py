@@ -224,7 +224,6 @@ class NsysReports:
         plan, config = self._plan, self._plan.capture
         if not (self._capture.selected and config.tool == "nsys" and config.relocate_results):
             return
-        record_incomplete = final
         wait_s = NSYS_FINAL_WAIT_S if final and not self._waited else 0.0  # once: at the first final pass
         self._waited |= final
         source = config.nsys_report_dir or relocate.default_nsys_dir()
@@ -251,7 +250,7 @@ class NsysReports:
                 plan.save_path,
                 reports,
                 wait_s=NSYS_STOP_WAIT_S,
-                record_incomplete=record_incomplete,
+                record_incomplete=final,
                 what="nsys reports",
             )
         )
