@@ -56,12 +56,13 @@ def registry_of(profiler: Profiler | None) -> Registry:
     return PROCESS.registry if profiler is None else profiler.process.registry
 
 
-def stop(entry: Entry) -> Any:
-    """End ``entry``: its time goes to its node, it leaves the stack (and the open ``with``
-    entries); returns its handle, for the caller to close. Never raises."""
-    entry.end()
+def stop(entry: Entry, innermost: bool = False) -> Any:
+    """End ``entry`` (``innermost``: found on top of this context's stack): its time goes to its
+    node, it leaves the stack and the open ``with`` entries of its registry (whose switch turns
+    off when nothing else is on); returns its handle, for the caller to close. Never raises."""
+    entry.end(innermost)
     handle = entry.handle
-    if handle is not None:  # _unlist(), inlined: this runs for every decorated profiled call
+    if handle is not None:  # registry_of(), inlined: this runs for every decorated profiled call
         profiler = entry.key.profiler  # type: ignore[attr-defined]
         registry = PROCESS.registry if profiler is None else profiler.process.registry
         opened = registry.opened
@@ -71,24 +72,14 @@ def stop(entry: Entry) -> Any:
     return handle
 
 
-def _unlist(entry: Entry, registry: Registry) -> None:
-    """``entry`` (one with a handle) is no longer open: off the open ``with`` entries of
-    ``registry`` (its own), whose switch turns off when nothing else is on."""
-    opened = registry.opened
-    opened.pop(entry, None)
-    if not opened and not registry.steps:
-        registry.refresh()
-
-
-def _finish(entry: Entry | None, innermost: bool, registry: Registry) -> None:
-    """A ``with`` exit's end of ``entry`` (None: none to end), ``innermost`` when on top of this
-    context's stack; its handle, if any, is closed and off ``registry``'s open entries."""
+def _finish(entry: Entry | None, innermost: bool) -> None:
+    """A ``with`` exit's end of ``entry`` (None: none to end; ``innermost``: as :func:`stop`'s),
+    its handle, if any, closed."""
     if entry is not None:
-        entry.end(innermost)
-        handle = entry.handle
-        if handle is not None:
-            _unlist(entry, registry)
-            handle.close()
+        if entry.handle is None:  # stop(), inlined: nothing to close or unlist
+            entry.end(innermost)
+        else:
+            stop(entry, innermost).close()
 
 
 def _elsewhere(key: object, registry: Registry) -> Entry | None:
@@ -301,9 +292,9 @@ class Annotation(Entries):
         # (`start is None`: a Timed is never paused, and ended first: only a race with another thread)
         if entry.__class__ is not Timed or entry.key is not self or (start := entry.start) is None:
             if entry is None or entry.key is not self:
-                _finish(self._leaving(), False, PROCESS.registry)
+                _finish(self._leaving(), False)
             else:
-                _finish(entry, True, PROCESS.registry)
+                _finish(entry, True)
             return
         node: Node = entry.node  # type: ignore[assignment]  # (a Timed's: not None)
         now = tree.clock()  # Entry.end(), inlined for a Timed on top: this runs for every timed `with`
@@ -333,9 +324,9 @@ class Annotation(Entries):
             return
         entry = _top()
         if entry is None or entry.key is not self or not entry.live:
-            _finish(self._leaving(), False, registry)
+            _finish(self._leaving(), False)
         else:
-            _finish(entry, True, registry)
+            _finish(entry, True)
 
     def __call__(self, func: F) -> F:
         """Decorate a function, method, ``staticmethod`` or ``classmethod`` (either order),

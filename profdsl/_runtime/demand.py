@@ -58,7 +58,7 @@ class _Taken:
     traced: bool
     hook: HookPlan | None
     note: CaptureNote | None = None
-    last: int = -1
+    steps: range = range(0)
     began: list[int] = attrs.field(factory=list)
 
 
@@ -137,11 +137,7 @@ class DemandSteps:
         while self.demand.pending:
             self._resolve(self.demand.pending.popleft(), step, asked)
         for taken in self._active.values():
-            if (
-                taken.note is not None
-                and taken.note.steps is not None
-                and taken.note.steps[0] <= step <= taken.note.steps[1]
-            ):
+            if step in taken.steps:
                 taken.began.append(step)
         return asked
 
@@ -149,7 +145,6 @@ class DemandSteps:
         request = taken.request
         start = request.at_step if request.at_step is not None else step
         first, last = max(start, step), start + (request.steps or 1) - 1
-        taken.last = last
         if first > last:
             self._plan.say(
                 logging.WARNING,
@@ -177,10 +172,10 @@ class DemandSteps:
             )
             self._arrive(taken)
             return
-        taken.note = request.note(first, last)
+        taken.note, taken.steps = request.note(first, last), range(first, last + 1)
         self._active[str(request.id)] = taken
         if taken.traced:
-            asked.append((range(first, last + 1), str(request.id)))
+            asked.append((taken.steps, str(request.id)))
         if not self.demand.clock:
             self._plan.say(
                 logging.INFO,
@@ -217,7 +212,7 @@ class DemandSteps:
     def ended(self, step: int) -> None:
         """Step ``step`` ended (its session closed, its traces handed to the writer): the requests
         whose last step it was are done here."""
-        for taken in [t for t in self._active.values() if step >= t.last]:
+        for taken in [t for t in self._active.values() if step >= t.steps[-1]]:
             self._arrive(taken)
 
     def finish(self) -> None:
@@ -250,12 +245,10 @@ class SlowStepRequests:
         self.role, self._plan, self._inbox = plan.role, plan, inbox
         self.slow = SlowSteps(auto)
 
-    def after_step(self, timings: StepTimings | None, *, traced: bool) -> None:
+    def after_step(self, timings: StepTimings, *, traced: bool) -> None:
         """A step's timings are out: when a watched stage was slow against this rank's earlier
         steps, the next step of this rank is requested (``ProfilerConfig.auto``). Never raises
         (a failure is logged once)."""
-        if timings is None:
-            return
         try:
             self._check(timings, traced)
         except Exception as exc:  # a slow-step check never reaches the training loop
@@ -279,22 +272,10 @@ class SlowStepRequests:
             )
         )
         if answer.status == "accepted":  # said after it is taken: never a capture that does not happen
-            logger.warning(
-                "[profdsl rank %s] slow step: %s; tracing step %s (automatic capture %s of %s)",
-                plan.rank,
-                reason,
-                step,
-                self.slow.captures,
-                self.slow.auto.max_captures,
-            )
+            then = f"tracing step {step} (automatic capture {self.slow.captures} of {self.slow.auto.max_captures})"
         else:
-            logger.warning(
-                "[profdsl rank %s] slow step: %s; step %s is not traced (%s)",
-                plan.rank,
-                reason,
-                step,
-                "; ".join(answer.why) or answer.status,
-            )
+            then = f"step {step} is not traced ({'; '.join(answer.why) or answer.status})"
+        logger.warning("[profdsl rank %s] slow step: %s; %s", plan.rank, reason, then)
 
 
 def deliver_request(

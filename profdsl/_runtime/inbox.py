@@ -64,11 +64,9 @@ class Answer:
         return {"accepted": 202, "duplicate": 200, "refused": 409}.get(self.status, 400)
 
     def describe(self) -> str:
-        """One line for the log."""
+        """One line for the log, of a request offered to the roles (taken, or refused)."""
         if self.status == "accepted":
             return f"capture request {self.request} taken by {', '.join(self.roles)}"
-        if self.status == "duplicate":
-            return f"capture request {self.request} seen before: nothing more to do"
         return f"capture request {self.request} not taken: {'; '.join(self.why) or 'no role here'}"
 
 
@@ -150,15 +148,13 @@ class Inbox:
         role refused, and no driver passed on, leaves its id free); never raises."""
         request_id = str(request.id)
         with self._lock:
-            known = request_id in self._answers
-            if not known and len(self._answers) >= MAX_SEEN:
+            if request_id in self._answers:
+                earlier = self._answers[request_id]
+                return Answer(request_id, "duplicate", earlier.roles if earlier is not None else ())
+            if len(self._answers) >= MAX_SEEN:
                 return Answer(request_id, "refused", why=(f"more than {MAX_SEEN} requests in this process",))
-            if not known:
-                self._answers[request_id] = None
+            self._answers[request_id] = None
             members, listeners = list(self._members), list(self._listeners)
-            earlier = self._answers[request_id]
-        if known:
-            return Answer(request_id, "duplicate", earlier.roles if earlier is not None else ())
         taken, why = [], []
         for member in members:
             try:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple, SupportsIndex
 
 import attrs
 
-from profdsl._runtime.meter import make_meter
+from profdsl._runtime.meter import NULL_METER, StepMeter
 from profdsl._runtime.role_capture import RoleCapture
 from profdsl._runtime.step import StepContext
 from profdsl._runtime.step_events import StepEvents
@@ -136,11 +136,9 @@ class Lifecycle:
         self.owner, self.config, self.plan, self.process = owner, config, plan, process
         self.turns = Turns()
         self.capture = RoleCapture(plan, process.slot)
-        self.steps = StepEvents(
-            plan, self.capture, slot=process.slot, writer=process.writer, rounds=process.rounds, inbox=process.inbox
-        )
-        self.meter = make_meter(
-            plan.metrics, plan.role, plan.rank, plan.local_rank, on_step, device=device, servers=process.servers
+        self.steps = StepEvents(plan, self.capture, process)
+        self.meter = (
+            StepMeter(plan, on_step, device=device, servers=process.servers) if plan.metrics.enabled else NULL_METER
         )
         self.where = Where()
         self.step: StepContext | None = None  # the step open, while it has anything on
@@ -213,22 +211,22 @@ class Lifecycle:
     def _end(self, number: int | None) -> tuple[Outstanding | None, Ended | None]:
         """The step open ends: its capture (a run of continuous steps keeps its capture between
         steps), its timings."""
-        traced = self.where.capturing
+        step, traced = self.where.step, self.where.capturing
         self.where = Where(self.where.state)
         self._unregister()
         timings = self.meter.end()
         self.capture.end()
         if self.where.state is not State.IDLE:
             self.where = Where(State.STOPPED)
-        return self.steps.end(), (timings, traced)
+        return self.steps.end(step), (timings, traced)
 
     def _ended(self, ended: Ended | None) -> StepTimings | None:
         """After the step's capture has ended: its timings to the exporters, ``on_step``, the
         metrics log and the slow-step check."""
         timings, traced = ended or (None, False)
-        self.meter.publish(timings)
         if timings is None:
             return None
+        self.meter.publish(timings)
         if self.plan.metrics.log:
             self.process.logs.write(self.plan, timings, traced=traced)
         self.steps.timed(timings, traced=traced)

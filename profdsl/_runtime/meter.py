@@ -15,7 +15,6 @@ import time
 from typing import TYPE_CHECKING
 
 from profdsl._runtime.registry import stray, unbound
-from profdsl.config import Metrics
 from profdsl.core._log import internal_error
 from profdsl.metrics import _device as device_time
 from profdsl.metrics import _tree as tree
@@ -28,31 +27,27 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from profdsl._runtime.context import Entry
+    from profdsl._runtime.plan import RolePlan
     from profdsl._runtime.step import Closable, StepContext
     from profdsl.metrics._prometheus import Servers
 
-__all__ = ["NULL_METER", "NullMeter", "StepMeter", "make_meter", "node_for"]
+__all__ = ["NULL_METER", "NullMeter", "StepMeter", "node_for"]
 
 
 class StepMeter:
-    """One role's stage metrics in one process (see the module docstring).
+    """One role's stage metrics in one process (see the module docstring): ``plan.metrics``'s, its
+    Prometheus port the node rank ``plan.local_rank`` up (on ``servers``, the process's endpoints);
+    ``device``: whether it may time device work.
 
     ``timings`` and ``metrics`` are the last finished step's, structured and flat."""
 
-    def __init__(
-        self,
-        config: Metrics,
-        *,
-        role: str,
-        rank: int,
-        local_rank: int,
-        on_step: OnStep | None = None,
-        device: bool = True,
-        servers: Servers,
-    ) -> None:
-        self.config, self.role, self.rank, self.on_step = config, role, rank, on_step
+    def __init__(self, plan: RolePlan, on_step: OnStep | None = None, *, device: bool = True, servers: Servers) -> None:
+        self.config = config = plan.metrics
+        self.role, self.rank, self.on_step = plan.role, plan.rank, on_step
         self._paths = Paths(config.max_stages, config.stages)
-        self.exporters: list[Exporter] = make_exporters(config, role=role, local_rank=local_rank, servers=servers)
+        self.exporters: list[Exporter] = make_exporters(
+            config, role=plan.role, local_rank=plan.local_rank, servers=servers
+        )
         self._device: device_time.DeviceTimes[Node] | None | bool = device and config.device_time
         self.root: Root | None = None
         self._began = 0.0
@@ -101,10 +96,9 @@ class StepMeter:
         )
         return self.timings
 
-    def publish(self, timings: StepTimings | None) -> None:
+    def publish(self, timings: StepTimings) -> None:
         """Send a finished step to the exporters and ``on_step``."""
-        if timings is not None:
-            publish(timings, self.exporters, self.on_step)
+        publish(timings, self.exporters, self.on_step)
 
     def close(self) -> None:
         """Drop a step still open (a loop that ended inside a step publishes nothing)."""
@@ -151,7 +145,7 @@ class NullMeter:
         """Nothing timed."""
         return None
 
-    def publish(self, timings: StepTimings | None) -> None:
+    def publish(self, timings: StepTimings) -> None:
         """Nothing to send."""
 
     def close(self) -> None:
@@ -159,26 +153,6 @@ class NullMeter:
 
 
 NULL_METER = NullMeter()
-
-
-def make_meter(
-    config: Metrics,
-    role: str,
-    rank: int,
-    local_rank: int,
-    on_step: OnStep | None = None,
-    *,
-    device: bool = True,
-    servers: Servers,
-) -> StepMeter | NullMeter:
-    """A :class:`StepMeter` when ``config.enabled``, else :data:`NULL_METER` (``local_rank``: the
-    process's rank on its node, for the Prometheus port; ``servers``: the process's Prometheus
-    endpoints)."""
-    if not config.enabled:
-        return NULL_METER
-    return StepMeter(
-        config, role=role, rank=rank, local_rank=local_rank, on_step=on_step, device=device, servers=servers
-    )
 
 
 def node_for(

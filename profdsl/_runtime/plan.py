@@ -102,9 +102,8 @@ class RolePlan:
         """The hook this rank runs for a capture request it takes (``traced``: whether the
         request traces this rank): on ``finish_hook.ranks`` (or every rank with ``all_ranks``),
         else on the ranks the request traces; None for a step clock or without a command."""
-        if not self.member or not self.selection.runs_hook(self.rank, traced):
-            return None
-        return self.hook_for_request
+        hook = self.hook_for_request  # (None outside the hook round: resolve gives a member's only)
+        return hook if hook is not None and self.selection.runs_hook(self.rank, traced) else None
 
 
 def resolve(

@@ -215,7 +215,7 @@ class Recorder:
     def close(self) -> None:
         """The step is over: end the stage captures it opened that are still open here."""
         self.active = False
-        self.stages.close(self.step)
+        self.stages.close()
         if not self._discrete:
             self._report.windowless(self._batches, None)
 

@@ -46,9 +46,8 @@ class StageCaptures:
         began = clock()
         session = self._slot.begin_stage(label, self._backend, self._schedule if scheduled else None)
         self._waited(began)
-        if isinstance(session, Busy) or session is None:
-            return session
-        self._sessions.append(session)
+        if session is not None and not isinstance(session, Busy):
+            self._sessions.append(session)
         return session
 
     def end(self, session: Session) -> None:
@@ -67,12 +66,12 @@ class StageCaptures:
         finally:
             self._waited(began)
 
-    def close(self, step: int | None) -> None:
-        """Step ``step`` is over: end the stage captures it opened that are still open here."""
+    def close(self) -> None:
+        """The step is over: end the stage captures it opened that are still open here."""
         sessions, self._sessions = self._sessions, []
         for session in sessions:
             if self._slot.current is session and session.owned_here() and session.cut_short is None:
-                session.cut_short = f"step {step} ended while stage {session.label.stage!r} was still open"
+                session.cut_short = f"step {self._label.step} ended while stage {session.label.stage!r} was still open"
             self._slot.end_stage(session)
 
     def _waited(self, began: float) -> None:

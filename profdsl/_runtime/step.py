@@ -64,8 +64,3 @@ class StepContext:
         self.profiled, self.recorder, self.root = profiled, recorder, root
         if recorder is not None:  # its stage captures' waits go to the step's ledger
             recorder.stages.tree = root
-
-    @property
-    def on(self) -> bool:
-        """Whether the step has anything on (otherwise it is not registered)."""
-        return self.profiled or self.recorder is not None or self.root is not None

@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING
 import attrs
 
 from profdsl._runtime.demand import Demand, DemandSteps, SlowStepRequests
-from profdsl._runtime.inbox import Inbox
 from profdsl._runtime.plan import RolePlan
 from profdsl._runtime.role_capture import RoleCapture
 from profdsl._runtime.slot.claims import Claim
-from profdsl._runtime.slot.slot import CaptureSlot
 from profdsl._runtime.writer.hook import stop_hooks
 from profdsl._runtime.writer.jobs import MoveJob
-from profdsl._runtime.writer.rounds import DueHook, HookRounds
+from profdsl._runtime.writer.rounds import DueHook
 from profdsl._runtime.writer.writer import Writer
 from profdsl.collect import _relocate as relocate
 from profdsl.core._log import logger, once
@@ -104,29 +102,20 @@ class StepEvents:
     requests' at each boundary. It owns no session: it claims the slot for a continuous step and
     releases it, moves nsys reports in, and arrives at the finish hook's round."""
 
-    def __init__(
-        self,
-        plan: RolePlan,
-        capture: RoleCapture,
-        *,
-        slot: CaptureSlot,
-        writer: Writer,
-        rounds: HookRounds,
-        inbox: Inbox,
-    ) -> None:
+    def __init__(self, plan: RolePlan, capture: RoleCapture, process: Process) -> None:
         self.profiled_steps: list[int] = []
         self.claim: Claim | None = None  # continuous mode: this role's hold on the capture
         self._plan, self._capture = plan, capture
-        self._slot, self._writer, self._rounds = slot, writer, rounds
+        self._slot, self._writer, self._rounds = process.slot, process.writer, process.rounds
         self._hook_owed = False  # the hook event was interrupted before it was carried out
         self._arrived = not plan.member  # a step clock never holds up another role's hook
-        self._step: int | None = None  # the step begun last
-        self.nsys = NsysReports(plan, capture, writer)
+        self.nsys = NsysReports(plan, capture, process.writer)
         if plan.member:
-            rounds.join(plan.save_path, self)
-        self.demand = DemandSteps(Demand(plan, rounds=rounds, member=self, inbox=inbox), plan, capture, rounds=rounds)
+            process.rounds.join(plan.save_path, self)
+        demand = Demand(plan, rounds=process.rounds, member=self, inbox=process.inbox)
+        self.demand = DemandSteps(demand, plan, capture, rounds=process.rounds)
         auto = plan.demand.auto
-        self.auto = SlowStepRequests(plan, auto, inbox) if auto is not None and plan.member else None
+        self.auto = SlowStepRequests(plan, auto, process.inbox) if auto is not None and plan.member else None
         self.tracker = StepTracker(plan.steps)
 
     @property
@@ -143,7 +132,6 @@ class StepEvents:
             for steps, tag in self.demand.poll(step):
                 self.tracker.request(steps, tag)
         events = self.tracker.begin(step)
-        self._step = step
         profiled = self.tracker.profiling
         if self.tracker.hook_done and not profiled and self.tracker.plan.is_profiled(step):
             once(
@@ -157,12 +145,12 @@ class StepEvents:
             self.profiled_steps.append(step)  # the plan's (a request's steps are its round's)
         return profiled, self._apply(events, step)
 
-    def end(self) -> Outstanding | None:
-        """The current step ends; what to wait for when it was the last profiled one. The
-        requests whose last step it was are done (their hooks are not waited for)."""
+    def end(self, step: int | None) -> Outstanding | None:
+        """The current step (``step``) ends; what to wait for when it was the last profiled one.
+        The requests whose last step it was are done (their hooks are not waited for)."""
         outstanding = self._apply(self.tracker.end(), None)
-        if self._step is not None:
-            self.demand.ended(self._step)
+        if step is not None:
+            self.demand.ended(step)
         return outstanding
 
     def finish(self) -> Outstanding:
@@ -178,7 +166,7 @@ class StepEvents:
         due = self._arrive(hook=False) or (outstanding.due if outstanding is not None else None)
         return Outstanding(self._writer.tail(), due)
 
-    def timed(self, timings: StepTimings | None, *, traced: bool) -> None:
+    def timed(self, timings: StepTimings, *, traced: bool) -> None:
         """A step's timings are out: a slow step requests the next one (``ProfilerConfig.auto``)."""
         if self.auto is not None:
             self.auto.after_step(timings, traced=traced)
@@ -236,7 +224,6 @@ class NsysReports:
         plan, config = self._plan, self._plan.capture
         if not (self._capture.selected and config.tool == "nsys" and config.relocate_results):
             return
-        record_incomplete = final
         wait_s = NSYS_FINAL_WAIT_S if final and not self._waited else 0.0  # once: at the first final pass
         self._waited |= final
         source = config.nsys_report_dir or relocate.default_nsys_dir()
@@ -263,7 +250,7 @@ class NsysReports:
                 plan.save_path,
                 reports,
                 wait_s=NSYS_STOP_WAIT_S,
-                record_incomplete=record_incomplete,
+                record_incomplete=final,
                 what="nsys reports",
             )
         )

@@ -54,13 +54,12 @@ class StepReport:
     step says and records what no capture holds; ``claim``: its continuous step's claim on the
     slot, if any; ``on_unseen()``: the role switches to capturing every thread (False: it cannot)."""
 
-    __slots__ = ("_claim", "_first_miss", "_label", "_on_unseen", "_slot", "role", "step", "stepped_in")
+    __slots__ = ("_claim", "_first_miss", "_label", "_on_unseen", "_slot", "stepped_in")
 
     def __init__(
         self, label: TraceLabel, slot: CaptureSlot, claim: Claim | None, on_unseen: Callable[[], bool]
     ) -> None:
-        self.role, self.step, self._label = label.role, label.step, label
-        self._slot, self._claim, self._on_unseen = slot, claim, on_unseen
+        self._label, self._slot, self._claim, self._on_unseen = label, slot, claim, on_unseen
         self.stepped_in: list[str] = []  # continuous: the regions its mini-batches ran in
         # A thread-safe once-flag (next() of an itertools.count is atomic, and 0 only the first
         # time): the first region of this step its session missed is said and recorded, no other.
@@ -72,12 +71,11 @@ class StepReport:
         current = self._slot.current
         claim = self._claim
         if claim is None:  # a stage nested in a discrete stage's own capture
-            if current is not None:
-                current.book.note(name, kind=kind)
+            self.note(name, mini_batch=False, kind=kind)
             return
         if current is None:
             current = self._slot.step_session(claim)  # a step that waited for its thread
-        if current is not None and current.kind == "step" and self.role in current.roles:
+        if current is not None and current.kind == "step" and self._label.role in current.roles:
             current.book.note(name, kind=kind)
             if not current.owned_here():
                 current.traces.missed = True  # its trace may hold nothing: this record says why
@@ -93,12 +91,12 @@ class StepReport:
             return
         reason = f"{name!r} {why or _unseen_thread(self._on_unseen())}"
         once(
-            f"missed:{self.role}",
+            f"missed:{self._label.role}",
             logging.ERROR,
             "[profdsl rank %s] %s step %s: %s",
             self._label.rank,
-            self.role,
-            self.step,
+            self._label.role,
+            self._label.step,
             reason,
         )
         self.record(self._label.loss("incomplete", reason, stage=name))
@@ -118,13 +116,13 @@ class StepReport:
         inside = stage if stage is not None else ", ".join(map(repr, self.stepped_in)) or None
         where = f"stage {stage!r}" if stage is not None else f"step (mini-batches in {inside})"
         once(
-            f"no-window:{self.role}:{stage}",
+            f"no-window:{self._label.role}:{stage}",
             logging.WARNING,
             "[profdsl rank %s] %s %s, step %s: %s",
             self._label.rank,
-            self.role,
+            self._label.role,
             where,
-            self.step,
+            self._label.step,
             why,
         )
         self.record(self._label.loss("empty", why, stage=stage if stage is not None else inside))
@@ -135,11 +133,11 @@ class StepReport:
             "one capture runs per process at a time"
         )
         once(
-            f"stage-busy:{self.role}:{name}",
+            f"stage-busy:{self._label.role}:{name}",
             logging.ERROR if scheduled else logging.WARNING,
             "[profdsl rank %s] %s stage %r %s: it gets no trace of its own%s",
             self._label.rank,
-            self.role,
+            self._label.role,
             name,
             reason,
             " and records no mini-batches" if scheduled else "",
@@ -150,14 +148,14 @@ class StepReport:
         """A ``base`` mini-batch ran on a thread its capture cannot be driven from: said and, in
         a continuous step, recorded missed."""
         once(
-            f"mini-batch-thread:{self.role}",
+            f"mini-batch-thread:{self._label.role}",
             logging.ERROR,
             "[profdsl rank %s] %s: a %r mini-batch ran on thread %r, but its capture runs on "
             "another thread, from which it cannot be driven; it is not recorded. Run "
             "mini-batches on the thread of their stage (or of start), or set "
             "TorchOptions(all_threads=True)",
             self._label.rank,
-            self.role,
+            self._label.role,
             base,
             threading.current_thread().name,
         )
