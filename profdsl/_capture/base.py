@@ -48,13 +48,11 @@ class CaptureRefusedError(Exception):
 
 
 class Runner(Protocol):
-    """Where a session's calls run: the calling thread, or one dedicated thread."""
+    """Where a session's calls run: the calling thread, or one dedicated thread (the only one
+    whose calls can time out)."""
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
         """Run ``fn(*args)`` there and return its result."""
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Queue ``fn(*args)`` without waiting."""
 
 
 class Capture(Protocol):
