@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from profdsl._runtime.writer.writer import CommitGuard
+from profdsl._runtime.writer.writer import RECORD_BUDGET_S, CommitGuard
 from profdsl.collect import _relocate as relocate
 from profdsl.collect._export import PendingTrace, finish, write_events
 from profdsl.collect._manifest import append_record
@@ -19,9 +19,6 @@ from profdsl.core._log import once
 from profdsl.records.manifest import Record
 
 __all__ = ["ExportJob", "LineJob", "MoveJob", "RecordJob", "traces_into"]
-
-#: How long a wait for a record or a move's bookkeeping may last (a disk that stops answering).
-RECORD_BUDGET_S = 60.0
 
 
 def traces_into(folder: str) -> str:
