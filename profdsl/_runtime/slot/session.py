@@ -50,7 +50,6 @@ class Session:
     ) -> None:
         self.kind, self.label, self.backend, self.schedule = kind, label, backend, schedule
         self.writer, self.signals = writer, signals
-        self.roles: list[str] = [label.role]
         self.save_paths: list[str] = [label.save_path]  # its trace goes into the first; the others record where
         self.capture: Capture | None = None
         self.thread = threading.get_ident() if thread is None else thread  # where it starts
@@ -81,11 +80,16 @@ class Session:
                 )
         except CaptureRefusedError as exc:
             self.traces.dropped = True
-            self._record_loss("failed", str(exc))
+            self.traces.record_loss(self.label, "failed", str(exc))
             return False
         scheduled = self.kind == "stage" and self.schedule is not None
         self.budget.ahead(self.schedule.active if scheduled and self.schedule is not None else None)
         return True
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The roles whose steps it records, the first naming it (its label's, once fused)."""
+        return self.label.roles or (self.label.role,)
 
     @property
     def every_thread(self) -> bool:
@@ -112,7 +116,8 @@ class Session:
                 capture.stop()
         except BaseException as exc:
             if self.traces.pending() == ready:  # torch stopped without handing its last trace over
-                self._record_loss(
+                self.traces.record_loss(
+                    self.label,
                     "incomplete",
                     f"interrupted ({type(exc).__name__}) while torch stopped the capture: its last events are lost",
                 )
@@ -125,8 +130,7 @@ class Session:
         another save_path (its trace is this session's, written into the first role's: that
         save_path gets a record saying where, and its hook waits for this session too)."""
         if label.role not in self.roles:
-            self.roles.append(label.role)
-            self.label = attrs.evolve(self.label, roles=tuple(self.roles))
+            self.label = attrs.evolve(self.label, roles=(*self.roles, label.role))
         if label.save_path in self.save_paths:
             return False
         self.save_paths.append(label.save_path)
@@ -164,7 +168,4 @@ class Session:
         """The session cannot be ended here: record that its trace is lost, and why; what its
         owner still ends later is not written."""
         self.traces.dropped = True
-        self._record_loss("failed", f"lost: {reason}")
-
-    def _record_loss(self, status: str, reason: str) -> None:
-        self.traces.record_loss(attrs.evolve(self.label, roles=tuple(self.roles)), status, reason)
+        self.traces.record_loss(self.label, "failed", f"lost: {reason}")

@@ -52,12 +52,12 @@ class Traces:
         self.first = False  # the process's first session of its tool (its start pays the set-up)
         self._ready: list[_Ready] = []
 
-    def describe(self, label: TraceLabel, roles: list[str], window: tuple[int, int] | None) -> dict[str, Any]:
+    def describe(self, label: TraceLabel, roles: tuple[str, ...], window: tuple[int, int] | None) -> dict[str, Any]:
         """The ``profdsl`` metadata of the trace named by ``label`` (its fused ``roles``)."""
         return to_json(
             TraceMeta(
                 role=label.role,
-                roles=tuple(roles),
+                roles=roles,
                 stage=label.stage,
                 step=label.step,
                 rank=label.rank,
