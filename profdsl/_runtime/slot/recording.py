@@ -81,8 +81,7 @@ class Recording:
         """Before a scheduled stage's schedule steps past mini-batch ``index``: the budget counts
         a recorded one; a window cut earlier resumes collection as it ends (torch starts the next
         with collection on), and one that passes the budget before its last mini-batch pauses."""
-        if self.schedule is None:
-            return
+        assert self.schedule is not None  # only a scheduled stage's schedule steps
         action = action_at(self.schedule, index)
         if action is Action.RECORD_AND_SAVE:
             if self.budget.cut is None:
