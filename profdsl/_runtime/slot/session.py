@@ -123,7 +123,7 @@ class Session:
                 )
             raise
         finally:
-            self.hand_over()
+            self.traces.hand_over(self.label, self.cut_short)
 
     def join(self, label: TraceLabel) -> bool:
         """Another role's step (``label``) shares this session; True when that role writes into
@@ -153,16 +153,12 @@ class Session:
                     capture.advance(index)
             finally:
                 self.recording.stepped(index)
-                self.hand_over()
+                self.traces.hand_over(self.label, self.cut_short)
 
     # -- what the capture asks --------------------------------------------------------------
     def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
         """The trace's ``profdsl`` metadata."""
         return self.traces.describe(self.label, self.roles, window)
-
-    def hand_over(self) -> None:
-        """Hand the ready traces to the writer (:meth:`~profdsl._runtime.slot.traces.Traces.hand_over`)."""
-        self.traces.hand_over(self.label, self.cut_short)
 
     def lost(self, reason: str) -> None:
         """The session cannot be ended here: record that its trace is lost, and why; what its
