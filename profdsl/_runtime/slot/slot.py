@@ -65,7 +65,7 @@ class CaptureSlot:
     open and how it is started and stopped are its :class:`OpenSession`, guarded by this lock."""
 
     def __init__(self, writer: Writer, rounds: HookRounds, signals: Signals) -> None:
-        self.writer, self._rounds, self.signals = writer, rounds, signals
+        self.writer, self.signals = writer, signals
         self._lock = threading.RLock()
         self.claims = StepClaims(writer, signals)
         self.open = OpenSession(rounds, self.claims.refuse, self._thread_ended)
@@ -85,7 +85,7 @@ class CaptureSlot:
             if current is None:
                 self._resume()
             elif current.kind == "step" and not current.stop_wanted and current.join(claim.label):
-                self._rounds.hold(claim.label.save_path, current)
+                self.open.hold(current, claim.label.save_path)
 
     def release(self, claim: Claim) -> None:
         """A continuous role's step ends: the step session stops with its last claim."""
