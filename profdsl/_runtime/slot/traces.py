@@ -6,10 +6,11 @@ be ended, its loss recorded instead.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import attrs
 
@@ -19,7 +20,7 @@ from profdsl._runtime.slot.recording import Recording
 from profdsl._runtime.slot.region_book import RegionBook
 from profdsl._runtime.writer.jobs import ExportJob, RecordJob
 from profdsl._runtime.writer.writer import Writer
-from profdsl.collect._export import TraceLabel, pending_trace
+from profdsl.collect._export import PendingTrace, TraceLabel, pending_trace
 from profdsl.core._completeness import Expect
 from profdsl.core._log import once
 from profdsl.core._units import ms_of
@@ -27,18 +28,6 @@ from profdsl.records.fields import to_json
 from profdsl.records.meta import TraceMeta
 
 __all__ = ["Traces"]
-
-
-class _Ready(NamedTuple):
-    """A trace torch handed over, not yet given to the writer."""
-
-    write: Callable[[str], object]
-    window: tuple[int, int] | None
-    time_ms: int
-    held: Held
-    noted: float
-    expect: Expect
-    measured: Callable[[int], object] | None
 
 
 class Traces:
@@ -50,7 +39,9 @@ class Traces:
         self.missed = False  # work of its window ran on a thread it cannot see (recorded apart)
         self.dropped = False  # its loss is recorded: what it still ends is not written
         self.first = False  # the process's first session of its tool (its start pays the set-up)
-        self._ready: list[_Ready] = []
+        # The traces torch handed over, not yet given to the writer: each as what the capture
+        # knew of it (the pending trace but its name and cost), what it held its caller, and when.
+        self._ready: list[tuple[functools.partial[PendingTrace], Held, float]] = []
 
     def describe(self, label: TraceLabel, roles: tuple[str, ...], window: tuple[int, int] | None) -> dict[str, Any]:
         """The ``profdsl`` metadata of the trace named by ``label`` (its fused ``roles``)."""
@@ -95,7 +86,10 @@ class Traces:
         expect = attrs.evolve(
             expect or Expect(), truncated=cut, regions=self.recording.opened_regions(window), missed=self.missed
         )
-        self._ready.append(_Ready(write, window, time_ms, held, time.perf_counter(), expect, measured))
+        trace = functools.partial(
+            pending_trace, write, window=window, time_ms=time_ms, expect=expect, measured=measured
+        )
+        self._ready.append((trace, held, time.perf_counter()))
 
     def hand_over(self, label: TraceLabel, cut_short: str | None) -> None:
         """Hand the ready traces to the writer, each after waiting for an export slot (at most
@@ -106,7 +100,7 @@ class Traces:
         ended its recording up to this hand-over, and the wait for an export slot."""
         ready, self._ready = self._ready, []
         interrupt = None
-        for write, window, time_ms, held, noted, expect, measured in ready:
+        for trace, held, noted in ready:
             if self.dropped:
                 break  # recorded lost already (its owner came back after close() or exit)
             slot_wait = time.perf_counter()
@@ -131,18 +125,7 @@ class Traces:
             if cut_short:
                 extra.update(note=f"stopped early: {cut_short}")
             blocked_ms = ms_of(held.total_s + time.perf_counter() - noted)
-            pending = pending_trace(
-                write,
-                label,
-                window=window,
-                time_ms=time_ms,
-                extra=extra,
-                blocked_ms=blocked_ms,
-                wait_ms=waited_ms,
-                expect=expect,
-                measured=measured,
-            )
-            self.writer.submit(ExportJob(pending))
+            self.writer.submit(ExportJob(trace(label, extra=extra, blocked_ms=blocked_ms, wait_ms=waited_ms)))
         if interrupt is not None:
             raise interrupt
 
