@@ -35,7 +35,8 @@ __all__ = ["Session"]
 
 
 class Session:
-    """One capture session of this process; ``kind`` is ``"step"`` or ``"stage"``."""
+    """One capture session of this process; ``kind`` is ``"step"`` or ``"stage"`` (only a stage
+    session has a ``schedule``)."""
 
     def __init__(
         self,
@@ -82,8 +83,7 @@ class Session:
             self.traces.dropped = True
             self.traces.record_loss(self.label, "failed", str(exc))
             return False
-        scheduled = self.kind == "stage" and self.schedule is not None
-        self.budget.ahead(self.schedule.active if scheduled and self.schedule is not None else None)
+        self.budget.ahead(None if self.schedule is None else self.schedule.active)
         return True
 
     @property
