@@ -123,7 +123,7 @@ class TorchSession:
             self._runner.call(self._start, timeout=CALL_TIMEOUT_S)
         except TimeoutError:  # on the session thread (an inline call never times out)
             assert isinstance(self._runner, SessionThread)
-            self._runner.submit(self._abandon)  # runs after the late _start: no orphan profiler
+            self._runner.submit(self._stop)  # runs after the late _start: no orphan profiler
             raise
         finally:
             self._traces.held.ended(start=True)
@@ -169,13 +169,6 @@ class TorchSession:
         except BaseException:
             _stop_anyway(prof)
             raise
-
-    def _abandon(self) -> None:
-        """Stop a profiler whose start came too late for its caller."""
-        prof, self._prof = self._prof, None
-        if prof is not None:
-            prof.stop()
-            prof.profiler = None
 
     def _advance(self, index: int) -> None:
         if self._prof is None:  # stopped meanwhile: nothing to advance
