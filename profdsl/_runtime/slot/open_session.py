@@ -42,9 +42,8 @@ class OpenSession:
         slot free; a step session's claims record nothing more this step."""
         self.current = session
         self.hold(session)
-        started = False
         try:
-            started = session.start(self._runner(every_thread), every_thread=every_thread)
+            session.start(self._runner(every_thread), every_thread=every_thread)
         finally:  # an interrupt held during the start is delivered after it: the capture runs
             if session.capture is not None:
                 if not session.every_thread:
@@ -55,7 +54,7 @@ class OpenSession:
                     self.current = None
                 if session.kind == "step":
                     self._refused()
-        return started
+        return session.capture is not None
 
     def stop(self, session: Session) -> bool:
         """Stop ``session`` here, or leave it to its owner when that is another thread."""

@@ -63,9 +63,10 @@ class Session:
         self.traces = Traces(kind, self.book, writer, self.budget, self.recording)
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self, runner: Runner, *, every_thread: bool) -> bool:
-        """Open the capture (signals held meanwhile); False when the backend could not start
-        one: that is recorded (``failed``, with the reason) for the trace it would have been."""
+    def start(self, runner: Runner, *, every_thread: bool) -> None:
+        """Open the capture (signals held meanwhile); when the backend could not start one (its
+        ``capture`` stays None), that is recorded (``failed``, with the reason) for the trace it
+        would have been."""
         self.returns = every_thread or comes_back()
         # The process's first session of a tool pays its one-time set-up (torch: 0.7-1.3 s).
         self.traces.first = ONCE.first(f"session-started:{self.backend.tool}")
@@ -82,9 +83,8 @@ class Session:
         except CaptureRefusedError as exc:
             self.traces.dropped = True
             self.traces.record_loss(self.label, "failed", str(exc))
-            return False
+            return
         self.budget.ahead(None if self.schedule is None else self.schedule.active)
-        return True
 
     @property
     def roles(self) -> tuple[str, ...]:
