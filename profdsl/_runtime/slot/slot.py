@@ -116,11 +116,8 @@ class CaptureSlot:
         if self.current is not None:
             return
         session = self.claims.next_session()
-        if session is None:
-            return
-        every_thread = self.claims.every_thread()
-        if every_thread or threading.get_ident() == session.thread:
-            self.open.start(session, every_thread=every_thread)
+        if session is not None:
+            self.open.start(session, every_thread=self.claims.every_thread())
 
     # -- discrete stages --------------------------------------------------------------------
     def begin_stage(
