@@ -40,11 +40,8 @@ class ExportJob:
 
     def run(self, guard: CommitGuard) -> None:
         self.started = True
-        try:
-            path = finish(self.pending, commit=guard.commit, waited=guard.waited, settled=guard.settle)
-        except BaseException as exc:  # finish raises only what is no Exception; never here
-            once("export-thread", logging.ERROR, "profdsl: finishing a trace failed: %r", exc)
-            return
+        # finish raises no Exception (an interrupt, recorded, goes to the writer's last guard)
+        path = finish(self.pending, commit=guard.commit, waited=guard.waited, settled=guard.settle)
         label = self.pending.label
         if path is not None and label.manifest:  # where the traces go, said once (tests/test_where_traces_went.py)
             folder = os.path.abspath(label.save_path)
