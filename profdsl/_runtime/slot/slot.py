@@ -103,8 +103,7 @@ class CaptureSlot:
         current = self.current
         if current is None and claim in self.claims.live():
             with self._lock:
-                if self.current is None:
-                    self._resume()
+                self._resume()  # (when the slot is still free)
                 current = self.current
         if current is not None and current.kind == "step" and not current.stop_wanted and claim in self.claims.live():
             return current
