@@ -4,6 +4,7 @@ trace, appending a record, appending a metrics log line, moving other tools' fil
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -180,7 +181,5 @@ class MoveJob:
 
 def _remove_if_empty(folder: str) -> None:
     """Remove ``folder`` when it is an empty folder (never what it holds)."""
-    try:
+    with contextlib.suppress(OSError):  # not empty, gone already, or not ours to remove
         os.rmdir(folder)
-    except OSError:  # not empty, gone already, or not ours to remove
-        pass
