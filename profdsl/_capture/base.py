@@ -40,7 +40,7 @@ class Held:
 
 #: ``sink(write, window, time_ms, held, expect)``: a trace is ready (see the module docstring);
 #: ``write(path)`` writes its events (plain JSON) and returns the metadata to add to it.
-Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int, Held, Expect | None], None]
+Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int, Held, Expect], None]
 
 
 class CaptureRefusedError(Exception):

@@ -75,7 +75,7 @@ class Traces:
         window: tuple[int, int] | None,
         time_ms: int,
         held: Held,
-        expect: Expect | None = None,
+        expect: Expect,
     ) -> None:
         """A trace is ready (called inside the capture's stop or schedule step): noted, to be
         handed to the writer once torch is done (:meth:`hand_over`, by the session). ``write(path)`` has torch
@@ -83,9 +83,7 @@ class Traces:
         ``expect``: what the capture knows of its completeness (the budget adds whether it was
         cut)."""
         cut, measured = self.budget.handed()
-        expect = attrs.evolve(
-            expect or Expect(), truncated=cut, regions=self.recording.opened_regions(window), missed=self.missed
-        )
+        expect = attrs.evolve(expect, truncated=cut, regions=self.recording.opened_regions(window), missed=self.missed)
         trace = functools.partial(
             pending_trace, write, window=window, time_ms=time_ms, expect=expect, measured=measured
         )
