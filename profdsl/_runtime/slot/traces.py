@@ -102,10 +102,6 @@ class Traces:
             if self.dropped:
                 break  # recorded lost already (its owner came back after close() or exit)
             slot_wait = time.perf_counter()
-            parts = dict(stop_ms=ms_of(held.end_s + slot_wait - noted))
-            if held.start_s is not None:
-                parts.update(dict(init_ms=ms_of(held.start_s)) if self.first else dict(start_ms=ms_of(held.start_s)))
-                self.first = False
             if interrupt is None:
                 try:
                     if not self.writer.wait_below("export", label.export.in_flight, label.export.timeout_s):
@@ -119,7 +115,10 @@ class Traces:
                     interrupt = exc
             waited_ms = ms_of(time.perf_counter() - slot_wait)
             extra: dict[str, object] = dict(windows=self.book.windows()) if self.kind == "step" else {}
-            extra.update(parts)
+            extra.update(stop_ms=ms_of(held.end_s + slot_wait - noted))
+            if held.start_s is not None:
+                extra["init_ms" if self.first else "start_ms"] = ms_of(held.start_s)
+                self.first = False
             if cut_short:
                 extra.update(note=f"stopped early: {cut_short}")
             blocked_ms = ms_of(held.total_s + time.perf_counter() - noted)
