@@ -34,11 +34,7 @@ class Budget:
         self.limit: int | None = backend.max_trace_bytes
         self.batches = 0  # mini-batches recorded into the trace being recorded
         self.cut: str | None = None  # why the trace being recorded was ended early
-
-    @property
-    def _where(self) -> str:
-        label = self.label
-        return f"{label.role} stage {label.stage!r}" if label.stage else label.role
+        self._where = f"{label.role} stage {label.stage!r}" if label.stage else label.role  # for messages
 
     def ahead(self, mini_batches: int | None) -> None:
         """Before the capture starts: say once when its trace is likely to pass the budget."""
