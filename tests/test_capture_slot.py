@@ -17,7 +17,7 @@ import pytest
 from profdsl import Profiler, Schedule, TorchOptions, mini_batch_window, profile_stage
 from profdsl._runtime.process import PROCESS
 
-from .profiling import config, torch_profiler_running, work
+from .profiling import config, records, torch_profiler_running, work
 from .traces import names, parsed
 
 torch = pytest.importorskip("torch")
@@ -224,3 +224,32 @@ def test_mini_batches_on_another_thread_do_not_pause_the_step(tmp_path: Path) ->
         profile_stage("after_update")(work)()
     [(_, trace)] = parsed(tmp_path)
     assert names(trace, "after_update") == ["after_update"]
+
+
+def test_a_step_resumed_on_its_own_thread_records_a_fused_role_once(tmp_path: Path) -> None:
+    """Fused continuous roles (each with its own save_path) claim while another thread's
+    discrete stage holds the slot. That stage's end, on its thread, cannot start their step
+    session (its owner is the claims' thread, which starts it at its next call): the role
+    sharing the session gets one record saying where its trace is, not one per try."""
+    actor = Profiler(config(tmp_path / "actor"), role="actor", rank=0, world_size=1)
+    ref = Profiler(config(tmp_path / "ref"), role="ref", rank=0, world_size=1)
+    critic = Profiler(config(tmp_path / "critic", discrete=True), role="critic", rank=0, world_size=1)
+    opened, claimed = threading.Event(), threading.Event()
+
+    def stage_elsewhere() -> None:
+        with critic.step(1), profile_stage("update_critic", profiler=critic):
+            opened.set()
+            claimed.wait(timeout=60)
+            work()
+
+    thread = in_thread(stage_elsewhere)
+    assert opened.wait(timeout=60)
+    with actor.step(1), ref.step(1):
+        claimed.set()
+        thread.join(timeout=60)
+        with profile_stage("update_actor", profiler=actor):
+            work()
+    for profiler in (actor, ref, critic):
+        profiler.close()
+    assert [r["role"] for r in records(tmp_path / "ref", "trace")] == ["ref"]
+    assert [(r["role"], r["status"]) for r in records(tmp_path / "actor", "trace")] == [("actor", "ok")]

@@ -105,7 +105,7 @@ def test_hook_runs_after_every_export(tmp_path: Path, gated: tuple[threading.Eve
     assert due is not None
     assert not (tmp_path.parent / "seen").exists()  # the exports are still running
     gate.set()
-    assert due.job.wait(timeout=60)
+    assert due.wait(timeout=60)
     seen = (tmp_path.parent / "seen").read_text().split()
     assert [r["path"] in seen for r in read_manifest(tmp_path) if r["kind"] == "trace"] == [True, True]
     assert [r["kind"] for r in read_manifest(tmp_path)] == ["trace", "trace", "hook"]

@@ -284,6 +284,26 @@ class TestRequestCalls:
         assert traced(tmp_path) == {("actor", 1, 3)}
 
 
+def test_a_role_joining_a_requested_step_session_still_runs_its_hook(tmp_path: Path) -> None:
+    """Fused roles, each with its own save_path: the actor's step 1 is captured by a request,
+    the ref's by its plan, and the ref joins the session the request opened. The session's hold
+    on the ref's save_path is released in the round it was taken in, so the ref's hook runs."""
+    log = tmp_path / "hooks.txt"
+    actor = Profiler(config(tmp_path / "actor", steps=[]), role="actor", rank=0, world_size=1)
+    ref_config = config(tmp_path / "ref", finish_hook=FinishHook(cmd=f"echo ran >> {log}"))
+    ref = Profiler(ref_config, role="ref", rank=0, world_size=1)
+    for step in range(3):
+        if step == 1:
+            assert actor.request(1, roles=["actor"]) is not None
+        with actor.step(step), ref.step(step), profile_stage("update_actor", profiler=actor):
+            work()
+    actor.close()
+    ref.close()
+    assert traced(tmp_path / "actor") == {("actor", 1, 0)}
+    assert [h["status"] for h in records(tmp_path / "ref", "hook")] == ["ok"]
+    assert log.read_text() == "ran\n"
+
+
 class TestHttp:
     """``POST /profile`` on the metrics endpoint."""
 

@@ -40,7 +40,7 @@ class Held:
 
 #: ``sink(write, window, time_ms, held, expect)``: a trace is ready (see the module docstring);
 #: ``write(path)`` writes its events (plain JSON) and returns the metadata to add to it.
-Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int, Held, Expect | None], None]
+Sink = Callable[[Callable[[str], object], tuple[int, int] | None, int, Held, Expect], None]
 
 
 class CaptureRefusedError(Exception):
@@ -48,13 +48,11 @@ class CaptureRefusedError(Exception):
 
 
 class Runner(Protocol):
-    """Where a session's calls run: the calling thread, or one dedicated thread."""
+    """Where a session's calls run: the calling thread, or one dedicated thread (the only one
+    whose calls can time out)."""
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
         """Run ``fn(*args)`` there and return its result."""
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Queue ``fn(*args)`` without waiting."""
 
 
 class Capture(Protocol):

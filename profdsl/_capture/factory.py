@@ -28,15 +28,8 @@ class CaptureSpec:
 
     @classmethod
     def of(cls, config: ProfilerConfig) -> CaptureSpec:
-        """The capture options of ``config``."""
-        return cls(
-            tool=config.tool,
-            nvtx=config.nvtx,
-            discrete=config.discrete,
-            torch=config.torch,
-            relocate_results=config.relocate_results,
-            nsys_report_dir=config.nsys_report_dir,
-        )
+        """The capture options of ``config`` (its fields of the same names)."""
+        return cls(**{field.name: getattr(config, field.name) for field in attrs.fields(cls)})
 
 
 def make_backend(config: CaptureSpec) -> Backend | None:
@@ -56,13 +49,9 @@ def make_backend(config: CaptureSpec) -> Backend | None:
 
 
 def make_annotator(config: CaptureSpec, role: str) -> Annotator | None:
-    """The annotator for a profiled role: record_function, NVTX, both, or None."""
-    parts: list[Annotator] = []
-    if config.tool == "torch":
-        try:
-            parts.append(TorchAnnotator())
-        except ImportError:
-            pass  # make_backend logged it
+    """The annotator for a profiled role: record_function, NVTX, both, or None (made once its
+    backend is: torch is importable for ``tool='torch'``)."""
+    parts: list[Annotator] = [TorchAnnotator()] if config.tool == "torch" else []
     if config.nvtx or config.tool == "nsys":
         nvtx = nvtx_or_none(role)
         if nvtx is not None:

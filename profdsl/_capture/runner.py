@@ -69,10 +69,6 @@ class SessionThread:
 class Inline:
     """Runs calls on the caller's thread (when torch cannot capture other threads anyway)."""
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` now."""
-        fn(*args)
-
     def call(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
         """Run ``fn(*args)`` here; ``timeout`` is ignored."""
         return fn(*args)

@@ -106,14 +106,7 @@ def _takes_post_processing_timeout(profile: Any) -> bool:
 def _config_takes(flag: str) -> bool:
     """Whether this torch's ``_ExperimentalConfig`` takes ``flag`` (``profile_all_threads``:
     torch >= 2.7; ``trace_only``: torch >= 2.13); asked once per flag."""
-    try:
-        from torch._C._profiler import _ExperimentalConfig
-
-        make: Any = _ExperimentalConfig  # keywords this torch's stubs may not list
-        make(**{flag: True})
-    except (ImportError, TypeError):
-        return False
-    return True
+    return _config({flag: True}) is not None
 
 
 def _experimental_config(*, every_thread: bool, trace_only: bool) -> Any:
@@ -124,12 +117,18 @@ def _experimental_config(*, every_thread: bool, trace_only: bool) -> Any:
         flags["profile_all_threads"] = True
     if trace_only and _config_takes("trace_only"):  # torch < 2.13: events are built at stop
         flags["trace_only"] = True
-    if not flags:
-        return None
-    from torch._C._profiler import _ExperimentalConfig
+    return _config(flags) if flags else None
 
-    make: Any = _ExperimentalConfig
-    return make(**flags)
+
+def _config(flags: dict[str, bool]) -> Any:
+    """torch's ``_ExperimentalConfig`` of ``flags``, or None where this torch takes no such flag."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        make: Any = _ExperimentalConfig  # keywords this torch's stubs may not list
+        return make(**flags)
+    except (ImportError, TypeError):
+        return None
 
 
 def all_threads_possible() -> bool:

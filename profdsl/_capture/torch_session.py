@@ -121,8 +121,9 @@ class TorchSession:
         self._traces.held.began()
         try:
             self._runner.call(self._start, timeout=CALL_TIMEOUT_S)
-        except TimeoutError:
-            self._runner.submit(self._abandon)  # runs after the late _start: no orphan profiler
+        except TimeoutError:  # on the session thread (an inline call never times out)
+            assert isinstance(self._runner, SessionThread)
+            self._runner.submit(self._stop)  # runs after the late _start: no orphan profiler
             raise
         finally:
             self._traces.held.ended(start=True)
@@ -132,9 +133,8 @@ class TorchSession:
         return isinstance(self._runner, SessionThread) or threading.get_ident() == self._owner
 
     def advance(self, index: int) -> None:
-        """Scheduled: mini-batch ``index`` ended."""
-        if self.schedule is not None:
-            self._on_runner(self._advance, CALL_TIMEOUT_S, "schedule step", index)
+        """Scheduled (the only sessions advanced): mini-batch ``index`` ended."""
+        self._on_runner(self._advance, CALL_TIMEOUT_S, "schedule step", index)
 
     def set_collecting(self, on: bool) -> None:
         """Pause or resume collection of ops, regions and device activity."""
@@ -170,15 +170,8 @@ class TorchSession:
             _stop_anyway(prof)
             raise
 
-    def _abandon(self) -> None:
-        """Stop a profiler whose start came too late for its caller."""
-        prof, self._prof = self._prof, None
-        if prof is not None:
-            prof.stop()
-            prof.profiler = None
-
     def _advance(self, index: int) -> None:
-        if self.schedule is None or self._prof is None:  # stopped meanwhile: nothing to advance
+        if self._prof is None:  # stopped meanwhile: nothing to advance
             return
         self._traces.stepping(self._prof, index)
         self._prof.step()

@@ -36,9 +36,8 @@ from profdsl._runtime.registry import Registry
 from profdsl._runtime.slot.interrupts import Signals
 from profdsl._runtime.slot.slot import CaptureSlot
 from profdsl._runtime.writer.hook import stop_hooks
-from profdsl._runtime.writer.jobs import RECORD_BUDGET_S
 from profdsl._runtime.writer.rounds import HookRounds
-from profdsl._runtime.writer.writer import Writer
+from profdsl._runtime.writer.writer import RECORD_BUDGET_S, Writer
 from profdsl.core._log import ONCE, OnceLog, logger
 from profdsl.metrics._prometheus import Servers
 

@@ -19,9 +19,8 @@ from profdsl._runtime.demand import Demand, DemandSteps, SlowStepRequests
 from profdsl._runtime.plan import RolePlan
 from profdsl._runtime.role_capture import RoleCapture
 from profdsl._runtime.slot.claims import Claim
-from profdsl._runtime.writer.hook import stop_hooks
+from profdsl._runtime.writer.hook import HookJob, stop_hooks
 from profdsl._runtime.writer.jobs import MoveJob
-from profdsl._runtime.writer.rounds import DueHook
 from profdsl._runtime.writer.writer import Writer
 from profdsl.collect import _relocate as relocate
 from profdsl.core._log import logger, once
@@ -53,7 +52,7 @@ class Outstanding:
     ``due``, when this made it due."""
 
     until: object | None
-    due: DueHook | None = None
+    due: HookJob | None = None
 
     def wait(self, process: Process, *, closing: bool) -> None:
         """Wait, bounded, until the writer is through what the caller needs: the jobs up to
@@ -67,11 +66,11 @@ class Outstanding:
         ``timeout_s``. An interrupt while waiting stops the hooks (their commands killed,
         recorded ``interrupted``) and goes on (docs/architecture.md, "What a caller waits for")."""
         until, due, writer, rounds = self.until, self.due, process.writer, process.rounds
-        hook = due is not None and (closing or not due.job.background)
+        hook = due is not None and (closing or not due.background)
         try:
             if closing:
                 for job in rounds.unfinished():
-                    if due is None or job is not due.job:
+                    if due is None or job is not due:
                         job.wait(timeout=writer.budget(job.ticket))  # type: ignore[arg-type]
             if not closing and not hook:  # the last profiled step, no hook to wait for
                 if until is not None and not writer.wait_settled(until, timeout=writer.budget(until)):  # type: ignore[arg-type]
@@ -89,7 +88,7 @@ class Outstanding:
                     "were given up (recorded incomplete); the hook runs now"
                 )
             if due is not None and hook:
-                due.job.wait(timeout=writer.budget(due.ticket))  # type: ignore[arg-type]
+                due.wait(timeout=writer.budget(due.ticket))  # type: ignore[arg-type]
             else:
                 writer.wait(until, timeout=writer.budget(until))  # type: ignore[arg-type]
         except BaseException as exc:
@@ -199,7 +198,7 @@ class StepEvents:
             return Outstanding(until, self._arrive(hook=True))
         return None
 
-    def _arrive(self, *, hook: bool) -> DueHook | None:
+    def _arrive(self, *, hook: bool) -> HookJob | None:
         """This role is done with its save_path (handing in its hook when it owes one)."""
         if self._arrived:
             return None

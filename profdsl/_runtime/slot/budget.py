@@ -34,11 +34,7 @@ class Budget:
         self.limit: int | None = backend.max_trace_bytes
         self.batches = 0  # mini-batches recorded into the trace being recorded
         self.cut: str | None = None  # why the trace being recorded was ended early
-
-    @property
-    def _where(self) -> str:
-        label = self.label
-        return f"{label.role} stage {label.stage!r}" if label.stage else label.role
+        self._where = f"{label.role} stage {label.stage!r}" if label.stage else label.role  # for messages
 
     def ahead(self, mini_batches: int | None) -> None:
         """Before the capture starts: say once when its trace is likely to pass the budget."""
@@ -59,15 +55,14 @@ class Budget:
         )
 
     def count(self) -> None:
-        """A recorded mini-batch of the trace ended where the window ends anyway: counted only."""
-        if self.cut is None:
-            self.batches += 1
+        """A recorded mini-batch of the trace (not cut) ended where the window ends anyway:
+        counted only."""
+        self.batches += 1
 
     def recorded(self, *, pausable: bool) -> bool:
-        """A recorded mini-batch of the trace ended: True when the trace now passes the budget
+        """A recorded mini-batch of the trace (not cut: after a cut the session counts nothing,
+        :mod:`~profdsl._runtime.slot.recording`) ended: True when the trace now passes the budget
         and is to be ended here (``cut`` says why); never for a capture that cannot pause."""
-        if self.cut is not None:
-            return False
         self.batches += 1
         if self.sizes is None or self.limit is None:
             return False

@@ -80,9 +80,11 @@ class StepClaims:
         self.pieces += 1
 
     def next_session(self) -> Session | None:
-        """The step session to open for the live claims (not started), or None."""
+        """The step session to open here for the live claims (not started), or None: none are
+        live, or the session records only their thread and this is another (it is opened there,
+        at its next call; made here, it would say twice where a fused role's trace went)."""
         live = self.live()
-        if not live:
+        if not live or not (self.every_thread() or threading.get_ident() == live[0].thread):
             return None
         if self.name is None:
             self.name = live[0].label

@@ -41,10 +41,9 @@ class OpenSession:
         now on. A capture that cannot start is recorded as such (by the session) and leaves the
         slot free; a step session's claims record nothing more this step."""
         self.current = session
-        self._hold(session)
-        started = False
+        self.hold(session)
         try:
-            started = session.start(self._runner(every_thread), every_thread=every_thread)
+            session.start(self._runner(every_thread), every_thread=every_thread)
         finally:  # an interrupt held during the start is delivered after it: the capture runs
             if session.capture is not None:
                 if not session.every_thread:
@@ -55,7 +54,7 @@ class OpenSession:
                     self.current = None
                 if session.kind == "step":
                     self._refused()
-        return started
+        return session.capture is not None
 
     def stop(self, session: Session) -> bool:
         """Stop ``session`` here, or leave it to its owner when that is another thread."""
@@ -126,8 +125,10 @@ class OpenSession:
             self._session_thread = SessionThread()
         return self._session_thread
 
-    def _hold(self, session: Session) -> None:
-        for save_path in session.save_paths:
+    def hold(self, session: Session, *save_paths: str) -> None:
+        """The hooks of ``save_paths`` (none named: all of ``session``'s) wait for ``session``, in
+        the round it is released from (its request's, or the plan's)."""
+        for save_path in save_paths or session.save_paths:
             self._rounds.hold(save_path, session, tag=session.label.request)
 
     def _release(self, session: Session) -> None:

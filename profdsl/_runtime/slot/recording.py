@@ -59,8 +59,8 @@ class Recording:
         self.mini_batch_withdrawn(recorded)
 
     def batch_recorded(self) -> None:
-        """A mini-batch of an unscheduled stage session ended (on its owner thread): the budget
-        counts it, and may end the trace here."""
+        """A recorded mini-batch of a stage session ended (on its owner thread; of a scheduled
+        one, not its window's last): the budget counts it, and may end the trace here."""
         if self.budget.cut is None and self.budget.recorded(pausable=self._can_pause()):
             self._apply_collecting()
 
@@ -81,16 +81,15 @@ class Recording:
         """Before a scheduled stage's schedule steps past mini-batch ``index``: the budget counts
         a recorded one; a window cut earlier resumes collection as it ends (torch starts the next
         with collection on), and one that passes the budget before its last mini-batch pauses."""
-        if self.schedule is None:
-            return
+        assert self.schedule is not None  # only a scheduled stage's schedule steps
         action = action_at(self.schedule, index)
         if action is Action.RECORD_AND_SAVE:
             if self.budget.cut is None:
                 self.budget.count()  # the window ends here anyway
             else:
                 self._resume_for_window()
-        elif action is Action.RECORD and self.budget.cut is None and self.budget.recorded(pausable=self._can_pause()):
-            self._apply_collecting()
+        elif action is Action.RECORD:
+            self.batch_recorded()
 
     def _resume_for_window(self) -> None:
         """Collection back on for the schedule step that ends a cut window."""

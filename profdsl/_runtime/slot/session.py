@@ -35,7 +35,8 @@ __all__ = ["Session"]
 
 
 class Session:
-    """One capture session of this process; ``kind`` is ``"step"`` or ``"stage"``."""
+    """One capture session of this process; ``kind`` is ``"step"`` or ``"stage"`` (only a stage
+    session has a ``schedule``)."""
 
     def __init__(
         self,
@@ -50,7 +51,6 @@ class Session:
     ) -> None:
         self.kind, self.label, self.backend, self.schedule = kind, label, backend, schedule
         self.writer, self.signals = writer, signals
-        self.roles: list[str] = [label.role]
         self.save_paths: list[str] = [label.save_path]  # its trace goes into the first; the others record where
         self.capture: Capture | None = None
         self.thread = threading.get_ident() if thread is None else thread  # where it starts
@@ -63,9 +63,10 @@ class Session:
         self.traces = Traces(kind, self.book, writer, self.budget, self.recording)
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self, runner: Runner, *, every_thread: bool) -> bool:
-        """Open the capture (signals held meanwhile); False when the backend could not start
-        one: that is recorded (``failed``, with the reason) for the trace it would have been."""
+    def start(self, runner: Runner, *, every_thread: bool) -> None:
+        """Open the capture (signals held meanwhile); when the backend could not start one (its
+        ``capture`` stays None), that is recorded (``failed``, with the reason) for the trace it
+        would have been."""
         self.returns = every_thread or comes_back()
         # The process's first session of a tool pays its one-time set-up (torch: 0.7-1.3 s).
         self.traces.first = ONCE.first(f"session-started:{self.backend.tool}")
@@ -81,11 +82,14 @@ class Session:
                 )
         except CaptureRefusedError as exc:
             self.traces.dropped = True
-            self._record_loss("failed", str(exc))
-            return False
-        scheduled = self.kind == "stage" and self.schedule is not None
-        self.budget.ahead(self.schedule.active if scheduled and self.schedule is not None else None)
-        return True
+            self.traces.record_loss(self.label, "failed", str(exc))
+            return
+        self.budget.ahead(None if self.schedule is None else self.schedule.active)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The roles whose steps it records, the first naming it (its label's, once fused)."""
+        return self.label.roles or (self.label.role,)
 
     @property
     def every_thread(self) -> bool:
@@ -112,21 +116,21 @@ class Session:
                 capture.stop()
         except BaseException as exc:
             if self.traces.pending() == ready:  # torch stopped without handing its last trace over
-                self._record_loss(
+                self.traces.record_loss(
+                    self.label,
                     "incomplete",
                     f"interrupted ({type(exc).__name__}) while torch stopped the capture: its last events are lost",
                 )
             raise
         finally:
-            self.hand_over()
+            self.traces.hand_over(self.label, self.cut_short)
 
     def join(self, label: TraceLabel) -> bool:
         """Another role's step (``label``) shares this session; True when that role writes into
         another save_path (its trace is this session's, written into the first role's: that
         save_path gets a record saying where, and its hook waits for this session too)."""
         if label.role not in self.roles:
-            self.roles.append(label.role)
-            self.label = attrs.evolve(self.label, roles=tuple(self.roles))
+            self.label = attrs.evolve(self.label, roles=(*self.roles, label.role))
         if label.save_path in self.save_paths:
             return False
         self.save_paths.append(label.save_path)
@@ -149,22 +153,15 @@ class Session:
                     capture.advance(index)
             finally:
                 self.recording.stepped(index)
-                self.hand_over()
+                self.traces.hand_over(self.label, self.cut_short)
 
     # -- what the capture asks --------------------------------------------------------------
     def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
         """The trace's ``profdsl`` metadata."""
         return self.traces.describe(self.label, self.roles, window)
 
-    def hand_over(self) -> None:
-        """Hand the ready traces to the writer (:meth:`~profdsl._runtime.slot.traces.Traces.hand_over`)."""
-        self.traces.hand_over(self.label, self.cut_short)
-
     def lost(self, reason: str) -> None:
         """The session cannot be ended here: record that its trace is lost, and why; what its
         owner still ends later is not written."""
         self.traces.dropped = True
-        self._record_loss("failed", f"lost: {reason}")
-
-    def _record_loss(self, status: str, reason: str) -> None:
-        self.traces.record_loss(attrs.evolve(self.label, roles=tuple(self.roles)), status, reason)
+        self.traces.record_loss(self.label, "failed", f"lost: {reason}")

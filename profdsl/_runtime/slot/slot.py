@@ -65,7 +65,7 @@ class CaptureSlot:
     open and how it is started and stopped are its :class:`OpenSession`, guarded by this lock."""
 
     def __init__(self, writer: Writer, rounds: HookRounds, signals: Signals) -> None:
-        self.writer, self._rounds, self.signals = writer, rounds, signals
+        self.writer, self.signals = writer, signals
         self._lock = threading.RLock()
         self.claims = StepClaims(writer, signals)
         self.open = OpenSession(rounds, self.claims.refuse, self._thread_ended)
@@ -85,7 +85,7 @@ class CaptureSlot:
             if current is None:
                 self._resume()
             elif current.kind == "step" and not current.stop_wanted and current.join(claim.label):
-                self._rounds.hold(claim.label.save_path, current)
+                self.open.hold(current, claim.label.save_path)
 
     def release(self, claim: Claim) -> None:
         """A continuous role's step ends: the step session stops with its last claim."""
@@ -103,8 +103,7 @@ class CaptureSlot:
         current = self.current
         if current is None and claim in self.claims.live():
             with self._lock:
-                if self.current is None:
-                    self._resume()
+                self._resume()  # (when the slot is still free)
                 current = self.current
         if current is not None and current.kind == "step" and not current.stop_wanted and claim in self.claims.live():
             return current
@@ -116,11 +115,8 @@ class CaptureSlot:
         if self.current is not None:
             return
         session = self.claims.next_session()
-        if session is None:
-            return
-        every_thread = self.claims.every_thread()
-        if every_thread or threading.get_ident() == session.thread:
-            self.open.start(session, every_thread=every_thread)
+        if session is not None:
+            self.open.start(session, every_thread=self.claims.every_thread())
 
     # -- discrete stages --------------------------------------------------------------------
     def begin_stage(

@@ -6,10 +6,11 @@ be ended, its loss recorded instead.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import attrs
 
@@ -29,18 +30,6 @@ from profdsl.records.meta import TraceMeta
 __all__ = ["Traces"]
 
 
-class _Ready(NamedTuple):
-    """A trace torch handed over, not yet given to the writer."""
-
-    write: Callable[[str], object]
-    window: tuple[int, int] | None
-    time_ms: int
-    held: Held
-    noted: float
-    expect: Expect
-    measured: Callable[[int], object] | None
-
-
 class Traces:
     """The traces of one session (``kind``: ``"step"`` or ``"stage"``; ``book``: its regions;
     ``budget`` and ``recording``: whether each was cut and what it recorded), given to ``writer``."""
@@ -50,14 +39,16 @@ class Traces:
         self.missed = False  # work of its window ran on a thread it cannot see (recorded apart)
         self.dropped = False  # its loss is recorded: what it still ends is not written
         self.first = False  # the process's first session of its tool (its start pays the set-up)
-        self._ready: list[_Ready] = []
+        # The traces torch handed over, not yet given to the writer: each as what the capture
+        # knew of it (the pending trace but its name and cost), what it held its caller, and when.
+        self._ready: list[tuple[functools.partial[PendingTrace], Held, float]] = []
 
-    def describe(self, label: TraceLabel, roles: list[str], window: tuple[int, int] | None) -> dict[str, Any]:
+    def describe(self, label: TraceLabel, roles: tuple[str, ...], window: tuple[int, int] | None) -> dict[str, Any]:
         """The ``profdsl`` metadata of the trace named by ``label`` (its fused ``roles``)."""
         return to_json(
             TraceMeta(
                 role=label.role,
-                roles=tuple(roles),
+                roles=roles,
                 stage=label.stage,
                 step=label.step,
                 rank=label.rank,
@@ -84,7 +75,7 @@ class Traces:
         window: tuple[int, int] | None,
         time_ms: int,
         held: Held,
-        expect: Expect | None = None,
+        expect: Expect,
     ) -> None:
         """A trace is ready (called inside the capture's stop or schedule step): noted, to be
         handed to the writer once torch is done (:meth:`hand_over`, by the session). ``write(path)`` has torch
@@ -92,10 +83,11 @@ class Traces:
         ``expect``: what the capture knows of its completeness (the budget adds whether it was
         cut)."""
         cut, measured = self.budget.handed()
-        expect = attrs.evolve(
-            expect or Expect(), truncated=cut, regions=self.recording.opened_regions(window), missed=self.missed
+        expect = attrs.evolve(expect, truncated=cut, regions=self.recording.opened_regions(window), missed=self.missed)
+        trace = functools.partial(
+            PendingTrace, write=write, window=window, time_ms=time_ms, expect=expect, measured=measured
         )
-        self._ready.append(_Ready(write, window, time_ms, held, time.perf_counter(), expect, measured))
+        self._ready.append((trace, held, time.perf_counter()))
 
     def hand_over(self, label: TraceLabel, cut_short: str | None) -> None:
         """Hand the ready traces to the writer, each after waiting for an export slot (at most
@@ -106,14 +98,10 @@ class Traces:
         ended its recording up to this hand-over, and the wait for an export slot."""
         ready, self._ready = self._ready, []
         interrupt = None
-        for write, window, time_ms, held, noted, expect, measured in ready:
+        for trace, held, noted in ready:
             if self.dropped:
                 break  # recorded lost already (its owner came back after close() or exit)
             slot_wait = time.perf_counter()
-            parts = dict(stop_ms=ms_of(held.end_s + slot_wait - noted))
-            if held.start_s is not None:
-                parts.update(dict(init_ms=ms_of(held.start_s)) if self.first else dict(start_ms=ms_of(held.start_s)))
-                self.first = False
             if interrupt is None:
                 try:
                     if not self.writer.wait_below("export", label.export.in_flight, label.export.timeout_s):
@@ -127,22 +115,14 @@ class Traces:
                     interrupt = exc
             waited_ms = ms_of(time.perf_counter() - slot_wait)
             extra: dict[str, object] = dict(windows=self.book.windows()) if self.kind == "step" else {}
-            extra.update(parts)
+            extra.update(stop_ms=ms_of(held.end_s + slot_wait - noted))
+            if held.start_s is not None:
+                extra["init_ms" if self.first else "start_ms"] = ms_of(held.start_s)
+                self.first = False
             if cut_short:
                 extra.update(note=f"stopped early: {cut_short}")
             blocked_ms = ms_of(held.total_s + time.perf_counter() - noted)
-            pending = PendingTrace(
-                write=write,
-                label=label,
-                window=window,
-                time_ms=time_ms,
-                extra=extra,
-                blocked_ms=blocked_ms,
-                wait_ms=waited_ms,
-                expect=expect,
-                measured=measured,
-            )
-            self.writer.submit(ExportJob(pending))
+            self.writer.submit(ExportJob(trace(label=label, extra=extra, blocked_ms=blocked_ms, wait_ms=waited_ms)))
         if interrupt is not None:
             raise interrupt
 

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from profdsl._runtime.writer.jobs import RECORD_BUDGET_S, RecordJob
-from profdsl._runtime.writer.writer import CommitGuard, Writer
+from profdsl._runtime.writer.jobs import RecordJob
+from profdsl._runtime.writer.writer import RECORD_BUDGET_S, CommitGuard, Writer
 from profdsl.collect import _finish_hook as finish_hook
 from profdsl.collect._manifest import append_record
 from profdsl.core._log import once

@@ -4,13 +4,14 @@ trace, appending a record, appending a metrics log line, moving other tools' fil
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from profdsl._runtime.writer.writer import CommitGuard
+from profdsl._runtime.writer.writer import RECORD_BUDGET_S, CommitGuard
 from profdsl.collect import _relocate as relocate
 from profdsl.collect._export import PendingTrace, finish, write_events
 from profdsl.collect._manifest import append_record
@@ -19,9 +20,6 @@ from profdsl.core._log import once
 from profdsl.records.manifest import Record
 
 __all__ = ["ExportJob", "LineJob", "MoveJob", "RecordJob", "traces_into"]
-
-#: How long a wait for a record or a move's bookkeeping may last (a disk that stops answering).
-RECORD_BUDGET_S = 60.0
 
 
 def traces_into(folder: str) -> str:
@@ -43,11 +41,8 @@ class ExportJob:
 
     def run(self, guard: CommitGuard) -> None:
         self.started = True
-        try:
-            path = finish(self.pending, commit=guard.commit, waited=guard.waited, settled=guard.settle)
-        except BaseException as exc:  # finish raises only what is no Exception; never here
-            once("export-thread", logging.ERROR, "profdsl: finishing a trace failed: %r", exc)
-            return
+        # finish raises no Exception (an interrupt, recorded, goes to the writer's last guard)
+        path = finish(self.pending, commit=guard.commit, waited=guard.waited, settled=guard.settle)
         label = self.pending.label
         if path is not None and label.manifest:  # where the traces go, said once (tests/test_where_traces_went.py)
             folder = os.path.abspath(label.save_path)
@@ -186,7 +181,5 @@ class MoveJob:
 
 def _remove_if_empty(folder: str) -> None:
     """Remove ``folder`` when it is an empty folder (never what it holds)."""
-    try:
+    with contextlib.suppress(OSError):  # not empty, gone already, or not ours to remove
         os.rmdir(folder)
-    except OSError:  # not empty, gone already, or not ours to remove
-        pass

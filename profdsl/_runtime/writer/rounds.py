@@ -27,21 +27,11 @@ import threading
 import weakref
 from collections.abc import Iterable
 
-import attrs
-
 from profdsl._runtime.writer.hook import HookJob, HookPlan
 from profdsl._runtime.writer.writer import Writer
 from profdsl.records.requests import CaptureNote
 
-__all__ = ["DueHook", "HookRounds"]
-
-
-@attrs.frozen
-class DueHook:
-    """A hook just submitted: its job, and the ticket to wait for it with."""
-
-    job: HookJob
-    ticket: object
+__all__ = ["HookRounds"]
 
 
 class _Round:
@@ -95,10 +85,10 @@ class HookRounds:
         *,
         tag: str | None = None,
         note: CaptureNote | None = None,
-    ) -> DueHook | None:
+    ) -> HookJob | None:
         """``member`` is done with ``save_path`` after profiling ``steps``; ``plan`` is its hook,
-        if this rank runs one (``note``: the request of a request's round). Returns the hook when
-        this arrival made it due."""
+        if this rank runs one (``note``: the request of a request's round). Returns the hook
+        (submitted: its ``ticket`` set) when this arrival made it due."""
         with self._lock:
             current = self._round(save_path, tag, joining=False)
             current.arrived.add(member)
@@ -113,16 +103,16 @@ class HookRounds:
         with self._lock:
             self._round(save_path, tag, joining=True).sessions.add(session)
 
-    def release(self, save_path: str, session: object, *, tag: str | None = None) -> DueHook | None:
-        """``session``'s trace was handed to the writer (or its loss recorded)."""
+    def release(self, save_path: str, session: object, *, tag: str | None = None) -> None:
+        """``session``'s trace was handed to the writer (or its loss recorded): its round's hook
+        is submitted when this made it due."""
         with self._lock:
             current = self._rounds.get(self.key(save_path, tag))
-            if current is None or session not in current.sessions:
-                return None
-            current.sessions.discard(session)
-            return self._submit_if_due(current)
+            if current is not None and session in current.sessions:
+                current.sessions.discard(session)
+                self._submit_if_due(current)
 
-    def _submit_if_due(self, current: _Round) -> DueHook | None:
+    def _submit_if_due(self, current: _Round) -> HookJob | None:
         """Under the lock: submit the round's hook when it is complete and one is owed."""
         if not current.complete() or not current.plans:
             return None
@@ -130,7 +120,7 @@ class HookRounds:
         job = HookJob(current.plans, sorted(current.steps), self._writer, note=current.note)
         self.jobs = [*self.unfinished(), job]
         job.ticket = self._writer.submit(job)
-        return DueHook(job, job.ticket)
+        return job
 
     def unfinished(self) -> list[HookJob]:
         """The hooks submitted that have not finished (to stop them on an interrupt)."""

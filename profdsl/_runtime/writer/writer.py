@@ -34,10 +34,12 @@ from typing import Protocol, TypeVar
 from profdsl._runtime.writer.waits import Waits
 from profdsl.core._log import once
 
-__all__ = ["Job", "CommitGuard", "Writer"]
+__all__ = ["COMMIT_WAIT_S", "RECORD_BUDGET_S", "CommitGuard", "Job", "Writer"]
 
 T = TypeVar("T")
 
+#: How long a wait for a record or a move's bookkeeping may last (a disk that stops answering).
+RECORD_BUDGET_S = 60.0
 #: How long a give-up waits for a commit in progress (a rename, an append) before leaving the job
 #: that makes it to finish on its own.
 COMMIT_WAIT_S = 5.0
@@ -97,9 +99,9 @@ class _Queue:
         tickets = self.tickets()
         return tickets[: tickets.index(ticket) + 1] if ticket in tickets else None
 
-    def revoke(self, kinds: frozenset[str], *, running: bool, record: Callable[[_Ticket], Job]) -> list[_Ticket]:
+    def revoke(self, kinds: frozenset[str], *, running: bool) -> list[_Ticket]:
         """Revoke the queued jobs of ``kinds`` and, with ``running``, the running one (which is
-        no longer this queue's); the job recording each one's loss (``record(ticket)``) is queued
+        no longer this queue's); the job recording each one's loss (:class:`_Revoked`) is queued
         first. Returns the revoked tickets."""
         revoked = [e for e in self.queued if e.job.kind in kinds]
         if running and self.running is not None:
@@ -108,7 +110,7 @@ class _Queue:
         for ticket in revoked:
             ticket.revoked = True
         self.queued = collections.deque(
-            [_Ticket(record(e)) for e in revoked] + [e for e in self.queued if not e.revoked]
+            [_Ticket(_Revoked(e)) for e in revoked] + [e for e in self.queued if not e.revoked]
         )
         return revoked
 
@@ -156,7 +158,7 @@ class _Revoked:
     __slots__ = ("_ticket", "budget_s", "kind")
 
     def __init__(self, ticket: _Ticket) -> None:
-        self._ticket, self.kind, self.budget_s = ticket, "record", 60.0
+        self._ticket, self.kind, self.budget_s = ticket, "record", RECORD_BUDGET_S
 
     def run(self, guard: CommitGuard) -> None:
         try:
@@ -269,7 +271,7 @@ class Writer:
             with self._cond:
                 running = self._queue.running
                 take_running = locked and running is not None and running.job.kind in kinds and not running.committed
-                revoked = self._queue.revoke(kinds, running=take_running, record=_Revoked)
+                revoked = self._queue.revoke(kinds, running=take_running)
                 if take_running:  # the stuck thread ends after its job; a fresh one goes on
                     self._start_thread()
                 self._cond.notify_all()
