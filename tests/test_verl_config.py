@@ -623,6 +623,20 @@ def test_values_verl_can_hold(where: str, value: Any, words: str | None) -> None
             profiler_configs(cfg)
 
 
+@pytest.mark.parametrize("key", ["all_ranks", "relocate_results", "finish_hook_all_ranks"])
+def test_a_role_flag_that_is_not_a_bool_is_refused_by_its_verl_key(key: str) -> None:
+    """A role's flags are read as every verl flag is (unset: False; else true or false), and a
+    bad one is refused naming its own verl key, as ``enable`` is."""
+    block = {"enable": True, key: "yes"}
+    cfg = {"global_profiler": {"tool": "torch", "steps": [1]}, "actor_rollout_ref": {"actor": {"profiler": block}}}
+    words = f"verl actor_rollout_ref.actor.profiler.{key} must be true or false, got 'yes'"
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        profiler_configs(cfg)
+    block[key] = "???"  # OmegaConf's MISSING: unset
+    actor = profiler_configs(cfg)["actor"]
+    assert (actor.finish_hook.all_ranks if key == "finish_hook_all_ranks" else getattr(actor, key)) is False
+
+
 @pytest.mark.parametrize(
     "block",
     [

@@ -75,11 +75,6 @@ def _bool(where: str, value: Any) -> bool:
     return bool(_given(require_bool, where, value))
 
 
-def _flag(value: Any) -> Any:
-    """A verl flag as profdsl's class takes it, which checks it: unset is False."""
-    return False if _unset(value) else value
-
-
 def _block(mapping: Any, where: str, known: Collection[str] = ()) -> dict[str, Any]:
     """A verl block as a dict (unset: empty); with ``known``, its keys checked (:func:`_check`)."""
     if _unset(mapping):
@@ -323,7 +318,7 @@ def _config(role: _Role, g: _Global, name: str) -> ProfilerConfig:
         f"{where}.finish_hook_*",
         lambda: FinishHook(
             cmd=_hook_cmd(cmd_where, role.get("finish_hook_cmd")),
-            all_ranks=_flag(role.get("finish_hook_all_ranks")),
+            all_ranks=_bool(f"{where}.finish_hook_all_ranks", role.get("finish_hook_all_ranks")),
             ranks=role.get("finish_hook_ranks", []),
         ),
     )
@@ -338,11 +333,11 @@ def _config(role: _Role, g: _Global, name: str) -> ProfilerConfig:
             tool=tool,
             steps=g.get("steps", []),
             ranks=role.get("ranks", []),
-            all_ranks=_flag(role.get("all_ranks")),
+            all_ranks=_bool(f"{where}.all_ranks", role.get("all_ranks")),
             discrete=discrete,
-            continuous_steps=_flag(g.get("profile_continuous_steps")),
+            continuous_steps=_bool("global_profiler.profile_continuous_steps", g.get("profile_continuous_steps")),
             torch=torch,
-            relocate_results=_flag(role.get("relocate_results")),
+            relocate_results=_bool(f"{where}.relocate_results", role.get("relocate_results")),
             finish_hook=hook,
             rollout=_rollout_options(role, name == "rollout"),
             **fields,
