@@ -10,7 +10,7 @@ Two of verl's call patterns leave steps without a call of their own:
   marks where one step of it ended (in discrete mode, each stage's trace carries that number).
 * **The SFT trainers** call ``start_profile()`` at ``start_profile_step`` and ``stop_profile()``
   at ``end_profile_step``, with no step at all. A step-less start begins the first configured
-  step after the last one begun (:meth:`TrainerSteps.next_step`), and the steps are counted from
+  step after the last one begun (:meth:`TrainerSteps.step_of`), and the steps are counted from
   there: one per outermost annotated call (an SFT step's ``train_batch``, called once per step
   by both SFT trainers), each call after the first ending the step and beginning the next
   (:meth:`TrainerSteps.stage_begins`), until the stop.
@@ -38,16 +38,13 @@ class TrainerSteps:
         self.counting = False  # started without a step: steps are counted by annotated calls
         self._counted = False  # the counted step made its annotated call
 
-    def next_step(self, steps: tuple[int, ...]) -> int | None:
-        """The first of ``steps`` after the last one begun and not ended by a run's stop (None:
-        none is left)."""
-        last = self.last_begun
-        return min((s for s in steps if (last is None or s > last) and s not in self.ran_on), default=None)
-
     def step_of(self, given: Any, steps: tuple[int, ...], who: str) -> Any:
-        """The step a ``start()`` given ``given`` (None: no step) begins, or None (logged once)
-        when it begins none: no configured step is left, or a run's stop already ended it."""
-        step = self.next_step(steps) if given is None else given
+        """The step a ``start()`` given ``given`` (None: the first of ``steps`` after the last one
+        begun and not ended by a run's stop) begins, or None (logged once) when it begins none:
+        no configured step is left, or a run's stop already ended it."""
+        step, last = given, self.last_begun
+        if step is None:
+            step = min((s for s in steps if (last is None or s > last) and s not in self.ran_on), default=None)
         if step is None:
             once(
                 f"verl-start-without-step:{id(self)}",
@@ -80,9 +77,7 @@ class TrainerSteps:
 
     def stage_begins(self, profiler: Profiler | None) -> None:
         """An outermost annotated call while counting: the second and later ones end the step
-        and begin the next."""
-        if not self.counting:
-            return
+        and begin the next (the facade asks only while counting)."""
         if self._counted and profiler is not None and profiler.current_step is not None:
             step = profiler.current_step
             profiler.stop()
