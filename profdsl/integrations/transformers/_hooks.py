@@ -63,7 +63,6 @@ class TrainerHooks:
 
     def __init__(self, trainer: Any, profiler: Profiler, kind: Kind) -> None:
         self.trainer, self.profiler, self.kind = trainer, profiler, kind
-        self.round = 0  # the on-policy round open now (or last), from 1
         self.in_step = False  # a profdsl step is open
         self.scoring: phases.LogProbPasses | None = None  # inside TRL's scoring of a generation
         self.micro = 0  # micro-batches of the open optimizer step
@@ -167,8 +166,7 @@ class TrainerHooks:
             return call(*args, **kwargs)
         # numbered from the optimizer steps done, so that a run resumed from a checkpoint
         # numbers its rounds as the first run did
-        self.round = int(self.trainer.state.global_step) // shape.optimizer_steps + 1
-        self._begin(self.round)
+        self._begin(int(self.trainer.state.global_step) // shape.optimizer_steps + 1)
         self.scoring = phases.LogProbPasses(old=self.kind.old_log_prob)
         try:
             return call(*args, **kwargs)
