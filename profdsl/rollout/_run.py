@@ -206,11 +206,11 @@ def relocate_replicas(
     writer = PROCESS.writer if writer is None else writer
     # The kept GPUs: the named ranks, or every GPU of each selected replica (empty ranks: replica 0).
     keep = Selection.of(config).replica_gpus(width, world_size // width)
+    folders = [rollout_trace_dir(config.save_path, replica) for replica in replicas]
 
     def plan() -> list[relocate.Move | relocate.Skip]:
         found: list[relocate.Move | relocate.Skip] = []
-        for replica in replicas:
-            source = rollout_trace_dir(config.save_path, replica)
+        for replica, source in zip(replicas, folders):
             try:
                 names = os.listdir(source)
             except OSError:
@@ -230,7 +230,6 @@ def relocate_replicas(
             )
         return found
 
-    folders = [rollout_trace_dir(config.save_path, replica) for replica in replicas]
     job = MoveJob(config.save_path, plan, wait_s=wait_s, record_incomplete=True, what="rollout traces", tidy=folders)
     if not writer.wait(writer.submit(job), timeout=writer.budget()):
         once(
