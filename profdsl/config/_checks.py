@@ -275,11 +275,6 @@ def text_without_nul(label: str, value: object, *, optional: bool = False, blank
     return text
 
 
-def text(*, optional: bool = False, blank: bool = True) -> Validator:
-    """An attrs validator: :func:`text_without_nul` on the field."""
-    return valid(text_without_nul, optional=optional, blank=blank)
-
-
 def require_choice(label: str, value: object, choices: Iterable[str], *, optional: bool = False) -> str:
     """Return ``value`` if it is one of ``choices`` (as the plain string: a ``str`` subclass, an
     enum's member, is compared and returned by its text, and a value that only claims equality
@@ -290,11 +285,6 @@ def require_choice(label: str, value: object, choices: Iterable[str], *, optiona
     if isinstance(value, str) and str.__str__(value) in allowed:
         return str.__str__(value)
     refuse(label, f"one of {', '.join(map(repr, allowed))}", value, optional=optional, tail=suggest(value, allowed))
-
-
-def one_of(choices: Iterable[str]) -> Validator:
-    """An attrs validator: :func:`require_choice` on the field."""
-    return valid(require_choice, tuple(choices))
 
 
 def suggest(value: object, choices: Iterable[str]) -> str:

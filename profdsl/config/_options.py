@@ -21,7 +21,7 @@ from profdsl.config._checks import (
     positive_finite,
     refuse,
     require_number,
-    text,
+    text_without_nul,
     to_int_set,
     to_name_set,
     to_nested,
@@ -223,7 +223,7 @@ class Metrics(_Mappable):
     stages: frozenset[str] = attrs.field(factory=frozenset, converter=named(_names_of))
     max_stages: int = attrs.field(default=256, validator=int_in(1, 100_000))
     exporters: tuple[str, ...] = attrs.field(default=(), converter=named(_exporters))
-    address: str = attrs.field(default="127.0.0.1", validator=text(blank=False))
+    address: str = attrs.field(default="127.0.0.1", validator=valid(text_without_nul, blank=False))
     port: int = attrs.field(default=9464, validator=int_in(0, 65535))
     rank_label: bool = attrs.field(default=False, validator=boolean)
     device_time: bool = attrs.field(default=True, validator=boolean)
@@ -241,7 +241,7 @@ class FinishHook(_Mappable):
     it runs on a thread and ``Profiler.close()`` waits for it (up to its timeout).
     """
 
-    cmd: str | None = attrs.field(default=None, validator=text(optional=True))
+    cmd: str | None = attrs.field(default=None, validator=valid(text_without_nul, optional=True))
     ranks: tuple[int, ...] = attrs.field(default=(), converter=named(to_int_set, maximum=MAX_WIDE_INDEX - 1))
     all_ranks: bool = attrs.field(default=False, validator=boolean)
     timeout_s: float = attrs.field(default=1800.0, validator=positive_finite)

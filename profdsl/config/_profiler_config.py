@@ -25,8 +25,8 @@ from profdsl.config._checks import (
     MAX_WIDE_INDEX,
     boolean,
     named,
-    one_of,
     refuse,
+    require_choice,
     text_without_nul,
     to_int_set,
     to_nested,
@@ -100,7 +100,7 @@ class ProfilerConfig(_Mappable):
     YAML_SUFFIXES: ClassVar[tuple[str, ...]] = (".yaml", ".yml")
 
     enable: bool = attrs.field(default=False, validator=boolean)
-    tool: Literal["torch", "nsys"] = attrs.field(default="torch", validator=one_of(TOOLS))
+    tool: Literal["torch", "nsys"] = attrs.field(default="torch", validator=valid(require_choice, TOOLS))
     steps: tuple[int, ...] = attrs.field(default=(), converter=named(to_int_set, maximum=MAX_WIDE_INDEX))
     ranks: tuple[int, ...] = attrs.field(default=(), converter=named(to_int_set, maximum=MAX_WIDE_INDEX - 1))
     all_ranks: bool = attrs.field(default=False, validator=boolean)
