@@ -129,13 +129,6 @@ class _Annotated(profile_stage):
         super()._end(entry)
 
 
-def _innermost_scope() -> _Scope | None:
-    for entry in context.walk(context.top()):
-        if isinstance(entry.key, _Scope):
-            return entry.key
-    return None
-
-
 def _color(value: object) -> int | None:
     if isinstance(value, str) and value not in COLOR_NAMES and value.lower() in _MORE_COLORS:
         value = _MORE_COLORS[value.lower()]
@@ -292,7 +285,7 @@ class DistProfiler:
 
     def step(self) -> None:
         """One update mini-batch ended (verl calls it once per mini-batch)."""
-        scope = _innermost_scope()
+        scope = next((e.key for e in context.walk(context.top()) if isinstance(e.key, _Scope)), None)
         if scope is not None:
             scope.step()
             return
