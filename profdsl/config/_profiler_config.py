@@ -170,11 +170,33 @@ class ProfilerConfig(_Mappable):
 
     def union(self, other: ProfilerConfig) -> ProfilerConfig:
         """A config that profiles whatever either config profiles (see ``docs/configuration.md``)."""
-        return union(self, other)
+        a, b = self, other
+        _same_tool(a, b)
+        if a.enable != b.enable:  # a disabled config selects nothing and contributes nothing
+            return a if a.enable else b
+        if bool(a.steps) != bool(b.steps):  # without steps a config selects no rank either
+            ranks, all_ranks = (a.ranks, a.all_ranks) if a.steps else (b.ranks, b.all_ranks)
+            a = attrs.evolve(a, select=(a if a.steps else b).select, ranks=(), all_ranks=False)
+        elif a.select is not None or b.select is not None:
+            _select_union(a, b)
+            ranks, all_ranks = a.ranks, a.all_ranks
+        else:
+            ranks, all_ranks = _ranks(a.ranks, b.ranks, frozenset.union), a.all_ranks or b.all_ranks
+        return attrs.evolve(a, ranks=ranks, all_ranks=all_ranks, **_joined(a, b, union=True))
 
     def intersect(self, other: ProfilerConfig) -> ProfilerConfig:
         """A config that profiles only what both configs profile (see ``docs/configuration.md``)."""
-        return intersect(self, other)
+        a, b = self, other
+        _same_tool(a, b)
+        if a.select is not None or b.select is not None:
+            return attrs.evolve(
+                _intersect_lists(
+                    attrs.evolve(a, select=None, ranks=(), all_ranks=True),
+                    attrs.evolve(b, select=None, ranks=(), all_ranks=True),
+                ),
+                **_select_intersect(a, b),
+            )
+        return _intersect_lists(a, b)
 
 
 def _is_yaml(path: Path, text: str) -> bool:
@@ -274,38 +296,8 @@ def _joined(a: ProfilerConfig, b: ProfilerConfig, union: bool) -> dict[str, Any]
     )
 
 
-def union(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
-    """Profile every (step, rank) that ``a`` or ``b`` profiles; see the module docstring."""
-    _same_tool(a, b)
-    if a.enable != b.enable:  # a disabled config selects nothing and contributes nothing
-        return a if a.enable else b
-    if bool(a.steps) != bool(b.steps):  # without steps a config selects no rank either
-        ranks, all_ranks = (a.ranks, a.all_ranks) if a.steps else (b.ranks, b.all_ranks)
-        a = attrs.evolve(a, select=(a if a.steps else b).select, ranks=(), all_ranks=False)
-    elif a.select is not None or b.select is not None:
-        _select_union(a, b)
-        ranks, all_ranks = a.ranks, a.all_ranks
-    else:
-        ranks, all_ranks = _ranks(a.ranks, b.ranks, frozenset.union), a.all_ranks or b.all_ranks
-    return attrs.evolve(a, ranks=ranks, all_ranks=all_ranks, **_joined(a, b, union=True))
-
-
-def intersect(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
-    """Profile only the (step, rank) pairs that both ``a`` and ``b`` profile."""
-    _same_tool(a, b)
-    if a.select is not None or b.select is not None:
-        return attrs.evolve(
-            _intersect_lists(
-                attrs.evolve(a, select=None, ranks=(), all_ranks=True),
-                attrs.evolve(b, select=None, ranks=(), all_ranks=True),
-            ),
-            **_select_intersect(a, b),
-        )
-    return _intersect_lists(a, b)
-
-
 def _intersect_lists(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
-    """``intersect`` of two configs that choose ranks by list (or all)."""
+    """:meth:`ProfilerConfig.intersect` of two configs that choose ranks by list (or all)."""
     if a.all_ranks or b.all_ranks:  # every rank ∩ a selection = that selection
         all_ranks = a.all_ranks and b.all_ranks
         if all_ranks:
