@@ -1,19 +1,6 @@
-"""The lifecycle of SGLang's profiler as profdsl drives it, whatever the transport.
-
-SGLang's scheduler (0.5) has three behaviours a handle must work around:
-
-- A plain ``start_profile`` (no ``start_step``) while a profile runs is *accepted*: it replaces
-  the running torch profiler, whose events are lost, and the trace is written under the first
-  request's name. Only a start with ``start_step`` is refused ("already in progress"). So a
-  handle never starts while a profile of its own may still run: it first *settles* the engine.
-- A start with ``start_step`` arms a pending start; a stop refused as "not in progress" (the
-  window ended before that step came) leaves it armed, and later traffic starts a profile no
-  window asked for. Only a stop that succeeds clears it. So after such a refusal the handle
-  *disarms* the engine: a start armed at a step that never comes (refused if a profile runs:
-  then that one is ended), a plain start and a stop, into a hidden scratch folder it removes.
-- A profile that outlived its window (a failed stop, a pending start that fired) writes its
-  trace under that window's prefix. When the handle settles the engine it renames such files
-  ``stray-...``; relocation records them with status ``stray``, not as a step's generation.
+"""The lifecycle of SGLang's profiler as profdsl drives it, whatever the transport: how a handle
+settles, disarms and marks stray what SGLang 0.5's scheduler leaves behind is docs/rollout.md's
+"What SGLang does not refuse".
 """
 
 from __future__ import annotations
@@ -130,7 +117,7 @@ class SGLangHandle:
             self._mark_stray()
 
     def _disarm(self) -> None:
-        """Clear a pending start (see the module docstring); ends a profile it already began."""
+        """Clear a pending start (docs/rollout.md); ends a profile it already began."""
         scratch = os.path.join(str(self.request.get("output_dir") or "."), SCRATCH_DIR)
         fields = {
             "output_dir": scratch,

@@ -1,19 +1,7 @@
-"""Which profdsl steps verl's trainers' start/stop calls mean, where the calls alone do not say.
-
-Two of verl's call patterns leave steps without a call of their own:
-
-* **A run of continuous steps** (``global_profiler.profile_continuous_steps``): the PPO trainers
-  start a run of consecutive profiled steps once, at its first step, and stop it once, at its
-  last. At that stop the run's later steps are begun and ended (:meth:`TrainerSteps.end_run`),
-  so the capture closes, its trace is written and, after the last profiled step, the finish
-  hook runs, at the stop. The run's work is recorded under its first step's number: nothing
-  marks where one step of it ended (in discrete mode, each stage's trace carries that number).
-* **The SFT trainers** call ``start_profile()`` at ``start_profile_step`` and ``stop_profile()``
-  at ``end_profile_step``, with no step at all. A step-less start begins the first configured
-  step after the last one begun (:meth:`TrainerSteps.step_of`), and the steps are counted from
-  there: one per outermost annotated call (an SFT step's ``train_batch``, called once per step
-  by both SFT trainers), each call after the first ending the step and beginning the next
-  (:meth:`TrainerSteps.stage_begins`), until the stop.
+"""Which profdsl steps verl's trainers' start/stop calls mean, where the calls alone do not say:
+a run of continuous steps (:meth:`TrainerSteps.end_run`) and the SFT trainers' step-less starts
+(:meth:`TrainerSteps.step_of`, :meth:`TrainerSteps.stage_begins`); docs/from-verl.md's ``start()``
+and ``stop()`` rows say what each means.
 """
 
 from __future__ import annotations
