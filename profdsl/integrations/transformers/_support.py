@@ -62,13 +62,6 @@ def major(version: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def _module(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise ConfigError(f"profile_trainer needs {name}, which cannot be imported here: {exc}") from exc
-
-
 def _check_version(label: str, module: Any, majors: frozenset[int]) -> None:
     version = str(getattr(module, "__version__", "?"))
     if major(version) not in majors:
@@ -89,7 +82,10 @@ def understand(trainer: object) -> Kind:
     """The kind of ``trainer``, or a ConfigError: not a transformers ``Trainer``, a version not
     understood, a trainer that runs its own loop, a TRL trainer not covered, a loop shape that
     splits an optimizer step between two rounds."""
-    transformers = _module("transformers")
+    try:
+        transformers = importlib.import_module("transformers")
+    except ImportError as exc:
+        raise ConfigError(f"profile_trainer needs transformers, which cannot be imported here: {exc}") from exc
     _check_version("transformers", transformers, TRANSFORMERS_MAJORS)
     base = transformers.Trainer
     if not isinstance(trainer, base):
