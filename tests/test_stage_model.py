@@ -404,14 +404,14 @@ def _model(
 ) -> StageModel:
     """A model of one trace whose region events are ``(label, tid, ts, dur)``."""
     from profdsl.analysis._catalog import Artifact
+    from profdsl.analysis._regions import RegionNames
     from profdsl.analysis._scan import Piece, TraceScan
 
     scan = TraceScan(
         tuple(Piece(label, None, tid, ts, dur) for label, tid, ts, dur in pieces),
         None,
         0,
-        continued or {},
-        continued_at or {},
+        RegionNames({}, {}, continued or {}, continued_at or {}),
     )
     return StageModel([(Artifact("trace", "t.pt.trace.json.gz", role="actor", step=1, rank=0), scan)])
 

@@ -236,7 +236,7 @@ def load_ledger(
     scans = scan_artifacts(folder, artifacts, skipped)
     walls = step_walls(log)
     model = StageModel(scans, walls)
-    kinds = {id(artifact): scan.kinds for artifact, scan in scans}
+    kinds = {id(artifact): scan.names.kinds for artifact, scan in scans}
     inside, outside = _overheads(artifacts)
     origin_us = math.floor(min((s.start_us for _, spans in model.spans() for s in spans), default=0.0))
     lines = _lines(log)

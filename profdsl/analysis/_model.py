@@ -184,12 +184,12 @@ class _Trees:
     def _discount(tree: dict[tuple[str, ...], _Acc], used: dict[tuple[str, ...], int], scan: TraceScan) -> None:
         """Take the trace's continued pieces off its paths' entries: at the paths the trace
         names, else label by label (a label at several paths gives them up busiest first)."""
-        if scan.continued_at:
-            for path, count in scan.continued_at.items():
+        if scan.names.continued_at:
+            for path, count in scan.names.continued_at.items():
                 if used.get(path):
                     tree[path].continued += min(count, used[path])
             return
-        for label, count in scan.continued.items():
+        for label, count in scan.names.continued.items():
             for path in sorted((p for p in used if p[-1] == label), key=lambda p: -used[p]):
                 taken = min(count, used[path])
                 tree[path].continued += taken
