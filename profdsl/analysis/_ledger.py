@@ -226,7 +226,7 @@ def _waits(line: MetricsLine | None, inside: int | None) -> int | None:
 
 
 def load_ledger(
-    folder: str, artifacts: Sequence[Artifact], skipped: list[str] | None = None, log: LogRead | None = None
+    folder: str, artifacts: Sequence[Artifact], skipped: list[str], log: LogRead | None = None
 ) -> FolderLedger:
     """The ledger of ``folder``'s traced steps (see the module docstring); traces that cannot be
     read are left out, their reasons appended to ``skipped``. The metrics logs' walls and
