@@ -14,7 +14,6 @@ from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel
 from profdsl.collect.metrics_log import read_log
 from profdsl.core._units import ms_text
-from profdsl.metrics._tree import segment
 from profdsl.records.manifest import HookRecord, Record, TraceRecord
 
 __all__ = [
@@ -53,7 +52,7 @@ def traced_totals(model: StageModel) -> list[tuple[str, str, int, float]]:
     path named as the always-on metrics name it (``update_actor/mini_batch``), to set beside them."""
     totals: dict[tuple[str, str], list[float]] = {}
     for node in model.nodes:
-        key = (node.role, "/".join(segment(name) for name in node.path))
+        key = (node.role, node.metric_path)
         into = totals.setdefault(key, [0, 0.0])
         into[0] += node.count
         into[1] += node.total_us / 1000

@@ -34,6 +34,7 @@ import attrs
 from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._regions import ENGINE_STAGE
 from profdsl.analysis._scan import Piece, TraceScan
+from profdsl.metrics._tree import segment
 from profdsl.metrics.aggregate import over_ranks
 
 __all__ = ["StageNode", "STEP_ROW", "Span", "StageModel", "StageSpread", "WHOLE_TRACE"]
@@ -69,6 +70,11 @@ class StageNode:
     def depth(self) -> int:
         """0 for an outermost stage."""
         return len(self.path) - 1
+
+    @property
+    def metric_path(self) -> str:
+        """The path as the always-on metrics name it (``update_actor/mini_batch``: labels escaped)."""
+        return "/".join(map(segment, self.path))
 
 
 @attrs.frozen
