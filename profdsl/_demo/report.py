@@ -64,7 +64,7 @@ def artifacts_table(records: list[Record]) -> list[str]:
     lines = []
     for r in records:
         window = f" mb{r.window[0]}-{r.window[1]}" if r.window else ""
-        where = r.path or r.intended or r.origin or r.why or ""
+        where = r.where or ""
         what = (r.stage or "") + window
         if isinstance(r, HookRecord):
             what = f"{r.role}: {r.status}"

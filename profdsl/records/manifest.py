@@ -147,6 +147,11 @@ class Record:
         """Where the file came from (a moved artifact's source), if the record says."""
         return None
 
+    @property
+    def where(self) -> str | None:
+        """Its file, else where the file was to go or came from, or why there is none."""
+        return self.path or self.intended or self.origin or self.why
+
 
 @attrs.frozen(kw_only=True)
 class TraceRecord(Record):
