@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import profdsl._cli
 from profdsl._cli.summary import ROW_FIELDS
-from profdsl.analysis._catalog import RecordError, from_record
+from profdsl.analysis._catalog import RecordError, catalog, from_record
 from profdsl.analysis._cost import step_costs
 from profdsl.collect._manifest import MANIFEST_NAME, append_record, make_record, read_manifest
 from profdsl.config._parallel import DIMS
@@ -352,7 +352,7 @@ def test_demo_report_shows_the_same_table(sources: list[Path], tmp_path: Path) -
     from profdsl._demo.report import cost_table
 
     folder = hand_folder(sources, tmp_path)
-    lines = cost_table(str(folder))
+    lines = cost_table(catalog(folder).artifacts)
     table = [[cell.strip() for cell in line.strip().split("  ") if cell.strip()] for line in lines]
     assert [table[0], *table[2:]] == EXPECTED_ROWS
-    assert cost_table(str(hand_folder(sources, tmp_path / "old", with_cost=False))) == []
+    assert cost_table(catalog(hand_folder(sources, tmp_path / "old", with_cost=False)).artifacts) == []

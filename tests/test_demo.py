@@ -219,7 +219,7 @@ def test_the_demo_says_why_its_overhead_and_blocked_ms_differ(
     costs = {(c.role, c.step, c.rank): c for c in cost.rank_costs(found)}
     lines = {(line.role, line.step, line.rank): line for line in read_log(out)[0]}
     engines = {key: line.ledger_engines_s or 0.0 for key, line in lines.items()}
-    ranks = [r for r in load_ledger(str(out), found).ranks if r.ledger is not None and r.group[1] is None]
+    ranks = [r for r in load_ledger(str(out), found, []).ranks if r.ledger is not None and r.group[1] is None]
     assert {(r.role, r.step) for r in ranks} == {(role, s) for role in ("actor", "critic", "ref") for s in (2, 3, 6)}
     for rank in ranks:
         key = (rank.role, rank.step, rank.rank)

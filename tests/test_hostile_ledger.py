@@ -344,7 +344,7 @@ def test_plot_ledger_draws_buckets_it_does_not_know_and_says_so(tmp_path: Path) 
     (tmp_path / "in").mkdir()
     odd = f"made{ESC}up"
     _log(tmp_path / "in", _line(ledger={"update": 0.25, odd: 0.25, "outside": 0.5}), _line(rank=1))
-    ((role, step, _, means),) = ledger_bars(load_ledger(str(tmp_path / "in"), []))
+    ((role, step, _, means),) = ledger_bars(load_ledger(str(tmp_path / "in"), [], []))
     assert (role, step) == ("actor", 1) and means[UNKNOWN] == 125.0  # the mean of 250 ms and 0 ms
     assert sum(means.values()) == 1000.0  # the bar adds up to the step's wall time, as its title says
     done = subprocess.run(

@@ -129,7 +129,7 @@ def test_traced_overhead_is_the_waits_its_metrics_timed(tmp_path: Path) -> None:
     engines_s = line.ledger_engines_s or 0.0
     assert engines_s >= 2 * SLEEP_S
     assert line.ledger_waits_s is not None and line.ledger is not None
-    ledger = load_ledger(str(tmp_path), found)
+    ledger = load_ledger(str(tmp_path), found, [])
     [traced] = [r for r in ledger.ranks if r.role == "actor" and r.step == 1]
     assert traced.ledger is not None
     # The recorded overhead is placed in the step's time no stage covers and capped there; on a

@@ -102,7 +102,7 @@ def test_a_log_without_the_timed_waits_keeps_the_traces_blocked_ms(tmp_path: Pat
     _rewrite_log(tmp_path, lambda line: line.pop("ledger_waits_s"))
     found = catalog(tmp_path).artifacts
     [step_cost] = [c for c in cost.step_costs(found) if c.role == "actor" and c.step == 1]
-    [traced] = [r for r in load_ledger(str(tmp_path), found).ranks if r.step == 1]
+    [traced] = [r for r in load_ledger(str(tmp_path), found, []).ranks if r.step == 1]
     assert traced.ledger is not None and step_cost.blocked_ms is not None
     overhead = traced.ledger.buckets["overhead"] + traced.ledger.overhead_unplaced
     assert overhead == round(step_cost.blocked_ms * 1e6)
@@ -114,7 +114,7 @@ def test_timed_waits_beyond_any_clock_leave_the_step_without_a_ledger(tmp_path: 
     _discrete_step(tmp_path)
     _rewrite_log(tmp_path, lambda line: line.update(ledger_waits_s=1e13))
     found = catalog(tmp_path).artifacts
-    [traced] = [r for r in load_ledger(str(tmp_path), found).ranks if r.step == 1]
+    [traced] = [r for r in load_ledger(str(tmp_path), found, []).ranks if r.step == 1]
     assert traced.ledger is None and traced.why == BEYOND
     _rewrite_log(tmp_path, lambda line: line.update(ledger_waits_s=-1.0))
     lines, problems = read_log(tmp_path)

@@ -225,11 +225,10 @@ def test_summary_plot_demo_and_merge_agree(which: str, request: pytest.FixtureRe
     model, merge's ``profdsl.stages`` (read by its own streaming pass), and plot's bars (each
     role's outermost stages per rank and step)."""
     from profdsl._cli import plot
-    from profdsl._demo.report import stage_model
 
     folder: Path = request.getfixturevalue(which)
     rows = summary_rows(folder)
-    assert stage_model(str(folder)).rows() == rows
+    assert load_model(str(folder), catalog(folder).artifacts, []).rows() == rows
     merged = tmp_path / "merged.json.gz"
     done = subprocess.run(
         [sys.executable, "-m", "profdsl", "merge", str(folder), "-o", str(merged)],
@@ -404,14 +403,14 @@ def _model(
 ) -> StageModel:
     """A model of one trace whose region events are ``(label, tid, ts, dur)``."""
     from profdsl.analysis._catalog import Artifact
+    from profdsl.analysis._regions import RegionNames
     from profdsl.analysis._scan import Piece, TraceScan
 
     scan = TraceScan(
         tuple(Piece(label, None, tid, ts, dur) for label, tid, ts, dur in pieces),
         None,
         0,
-        continued or {},
-        continued_at or {},
+        RegionNames({}, {}, continued or {}, continued_at or {}),
     )
     return StageModel([(Artifact("trace", "t.pt.trace.json.gz", role="actor", step=1, rank=0), scan)])
 

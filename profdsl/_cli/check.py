@@ -47,8 +47,7 @@ def check_file(folder: str, artifact: Artifact) -> str | None:
     (:mod:`profdsl.analysis._torch_checks`). Any other file is only ``stat``ed: it must be a
     regular file, not empty.
     """
-    if artifact.path is None:
-        return None
+    assert artifact.path is not None  # its one caller passes JSON traces and ok files with a path
     path = os.path.join(folder, artifact.path)
     if is_json_trace(artifact.path):
         try:

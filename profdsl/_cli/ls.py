@@ -47,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
         return code
     headers = ("kind", "role", "stage", "step", "rank", "replica", "window", "size", "status", "path")
     cells = [
-        (a.kind, a.role, a.stage, a.step, a.rank, a.replica, _window(a), _size(a.bytes), a.status, _where(a))
+        (a.kind, a.role, a.stage, a.step, a.rank, a.replica, _window(a), _size(a.bytes), a.status, where)
         for a in rows
+        for where in [a.record.where if a.record else a.path]
     ]
     print(table(headers, cells))
     unknown = unknown_fields(rows)
@@ -63,13 +64,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _window(artifact: Artifact) -> str | None:
     return f"{artifact.window[0]}-{artifact.window[1]}" if artifact.window else None
-
-
-def _where(artifact: Artifact) -> str | None:
-    record = artifact.record
-    if artifact.path is not None or record is None:
-        return artifact.path
-    return record.intended or record.origin or record.why
 
 
 def _row(artifact: Artifact) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 from collections.abc import Iterable
 
@@ -14,6 +13,7 @@ from profdsl._cli.plan_sizes import likely_sizes, size_lines
 from profdsl.config import ProfilerConfig
 from profdsl.core._schedule import first_recorded
 from profdsl.core._topology import GridLayout
+from profdsl.core._units import runs
 from profdsl.core.preview import Preview, preview
 from profdsl.errors import ConfigError
 
@@ -49,9 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spans(values: Iterable[int]) -> str:
-    """``[0, 1, 2, 5]`` → ``0-2, 5``: runs of consecutive values (by value less position)."""
-    runs = [[v for _, v in run] for _, run in itertools.groupby(enumerate(sorted(values)), lambda iv: iv[1] - iv[0])]
-    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs) or "none"
+    """``[0, 1, 2, 5]`` → ``0-2, 5``: runs of consecutive values (:func:`~profdsl.core._units.runs`)."""
+    return ", ".join(runs(sorted(values))) or "none"
 
 
 def warnings_for(config: ProfilerConfig, profiled: int) -> list[str]:

@@ -68,7 +68,7 @@ def stragglers_text(items: list[Blame], notes: list[str], late_ms: float) -> str
 def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: list[str]) -> int:
     """Print the culprits of ``folder``'s traced steps (text, or ``--json``), then name what it
     skipped; returns the exit code."""
-    matches, notes, _ = load_matches(folder, artifacts, bad)
+    matches, notes = load_matches(folder, artifacts, bad)
     late_ms = args.late_ms
     items = blame(matches, late_ms * 1000)
     if args.json:

@@ -8,6 +8,7 @@ import argparse
 import csv
 import json
 import sys
+import textwrap
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -321,8 +322,8 @@ def cost_lines(costs: list[cost.StepCost]) -> list[str]:
     """The cost table's lines under its title (header, rule, one row per role and step) and,
     when it shows the parts, an empty line and what they are (here and in the demo's report)."""
     parts = cost.has_parts(costs)
-    lines = table(cost.headers(costs), [cost.cells(c, parts) for c in costs]).splitlines()
-    return [*lines, "", *cost.note_lines()] if parts else lines
+    lines = table(cost.headers(parts), [cost.cells(c, parts) for c in costs]).splitlines()
+    return [*lines, "", *textwrap.wrap(cost.PARTS_NOTE, 100)] if parts else lines
 
 
 def _print_flat(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profdsl._demo.metrics_table import MetricsLog
 from profdsl.config import (
@@ -33,6 +33,9 @@ from profdsl.config import (
     Stragglers,
     TorchOptions,
 )
+
+if TYPE_CHECKING:
+    from profdsl.records.manifest import Record
 
 __all__ = ["add_arguments", "run"]
 
@@ -200,13 +203,13 @@ def _section(title: str, lines: Iterable[str]) -> None:
         print("  " + line if line else "")
 
 
-def _slow_story(save_path: str, args: argparse.Namespace) -> None:
+def _slow_story(save_path: str, records: list[Record], args: argparse.Namespace) -> None:
     """The automatic captures (why each was traced) and where the slow step's time went."""
     from profdsl._demo.report import auto_captures, slow_step_table
 
     if args.slow_step < 0:
         return
-    captures = auto_captures(save_path)
+    captures = auto_captures(records)
     _section(
         "automatic captures (ProfilerConfig.auto: each traced step, its rank and roles, and why)",
         captures or ["none: the slow step was not caught"],
@@ -225,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     from profdsl._demo.ledger_table import TITLE as LEDGER_TITLE
     from profdsl._demo.ledger_table import ledger_lines
     from profdsl._demo.metrics_table import TITLE as METRICS_TITLE
-    from profdsl._demo.report import artifacts_table, cost_table, stage_tables
+    from profdsl._demo.report import artifacts_table, cost_table, read_run, stage_tables
     from profdsl.analysis import _cost as cost
 
     config = demo_config(args)
@@ -245,15 +248,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         logger.removeHandler(alerts)
         logger.setLevel(level)
-    _section(f"done in {time.monotonic() - started:.1f}s. Where every artifact went", artifacts_table(config.save_path))
-    steps, traced = stage_tables(config.save_path)
+    found = read_run(config.save_path)
+    records = [a.record for a in found or [] if a.record is not None]
+    _section(f"done in {time.monotonic() - started:.1f}s. Where every artifact went", artifacts_table(records))
+    steps, traced = stage_tables(config.save_path, found)
     _section("where each step went (from the traces, as `profdsl summary` shows it)", steps)
     _section(METRICS_TITLE, log.lines(traced))
     ledger = ledger_lines(log.timings)
     if ledger:
         _section(LEDGER_TITLE, ledger)
-    _slow_story(config.save_path, args)
-    costs = cost_table(config.save_path)
+    _slow_story(config.save_path, records, args)
+    costs = cost_table(found or [])
     if costs:
         _section(cost.TITLE, costs)
     if os.path.exists(config.save_path + ".tgz"):

@@ -1,5 +1,6 @@
 """What the demo prints at the end: where every artifact went, where each step went (the stage-time
-model, as ``profdsl summary`` shows it), and what profiling itself cost."""
+model, as ``profdsl summary`` shows it), and what profiling itself cost; all from one read of the
+run's manifest (:func:`read_run`)."""
 
 from __future__ import annotations
 
@@ -8,40 +9,41 @@ import statistics
 from profdsl._cli.common import table
 from profdsl._cli.summary import cost_lines, step_view
 from profdsl.analysis import _cost as cost
-from profdsl.analysis._catalog import FolderError, catalog
+from profdsl.analysis._catalog import Artifact, FolderError, catalog
 from profdsl.analysis._load import load_model
 from profdsl.analysis._model import StageModel
-from profdsl.collect._manifest import read_records
 from profdsl.collect.metrics_log import read_log
 from profdsl.core._units import ms_text
-from profdsl.metrics._tree import segment
-from profdsl.records.manifest import HookRecord, TraceRecord
+from profdsl.records.manifest import HookRecord, Record, TraceRecord
 
 __all__ = [
     "artifacts_table",
     "auto_captures",
     "cost_table",
+    "read_run",
     "slow_step_table",
-    "stage_model",
     "stage_tables",
     "traced_totals",
 ]
 
 
-def stage_model(save_path: str) -> StageModel:
-    """The stage-time model of the run's traces (what ``profdsl summary`` reads)."""
-    found = catalog(save_path)
-    return load_model(save_path, found.artifacts, [])
-
-
-def stage_tables(save_path: str) -> tuple[list[str], list[tuple[str, str, int, float]]]:
-    """From one read of the run's traces: the lines of ``profdsl summary``'s step view (each
-    profiled step's roles and stages, mini-batches under the stage they ran in) and
-    :func:`traced_totals`; nothing when the folder holds nothing to read."""
+def read_run(save_path: str) -> list[Artifact] | None:
+    """The run's artifacts, from one read of its manifest; None when the folder holds nothing to read."""
     try:
-        model = stage_model(save_path)
+        return catalog(save_path).artifacts
     except FolderError:
+        return None
+
+
+def stage_tables(
+    save_path: str, artifacts: list[Artifact] | None
+) -> tuple[list[str], list[tuple[str, str, int, float]]]:
+    """From one read of the run's traces (what ``profdsl summary`` reads): the lines of its step
+    view (each profiled step's roles and stages, mini-batches under the stage they ran in) and
+    :func:`traced_totals`; nothing when the folder holds nothing to read."""
+    if artifacts is None:
         return [], []
+    model = load_model(save_path, artifacts, [])
     return step_view(model).splitlines(), traced_totals(model)
 
 
@@ -50,19 +52,19 @@ def traced_totals(model: StageModel) -> list[tuple[str, str, int, float]]:
     path named as the always-on metrics name it (``update_actor/mini_batch``), to set beside them."""
     totals: dict[tuple[str, str], list[float]] = {}
     for node in model.nodes:
-        key = (node.role, "/".join(segment(name) for name in node.path))
+        key = (node.role, node.metric_path)
         into = totals.setdefault(key, [0, 0.0])
         into[0] += node.count
         into[1] += node.total_us / 1000
     return sorted((role, path, int(count), total) for (role, path), (count, total) in totals.items())
 
 
-def artifacts_table(save_path: str) -> list[str]:
+def artifacts_table(records: list[Record]) -> list[str]:
     """One line per manifest record."""
     lines = []
-    for r in read_records(save_path):
+    for r in records:
         window = f" mb{r.window[0]}-{r.window[1]}" if r.window else ""
-        where = r.path or r.intended or r.origin or r.why or ""
+        where = r.where or ""
         what = (r.stage or "") + window
         if isinstance(r, HookRecord):
             what = f"{r.role}: {r.status}"
@@ -72,21 +74,18 @@ def artifacts_table(save_path: str) -> list[str]:
     return lines
 
 
-def cost_table(save_path: str) -> list[str]:
+def cost_table(artifacts: list[Artifact]) -> list[str]:
     """The lines of ``profdsl summary``'s profiling cost table (header, rule, one row per role and
     step, then, after an empty line, what the parts are when it shows them), or [] when no record
     carries a cost."""
-    try:
-        costs = cost.step_costs(catalog(save_path).artifacts)
-    except FolderError:
-        return []
+    costs = cost.step_costs(artifacts)
     return cost_lines(costs) if costs else []
 
 
-def auto_captures(save_path: str) -> list[str]:
+def auto_captures(records: list[Record]) -> list[str]:
     """One line per trace an automatic capture wrote: its step, rank and roles, and why."""
     found: dict[tuple[int, int, str], set[str]] = {}
-    for r in read_records(save_path):
+    for r in records:
         if isinstance(r, TraceRecord) and r.capture is not None and r.capture.source == "auto":
             roles = found.setdefault((r.step or 0, r.rank or 0, r.capture.reason or ""), set())
             roles.update(r.roles or [r.role or "?"])

@@ -21,7 +21,7 @@ import attrs
 from profdsl.analysis._reader import TraceError, file_kind, header
 from profdsl.collect._manifest import MANIFEST_NAME, read_lines
 from profdsl.collect.metrics_log import log_files
-from profdsl.config._parallel import DIMS
+from profdsl.config._parallel import known_coords
 from profdsl.core._naming import ARTIFACT_SUFFIXES, NSYS_EXT, TEMP_PREFIX, TraceName, is_json_trace
 from profdsl.records.fields import RecordError
 from profdsl.records.manifest import Record, TraceRecord, parse_record
@@ -118,7 +118,7 @@ def from_record(record: object) -> Artifact:
         blocked_ms=blocked,
         export_ms=export,
         record=parsed,
-        parallel=parsed.parallel(),
+        parallel=known_coords(parsed),
         **coordinates(parsed),
     )
 
@@ -151,8 +151,8 @@ def _from_name(folder: Path, name: str) -> tuple[Artifact | None, str | None]:
             f"{where}: not a profdsl trace name: read by its events only (role, step and rank unknown)",
         )
     kind = "nsys" if parsed.ext == NSYS_EXT else "rollout" if parsed.role == "rollout" else "trace"
-    coords = tuple((d, v) for d in DIMS if (v := getattr(parsed, d)) is not None)
-    return Artifact(parallel=coords, kind=kind, path=name, bytes=info.st_size, **coordinates(parsed)), None
+    artifact = Artifact(kind=kind, path=name, bytes=info.st_size, parallel=known_coords(parsed), **coordinates(parsed))
+    return artifact, None
 
 
 def catalog(folder: str | os.PathLike[str]) -> Catalog:

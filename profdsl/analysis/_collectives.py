@@ -244,14 +244,12 @@ def _arrivals(folder: str, artifact: Artifact, rank: int, base_us: float, spans:
     return found
 
 
-def load_matches(folder: str, artifacts: Sequence[Artifact], skipped: list[str]) -> tuple[list[Match], list[str], int]:
-    """Every matched collective of ``folder``'s training traces, the notes on what could not be
-    matched, and how many collective events were read; traces that cannot be read are left out,
-    their reasons appended to ``skipped``."""
+def load_matches(folder: str, artifacts: Sequence[Artifact], skipped: list[str]) -> tuple[list[Match], list[str]]:
+    """Every matched collective of ``folder``'s training traces, and the notes on what could not
+    be matched; traces that cannot be read are left out, their reasons appended to ``skipped``."""
     scans = scan_artifacts(folder, [a for a in artifacts if a.kind == "trace"], skipped)
     base = {id(artifact): scan.base_ns / 1000 for artifact, scan in scans}
     per_step: dict[Key, dict[int, list[Arrival]]] = defaultdict(lambda: defaultdict(list))
-    read = 0
     for artifact, spans in StageModel(scans).spans():
         if artifact.rank is None:
             continue
@@ -260,7 +258,6 @@ def load_matches(folder: str, artifacts: Sequence[Artifact], skipped: list[str])
         except TraceError as exc:
             skipped.append(str(exc))
             continue
-        read += len(found)
         per_step[(artifact.role or "unknown", artifact.step)][artifact.rank] += found
     matches: list[Match] = []
     notes = []
@@ -268,4 +265,4 @@ def load_matches(folder: str, artifacts: Sequence[Artifact], skipped: list[str])
         found_here, note = match(role, step, per_rank)
         matches += found_here
         notes += [note] if note else []
-    return matches, notes, read
+    return matches, notes

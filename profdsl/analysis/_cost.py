@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import functools
 import math
-import textwrap
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -36,7 +35,6 @@ __all__ = [
     "cells",
     "has_parts",
     "headers",
-    "note_lines",
     "rank_costs",
     "step_costs",
 ]
@@ -215,10 +213,10 @@ def has_parts(costs: Iterable[StepCost]) -> bool:
     return any(getattr(c, name) is not None for c in costs for name in PARTS)
 
 
-def headers(costs: Sequence[StepCost]) -> tuple[str, ...]:
-    """The cost table's columns for ``costs``: :data:`HEADERS`, then :data:`PART_HEADERS` when
-    any record carries a part."""
-    return HEADERS + PART_HEADERS if has_parts(costs) else HEADERS
+def headers(parts: bool) -> tuple[str, ...]:
+    """The cost table's columns: :data:`HEADERS`, then :data:`PART_HEADERS` with ``parts`` (when
+    any record carries a part: :func:`has_parts`)."""
+    return HEADERS + PART_HEADERS if parts else HEADERS
 
 
 def cells(cost: StepCost, parts: bool = False) -> list[object]:
@@ -231,11 +229,6 @@ def cells(cost: StepCost, parts: bool = False) -> list[object]:
         (sessions,) = _sum((cost.start_ms,), (cost.stop_ms,))
         row += [_ms(cost.init_ms), _ms(sessions), _ms(cost.wait_ms), _ms(cost.export_cpu_ms)]
     return row
-
-
-def note_lines(width: int = 100) -> list[str]:
-    """:data:`PARTS_NOTE` in lines of at most ``width`` characters."""
-    return textwrap.wrap(PARTS_NOTE, width)
 
 
 def _ms(value: float | None) -> str | None:

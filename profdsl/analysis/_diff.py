@@ -213,7 +213,6 @@ def _from_traces(folder: str) -> tuple[Samples, list[str]]:
     from profdsl.analysis._catalog import catalog
     from profdsl.analysis._load import load_model
     from profdsl.analysis._walls import read_walls
-    from profdsl.metrics._tree import segment
 
     found = catalog(folder)
     skipped: list[str] = list(found.problems)
@@ -222,8 +221,7 @@ def _from_traces(folder: str) -> tuple[Samples, list[str]]:
     skipped += log.problems
     samples: Samples = defaultdict(list)
     for node in model.nodes:
-        path = "/".join(segment(name) for name in node.path)
-        samples[(node.role, path)].append(
+        samples[(node.role, node.metric_path)].append(
             Sample(node.step, node.rank, node.total_us / 1e6, node.self_us / 1e6, node.count)
         )
     return samples, skipped

@@ -226,7 +226,7 @@ def _waits(line: MetricsLine | None, inside: int | None) -> int | None:
 
 
 def load_ledger(
-    folder: str, artifacts: Sequence[Artifact], skipped: list[str] | None = None, log: LogRead | None = None
+    folder: str, artifacts: Sequence[Artifact], skipped: list[str], log: LogRead | None = None
 ) -> FolderLedger:
     """The ledger of ``folder``'s traced steps (see the module docstring); traces that cannot be
     read are left out, their reasons appended to ``skipped``. The metrics logs' walls and
@@ -236,7 +236,7 @@ def load_ledger(
     scans = scan_artifacts(folder, artifacts, skipped)
     walls = step_walls(log)
     model = StageModel(scans, walls)
-    kinds = {id(artifact): scan.kinds for artifact, scan in scans}
+    kinds = {id(artifact): scan.names.kinds for artifact, scan in scans}
     inside, outside = _overheads(artifacts)
     origin_us = math.floor(min((s.start_us for _, spans in model.spans() for s in spans), default=0.0))
     lines = _lines(log)

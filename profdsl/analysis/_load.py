@@ -19,7 +19,6 @@ from typing import IO
 
 from profdsl.analysis._catalog import Artifact, json_traces
 from profdsl.analysis._model import StageModel
-from profdsl.analysis._reader import TraceError
 from profdsl.analysis._scan import TraceScan
 from profdsl.analysis._walls import LogRead, clocked_walls, read_walls
 from profdsl.analysis._workers import run_workers, scan_one
@@ -103,13 +102,10 @@ def _results(
 
 
 def scan_artifacts(
-    folder: str | os.PathLike[str], items: Iterable[Artifact], skipped: list[str] | None = None
+    folder: str | os.PathLike[str], items: Iterable[Artifact], skipped: list[str]
 ) -> list[tuple[Artifact, TraceScan]]:
-    """The scan of every ok JSON trace of ``items`` (:func:`json_traces`), in their order.
-
-    ``skipped``: when given, a trace that cannot be read is left out and its reason appended;
-    otherwise its TraceError is raised.
-    """
+    """The scan of every ok JSON trace of ``items`` (:func:`json_traces`), in their order; a
+    trace that cannot be read is left out, its reason appended to ``skipped``."""
     folder = os.fspath(folder)
     traces = json_traces(items)
     sizes = [_size(folder, a) for a in traces]
@@ -121,8 +117,6 @@ def scan_artifacts(
     found: list[tuple[Artifact, TraceScan]] = []
     for artifact, result in zip(traces, results):
         if isinstance(result, str):
-            if skipped is None:
-                raise TraceError(result)
             skipped.append(result)
             continue
         found.append((artifact, result))
@@ -132,7 +126,7 @@ def scan_artifacts(
 def load_model(
     folder: str | os.PathLike[str],
     items: Iterable[Artifact],
-    skipped: list[str] | None = None,
+    skipped: list[str],
     log: LogRead | None = None,
 ) -> StageModel:
     """The stage-time model of ``items``' traces (see :func:`scan_artifacts`), with the step

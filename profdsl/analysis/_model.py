@@ -34,6 +34,7 @@ import attrs
 from profdsl.analysis._catalog import Artifact, number
 from profdsl.analysis._regions import ENGINE_STAGE
 from profdsl.analysis._scan import Piece, TraceScan
+from profdsl.metrics._tree import segment
 from profdsl.metrics.aggregate import over_ranks
 
 __all__ = ["StageNode", "STEP_ROW", "Span", "StageModel", "StageSpread", "WHOLE_TRACE"]
@@ -69,6 +70,11 @@ class StageNode:
     def depth(self) -> int:
         """0 for an outermost stage."""
         return len(self.path) - 1
+
+    @property
+    def metric_path(self) -> str:
+        """The path as the always-on metrics name it (``update_actor/mini_batch``: labels escaped)."""
+        return "/".join(map(segment, self.path))
 
 
 @attrs.frozen
@@ -184,12 +190,12 @@ class _Trees:
     def _discount(tree: dict[tuple[str, ...], _Acc], used: dict[tuple[str, ...], int], scan: TraceScan) -> None:
         """Take the trace's continued pieces off its paths' entries: at the paths the trace
         names, else label by label (a label at several paths gives them up busiest first)."""
-        if scan.continued_at:
-            for path, count in scan.continued_at.items():
+        if scan.names.continued_at:
+            for path, count in scan.names.continued_at.items():
                 if used.get(path):
                     tree[path].continued += min(count, used[path])
             return
-        for label, count in scan.continued.items():
+        for label, count in scan.names.continued.items():
             for path in sorted((p for p in used if p[-1] == label), key=lambda p: -used[p]):
                 taken = min(count, used[path])
                 tree[path].continued += taken

@@ -63,15 +63,13 @@ class Piece:
 class TraceScan:
     """What one trace holds for stage times: its region events in file order, the span of its
     complete events (None when not asked for, or when it has none), its clock origin
-    (``baseTimeNanoseconds``), per label (and per path, when the trace says) how many events
-    continue an earlier entry, and the kinds its stages declared (label → kind)."""
+    (``baseTimeNanoseconds``), and its region names (which say how many events continue an
+    earlier entry, and the kinds its stages declared)."""
 
     pieces: tuple[Piece, ...]
     span: tuple[float, float] | None
     base_ns: int
-    continued: Mapping[str, int]
-    continued_at: Mapping[tuple[str, ...], int] = attrs.field(factory=dict)
-    kinds: Mapping[str, str] = attrs.field(factory=dict)
+    names: RegionNames
 
 
 def spans_whole(kind: str, meta: Mapping[str, Any]) -> bool:
@@ -107,7 +105,7 @@ def scan_events(meta: Mapping[str, Any], stream: Iterable[Mapping[str, Any]], *,
             if piece is not None:
                 pieces.append(piece)
     extent = (first, last) if first <= last else None
-    return TraceScan(tuple(pieces), extent, base_time_ns(meta), names.continued, names.continued_at, names.kinds)
+    return TraceScan(tuple(pieces), extent, base_time_ns(meta), names)
 
 
 def scan_file(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bool) -> TraceScan:
@@ -124,7 +122,7 @@ def scan_file(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bo
         found = None
     if found is not None:
         pieces, extent = found
-        return TraceScan(pieces, extent, base_time_ns(meta), names.continued, names.continued_at, names.kinds)
+        return TraceScan(pieces, extent, base_time_ns(meta), names)
     return scan_events(meta, events(path), span=span)
 
 

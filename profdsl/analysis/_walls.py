@@ -13,7 +13,7 @@ Examples:
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     log = read_walls(folder)
-    ...     step_walls(log), clocked_walls(log), log.problems
+    ...     step_walls(log), clocked_walls(log, []), log.problems
     ({}, {}, [])
 """
 
@@ -58,16 +58,15 @@ def step_walls(log: LogRead) -> dict[Key, float]:
     return {key: (line.wall_s or 0.0) * 1e6 for key, line in best.items()}
 
 
-def clocked_walls(log: LogRead, skipped: list[str] | None = None) -> dict[Key, float]:
+def clocked_walls(log: LogRead, skipped: list[str]) -> dict[Key, float]:
     """:func:`step_walls` less the (role, step, rank)s whose longest wall time is beyond any
     clock, each of their lines named in ``skipped``."""
     walls = step_walls(log)
     for path, number, line in log.lines:
         if line.role is not None and line.wall_s is not None and to_ns(line.wall_s) is None:
             walls.pop((line.role, line.step, line.rank), None)
-            if skipped is not None:
-                why = BEYOND_ANY_CLOCK.format(wall=line.wall_s, role=line.role, step=line.step, rank=line.rank)
-                skipped.append(f"{path} line {number}: {why}")
+            why = BEYOND_ANY_CLOCK.format(wall=line.wall_s, role=line.role, step=line.step, rank=line.rank)
+            skipped.append(f"{path} line {number}: {why}")
     return walls
 
 

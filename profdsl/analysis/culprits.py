@@ -47,8 +47,8 @@ def run_culprits(
     traces = [a for a in found.artifacts if a.kind == "trace" and (steps is None or a.step in steps)]
     if not traces:
         return None, NO_TRACE
-    matches, _, read = load_matches(os.fspath(folder), traces, [])
-    if not read or not matches:
+    matches, _ = load_matches(os.fspath(folder), traces, [])
+    if not matches:
         return None, NO_COLLECTIVE
     return blame(matches, threshold_us), None
 

@@ -33,6 +33,7 @@ import attrs
 from profdsl.collect._hook_output import OutputTail
 from profdsl.collect._manifest import MANIFEST_NAME
 from profdsl.core._log import logger, once, printable
+from profdsl.core._units import runs
 from profdsl.records.manifest import HookRecord
 
 __all__ = [
@@ -83,10 +84,7 @@ def steps_text(steps: Iterable[int], most: int = STEPS_MAX_CHARS) -> str:
     plain = ",".join(map(str, ordered))
     if len(plain) <= most:
         return plain
-    items = []
-    for _, pairs in itertools.groupby(enumerate(ordered), key=lambda pair: pair[1] - pair[0]):  # a run
-        run = [step for _, step in pairs]
-        items.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    items = runs(ordered)
     text = ",".join(items)
     if len(text) <= most:
         return text

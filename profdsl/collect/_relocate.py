@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import attrs
 
 from profdsl.collect._manifest import append_record, make_record, read_records
+from profdsl.config._parallel import known_coords
 from profdsl.core._files import open_regular
 from profdsl.core._naming import MAX_INDEX, NSYS_EXT, TEMP_PREFIX, TraceName
 from profdsl.records.manifest import MovedRecord, NsysRecord
@@ -215,7 +216,7 @@ def plan_nsys(
         if match["index"] in converting:
             continue  # its Skip comes with its .qdstrm
         part = int(match["index"][1:]) if match["index"] else None
-        coords: dict[str, Any] = dict(known.parallel())
+        coords: dict[str, Any] = dict(known_coords(known))
         trace = TraceName(
             role=str(known.role),
             rank=known.rank,

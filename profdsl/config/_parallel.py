@@ -26,12 +26,18 @@ import attrs
 from profdsl.config._checks import int_in, suggest
 from profdsl.errors import ConfigError
 
-__all__ = ["DIMS", "MAX_COORD", "Parallel"]
+__all__ = ["DIMS", "MAX_COORD", "Parallel", "known_coords"]
 
 #: The parallel dimensions, in the order trace names write them.
 DIMS: Final = ("tp", "pp", "dp", "cp", "ep")
 #: Largest coordinate (and size - 1) accepted: six digits, what a trace name's padded width holds.
 MAX_COORD: Final = 999_999
+
+
+def known_coords(source: object) -> tuple[tuple[str, int], ...]:
+    """The coordinates ``source`` (a record, a trace name) knows, in :data:`DIMS` order."""
+    return tuple((d, v) for d in DIMS if (v := getattr(source, d)) is not None)
+
 
 _COORD = int_in(0, MAX_COORD, optional=True)
 _SIZE = int_in(1, MAX_COORD + 1, optional=True)

@@ -3,13 +3,15 @@ cost fields), the wall clock in whole milliseconds (a trace's or a log line's ``
 milliseconds as the reading side's views print them (three decimals); a size in bytes as the
 commands print one (binary units); a share as a percentage; and a trace's size as the
 trace-size budget counts and prints it (``TorchOptions.max_trace_mb``: decimal megabytes,
-10^6 bytes, as docs/configuration.md says)."""
+10^6 bytes, as docs/configuration.md says); and integers as runs of consecutive values (``0-2``)."""
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Iterable
 
-__all__ = ["MB", "mb_text", "ms_of", "ms_text", "now_ms", "percent_text", "size_text"]
+__all__ = ["MB", "mb_text", "ms_of", "ms_text", "now_ms", "percent_text", "runs", "size_text"]
 
 #: A megabyte, as the trace-size budget counts it (10^6 bytes, as docs/configuration.md and
 #: docs/performance.md do).
@@ -68,3 +70,10 @@ def mb_text(size: float) -> str:
         ('6.0 MB', '1.0 MB')
     """
     return f"{size / MB:.1f} MB"
+
+
+def runs(ordered: Iterable[int]) -> list[str]:
+    """Sorted integers as their runs of consecutive values (by value less position), each
+    ``first-last`` or alone: ``[0, 1, 2, 5]`` → ``0-2``, ``5`` (``profdsl plan``, ``PROFDSL_STEPS``)."""
+    found = ([v for _, v in run] for _, run in itertools.groupby(enumerate(ordered), lambda iv: iv[1] - iv[0]))
+    return [str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in found]

@@ -23,7 +23,6 @@ from typing import Any, ClassVar, Final
 import attrs
 
 from profdsl.config._checks import brief
-from profdsl.config._parallel import DIMS
 from profdsl.records.fields import (
     DURATION,
     INTEGER,
@@ -148,9 +147,10 @@ class Record:
         """Where the file came from (a moved artifact's source), if the record says."""
         return None
 
-    def parallel(self) -> tuple[tuple[str, int], ...]:
-        """The known parallel coordinates, in the order tp, pp, dp, cp, ep."""
-        return tuple((d, v) for d in DIMS if (v := getattr(self, d)) is not None)
+    @property
+    def where(self) -> str | None:
+        """Its file, else where the file was to go or came from, or why there is none."""
+        return self.path or self.intended or self.origin or self.why
 
 
 @attrs.frozen(kw_only=True)
