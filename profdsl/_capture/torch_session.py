@@ -40,7 +40,7 @@ from profdsl._capture.runner import SessionThread
 from profdsl._capture.torch_args import all_threads_possible, profile_args
 from profdsl._capture.torch_traces import TorchTraces
 from profdsl.config import Schedule, TorchOptions
-from profdsl.core._log import once
+from profdsl.core._log import failing_once, once
 from profdsl.core._trace_size import SizeBook
 from profdsl.core._units import MB
 
@@ -229,15 +229,8 @@ def _stop_anyway(prof: Any) -> None:
     crashes the process at exit)."""
     if not _profiler_running():
         return
-    try:
+    with failing_once("torch-stop-anyway", "profdsl: torch's profiler could not be stopped after an interrupt: %r"):
         prof.stop()
-    except Exception as exc:
-        once(
-            "torch-stop-anyway",
-            logging.ERROR,
-            "profdsl: torch's profiler could not be stopped after an interrupt: %r",
-            exc,
-        )
 
 
 def _profiler_running() -> bool:

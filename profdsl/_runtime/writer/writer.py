@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from profdsl._runtime.writer.waits import Waits
-from profdsl.core._log import once
+from profdsl.core._log import failing_once, once
 
 __all__ = ["COMMIT_WAIT_S", "RECORD_BUDGET_S", "CommitGuard", "Job", "Writer"]
 
@@ -162,15 +162,8 @@ class _Revoked:
 
     def run(self, guard: CommitGuard) -> None:
         try:
-            self._ticket.job.revoke(guard)
-        except Exception as exc:
-            once(
-                "writer-revoke",
-                logging.ERROR,
-                "profdsl: recording a given-up %s failed: %r",
-                self._ticket.job.kind,
-                exc,
-            )
+            with failing_once("writer-revoke", "profdsl: recording a given-up %s failed: %r", self._ticket.job.kind):
+                self._ticket.job.revoke(guard)
         finally:
             self._ticket.done.set()
 
