@@ -39,6 +39,7 @@ class NsysSession:
 
     every_thread = True
     pausable = False  # a capture range cannot be paused: every mini-batch is in it
+    collecting = True
 
     def __init__(self, rank: int) -> None:
         self.rank = rank

@@ -113,7 +113,7 @@ class TorchSession:
         self._options, self._runner = options, runner
         self._traces = TorchTraces(schedule, describe, sink)
         self._prof: Any = None
-        self._collecting = True
+        self.collecting = True
         self._owner = threading.get_ident()  # inline sessions: torch calls only from this thread
 
     def start(self) -> None:
@@ -179,9 +179,9 @@ class TorchSession:
     def _toggle(self, on: bool) -> None:
         from torch.profiler import ProfilerActivity
 
-        if self._prof is None or on == self._collecting:
+        if self._prof is None or on == self.collecting:
             return
-        self._collecting = on
+        self.collecting = on
         # All device kinds, CPU included: torch warns about a partial toggle with GPU activity on.
         self._prof.toggle_collection_dynamic(on, [ProfilerActivity.CPU, ProfilerActivity.CUDA, ProfilerActivity.XPU])
 
