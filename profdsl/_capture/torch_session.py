@@ -209,16 +209,10 @@ class TorchSession:
         by profiling); a failure is logged once, never raised."""
         self._traces.held.began()
         try:
-            self._runner.call(fn, *args, timeout=timeout)
-        except Exception as exc:
-            once(
-                f"torch-{what}:{type(exc).__name__}",
-                logging.ERROR,
-                "[profdsl rank %s] torch profiler %s failed: %r",
-                self.rank,
-                what,
-                exc,
-            )
+            with failing_once(
+                f"torch-{what}", "[profdsl rank %s] torch profiler %s failed: %r", self.rank, what, by_kind=True
+            ):
+                self._runner.call(fn, *args, timeout=timeout)
         finally:
             self._traces.held.ended()
 

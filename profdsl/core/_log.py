@@ -127,11 +127,12 @@ def counted(kind: str, level: int, message: str, *args: object) -> bool:
 
 
 @contextlib.contextmanager
-def failing_once(key: str, message: str, *args: object) -> Iterator[None]:
+def failing_once(key: str, message: str, *args: object, by_kind: bool = False) -> Iterator[None]:
     """A guard for a profiling step that must not fail its caller: an ``Exception`` raised inside
-    is logged (at ERROR, the first time ``key`` is seen: :func:`once`) by ``message``, with
-    ``args`` and then the exception as its arguments, and not raised."""
+    is logged (at ERROR, the first time ``key`` is seen, or ``key:<its type>`` with ``by_kind``:
+    :func:`once`) by ``message``, with ``args`` and then the exception as its arguments, and not
+    raised."""
     try:
         yield
     except Exception as exc:
-        once(key, logging.ERROR, message, *args, exc)
+        once(f"{key}:{type(exc).__name__}" if by_kind else key, logging.ERROR, message, *args, exc)
