@@ -1,4 +1,4 @@
-"""The process's one capture slot under threads and failures (`profdsl._runtime.coordinator`):
+"""The process's one capture slot under threads and failures (`profdsl._runtime.slot`):
 no session is driven from a thread that does not own it, none is left running or lost, and
 every part of a step keeps the step's name."""
 
@@ -253,3 +253,18 @@ def test_a_step_resumed_on_its_own_thread_records_a_fused_role_once(tmp_path: Pa
         profiler.close()
     assert [r["role"] for r in records(tmp_path / "ref", "trace")] == ["ref"]
     assert [(r["role"], r["status"]) for r in records(tmp_path / "actor", "trace")] == [("actor", "ok")]
+
+
+def test_a_cut_step_records_a_fused_role_once(tmp_path: Path) -> None:
+    """Fused continuous roles, each with its own save_path, share a step session that a
+    discrete stage cuts: the step is written in two parts into actor's save_path, and ref's
+    gets one record saying where its trace is, not one per part."""
+    actor = Profiler(config(tmp_path / "actor"), role="actor", rank=0, world_size=1)
+    ref = Profiler(config(tmp_path / "ref"), role="ref", rank=0, world_size=1)
+    critic = Profiler(config(tmp_path / "critic", discrete=True), role="critic", rank=0, world_size=1)
+    with actor, ref, critic, critic.step(1), actor.step(1), ref.step(1):
+        work()
+        profile_stage("update_critic", role="critic")(work)()
+        work()
+    assert [r["role"] for r in records(tmp_path / "ref", "trace")] == ["ref"]
+    assert [(r["role"], r["part"]) for r in records(tmp_path / "actor", "trace")] == [("actor", 0), ("actor", 1)]

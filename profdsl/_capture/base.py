@@ -62,10 +62,12 @@ class Capture(Protocol):
         every_thread: it records every thread (and any thread may drive it).
         pausable: it can pause collection (``set_collecting``), so a continuous step's schedule
             can leave mini-batches out.
+        collecting: whether it collects now (False while paused).
     """
 
     every_thread: bool
     pausable: bool
+    collecting: bool
 
     def owned_here(self) -> bool:
         """Whether the calling thread may drive the session (torch crashes otherwise)."""

@@ -11,14 +11,14 @@ import logging
 from typing import Any
 
 from profdsl.config import Schedule
-from profdsl.core._log import once
+from profdsl.core._log import failing_once, once
 from profdsl.core._trace_size import SizeBook
 
 __all__ = ["NsysBackend", "NsysSession"]
 
 
 def _cuda_profiler(action: str, rank: int) -> None:
-    try:
+    with failing_once(f"nsys-{action}", "[profdsl rank %s] cuda profiler %s failed: %s", rank, action):
         import torch
 
         if not torch.cuda.is_available():
@@ -31,8 +31,6 @@ def _cuda_profiler(action: str, rank: int) -> None:
             )
             return
         getattr(torch.cuda.profiler, action)()
-    except Exception as exc:
-        once(f"nsys-{action}", logging.ERROR, "[profdsl rank %s] cuda profiler %s failed: %s", rank, action, exc)
 
 
 class NsysSession:
@@ -41,6 +39,7 @@ class NsysSession:
 
     every_thread = True
     pausable = False  # a capture range cannot be paused: every mini-batch is in it
+    collecting = True
 
     def __init__(self, rank: int) -> None:
         self.rank = rank

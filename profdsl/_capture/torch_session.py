@@ -40,7 +40,7 @@ from profdsl._capture.runner import SessionThread
 from profdsl._capture.torch_args import all_threads_possible, profile_args
 from profdsl._capture.torch_traces import TorchTraces
 from profdsl.config import Schedule, TorchOptions
-from profdsl.core._log import once
+from profdsl.core._log import failing_once, once
 from profdsl.core._trace_size import SizeBook
 from profdsl.core._units import MB
 
@@ -113,7 +113,7 @@ class TorchSession:
         self._options, self._runner = options, runner
         self._traces = TorchTraces(schedule, describe, sink)
         self._prof: Any = None
-        self._collecting = True
+        self.collecting = True
         self._owner = threading.get_ident()  # inline sessions: torch calls only from this thread
 
     def start(self) -> None:
@@ -179,9 +179,9 @@ class TorchSession:
     def _toggle(self, on: bool) -> None:
         from torch.profiler import ProfilerActivity
 
-        if self._prof is None or on == self._collecting:
+        if self._prof is None or on == self.collecting:
             return
-        self._collecting = on
+        self.collecting = on
         # All device kinds, CPU included: torch warns about a partial toggle with GPU activity on.
         self._prof.toggle_collection_dynamic(on, [ProfilerActivity.CPU, ProfilerActivity.CUDA, ProfilerActivity.XPU])
 
@@ -209,16 +209,10 @@ class TorchSession:
         by profiling); a failure is logged once, never raised."""
         self._traces.held.began()
         try:
-            self._runner.call(fn, *args, timeout=timeout)
-        except Exception as exc:
-            once(
-                f"torch-{what}:{type(exc).__name__}",
-                logging.ERROR,
-                "[profdsl rank %s] torch profiler %s failed: %r",
-                self.rank,
-                what,
-                exc,
-            )
+            with failing_once(
+                f"torch-{what}", "[profdsl rank %s] torch profiler %s failed: %r", self.rank, what, by_kind=True
+            ):
+                self._runner.call(fn, *args, timeout=timeout)
         finally:
             self._traces.held.ended()
 
@@ -229,15 +223,8 @@ def _stop_anyway(prof: Any) -> None:
     crashes the process at exit)."""
     if not _profiler_running():
         return
-    try:
+    with failing_once("torch-stop-anyway", "profdsl: torch's profiler could not be stopped after an interrupt: %r"):
         prof.stop()
-    except Exception as exc:
-        once(
-            "torch-stop-anyway",
-            logging.ERROR,
-            "profdsl: torch's profiler could not be stopped after an interrupt: %r",
-            exc,
-        )
 
 
 def _profiler_running() -> bool:

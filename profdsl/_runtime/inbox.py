@@ -25,7 +25,7 @@ import attrs
 
 from profdsl._runtime.request_files import RequestFiles
 from profdsl.collect._requests import new_id
-from profdsl.core._log import counted, logger, once, printable
+from profdsl.core._log import counted, failing_once, logger, printable
 from profdsl.records.fields import RecordError
 from profdsl.records.requests import CaptureRequest, parse_request
 
@@ -184,16 +184,10 @@ class Inbox:
         else:  # a refusal: a flood of them costs a few lines
             counted("capture requests refused", logging.WARNING, *said)
         for listener in listeners:
-            try:
+            with failing_once(
+                f"request-listener:{id(listener)}", "profdsl: passing on capture request %s failed: %r", request_id
+            ):
                 listener(request)
-            except Exception as exc:
-                once(
-                    f"request-listener:{id(listener)}",
-                    logging.ERROR,
-                    "profdsl: passing on capture request %s failed: %r",
-                    request_id,
-                    exc,
-                )
         return answer
 
     def clear(self) -> None:

@@ -82,7 +82,7 @@ class Process:
         An interrupt meanwhile stops the hooks and gives up everything, recorded, and goes on."""
         writer = self.writer
         if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):  # died on Ctrl-C
-            stop_hooks(self.rounds.unfinished(), writer, "KeyboardInterrupt: the interpreter exited while the hook ran")
+            stop_hooks(self.rounds.unfinished(), "KeyboardInterrupt: the interpreter exited while the hook ran")
         try:
             for profiler in list(self.live):
                 try:
@@ -96,13 +96,13 @@ class Process:
             if not writer.wait_exports():
                 writer.give_up()
             for job in self.rounds.unfinished():
-                if not job.wait(timeout=writer.budget(job.ticket)):  # type: ignore[arg-type]
+                if not job.wait():
                     job.stop("still running when the process exited past its timeout")
             if not writer.wait(timeout=writer.budget()):
                 writer.give_up(_ALL)
                 writer.wait(timeout=RECORD_BUDGET_S)
         except BaseException as exc:
-            stop_hooks(self.rounds.unfinished(), writer, f"{type(exc).__name__} while the process exited")
+            stop_hooks(self.rounds.unfinished(), f"{type(exc).__name__} while the process exited")
             writer.give_up(_ALL)  # what is still going is recorded lost
             writer.wait(timeout=RECORD_BUDGET_S)
             raise

@@ -9,7 +9,7 @@ short).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from profdsl.metrics._tree import Root
 
 __all__ = ["StageCaptures"]
+
+T = TypeVar("T")
 
 
 class StageCaptures:
@@ -43,26 +45,22 @@ class StageCaptures:
         """Open stage ``name``'s capture (following the step's schedule when ``scheduled``):
         :class:`Busy` when the slot is held elsewhere, None when the capture could not start."""
         label = attrs.evolve(self._label, stage=name)
-        began = clock()
-        session = self._slot.begin_stage(label, self._backend, self._schedule if scheduled else None)
-        self._waited(began)
+        session = self.timed(self._slot.begin_stage, label, self._backend, self._schedule if scheduled else None)
         if session is not None and not isinstance(session, Busy):
             self._sessions.append(session)
         return session
 
     def end(self, session: Session) -> None:
         """A stage's capture ends (a step session it cut resumes)."""
-        began = clock()
-        self._slot.end_stage(session)
-        self._waited(began)
+        self.timed(self._slot.end_stage, session)
 
-    def timed(self, call: Callable[..., object], *args: Any) -> None:
-        """Run ``call(*args)``, one of profdsl's own calls inside a stage (a scheduled stage's
-        schedule step: torch's step, handing its trace to the writer): a placed profiling wait
-        of the step's ledger, when it is timed."""
+    def timed(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)``, one of profdsl's own calls at a stage (its capture's start or stop, a
+        scheduled stage's schedule step: torch's step, handing its trace to the writer): a placed
+        profiling wait of the step's ledger, when it is timed."""
         began = clock()
         try:
-            call(*args)
+            return call(*args)
         finally:
             self._waited(began)
 

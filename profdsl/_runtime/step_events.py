@@ -21,7 +21,7 @@ from profdsl._runtime.role_capture import RoleCapture
 from profdsl._runtime.slot.claims import Claim
 from profdsl._runtime.writer.hook import HookJob, stop_hooks
 from profdsl._runtime.writer.jobs import MoveJob
-from profdsl._runtime.writer.writer import Writer
+from profdsl._runtime.writer.writer import Ticket, Writer
 from profdsl.collect import _relocate as relocate
 from profdsl.core._log import logger, once
 from profdsl.core._units import now_ms
@@ -51,7 +51,7 @@ class Outstanding:
     (the artifacts of the last profiled step, or everything at ``close()``), and the hook
     ``due``, when this made it due."""
 
-    until: object | None
+    until: Ticket | None
     due: HookJob | None = None
 
     def wait(self, process: Process, *, closing: bool) -> None:
@@ -71,9 +71,9 @@ class Outstanding:
             if closing:
                 for job in rounds.unfinished():
                     if due is None or job is not due:
-                        job.wait(timeout=writer.budget(job.ticket))  # type: ignore[arg-type]
+                        job.wait()
             if not closing and not hook:  # the last profiled step, no hook to wait for
-                if until is not None and not writer.wait_settled(until, timeout=writer.budget(until)):  # type: ignore[arg-type]
+                if until is not None and not writer.wait_settled(until, timeout=writer.budget(until)):
                     logger.warning(_STILL_WRITTEN)
                 return
             if not hook and until is None:
@@ -88,11 +88,11 @@ class Outstanding:
                     "were given up (recorded incomplete); the hook runs now"
                 )
             if due is not None and hook:
-                due.wait(timeout=writer.budget(due.ticket))  # type: ignore[arg-type]
+                due.wait()
             else:
-                writer.wait(until, timeout=writer.budget(until))  # type: ignore[arg-type]
+                writer.wait(until, timeout=writer.budget(until))
         except BaseException as exc:
-            stop_hooks(rounds.unfinished(), writer, f"{type(exc).__name__} while waiting for the finish hook")
+            stop_hooks(rounds.unfinished(), f"{type(exc).__name__} while waiting for the finish hook")
             raise
 
 

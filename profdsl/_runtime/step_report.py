@@ -90,19 +90,15 @@ class StepReport:
         if next(self._first_miss):  # not the first: said already
             return
         reason = f"{name!r} {why or _unseen_thread(self._on_unseen())}"
-        once(
-            f"missed:{self._label.role}",
-            logging.ERROR,
-            "[profdsl rank %s] %s step %s: %s",
-            self._label.rank,
-            self._label.role,
-            self._label.step,
-            reason,
-        )
+        self._say(f"missed:{self._label.role}", logging.ERROR, " step %s: %s", self._label.step, reason)
         self.record(self._label.loss("incomplete", reason, stage=name))
 
     def record(self, record: TraceRecord) -> None:
         self._slot.writer.submit(RecordJob(self._label.save_path, record))
+
+    def _say(self, key: str, level: int, message: str, *args: object) -> None:
+        """Log ``message`` once under ``key``, after the step's rank and role."""
+        once(key, level, "[profdsl rank %s] %s" + message, self._label.rank, self._label.role, *args)
 
     def windowless(self, batches: Batches, stage: str | None) -> None:
         """Say (once per role and stage), and record, a schedule that recorded no window over
@@ -115,15 +111,8 @@ class StepReport:
             return
         inside = stage if stage is not None else ", ".join(map(repr, self.stepped_in)) or None
         where = f"stage {stage!r}" if stage is not None else f"step (mini-batches in {inside})"
-        once(
-            f"no-window:{self._label.role}:{stage}",
-            logging.WARNING,
-            "[profdsl rank %s] %s %s, step %s: %s",
-            self._label.rank,
-            self._label.role,
-            where,
-            self._label.step,
-            why,
+        self._say(
+            f"no-window:{self._label.role}:{stage}", logging.WARNING, " %s, step %s: %s", where, self._label.step, why
         )
         self.record(self._label.loss("empty", why, stage=stage if stage is not None else inside))
 
@@ -132,12 +121,10 @@ class StepReport:
             f"began while the capture was held by {busy.holder} in another thread or task; "
             "one capture runs per process at a time"
         )
-        once(
+        self._say(
             f"stage-busy:{self._label.role}:{name}",
             logging.ERROR if scheduled else logging.WARNING,
-            "[profdsl rank %s] %s stage %r %s: it gets no trace of its own%s",
-            self._label.rank,
-            self._label.role,
+            " stage %r %s: it gets no trace of its own%s",
             name,
             reason,
             " and records no mini-batches" if scheduled else "",
@@ -147,15 +134,13 @@ class StepReport:
     def foreign(self, base: str) -> None:
         """A ``base`` mini-batch ran on a thread its capture cannot be driven from: said and, in
         a continuous step, recorded missed."""
-        once(
+        self._say(
             f"mini-batch-thread:{self._label.role}",
             logging.ERROR,
-            "[profdsl rank %s] %s: a %r mini-batch ran on thread %r, but its capture runs on "
+            ": a %r mini-batch ran on thread %r, but its capture runs on "
             "another thread, from which it cannot be driven; it is not recorded. Run "
             "mini-batches on the thread of their stage (or of start), or set "
             "TorchOptions(all_threads=True)",
-            self._label.rank,
-            self._label.role,
             base,
             threading.current_thread().name,
         )

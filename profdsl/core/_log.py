@@ -9,11 +9,13 @@ one :class:`OnceLog`, owned (reset, and renewed after a fork) by the process sta
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
+from collections.abc import Iterator
 
-__all__ = ["ONCE", "OnceLog", "counted", "internal_error", "logger", "once", "printable"]
+__all__ = ["ONCE", "OnceLog", "counted", "failing_once", "internal_error", "logger", "once", "printable"]
 
 #: Characters that would break a line or drive the terminal: C0 and C1 controls, DEL, the
 #: Unicode line and paragraph separators, the bidirectional controls (an override reverses what
@@ -122,3 +124,15 @@ def counted(kind: str, level: int, message: str, *args: object) -> bool:
         logger.log(level, "profdsl: %d %s so far (the first %d logged in full)", n, kind, COUNTED_IN_FULL)
         return True
     return False
+
+
+@contextlib.contextmanager
+def failing_once(key: str, message: str, *args: object, by_kind: bool = False) -> Iterator[None]:
+    """A guard for a profiling step that must not fail its caller: an ``Exception`` raised inside
+    is logged (at ERROR, the first time ``key`` is seen, or ``key:<its type>`` with ``by_kind``:
+    :func:`once`) by ``message``, with ``args`` and then the exception as its arguments, and not
+    raised."""
+    try:
+        yield
+    except Exception as exc:
+        once(f"{key}:{type(exc).__name__}" if by_kind else key, logging.ERROR, message, *args, exc)

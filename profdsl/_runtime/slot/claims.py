@@ -40,6 +40,7 @@ class StepClaims:
         self.refused: set[Claim] = set()  # their step's capture could not start (recorded)
         self.pieces = 0  # parts already written of the step session being cut
         self.name: TraceLabel | None = None  # the step session's name, kept across its parts
+        self.told: set[Claim] = set()  # told by an earlier part where their traces are
 
     def add(self, claim: Claim) -> None:
         """A continuous role's profiled step begins."""
@@ -53,7 +54,7 @@ class StepClaims:
         self.refused.discard(claim)
         if self.claims:
             return False
-        self.pieces, self.name = 0, None
+        self.pieces, self.name, self.told = 0, None, set()
         return True
 
     def live(self) -> list[Claim]:
@@ -75,9 +76,11 @@ class StepClaims:
         return any(c.every_thread for c in self.live())
 
     def cut(self, session: Session) -> None:
-        """``session`` (the step session) is cut by a stage: it is written as the next part."""
+        """``session`` (the step session) is cut by a stage: it is written as the next part (the
+        claims it told where their traces are are not told again by the parts after it)."""
         session.label = attrs.evolve(session.label, part=self.pieces)
         self.pieces += 1
+        self.told = {c for c in self.claims if c.label.save_path in session.save_paths}
 
     def next_session(self) -> Session | None:
         """The step session to open here for the live claims (not started), or None: none are
@@ -91,9 +94,9 @@ class StepClaims:
         name = attrs.evolve(self.name, part=self.pieces or None)  # numbered only once cut
         session = Session("step", name, live[0].backend, self.writer, thread=live[0].thread, signals=self.signals)
         for claim in self.claims:
-            session.join(claim.label)
+            session.join(claim.label, told=claim in self.told)
         return session
 
     def clear(self) -> None:
         """Forget every claim."""
-        self.claims, self.ended, self.refused, self.pieces, self.name = [], set(), set(), 0, None
+        self.claims, self.ended, self.refused, self.pieces, self.name, self.told = [], set(), set(), 0, None, set()

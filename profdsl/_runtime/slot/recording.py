@@ -32,7 +32,6 @@ class Recording:
     ) -> None:
         self.kind, self.schedule, self.book, self.budget = kind, schedule, book, budget
         self._capture = capture
-        self._collecting = True
         self._muted = 0
         self._open_recorded = 0
         self._position = 0  # a scheduled stage: the mini-batch torch's schedule is at
@@ -94,8 +93,7 @@ class Recording:
     def _resume_for_window(self) -> None:
         """Collection back on for the schedule step that ends a cut window."""
         capture = self._capture()
-        if capture is not None and capture.pausable and not self._collecting:
-            self._collecting = True
+        if capture is not None and capture.pausable and not capture.collecting:
             capture.set_collecting(True)
 
     def _can_pause(self) -> bool:
@@ -108,7 +106,8 @@ class Recording:
         (and ``regions.continued_at`` at its ``path``, the labels of the regions it is nested
         in and its own), so that readers count one entry, not one per piece."""
         if self.kind == "step":
-            recording, cycle = self._collecting, None
+            capture = self._capture()
+            recording, cycle = capture is None or capture.collecting, None
         elif self.schedule is None:
             recording, cycle = True, None
         else:
@@ -120,8 +119,7 @@ class Recording:
     def _apply_collecting(self) -> None:
         capture = self._capture()
         want = not (self._muted > 0 and self._open_recorded == 0) and self.budget.cut is None
-        if capture is not None and capture.pausable and want != self._collecting and capture.owned_here():
-            self._collecting = want
+        if capture is not None and capture.pausable and want != capture.collecting and capture.owned_here():
             self.paused = self.paused or not want
             capture.set_collecting(want)
 

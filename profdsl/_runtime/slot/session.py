@@ -125,15 +125,18 @@ class Session:
         finally:
             self.traces.hand_over(self.label, self.cut_short)
 
-    def join(self, label: TraceLabel) -> bool:
+    def join(self, label: TraceLabel, *, told: bool = False) -> bool:
         """Another role's step (``label``) shares this session; True when that role writes into
         another save_path (its trace is this session's, written into the first role's: that
-        save_path gets a record saying where, and its hook waits for this session too)."""
+        save_path gets a record saying where, unless an earlier part of the step ``told`` it,
+        and its hook waits for this session too)."""
         if label.role not in self.roles:
             self.label = attrs.evolve(self.label, roles=(*self.roles, label.role))
         if label.save_path in self.save_paths:
             return False
         self.save_paths.append(label.save_path)
+        if told:
+            return True
         where = (
             f"recorded in the capture it shares with role {self.label.role!r} (one capture per "
             f"process), written into {self.label.save_path}"

@@ -26,7 +26,6 @@ writer or its loss recorded.
 
 from __future__ import annotations
 
-import logging
 import threading
 
 import attrs
@@ -40,7 +39,7 @@ from profdsl._runtime.writer.rounds import HookRounds
 from profdsl._runtime.writer.writer import Writer
 from profdsl.collect._export import TraceLabel
 from profdsl.config import Schedule
-from profdsl.core._log import once
+from profdsl.core._log import failing_once
 
 __all__ = ["Busy", "CaptureSlot", "holder"]
 
@@ -152,16 +151,14 @@ class CaptureSlot:
     # -- threads that end, close and exit ---------------------------------------------------
     def _thread_ended(self, ident: int) -> None:
         """A watched thread ends (on it): its claims are over, its session is stopped here."""
-        try:
-            with self._lock:
-                self.claims.thread_ended(ident)
-                self.open.flush()
-                current = self.current
-                if current is not None and current.owned_here():
-                    current.cut_short = current.cut_short or "its thread ended before it was stopped"
-                    self.open.stop(current)
-        except Exception as exc:  # a thread's last breath: say it, never raise
-            once("thread-ended", logging.ERROR, "profdsl: stopping the session of an ending thread failed: %r", exc)
+        # a thread's last breath: say it, never raise
+        with failing_once("thread-ended", "profdsl: stopping the session of an ending thread failed: %r"), self._lock:
+            self.claims.thread_ended(ident)
+            self.open.flush()
+            current = self.current
+            if current is not None and current.owned_here():
+                current.cut_short = current.cut_short or "its thread ended before it was stopped"
+                self.open.stop(current)
 
     def flush(self) -> None:
         """Stop a session whose stop was asked from another thread, if this thread owns it

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 import attrs
 
 from profdsl._runtime.writer.jobs import RecordJob
-from profdsl._runtime.writer.writer import RECORD_BUDGET_S, CommitGuard, Writer
+from profdsl._runtime.writer.waits import Waits
+from profdsl._runtime.writer.writer import RECORD_BUDGET_S, CommitGuard, Ticket, Writer
 from profdsl.collect import _finish_hook as finish_hook
 from profdsl.collect._manifest import append_record
 from profdsl.core._log import once
@@ -103,7 +104,7 @@ class HookJob:
         self.started = threading.Event()
         self.finished = threading.Event()  # its records are written
         self._waiting_since: float | None = None  # when a caller began waiting for it
-        self.ticket: object = None  # its place on the writer, once submitted
+        self.ticket: Ticket | None = None  # its place on the writer, once submitted
 
     def run(self, guard: CommitGuard) -> None:
         """On the writer, behind the round's artifacts: start the command on its own thread."""
@@ -169,18 +170,18 @@ class HookJob:
             guard.commit(functools.partial(append_record, path, record))
         self.finished.set()
 
-    def wait(self, timeout: float) -> bool:
-        """Wait until the job has reached the writer's turn (at most ``timeout`` seconds), then
-        until it has run its command and written its records (at most its own ``run_s``), in
-        slices: a signal is seen."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the job has reached the writer's turn (at most ``timeout`` seconds; None:
+        the writer's budget for the jobs up to it), then until it has run its command and
+        written its records (at most its own ``run_s``), in slices: a signal is seen."""
         if self._waiting_since is None:
             self._waiting_since = time.perf_counter()
-        if not self._writer.wait(self.ticket, timeout=timeout):  # type: ignore[arg-type]
+        if not self._writer.wait(self.ticket, timeout=self._writer.budget(self.ticket) if timeout is None else timeout):
             return False
-        return self._writer.wait_event(self.finished, timeout=self.run_s)
+        return Waits.wait_event(self.finished, timeout=self.run_s)
 
 
-def stop_hooks(jobs: list[HookJob], writer: Writer, reason: str) -> None:
+def stop_hooks(jobs: list[HookJob], reason: str) -> None:
     """An interrupt reached a thread waiting for ``jobs``: each is stopped (its process group
     killed, the run recorded ``interrupted`` with ``reason``), and the wait for their records
     is bounded."""
@@ -189,6 +190,6 @@ def stop_hooks(jobs: list[HookJob], writer: Writer, reason: str) -> None:
     try:
         for job in jobs:
             if job.started.is_set():
-                writer.wait_event(job.finished, timeout=finish_hook.STOP_BOUND_S + RECORD_BUDGET_S)
+                Waits.wait_event(job.finished, timeout=finish_hook.STOP_BOUND_S + RECORD_BUDGET_S)
     except BaseException:
         once("hook-wait", logging.ERROR, "profdsl: interrupted again while the finish hook was being stopped")

@@ -16,7 +16,7 @@ from profdsl.collect import _relocate as relocate
 from profdsl.collect._export import PendingTrace, finish, write_events
 from profdsl.collect._manifest import append_record
 from profdsl.collect.metrics_log import append_line
-from profdsl.core._log import once
+from profdsl.core._log import failing_once, once
 from profdsl.records.manifest import Record
 
 __all__ = ["ExportJob", "LineJob", "MoveJob", "RecordJob", "traces_into"]
@@ -54,16 +54,12 @@ class ExportJob:
         pending = self.pending
         label = pending.label
         if not self.started and pending.write is not None:
-            try:
+            with failing_once(
+                f"export-events:{label.save_path}",
+                "[profdsl rank %s] could not write torch's events of a given-up trace: %s",
+                label.rank,
+            ):
                 pending = write_events(pending)
-            except Exception as exc:
-                once(
-                    f"export-events:{label.save_path}",
-                    logging.ERROR,
-                    "[profdsl rank %s] could not write torch's events of a given-up trace: %s",
-                    label.rank,
-                    exc,
-                )
         once(
             f"export-given-up:{label.save_path}",
             logging.ERROR,
@@ -150,22 +146,13 @@ class MoveJob:
         self.budget_s = wait_s + RECORD_BUDGET_S
 
     def run(self, guard: CommitGuard) -> None:
-        try:
+        with failing_once(f"move:{self.what}", "profdsl: moving %s into %s failed: %s", self.what, self.save_path):
             plan = self._plan()
             relocate.apply(
                 plan, self.save_path, wait_s=self.wait_s, record_incomplete=self.record_incomplete, commit=guard.commit
             )
             for folder in self.tidy:
                 guard.commit(functools.partial(_remove_if_empty, folder))
-        except Exception as exc:
-            once(
-                f"move:{self.what}",
-                logging.ERROR,
-                "profdsl: moving %s into %s failed: %s",
-                self.what,
-                self.save_path,
-                exc,
-            )
 
     def revoke(self, guard: CommitGuard) -> None:
         """Given up at exit: the files not moved yet stay where their tool wrote them."""

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from profdsl._runtime.writer.waits import Waits
-from profdsl.core._log import once
+from profdsl.core._log import failing_once, once
 
-__all__ = ["COMMIT_WAIT_S", "RECORD_BUDGET_S", "CommitGuard", "Job", "Writer"]
+__all__ = ["COMMIT_WAIT_S", "RECORD_BUDGET_S", "CommitGuard", "Job", "Ticket", "Writer"]
 
 T = TypeVar("T")
 
@@ -65,7 +65,7 @@ class Job(Protocol):
         """The job was given up: record its loss through ``guard``."""
 
 
-class _Ticket:
+class Ticket:
     """A submitted job's ticket (what :meth:`Writer.submit` returns and :meth:`Writer.wait`
     takes): the job, whether it was revoked or committed, when it is done, when it began
     running, and when it settled (None: not yet) with the seconds waited for it until then."""
@@ -87,19 +87,19 @@ class _Queue:
     __slots__ = ("queued", "running")
 
     def __init__(self) -> None:
-        self.queued: collections.deque[_Ticket] = collections.deque()
-        self.running: _Ticket | None = None
+        self.queued: collections.deque[Ticket] = collections.deque()
+        self.running: Ticket | None = None
 
-    def tickets(self) -> list[_Ticket]:
+    def tickets(self) -> list[Ticket]:
         """Every ticket not done, the running one first."""
         return ([self.running] if self.running is not None else []) + list(self.queued)
 
-    def upto(self, ticket: _Ticket) -> list[_Ticket] | None:
+    def upto(self, ticket: Ticket) -> list[Ticket] | None:
         """The tickets not done up to ``ticket``'s, in order; None when it is done."""
         tickets = self.tickets()
         return tickets[: tickets.index(ticket) + 1] if ticket in tickets else None
 
-    def revoke(self, kinds: frozenset[str], *, running: bool) -> list[_Ticket]:
+    def revoke(self, kinds: frozenset[str], *, running: bool) -> list[Ticket]:
         """Revoke the queued jobs of ``kinds`` and, with ``running``, the running one (which is
         no longer this queue's); the job recording each one's loss (:class:`_Revoked`) is queued
         first. Returns the revoked tickets."""
@@ -110,7 +110,7 @@ class _Queue:
         for ticket in revoked:
             ticket.revoked = True
         self.queued = collections.deque(
-            [_Ticket(_Revoked(e)) for e in revoked] + [e for e in self.queued if not e.revoked]
+            [Ticket(_Revoked(e)) for e in revoked] + [e for e in self.queued if not e.revoked]
         )
         return revoked
 
@@ -122,7 +122,7 @@ class CommitGuard:
 
     __slots__ = ("_writer", "ticket")
 
-    def __init__(self, writer: Writer, ticket: _Ticket) -> None:
+    def __init__(self, writer: Writer, ticket: Ticket) -> None:
         self._writer, self.ticket = writer, ticket
 
     def waited(self) -> float:
@@ -157,20 +157,13 @@ class _Revoked:
 
     __slots__ = ("_ticket", "budget_s", "kind")
 
-    def __init__(self, ticket: _Ticket) -> None:
+    def __init__(self, ticket: Ticket) -> None:
         self._ticket, self.kind, self.budget_s = ticket, "record", RECORD_BUDGET_S
 
     def run(self, guard: CommitGuard) -> None:
         try:
-            self._ticket.job.revoke(guard)
-        except Exception as exc:
-            once(
-                "writer-revoke",
-                logging.ERROR,
-                "profdsl: recording a given-up %s failed: %r",
-                self._ticket.job.kind,
-                exc,
-            )
+            with failing_once("writer-revoke", "profdsl: recording a given-up %s failed: %r", self._ticket.job.kind):
+                self._ticket.job.revoke(guard)
         finally:
             self._ticket.done.set()
 
@@ -193,9 +186,9 @@ class Writer:
         self.waits = Waits(self._cond)  # the callers waiting on its jobs
 
     # -- submitting and looking ---------------------------------------------------------------
-    def submit(self, job: Job) -> _Ticket:
+    def submit(self, job: Job) -> Ticket:
         """Queue ``job``; returns its ticket for :meth:`wait`."""
-        ticket = _Ticket(job)
+        ticket = Ticket(job)
         with self._cond:
             self._queue.queued.append(ticket)
             if self._thread is None:
@@ -203,7 +196,7 @@ class Writer:
             self._cond.notify_all()
         return ticket
 
-    def tail(self) -> _Ticket | None:
+    def tail(self) -> Ticket | None:
         """The ticket of the job submitted last, if it is not done: waiting for it is waiting
         for everything submitted so far."""
         with self._cond:
@@ -218,7 +211,7 @@ class Writer:
         """How many jobs of ``kind`` are queued or running."""
         return len(self.jobs(kind))
 
-    def budget(self, ticket: _Ticket | None = None) -> float:
+    def budget(self, ticket: Ticket | None = None) -> float:
         """How long a wait for ``ticket`` (None: every job submitted so far) may last: for each
         kind of job up to it, the longest budget of that kind (the exports share one wait, as
         do the moves)."""
@@ -230,7 +223,7 @@ class Writer:
             return sum(longest.values())
 
     # -- waiting ------------------------------------------------------------------------------
-    def wait(self, ticket: _Ticket | None = None, *, timeout: float) -> bool:
+    def wait(self, ticket: Ticket | None = None, *, timeout: float) -> bool:
         """Wait until ``ticket``'s job is done (None: every job submitted so far), at most
         ``timeout`` seconds; False when the wait ran out. The wait is charged to the jobs it
         waited for (:meth:`Waits.waited <profdsl._runtime.writer.waits.Waits.waited>`)."""
@@ -243,7 +236,7 @@ class Writer:
         timeout = max((job.budget_s for job in self.jobs("export")), default=0.0)
         return self.waits.until(lambda: self.in_flight("export") == 0, timeout)
 
-    def wait_settled(self, ticket: _Ticket, *, timeout: float) -> bool:
+    def wait_settled(self, ticket: Ticket, *, timeout: float) -> bool:
         """Wait until every job up to ``ticket``'s has settled (an export once torch's events are
         on disk, any other job once done), at most ``timeout`` seconds; False when it ran out."""
 
@@ -257,8 +250,6 @@ class Writer:
         """Wait until fewer than ``limit`` jobs of ``kind`` are in flight, at most ``timeout``
         seconds; False when the wait ran out."""
         return self.waits.until(lambda: self.in_flight(kind) < limit, timeout, charged=False)
-
-    wait_event = staticmethod(Waits.wait_event)
 
     # -- giving up ----------------------------------------------------------------------------
     def give_up(self, kinds: frozenset[str] = frozenset({"export"})) -> int:
