@@ -283,15 +283,17 @@ def _moved(save_path: str, move: Move) -> dict[str, Any]:
     return _recorded(save_path, _move(move, save_path))
 
 
+def _record(item: Move | Skip, path: str | None, **happened: Any) -> dict[str, Any]:
+    """The record of ``item``'s source: what happened to it overrides its planned fields (a
+    ``stray`` file that could not be moved is recorded for that, not as stray)."""
+    return make_record(item.kind, path, **dict(item.fields, source=item.source, **happened))
+
+
 def _unmoved(item: Move | Skip, status: str, reason: str) -> dict[str, Any]:
-    """The record of a source left where it is; an incomplete one keeps its size and mtime. What
-    happened to it overrides its planned fields (a ``stray`` file that could not be moved is
-    recorded for that, not as stray)."""
-    fields = dict(item.fields, status=status, source=item.source, reason=reason)
+    """The record of a source left where it is; an incomplete one keeps its size and mtime."""
     signature = _signature(item.source) if status == "incomplete" else None
-    if signature is not None:
-        fields.update(source_bytes=signature[0], source_mtime_ns=signature[1])
-    return make_record(item.kind, None, **fields)
+    sizes = {} if signature is None else dict(source_bytes=signature[0], source_mtime_ns=signature[1])
+    return _record(item, None, status=status, reason=reason, **sizes)
 
 
 def _recorded_incomplete(save_path: str) -> dict[str, tuple[int, int]]:
@@ -336,18 +338,8 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
     except Exception as exc:
         if reserved is not None and os.path.exists(reserved) and os.path.getsize(reserved) == 0:
             os.remove(reserved)
-        return make_record(
-            move.kind,
-            None,
-            **dict(
-                move.fields,
-                status="failed",
-                source=move.source,
-                intended=move.name.format(),
-                error=f"{type(exc).__name__}: {exc}",
-            ),
-        )
-    return make_record(move.kind, name, **dict(move.fields, bytes=size, source=move.source))
+        return _record(move, None, status="failed", intended=move.name.format(), error=f"{type(exc).__name__}: {exc}")
+    return _record(move, name, bytes=size)
 
 
 def _take(source: str, save_path: str, destination: str) -> bool:
