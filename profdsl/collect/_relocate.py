@@ -256,31 +256,26 @@ def apply(
         if isinstance(item, Skip):
             if item.status != "skipped" and not (item.status == "incomplete" and record_incomplete):
                 continue
-            record = _unmoved(item, item.status, item.reason)
+            make = functools.partial(_unmoved, item, item.status, item.reason)
         elif item not in moves:
-            record = _unmoved(item, "skipped", NOT_REGULAR)
+            make = functools.partial(_unmoved, item, "skipped", NOT_REGULAR)
         elif item.source in incomplete:
             if not record_incomplete:
                 continue
-            record = _unmoved(item, "incomplete", "still being written")
+            make = functools.partial(_unmoved, item, "incomplete", "still being written")
         else:
-            moved = commit(functools.partial(_moved, save_path, item))
-            if moved is not None:
-                records.append(moved)
-            continue
-        if commit(functools.partial(_recorded, save_path, record)) is not None:
+            make = functools.partial(_move, item, save_path)
+        record = commit(functools.partial(_recorded, save_path, make))
+        if record is not None:
             records.append(record)
     return records
 
 
-def _recorded(save_path: str, record: dict[str, Any]) -> dict[str, Any]:
+def _recorded(save_path: str, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Make one record and append it, in one commit (a move's: no file without its record)."""
+    record = make()
     append_record(save_path, record)
     return record
-
-
-def _moved(save_path: str, move: Move) -> dict[str, Any]:
-    """Move one file in and record it (one commit: no file without its record)."""
-    return _recorded(save_path, _move(move, save_path))
 
 
 def _record(item: Move | Skip, path: str | None, **happened: Any) -> dict[str, Any]:
