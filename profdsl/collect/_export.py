@@ -179,10 +179,8 @@ class PendingTrace:
         )
         coords: dict[str, Any] = dict(label.parallel.coords())
         if coords:
-            try:
+            with contextlib.suppress(ConfigError):  # only past the length limit (indices past MAX_INDEX)
                 return TraceName(**fields, **coords)
-            except ConfigError:  # only past the length limit (indices past MAX_INDEX)
-                pass
         return TraceName(**fields)
 
 

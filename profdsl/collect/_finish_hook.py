@@ -211,10 +211,8 @@ def _wait(proc: subprocess.Popen[bytes], deadline: float, abort: Abort | None) -
         if remaining <= 0:
             raise subprocess.TimeoutExpired(proc.args, 0)
         step = remaining if abort is None else min(remaining, ABORT_POLL_S)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             return proc.wait(timeout=step)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _watch(
