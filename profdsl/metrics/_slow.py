@@ -56,9 +56,7 @@ def watched(path: str, stages: Collection[str]) -> bool:
         >>> watched("update_actor/mini_batch", {"mini_batch"}), watched("gen", {"update_actor"})
         (True, False)
     """
-    if not stages:
-        return True
-    return path in stages or path.rsplit("/", 1)[-1] in {segment(s) for s in stages}
+    return not stages or path in stages or path.rsplit("/", 1)[-1] in {segment(s) for s in stages}
 
 
 def _slower(seconds: float, median: float, factor: float, min_seconds: float) -> bool:
