@@ -285,9 +285,8 @@ def hook_record(save_path: str, result: HookResult, **fields: Any) -> HookRecord
         error=result.error,
         **fields,
     )
-    if entry.lost and result.output:
-        entry = attrs.evolve(entry, output=result.output)
     if entry.lost:
+        entry = attrs.evolve(entry, output=result.output or None)
         once(
             f"hook:{os.path.realpath(save_path)}",
             logging.ERROR,
