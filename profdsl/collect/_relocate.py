@@ -311,10 +311,7 @@ def _recorded_incomplete(save_path: str) -> dict[str, tuple[int, int]]:
 
 
 def _is_regular(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)  # a symlink is never followed out
-    except OSError:
-        return False
+    return _signature(path) is not None  # lstat: a symlink is never followed out
 
 
 def _move(move: Move, save_path: str) -> dict[str, Any]:
