@@ -105,18 +105,15 @@ class TraceLabel:
         """The fields this label gives its :class:`~profdsl.records.manifest.TraceRecord` (``more``
         added or overriding): the known parallel coordinates as ``tp`` ... ``ep``, their sizes as
         ``parallel_sizes``, and why it was captured (``capture``) when a request asked."""
-        fields: dict[str, Any] = dict(
+        fields = dict(
             self.who(),
             roles=list(self.roles or (self.role,)),
             config_hash=self.config_hash,
+            parallel_sizes=self.parallel.sizes() or None,
+            capture=self.capture,
             **self.parallel.coords(),
         )
-        if self.parallel.sizes():
-            fields.update(parallel_sizes=self.parallel.sizes())
-        if self.capture is not None:
-            fields.update(capture=self.capture)
-        fields.update(more)
-        return fields
+        return fields | more
 
     def who(self) -> dict[str, Any]:
         """The fields its trace's name and record share: role, stage, step, rank, world size,
@@ -182,10 +179,8 @@ class PendingTrace:
         )
         coords: dict[str, Any] = dict(label.parallel.coords())
         if coords:
-            try:
+            with contextlib.suppress(ConfigError):  # only past the length limit (indices past MAX_INDEX)
                 return TraceName(**fields, **coords)
-            except ConfigError:  # only past the length limit (indices past MAX_INDEX)
-                pass
         return TraceName(**fields)
 
 

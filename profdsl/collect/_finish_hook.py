@@ -209,10 +209,8 @@ def _wait(proc: subprocess.Popen[bytes], deadline: float, abort: Abort | None) -
         if remaining <= 0:
             raise subprocess.TimeoutExpired(proc.args, 0)
         step = remaining if abort is None else min(remaining, ABORT_POLL_S)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             return proc.wait(timeout=step)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _watch(
@@ -285,9 +283,8 @@ def hook_record(save_path: str, result: HookResult, **fields: Any) -> HookRecord
         error=result.error,
         **fields,
     )
-    if entry.lost and result.output:
-        entry = attrs.evolve(entry, output=result.output)
     if entry.lost:
+        entry = attrs.evolve(entry, output=result.output or None)
         once(
             f"hook:{os.path.realpath(save_path)}",
             logging.ERROR,

@@ -257,42 +257,39 @@ def apply(
         if isinstance(item, Skip):
             if item.status != "skipped" and not (item.status == "incomplete" and record_incomplete):
                 continue
-            record = _unmoved(item, item.status, item.reason)
+            make = functools.partial(_unmoved, item, item.status, item.reason)
         elif item not in moves:
-            record = _unmoved(item, "skipped", NOT_REGULAR)
+            make = functools.partial(_unmoved, item, "skipped", NOT_REGULAR)
         elif item.source in incomplete:
             if not record_incomplete:
                 continue
-            record = _unmoved(item, "incomplete", "still being written")
+            make = functools.partial(_unmoved, item, "incomplete", "still being written")
         else:
-            moved = commit(functools.partial(_moved, save_path, item))
-            if moved is not None:
-                records.append(moved)
-            continue
-        if commit(functools.partial(_recorded, save_path, record)) is not None:
+            make = functools.partial(_move, item, save_path)
+        record = commit(functools.partial(_recorded, save_path, make))
+        if record is not None:
             records.append(record)
     return records
 
 
-def _recorded(save_path: str, record: dict[str, Any]) -> dict[str, Any]:
+def _recorded(save_path: str, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Make one record and append it, in one commit (a move's: no file without its record)."""
+    record = make()
     append_record(save_path, record)
     return record
 
 
-def _moved(save_path: str, move: Move) -> dict[str, Any]:
-    """Move one file in and record it (one commit: no file without its record)."""
-    return _recorded(save_path, _move(move, save_path))
+def _record(item: Move | Skip, path: str | None, **happened: Any) -> dict[str, Any]:
+    """The record of ``item``'s source: what happened to it overrides its planned fields (a
+    ``stray`` file that could not be moved is recorded for that, not as stray)."""
+    return make_record(item.kind, path, **dict(item.fields, source=item.source, **happened))
 
 
 def _unmoved(item: Move | Skip, status: str, reason: str) -> dict[str, Any]:
-    """The record of a source left where it is; an incomplete one keeps its size and mtime. What
-    happened to it overrides its planned fields (a ``stray`` file that could not be moved is
-    recorded for that, not as stray)."""
-    fields = dict(item.fields, status=status, source=item.source, reason=reason)
+    """The record of a source left where it is; an incomplete one keeps its size and mtime."""
     signature = _signature(item.source) if status == "incomplete" else None
-    if signature is not None:
-        fields.update(source_bytes=signature[0], source_mtime_ns=signature[1])
-    return make_record(item.kind, None, **fields)
+    sizes = {} if signature is None else dict(source_bytes=signature[0], source_mtime_ns=signature[1])
+    return _record(item, None, status=status, reason=reason, **sizes)
 
 
 def _recorded_incomplete(save_path: str) -> dict[str, tuple[int, int]]:
@@ -315,10 +312,7 @@ def _recorded_incomplete(save_path: str) -> dict[str, tuple[int, int]]:
 
 
 def _is_regular(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)  # a symlink is never followed out
-    except OSError:
-        return False
+    return _signature(path) is not None  # lstat: a symlink is never followed out
 
 
 def _move(move: Move, save_path: str) -> dict[str, Any]:
@@ -337,18 +331,8 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
     except Exception as exc:
         if reserved is not None and os.path.exists(reserved) and os.path.getsize(reserved) == 0:
             os.remove(reserved)
-        return make_record(
-            move.kind,
-            None,
-            **dict(
-                move.fields,
-                status="failed",
-                source=move.source,
-                intended=move.name.format(),
-                error=f"{type(exc).__name__}: {exc}",
-            ),
-        )
-    return make_record(move.kind, name, **dict(move.fields, bytes=size, source=move.source))
+        return _record(move, None, status="failed", intended=move.name.format(), error=f"{type(exc).__name__}: {exc}")
+    return _record(move, name, bytes=size)
 
 
 def _take(source: str, save_path: str, destination: str) -> bool:

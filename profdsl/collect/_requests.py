@@ -131,20 +131,16 @@ class RequestFolder:
             if name.startswith(".") or not name.endswith(".json"):
                 continue
             path = os.path.join(self.path, name)
-            if name in self._read:
-                try:
-                    if os.stat(path).st_mtime_ns == self._read[name]:
-                        continue
-                except OSError:
-                    continue
-                del self._read[name]  # replaced since it was read (a corrected request)
-            if len(self._read) >= MAX_FILES:
-                yield Scanned(name, None, f"more than {MAX_FILES} request files: the rest are not read", 0.0)
-                return
             try:
                 info = os.stat(path)
             except OSError:
                 continue  # gone meanwhile
+            if self._read.get(name) == info.st_mtime_ns:
+                continue
+            self._read.pop(name, None)  # replaced since it was read (a corrected request)
+            if len(self._read) >= MAX_FILES:
+                yield Scanned(name, None, f"more than {MAX_FILES} request files: the rest are not read", 0.0)
+                return
             mtime = info.st_mtime
             self._read[name] = info.st_mtime_ns
             try:

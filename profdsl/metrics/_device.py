@@ -162,11 +162,9 @@ def cuda_source() -> CudaEvents | None:
     call it once per profiler, not per step."""
     try:
         import torch
-    except ImportError:
-        return None
-    try:
+
         if not torch.cuda.is_available():
             return None
-    except Exception:  # a broken driver install: no device time, training goes on
+    except Exception:  # no torch, or a broken driver install: no device time, training goes on
         return None
     return CudaEvents(torch.cuda.Event, torch.cuda.synchronize)

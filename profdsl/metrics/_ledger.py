@@ -52,20 +52,13 @@ DROPPED = (
 
 @attrs.frozen
 class StepLedger:
-    """One step's ledger: seconds per bucket (every kind, ``overhead``, ``outside``: they add up
-    to the step's wall time, to the nanosecond), per kind the stage time that ran beside the
-    stage its instant went to (``beside_s``, not in the sum; ``concurrent_s`` in all), and the
-    recorded profiling waits that exceeded the time outside every stage
-    (``overhead_unplaced_s``: left in the stages' time). ``spans_s``: where each kind worked,
-    per kind the union of its stages' time inside the step as ``(start, end)`` seconds from the
-    step's beginning (what places the step beside other ranks' and roles': the fleet view);
-    None beyond :data:`MAX_PLACED` intervals in all. ``buckets_s`` None: no ledger, ``why``
-    says why. ``engines_s``: of the ``overhead``, the seconds the step waited on rollout
-    engines' profilers (``rollout_window``). ``waits_s``: profiling's waits inside the step as
-    the metrics timed them (the placed ones' union, and those known only by their length): the
-    ``overhead`` before any cap, what a traced step's ledger takes its overhead from.
-    ``device_s``: with device time on CUDA, the device span of the step's stages split
-    (:func:`device_split`); None without."""
+    """One step's ledger, what :class:`~profdsl.metrics._timings.StepTimings` says of its step
+    (its docstring says what each holds): ``buckets_s`` (its ``ledger``, to the nanosecond; None
+    and ``why``), ``beside_s`` and ``concurrent_s``, ``spans_s`` (its ``ledger_spans``: None
+    beyond :data:`MAX_PLACED` intervals in all), ``engines_s``, ``waits_s`` (the placed waits'
+    union and those known only by their length) and ``device_s`` (:func:`device_split`); and
+    the recorded profiling waits that exceeded the time outside every stage
+    (``overhead_unplaced_s``: left in the stages' time)."""
 
     buckets_s: Mapping[str, float] | None
     beside_s: Mapping[str, float] = attrs.field(factory=dict)

@@ -56,9 +56,7 @@ def watched(path: str, stages: Collection[str]) -> bool:
         >>> watched("update_actor/mini_batch", {"mini_batch"}), watched("gen", {"update_actor"})
         (True, False)
     """
-    if not stages:
-        return True
-    return path in stages or path.rsplit("/", 1)[-1] in {segment(s) for s in stages}
+    return not stages or path in stages or path.rsplit("/", 1)[-1] in {segment(s) for s in stages}
 
 
 def _slower(seconds: float, median: float, factor: float, min_seconds: float) -> bool:
@@ -132,20 +130,18 @@ class SlowSteps(_Budget):
             return None
         auto = self.auto
         found: SlowStage | None = None
-        if self._may(step):
-            for path, seconds in stages.items():
-                window = self._windows.get(path)
-                if window is None or len(window) < auto.baseline_steps or not watched(path, auto.stages):
-                    continue
+        may = self._may(step)
+        for path, seconds in stages.items():
+            if not watched(path, auto.stages):
+                continue
+            window = self._windows.setdefault(path, deque(maxlen=auto.baseline_steps))
+            if may and len(window) >= auto.baseline_steps:  # against the steps before this one
                 median = statistics.median(s for _, s in window)
                 if _slower(seconds, median, auto.slower_than, auto.min_seconds):
                     candidate = SlowStage(step, path, seconds, median, (window[0][0], window[-1][0]))
                     if found is None or (candidate.ratio, path) > (found.ratio, found.stage):
                         found = candidate
-        for path, seconds in stages.items():
-            if watched(path, auto.stages):
-                window = self._windows.setdefault(path, deque(maxlen=auto.baseline_steps))
-                window.append((step, seconds))
+            window.append((step, seconds))
         if found is not None:
             self._spend(step)
         return found
