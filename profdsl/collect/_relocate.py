@@ -27,6 +27,7 @@ import attrs
 
 from profdsl.collect._manifest import append_record, make_record, read_records
 from profdsl.core._files import open_regular
+from profdsl.core._log import described
 from profdsl.core._naming import MAX_INDEX, NSYS_EXT, TEMP_PREFIX, TraceName
 from profdsl.records.manifest import MovedRecord, NsysRecord
 
@@ -344,7 +345,7 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
                 status="failed",
                 source=move.source,
                 intended=move.name.format(),
-                error=f"{type(exc).__name__}: {exc}",
+                error=described(exc),
             ),
         )
     return make_record(move.kind, name, **dict(move.fields, bytes=size, source=move.source))

@@ -13,7 +13,7 @@ import logging
 import re
 import threading
 
-__all__ = ["ONCE", "OnceLog", "counted", "internal_error", "logger", "once", "printable"]
+__all__ = ["ONCE", "OnceLog", "counted", "described", "internal_error", "logger", "once", "printable"]
 
 #: Characters that would break a line or drive the terminal: C0 and C1 controls, DEL, the
 #: Unicode line and paragraph separators, the bidirectional controls (an override reverses what
@@ -33,6 +33,11 @@ def printable(text: str) -> str:
         'ok\\\\nfinish hook ok\\\\x1b[2J'
     """
     return _CONTROL.sub(lambda match: repr(match[0])[1:-1], text)
+
+
+def described(exc: BaseException | None) -> str:
+    """``exc`` as records and messages name it, its type then its text (``OSError: disk full``)."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 logger = logging.getLogger("profdsl")
