@@ -1,7 +1,7 @@
 """Relocating artifacts that other tools wrote (nsys reports, engine traces) into ``save_path``.
 
-Plan, then apply. Planning is pure: file names in, :class:`Move` and :class:`Skip` out, each
-with its reason. Applying is best effort and never raises: it waits (bounded) until each source is
+Plan, then apply. Planning is pure: file names in, :class:`Move` and :class:`Skip` (with its
+reason) out. Applying is best effort and never raises: it waits (bounded) until each source is
 complete, reserves the destination name with an exclusive create (never overwriting anything),
 renames within a filesystem or copies, fsyncs and renames across filesystems, and returns one
 manifest record per file, ``incomplete`` ones included. A source recorded incomplete stays
@@ -65,7 +65,6 @@ class Move:
     name: TraceName
     kind: str
     fields: dict[str, Any] = attrs.field(factory=dict)
-    reason: str = ""
 
 
 @attrs.frozen
@@ -228,7 +227,7 @@ def plan_nsys(
             ext=NSYS_EXT,
             **coords,
         )
-        plan.append(Move(source, trace, "nsys", dict(label), "this process's finished nsys report"))
+        plan.append(Move(source, trace, "nsys", dict(label)))
     return plan
 
 
