@@ -85,12 +85,10 @@ class OnceLog:
 ONCE = OnceLog()
 
 
-def once(key: str, level: int, message: str, *args: object, exc_info: bool = False) -> bool:
-    """Log ``message`` the first time ``key`` is seen in this process; True if it was logged."""
-    if not ONCE.first(key):
-        return False
-    logger.log(level, message, *args, exc_info=exc_info)
-    return True
+def once(key: str, level: int, message: str, *args: object) -> None:
+    """Log ``message`` the first time ``key`` is seen in this process."""
+    if ONCE.first(key):
+        logger.log(level, message, *args)
 
 
 def internal_error(where: str, exc: BaseException) -> None:
