@@ -196,11 +196,11 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     from profdsl.collect import metrics_log
 
     counted: Counter[str] = Counter()
-    real = metrics_log._read_regular
+    real = metrics_log.read_regular
 
-    def read(path: str) -> bytes:
+    def read(path: str, **bound: Any) -> bytes:
         counted[path] += 1
-        return real(path)
+        return real(path, **bound)
 
-    monkeypatch.setattr(metrics_log, "_read_regular", read)
+    monkeypatch.setattr(metrics_log, "read_regular", read)
     return counted

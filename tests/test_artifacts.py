@@ -22,7 +22,7 @@ LABEL = {"role": "actor", "rank": 3, "world_size": 8, "host": "node-1"}
 
 def move_to(tmp_path: Path, source: Path, **name: object) -> Move:
     fields = {"role": "rollout", "host": "h", "pid": 1, "time_ms": 1_795_000_000_000, **name}
-    return Move(str(source), TraceName(**fields), "rollout", {"role": "rollout"}, "test")  # type: ignore[arg-type]
+    return Move(str(source), TraceName(**fields), "rollout", {"role": "rollout"})  # type: ignore[arg-type]
 
 
 class TestPlanNsys:
@@ -211,7 +211,7 @@ def test_hostile_labels_stay_inside_save_path(tmp_path: Path) -> None:
     src.write_text("{}")
     name = TraceName(role="../../etc", stage="/abs/../x", host="..\\..", pid=1, time_ms=1_795_000_000_000, ext=".json")
     save = tmp_path / "deep" / "save"
-    [record] = apply([Move(str(src), name, "rollout", {}, "t")], str(save), wait_s=5, record_incomplete=True)
+    [record] = apply([Move(str(src), name, "rollout", {})], str(save), wait_s=5, record_incomplete=True)
     assert record["status"] == "ok" and "/" not in record["path"] and ".." not in record["path"]
     assert [p.parent for p in save.iterdir() if p.suffix == ".json"] == [save]
 
@@ -229,7 +229,6 @@ def test_a_stray_file_that_cannot_be_moved_is_recorded_for_that(tmp_path: Path, 
         TraceName(role="rollout", host="h", pid=1, time_ms=1_795_000_000_000, ext=".json"),
         "rollout",
         {"role": "rollout", "status": "stray", "reason": "written after its window"},
-        "test",
     )
     [record] = apply([move], str(tmp_path / "save"), wait_s=0.3, record_incomplete=True)
     assert record["status"] == "skipped" and "regular" in record["reason"]

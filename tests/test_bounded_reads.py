@@ -48,7 +48,7 @@ def test_a_metrics_log_that_grows_past_its_bound_while_read(tmp_path: Path, monk
     path = tmp_path / log_name(0, "h", 1)
     path.write_text(LINE)
     monkeypatch.setattr(metrics_log, "MAX_LOG_BYTES", len(LINE) + 10)
-    _growing(monkeypatch, metrics_log, LINE.replace('"step": 1', '"step": 2').encode())
+    _growing(monkeypatch, _files, LINE.replace('"step": 1', '"step": 2').encode())
     lines, problems = read_log_lines(tmp_path)
     assert lines == [] and len(problems) == 1, (lines, problems)
     assert problems[0].startswith(f"{path}: unreadable: ") and "more than a metrics log holds" in problems[0]
@@ -61,7 +61,7 @@ def test_a_metrics_log_that_grows_within_its_bound_is_read_whole(
     """Growing is no fault: within the bound, what was appended while read is read too."""
     path = tmp_path / log_name(0, "h", 1)
     path.write_text(LINE)
-    _growing(monkeypatch, metrics_log, LINE.replace('"step": 1', '"step": 2').encode())
+    _growing(monkeypatch, _files, LINE.replace('"step": 1', '"step": 2').encode())
     lines, problems = read_log_lines(tmp_path)
     assert problems == [] and [line.step for _, _, line in lines] == [1, 2]
 
@@ -171,7 +171,7 @@ def test_a_capture_request_that_grows_past_its_bound_while_read_is_too_large(
     body = json.dumps({"id": "s", "steps": 3}).encode()
     path.write_bytes(body)
     monkeypatch.setattr(_requests, "MAX_REQUEST_BYTES", len(body) + 10)
-    _growing(monkeypatch, _requests, b"x" * 20)
+    _growing(monkeypatch, _files, b"x" * 20)
     with pytest.raises(OSError) as caught:
         _requests.read_request(str(path))
     assert caught.value.errno == errno.EFBIG and "grew while read" in str(caught.value.strerror)
@@ -185,5 +185,5 @@ def test_a_capture_request_that_grows_within_its_bound_is_read_whole(
 
     path = tmp_path / "req.json"
     path.write_bytes(json.dumps({"id": "s", "steps": 3}).encode())
-    _growing(monkeypatch, _requests, b"  \n")
+    _growing(monkeypatch, _files, b"  \n")
     assert _requests.read_request(str(path)).id == "s"

@@ -170,7 +170,7 @@ def test_a_copy_across_filesystems_whose_source_cannot_be_removed_leaves_no_trac
     source.write_text('{"traceEvents": []}')
     save = tmp_path / "save"
     name = TraceName(role="rollout", host="h", pid=1, time_ms=1_795_000_000_000, ext=".json")
-    move = relocate.Move(str(source), name, "rollout", {"role": "rollout"}, "test")
+    move = relocate.Move(str(source), name, "rollout", {"role": "rollout"})
     replace, remove = os.replace, os.remove
 
     def across(src: str, dst: str) -> None:  # the source lies on another filesystem

@@ -12,6 +12,7 @@ import gzip
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,15 +77,15 @@ def test_a_line_appended_after_the_read_is_neither_shown_nor_named(
     folder = _folder(tmp_path)
     path = folder / log_name(0, "h", 1)
     path.write_text(json.dumps(GOOD) + "\n")
-    real = metrics_log._read_regular
+    real = metrics_log.read_regular
 
-    def read_then_grow(name: str) -> bytes:
-        data = real(name)
+    def read_then_grow(name: str, **bound: Any) -> bytes:
+        data = real(name, **bound)
         with open(name, "a") as file:
             file.write("not json\n")
         return data
 
-    monkeypatch.setattr(metrics_log, "_read_regular", read_then_grow)
+    monkeypatch.setattr(metrics_log, "read_regular", read_then_grow)
     assert profdsl._cli.main(["summary", str(folder), "--by", "step,rank", "--json"]) == 0
     out, err = capsys.readouterr()
     assert "not JSON" not in err, err

@@ -95,7 +95,7 @@ def test_wait_complete_does_not_wait_on_a_link_or_a_fifo(tmp_path: Path, fifo: P
 
 def _move(source: Path) -> Move:
     name = TraceName(role="rollout", host="h", pid=1, time_ms=1_795_000_000_000, ext=".trace.json.gz")
-    return Move(str(source), name, "rollout", {"role": "rollout"}, "test")
+    return Move(str(source), name, "rollout", {"role": "rollout"})
 
 
 def _swapped_after_the_check(monkeypatch: pytest.MonkeyPatch, source: Path, target: Path) -> None:

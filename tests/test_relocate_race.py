@@ -35,7 +35,7 @@ def _setup(tmp_path: Path) -> tuple[Path, Path, Path, Move]:
     source.parent.mkdir()
     source.write_text('{"traceEvents": []}')
     name = TraceName(role="rollout", host="h", pid=1, time_ms=1_795_000_000_000, ext=".json")
-    move = Move(str(source), name, "rollout", {"role": "rollout"}, "test")
+    move = Move(str(source), name, "rollout", {"role": "rollout"})
     return outside, source, tmp_path / "save", move
 
 

@@ -124,7 +124,8 @@ def resolve(
     """
     text_without_nul("Profiler role", role, blank=False)
     rank, world_size = discover_world(rank, world_size)
-    topology = process_topology(rank, world_size, parallel, select=config.select)
+    selection = Selection.of(config)  # the selector parsed once, for the topology and the decisions
+    topology = process_topology(rank, world_size, parallel, selection.select)
     local_rank = topology.local_rank
     if local_rank is None and config.metrics.enabled:  # read only when needed (the metrics port)
         local_rank = discover_local_rank()
@@ -146,7 +147,7 @@ def resolve(
         export=ExportPolicy.of(config.torch),
         parallel=topology.parallel,
     )
-    decided = decide(config, topology, capture=capture)
+    decided = decide(config, topology, capture=capture, selection=selection)
     hook_plan = hook_plan if decided.member else None
     return RolePlan(
         role=role,

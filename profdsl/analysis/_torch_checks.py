@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from profdsl.core._log import described
+
 __all__ = ["MAX_KEPT", "keep_all", "violations"]
 
 #: The most events kept for torch's rules from one trace.
@@ -57,7 +59,7 @@ def violations(kept: list[dict[str, Any]]) -> list[str]:
         try:
             found += [str(v) for v in rule(kept)]
         except Exception as exc:  # a rule that cannot read these events: said, not a crash
-            found.append(f"{getattr(rule, '__name__', 'rule')}: could not be applied ({type(exc).__name__}: {exc})")
+            found.append(f"{getattr(rule, '__name__', 'rule')}: could not be applied ({described(exc)})")
     if len(found) > SHOWN:
         found = [*found[:SHOWN], f"and {len(found) - SHOWN} more"]
     return found

@@ -32,7 +32,7 @@ from profdsl.collect._relocate import direct, reserve
 from profdsl.collect._tracefile import COMPRESS_LEVEL, Census, compress_trace
 from profdsl.config._parallel import Parallel
 from profdsl.core._completeness import Expect, judge
-from profdsl.core._log import once
+from profdsl.core._log import described, once
 from profdsl.core._naming import PLAIN_TRACE_EXT, TEMP_PREFIX, TRACE_EXT, TraceName
 from profdsl.core._units import ms_of
 from profdsl.errors import ConfigError
@@ -333,11 +333,7 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
             final: str | None = pending.name().format()
         except Exception:  # a label the name refuses: recorded without a path
             final = None
-        why = (
-            f"interrupted ({type(exc).__name__}) while the trace was written"
-            if interrupted
-            else f"{type(exc).__name__}: {exc}"
-        )
+        why = f"interrupted ({type(exc).__name__}) while the trace was written" if interrupted else described(exc)
         status = "incomplete" if interrupted else "failed"
         append_record(label.save_path, label.loss(status, why, intended=final, **pending.fields()))
 

@@ -32,7 +32,7 @@ import attrs
 
 from profdsl.collect._hook_output import OutputTail
 from profdsl.collect._manifest import MANIFEST_NAME
-from profdsl.core._log import logger, once, printable
+from profdsl.core._log import described, logger, once, printable
 from profdsl.core._units import runs
 from profdsl.records.manifest import HookRecord
 
@@ -260,13 +260,13 @@ def run_command(
             start_new_session=True,
         )
     except Exception as exc:  # a missing shell, a bad environment, out of processes
-        return HookResult("failed", None, time.monotonic() - started, f"{type(exc).__name__}: {exc}")
+        return HookResult("failed", None, time.monotonic() - started, described(exc))
     try:
         return _watch(proc, started, timeout_s, rank, abort)
     except Exception as exc:  # it cannot be watched (no thread for its output): it must not run on
         _kill_group(proc)
         return HookResult(
-            "failed", proc.returncode, time.monotonic() - started, f"{type(exc).__name__}: {exc}; process group killed"
+            "failed", proc.returncode, time.monotonic() - started, f"{described(exc)}; process group killed"
         )
     except BaseException:  # Ctrl-C, sys.exit from a signal handler: the group goes first
         _kill_group(proc)

@@ -1,7 +1,7 @@
 """Relocating artifacts that other tools wrote (nsys reports, engine traces) into ``save_path``.
 
-Plan, then apply. Planning is pure: file names in, :class:`Move` and :class:`Skip` out, each
-with its reason. Applying is best effort and never raises: it waits (bounded) until each source is
+Plan, then apply. Planning is pure: file names in, :class:`Move` and :class:`Skip` (with its
+reason) out. Applying is best effort and never raises: it waits (bounded) until each source is
 complete, reserves the destination name with an exclusive create (never overwriting anything),
 renames within a filesystem or copies, fsyncs and renames across filesystems, and returns one
 manifest record per file, ``incomplete`` ones included. A source recorded incomplete stays
@@ -28,6 +28,7 @@ import attrs
 from profdsl.collect._manifest import append_record, make_record, read_records
 from profdsl.config._parallel import known_coords
 from profdsl.core._files import open_regular
+from profdsl.core._log import described
 from profdsl.core._naming import MAX_INDEX, NSYS_EXT, TEMP_PREFIX, TraceName
 from profdsl.records.manifest import MovedRecord, NsysRecord
 
@@ -65,7 +66,6 @@ class Move:
     name: TraceName
     kind: str
     fields: dict[str, Any] = attrs.field(factory=dict)
-    reason: str = ""
 
 
 @attrs.frozen
@@ -228,7 +228,7 @@ def plan_nsys(
             ext=NSYS_EXT,
             **coords,
         )
-        plan.append(Move(source, trace, "nsys", dict(label), "this process's finished nsys report"))
+        plan.append(Move(source, trace, "nsys", dict(label)))
     return plan
 
 
@@ -331,7 +331,7 @@ def _move(move: Move, save_path: str) -> dict[str, Any]:
     except Exception as exc:
         if reserved is not None and os.path.exists(reserved) and os.path.getsize(reserved) == 0:
             os.remove(reserved)
-        return _record(move, None, status="failed", intended=move.name.format(), error=f"{type(exc).__name__}: {exc}")
+        return _record(move, None, status="failed", intended=move.name.format(), error=described(exc))
     return _record(move, name, bytes=size)
 
 

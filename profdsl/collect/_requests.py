@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import attrs
 
-from profdsl.core._files import open_regular, read_within
+from profdsl.core._files import read_regular
 from profdsl.records.fields import RecordError, to_json
 from profdsl.records.requests import CaptureRequest, parse_request
 
@@ -71,8 +71,7 @@ def read_request(path: str) -> CaptureRequest:
         RecordError: it is not a valid request (not JSON, a field wrong or missing).
     """
     # a link is not followed: it could make the job read (and quote) a file elsewhere
-    with open_regular(path, limit=MAX_REQUEST_BYTES, holds="a request") as file:
-        data = read_within(file, limit=MAX_REQUEST_BYTES, holds="a request")
+    data = read_regular(path, limit=MAX_REQUEST_BYTES, holds="a request")
     try:
         value = json.loads(data)
     except (ValueError, RecursionError) as exc:

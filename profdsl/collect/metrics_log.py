@@ -13,7 +13,7 @@ import os
 import re
 
 from profdsl.collect._manifest import append_whole, json_lines
-from profdsl.core._files import open_regular, read_within
+from profdsl.core._files import read_regular
 from profdsl.records.fields import RecordError
 from profdsl.records.metrics_log import MetricsLine, parse_metrics_line
 
@@ -54,29 +54,17 @@ def log_files(folder: str | os.PathLike[str]) -> list[str]:
 MAX_LOG_BYTES = 64 * 1024**3
 
 
-def _read_regular(path: str) -> bytes:
-    """A file's bytes, only when it is a regular file of at most :data:`MAX_LOG_BYTES`, when
-    opened and as read (one that grows past it while read is refused too): a link, a FIFO, a
-    device or a folder named like a log is refused unread, without blocking
-    (:func:`~profdsl.core._files.open_regular`).
-
-    Raises:
-        OSError: it cannot be opened or read, is a link or not a regular file, or is too large.
-    """
-    with open_regular(path, limit=MAX_LOG_BYTES, holds="a metrics log") as file:
-        return read_within(file, limit=MAX_LOG_BYTES, holds="a metrics log")
-
-
 def read_log_lines(folder: str | os.PathLike[str]) -> tuple[list[tuple[str, int, MetricsLine]], list[str]]:
     """Every valid line of ``folder``'s metrics logs with its file and line number, and one
-    problem per file or line that is not (its file and line number, and why). A last line
-    without its newline (still being written) is left out quietly."""
+    problem per file or line that is not (its file and line number, and why; a file that is not
+    regular, or over :data:`MAX_LOG_BYTES`, unread). A last line without its newline (still being
+    written) is left out quietly."""
     lines: list[tuple[str, int, MetricsLine]] = []
     problems: list[str] = []
     for name in log_files(folder):
         path = os.path.join(folder, name)
         try:
-            raw = _read_regular(path)
+            raw = read_regular(path, limit=MAX_LOG_BYTES, holds="a metrics log")
         except OSError as exc:
             problems.append(f"{path}: unreadable: {exc.strerror or exc}")
             continue

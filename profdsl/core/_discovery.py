@@ -1,6 +1,6 @@
 """Finding this process's rank and world size: explicit values, then an initialized
 ``torch.distributed`` (only when the caller already imported torch), then ``RANK`` /
-``WORLD_SIZE`` / ``LOCAL_RANK``, then rank 0 of 1. Re-exported by :mod:`profdsl.ranks`.
+``WORLD_SIZE`` / ``LOCAL_RANK``, then rank 0 of 1. Re-exported by :mod:`profdsl.core._ranks`.
 
 Explicit arguments are validated (``ConfigError``). The environment is not profdsl's to validate:
 a variable is read only when its value is needed, and a malformed one (or a ``RANK`` that does
@@ -141,9 +141,7 @@ def _from_env(environ: Mapping[str, str], *, rank_needed: bool, world_size_neede
     return found
 
 
-def discover_world(
-    rank: int | None = None, world_size: int | None = None, *, environ: Mapping[str, str] | None = None
-) -> tuple[int, int]:
+def discover_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
     """This process's global rank and the job's world size, as :func:`discover_rank` finds them,
     without reading ``LOCAL_RANK`` (what a profiler needs).
 
@@ -151,7 +149,7 @@ def discover_world(
         ConfigError: An argument is not an integer in range, or the rank is not below the world
             size; the message names the argument and the value.
     """
-    found = _found(rank, world_size, os.environ if environ is None else environ)
+    found = _found(rank, world_size, os.environ)
     return found.rank, found.world_size
 
 

@@ -39,7 +39,16 @@ import os
 import stat
 from typing import BinaryIO
 
-__all__ = ["append_lines", "LINK", "ends_a_line", "file_kind", "open_append", "open_regular", "read_within"]
+__all__ = [
+    "append_lines",
+    "LINK",
+    "ends_a_line",
+    "file_kind",
+    "open_append",
+    "open_regular",
+    "read_regular",
+    "read_within",
+]
 
 #: Why a link is not read (the ``strerror`` of the ``OSError``).
 LINK = "a link, not a regular file"
@@ -93,6 +102,13 @@ def read_within(file: BinaryIO, *, limit: int, holds: str = "such a file") -> by
     if left <= 0:
         raise OSError(errno.EFBIG, f"more than {limit} bytes (it grew while read), more than {holds} holds ({limit})")
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def read_regular(path: str | os.PathLike[str], *, limit: int, holds: str) -> bytes:
+    """All of ``path`` when it is a regular file of at most ``limit`` bytes, when opened and as
+    read: :func:`open_regular`, then :func:`read_within` (and raises as they do)."""
+    with open_regular(path, limit=limit, holds=holds) as file:
+        return read_within(file, limit=limit, holds=holds)
 
 
 def open_append(path: str | os.PathLike[str], *, read: bool = False) -> int:

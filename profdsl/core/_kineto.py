@@ -6,21 +6,11 @@ below they show; at 6 and above kineto logs nothing, its errors included. It tak
 set before the process's first profiler session. The ``profdsl`` command line (and so the demo)
 sets it to :data:`QUIET` unless the user has set it; a library user's process is left alone
 (set it in your launcher to quiet your own runs).
-
-Examples:
-    >>> env = {}
-    >>> quiet_kineto(env)
-    True
-    >>> env
-    {'KINETO_LOG_LEVEL': '6'}
-    >>> quiet_kineto({"KINETO_LOG_LEVEL": "3"})
-    False
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping
 
 __all__ = ["QUIET", "VARIABLE", "quiet_kineto"]
 
@@ -29,11 +19,6 @@ VARIABLE = "KINETO_LOG_LEVEL"
 QUIET = "6"
 
 
-def quiet_kineto(environ: MutableMapping[str, str] | None = None) -> bool:
-    """Set :data:`VARIABLE` to :data:`QUIET` in ``environ`` (``os.environ`` by default) unless it
-    is set already; whether it was set here."""
-    env = os.environ if environ is None else environ
-    if VARIABLE in env:
-        return False
-    env[VARIABLE] = QUIET
-    return True
+def quiet_kineto() -> None:
+    """Set :data:`VARIABLE` to :data:`QUIET` in ``os.environ`` unless it is set already."""
+    os.environ.setdefault(VARIABLE, QUIET)

@@ -15,7 +15,7 @@ import re
 import threading
 from collections.abc import Iterator
 
-__all__ = ["ONCE", "OnceLog", "counted", "failing_once", "internal_error", "logger", "once", "printable"]
+__all__ = ["ONCE", "OnceLog", "counted", "described", "failing_once", "internal_error", "logger", "once", "printable"]
 
 #: Characters that would break a line or drive the terminal: C0 and C1 controls, DEL, the
 #: Unicode line and paragraph separators, the bidirectional controls (an override reverses what
@@ -35,6 +35,11 @@ def printable(text: str) -> str:
         'ok\\\\nfinish hook ok\\\\x1b[2J'
     """
     return _CONTROL.sub(lambda match: repr(match[0])[1:-1], text)
+
+
+def described(exc: BaseException | None) -> str:
+    """``exc`` as records and messages name it, its type then its text (``OSError: disk full``)."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 logger = logging.getLogger("profdsl")
@@ -82,12 +87,10 @@ class OnceLog:
 ONCE = OnceLog()
 
 
-def once(key: str, level: int, message: str, *args: object, exc_info: bool = False) -> bool:
-    """Log ``message`` the first time ``key`` is seen in this process; True if it was logged."""
-    if not ONCE.first(key):
-        return False
-    logger.log(level, message, *args, exc_info=exc_info)
-    return True
+def once(key: str, level: int, message: str, *args: object) -> None:
+    """Log ``message`` the first time ``key`` is seen in this process."""
+    if ONCE.first(key):
+        logger.log(level, message, *args)
 
 
 def internal_error(where: str, exc: BaseException) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final
 
-__all__ = ["MAX_NAME_BYTES", "NotANameError", "fields_of"]
+__all__ = ["EPOCH", "MAX_NAME_BYTES", "NotANameError", "fields_of"]
 
 MAX_NAME_BYTES: Final = 255
 """Longest name any ``TraceName`` formats to (the usual file-system limit on a name)."""
@@ -28,7 +28,7 @@ _COORDS = re.compile(r"(?:tp|pp|dp|cp|ep)[0-9]+(?:-(?:tp|pp|dp|cp|ep)[0-9]+)*", 
 _REPLICA = re.compile(r"replica([0-9]+)", re.ASCII)
 _WINDOW = re.compile(r"mb([0-9]+)(?:-([0-9]+))?", re.ASCII)
 _PART = re.compile(r"part([0-9]+)", re.ASCII)
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class NotANameError(Exception):
@@ -83,7 +83,7 @@ def _parse_time(match: re.Match[str]) -> int:
         moment = datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc)
     except ValueError as exc:
         raise NotANameError(f"bad time {match[0][:18]!r}: {exc}") from exc
-    return (moment - _EPOCH) // timedelta(milliseconds=1) + milli
+    return (moment - EPOCH) // timedelta(milliseconds=1) + milli
 
 
 def _read_index(pattern: re.Pattern[str], key: str, segment: str, fields: dict[str, Any]) -> bool:

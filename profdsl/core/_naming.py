@@ -6,7 +6,7 @@ import hashlib
 import os
 import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import PurePath
 from typing import Any, Final
 
@@ -14,7 +14,7 @@ import attrs
 
 from profdsl.config._checks import MAX_WIDE_INDEX, int_in, is_int, named, require_int
 from profdsl.config._parallel import DIMS
-from profdsl.core._name_reader import MAX_NAME_BYTES, NotANameError, fields_of
+from profdsl.core._name_reader import EPOCH, MAX_NAME_BYTES, NotANameError, fields_of
 from profdsl.errors import ConfigError
 
 __all__ = [
@@ -103,7 +103,6 @@ def is_json_trace(name: str) -> bool:
 _UNSAFE_RUN = re.compile(r"[^a-z0-9]+")
 _HASH_LEN = 8
 _EXT = re.compile(r"(?:\.[A-Za-z0-9][A-Za-z0-9-]*)+", re.ASCII)
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def sanitize_label(text: str, *, max_len: int = HOST_MAX_LEN) -> str:
@@ -173,7 +172,7 @@ def _check_ext(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> 
 
 def _format_time(time_ms: int) -> str:
     # timedelta arithmetic on integers is exact, unlike going through a float timestamp.
-    moment = _EPOCH + timedelta(milliseconds=time_ms)
+    moment = EPOCH + timedelta(milliseconds=time_ms)
     return f"{moment:%Y%m%dT%H%M%S}{time_ms % 1000:03d}"
 
 

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from profdsl.config._checks import is_int
 from profdsl.config._parallel import DIMS, MAX_COORD, Parallel
-from profdsl.config.selector import FirstPerNode, parse_selector
+from profdsl.config.selector import FirstPerNode, Selector
 from profdsl.core._discovery import discover_local_rank
 from profdsl.core._log import once
 from profdsl.core._topology import Topology
@@ -184,11 +184,11 @@ def resolve_parallel(value: object) -> Parallel:
     )
 
 
-def process_topology(rank: int, world_size: int, parallel: object = None, *, select: str | None = None) -> Topology:
-    """This process's :class:`Topology`: its rank, world size, coordinates and, when the
+def process_topology(rank: int, world_size: int, parallel: object, select: Selector | None) -> Topology:
+    """This process's :class:`Topology`: its rank, world size, coordinates and, when the parsed
     selector ``select`` needs it (``first_per_node``), ``LOCAL_RANK`` (read only then: an
     environment variable is read only when its value is needed)."""
-    needs_node = select is not None and any(isinstance(term, FirstPerNode) for term in parse_selector(select).terms)
+    needs_node = select is not None and any(isinstance(term, FirstPerNode) for term in select.terms)
     return Topology(
         rank=rank,
         world_size=world_size,

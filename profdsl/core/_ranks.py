@@ -7,14 +7,13 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from profdsl.config._checks import require_int
-from profdsl.core._discovery import RankInfo, discover_rank, discover_world
+from profdsl.core._discovery import RankInfo, discover_rank
 from profdsl.core._engine_names import Ambiguous, read_engine_rank
 from profdsl.core._selection import Selection
 
 __all__ = [
     "RankInfo",
     "discover_rank",
-    "discover_world",
     "local_rank_from_trace_name",
     "replicas_for_ranks",
 ]

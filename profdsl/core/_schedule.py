@@ -71,15 +71,11 @@ def recorded_windows(schedule: Schedule, n: int) -> list[tuple[int, int]]:
         []
     """
     n = require_int("number of mini-batches", n)
-    windows = []
-    cycle = 0
-    while not schedule.repeat or cycle < schedule.repeat:
-        start = schedule.skip_first + cycle * schedule.cycle_len
-        first = start + schedule.wait + schedule.warmup
-        if first >= n:
-            break
-        windows.append((first, min(start + schedule.cycle_len, n) - 1))
-        cycle += 1
+    windows: list[tuple[int, int]] = []
+    first = first_recorded(schedule)
+    while first < n and (not schedule.repeat or len(windows) < schedule.repeat):
+        windows.append((first, min(first + schedule.active, n) - 1))
+        first += schedule.cycle_len
     return windows
 
 

@@ -72,10 +72,8 @@ class GridLayout:
             raise ConfigError(
                 f"world size {self.world_size} is not a multiple of tp*pp*cp = {self.tp}*{self.pp}*{self.cp} = {model}"
             )
-        if self.world_size // model > MAX_COORD + 1:
-            raise ConfigError(
-                f"dp = world size / (tp*pp*cp) must be at most {MAX_COORD + 1}, got {self.world_size // model}"
-            )
+        if self.dp > MAX_COORD + 1:
+            raise ConfigError(f"dp = world size / (tp*pp*cp) must be at most {MAX_COORD + 1}, got {self.dp}")
         if self.world_size % self.nodes:
             raise ConfigError(f"world size {self.world_size} is not a multiple of nodes = {self.nodes}")
 

@@ -23,7 +23,7 @@ from profdsl._runtime.process import PROCESS
 from profdsl._runtime.profiler import Profiler
 from profdsl.collect._requests import new_id
 from profdsl.config import FinishHook, ProfilerConfig
-from profdsl.core._log import logger, once
+from profdsl.core._log import described, logger, once
 from profdsl.metrics._exporters import OnStep, call_on_step, export_alert
 from profdsl.metrics._slow import SlowRanks, StragglerAlert, StragglerWatch, rank_times
 from profdsl.metrics._timings import StepTimings
@@ -356,7 +356,7 @@ def _call(
                 answers[-1] = ray.get(ref)
                 continue
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error = described(exc)
         errors.append(WorkerCallError(index, method, error))
         once(
             f"ray-{method}-{index}",

@@ -38,7 +38,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from profdsl.core._gate import admit
 from profdsl.core._kinds import STAGE_KINDS
-from profdsl.core._log import counted, logger, once, printable
+from profdsl.core._log import counted, described, logger, once, printable
 from profdsl.metrics._slow import StragglerAlert
 from profdsl.metrics._timings import StepTimings
 
@@ -195,7 +195,7 @@ class _Threading(ThreadingMixIn, WSGIServer):
             logging.WARNING,
             "profdsl: metrics endpoint: a request from %s failed (%s); the endpoint goes on",
             where,
-            printable(f"{type(error).__name__}: {error}"),
+            printable(described(error)),
         )
 
 

@@ -21,6 +21,7 @@ import attrs
 
 from profdsl.config._checks import MAX_WIDE_INDEX, refuse, require_choice, require_int, require_number, require_text
 from profdsl.config.selector import parse_selector
+from profdsl.core._log import described
 from profdsl.records.fields import (
     SCHEMA_VERSION,
     TEXTS,
@@ -182,7 +183,7 @@ def capture_request(
     except RecordError:
         raise
     except Exception as exc:  # the caller's own object raised (an array's truth value, ...)
-        raise RecordError(f"an argument cannot be read: {type(exc).__name__}: {exc}") from exc
+        raise RecordError(f"an argument cannot be read: {described(exc)}") from exc
 
 
 #: The most items taken from a sequence argument before the schema judges it (it refuses far

@@ -22,6 +22,8 @@ from typing import Any
 
 import attrs
 
+from profdsl.core._log import described
+
 __all__ = ["Outcome", "accepts", "call_all", "call_all_async"]
 
 
@@ -72,10 +74,6 @@ def _resolve(value: Any, timeout: float) -> Any:
 
         return asyncio.run(wait())
     return value
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _callers(exc: BaseException, own_thread: bool) -> bool:
@@ -129,7 +127,7 @@ def call_all(
         except BaseException as exc:
             if _callers(exc, own_thread):
                 raise
-            outcome = Outcome(replica, "failed", _describe(exc))
+            outcome = Outcome(replica, "failed", described(exc))
         with lock:
             results[replica] = outcome
 
@@ -192,14 +190,14 @@ async def call_all_async(
             else:
                 value, error = await in_daemon_thread(_invoke_here, engine, method, kwargs.get(replica, {}))
                 if error is not None:
-                    return Outcome(replica, "failed", _describe(error))
+                    return Outcome(replica, "failed", described(error))
             if _object_ref(value) or inspect.isawaitable(value):
                 await value
             return Outcome(replica, "ok")
         except BaseException as exc:
             if _callers(exc, own_thread=True):
                 raise
-            return Outcome(replica, "failed", _describe(exc))
+            return Outcome(replica, "failed", described(exc))
 
     async def bounded(replica: int, engine: Any) -> Outcome:
         try:

@@ -124,6 +124,5 @@ def plan_rollout(
             time_ms=time_ms,
             ext=engine_extension(base),
         )
-        reason = "rank unknown: kept" if rank is None else f"global rank {rank}"
-        plan.append(Move(source, trace, "rollout", fields, reason))
+        plan.append(Move(source, trace, "rollout", fields))
     return plan

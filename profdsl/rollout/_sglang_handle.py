@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from profdsl.core._engine_names import STRAY_MARK
-from profdsl.core._log import once
+from profdsl.core._log import described, once
 
 __all__ = ["NEVER_STEP", "SCRATCH_DIR", "SGLangHandle", "UnsettledProfileError"]
 
@@ -110,8 +110,7 @@ class SGLangHandle:
             self._stop()
         except Exception as exc:
             raise UnsettledProfileError(
-                f"not starting: a profile of an earlier window may still run "
-                f"and could not be ended ({type(exc).__name__}: {exc})"
+                f"not starting: a profile of an earlier window may still run and could not be ended ({described(exc)})"
             ) from exc
         finally:
             self._mark_stray()

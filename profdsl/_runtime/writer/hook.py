@@ -27,7 +27,7 @@ from profdsl._runtime.writer.waits import Waits
 from profdsl._runtime.writer.writer import RECORD_BUDGET_S, CommitGuard, Ticket, Writer
 from profdsl.collect import _finish_hook as finish_hook
 from profdsl.collect._manifest import append_record
-from profdsl.core._log import once
+from profdsl.core._log import described, once
 from profdsl.core._units import ms_of
 from profdsl.records.manifest import HookRecord
 from profdsl.records.requests import CaptureNote
@@ -123,7 +123,7 @@ class HookJob:
                     abort=self.abort,
                 )
         except BaseException as exc:  # run_command never raises an Exception; this is the last guard
-            result = finish_hook.HookResult("failed", error=f"{type(exc).__name__}: {exc}")
+            result = finish_hook.HookResult("failed", error=described(exc))
         self._record(result)
 
     def _record(self, result: finish_hook.HookResult) -> None:
