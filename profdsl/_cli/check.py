@@ -99,17 +99,14 @@ def early_hooks(rows: list[Artifact]) -> list[str]:
     them. A hook waits only for its own process, so this is what "one uploader per node" does
     when another rank of the node finishes later."""
     hooks = [(i, a) for i, a in enumerate(rows) if a.kind == "hook" and a.status == "ok"]
-    if not hooks:
-        return []
-    last: dict[str | None, int] = {}  # each host's last hook (None: a hook that names no host)
-    for index, hook in hooks:
-        last[hook.host] = index
+    last = {hook.host: index for index, hook in hooks}  # each host's last hook (None: a hook that names no host)
     result = []
     for index, trace in enumerate(rows):
         if trace.kind != "trace" or trace.status != "ok" or trace.record is None or trace.step is None:
             continue
         host = trace.host
-        if index < max(last.get(host, -1), last.get(None, -1)) or (host is None and index < max(last.values())):
+        later = max(last.values(), default=-1) if host is None else max(last.get(host, -1), last.get(None, -1))
+        if index < later:
             continue  # a later upload of its host took it
         ran = [
             hook
