@@ -32,14 +32,14 @@ def fail(message: str, code: int = 2, command: str = "") -> int:
     return code
 
 
-def fail_pointing(message: str, code: int = 2) -> int:
+def fail_pointing(message: str) -> int:
     """:func:`fail` for a message whose later lines point at a token of the first (a rank
-    selector's error: the selector, then a caret under its bad token), printed below it."""
+    selector's error: the selector, then a caret under its bad token), printed below it: 2."""
     first, *more = message.split("\n")
-    fail(first, code)
+    fail(first)
     for line in more:
         print(printable(line), file=sys.stderr)
-    return code
+    return 2
 
 
 def skipped(command: str, reasons: Iterable[str]) -> int:

@@ -101,17 +101,14 @@ def run(args: argparse.Namespace) -> int:
         path = write_request(args.save_path, request)
     except OSError as exc:
         return fail(f"trigger: cannot write into {os.path.join(args.save_path, REQUESTS_DIR)}: {exc.strerror or exc}")
-    where = (
-        "every rank"
-        if request.ranks == "all"
-        else (
-            "the ranks the job's config traces"
-            if request.ranks is None
-            else f"ranks {', '.join(map(str, request.ranks))}"
-            if isinstance(request.ranks, tuple)
-            else f"the ranks where {request.ranks}"
-        )
-    )
+    if request.ranks == "all":
+        where = "every rank"
+    elif request.ranks is None:
+        where = "the ranks the job's config traces"
+    elif isinstance(request.ranks, tuple):
+        where = f"ranks {', '.join(map(str, request.ranks))}"
+    else:
+        where = f"the ranks where {request.ranks}"
     start = f"step {request.at_step}" if request.at_step is not None else "the next step each process begins"
     who = f"roles {', '.join(request.roles)}" if request.roles else "every role"
     steps = "step" if request.steps == 1 else "steps"
