@@ -105,7 +105,7 @@ def test_default_view_draws_stacked_bars(profiled: Path, tmp_path: Path, capsys:
     _assert_picture(out)
     model = _model(profiled)
     bars = plot.bar_totals(model)
-    axes = plot._bars_figure(model, "t").axes[0]
+    axes = plot._bars_figure(model, "t", (), 1).axes[0]
     tab10 = matplotlib.colormaps["tab10"]
     colour = {"compute_log_prob": tab10(0), "update_actor": tab10(1)}
     drawn: dict[str, list[float]] = {}
@@ -126,7 +126,7 @@ def test_timeline_draws_one_row_per_rank(profiled: Path, tmp_path: Path) -> None
     _assert_picture(out)
     model = _model(profiled)
     rows = plot.timeline_rows(model)
-    axes = plot._timeline_figure(model, "t").axes[0]
+    axes = plot._timeline_figure(model, "t", 1).axes[0]
     assert [t.get_text() for t in axes.get_yticklabels()] == ["actor rank0", "actor rank1"]
     origin = min(span.start_us for spans in rows.values() for span in spans)
     drawn = sorted(

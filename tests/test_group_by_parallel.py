@@ -88,7 +88,7 @@ def test_plot_groups_and_labels_bars_by_coordinates(folder: Path, tmp_path: Path
     model = load_model(folder, catalog(folder).artifacts, [])
     groups = plot.bar_groups(model, ("pp", "tp"))
     assert groups[("actor", 3, 1)] == (("pp", 1), ("tp", 1))
-    axes = plot._bars_figure(model, "t", ("pp", "tp")).axes[0]
+    axes = plot._bars_figure(model, "t", ("pp", "tp"), 1).axes[0]
     labels = [t.get_text() for t in axes.get_xticklabels()]
     assert labels[:2] == ["pp0 tp0 r0 s1", "pp0 tp0 r0 s2"] and labels[-1] == "pp1 tp1 r3 s2"
     out = tmp_path / "by.png"

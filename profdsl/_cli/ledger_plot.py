@@ -141,16 +141,14 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
             panel, [x for x, _ in hatched], [split for _, split in hatched], [b for b in used if b in DEVICE_BUCKETS],
             _colour, width=DEVICE_WIDTH, align="edge", hatch=DEVICE_HATCH, edgecolor="#555555", linewidth=0.3,
         )  # fmt: skip
-        panel.set_xticks(ticks)
-        panel.set_xticklabels([f"{step}*" if FROM_TRACE in source else str(step) for _, step, source, _ in mine])
+        panel.set_xticks(ticks, [f"{step}*" if FROM_TRACE in source else str(step) for _, step, source, _ in mine])
         panel.set_xlabel("step")
         what = "; hatched: the device span of its stages (CUDA)" if any(beside) else ""
         panel.set_title(
             f"{drawn(role)}: where each step's wall time went (mean over its ranks){what}", fontsize=9, loc="left"
         )
         panel.set_ylabel("ms per step")
-        for side in ("top", "right"):
-            panel.spines[side].set_visible(False)
+        panel.spines[["top", "right"]].set_visible(False)
     handles = [Patch(color=_colour(b)) for b in used]
     labels = list(used)
     if device:

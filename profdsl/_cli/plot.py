@@ -190,7 +190,7 @@ def _legend(stage: str, interleaved: set[str]) -> str:
     return drawn(stage) + (" (interleaved: overlapping entries)" if stage in interleaved else "")
 
 
-def _bar_label(key: BarKey, with_role: bool, group: tuple[tuple[str, int], ...] = ()) -> str:
+def _bar_label(key: BarKey, with_role: bool, group: tuple[tuple[str, int], ...]) -> str:
     role, rank, step = key
     parts = [drawn(role)] if with_role else []
     parts += [f"{dim}{value}" if value >= 0 else f"{dim}?" for dim, value in group]
@@ -203,7 +203,7 @@ def _bar_label(key: BarKey, with_role: bool, group: tuple[tuple[str, int], ...] 
 SELF = "{} (self)"
 
 
-def role_depths(model: StageModel, depth: int | None = 1) -> dict[str, int]:
+def role_depths(model: StageModel, depth: int | None) -> dict[str, int]:
     """How deep each role is drawn: ``depth``, or when None, 2 for a role whose every step on
     every rank has one outermost stage and some of them have stages inside (a trainer's single
     step stage shows what ran in it), else 1."""
@@ -288,14 +288,13 @@ def _bar_positions(keys: Sequence[BarKey], groups: Sequence[object]) -> list[flo
 
 def bar_groups(model: StageModel, by: Sequence[str]) -> dict[BarKey, tuple[tuple[str, int], ...]]:
     """Each bar's parallel coordinates named in ``by`` (-1: its traces do not carry one)."""
-    groups = {}
-    for role, step, rank in model.keys():
-        coords = model.parallel(role, step, rank)
-        groups[(role, number(rank), number(step))] = tuple((dim, coords.get(dim, -1)) for dim in by)
-    return groups
+    return {
+        (role, number(rank), number(step)): tuple((dim, model.parallel(role, step, rank).get(dim, -1)) for dim in by)
+        for role, step, rank in model.keys()
+    }
 
 
-def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: int | None = 1) -> Figure:
+def _bars_figure(model: StageModel, title: str, by: Sequence[str], depth: int | None) -> Figure:
     """Stacked bars: one per (role, rank, step), a segment per stage down to ``depth``
     (:func:`bar_totals`), the biggest stage lowest; with ``by``, the ranks grouped by those
     parallel coordinates."""
@@ -303,18 +302,15 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: i
 
     bars = bar_totals(model, depth)
     group = bar_groups(model, by)
-    tangled = model.interleaved()
     keys = sorted(bars, key=lambda k: (k[0], group[k], k[2], k[1]))
-    stage_sum: dict[str, float] = defaultdict(float)
-    for stages in bars.values():
-        for stage, ms in stages.items():
-            stage_sum[stage] += ms
+    stages = {stage for segments in bars.values() for stage in segments}
+    stage_sum = {stage: sum(segments.get(stage, 0.0) for segments in bars.values()) for stage in stages}
     order = sorted(stage_sum, key=lambda s: (-stage_sum[s], s))
     colours = _colours(order)
     xs = _bar_positions(keys, [group[k] for k in keys])  # without --by every group is ()
     figure = Figure(figsize=(min(max(3 + 0.45 * (xs[-1] + 1), 7.0), 30.0), 5.5))
     axes = figure.add_subplot()
-    label = functools.partial(_legend, interleaved=tangled)
+    label = functools.partial(_legend, interleaved=model.interleaved())
     bottoms = stack(
         axes, xs, [bars[k] for k in keys], order, colours.get, label=label, width=0.8, edgecolor="white", linewidth=0.5
     )
@@ -349,7 +345,7 @@ def _bars_figure(model: StageModel, title: str, by: Sequence[str] = (), depth: i
     return figure
 
 
-def _timeline_figure(model: StageModel, title: str, depth: int | None = 1) -> Figure:
+def _timeline_figure(model: StageModel, title: str, depth: int | None) -> Figure:
     """A Gantt chart: a row per process label, a bar per stage region down to ``depth`` (a
     nested region thinner, drawn over its parent), in ms; each profiled step named above the
     time it spans."""
@@ -422,6 +418,5 @@ def _frame(axes: Axes, grid: Literal["x", "y"], handles: Sequence[Any], labels: 
     """A light grid along ``grid``, no top or right spine, and the stage legend right of the plot."""
     axes.grid(axis=grid, alpha=0.3)
     axes.set_axisbelow(True)
-    for side in ("top", "right"):
-        axes.spines[side].set_visible(False)
+    axes.spines[["top", "right"]].set_visible(False)
     axes.legend(handles, labels, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
