@@ -135,8 +135,7 @@ def _blocks(
     steps = sorted({r.step for r in ranks} | set(spans), key=number)
     for step in steps:
         rows, notes = _rank_rows([r for r in ranks if r.step == step], heads)
-        title = "traces without a step" if step is None else f"step {step}"
-        lines = [title]
+        lines = ["traces without a step" if step is None else f"step {step}"]
         lines += [table(headers, rows)] if rows else ["no role's step has a ledger here:"]
         lines += map(printable, notes)  # each one line: a role, a reason or a kind from the files escaped
         lines += _device_rows([r for r in ranks if r.step == step])

@@ -69,10 +69,9 @@ def run(args: argparse.Namespace, folder: str, artifacts: list[Artifact], bad: l
     """Print the culprits of ``folder``'s traced steps (text, or ``--json``), then name what it
     skipped; returns the exit code."""
     matches, notes = load_matches(folder, artifacts, bad)
-    late_ms = args.late_ms
-    items = blame(matches, late_ms * 1000)
+    items = blame(matches, args.late_ms * 1000)
     if args.json:
-        print(json.dumps({"stages": [b.as_dict(late_ms) for b in items], "notes": notes}, indent=1))
+        print(json.dumps({"stages": [b.as_dict(args.late_ms) for b in items], "notes": notes}, indent=1))
     else:
-        print(stragglers_text(items, notes, late_ms))
+        print(stragglers_text(items, notes, args.late_ms))
     return skipped("summary", bad)

@@ -239,14 +239,11 @@ def step_view(model: StageModel) -> str:
     steps = model.step_spreads()
     for spread in _with_steps(spreads, steps):
         stage = "  " * (len(spread.path) - 1) + spread.stage + (" (interleaved)" if spread.interleaved else "")
-        if one_rank:
-            by_step[spread.step].append(
-                [spread.role, stage, spread.count, _ms(spread.median_us), _ms(spread.self_median_us)]
-            )
-            continue
         slowest = "" if spread.ranks < 2 or spread.min_us == spread.max_us else f"rank {spread.slowest_rank}"
-        row = [spread.role, stage, spread.ranks, spread.count, _ms(spread.median_us), _ms(spread.min_us)]
-        by_step[spread.step].append([*row, _ms(spread.max_us), slowest, _ms(spread.self_median_us)])
+        ranks = [] if one_rank else [spread.ranks]  # one rank: no spread to show
+        extent = [] if one_rank else [_ms(spread.min_us), _ms(spread.max_us), slowest]
+        row = [spread.role, stage, *ranks, spread.count, _ms(spread.median_us), *extent, _ms(spread.self_median_us)]
+        by_step[spread.step].append(row)
     headers = ONE_RANK_HEADERS if one_rank else STEP_HEADERS
     blocks = []
     for step, lines in by_step.items():
