@@ -167,8 +167,7 @@ def _left_behind(name: str) -> str:
 
 def _capture(artifact: Artifact) -> str | None:
     """The capture request a trace was for (None: the plan's steps)."""
-    record = artifact.record
-    capture = record.capture if isinstance(record, TraceRecord) else None
+    capture = artifact.record.capture if isinstance(artifact.record, TraceRecord) else None
     return None if capture is None else capture.request
 
 
@@ -215,8 +214,7 @@ def _unwritten(
     ``capture.steps``, and that rank neither wrote nor recorded lost."""
     asked: set[tuple[int, int]] = set()
     for a in rows:
-        record = a.record
-        note = record.capture if isinstance(record, TraceRecord) else None
+        note = a.record.capture if isinstance(a.record, TraceRecord) else None
         if a.kind == "trace" and a.rank is not None and note is not None and note.request == capture and note.steps:
             first, last = note.steps  # a request traces at most MAX_REQUEST_STEPS (a record may lie)
             asked.update((step, a.rank) for step in range(first, min(last, first + MAX_REQUEST_STEPS - 1) + 1))
