@@ -37,7 +37,8 @@ NAMED = 10
 #: by ``WALL_SHIFT``), and the device bar's left edge from the tick, width and hatching.
 WALL_WIDTH, WALL_BESIDE, WALL_SHIFT = 0.7, 0.5, 0.13
 DEVICE_LEFT, DEVICE_WIDTH, DEVICE_HATCH = 0.15, 0.22, "////"
-#: Fixed colours, so that a bucket keeps its colour in every plot (``outside`` a light grey).
+#: Fixed colours, one per bucket of :data:`BUCKETS` (every bucket drawn), so that a bucket keeps its
+#: colour in every plot (``outside`` a light grey).
 COLOURS = {
     "generation": "#1f77b4",
     "inference": "#ff7f0e",
@@ -135,11 +136,11 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
         beside = [device.get((role, step)) for _, step, _, _ in mine]
         ticks = list(range(len(mine)))
         shift, width = (WALL_SHIFT, WALL_BESIDE) if any(beside) else (0.0, WALL_WIDTH)  # room for a device bar
-        stack(panel, [t - shift for t in ticks], [means for *_, means in mine], used, _colour, width=width)
+        stack(panel, [t - shift for t in ticks], [means for *_, means in mine], used, COLOURS.get, width=width)
         hatched = [(i + DEVICE_LEFT, split) for i, split in enumerate(beside) if split is not None]
         stack(
             panel, [x for x, _ in hatched], [split for _, split in hatched], [b for b in used if b in DEVICE_BUCKETS],
-            _colour, width=DEVICE_WIDTH, align="edge", hatch=DEVICE_HATCH, edgecolor="#555555", linewidth=0.3,
+            COLOURS.get, width=DEVICE_WIDTH, align="edge", hatch=DEVICE_HATCH, edgecolor="#555555", linewidth=0.3,
         )  # fmt: skip
         panel.set_xticks(ticks, [f"{step}*" if FROM_TRACE in source else str(step) for _, step, source, _ in mine])
         panel.set_xlabel("step")
@@ -149,7 +150,7 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
         )
         panel.set_ylabel("ms per step")
         panel.spines[["top", "right"]].set_visible(False)
-    handles = [Patch(color=_colour(b)) for b in used]
+    handles = [Patch(color=COLOURS[b]) for b in used]
     labels = list(used)
     if device:
         handles.append(Patch(facecolor="white", edgecolor="#555555", hatch=DEVICE_HATCH))
@@ -168,7 +169,3 @@ def ledger_figure(found: FolderLedger, title: str) -> Figure | None:
     )  # fmt: skip
     figure.tight_layout(rect=(0, 0, 1, top))
     return figure
-
-
-def _colour(bucket: str) -> str:
-    return COLOURS.get(bucket, "#7f7f7f")
