@@ -131,8 +131,7 @@ def group(model: StageModel, keys: tuple[str, ...]) -> list[dict[str, Any]]:
     for key, item in merged.items():
         total = item.pop("total_us")
         if nested:
-            path = item["stage"]
-            item["stage"], item["path"] = path[-1], list(path)
+            item["stage"], item["path"] = item["stage"][-1], list(item["stage"])
         item["total_ms"] = round(total / 1000, 6)
         item["mean_ms"] = round(total / 1000 / item["count"], 6) if item["count"] else 0.0
         step_us = _step_time_us(model, members[key])
