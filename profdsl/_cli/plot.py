@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["add_arguments", "run"]
 
 HELP = "plot per-stage time per rank and step (or a timeline) to a PNG"
-_INSTALL_HINT = "plotting needs matplotlib: pip install profdsl[plot]"
 
 EXAMPLES = """examples:
   profdsl plot profiles -o stages.png             time per stage, one bar per rank and step
@@ -122,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import matplotlib
     except ImportError:
-        return fail(_INSTALL_HINT, command="plot")
+        return fail("plotting needs matplotlib: pip install profdsl[plot]", command="plot")
     matplotlib.use("Agg")
     if args.ledger:
         return _ledger(args, found)
@@ -144,8 +143,7 @@ def _ledger(args: argparse.Namespace, found: Catalog) -> int:
     figure = ledger_figure(ledger, drawn(Path(args.folder).resolve().name))
     if figure is None:
         return fail(f"{args.folder}: no step has a ledger (no trace splits one, no metrics log has one)", 1, "plot")
-    note = unknown_note(ledger)
-    if note is not None:
+    if (note := unknown_note(ledger)) is not None:
         say(note, "plot")
     return _save(figure, args) or failed
 
