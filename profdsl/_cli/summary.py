@@ -80,7 +80,8 @@ ONE_RANK_HEADERS = ("role", "stage", "count", "total ms", "self ms")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``DIR``, ``--by``, ``--cost``, ``--json`` / ``--csv``."""
+    """``DIR``, ``--by``, ``--cost``, ``--ledger``, ``--stragglers`` and ``--late-ms`` (views of
+    their own modules), ``--json`` / ``--csv``."""
     parser.add_argument("dir", help="a save_path folder")
     parser.add_argument(
         "--by",
@@ -95,7 +96,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only profiling's own cost per role and step (blocked_ms, export_ms from the "
         "manifest); the text output shows it after the stage table anyway",
     )
-    add_view_arguments(parser)
+    parser.add_argument(
+        "--ledger",
+        action="store_true",
+        help="each traced step's wall time per role and rank, split by kind of work (generation, "
+        "inference, update, weight sync, reward, data, other), profiling overhead and time outside "
+        "any stage; and how long each group of ranks sat idle while another worked (docs/ledger.md)",
+    )
+    parser.add_argument(
+        "--stragglers",
+        action="store_true",
+        help="at the collectives of each traced step (gloo's and NCCL's), which rank arrived last and how long it "
+        "made the others wait, per role, step and stage: the culprit, not its victims (docs/ledger.md)",
+    )
+    parser.add_argument(
+        "--late-ms",
+        type=float,
+        default=DEFAULT_LATE_MS,
+        help="with --stragglers: name a culprit when its lateness exceeds the median rank's by this "
+        "many ms (default %(default)g)",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print a JSON list of objects")
     output.add_argument("--csv", action="store_true", help="print CSV")
@@ -188,30 +208,6 @@ def run(args: argparse.Namespace) -> int:
             print()
             _print_cost_table(costs)
     return code
-
-
-def add_view_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--ledger``, ``--stragglers`` and ``--late-ms`` (views of their own modules)."""
-    parser.add_argument(
-        "--ledger",
-        action="store_true",
-        help="each traced step's wall time per role and rank, split by kind of work (generation, "
-        "inference, update, weight sync, reward, data, other), profiling overhead and time outside "
-        "any stage; and how long each group of ranks sat idle while another worked (docs/ledger.md)",
-    )
-    parser.add_argument(
-        "--stragglers",
-        action="store_true",
-        help="at the collectives of each traced step (gloo's and NCCL's), which rank arrived last and how long it "
-        "made the others wait, per role, step and stage: the culprit, not its victims (docs/ledger.md)",
-    )
-    parser.add_argument(
-        "--late-ms",
-        type=float,
-        default=DEFAULT_LATE_MS,
-        help="with --stragglers: name a culprit when its lateness exceeds the median rank's by this "
-        "many ms (default %(default)g)",
-    )
 
 
 def _view(args: argparse.Namespace) -> Callable[[argparse.Namespace, str, list[Artifact], list[str]], int] | int | None:
