@@ -310,11 +310,8 @@ def _marks(
         ((a, p) for a, path, p in placed if p.index is None and path[-1] == stage),
         key=lambda item: base_of[id(item[0])] / 1000 + item[1].ts,
     )
-    role = own[0][0].role or "unknown"
-    step = own[0][0].step
-    entries = sum(
-        n.count for n in model.nodes if (n.role, n.step, n.rank) == (role, step, rank) and n.path[-1] == stage
-    )
+    key = (own[0][0].role or "unknown", own[0][0].step, rank)
+    entries = sum(n.count for n in model.nodes if (n.role, n.step, n.rank) == key and n.path[-1] == stage)
     if entries == len(own):
         for index, item in enumerate(own):
             marks[index].append(item)
@@ -351,9 +348,8 @@ class _RankWriter:
                 return None
             markers = self._markers()
             partial = rewriter.finish(final, self._head(kept, world), after=markers, level=1)
-        iterations = tuple(int(m["name"][len(MARKER) :]) for m in markers)
         events = rewriter.body.count + len(markers)
-        return partial, RankExport(self.plan.rank, final, len(kept), events, iterations, self.plan.unit)
+        return partial, RankExport(self.plan.rank, final, len(kept), events, tuple(sorted(self.found)), self.plan.unit)
 
     def _copy(
         self, rewriter: Rewriter, artifact: Artifact, scan: TraceScan, index: int, errors: list[str]

@@ -130,15 +130,14 @@ class _Acc:
         self.first = min(self.first, start_us)
 
 
-def _rooted(artifact: Artifact, scan: TraceScan) -> tuple[list[Piece], str | None]:
-    """The trace's pieces, and the label of the region over its whole span (None: none): an
-    engine's trace is generation, a trace without profdsl regions stands for its stage."""
-    pieces = list(scan.pieces)
+def _root(artifact: Artifact, scan: TraceScan) -> str | None:
+    """The label of the region over the trace's whole span (None: none): an engine's trace is
+    generation, a trace without profdsl regions stands for its stage."""
     if scan.span is None:
-        return pieces, None
+        return None
     if artifact.kind == "rollout":
-        return pieces, ENGINE_STAGE
-    return pieces, (artifact.stage or WHOLE_TRACE) if not pieces else None
+        return ENGINE_STAGE
+    return (artifact.stage or WHOLE_TRACE) if not scan.pieces else None
 
 
 class _Trees:
@@ -157,7 +156,7 @@ class _Trees:
         if artifact.parallel:
             self.parallel.setdefault(key, {}).update(artifact.parallel)
         base_us = scan.base_ns / 1000
-        pieces, root = _rooted(artifact, scan)
+        root = _root(artifact, scan)
         every: list[Span] = []
         root_path: tuple[str, ...] = ()
         if root is not None and scan.span is not None:
@@ -167,7 +166,7 @@ class _Trees:
             every.append(Span(root, base_us + start, base_us + end))
         used: dict[tuple[str, ...], int] = defaultdict(int)
         stacks: dict[str, list[tuple[float, tuple[str, ...], float]]] = defaultdict(list)
-        for piece in sorted(pieces, key=lambda p: (p.tid, p.ts, -p.dur)):
+        for piece in sorted(scan.pieces, key=lambda p: (p.tid, p.ts, -p.dur)):
             stack = stacks[piece.tid]
             while stack and stack[-1][0] <= piece.ts:
                 stack.pop()
