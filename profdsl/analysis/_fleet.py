@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -215,8 +215,6 @@ def fleet(ranks: Sequence[RankLedger]) -> tuple[list[GroupStep], dict[int | None
         for group, members in groups.items():
             placed = [r for r in members if r.placed]
             ledgers = [r.ledger for r in members if r.ledger is not None]
-            idle = [intervals.subtract([(start, end)], r.busy) for r in placed]
-            kinds = _work_by_kind(group, groups)
             result.append(
                 GroupStep(
                     step,
@@ -225,16 +223,9 @@ def fleet(ranks: Sequence[RankLedger]) -> tuple[list[GroupStep], dict[int | None
                     len(ledgers),
                     _mean_buckets(ledgers),
                     _mean(intervals.length(r.busy) for r in placed),
-                    _mean(intervals.length(i) for i in idle),
-                    {
-                        other: _mean(intervals.length(intervals.subtract(work, r.busy)) for r in placed)
-                        for other, work in busy.items()
-                        if other != group
-                    },
-                    {
-                        kind: _mean(intervals.length(intervals.subtract(work, r.busy)) for r in placed)
-                        for kind, work in kinds.items()
-                    },
+                    _idle(placed, [(start, end)]),
+                    {other: _idle(placed, work) for other, work in busy.items() if other != group},
+                    {kind: _idle(placed, work) for kind, work in _work_by_kind(group, groups).items()},
                 )
             )
     return result, spans
@@ -251,8 +242,13 @@ def _work_by_kind(group: Group, groups: Mapping[Group, Sequence[RankLedger]]) ->
     return {kind: intervals.union(spans) for kind, spans in found.items()}
 
 
-def _mean(values: object) -> float:
-    found = list(values)  # type: ignore[call-overload]
+def _idle(placed: Sequence[RankLedger], work: intervals.Intervals) -> float:
+    """The mean ns a rank of ``placed`` sat idle while ``work`` ran (the step's span: idle at all)."""
+    return _mean(intervals.length(intervals.subtract(work, r.busy)) for r in placed)
+
+
+def _mean(values: Iterable[float]) -> float:
+    found = list(values)
     return statistics.fmean(found) if found else 0.0
 
 
