@@ -247,13 +247,6 @@ class StageModel:
         wall = self.wall_us(role, step, rank)
         return self.step_total_us(role, step, rank) if wall is None else wall
 
-    def share(self, node: StageNode) -> float | None:
-        """``node``'s part of its role's stage time at the step on its rank (the sum of its
-        outermost stages; None when that is 0). ``summary --by`` measures against the step's
-        wall time instead (:meth:`step_time_us`)."""
-        total = self.step_total_us(node.role, node.step, node.rank)
-        return node.total_us / total if total else None
-
     def step_spreads(self) -> dict[tuple[int | None, str], StageSpread]:
         """Each role's whole step, across the ranks whose metrics log has its wall time:
         ``(step)``, its wall time as its total and the time outside any of its stages as its
@@ -328,12 +321,14 @@ class StageModel:
 
     def rows(self) -> list[dict[str, Any]]:
         """One JSON-friendly row per node (``summary --json``): the node, its share of its role's
-        step, and its stage's spread across ranks at that step."""
+        stage time at the step on its rank (the sum of its outermost stages; None when that is 0;
+        ``summary --by`` measures against the step's wall time instead, :meth:`step_time_us`),
+        and its stage's spread across ranks at that step."""
         spreads = {(s.role, s.step, s.path): s for s in self.spread()}
         result = []
         for node in self.nodes:
             spread = spreads[(node.role, node.step, node.path)]
-            share = self.share(node)
+            total = self.step_total_us(node.role, node.step, node.rank)
             result.append(
                 {
                     "role": node.role,
@@ -343,7 +338,7 @@ class StageModel:
                     "count": node.count,
                     "total_ms": _ms(node.total_us),
                     "mean_ms": _ms(node.total_us / node.count),
-                    "share": None if share is None else round(share, 6),
+                    "share": round(node.total_us / total, 6) if total else None,
                     "path": list(node.path),
                     "depth": node.depth,
                     "self_ms": _ms(node.self_us),
