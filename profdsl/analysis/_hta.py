@@ -248,7 +248,7 @@ def _plan(
     plans = []
     for rank, artifacts_of_rank in sorted(_by_rank(folder, own, errors).items()):
         inputs = sorted(((a, scans[id(a)]) for a in artifacts_of_rank), key=_time_order)
-        plans.append(_marks(model, rank, stage, tuple(inputs), [item for item in placed if item[0].rank == rank]))
+        plans.append(_marks(model, rank, stage, tuple(inputs), placed))
     return plans
 
 
@@ -294,9 +294,9 @@ def _marks(
     inputs: tuple[tuple[Artifact, TraceScan], ...],
     placed: list[tuple[Artifact, tuple[str, ...], Piece]],
 ) -> _Rank:
-    """The rank's plan: which pieces each marker spans."""
+    """The rank's plan: which of the stage's pieces (``placed``, every rank's) each marker spans."""
     base_of = {id(a): scan.base_ns for a, scan in inputs}
-    placed = [item for item in placed if id(item[0]) in base_of]
+    placed = [item for item in placed if id(item[0]) in base_of]  # this rank's inputs
     batches = [(a, path, p) for a, path, p in placed if p.index is not None and stage in path[:-1]]
     world = next((a.world_size for a, _ in inputs if a.world_size is not None), None)
     marks: dict[int, list[tuple[Artifact, Piece]]] = defaultdict(list)
