@@ -160,26 +160,12 @@ def from_metrics(
     for key in (*STAGE_KINDS, OVERHEAD, OUTSIDE):
         buckets.setdefault(key, 0)
     ledger = Ledger(wall=wall, buckets=buckets, beside=beside, beyond=0, overhead_unplaced=0, charged=(), bucket_of=())
-    work: dict[str, intervals.Intervals] = {}
-    why = None
+    device = all_ns(device_s)
     if spans_s is None or at is None:
-        why = UNPLACED
-    else:
-        work = {kind: [(at + round(a * 1e9), at + round(b * 1e9)) for a, b in spans] for kind, spans in spans_s.items()}
+        return attrs.evolve(unsplit(role, step, rank, UNPLACED), ledger=ledger, device=device)
+    work = {kind: [(at + round(a * 1e9), at + round(b * 1e9)) for a, b in spans] for kind, spans in spans_s.items()}
     busy = intervals.union(span for spans in work.values() for span in spans)
-    return RankLedger(
-        role,
-        step,
-        rank,
-        (role, None),
-        ledger,
-        why,
-        busy,
-        work=work,
-        source=FROM_METRICS,
-        placed=why is None,
-        device=all_ns(device_s),
-    )
+    return RankLedger(role, step, rank, (role, None), ledger, None, busy, work=work, source=FROM_METRICS, device=device)
 
 
 def all_ns(seconds: Mapping[str, float] | None) -> dict[str, int] | None:
@@ -192,7 +178,7 @@ def all_ns(seconds: Mapping[str, float] | None) -> dict[str, int] | None:
 
 
 def unsplit(role: str, step: int | None, rank: int | None, why: str) -> RankLedger:
-    """A rank's step whose metrics have no ledger, and why (``ledger_why``)."""
+    """A rank's step from the metrics with no ledger or no place, and why (``ledger_why``)."""
     return RankLedger(role, step, rank, (role, None), None, why, [], source=FROM_METRICS, placed=False)
 
 
