@@ -89,12 +89,6 @@ class _Input:
     artifact: Artifact
     meta: dict[str, Any]
 
-    @property
-    def host(self) -> str | None:
-        """The host whose clock the trace follows."""
-        own = header_meta(self.meta)
-        return self.artifact.host or (own.host if own is not None else None)
-
 
 def merge_folder(
     folder: str | os.PathLike[str], output: str | os.PathLike[str], steps: Sequence[int] | None = None
@@ -247,7 +241,8 @@ def alignment(scans: Sequence[tuple[_Input, TraceScan]], base_ns: int, pids: dic
     rows and how far its traces' clock origins lie from the merged one."""
     hosts: dict[str, dict[str, Any]] = {}
     for item, _scan in scans:
-        host = item.host or "unknown"
+        own = header_meta(item.meta)  # the host whose clock the trace follows: its record's, else its header's
+        host = item.artifact.host or (own.host if own is not None else None) or "unknown"
         entry = hosts.setdefault(host, {"host": host, "rows": [], "traces": 0, "shift_us": []})
         if pids[item.artifact.label] not in entry["rows"]:
             entry["rows"].append(pids[item.artifact.label])
