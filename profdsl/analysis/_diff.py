@@ -130,12 +130,12 @@ def side(samples: Sequence[Sample]) -> Side:
 
 
 def _row(role: str, stage: str, a: Sequence[Sample], b: Sequence[Sample]) -> Row:
-    first, second = (side(a) if a else None), (side(b) if b else None)
-    if first is None or second is None:
-        only = second if first is None else first
-        assert only is not None
-        change = only.mean_s if first is None else -only.mean_s
-        return Row(role, stage, first, second, change, None, None, ONLY_B if first is None else ONLY_A)
+    if not a or not b:  # only in one run (compare never passes two empty)
+        only = side(a or b)
+        if b:
+            return Row(role, stage, None, only, only.mean_s, None, None, ONLY_B)
+        return Row(role, stage, only, None, -only.mean_s, None, None, ONLY_A)
+    first, second = side(a), side(b)
     change = second.mean_s - first.mean_s
     ratio = second.mean_s / first.mean_s if first.mean_s > 0 else None
     if first.sd_s is None or second.sd_s is None:

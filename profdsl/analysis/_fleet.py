@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -160,26 +160,12 @@ def from_metrics(
     for key in (*STAGE_KINDS, OVERHEAD, OUTSIDE):
         buckets.setdefault(key, 0)
     ledger = Ledger(wall=wall, buckets=buckets, beside=beside, beyond=0, overhead_unplaced=0, charged=(), bucket_of=())
-    work: dict[str, intervals.Intervals] = {}
-    why = None
+    device = all_ns(device_s)
     if spans_s is None or at is None:
-        why = UNPLACED
-    else:
-        work = {kind: [(at + round(a * 1e9), at + round(b * 1e9)) for a, b in spans] for kind, spans in spans_s.items()}
+        return attrs.evolve(unsplit(role, step, rank, UNPLACED), ledger=ledger, device=device)
+    work = {kind: [(at + round(a * 1e9), at + round(b * 1e9)) for a, b in spans] for kind, spans in spans_s.items()}
     busy = intervals.union(span for spans in work.values() for span in spans)
-    return RankLedger(
-        role,
-        step,
-        rank,
-        (role, None),
-        ledger,
-        why,
-        busy,
-        work=work,
-        source=FROM_METRICS,
-        placed=why is None,
-        device=all_ns(device_s),
-    )
+    return RankLedger(role, step, rank, (role, None), ledger, None, busy, work=work, source=FROM_METRICS, device=device)
 
 
 def all_ns(seconds: Mapping[str, float] | None) -> dict[str, int] | None:
@@ -192,7 +178,7 @@ def all_ns(seconds: Mapping[str, float] | None) -> dict[str, int] | None:
 
 
 def unsplit(role: str, step: int | None, rank: int | None, why: str) -> RankLedger:
-    """A rank's step whose metrics have no ledger, and why (``ledger_why``)."""
+    """A rank's step from the metrics with no ledger or no place, and why (``ledger_why``)."""
     return RankLedger(role, step, rank, (role, None), None, why, [], source=FROM_METRICS, placed=False)
 
 
@@ -215,8 +201,6 @@ def fleet(ranks: Sequence[RankLedger]) -> tuple[list[GroupStep], dict[int | None
         for group, members in groups.items():
             placed = [r for r in members if r.placed]
             ledgers = [r.ledger for r in members if r.ledger is not None]
-            idle = [intervals.subtract([(start, end)], r.busy) for r in placed]
-            kinds = _work_by_kind(group, groups)
             result.append(
                 GroupStep(
                     step,
@@ -225,16 +209,9 @@ def fleet(ranks: Sequence[RankLedger]) -> tuple[list[GroupStep], dict[int | None
                     len(ledgers),
                     _mean_buckets(ledgers),
                     _mean(intervals.length(r.busy) for r in placed),
-                    _mean(intervals.length(i) for i in idle),
-                    {
-                        other: _mean(intervals.length(intervals.subtract(work, r.busy)) for r in placed)
-                        for other, work in busy.items()
-                        if other != group
-                    },
-                    {
-                        kind: _mean(intervals.length(intervals.subtract(work, r.busy)) for r in placed)
-                        for kind, work in kinds.items()
-                    },
+                    _idle(placed, [(start, end)]),
+                    {other: _idle(placed, work) for other, work in busy.items() if other != group},
+                    {kind: _idle(placed, work) for kind, work in _work_by_kind(group, groups).items()},
                 )
             )
     return result, spans
@@ -251,8 +228,13 @@ def _work_by_kind(group: Group, groups: Mapping[Group, Sequence[RankLedger]]) ->
     return {kind: intervals.union(spans) for kind, spans in found.items()}
 
 
-def _mean(values: object) -> float:
-    found = list(values)  # type: ignore[call-overload]
+def _idle(placed: Sequence[RankLedger], work: intervals.Intervals) -> float:
+    """The mean ns a rank of ``placed`` sat idle while ``work`` ran (the step's span: idle at all)."""
+    return _mean(intervals.length(intervals.subtract(work, r.busy)) for r in placed)
+
+
+def _mean(values: Iterable[float]) -> float:
+    found = list(values)
     return statistics.fmean(found) if found else 0.0
 
 

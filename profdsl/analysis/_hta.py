@@ -248,7 +248,7 @@ def _plan(
     plans = []
     for rank, artifacts_of_rank in sorted(_by_rank(folder, own, errors).items()):
         inputs = sorted(((a, scans[id(a)]) for a in artifacts_of_rank), key=_time_order)
-        plans.append(_marks(model, rank, stage, tuple(inputs), [item for item in placed if item[0].rank == rank]))
+        plans.append(_marks(model, rank, stage, tuple(inputs), placed))
     return plans
 
 
@@ -294,9 +294,9 @@ def _marks(
     inputs: tuple[tuple[Artifact, TraceScan], ...],
     placed: list[tuple[Artifact, tuple[str, ...], Piece]],
 ) -> _Rank:
-    """The rank's plan: which pieces each marker spans."""
+    """The rank's plan: which of the stage's pieces (``placed``, every rank's) each marker spans."""
     base_of = {id(a): scan.base_ns for a, scan in inputs}
-    placed = [item for item in placed if id(item[0]) in base_of]
+    placed = [item for item in placed if id(item[0]) in base_of]  # this rank's inputs
     batches = [(a, path, p) for a, path, p in placed if p.index is not None and stage in path[:-1]]
     world = next((a.world_size for a, _ in inputs if a.world_size is not None), None)
     marks: dict[int, list[tuple[Artifact, Piece]]] = defaultdict(list)
@@ -310,11 +310,8 @@ def _marks(
         ((a, p) for a, path, p in placed if p.index is None and path[-1] == stage),
         key=lambda item: base_of[id(item[0])] / 1000 + item[1].ts,
     )
-    role = own[0][0].role or "unknown"
-    step = own[0][0].step
-    entries = sum(
-        n.count for n in model.nodes if (n.role, n.step, n.rank) == (role, step, rank) and n.path[-1] == stage
-    )
+    key = (own[0][0].role or "unknown", own[0][0].step, rank)
+    entries = sum(n.count for n in model.nodes if (n.role, n.step, n.rank) == key and n.path[-1] == stage)
     if entries == len(own):
         for index, item in enumerate(own):
             marks[index].append(item)
@@ -351,9 +348,8 @@ class _RankWriter:
                 return None
             markers = self._markers()
             partial = rewriter.finish(final, self._head(kept, world), after=markers, level=1)
-        iterations = tuple(int(m["name"][len(MARKER) :]) for m in markers)
         events = rewriter.body.count + len(markers)
-        return partial, RankExport(self.plan.rank, final, len(kept), events, iterations, self.plan.unit)
+        return partial, RankExport(self.plan.rank, final, len(kept), events, tuple(sorted(self.found)), self.plan.unit)
 
     def _copy(
         self, rewriter: Rewriter, artifact: Artifact, scan: TraceScan, index: int, errors: list[str]

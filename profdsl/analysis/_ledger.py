@@ -172,10 +172,7 @@ def _stages(
         group: Group = (key[0], artifact.replica if artifact.kind == "rollout" else None)
         declared = kinds.get(id(artifact), {})
         stages = found.setdefault(key, (group, []))[1]
-        for span in spans:
-            stages.append(
-                Stage(_ns(span.start_us), _ns(span.end_us), kind_of(span.stage, declared.get(span.stage)), None)
-            )
+        stages += (Stage(_ns(s.start_us), _ns(s.end_us), kind_of(s.stage, declared.get(s.stage)), None) for s in spans)
     return found
 
 

@@ -130,15 +130,14 @@ class _Acc:
         self.first = min(self.first, start_us)
 
 
-def _rooted(artifact: Artifact, scan: TraceScan) -> tuple[list[Piece], str | None]:
-    """The trace's pieces, and the label of the region over its whole span (None: none): an
-    engine's trace is generation, a trace without profdsl regions stands for its stage."""
-    pieces = list(scan.pieces)
+def _root(artifact: Artifact, scan: TraceScan) -> str | None:
+    """The label of the region over the trace's whole span (None: none): an engine's trace is
+    generation, a trace without profdsl regions stands for its stage."""
     if scan.span is None:
-        return pieces, None
+        return None
     if artifact.kind == "rollout":
-        return pieces, ENGINE_STAGE
-    return pieces, (artifact.stage or WHOLE_TRACE) if not pieces else None
+        return ENGINE_STAGE
+    return (artifact.stage or WHOLE_TRACE) if not scan.pieces else None
 
 
 class _Trees:
@@ -157,7 +156,7 @@ class _Trees:
         if artifact.parallel:
             self.parallel.setdefault(key, {}).update(artifact.parallel)
         base_us = scan.base_ns / 1000
-        pieces, root = _rooted(artifact, scan)
+        root = _root(artifact, scan)
         every: list[Span] = []
         root_path: tuple[str, ...] = ()
         if root is not None and scan.span is not None:
@@ -167,7 +166,7 @@ class _Trees:
             every.append(Span(root, base_us + start, base_us + end))
         used: dict[tuple[str, ...], int] = defaultdict(int)
         stacks: dict[str, list[tuple[float, tuple[str, ...], float]]] = defaultdict(list)
-        for piece in sorted(pieces, key=lambda p: (p.tid, p.ts, -p.dur)):
+        for piece in sorted(scan.pieces, key=lambda p: (p.tid, p.ts, -p.dur)):
             stack = stacks[piece.tid]
             while stack and stack[-1][0] <= piece.ts:
                 stack.pop()
@@ -248,13 +247,6 @@ class StageModel:
         wall = self.wall_us(role, step, rank)
         return self.step_total_us(role, step, rank) if wall is None else wall
 
-    def share(self, node: StageNode) -> float | None:
-        """``node``'s part of its role's stage time at the step on its rank (the sum of its
-        outermost stages; None when that is 0). ``summary --by`` measures against the step's
-        wall time instead (:meth:`step_time_us`)."""
-        total = self.step_total_us(node.role, node.step, node.rank)
-        return node.total_us / total if total else None
-
     def step_spreads(self) -> dict[tuple[int | None, str], StageSpread]:
         """Each role's whole step, across the ranks whose metrics log has its wall time:
         ``(step)``, its wall time as its total and the time outside any of its stages as its
@@ -329,12 +321,14 @@ class StageModel:
 
     def rows(self) -> list[dict[str, Any]]:
         """One JSON-friendly row per node (``summary --json``): the node, its share of its role's
-        step, and its stage's spread across ranks at that step."""
+        stage time at the step on its rank (the sum of its outermost stages; None when that is 0;
+        ``summary --by`` measures against the step's wall time instead, :meth:`step_time_us`),
+        and its stage's spread across ranks at that step."""
         spreads = {(s.role, s.step, s.path): s for s in self.spread()}
         result = []
         for node in self.nodes:
             spread = spreads[(node.role, node.step, node.path)]
-            share = self.share(node)
+            total = self.step_total_us(node.role, node.step, node.rank)
             result.append(
                 {
                     "role": node.role,
@@ -344,7 +338,7 @@ class StageModel:
                     "count": node.count,
                     "total_ms": _ms(node.total_us),
                     "mean_ms": _ms(node.total_us / node.count),
-                    "share": None if share is None else round(share, 6),
+                    "share": round(node.total_us / total, 6) if total else None,
                     "path": list(node.path),
                     "depth": node.depth,
                     "self_ms": _ms(node.self_us),

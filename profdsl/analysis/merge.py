@@ -85,16 +85,9 @@ class MergeReport:
 @attrs.frozen
 class _Input:
     path: str
-    label: str
     base_ns: int
     artifact: Artifact
     meta: dict[str, Any]
-
-    @property
-    def host(self) -> str | None:
-        """The host whose clock the trace follows."""
-        own = header_meta(self.meta)
-        return self.artifact.host or (own.host if own is not None else None)
 
 
 def merge_folder(
@@ -120,13 +113,13 @@ def merge_folder(
     listed = catalog(folder)
     found = listed.artifacts
     chosen = _select(found, steps)
-    inputs, errors = _read_headers(folder, chosen)
-    errors = listed.problems + errors
+    errors = list(listed.problems)
+    inputs = _read_headers(folder, chosen, errors)
     left = _left_out(found, chosen)
     if not inputs:
         return MergeReport(None, (), tuple(errors), len(found) - len(chosen), left)
-    rows, stream_errors = _write(inputs, Path(output))
-    return MergeReport(Path(output), rows, tuple(errors + stream_errors), len(found) - len(chosen), left)
+    rows = _write(inputs, Path(output), errors)
+    return MergeReport(Path(output), rows, tuple(errors), len(found) - len(chosen), left)
 
 
 #: What an artifact merge leaves out is, one and many (in the order reports name them).
@@ -166,9 +159,9 @@ def _select(found: Iterable[Artifact], steps: Sequence[int] | None) -> list[Arti
     return sorted(chosen, key=lambda a: (a.label, number(a.step), a.path or ""))
 
 
-def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) -> tuple[list[_Input], list[str]]:
+def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact], errors: list[str]) -> list[_Input]:
+    """The inputs whose header reads well; each other's reason appended to ``errors``."""
     inputs: list[_Input] = []
-    errors: list[str] = []
     for artifact in chosen:
         path = os.path.join(folder, str(artifact.path))  # as the other commands name it
         try:
@@ -176,8 +169,8 @@ def _read_headers(folder: str | os.PathLike[str], chosen: Iterable[Artifact]) ->
         except reader.TraceError as exc:
             errors.append(str(exc))
             continue
-        inputs.append(_Input(path, artifact.label, base_time_ns(meta), artifact, meta))
-    return inputs, errors
+        inputs.append(_Input(path, base_time_ns(meta), artifact, meta))
+    return inputs
 
 
 def _row_metadata(label: str, pid: int) -> list[Event]:
@@ -199,19 +192,19 @@ def _on_row(pid: int) -> Any:
     return edit
 
 
-def _write(inputs: list[_Input], output: Path) -> tuple[tuple[MergedRow, ...], list[str]]:
+def _write(inputs: list[_Input], output: Path, errors: list[str]) -> tuple[MergedRow, ...]:
     """Rewrite every input into ``output`` (:mod:`profdsl.analysis._rewrite`), scanning each for
-    the stage-time model as it passes. ``inputs`` come in label order, so the rows that keep a
-    trace get pids 1, 2, ... in label order."""
+    the stage-time model as it passes (an input that turns out malformed is left out, its reason
+    appended to ``errors``). ``inputs`` come in label order, so the rows that keep a trace get
+    pids 1, 2, ... in label order."""
     base = min(i.base_ns for i in inputs)
     pids: dict[str, int] = {}
     counts: dict[str, int] = {}
-    errors: list[str] = []
     scans: list[tuple[_Input, TraceScan]] = []
     try:
         with Rewriter(output.parent, base) as out:
             for index, item in enumerate(inputs):
-                pid = pids.get(item.label, len(pids) + 1)
+                pid = pids.get(item.artifact.label, len(pids) + 1)
                 written = out.body.count
                 try:
                     with out.whole():
@@ -221,8 +214,8 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[MergedRow, ...], l
                     errors.append(str(exc))
                     continue
                 scans.append((item, scan))
-                pids[item.label] = pid
-                counts[item.label] = counts.get(item.label, 0) + out.body.count - written
+                pids[item.artifact.label] = pid
+                counts[item.artifact.label] = counts.get(item.artifact.label, 0) + out.body.count - written
             own = TraceMeta(
                 merged_traces=len(scans),
                 alignment=alignment(scans, base, pids),
@@ -239,8 +232,8 @@ def _write(inputs: list[_Input], output: Path) -> tuple[tuple[MergedRow, ...], l
         os.replace(partial, output)
     finally:
         partial_of(output).unlink(missing_ok=True)
-    traces = Counter(item.label for item, _ in scans)
-    return tuple(MergedRow(pid, label, traces[label], counts[label]) for label, pid in pids.items()), errors
+    traces = Counter(item.artifact.label for item, _ in scans)
+    return tuple(MergedRow(pid, label, traces[label], counts[label]) for label, pid in pids.items())
 
 
 def alignment(scans: Sequence[tuple[_Input, TraceScan]], base_ns: int, pids: dict[str, int]) -> dict[str, Any]:
@@ -248,10 +241,11 @@ def alignment(scans: Sequence[tuple[_Input, TraceScan]], base_ns: int, pids: dic
     rows and how far its traces' clock origins lie from the merged one."""
     hosts: dict[str, dict[str, Any]] = {}
     for item, _scan in scans:
-        host = item.host or "unknown"
+        own = header_meta(item.meta)  # the host whose clock the trace follows: its record's, else its header's
+        host = item.artifact.host or (own.host if own is not None else None) or "unknown"
         entry = hosts.setdefault(host, {"host": host, "rows": [], "traces": 0, "shift_us": []})
-        if pids[item.label] not in entry["rows"]:
-            entry["rows"].append(pids[item.label])
+        if pids[item.artifact.label] not in entry["rows"]:
+            entry["rows"].append(pids[item.artifact.label])
         entry["traces"] += 1
         entry["shift_us"].append(shift_us(item.base_ns, base_ns))
     for entry in hosts.values():
