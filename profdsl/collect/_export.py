@@ -32,7 +32,7 @@ from profdsl.collect._relocate import direct, reserve
 from profdsl.collect._tracefile import COMPRESS_LEVEL, Census, compress_trace
 from profdsl.config._parallel import Parallel
 from profdsl.core._completeness import Expect, judge
-from profdsl.core._log import described, once
+from profdsl.core._log import described, failing_once, once
 from profdsl.core._naming import PLAIN_TRACE_EXT, TEMP_PREFIX, TRACE_EXT, TraceName
 from profdsl.core._units import ms_of
 from profdsl.errors import ConfigError
@@ -301,12 +301,9 @@ def _completeness(pending: PendingTrace, census: Census) -> dict[str, Any]:
 
 def _measured(pending: PendingTrace, json_bytes: int) -> None:
     """Tell the trace's size to whoever measures this role's traces (never raises)."""
-    if pending.measured is None:
-        return
-    try:
-        pending.measured(json_bytes)
-    except Exception as exc:
-        once("trace-size", logging.ERROR, "profdsl: recording a trace's size failed: %r", exc)
+    if pending.measured is not None:
+        with failing_once("trace-size", "profdsl: recording a trace's size failed: %r"):
+            pending.measured(json_bytes)
 
 
 def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> None:
