@@ -201,8 +201,7 @@ def write_events(pending: PendingTrace) -> PendingTrace:
         os.makedirs(pending.label.save_path, exist_ok=True)
         header = pending.write(pending.events)
     except BaseException:
-        _remove_quietly(pending.events)
-        _remove_quietly(f"{pending.events}.tmp")  # torch's own temporary, if it was cut short
+        _remove_quietly(pending.events, f"{pending.events}.tmp")  # and torch's own temporary, if cut short
         raise
     return attrs.evolve(pending, header=header if isinstance(header, Mapping) else None, write=None)
 
@@ -322,8 +321,7 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
     interrupted = not isinstance(exc, Exception)
 
     def record() -> None:
-        _remove_quietly(pending.events)
-        _remove_quietly(f"{pending.events}.tmp")  # torch's own temporary, if it was cut short
+        _remove_quietly(pending.events, f"{pending.events}.tmp")  # and torch's own temporary, if cut short
         if not label.manifest:
             return
         try:
@@ -339,6 +337,7 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
         raise exc
 
 
-def _remove_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.remove(path)
+def _remove_quietly(*paths: str) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.remove(path)
