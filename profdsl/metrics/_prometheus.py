@@ -213,8 +213,7 @@ def _serve(address: str, port: int, app: Callable[..., Iterable[bytes]]) -> tupl
 class LedgerGauges:
     """The step ledger's gauges of one endpoint: the last step's buckets per role (and rank)."""
 
-    def __init__(self, client: Any, registry: Any, extra: tuple[str, ...]) -> None:
-        gauge = functools.partial(client.Gauge, registry=registry)
+    def __init__(self, gauge: Callable[..., Any], extra: tuple[str, ...]) -> None:
         wall, beside, device = LEDGER_HELP
         self.seconds = gauge("profdsl_step_ledger_seconds", f"The last step's {wall}", ("role", "bucket", *extra))
         self.concurrent = gauge("profdsl_step_ledger_concurrent_seconds", f"The last step's {beside}", ("role", *extra))
@@ -273,7 +272,7 @@ class _Families:
         self.overflow = counter(
             "profdsl_stage_overflow", "Entries of stage paths beyond Metrics.max_stages", ("role", *extra)
         )
-        self.ledger = LedgerGauges(client, registry, extra)
+        self.ledger = LedgerGauges(gauge, extra)
         self.straggler_factor = gauge(
             "profdsl_straggler_factor",
             "A straggling rank's stage time over the other ranks' median, while its straggler episode lasts (0 after)",
