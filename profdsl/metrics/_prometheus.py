@@ -336,17 +336,14 @@ class Server:
         """``POST /profile``: read the body (bounded) and hand it over; never raises."""
         if environ.get("REQUEST_METHOD") != "POST":
             return 405, {"why": ["POST a JSON capture request to /profile"]}
-        refused = self._admit(environ)
-        if refused is not None:
-            status, why = refused
+        if (refused := self._admit(environ)) is not None:  # its status and why
             counted(
                 "POST /profile requests refused at the door",
                 logging.WARNING,
                 "profdsl: POST /profile refused (%s): %s",
-                status,
-                why,
+                *refused,
             )
-            return self.on_profile(b"", (status, why))
+            return self.on_profile(b"", refused)
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
