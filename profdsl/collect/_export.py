@@ -32,7 +32,7 @@ from profdsl.collect._relocate import direct, reserve
 from profdsl.collect._tracefile import COMPRESS_LEVEL, Census, compress_trace
 from profdsl.config._parallel import Parallel
 from profdsl.core._completeness import Expect, judge
-from profdsl.core._log import described, once
+from profdsl.core._log import described, failing_once, once
 from profdsl.core._naming import PLAIN_TRACE_EXT, TEMP_PREFIX, TRACE_EXT, TraceName
 from profdsl.core._units import ms_of
 from profdsl.errors import ConfigError
@@ -201,8 +201,7 @@ def write_events(pending: PendingTrace) -> PendingTrace:
         os.makedirs(pending.label.save_path, exist_ok=True)
         header = pending.write(pending.events)
     except BaseException:
-        _remove_quietly(pending.events)
-        _remove_quietly(f"{pending.events}.tmp")  # torch's own temporary, if it was cut short
+        _remove_quietly(pending.events, f"{pending.events}.tmp")  # and torch's own temporary, if cut short
         raise
     return attrs.evolve(pending, header=header if isinstance(header, Mapping) else None, write=None)
 
@@ -301,12 +300,9 @@ def _completeness(pending: PendingTrace, census: Census) -> dict[str, Any]:
 
 def _measured(pending: PendingTrace, json_bytes: int) -> None:
     """Tell the trace's size to whoever measures this role's traces (never raises)."""
-    if pending.measured is None:
-        return
-    try:
-        pending.measured(json_bytes)
-    except Exception as exc:
-        once("trace-size", logging.ERROR, "profdsl: recording a trace's size failed: %r", exc)
+    if pending.measured is not None:
+        with failing_once("trace-size", "profdsl: recording a trace's size failed: %r"):
+            pending.measured(json_bytes)
 
 
 def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> None:
@@ -325,8 +321,7 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
     interrupted = not isinstance(exc, Exception)
 
     def record() -> None:
-        _remove_quietly(pending.events)
-        _remove_quietly(f"{pending.events}.tmp")  # torch's own temporary, if it was cut short
+        _remove_quietly(pending.events, f"{pending.events}.tmp")  # and torch's own temporary, if cut short
         if not label.manifest:
             return
         try:
@@ -342,6 +337,7 @@ def _failed(pending: PendingTrace, exc: BaseException, commit: Commit[Any]) -> N
         raise exc
 
 
-def _remove_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.remove(path)
+def _remove_quietly(*paths: str) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.remove(path)

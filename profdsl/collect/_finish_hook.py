@@ -144,8 +144,8 @@ def hook_environment(
     """The command's environment: ``base`` plus the ``PROFDSL_*`` variables of the contract
     (``PROFDSL_STEPS``: :func:`steps_text`; ``PROFDSL_STEPS_FILE``: ``steps_file``, or empty)."""
     absolute = os.path.abspath(save_path)
-    env = dict(base)
-    env.update(
+    return dict(
+        base,
         PROFDSL_SAVE_PATH=absolute,
         PROFDSL_MANIFEST=os.path.join(absolute, MANIFEST_NAME),
         PROFDSL_TOOL=tool,
@@ -157,7 +157,6 @@ def hook_environment(
         PROFDSL_HOST=host,
         PROFDSL_PID=str(pid),
     )
-    return env
 
 
 def _stream(pipe: object, rank: int, tail: OutputTail) -> None:

@@ -11,6 +11,7 @@ full disk loses that record only; readers skip a torn last line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -104,12 +105,10 @@ def _lock(fd: int, shared: bool = False) -> None:
     read: it waits for an append in progress); released by the close. Best effort: without
     POSIX or on a filesystem without record locks, ``O_APPEND`` alone keeps single writes
     whole."""
-    try:
+    with contextlib.suppress(ImportError, OSError):
         import fcntl
 
         fcntl.lockf(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-    except (ImportError, OSError):
-        pass
 
 
 #: Why a last line that does not parse and has no newline is unreadable.

@@ -165,12 +165,7 @@ _NSYS = re.compile(r"worker_process_(?P<pid>[0-9]+)(?P<index>\.[0-9]+)?\.(?P<ext
 
 def _ours(names: Iterable[str], pid: int) -> dict[str, re.Match[str]]:
     """This process's nsys files among ``names``."""
-    ours = {}
-    for name in names:
-        match = _NSYS.fullmatch(name)
-        if match and int(match["pid"]) == pid:
-            ours[name] = match
-    return ours
+    return {name: match for name in names if (match := _NSYS.fullmatch(name)) and int(match["pid"]) == pid}
 
 
 def wait_converted(source_dir: str, pid: int, timeout_s: float) -> bool:

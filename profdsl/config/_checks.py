@@ -13,6 +13,7 @@ schedule indices, ranks and record fields all go through it; numbers that arrive
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import operator
 import re
@@ -252,10 +253,8 @@ def to_index(label: str, value: object, minimum: int = 0, maximum: int | None = 
     """
     number = value
     if not isinstance(value, bool) and "bool" not in str(getattr(value, "dtype", "")):
-        try:
+        with contextlib.suppress(TypeError):
             number = operator.index(value)  # type: ignore[arg-type]
-        except TypeError:
-            pass
     if not _int_in_range(number, minimum, maximum):
         refuse(label, f"an integer{_bound(minimum, maximum)}", value)
     return number  # type: ignore[return-value]

@@ -80,7 +80,7 @@ def open_regular(path: str | os.PathLike[str], *, limit: int | None = None, hold
         raise
 
 
-def read_within(file: BinaryIO, *, limit: int, holds: str = "such a file") -> bytes:
+def read_within(file: BinaryIO, *, limit: int, holds: str) -> bytes:
     """All of ``file`` (opened by :func:`open_regular` with the same ``limit``), reading at most
     ``limit + 1`` bytes: a file that grew past ``limit`` after it was opened is refused as one
     found too large then. What it held when opened is read at once (a regular file's size was

@@ -22,7 +22,6 @@ __all__ = ["LOOPBACK_NAMES", "TOKEN_HEADER", "admit"]
 TOKEN_HEADER = "X-Profdsl-Token"
 #: Names that always mean this machine.
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
-_JSON_TYPES = frozenset({"application/json"})
 _SITES_TAKEN = frozenset({"same-origin", "none"})
 
 
@@ -70,7 +69,7 @@ def admit(
     """
     got = {name.lower(): value for name, value in headers.items()}
     kind = got.get("content-type", "").split(";", 1)[0].strip().lower()
-    if kind not in _JSON_TYPES:
+    if kind != "application/json":
         return 415, "the body must be sent as Content-Type: application/json"
     site = got.get("sec-fetch-site")
     if site is not None and site.strip().lower() not in _SITES_TAKEN:

@@ -110,23 +110,18 @@ def internal_error(where: str, exc: BaseException) -> None:
 COUNTED_IN_FULL = 10
 
 
-def counted(kind: str, level: int, message: str, *args: object) -> bool:
+def counted(kind: str, level: int, message: str, *args: object) -> None:
     """Log the first :data:`COUNTED_IN_FULL` events of ``kind`` in full (``message``), then only
     how many there were, at the 100th, 1000th...: a flood of bad input (a line per malformed
     body or refused request) costs a few lines, and no memory per event. ``kind`` is a fixed
-    text of profdsl's (``"malformed POST /profile bodies"``), never input. True when a line was
-    logged."""
+    text of profdsl's (``"malformed POST /profile bodies"``), never input."""
     n = ONCE.count(kind)
     if n <= COUNTED_IN_FULL:
         logger.log(level, message, *args)
-        return True
-    if n == COUNTED_IN_FULL + 1:
+    elif n == COUNTED_IN_FULL + 1:
         logger.log(level, "profdsl: more %s: counted from now on, a line at each power of ten", kind)
-        return True
-    if n >= 100 and str(n).rstrip("0") == "1":
+    elif n >= 100 and str(n).rstrip("0") == "1":
         logger.log(level, "profdsl: %d %s so far (the first %d logged in full)", n, kind, COUNTED_IN_FULL)
-        return True
-    return False
 
 
 @contextlib.contextmanager

@@ -9,13 +9,12 @@ as before.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Protocol
 
 from profdsl.config import Metrics
-from profdsl.core._log import once
+from profdsl.core._log import failing_once, once
 from profdsl.metrics._prometheus import PrometheusExporter, Servers
 from profdsl.metrics._slow import StragglerAlert
 from profdsl.metrics._timings import StepTimings
@@ -85,12 +84,13 @@ def publish(timings: StepTimings, exporters: list[Exporter], on_step: OnStep | N
     failure is logged once per exporter (or callback) and error type, never raised."""
     flat = timings.flat()
     for exporter in exporters:
-        with _guarded(
+        with failing_once(
             f"metrics-export:{exporter.name}:{id(exporter)}",
             "profdsl: %s: exporting step %s to %s failed (training goes on): %r",
             timings.role,
             timings.step,
             exporter.name,
+            by_kind=True,
         ):
             exporter.export(timings)
     call_on_step(on_step, timings.step, flat, timings.role)
@@ -103,10 +103,11 @@ def export_alert(exporters: list[Exporter], alert: StragglerAlert) -> None:
     for exporter in exporters:
         show = getattr(exporter, "alert", None)
         if show is not None:
-            with _guarded(
+            with failing_once(
                 f"metrics-alert:{exporter.name}:{id(exporter)}",
                 "profdsl: exporting a straggler alert to %s failed (training goes on): %r",
                 exporter.name,
+                by_kind=True,
             ):
                 show(alert)
 
@@ -115,20 +116,11 @@ def call_on_step(on_step: OnStep | None, step: int, flat: dict[str, float], who:
     """Call ``on_step(step, a copy of flat)``; a failure is logged once per callback and error
     type, never raised."""
     if on_step is not None:
-        with _guarded(
+        with failing_once(
             f"metrics-on-step:{id(on_step)}",
             "profdsl: %s: the on_step callback failed at step %s (training goes on): %r",
             who,
             step,
+            by_kind=True,
         ):
             on_step(step, dict(flat))
-
-
-@contextlib.contextmanager
-def _guarded(key: str, message: str, *args: object) -> Iterator[None]:
-    """Log an ``Exception`` of the block at ERROR, once per ``key`` and error type (``message``'s
-    last argument: the error), and go on."""
-    try:
-        yield
-    except Exception as exc:
-        once(f"{key}:{type(exc).__name__}", logging.ERROR, message, *args, exc)

@@ -213,8 +213,7 @@ def _serve(address: str, port: int, app: Callable[..., Iterable[bytes]]) -> tupl
 class LedgerGauges:
     """The step ledger's gauges of one endpoint: the last step's buckets per role (and rank)."""
 
-    def __init__(self, client: Any, registry: Any, extra: tuple[str, ...]) -> None:
-        gauge = functools.partial(client.Gauge, registry=registry)
+    def __init__(self, gauge: Callable[..., Any], extra: tuple[str, ...]) -> None:
         wall, beside, device = LEDGER_HELP
         self.seconds = gauge("profdsl_step_ledger_seconds", f"The last step's {wall}", ("role", "bucket", *extra))
         self.concurrent = gauge("profdsl_step_ledger_concurrent_seconds", f"The last step's {beside}", ("role", *extra))
@@ -273,7 +272,7 @@ class _Families:
         self.overflow = counter(
             "profdsl_stage_overflow", "Entries of stage paths beyond Metrics.max_stages", ("role", *extra)
         )
-        self.ledger = LedgerGauges(client, registry, extra)
+        self.ledger = LedgerGauges(gauge, extra)
         self.straggler_factor = gauge(
             "profdsl_straggler_factor",
             "A straggling rank's stage time over the other ranks' median, while its straggler episode lasts (0 after)",
@@ -337,17 +336,14 @@ class Server:
         """``POST /profile``: read the body (bounded) and hand it over; never raises."""
         if environ.get("REQUEST_METHOD") != "POST":
             return 405, {"why": ["POST a JSON capture request to /profile"]}
-        refused = self._admit(environ)
-        if refused is not None:
-            status, why = refused
+        if (refused := self._admit(environ)) is not None:  # its status and why
             counted(
                 "POST /profile requests refused at the door",
                 logging.WARNING,
                 "profdsl: POST /profile refused (%s): %s",
-                status,
-                why,
+                *refused,
             )
-            return self.on_profile(b"", (status, why))
+            return self.on_profile(b"", refused)
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
