@@ -346,14 +346,12 @@ def _call(
 
     refs = [getattr(w, method).remote(*args, **kwargs) for w in workers]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-    answers: list[Any] = []
+    answers: list[Any] = [None] * len(refs)
     for index, ref in enumerate(refs):
-        answers.append(None)
-        if ref not in ready:
-            error = f"no answer within {timeout:g}s"
-        else:
+        error = f"no answer within {timeout:g}s"
+        if ref in ready:
             try:
-                answers[-1] = ray.get(ref)
+                answers[index] = ray.get(ref)
                 continue
             except Exception as exc:
                 error = described(exc)
@@ -471,11 +469,8 @@ class RayStepProfiler:
         self._traced = planned
         started: list[Any] = []
         if driven:  # the workers get the step as a plain int
-            extra: dict[str, Any] = {}
-            if passed:
-                extra.update(requests=passed)
-            if alerts := self._watch.pass_on():
-                extra.update(alerts=alerts)
+            # only what there is: a worker's own start_profile may take neither
+            extra = {key: value for key, value in (("requests", passed), ("alerts", self._watch.pass_on())) if value}
             started = _call(self.workers, self.errors, "start_profile", number, timeout=self.call_timeout_s, **extra)
             # a requested step is traced where a worker took the request: one every worker
             # refused (too many steps, a rank or role no worker has) leaves the times untouched
