@@ -309,15 +309,12 @@ def _config(role: _Role, g: _Global, name: str) -> ProfilerConfig:
     save_path = role.get("save_path")
     if save_path is None and enable:
         raise ConfigError(f"verl {where}.save_path is null: set global_profiler.save_path")
-    fields: dict[str, Any] = {}
-    if save_path is not None:
-        fields["save_path"] = save_path
+    fields = {} if save_path is None else {"save_path": save_path}
     contents = role.torch.get("contents")
-    cmd_where = f"{where}.finish_hook_cmd"
     hook = _convert(
         f"{where}.finish_hook_*",
         lambda: FinishHook(
-            cmd=_hook_cmd(cmd_where, role.get("finish_hook_cmd")),
+            cmd=_hook_cmd(f"{where}.finish_hook_cmd", role.get("finish_hook_cmd")),
             all_ranks=_bool(f"{where}.finish_hook_all_ranks", role.get("finish_hook_all_ranks")),
             ranks=role.get("finish_hook_ranks", []),
         ),
