@@ -312,7 +312,6 @@ class _RankWatch:
         if self._slow is not None:
             found = self._slow.observe(step, times, traced=traced)
             if found is not None:
-                roles = sorted({t.role for t in summary.timings if t.role != "driver"})
                 logger.warning(
                     "profdsl: slow rank: %s; tracing step %s on ranks %s (automatic capture %s of %s)",
                     found.reason(),
@@ -326,7 +325,7 @@ class _RankWatch:
                         id=f"auto-ranks-s{step + 1}",
                         steps=1,
                         ranks=found.ranks(),
-                        roles=tuple(roles) or None,
+                        roles=tuple(sorted({t.role for t in summary.timings if t.role != "driver"})) or None,
                         at_step=step + 1,
                         reason=found.reason(),
                         source="auto",

@@ -359,12 +359,11 @@ def profiler_configs(cfg: Any) -> dict[str, ProfilerConfig]:
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"a verl trainer config must be a mapping, got {cfg!r}")
     g = _global(cfg)
-    actor = _role(_at(cfg, ROLE_PATHS["actor"]), g, ".".join(ROLE_PATHS["actor"]), None)
-    found = {}
-    for name, path in ROLE_PATHS.items():
-        role = (
-            actor if name == "actor" else _role(_at(cfg, path), g, ".".join(path), actor if name == "rollout" else None)
-        )
+    found: dict[str, ProfilerConfig] = {}
+    actor: _Role | None = None
+    for name, path in ROLE_PATHS.items():  # the actor's block first: the rollout's inherits from it
+        role = _role(_at(cfg, path), g, ".".join(path), actor if name == "rollout" else None)
+        actor = role if name == "actor" else actor
         found[name] = _config(role, g, name)
     return found
 
