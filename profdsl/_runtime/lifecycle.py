@@ -110,11 +110,11 @@ Ended = tuple["StepTimings | None", bool]
 class Boundary(NamedTuple):
     """A step boundary of the table: ``cross`` (with signals held; returns what to wait for on
     the writer, and what it ended), whether it is the last one (``closing``: every hook still
-    owed is waited for), and ``after`` (once the wait is over)."""
+    owed is waited for), and ``after`` (once the wait is over; None: nothing)."""
 
     cross: Callable[[Lifecycle, int | None], tuple[Outstanding | None, Ended | None]]
     closing: bool
-    after: Callable[[Lifecycle, Ended | None], StepTimings | None]
+    after: Callable[[Lifecycle, Ended | None], StepTimings | None] | None
 
 
 class Lifecycle:
@@ -161,7 +161,8 @@ class Lifecycle:
                         outstanding, what = action.cross(self, number)
                     if outstanding is not None:  # bounded: docs/architecture.md, "What a caller waits for"
                         outstanding.wait(self.process, closing=action.closing)
-                    ended = action.after(self, what)
+                    if action.after is not None:
+                        ended = action.after(self, what)
                 else:
                     action(self, asked, number)
         return ended
@@ -251,9 +252,6 @@ class Lifecycle:
                 folder,
                 key=f"closed-into:{folder}",
             )
-
-    def _nothing(self, ended: Ended | None) -> None:
-        return None
 
 
 #: How long a call waits for another thread's call on the same profiler before going on anyway
@@ -349,7 +347,7 @@ def _leave_unnumbered(lifecycle: Lifecycle, asked: SupportsIndex | None, number:
     lifecycle.where = attrs.evolve(lifecycle.where, open=False)
 
 
-_BEGIN = Boundary(Lifecycle._begin, False, Lifecycle._nothing)
+_BEGIN = Boundary(Lifecycle._begin, False, None)
 _END = Boundary(Lifecycle._end, False, Lifecycle._ended)
 _FINISH = Boundary(Lifecycle._finish, True, Lifecycle._closed)
 
