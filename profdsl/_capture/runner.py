@@ -28,9 +28,9 @@ class SessionThread:
     A daemon, so that a profiler call that never returns cannot keep the interpreter from exiting.
     """
 
-    def __init__(self, name: str = "profdsl-session") -> None:
+    def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="profdsl-session", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:

@@ -3,7 +3,7 @@ and one table of what each call does from there (torch.profiler's ``action_map``
 
 Every call (``start(n)``, ``start(S)`` while step S is open, ``stop()``, ``close()``) looks up
 its row in :data:`TABLE` by the profiler's :class:`Phase` and runs the row's actions in order
-(:meth:`Lifecycle.run`). An action is either a plain one (a log line for misuse, handing back a
+(:meth:`Lifecycle.call`). An action is either a plain one (a log line for misuse, handing back a
 session left to this thread) or a step boundary (begin a step, end it, finish), and every
 boundary is crossed the same way: its bookkeeping and the step events it makes
 (:class:`~profdsl._runtime.step_events.StepEvents`) run with the main thread's signals held (a
@@ -110,11 +110,11 @@ Ended = tuple["StepTimings | None", bool]
 class Boundary(NamedTuple):
     """A step boundary of the table: ``cross`` (with signals held; returns what to wait for on
     the writer, and what it ended), whether it is the last one (``closing``: every hook still
-    owed is waited for), and ``after`` (once the wait is over)."""
+    owed is waited for), and ``after`` (once the wait is over; None: nothing)."""
 
     cross: Callable[[Lifecycle, int | None], tuple[Outstanding | None, Ended | None]]
     closing: bool
-    after: Callable[[Lifecycle, Ended | None], StepTimings | None]
+    after: Callable[[Lifecycle, Ended | None], StepTimings | None] | None
 
 
 class Lifecycle:
@@ -145,30 +145,26 @@ class Lifecycle:
 
     def call(self, call: Call, asked: SupportsIndex | None = None) -> StepTimings | None:
         """The loop's ``call`` (``asked``: ``start``'s argument), in its turn (nothing in a forked
-        child): ``start(S)`` while step S is open is its own column; the timings of a step it
-        ended, if any."""
+        child), carried out from where the profiler is: ``start(S)`` while step S is open is its
+        own column; the timings of a step it ended, if any."""
         if self.turns.inherited:
             return None
+        ended: StepTimings | None = None
         with self.turns.turn(self.plan):
-            number = None
+            number = None  # start's argument as a step number
             if call is Call.START and self.where.phase is not Phase.CLOSED:
                 number = _step_number(self, asked)
                 call = Call.START_OPEN if number is not None and number == self.where.step else call
-            return self.run(call, asked, number)
-
-    def run(self, call: Call, asked: SupportsIndex | None = None, number: int | None = None) -> StepTimings | None:
-        """Carry out ``call`` from where the profiler is (``asked``: ``start``'s argument,
-        ``number``: it as a step number, or None); the timings of a step it ended, if any."""
-        ended: StepTimings | None = None
-        for action in TABLE[(self.where.phase, call)]:
-            if isinstance(action, Boundary):
-                with self.process.signals.deferred():  # a signal meanwhile: delivered once it is crossed
-                    outstanding, what = action.cross(self, number)
-                if outstanding is not None:  # bounded: docs/architecture.md, "What a caller waits for"
-                    outstanding.wait(self.process, closing=action.closing)
-                ended = action.after(self, what)
-            else:
-                action(self, asked, number)
+            for action in TABLE[(self.where.phase, call)]:
+                if isinstance(action, Boundary):
+                    with self.process.signals.deferred():  # a signal meanwhile: delivered once it is crossed
+                        outstanding, what = action.cross(self, number)
+                    if outstanding is not None:  # bounded: docs/architecture.md, "What a caller waits for"
+                        outstanding.wait(self.process, closing=action.closing)
+                    if action.after is not None:
+                        ended = action.after(self, what)
+                else:
+                    action(self, asked, number)
         return ended
 
     def _begin(self, number: int | None) -> tuple[Outstanding | None, Ended | None]:
@@ -212,12 +208,10 @@ class Lifecycle:
         """The step open ends: its capture (a run of continuous steps keeps its capture between
         steps), its timings."""
         step, traced = self.where.step, self.where.capturing
-        self.where = Where(self.where.state)
+        self.where = Where(State.IDLE if self.where.state is State.IDLE else State.STOPPED)
         self._unregister()
         timings = self.meter.end()
         self.capture.end()
-        if self.where.state is not State.IDLE:
-            self.where = Where(State.STOPPED)
         return self.steps.end(step), (timings, traced)
 
     def _ended(self, ended: Ended | None) -> StepTimings | None:
@@ -258,10 +252,6 @@ class Lifecycle:
                 folder,
                 key=f"closed-into:{folder}",
             )
-        return None
-
-    def _nothing(self, ended: Ended | None) -> None:
-        return None
 
 
 #: How long a call waits for another thread's call on the same profiler before going on anyway
@@ -357,7 +347,7 @@ def _leave_unnumbered(lifecycle: Lifecycle, asked: SupportsIndex | None, number:
     lifecycle.where = attrs.evolve(lifecycle.where, open=False)
 
 
-_BEGIN = Boundary(Lifecycle._begin, False, Lifecycle._nothing)
+_BEGIN = Boundary(Lifecycle._begin, False, None)
 _END = Boundary(Lifecycle._end, False, Lifecycle._ended)
 _FINISH = Boundary(Lifecycle._finish, True, Lifecycle._closed)
 

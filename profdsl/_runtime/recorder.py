@@ -107,7 +107,7 @@ class Recorder:
         discrete: bool,
         schedule: Schedule | None,
         claim: Claim | None,
-        on_unseen: Callable[[], bool] = lambda: False,
+        on_unseen: Callable[[], bool],
     ) -> None:
         self.role, self.step = label.role, label.step
         self._annotator, self._slot, self._discrete = annotator, slot, discrete
@@ -126,7 +126,7 @@ class Recorder:
     ) -> Handle:
         """Open stage ``name`` (of ``kind``, when it declares one): a region and, for a discrete
         outermost stage, its own capture."""
-        owner = None if context is None else _owner(context)
+        owner = _owner(context)
         if owner is not None and owner.opaque:  # inside a stage refused its capture: nothing
             return opaque()
         if self._discrete and owner is None:
@@ -140,7 +140,7 @@ class Recorder:
         discrete mode outside every stage, or inside a stage refused its capture, nothing
         (``rollout_window``: generation shows in the trainer's trace where it ran; its engines
         record themselves)."""
-        owner = None if context is None else _owner(context)
+        owner = _owner(context)
         if (self._discrete and owner is None) or (owner is not None and owner.opaque):
             return None
         self._report.seen(name, kind)

@@ -70,7 +70,7 @@ class Outstanding:
         try:
             if closing:
                 for job in rounds.unfinished():
-                    if due is None or job is not due:
+                    if job is not due:
                         job.wait()
             if not closing and not hook:  # the last profiled step, no hook to wait for
                 if until is not None and not writer.wait_settled(until, timeout=writer.budget(until)):

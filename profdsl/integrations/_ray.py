@@ -312,7 +312,6 @@ class _RankWatch:
         if self._slow is not None:
             found = self._slow.observe(step, times, traced=traced)
             if found is not None:
-                roles = sorted({t.role for t in summary.timings if t.role != "driver"})
                 logger.warning(
                     "profdsl: slow rank: %s; tracing step %s on ranks %s (automatic capture %s of %s)",
                     found.reason(),
@@ -326,7 +325,7 @@ class _RankWatch:
                         id=f"auto-ranks-s{step + 1}",
                         steps=1,
                         ranks=found.ranks(),
-                        roles=tuple(roles) or None,
+                        roles=tuple(sorted({t.role for t in summary.timings if t.role != "driver"})) or None,
                         at_step=step + 1,
                         reason=found.reason(),
                         source="auto",
@@ -346,14 +345,12 @@ def _call(
 
     refs = [getattr(w, method).remote(*args, **kwargs) for w in workers]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-    answers: list[Any] = []
+    answers: list[Any] = [None] * len(refs)
     for index, ref in enumerate(refs):
-        answers.append(None)
-        if ref not in ready:
-            error = f"no answer within {timeout:g}s"
-        else:
+        error = f"no answer within {timeout:g}s"
+        if ref in ready:
             try:
-                answers[-1] = ray.get(ref)
+                answers[index] = ray.get(ref)
                 continue
             except Exception as exc:
                 error = described(exc)
@@ -430,7 +427,6 @@ class RayStepProfiler:
         self._requests = _Requests()
         self._follow = _FollowUps(config.save_path, min(config.torch.export_timeout_s, FOLLOW_UP_WAIT_S))
         self._watch = _RankWatch(config)
-        self._traced = False  # whether the step going on is traced somewhere (skewed times)
         PROCESS.inbox.listen(self._requests.hear)
 
     def request(
@@ -468,28 +464,24 @@ class RayStepProfiler:
         stepping = self.clock.step_context
         planned = number is not None and stepping is not None and stepping.profiled
         driven = number is not None and (planned or number in self._requests.requested or self.config.metrics.enabled)
-        self._traced = planned
         started: list[Any] = []
         if driven:  # the workers get the step as a plain int
-            extra: dict[str, Any] = {}
-            if passed:
-                extra.update(requests=passed)
-            if alerts := self._watch.pass_on():
-                extra.update(alerts=alerts)
+            # only what there is: a worker's own start_profile may take neither
+            extra = {key: value for key, value in (("requests", passed), ("alerts", self._watch.pass_on())) if value}
             started = _call(self.workers, self.errors, "start_profile", number, timeout=self.call_timeout_s, **extra)
-            # a requested step is traced where a worker took the request: one every worker
-            # refused (too many steps, a rank or role no worker has) leaves the times untouched
-            self._traced = planned or any(answer is True for answer in started)
         elif passed:
             self._requests.heard[:0] = passed  # not driven (no step number): the next step passes them on
-        captured = self._traced and not planned  # a capture asked for: an alert's, or a person's
+        # a requested step is traced where a worker took the request: one every worker
+        # refused (too many steps, a rank or role no worker has) leaves the times untouched
+        traced = planned or any(answer is True for answer in started)  # somewhere: skewed times
+        captured = traced and not planned  # a capture asked for: an alert's, or a person's
         try:
             yield self
         finally:
             answers = _call(self.workers, self.errors, "stop_profile", timeout=self._stop_timeout()) if driven else []
             own = self.clock.stop()
             if own is not None and number is not None:
-                self.metrics = self._watch.summary(number, own, answers, traced=self._traced)
+                self.metrics = self._watch.summary(number, own, answers, traced=traced)
                 call_on_step(self._on_step, number, self.metrics.flat(), "RayStepProfiler")
             if captured and number is not None:
                 self._follow.start(number, _ranks(started, answers), asked=number in self._requests.asked)

@@ -14,7 +14,6 @@ records and pauses collection for the rest of a window whose estimate passes
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import attrs
 
@@ -75,7 +74,7 @@ class Session:
                 self.capture = self.backend.open(
                     rank=self.label.rank,
                     schedule=self.schedule,
-                    describe=self.describe,
+                    describe=lambda window: self.traces.describe(self.label, self.roles, window),  # its label then
                     sink=self.traces.sink,
                     runner=runner,
                     every_thread=every_thread,
@@ -159,10 +158,6 @@ class Session:
                 self.traces.hand_over(self.label, self.cut_short)
 
     # -- what the capture asks --------------------------------------------------------------
-    def describe(self, window: tuple[int, int] | None) -> dict[str, Any]:
-        """The trace's ``profdsl`` metadata."""
-        return self.traces.describe(self.label, self.roles, window)
-
     def lost(self, reason: str) -> None:
         """The session cannot be ended here: record that its trace is lost, and why; what its
         owner still ends later is not written."""

@@ -309,15 +309,12 @@ def _config(role: _Role, g: _Global, name: str) -> ProfilerConfig:
     save_path = role.get("save_path")
     if save_path is None and enable:
         raise ConfigError(f"verl {where}.save_path is null: set global_profiler.save_path")
-    fields: dict[str, Any] = {}
-    if save_path is not None:
-        fields["save_path"] = save_path
+    fields = {} if save_path is None else {"save_path": save_path}
     contents = role.torch.get("contents")
-    cmd_where = f"{where}.finish_hook_cmd"
     hook = _convert(
         f"{where}.finish_hook_*",
         lambda: FinishHook(
-            cmd=_hook_cmd(cmd_where, role.get("finish_hook_cmd")),
+            cmd=_hook_cmd(f"{where}.finish_hook_cmd", role.get("finish_hook_cmd")),
             all_ranks=_bool(f"{where}.finish_hook_all_ranks", role.get("finish_hook_all_ranks")),
             ranks=role.get("finish_hook_ranks", []),
         ),
@@ -362,12 +359,11 @@ def profiler_configs(cfg: Any) -> dict[str, ProfilerConfig]:
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"a verl trainer config must be a mapping, got {cfg!r}")
     g = _global(cfg)
-    actor = _role(_at(cfg, ROLE_PATHS["actor"]), g, ".".join(ROLE_PATHS["actor"]), None)
-    found = {}
-    for name, path in ROLE_PATHS.items():
-        role = (
-            actor if name == "actor" else _role(_at(cfg, path), g, ".".join(path), actor if name == "rollout" else None)
-        )
+    found: dict[str, ProfilerConfig] = {}
+    actor: _Role | None = None
+    for name, path in ROLE_PATHS.items():  # the actor's block first: the rollout's inherits from it
+        role = _role(_at(cfg, path), g, ".".join(path), actor if name == "rollout" else None)
+        actor = role if name == "actor" else actor
         found[name] = _config(role, g, name)
     return found
 
