@@ -188,15 +188,13 @@ class ProfilerConfig(_Mappable):
         """A config that profiles only what both configs profile (see ``docs/configuration.md``)."""
         a, b = self, other
         _same_tool(a, b)
-        if a.select is not None or b.select is not None:
-            return attrs.evolve(
-                _intersect_lists(
-                    attrs.evolve(a, select=None, ranks=(), all_ranks=True),
-                    attrs.evolve(b, select=None, ranks=(), all_ranks=True),
-                ),
-                **_select_intersect(a, b),
-            )
-        return _intersect_lists(a, b)
+        if a.select is None and b.select is None:
+            return _intersect_lists(a, b)
+        # Either chooses ranks by a selector: the ranks both select, as one (``and`` is exact).
+        every: dict[str, Any] = {"select": None, "ranks": (), "all_ranks": True}
+        terms = [*_rank_terms(a), *_rank_terms(b)]
+        merged = _intersect_lists(attrs.evolve(a, **every), attrs.evolve(b, **every))
+        return attrs.evolve(merged, select=" and ".join(terms) if terms else None, all_ranks=not terms)
 
 
 def _is_yaml(path: Path, text: str) -> bool:
@@ -240,12 +238,6 @@ def _rank_terms(c: ProfilerConfig) -> list[str]:
     if c.all_ranks:
         return []
     return [f"rank in {{{', '.join(map(str, c.ranks or (0,)))}}}"]
-
-
-def _select_intersect(a: ProfilerConfig, b: ProfilerConfig) -> dict[str, Any]:
-    """The ranks both select, as a selector, when either chooses ranks by one (``and`` is exact)."""
-    terms = [*_rank_terms(a), *_rank_terms(b)]
-    return {"select": " and ".join(terms) if terms else None, "ranks": (), "all_ranks": not terms}
 
 
 def _select_union(a: ProfilerConfig, b: ProfilerConfig) -> None:
@@ -298,17 +290,13 @@ def _joined(a: ProfilerConfig, b: ProfilerConfig, union: bool) -> dict[str, Any]
 
 def _intersect_lists(a: ProfilerConfig, b: ProfilerConfig) -> ProfilerConfig:
     """:meth:`ProfilerConfig.intersect` of two configs that choose ranks by list (or all)."""
-    if a.all_ranks or b.all_ranks:  # every rank ∩ a selection = that selection
-        all_ranks = a.all_ranks and b.all_ranks
-        if all_ranks:
-            ranks = _ranks(a.ranks, b.ranks, frozenset.intersection)
-        else:
-            ranks = b.ranks if a.all_ranks else a.ranks
-        disjoint = False
+    if a.all_ranks != b.all_ranks:  # every rank ∩ a selection = that selection
+        ranks = b.ranks if a.all_ranks else a.ranks
     else:
-        all_ranks = False
         ranks = _ranks(a.ranks, b.ranks, frozenset.intersection)
-        # Disjoint rank lists cannot be written as a rank list (empty means rank 0): disable.
-        disjoint = not ranks and bool(a.ranks or b.ranks)
+    # Disjoint rank lists cannot be written as a rank list (empty means rank 0): disable.
+    disjoint = not (a.all_ranks or b.all_ranks) and not ranks and bool(a.ranks or b.ranks)
     enable = a.enable and b.enable and not disjoint
-    return attrs.evolve(a, enable=enable, ranks=ranks, all_ranks=all_ranks, **_joined(a, b, union=False))
+    return attrs.evolve(
+        a, enable=enable, ranks=ranks, all_ranks=a.all_ranks and b.all_ranks, **_joined(a, b, union=False)
+    )

@@ -128,18 +128,14 @@ class _Token:
     column: int  # 0-based
 
 
-def _tokens(text: str) -> list[_Token]:
-    """The tokens of ``text``, then its end (every character but a space is a token: none is skipped)."""
-    found = [
-        _Token(kind, match[kind], match.start(kind)) for match in _TOKEN.finditer(text) if (kind := match.lastgroup)
-    ]
-    return [*found, _Token("end", "", len(text))]
-
-
 class _Parser:
     def __init__(self, text: str, where: str) -> None:
         self.text, self.where = text, where
-        self.tokens = _tokens(text)
+        # The tokens of text, then its end (every character but a space is a token: none is skipped).
+        found = [
+            _Token(kind, match[kind], match.start(kind)) for match in _TOKEN.finditer(text) if (kind := match.lastgroup)
+        ]
+        self.tokens = [*found, _Token("end", "", len(text))]
         self.at = 0
 
     @property
@@ -154,12 +150,10 @@ class _Parser:
             f"{self.where}: {problem}, got {shown} at column {token.column + 1}\n  {self.text}\n  {caret}"
         )
 
-    def take(self, text: str, problem: str) -> _Token:
-        token = self.token
-        if token.text != text or token.kind == "end":
+    def take(self, text: str, problem: str) -> None:
+        if self.token.text != text or self.token.kind == "end":
             self.fail(problem)
         self.at += 1
-        return token
 
     def integer(self, minimum: int, maximum: int) -> int:
         token = self.token

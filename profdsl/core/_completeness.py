@@ -1,18 +1,6 @@
 """Whether a written trace holds what its capture was asked for: the rules that name a lost or a
-cut window (pure).
-
-A trace file can exist and still hold less than its config asked for. Its record then says so:
-
-- ``incomplete``, when torch stopped the device collection early (its schedule's
-  ``DEVICE_STOPPED`` state: a CUPTI buffer overflow fires the trace-ready callback with an
-  empty or partial trace), when the trace holds no event at all (kineto's own span aside)
-  though profdsl opened regions in its window while it recorded, or when it holds profdsl's
-  regions but none of the device activity asked for on a machine where that device is present;
-- ``truncated``, when profdsl ended the window early itself (the trace-size budget,
-  ``TorchOptions.max_trace_mb``): the trace holds the mini-batches before the cut, whole.
-
-A machine without the device asked for (CUDA on a CPU host) records CPU activity only: that is
-said once at INFO by the capture and the trace stays ``ok``.
+cut window (pure), ``incomplete`` and ``truncated``, as docs/configuration.md ("Lost windows")
+tabulates them.
 
 Examples:
     >>> judge(Expect(device="cuda"), Seen(events=True, regions=True, device=False, json_bytes=10))[0]

@@ -71,12 +71,8 @@ def recorded_windows(schedule: Schedule, n: int) -> list[tuple[int, int]]:
         []
     """
     n = require_int("number of mini-batches", n)
-    windows: list[tuple[int, int]] = []
-    first = first_recorded(schedule)
-    while first < n and (not schedule.repeat or len(windows) < schedule.repeat):
-        windows.append((first, min(first + schedule.active, n) - 1))
-        first += schedule.cycle_len
-    return windows
+    firsts = range(first_recorded(schedule), n, schedule.cycle_len)[: schedule.repeat or None]
+    return [(first, min(first + schedule.active, n) - 1) for first in firsts]
 
 
 def first_recorded(schedule: Schedule) -> int:

@@ -1,13 +1,7 @@
 """How big a trace will be: its bytes of plain JSON (what a viewer loads) per mini-batch, or per
 trace when a trace records no mini-batch, measured on earlier traces, and the estimate of a trace
-to come (``TorchOptions.max_trace_mb``, ``profdsl plan``).
-
-Nothing is known before a first trace: the size of a trace follows the ops the code runs (and
-``stack``, ``shapes`` and ``memory`` multiply it), which no config says. After one, a trace of the
-same role and stage is estimated as its measured bytes per mini-batch times the mini-batches it
-records (a continuous step's or a stage's), or as the last trace's size when it recorded none.
-A trace's fixed part (kineto's metadata, the regions outside mini-batches) is counted into its
-mini-batches, so the estimate errs high for traces of more mini-batches than the one measured.
+to come (``TorchOptions.max_trace_mb``, ``profdsl plan``): the rule, and why it errs high, as
+docs/configuration.md ("Trace size") says.
 
 Examples:
     >>> book = SizeBook()
