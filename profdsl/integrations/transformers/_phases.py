@@ -1,12 +1,6 @@
-"""Which part of a Hugging Face or TRL training loop is which profdsl phase: pure arithmetic.
-
-A TRL on-policy trainer (``GRPOTrainer``, ``RLOOTrainer``) counts its micro-batches in
-``trainer._step`` and generates when that count is a multiple of
-``steps_per_generation * num_iterations`` (one *generation round*); each round then runs
-``steps_per_generation * num_iterations / gradient_accumulation_steps`` optimizer steps. A
-profdsl step is one round, numbered from 1, and a mini-batch window is one optimizer step of it.
-A plain ``Trainer``'s profdsl step is one optimizer step, and its mini-batch windows are the
-gradient-accumulation micro-batches. Nothing here imports torch, transformers or TRL.
+"""Which part of a Hugging Face or TRL training loop is which profdsl phase: pure arithmetic over
+what docs/transformers.md's "What a step and a mini-batch are" says (TRL counts its micro-batches
+in ``trainer._step``). Nothing here imports torch, transformers or TRL.
 """
 
 from __future__ import annotations
