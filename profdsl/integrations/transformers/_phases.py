@@ -88,7 +88,7 @@ class RoundShape:
 
     def ends_round(self, done: int) -> bool:
         """Whether the optimizer step that ended with ``done`` micro-batches ends its round."""
-        return done > 0 and done % self.generate_every == 0
+        return done > 0 and self.generates(done)
 
     def round_of(self, done: int) -> int:
         """The round (from 1) that the micro-batch after ``done`` micro-batches belongs to."""
