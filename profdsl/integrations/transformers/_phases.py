@@ -114,6 +114,4 @@ class LogProbPasses:
         """The stage of the next pass (a pass on the reference model is always the reference's)."""
         first = self.seen == 0
         self.seen += 1
-        if is_ref_model:
-            return REF_LOG_PROB
-        return OLD_LOG_PROB if first and self.old else REF_LOG_PROB
+        return OLD_LOG_PROB if first and self.old and not is_ref_model else REF_LOG_PROB
