@@ -63,20 +63,18 @@ def likely_sizes(config: ProfilerConfig, found: Preview) -> list[Likely]:
         per_trace = schedule.active
     else:
         per_trace = sum(last - first + 1 for first, last in found.windows)
-    out = []
-    for role, book in sorted(books.items()):
-        for stage, sample in sorted(book.samples().items(), key=lambda item: item[0] or ""):
-            out.append(
-                Likely(
-                    role=role,
-                    stage=stage,
-                    json_bytes=book.estimate(stage, per_trace) or sample.json_bytes,
-                    mini_batches=per_trace if sample.mini_batches else None,
-                    measured_bytes=sample.json_bytes,
-                    measured_mini_batches=sample.mini_batches,
-                )
-            )
-    return out
+    return [
+        Likely(
+            role=role,
+            stage=stage,
+            json_bytes=book.estimate(stage, per_trace) or sample.json_bytes,
+            mini_batches=per_trace if sample.mini_batches else None,
+            measured_bytes=sample.json_bytes,
+            measured_mini_batches=sample.mini_batches,
+        )
+        for role, book in sorted(books.items())
+        for stage, sample in sorted(book.samples().items(), key=lambda item: item[0] or "")
+    ]
 
 
 def size_lines(config: ProfilerConfig, sizes: list[Likely]) -> list[str]:

@@ -64,10 +64,8 @@ def artifacts_table(records: list[Record]) -> list[str]:
     lines = []
     for r in records:
         window = f" mb{r.window[0]}-{r.window[1]}" if r.window else ""
+        what = f"{r.role}: {r.status}" if isinstance(r, HookRecord) else (r.stage or "") + window
         where = r.where or ""
-        what = (r.stage or "") + window
-        if isinstance(r, HookRecord):
-            what = f"{r.role}: {r.status}"
         step = "-" if r.step is None else r.step
         rank = "-" if r.rank is None else r.rank
         lines.append(f"{r.kind:<8} step {step:<3} rank {rank:<3} {what:<26} {where}")

@@ -56,7 +56,7 @@ class Trainer(ProfiledWorker):
         rank: int,
         world_size: int,
         mini_batches: int,
-        slow: Mapping[int, float] | None = None,
+        slow: Mapping[int, float],
     ) -> None:
         import torch
 
@@ -67,7 +67,7 @@ class Trainer(ProfiledWorker):
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-3)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1e-3)
         self.mini_batches = mini_batches
-        self.slow = dict(slow or {})
+        self.slow = dict(slow)
         self._pause = 0.0
         self._longest_update = 0.0
 
@@ -114,10 +114,10 @@ class Trainer(ProfiledWorker):
         self.critic_opt.step()
         return float(loss.item())
 
-    def train_step(self, prompts: Any, actions: Any, step: int | None = None) -> float:
+    def train_step(self, prompts: Any, actions: Any, step: int) -> float:
         """One RL step's training work on this rank, after generation (``step``: held up when
         it is one of ``slow``)."""
-        hold = self.slow.get(step, 0.0) if step is not None else 0.0
+        hold = self.slow.get(step, 0.0)
         self._pause = min(max(hold, HOLD_OVER * self._longest_update), MAX_HOLD_S) if hold else 0.0
         rewards = (actions % 3 == 0).float()
         ref_logp = self.ref_log_prob(prompts, actions)

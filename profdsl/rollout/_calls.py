@@ -2,12 +2,8 @@
 
 An engine is a plain object, an object with ``async`` methods, or a Ray actor handle (whose
 methods are called with ``.remote()`` and return an ObjectRef). Every call's outcome becomes an
-:class:`Outcome`, whatever the engine raised (``asyncio.CancelledError`` from an async engine and
-``SystemExit`` on a call's own thread included), except what belongs to the caller: a
-``KeyboardInterrupt`` or ``SystemExit`` raised on the caller's own thread (Ctrl-C while a
-thread-affine engine runs there), and the cancellation of the caller's own task, propagate
-unchanged. (Python 3.10 cannot tell an engine's ``CancelledError`` from the task's own: there it
-propagates.)
+:class:`Outcome`, whatever the engine raised, except what belongs to the caller (:func:`_callers`),
+which propagates unchanged: docs/rollout.md's "What lands where" says which is which.
 """
 
 from __future__ import annotations

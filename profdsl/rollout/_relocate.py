@@ -1,11 +1,5 @@
-"""Which engine trace files of a replica move into ``save_path``, under which names (pure).
-
-Besides its workers' traces a vLLM engine writes, on CPU, one op table per worker
-(``<worker>.profiler_out.txt``): it moves beside its trace, as ``...<time>.profiler-out.txt``,
-with the same step, replica and rank. vLLM's front-end profile (AsyncLLM's own CPU trace,
-``...async_llm...``) is no engine trace: it stays where vLLM wrote it, recorded ``skipped``
-once. A file profdsl's SGLang handle marked stray (``stray-...``: written by a profile that
-outlived its window) moves with status ``stray``, so that no step counts it as its generation.
+"""Which engine trace files of a replica move into ``save_path``, under which names (pure): what
+becomes of each kind of file is docs/rollout.md's "What an engine writes, and what becomes of it".
 """
 
 from __future__ import annotations

@@ -45,9 +45,7 @@ class SGLangHandle:
 
     def __getstate__(self) -> dict[str, Any]:
         """Picklable (a Ray task or actor may receive a handle): the lock is not shipped."""
-        state = dict(self.__dict__)
-        del state["_lock"]
-        return state
+        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -52,14 +52,9 @@ class _Open:
 
 
 class TrainerHooks:
-    """Drives one role's :class:`~profdsl.Profiler` from a trainer's callbacks and methods.
-
-    On-policy (TRL): a round (numbered ``state.global_step // optimizer steps per round + 1``)
-    begins when TRL scores a new generation (training mode only) and
-    ends at the optimizer step that uses its last micro-batch (TRL's ``_step`` counter); each
-    optimizer step is a mini-batch window inside ``update``, opened once the first micro-batch's
-    inputs are ready, so that generation stays outside it. Plain: ``train_step`` spans one
-    optimizer step; each micro-batch is a window."""
+    """Drives one role's :class:`~profdsl.Profiler` from a trainer's callbacks and methods: where
+    its steps, stages and windows begin and end is docs/transformers.md's "What a step and a
+    mini-batch are" (a round begins when TRL scores a new generation, in training mode only)."""
 
     def __init__(self, trainer: Any, profiler: Profiler, kind: Kind) -> None:
         self.trainer, self.profiler, self.kind = trainer, profiler, kind

@@ -1,12 +1,6 @@
-"""Which part of a Hugging Face or TRL training loop is which profdsl phase: pure arithmetic.
-
-A TRL on-policy trainer (``GRPOTrainer``, ``RLOOTrainer``) counts its micro-batches in
-``trainer._step`` and generates when that count is a multiple of
-``steps_per_generation * num_iterations`` (one *generation round*); each round then runs
-``steps_per_generation * num_iterations / gradient_accumulation_steps`` optimizer steps. A
-profdsl step is one round, numbered from 1, and a mini-batch window is one optimizer step of it.
-A plain ``Trainer``'s profdsl step is one optimizer step, and its mini-batch windows are the
-gradient-accumulation micro-batches. Nothing here imports torch, transformers or TRL.
+"""Which part of a Hugging Face or TRL training loop is which profdsl phase: pure arithmetic over
+what docs/transformers.md's "What a step and a mini-batch are" says (TRL counts its micro-batches
+in ``trainer._step``). Nothing here imports torch, transformers or TRL.
 """
 
 from __future__ import annotations
@@ -94,7 +88,7 @@ class RoundShape:
 
     def ends_round(self, done: int) -> bool:
         """Whether the optimizer step that ended with ``done`` micro-batches ends its round."""
-        return done > 0 and done % self.generate_every == 0
+        return done > 0 and self.generates(done)
 
     def round_of(self, done: int) -> int:
         """The round (from 1) that the micro-batch after ``done`` micro-batches belongs to."""
@@ -120,6 +114,4 @@ class LogProbPasses:
         """The stage of the next pass (a pass on the reference model is always the reference's)."""
         first = self.seen == 0
         self.seen += 1
-        if is_ref_model:
-            return REF_LOG_PROB
-        return OLD_LOG_PROB if first and self.old else REF_LOG_PROB
+        return OLD_LOG_PROB if first and self.old and not is_ref_model else REF_LOG_PROB

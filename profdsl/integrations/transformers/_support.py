@@ -69,15 +69,6 @@ def _check_version(label: str, module: Any, majors: frozenset[int]) -> None:
         raise ConfigError(f"profile_trainer follows the training loop of {label} {known}, not {label} {version}")
 
 
-def _trl_class(trainer: object) -> type | None:
-    """The first class of ``trainer``'s MRO defined by TRL (a user's subclass of GRPOTrainer
-    is a GRPOTrainer), or None."""
-    for cls in type(trainer).__mro__:
-        if cls.__module__.split(".", 1)[0] == "trl":
-            return cls
-    return None
-
-
 def understand(trainer: object) -> Kind:
     """The kind of ``trainer``, or a ConfigError: not a transformers ``Trainer``, a version not
     understood, a trainer that runs its own loop, a TRL trainer not covered, a loop shape that
@@ -96,7 +87,8 @@ def understand(trainer: object) -> Kind:
             f"profile_trainer: {own.__name__} runs its own training loop, which profile_trainer does not know; "
             "hook it with Profiler.start/stop and profile_stage (docs/transformers.md)"
         )
-    trl_class = _trl_class(trainer)
+    # the first class of its MRO defined by TRL: a user's subclass of GRPOTrainer is a GRPOTrainer
+    trl_class = next((cls for cls in own.__mro__ if cls.__module__.split(".", 1)[0] == "trl"), None)
     if trl_class is None:
         return Kind("plain")
     if "trl" in sys.modules:
