@@ -108,8 +108,7 @@ def from_record(record: object) -> Artifact:
             message names the first such field: :func:`profdsl.records.manifest.parse_record`).
     """
     parsed = parse_record(record)
-    trace = parsed if isinstance(parsed, TraceRecord) else None
-    blocked, export = (None, None) if trace is None else (trace.blocked_ms, trace.export_ms)
+    blocked, export = (parsed.blocked_ms, parsed.export_ms) if isinstance(parsed, TraceRecord) else (None, None)
     return Artifact(
         kind=parsed.kind,
         path=parsed.path,
@@ -251,5 +250,5 @@ def trace_header(folder: str | os.PathLike[str], artifact: Artifact) -> dict[str
     path = os.path.join(folder, str(artifact.path))
     meta = header(path)
     if artifact.needs_metadata and not (META_KEY in meta and DISTRIBUTED_KEY in meta):
-        raise TraceError(f"{os.fspath(path)}: no profdsl / distributedInfo metadata")
+        raise TraceError(f"{path}: no profdsl / distributedInfo metadata")
     return meta
