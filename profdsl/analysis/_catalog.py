@@ -92,8 +92,9 @@ class Catalog:
     """A folder's valid artifacts; ``problems``: one line per input every command skips (a
     manifest line that is not a valid record, and, in a folder without a manifest, each file
     named like an artifact but not by profdsl, or not a regular file: a JSON trace of those is
-    still an artifact, read by its events); the hidden files profdsl left there (a write or an
-    export cut short: ``check`` names them)."""
+    still an artifact, known by its name only, ``role`` and the rest unknown, and read by its
+    events); ``leftovers``: the hidden files profdsl left there (a write or an export cut short:
+    ``check`` names them)."""
 
     artifacts: list[Artifact]
     problems: list[str]
@@ -156,10 +157,7 @@ def _from_name(folder: Path, name: str) -> tuple[Artifact | None, str | None]:
 
 def catalog(folder: str | os.PathLike[str]) -> Catalog:
     """Every artifact of ``folder`` (the manifest's valid records, or parsed trace names when it
-    has none), one problem per manifest line that is not a valid record, and (without a manifest)
-    one line per file named like an artifact that is not profdsl's or not a regular file. A JSON
-    trace of those is still listed, by its name only (``role`` and the rest unknown), so that
-    its events are read.
+    has none), with the problems and leftovers :class:`Catalog` describes.
 
     Raises:
         FolderError: ``folder`` is missing or not a folder, or holds no artifact and no manifest
