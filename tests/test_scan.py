@@ -116,9 +116,7 @@ def test_fast_reader_equals_the_streaming_one(
     monkeypatch.setattr(scan_module, "CHUNK", chunk)
     meta, items = trace
     path = write(tmp_path / ("t.json.gz" if gz else "t.json"), kineto_text(meta, items))
-    from profdsl.analysis._regions import RegionNames
-
-    assert scan_module._fast(path, RegionNames.from_header(header(path)), span=span) is not None
+    assert scan_module._fast(path, header(path), span=span) is not None
     fast, slow = both(path, span=span)
     assert fast == slow
 
@@ -158,9 +156,7 @@ def _one_line(tmp_path: Path) -> Path:
 
 def test_a_trace_in_another_layout_is_read_by_the_streaming_reader(tmp_path: Path) -> None:
     path = _one_line(tmp_path)
-    from profdsl.analysis._regions import RegionNames
-
-    assert scan_module._fast(path, RegionNames.from_header(header(path)), span=True) is None
+    assert scan_module._fast(path, header(path), span=True) is None
     fast, slow = both(path, span=True)
     assert fast == slow and [p.label for p in fast.pieces] == ["s"] and fast.span == (1.5, 3.75)
 

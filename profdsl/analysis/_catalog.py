@@ -92,8 +92,9 @@ class Catalog:
     """A folder's valid artifacts; ``problems``: one line per input every command skips (a
     manifest line that is not a valid record, and, in a folder without a manifest, each file
     named like an artifact but not by profdsl, or not a regular file: a JSON trace of those is
-    still an artifact, read by its events); the hidden files profdsl left there (a write or an
-    export cut short: ``check`` names them)."""
+    still an artifact, known by its name only, ``role`` and the rest unknown, and read by its
+    events); ``leftovers``: the hidden files profdsl left there (a write or an export cut short:
+    ``check`` names them)."""
 
     artifacts: list[Artifact]
     problems: list[str]
@@ -108,8 +109,7 @@ def from_record(record: object) -> Artifact:
             message names the first such field: :func:`profdsl.records.manifest.parse_record`).
     """
     parsed = parse_record(record)
-    trace = parsed if isinstance(parsed, TraceRecord) else None
-    blocked, export = (None, None) if trace is None else (trace.blocked_ms, trace.export_ms)
+    blocked, export = (parsed.blocked_ms, parsed.export_ms) if isinstance(parsed, TraceRecord) else (None, None)
     return Artifact(
         kind=parsed.kind,
         path=parsed.path,
@@ -157,10 +157,7 @@ def _from_name(folder: Path, name: str) -> tuple[Artifact | None, str | None]:
 
 def catalog(folder: str | os.PathLike[str]) -> Catalog:
     """Every artifact of ``folder`` (the manifest's valid records, or parsed trace names when it
-    has none), one problem per manifest line that is not a valid record, and (without a manifest)
-    one line per file named like an artifact that is not profdsl's or not a regular file. A JSON
-    trace of those is still listed, by its name only (``role`` and the rest unknown), so that
-    its events are read.
+    has none), with the problems and leftovers :class:`Catalog` describes.
 
     Raises:
         FolderError: ``folder`` is missing or not a folder, or holds no artifact and no manifest
@@ -251,5 +248,5 @@ def trace_header(folder: str | os.PathLike[str], artifact: Artifact) -> dict[str
     path = os.path.join(folder, str(artifact.path))
     meta = header(path)
     if artifact.needs_metadata and not (META_KEY in meta and DISTRIBUTED_KEY in meta):
-        raise TraceError(f"{os.fspath(path)}: no profdsl / distributedInfo metadata")
+        raise TraceError(f"{path}: no profdsl / distributedInfo metadata")
     return meta

@@ -159,11 +159,9 @@ def _costed(rows: Iterable[Artifact]) -> list[Artifact]:
     seen: set[str] = set()
     found = []
     for artifact in rows:
-        if all(value is None for value in _values(artifact)):
+        if all(value is None for value in _values(artifact)) or artifact.path in seen:
             continue
         if artifact.path is not None:
-            if artifact.path in seen:
-                continue
             seen.add(artifact.path)
         found.append(artifact)
     return found

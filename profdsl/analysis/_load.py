@@ -114,13 +114,8 @@ def scan_artifacts(
         results = _results(folder, traces, sizes, progress)
     finally:
         progress.close()
-    found: list[tuple[Artifact, TraceScan]] = []
-    for artifact, result in zip(traces, results):
-        if isinstance(result, str):
-            skipped.append(result)
-            continue
-        found.append((artifact, result))
-    return found
+    skipped.extend(result for result in results if isinstance(result, str))
+    return [(artifact, result) for artifact, result in zip(traces, results) if not isinstance(result, str)]
 
 
 def load_model(

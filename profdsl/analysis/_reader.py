@@ -35,7 +35,6 @@ __all__ = [
     "events",
     "file_kind",
     "header",
-    "metadata_problem",
     "open_trace",
 ]
 
@@ -113,8 +112,10 @@ def header(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The top-level keys written before ``traceEvents`` (where torch puts its metadata).
 
     Raises:
-        TraceError: the file cannot be read, or metadata profdsl reads has the wrong shape (see
-            :func:`metadata_problem`).
+        TraceError: the file cannot be read, or metadata profdsl reads has the wrong shape: the
+            ``profdsl`` metadata must fit the schema (:func:`~profdsl.records.meta.parse_meta`),
+            ``distributedInfo`` be an object and ``baseTimeNanoseconds`` a whole number of
+            nanoseconds >= 0.
     """
     import ijson
 
@@ -138,23 +139,15 @@ def header(path: str | os.PathLike[str]) -> dict[str, Any]:
                     builder = None
     except (ijson.JSONError, EOFError, OSError, ValueError, zlib.error, io.UnsupportedOperation) as exc:
         raise _unreadable(path, exc) from exc
-    problem = metadata_problem(meta)
-    if problem is not None:
-        raise TraceError(f"{os.fspath(path)}: {problem}")
-    return meta
-
-
-def metadata_problem(meta: dict[str, Any]) -> str | None:
-    """What is wrong with a trace's top-level metadata, or None: the ``profdsl`` metadata must
-    fit the schema (:func:`~profdsl.records.meta.parse_meta`), ``distributedInfo`` be an
-    object and ``baseTimeNanoseconds`` a whole number of nanoseconds >= 0."""
     try:
         header_meta(meta)
         base_time_ns(meta)
     except RecordError as exc:
-        return str(exc)
+        raise TraceError(f"{os.fspath(path)}: {exc}") from None
     info = meta.get(DISTRIBUTED_KEY, {})
-    return None if isinstance(info, dict) else f"{DISTRIBUTED_KEY} metadata is {brief(info)}, not an object"
+    if not isinstance(info, dict):
+        raise TraceError(f"{os.fspath(path)}: {DISTRIBUTED_KEY} metadata is {brief(info)}, not an object")
+    return meta
 
 
 def event_problem(event: object) -> str | None:

@@ -115,25 +115,20 @@ def scan_file(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bo
     Raises:
         TraceError: the trace cannot be read or is malformed (the streaming reader's reasons).
     """
-    names = RegionNames.from_header(meta)
     try:
-        found = _fast(path, names, span=span)
+        found = _fast(path, meta, span=span)
     except (OSError, EOFError, zlib.error, ValueError, TraceError):
         found = None
-    if found is not None:
-        pieces, extent = found
-        return TraceScan(pieces, extent, base_time_ns(meta), names)
-    return scan_events(meta, events(path), span=span)
+    return scan_events(meta, events(path), span=span) if found is None else found
 
 
 class _LayoutError(Exception):
     """The file does not follow the layout the fast reader relies on."""
 
 
-def _fast(
-    path: str | os.PathLike[str], names: RegionNames, *, span: bool
-) -> tuple[tuple[Piece, ...], tuple[float, float] | None] | None:
-    """Pieces and span by the fast reader; None when the file does not follow the layout."""
+def _fast(path: str | os.PathLike[str], meta: Mapping[str, Any], *, span: bool) -> TraceScan | None:
+    """The scan by the fast reader; None when the file does not follow the layout."""
+    names = RegionNames.from_header(meta)
     prefixes = names.prefixes()
     wanted = (
         re.compile(rb'\n    "name": "((?:' + b"|".join(re.escape(p.encode()) for p in prefixes) + rb')[0-9]*)"')
@@ -158,7 +153,8 @@ def _fast(
         state.tail(data)
     except _LayoutError:
         return None
-    return state.result()
+    extent = (state.first, state.last) if span and state.first <= state.last else None
+    return TraceScan(tuple(state.pieces), extent, base_time_ns(meta), names)
 
 
 def _skip_header(stream: IO[bytes]) -> bytes:
@@ -223,7 +219,3 @@ class _State:
         """After the last event block: the array and the object close, and nothing else."""
         if self.blocks == 0 or not _TAIL.match(rest):
             raise _LayoutError
-
-    def result(self) -> tuple[tuple[Piece, ...], tuple[float, float] | None]:
-        extent = (self.first, self.last) if self.span and self.first <= self.last else None
-        return tuple(self.pieces), extent

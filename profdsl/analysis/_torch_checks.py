@@ -28,16 +28,14 @@ _BACKWARD = "autograd::engine::evaluate_function:"
 
 
 def _wanted(event: Mapping[str, Any]) -> bool:
-    """Whether one of torch's rules reads ``event``."""
-    if event.get("ph") != "X":
-        return False
-    name = event.get("name")
-    if event.get("cat") in _CATEGORIES or name == "record_param_comms":
-        return True
-    if isinstance(name, str) and _BACKWARD in name:
-        return True
+    """Whether one of torch's rules reads ``event`` (a well-formed one: its ``name`` a string)."""
     args = event.get("args")
-    return isinstance(args, Mapping) and "cuda_sync_kind" in args
+    return event.get("ph") == "X" and (
+        event.get("cat") in _CATEGORIES
+        or event.get("name") == "record_param_comms"
+        or _BACKWARD in event.get("name", "")
+        or (isinstance(args, Mapping) and "cuda_sync_kind" in args)
+    )
 
 
 def _rules() -> list[Any]:
@@ -65,13 +63,13 @@ def violations(kept: list[dict[str, Any]]) -> list[str]:
     return found
 
 
-def keep_all(events: Iterable[object]) -> list[dict[str, Any]]:
-    """The events of ``events`` that torch's rules read, read to the end (a streaming reader
-    names a malformed event there); none when there are more than :data:`MAX_KEPT`."""
+def keep_all(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events torch's rules read of a trace's ``events`` (:func:`~profdsl.analysis._reader.events`),
+    read to the end (the reader names a malformed event there); none when there are more than :data:`MAX_KEPT`."""
     kept: list[dict[str, Any]] = []
     count = 0
     for event in events:
-        if isinstance(event, Mapping) and _wanted(event):
+        if _wanted(event):
             count += 1
             if count <= MAX_KEPT:
                 kept.append(dict(event))

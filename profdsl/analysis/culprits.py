@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 
 from profdsl.analysis._catalog import FolderError, catalog, number
@@ -61,18 +61,13 @@ def await_traces(
     traces: their count is not known here), or ``timeout_s`` passed. Returns the ranks still
     without one. Reads the manifest a few times a second; never raises."""
     deadline = time.monotonic() + timeout_s
-    seen: tuple[tuple[int | None, str | None], ...] = ()
+    seen: Counter[tuple[int | None, str | None]] = Counter()  # (rank, path) -> its records, whatever their order
     since = time.monotonic()
     while True:
         try:
-            found = tuple(
-                sorted(
-                    ((r.rank, r.path) for r in read_records(folder) if r.kind == "trace" and r.step == step),
-                    key=lambda item: (number(item[0]), item[1] or ""),
-                )
-            )
+            found = Counter((r.rank, r.path) for r in read_records(folder) if r.kind == "trace" and r.step == step)
         except OSError:
-            found = ()
+            found = Counter()
         if found != seen:
             seen, since = found, time.monotonic()
         missing = set(ranks) - {rank for rank, _ in seen if rank is not None}
