@@ -29,7 +29,7 @@ from profdsl.core._log import once
 from profdsl.core._topology import Topology
 from profdsl.errors import ConfigError
 
-__all__ = ["discover_parallel", "from_device_mesh", "from_megatron", "process_topology", "resolve_parallel"]
+__all__ = ["from_device_mesh", "from_megatron", "process_topology", "resolve_parallel"]
 
 _ALIASES: Final = {"tensor": "tp", "pipeline": "pp", "data": "dp", "context": "cp", "expert": "ep"}
 _MEGATRON: Final = "megatron.core.parallel_state"
@@ -158,20 +158,16 @@ def _from_mesh() -> Parallel | None:
     return _build(found) if found else None
 
 
-def discover_parallel() -> Parallel:
-    """This process's coordinates: Megatron's, else a named DeviceMesh's, else none."""
-    return from_megatron() or _from_mesh() or Parallel()
-
-
 def resolve_parallel(value: object) -> Parallel:
     """``Profiler(parallel=...)``: a :class:`Parallel`, a mapping (``{"tp": 1, "dp": 3}``), a
-    ``DeviceMesh`` with named dimensions, or None (discover).
+    ``DeviceMesh`` with named dimensions, or None (discover: Megatron's coordinates, else a
+    named DeviceMesh's, else none).
 
     Raises:
         ConfigError: anything else, or invalid values (the message names them).
     """
     if value is None:
-        return discover_parallel()
+        return from_megatron() or _from_mesh() or Parallel()
     if isinstance(value, Parallel):
         return value
     if isinstance(value, Mapping):
