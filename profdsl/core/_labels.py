@@ -25,11 +25,6 @@ _ESCAPED = frozenset('"\\%')
 _ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
 
 
-def _plain(label: str) -> bool:
-    """Whether ``label`` needs no escape (the common case, checked without a Python loop)."""
-    return label.isascii() and label.isprintable() and '"' not in label and "\\" not in label and "%" not in label
-
-
 def _escape(char: str) -> str:
     if " " <= char <= "~" and char not in _ESCAPED:
         return char
@@ -41,7 +36,8 @@ def encode(label: str) -> str:
 
     ``encode(base + str(i)) == encode(base) + str(i)``: a mini-batch's index is appended as is.
     """
-    if _plain(label):
+    # A label that needs no escape (the common case), checked without a Python loop.
+    if label.isascii() and label.isprintable() and '"' not in label and "\\" not in label and "%" not in label:
         return label
     return "".join(map(_escape, label))
 
