@@ -63,10 +63,8 @@ def trace_names(labels: Iterable[str]) -> dict[str, str]:
     Each label is found under its encoded name and, for traces written before names were encoded
     (or an encoding that leaves it unchanged), under itself; an encoded name wins a collision.
     """
-    found: dict[str, str] = {}
     raw = list(labels)
-    for label in raw:
-        found[encode(label)] = label
+    found = {encode(label): label for label in raw}
     for label in raw:
         found.setdefault(label, label)
     return found
