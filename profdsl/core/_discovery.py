@@ -104,9 +104,7 @@ def _from_torch_distributed() -> _Found | None:
         world_size = dist.get_world_size()
     except Exception:
         return None
-    if not isinstance(rank, int) or not isinstance(world_size, int):
-        return None
-    if world_size < 1 or not 0 <= rank < world_size:
+    if not (isinstance(rank, int) and isinstance(world_size, int) and 0 <= rank < world_size):
         return None
     return _Found(rank, world_size, "torch.distributed", "torch.distributed rank", "torch.distributed")
 

@@ -25,11 +25,6 @@ _ESCAPED = frozenset('"\\%')
 _ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
 
 
-def _plain(label: str) -> bool:
-    """Whether ``label`` needs no escape (the common case, checked without a Python loop)."""
-    return label.isascii() and label.isprintable() and '"' not in label and "\\" not in label and "%" not in label
-
-
 def _escape(char: str) -> str:
     if " " <= char <= "~" and char not in _ESCAPED:
         return char
@@ -41,7 +36,8 @@ def encode(label: str) -> str:
 
     ``encode(base + str(i)) == encode(base) + str(i)``: a mini-batch's index is appended as is.
     """
-    if _plain(label):
+    # A label that needs no escape (the common case), checked without a Python loop.
+    if label.isascii() and label.isprintable() and '"' not in label and "\\" not in label and "%" not in label:
         return label
     return "".join(map(_escape, label))
 
@@ -67,10 +63,8 @@ def trace_names(labels: Iterable[str]) -> dict[str, str]:
     Each label is found under its encoded name and, for traces written before names were encoded
     (or an encoding that leaves it unchanged), under itself; an encoded name wins a collision.
     """
-    found: dict[str, str] = {}
     raw = list(labels)
-    for label in raw:
-        found[encode(label)] = label
+    found = {encode(label): label for label in raw}
     for label in raw:
         found.setdefault(label, label)
     return found

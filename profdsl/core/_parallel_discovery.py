@@ -29,7 +29,7 @@ from profdsl.core._log import once
 from profdsl.core._topology import Topology
 from profdsl.errors import ConfigError
 
-__all__ = ["discover_parallel", "from_device_mesh", "from_megatron", "process_topology", "resolve_parallel"]
+__all__ = ["from_device_mesh", "from_megatron", "process_topology", "resolve_parallel"]
 
 _ALIASES: Final = {"tensor": "tp", "pipeline": "pp", "data": "dp", "context": "cp", "expert": "ep"}
 _MEGATRON: Final = "megatron.core.parallel_state"
@@ -114,12 +114,6 @@ def from_megatron() -> Parallel | None:
     return _build(found) if found else None
 
 
-def _active_mesh() -> Any:
-    module = sys.modules.get("torch.distributed.device_mesh")
-    stack = getattr(getattr(module, "_mesh_resources", None), "mesh_stack", None)
-    return stack[-1] if stack else None
-
-
 def _mesh_groups() -> dict[str, tuple[int, int]]:
     """This process's groups of named meshes (``mesh_<dim>``): ``{dim: (rank in it, size)}``; a
     dimension whose groups disagree (two meshes) is left out."""
@@ -146,9 +140,11 @@ def _from_mesh() -> Parallel | None:
     try:
         if dist is None or not dist.is_available() or not dist.is_initialized():
             return None
-        mesh = _active_mesh()
-        if mesh is not None and getattr(mesh, "mesh_dim_names", None):
-            return from_device_mesh(mesh)
+        # The active mesh (``with mesh:``) is the last of torch's stack.
+        module = sys.modules.get("torch.distributed.device_mesh")
+        stack = getattr(getattr(module, "_mesh_resources", None), "mesh_stack", None)
+        if stack and getattr(stack[-1], "mesh_dim_names", None):
+            return from_device_mesh(stack[-1])
         found = _named(_mesh_groups())
     except Exception as exc:
         once(
@@ -158,20 +154,16 @@ def _from_mesh() -> Parallel | None:
     return _build(found) if found else None
 
 
-def discover_parallel() -> Parallel:
-    """This process's coordinates: Megatron's, else a named DeviceMesh's, else none."""
-    return from_megatron() or _from_mesh() or Parallel()
-
-
 def resolve_parallel(value: object) -> Parallel:
     """``Profiler(parallel=...)``: a :class:`Parallel`, a mapping (``{"tp": 1, "dp": 3}``), a
-    ``DeviceMesh`` with named dimensions, or None (discover).
+    ``DeviceMesh`` with named dimensions, or None (discover: Megatron's coordinates, else a
+    named DeviceMesh's, else none).
 
     Raises:
         ConfigError: anything else, or invalid values (the message names them).
     """
     if value is None:
-        return discover_parallel()
+        return from_megatron() or _from_mesh() or Parallel()
     if isinstance(value, Parallel):
         return value
     if isinstance(value, Mapping):

@@ -87,24 +87,19 @@ class GridLayout:
         """Ranks on each node."""
         return self.world_size // self.nodes
 
-    def size(self, dim: str) -> int:
-        """The degree of ``dim`` (one of :data:`GRID_ORDER`)."""
-        return self.dp if dim == "dp" else int(getattr(self, dim))
-
     def topology(self, rank: int) -> Topology:
         """Rank ``rank``'s place in this layout."""
         require_int("rank", rank, 0, self.world_size - 1)
+        sizes = {dim: self.dp if dim == "dp" else int(getattr(self, dim)) for dim in GRID_ORDER}
         coords: dict[str, int] = {}
         rest = rank
-        for dim in GRID_ORDER:
-            size = self.size(dim)
+        for dim, size in sizes.items():
             coords[dim], rest = rest % size, rest // size
-        sizes = {f"{dim}_size": self.size(dim) for dim in GRID_ORDER}
         return Topology(
             rank=rank,
             world_size=self.world_size,
             local_rank=rank % self.ranks_per_node,
-            parallel=Parallel(**coords, **sizes),
+            parallel=Parallel(**coords, **{f"{dim}_size": size for dim, size in sizes.items()}),
         )
 
     def node_of(self, rank: int) -> int:

@@ -94,8 +94,7 @@ class StepPlan:
     @property
     def hook_step(self) -> int | None:
         """The step after whose session the finish hook runs, or None when nothing is profiled."""
-        reachable = self.reachable
-        return reachable[-1] if reachable else None
+        return max(self.reachable, default=None)
 
 
 class StepTracker:

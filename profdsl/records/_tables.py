@@ -15,21 +15,15 @@ from profdsl.records.requests import CaptureNote, CaptureRequest
 __all__ = ["field_tables"]
 
 
-def _rows(cls: type[Any], below: type[Any] | None) -> list[str]:
-    """One row per field ``cls`` adds to ``below`` (every field when None)."""
-    inherited = {f.name for f in attrs.fields(below)} if below is not None else set()
-    rows = []
-    for field in attrs.fields(cls):
-        if field.name in inherited or field.metadata.get("unknown"):
-            continue
-        written = "always" if field.metadata.get("always") else "when set"
-        rows.append(f"| `{field.name}` | {written} | {field.metadata['doc']} |")
-    return rows
-
-
 def _table(title: str, cls: type[Any], below: type[Any] | None = None) -> str:
-    head = [f"### {title}", "", "| key | written | meaning |", "| --- | --- | --- |"]
-    return "\n".join(head + _rows(cls, below))
+    """The table ``title``: one row per field ``cls`` adds to ``below`` (every field when None)."""
+    inherited = {f.name for f in attrs.fields(below)} if below is not None else set()
+    rows = [
+        f"| `{f.name}` | {'always' if f.metadata.get('always') else 'when set'} | {f.metadata['doc']} |"
+        for f in attrs.fields(cls)
+        if f.name not in inherited and not f.metadata.get("unknown")
+    ]
+    return "\n".join([f"### {title}", "", "| key | written | meaning |", "| --- | --- | --- |", *rows])
 
 
 def field_tables() -> str:
@@ -39,11 +33,8 @@ def field_tables() -> str:
     parts = [
         _table("Every record", Record).replace(
             "| --- | --- | --- |", f"| --- | --- | --- |\n| `kind` | always | {kinds} |", 1
-        )
-    ]
-    for kind, cls in RECORD_CLASSES.items():
-        parts.append(_table(f"`{kind}` records add", cls, Record))
-    parts += [
+        ),
+        *(_table(f"`{kind}` records add", cls, Record) for kind, cls in RECORD_CLASSES.items()),
         _table("Trace metadata (`profdsl`)", TraceMeta),
         _table("`regions`", Regions),
         _table("`windows` (each)", WindowNote),

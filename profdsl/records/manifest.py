@@ -269,7 +269,6 @@ RECORD_CLASSES: Final[dict[str, type[Record]]] = {
 }
 KINDS: Final = tuple(RECORD_CLASSES)
 #: The keys every record carries (None when not applicable); hook records add ``exit_code``.
-_KIND: Final = frozenset({"kind"})
 RECORD_KEYS: Final = ("kind", *(f.name for f in attrs.fields(Record) if f.metadata.get("always")))
 
 
@@ -294,7 +293,7 @@ def parse_record(value: object) -> Record:
             else ""
         )
         raise RecordError(f"kind must be one of {', '.join(KINDS)}, got {brief(kind)}{later}")
-    record = decode(RECORD_CLASSES[kind], value, skip=_KIND)
+    record = decode(RECORD_CLASSES[kind], value, skip=frozenset({"kind"}))
     if record.status == "":
         record = attrs.evolve(record, status="ok")
     if VERSION_KEY not in value:

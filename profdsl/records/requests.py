@@ -136,8 +136,6 @@ def parse_request(value: object, *, default_id: str | None = None, source: str |
             wrong type or value (the message names it).
 
     Examples:
-        >>> parse_request({"id": "r1", "steps": 2, "ranks": "rank in {3, 1}"}).ranks
-        'rank in {1, 3}'
         >>> parse_request({"id": "r1", "steps": 0})
         Traceback (most recent call last):
         ...
