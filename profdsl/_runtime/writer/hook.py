@@ -112,6 +112,9 @@ class HookJob:
         threading.Thread(target=self._main, name="profdsl-hook", daemon=True).start()
 
     def _main(self) -> None:
+        """On its own thread: run the command, then hand the records to the writer and wait
+        (bounded) until they are written. The run's ``blocked_ms``: how long a caller waited for
+        it (the last step's stop, or close())."""
         first = self.plans[0]
         try:
             with finish_hook.steps_file(self.steps) as listed:
@@ -124,11 +127,6 @@ class HookJob:
                 )
         except BaseException as exc:  # run_command never raises an Exception; this is the last guard
             result = finish_hook.HookResult("failed", error=described(exc))
-        self._record(result)
-
-    def _record(self, result: finish_hook.HookResult) -> None:
-        """Hand the records to the writer and wait (bounded) until they are written. The run's
-        ``blocked_ms``: how long a caller waited for it (the last step's stop, or close())."""
         since = self._waiting_since
         blocked_ms = 0.0 if since is None else ms_of(time.perf_counter() - since)
         try:
