@@ -138,21 +138,16 @@ class HookJob:
             self.finished.set()
 
     def _records(self, result: finish_hook.HookResult, blocked_ms: float | None = None) -> list[tuple[str, HookRecord]]:
-        """Where each record goes, and what it says: the run's (the first plan's), then a skip for
-        each other plan of the round."""
-        first = self.plans[0]
+        """Where each record goes, and what it says: the run's (the first plan's, ``blocked_ms``
+        its caller's wait), then a skip for each other plan of the round."""
         skipped = finish_hook.HookResult("skipped", error="already ran in this process for this save_path")
+        outcomes = [(result, blocked_ms)] + [(skipped, None)] * (len(self.plans) - 1)
         return [
             (
-                first.save_path,
-                finish_hook.hook_record(
-                    first.save_path, result, blocked_ms=blocked_ms, **first.fields(self.steps, self.note)
-                ),
-            ),
-            *(
-                (plan.save_path, finish_hook.hook_record(plan.save_path, skipped, **plan.fields(self.steps, self.note)))
-                for plan in self.plans[1:]
-            ),
+                plan.save_path,
+                finish_hook.hook_record(plan.save_path, outcome, blocked_ms=ms, **plan.fields(self.steps, self.note)),
+            )
+            for plan, (outcome, ms) in zip(self.plans, outcomes)
         ]
 
     def stop(self, reason: str) -> None:
