@@ -86,8 +86,14 @@ def _bounded_exit(options: TorchOptions, *, every_thread: bool) -> dict[str, Any
     from torch.profiler import profile
 
     kwargs: dict[str, Any] = {}
-    # torch turns trace_only off with with_stack (stacks need the event objects), and warns
-    experimental = _experimental_config(every_thread=every_thread, trace_only="stack" not in options.contents)
+    flags: dict[str, bool] = {}  # what is asked and this torch can do
+    if every_thread and all_threads_possible():
+        flags["profile_all_threads"] = True
+    # torch turns trace_only off with with_stack (stacks need the event objects), and warns;
+    # torch < 2.13 has no trace_only: its events are built at stop
+    if "stack" not in options.contents and _config_takes("trace_only"):
+        flags["trace_only"] = True
+    experimental = _config(flags) if flags else None
     if experimental is not None:
         kwargs["experimental_config"] = experimental
     if _takes_post_processing_timeout(profile):
@@ -107,17 +113,6 @@ def _config_takes(flag: str) -> bool:
     """Whether this torch's ``_ExperimentalConfig`` takes ``flag`` (``profile_all_threads``:
     torch >= 2.7; ``trace_only``: torch >= 2.13); asked once per flag."""
     return _config({flag: True}) is not None
-
-
-def _experimental_config(*, every_thread: bool, trace_only: bool) -> Any:
-    """One ``_ExperimentalConfig`` holding what is asked and this torch can do, or None when
-    nothing is."""
-    flags: dict[str, bool] = {}
-    if every_thread and all_threads_possible():
-        flags["profile_all_threads"] = True
-    if trace_only and _config_takes("trace_only"):  # torch < 2.13: events are built at stop
-        flags["trace_only"] = True
-    return _config(flags) if flags else None
 
 
 def _config(flags: dict[str, bool]) -> Any:

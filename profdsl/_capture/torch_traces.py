@@ -87,6 +87,8 @@ class TorchTraces:
 
     def ready(self, prof: Any) -> None:
         """torch's ``on_trace_ready``: hand the trace over to the sink, with its window."""
+        import torch.distributed as dist
+
         pending, self._pending = self._pending, []
         window = (pending[0], pending[-1]) if pending else None
         if self.schedule is not None and not pending:
@@ -95,7 +97,7 @@ class TorchTraces:
                 return  # a window that recorded no mini-batch: torch fires anyway, nothing to write
             self._window_ms = now_ms()  # torch lost the window it was about to record: say so
         # Its metadata as it is now; torch adds its own distributedInfo when a process group is up.
-        header = trace_header(self._describe(window), distributed=not _distributed_initialized())
+        header = trace_header(self._describe(window), distributed=not (dist.is_available() and dist.is_initialized()))
         # The window's results, held whole (torch starts the next window with a new object):
         # their JSON is written, and they are dropped, wherever the sink has ``write`` called.
         write = functools.partial(_write_events, prof.profiler.export_chrome_trace, header)
@@ -194,9 +196,3 @@ def _kineto_stopped(device: str | None) -> str | None:
     if not stopped:
         return None
     return "kineto's device collection had stopped before the capture ended (e.g. a CUPTI buffer overflow)"
-
-
-def _distributed_initialized() -> bool:
-    import torch.distributed as dist
-
-    return bool(dist.is_available() and dist.is_initialized())

@@ -58,11 +58,6 @@ class Answer:
     roles: tuple[str, ...] = ()
     why: tuple[str, ...] = ()
 
-    @property
-    def http_status(self) -> int:
-        """The HTTP status of ``POST /profile``'s answer."""
-        return {"accepted": 202, "duplicate": 200, "refused": 409}.get(self.status, 400)
-
     def describe(self) -> str:
         """One line for the log, of a request offered to the roles (taken, or refused)."""
         if self.status == "accepted":
@@ -141,7 +136,7 @@ class Inbox:
             answer = Answer(None, "malformed", why=(why,))
         else:
             answer = self.deliver(request)
-        return answer.http_status, attrs.asdict(answer)
+        return {"accepted": 202, "duplicate": 200, "refused": 409}.get(answer.status, 400), attrs.asdict(answer)
 
     def deliver(self, request: CaptureRequest) -> Answer:
         """Offer ``request`` to every role of the process, once per id taken (a request every

@@ -82,7 +82,7 @@ class MetricsLogs:
                         plan.metrics.log_max_mb,
                     )
                     return
-                if self._writer.in_flight("log") >= MAX_QUEUED:
+                if len(self._writer.jobs("log")) >= MAX_QUEUED:
                     once(
                         f"metrics-log-queue:{path}",
                         logging.WARNING,

@@ -62,7 +62,9 @@ class StageCaptures:
         try:
             return call(*args)
         finally:
-            self._waited(began)
+            tree = self.tree
+            if tree is not None:
+                tree.wait_at(began, clock())
 
     def close(self) -> None:
         """The step is over: end the stage captures it opened that are still open here."""
@@ -71,10 +73,3 @@ class StageCaptures:
             if self._slot.current is session and session.owned_here() and session.cut_short is None:
                 session.cut_short = f"step {self._label.step} ended while stage {session.label.stage!r} was still open"
             self._slot.end_stage(session)
-
-    def _waited(self, began: float) -> None:
-        """profdsl held the step up since ``began`` (:data:`~profdsl.metrics._tree.clock`): a
-        placed wait, its ledger's overhead, when the step is timed."""
-        tree = self.tree
-        if tree is not None:
-            tree.wait_at(began, clock())

@@ -112,6 +112,9 @@ class HookJob:
         threading.Thread(target=self._main, name="profdsl-hook", daemon=True).start()
 
     def _main(self) -> None:
+        """On its own thread: run the command, then hand the records to the writer and wait
+        (bounded) until they are written. The run's ``blocked_ms``: how long a caller waited for
+        it (the last step's stop, or close())."""
         first = self.plans[0]
         try:
             with finish_hook.steps_file(self.steps) as listed:
@@ -124,11 +127,6 @@ class HookJob:
                 )
         except BaseException as exc:  # run_command never raises an Exception; this is the last guard
             result = finish_hook.HookResult("failed", error=described(exc))
-        self._record(result)
-
-    def _record(self, result: finish_hook.HookResult) -> None:
-        """Hand the records to the writer and wait (bounded) until they are written. The run's
-        ``blocked_ms``: how long a caller waited for it (the last step's stop, or close())."""
         since = self._waiting_since
         blocked_ms = 0.0 if since is None else ms_of(time.perf_counter() - since)
         try:
@@ -140,21 +138,16 @@ class HookJob:
             self.finished.set()
 
     def _records(self, result: finish_hook.HookResult, blocked_ms: float | None = None) -> list[tuple[str, HookRecord]]:
-        """Where each record goes, and what it says: the run's (the first plan's), then a skip for
-        each other plan of the round."""
-        first = self.plans[0]
+        """Where each record goes, and what it says: the run's (the first plan's, ``blocked_ms``
+        its caller's wait), then a skip for each other plan of the round."""
         skipped = finish_hook.HookResult("skipped", error="already ran in this process for this save_path")
+        outcomes = [(result, blocked_ms)] + [(skipped, None)] * (len(self.plans) - 1)
         return [
             (
-                first.save_path,
-                finish_hook.hook_record(
-                    first.save_path, result, blocked_ms=blocked_ms, **first.fields(self.steps, self.note)
-                ),
-            ),
-            *(
-                (plan.save_path, finish_hook.hook_record(plan.save_path, skipped, **plan.fields(self.steps, self.note)))
-                for plan in self.plans[1:]
-            ),
+                plan.save_path,
+                finish_hook.hook_record(plan.save_path, outcome, blocked_ms=ms, **plan.fields(self.steps, self.note)),
+            )
+            for plan, (outcome, ms) in zip(self.plans, outcomes)
         ]
 
     def stop(self, reason: str) -> None:

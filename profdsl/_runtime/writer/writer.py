@@ -207,10 +207,6 @@ class Writer:
         with self._cond:
             return [e.job for e in self._queue.tickets() if e.job.kind == kind]
 
-    def in_flight(self, kind: str) -> int:
-        """How many jobs of ``kind`` are queued or running."""
-        return len(self.jobs(kind))
-
     def budget(self, ticket: Ticket | None = None) -> float:
         """How long a wait for ``ticket`` (None: every job submitted so far) may last: for each
         kind of job up to it, the longest budget of that kind (the exports share one wait, as
@@ -234,7 +230,7 @@ class Writer:
         """Wait until no export is queued or running, at most the longest ``budget_s`` of those
         (the exports share one wait); False when the wait ran out."""
         timeout = max((job.budget_s for job in self.jobs("export")), default=0.0)
-        return self.waits.until(lambda: self.in_flight("export") == 0, timeout)
+        return self.waits.until(lambda: not self.jobs("export"), timeout)
 
     def wait_settled(self, ticket: Ticket, *, timeout: float) -> bool:
         """Wait until every job up to ``ticket``'s has settled (an export once torch's events are
@@ -249,7 +245,7 @@ class Writer:
     def wait_below(self, kind: str, limit: int, timeout: float) -> bool:
         """Wait until fewer than ``limit`` jobs of ``kind`` are in flight, at most ``timeout``
         seconds; False when the wait ran out."""
-        return self.waits.until(lambda: self.in_flight(kind) < limit, timeout, charged=False)
+        return self.waits.until(lambda: len(self.jobs(kind)) < limit, timeout, charged=False)
 
     # -- giving up ----------------------------------------------------------------------------
     def give_up(self, kinds: frozenset[str] = frozenset({"export"})) -> int:
