@@ -9,6 +9,7 @@ test needs, each record made with ``make_record`` / ``append_record`` and carryi
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import math
@@ -271,6 +272,18 @@ class TestSummary:
         assert isinstance(rows, list) and rows and rows == json.loads(b.out)
         keys = (set(ROW_FIELDS) - set(DIMS)) | {"parallel"}  # the coordinates in one object
         assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(keys))}
+
+    @pytest.mark.parametrize("by", [None, "role,stage", "step,rank", "role,stage,step,rank,tp"])
+    def test_csv_columns_are_the_json_keys_in_order(self, sources: list[Path], tmp_path: Path, by: str | None) -> None:
+        """``--csv`` prints ``--json``'s keys as its columns, in the same order (``parallel`` as one
+        column per coordinate), the stage rows' and ``--by``'s alike; each line is its row."""
+        folder = hand_folder(sources, tmp_path)
+        extra = [] if by is None else ["--by", by]
+        rows = json.loads(cli("summary", str(folder), *extra, "--json").out)
+        lines = list(csv.reader(io.StringIO(cli("summary", str(folder), *extra, "--csv").out)))
+        assert rows and all(list(row) == list(rows[0]) for row in rows)
+        assert lines[0] == [column for key in rows[0] for column in (DIMS if key == "parallel" else (key,))]
+        assert [line[lines[0].index("total_ms")] for line in lines[1:]] == [str(row["total_ms"]) for row in rows]
 
     def test_without_the_fields_no_cost_table(self, sources: list[Path], tmp_path: Path) -> None:
         folder = hand_folder(sources, tmp_path, with_cost=False)

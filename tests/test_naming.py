@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from profdsl.config._parallel import Parallel
 from profdsl.core._naming import (
     EXT_MAX_LEN,
     HOST_MAX_LEN,
@@ -305,6 +306,16 @@ class TestTraceName:
     def test_segments(self, overrides: dict[str, Any], expected: str) -> None:
         """Each optional field adds its own segment, and absent fields add none."""
         assert make(**overrides).format().startswith(expected)
+
+    @given(st.fixed_dictionaries({}, optional={d: st.integers(0, MAX_INDEX) for d in ("ep", "cp", "dp", "pp", "tp")}))
+    def test_coordinates_in_one_order_as_the_layout_lists_them(self, coords: dict[str, int]) -> None:
+        """A name writes the coordinates it knows as one segment, in tp pp dp cp ep order, none
+        for none; a layout (`Parallel.coords`) lists the same in the same order."""
+        in_order = [(d, coords[d]) for d in ("tp", "pp", "dp", "cp", "ep") if d in coords]
+        assert list(Parallel(**coords).coords().items()) == in_order
+        name = make(**coords).format()
+        segment = "-".join(f"{d}{v}" for d, v in in_order)
+        assert f"_{segment}_" in name if in_order else not re.search(r"_(tp|pp|dp|cp|ep)[0-9]", name)
 
     @pytest.mark.parametrize("tricky", ["step5", "rank3", "mb0-1", "part2", "pid7", "world8"])
     def test_labels_that_look_like_segments(self, tricky: str) -> None:

@@ -304,6 +304,36 @@ def test_a_role_joining_a_requested_step_session_still_runs_its_hook(tmp_path: P
     assert log.read_text() == "ran\n"
 
 
+@pytest.mark.parametrize("requested", [True, False], ids=["request", "plan"])
+def test_a_role_joining_a_later_part_of_a_step_session_still_runs_its_hook(tmp_path: Path, requested: bool) -> None:
+    """Fused roles, each with its own save_path: the actor's step 1 (a request's, or the plan's)
+    opens the step session, a discrete stage of a third role cuts it, and the ref's step begins
+    only then: the ref joins the session's second part, not its first. Its save_path is held
+    and released by that part, so the ref's hook runs once, after the step is written."""
+    log = tmp_path / "hooks.txt"
+    actor = Profiler(config(tmp_path / "actor", steps=[] if requested else [1]), role="actor", rank=0, world_size=1)
+    ref_config = config(tmp_path / "ref", finish_hook=FinishHook(cmd=f"echo ran >> {log}"))
+    ref = Profiler(ref_config, role="ref", rank=0, world_size=1)
+    critic = Profiler(config(tmp_path / "critic", discrete=True), role="critic", rank=0, world_size=1)
+    for step in range(3):
+        if step == 1 and requested:
+            assert actor.request(1, roles=["actor"]) is not None
+        with critic.step(step), actor.step(step):
+            work()
+            profile_stage("update_critic", role="critic")(work)()
+            with ref.step(step):  # joins the part the stage's end resumed
+                work()
+    for profiler in (actor, ref, critic):
+        profiler.close()
+    assert [(r["role"], r["part"], r["roles"]) for r in records(tmp_path / "actor", "trace")] == [
+        ("actor", 0, ["actor"]),
+        ("actor", 1, ["actor", "ref"]),
+    ]
+    assert [(r["role"], r["status"]) for r in records(tmp_path / "ref", "trace")] == [("ref", "skipped")]
+    assert [(h["status"], h["steps"]) for h in records(tmp_path / "ref", "hook")] == [("ok", [1])]
+    assert log.read_text() == "ran\n"
+
+
 class TestHttp:
     """``POST /profile`` on the metrics endpoint."""
 

@@ -13,12 +13,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import attrs
+
 from profdsl._cli import ledger_view, stragglers_view
 from profdsl._cli.common import fail, late_ms_refused, listed, load_read, skipped, table
 from profdsl.analysis import _cost as cost
 from profdsl.analysis._catalog import Artifact, FolderError, catalog_or_logs
 from profdsl.analysis._load import load_model
-from profdsl.analysis._model import StageModel, StageSpread
+from profdsl.analysis._model import StageModel, StageRow, StageSpread
 from profdsl.analysis.culprits import DEFAULT_LATE_MS
 from profdsl.config._parallel import DIMS
 from profdsl.core._units import ms_text, percent_text
@@ -38,26 +40,9 @@ EXAMPLES = """examples:
   profdsl summary profiles --stragglers               # who made the others wait at collectives
 """
 KEYS = ("role", "stage", "step", "rank", *DIMS)
-ROW_FIELDS = (
-    "role",
-    "stage",
-    "path",
-    "depth",
-    "step",
-    "rank",
-    "count",
-    "total_ms",
-    "self_ms",
-    "mean_ms",
-    "share",
-    "ranks",
-    "min_ms",
-    "median_ms",
-    "max_ms",
-    "slowest_rank",
-    *DIMS,
-    "interleaved",
-)
+#: ``--csv``'s columns of the stage rows: :class:`~profdsl.analysis._model.StageRow`'s fields (``--json``'s
+#: keys, in their order), ``parallel`` as one column per coordinate.
+ROW_FIELDS = tuple(c for f in attrs.fields(StageRow) for c in (DIMS if f.name == "parallel" else (f.name,)))
 COST_FIELDS = ("role", "step", "traces", "blocked_ms", "export_ms", "max_rank", "max_blocked_ms")
 STEP_HEADERS = ("role", "stage", "ranks", "count", "median ms", "min ms", "max ms", "slowest rank", "self ms")
 #: What the step view says under a stage whose entries crossed on one thread.
@@ -159,8 +144,16 @@ def group(model: StageModel, keys: tuple[str, ...]) -> list[dict[str, Any]]:
         if with_share and not nested:
             item["step_ms"] = round(step_us / 1000, 6)
             item["outside_ms"] = round(max(step_us - total, 0.0) / 1000, 6)
-        result.append(item)
+        result.append({field: item[field] for field in flat_fields(keys, steps=with_share and not nested)})
     return result
+
+
+def flat_fields(keys: tuple[str, ...], *, steps: bool) -> tuple[str, ...]:
+    """A ``--by`` row's keys, in order (``--json``'s keys, ``--csv``'s columns, the table's
+    columns but ``path``): ``keys``, the stage's ``path`` when grouped by stage, the sums,
+    ``step_ms`` and ``outside_ms`` (``steps``: grouped by step and rank without stage), ``share``."""
+    path = ("path",) if "stage" in keys else ()
+    return (*keys, *path, "count", "total_ms", "mean_ms", *(("step_ms", "outside_ms") if steps else ()), "share")
 
 
 def _step_time_us(model: StageModel, members: set[tuple[str, int | None, int | None]]) -> float:
@@ -266,19 +259,8 @@ def _ms(us: float) -> str:
 
 
 def _print_csv(rows: list[dict[str, Any]], keys: tuple[str, ...] | None) -> None:
-    fields = (
-        ROW_FIELDS
-        if keys is None
-        else (
-            *keys,
-            *(("path",) if "stage" in keys else ()),
-            "count",
-            "total_ms",
-            "mean_ms",
-            *(("step_ms", "outside_ms") if any("step_ms" in row for row in rows) else ()),
-            "share",
-        )
-    )
+    steps = any("step_ms" in row for row in rows)
+    fields = ROW_FIELDS if keys is None else flat_fields(keys, steps=steps)
     _write_csv(fields, ({**row, **row.get("parallel", {}), "path": "/".join(row.get("path", ()))} for row in rows))
 
 
@@ -319,14 +301,20 @@ def cost_lines(costs: list[cost.StepCost]) -> list[str]:
 
 
 def _print_flat(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
-    body = []
+    """The ``--by`` table: :func:`flat_fields`' columns but ``path`` (``stage`` is the whole path)."""
     steps = any("step_ms" in item for item in rows)
-    for item in rows:
-        share = "" if item["share"] is None else percent_text(item["share"])
-        cells = ["/".join(item["path"]) if k == "stage" else item[k] for k in keys]
-        extra = [ms_text(item["step_ms"]), ms_text(item["outside_ms"])] if steps else []
-        body.append([*cells, item["count"], ms_text(item["total_ms"]), ms_text(item["mean_ms"]), *extra, share])
-    headers = [*keys, "count", "total ms", "mean ms", *(("step ms", "outside ms") if steps else ()), "share"]
-    print(table(headers, body))
+    fields = [f for f in flat_fields(keys, steps=steps) if f != "path"]
+    body = [[_flat_cell(item, field) for field in fields] for item in rows]
+    print(table([f.replace("_", " ") for f in fields], body))
     if "stage" not in keys:
         print(FLAT_NOTE + (STEP_NOTE if steps else ""))
+
+
+def _flat_cell(item: dict[str, Any], field: str) -> object:
+    """A ``--by`` row's ``field`` as the table shows it."""
+    value = item[field]
+    if field == "stage":
+        return "/".join(item["path"])
+    if field == "share":
+        return "" if value is None else percent_text(value)
+    return ms_text(value) if field.endswith("_ms") else value

@@ -37,7 +37,7 @@ from profdsl.analysis._scan import Piece, TraceScan
 from profdsl.metrics._tree import segment
 from profdsl.metrics.aggregate import over_ranks
 
-__all__ = ["StageNode", "STEP_ROW", "Span", "StageModel", "StageSpread", "WHOLE_TRACE"]
+__all__ = ["StageNode", "STEP_ROW", "Span", "StageModel", "StageRow", "StageSpread", "WHOLE_TRACE"]
 
 #: The label of a role's whole step in the step view (:meth:`StageModel.step_spreads`).
 STEP_ROW = "(step)"
@@ -98,6 +98,31 @@ class StageSpread:
     def stage(self) -> str:
         """The stage's own label."""
         return self.path[-1]
+
+
+@attrs.frozen(kw_only=True)
+class StageRow:
+    """One row of :meth:`StageModel.rows`. Its fields, in this order, are ``summary --json``'s
+    keys and ``summary --csv``'s columns (there ``parallel`` is one column per coordinate)."""
+
+    role: str
+    stage: str
+    path: list[str]
+    depth: int
+    step: int | None
+    rank: int | None
+    count: int
+    total_ms: float
+    self_ms: float
+    mean_ms: float
+    share: float | None
+    ranks: int
+    min_ms: float
+    median_ms: float
+    max_ms: float
+    slowest_rank: int | None
+    parallel: dict[str, int]
+    interleaved: bool
 
 
 @attrs.frozen
@@ -320,37 +345,36 @@ class StageModel:
         return sorted(self._acc, key=lambda k: (k[0], number(k[1]), number(k[2])))
 
     def rows(self) -> list[dict[str, Any]]:
-        """One JSON-friendly row per node (``summary --json``): the node, its share of its role's
-        stage time at the step on its rank (the sum of its outermost stages; None when that is 0;
-        ``summary --by`` measures against the step's wall time instead, :meth:`step_time_us`),
-        and its stage's spread across ranks at that step."""
+        """One JSON-friendly row per node (``summary --json``: a :class:`StageRow`'s fields, in
+        order): the node, its share of its role's stage time at the step on its rank (the sum of
+        its outermost stages; None when that is 0; ``summary --by`` measures against the step's
+        wall time instead, :meth:`step_time_us`), and its stage's spread across ranks at that step."""
         spreads = {(s.role, s.step, s.path): s for s in self.spread()}
         result = []
         for node in self.nodes:
             spread = spreads[(node.role, node.step, node.path)]
             total = self.step_total_us(node.role, node.step, node.rank)
-            result.append(
-                {
-                    "role": node.role,
-                    "stage": node.stage,
-                    "step": node.step,
-                    "rank": node.rank,
-                    "count": node.count,
-                    "total_ms": _ms(node.total_us),
-                    "mean_ms": _ms(node.total_us / node.count),
-                    "share": round(node.total_us / total, 6) if total else None,
-                    "path": list(node.path),
-                    "depth": node.depth,
-                    "self_ms": _ms(node.self_us),
-                    "ranks": spread.ranks,
-                    "min_ms": _ms(spread.min_us),
-                    "median_ms": _ms(spread.median_us),
-                    "max_ms": _ms(spread.max_us),
-                    "slowest_rank": spread.slowest_rank,
-                    "parallel": self.parallel(node.role, node.step, node.rank),
-                    "interleaved": node.interleaved,
-                }
+            row = StageRow(
+                role=node.role,
+                stage=node.stage,
+                path=list(node.path),
+                depth=node.depth,
+                step=node.step,
+                rank=node.rank,
+                count=node.count,
+                total_ms=_ms(node.total_us),
+                self_ms=_ms(node.self_us),
+                mean_ms=_ms(node.total_us / node.count),
+                share=round(node.total_us / total, 6) if total else None,
+                ranks=spread.ranks,
+                min_ms=_ms(spread.min_us),
+                median_ms=_ms(spread.median_us),
+                max_ms=_ms(spread.max_us),
+                slowest_rank=spread.slowest_rank,
+                parallel=self.parallel(node.role, node.step, node.rank),
+                interleaved=node.interleaved,
             )
+            result.append(attrs.asdict(row, recurse=False))
         return result
 
 

@@ -35,7 +35,7 @@ MAX_COORD: Final = 999_999
 
 
 def known_coords(source: object) -> tuple[tuple[str, int], ...]:
-    """The coordinates ``source`` (a record, a trace name) knows, in :data:`DIMS` order."""
+    """The coordinates ``source`` (a record, a trace name, a :class:`Parallel`) knows, in :data:`DIMS` order."""
     return tuple((d, v) for d in DIMS if (v := getattr(source, d)) is not None)
 
 
@@ -101,8 +101,8 @@ class Parallel:
         return cls(**fields)
 
     def coords(self) -> dict[str, int]:
-        """The known coordinates, in :data:`DIMS` order."""
-        return {d: v for d in DIMS if (v := getattr(self, d)) is not None}
+        """The known coordinates, in :data:`DIMS` order (:func:`known_coords`)."""
+        return dict(known_coords(self))
 
     def sizes(self) -> dict[str, int]:
         """The known dimension sizes, in :data:`DIMS` order."""

@@ -13,7 +13,7 @@ from typing import Any, Final
 import attrs
 
 from profdsl.config._checks import MAX_WIDE_INDEX, int_in, is_int, named, require_int
-from profdsl.config._parallel import DIMS
+from profdsl.config._parallel import known_coords
 from profdsl.core._name_reader import EPOCH, MAX_NAME_BYTES, NotANameError, fields_of
 from profdsl.errors import ConfigError
 
@@ -263,7 +263,7 @@ class TraceName:
             segments.append(f"rank{self.rank}{of}")
         elif self.world_size is not None:
             segments.append(f"world{self.world_size}")
-        coords = [f"{dim}{v}" for dim in DIMS if (v := getattr(self, dim)) is not None]
+        coords = [f"{dim}{v}" for dim, v in known_coords(self)]
         if coords:
             segments.append("-".join(coords))
         if self.replica is not None:
