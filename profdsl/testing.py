@@ -21,6 +21,8 @@ __all__ = ["reset"]
 def reset() -> None:
     """Forget every profiler, recorder, open DSL entry of this context, step being timed,
     finish-hook rendezvous and logged-once key, and stop a capture session left open (when this
-    thread owns it) and the metrics' Prometheus endpoints."""
+    thread owns it) and the metrics' Prometheus endpoints. A ``with`` block still open on
+    another thread or task ends what it opened at its exit (a stage's capture, on its thread)
+    and times nothing of a later step."""
     PROCESS.reset()
     context.clear()

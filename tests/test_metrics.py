@@ -447,6 +447,86 @@ class TestConcurrency:
         assert totals(profiler.metrics) == {"a": 3.0, "a/b": 7.0, "a/b/c": 4.0}
         assert totals(profiler.metrics, NAMES.own)["a"] == 0.0  # b outlived a: never below zero
 
+    def test_a_decorated_async_generator_resumed_by_another_task_ends_once(self) -> None:
+        """A decorated async generator begun in one task and finished by a sibling task (which
+        did not inherit its entries): one entry of it and of each block inside, and the first
+        task's later stages nest where that task is, not in the generator."""
+
+        @profile_stage("stream")
+        async def stream() -> Any:
+            for i in range(2):
+                with profile_stage("item"):
+                    yield i
+
+        with metered() as profiler, profiler.step(1):
+            asyncio.run(_begun_here_finished_by_a_sibling(stream()))
+        assert totals(profiler.metrics, NAMES.count) == {"stream": 1, "stream/item": 2, "after": 1}
+
+    def test_decorated_async_generators_closed_by_the_event_loop_end_once(self) -> None:
+        """Decorated async generators left open at a ``yield`` inside a block, closed by the
+        event loop (``shutdown_asyncgens``, outside their tasks), which closes each one's body
+        too, in no set order: the body's block, closed first there, where its entry is not
+        (the stage holds it), is still counted once (it used to be left out)."""
+
+        @profile_stage("stream")
+        async def stream() -> Any:
+            with profile_stage("item"):
+                yield 1
+                yield 2
+
+        left: list[Any] = []
+
+        async def main() -> None:
+            left.extend(stream() for _ in range(16))
+            for each in left:
+                assert await each.__anext__() == 1
+
+        with metered() as profiler, profiler.step(1):
+            asyncio.run(main())
+            with profile_stage("after"):
+                pass
+        assert totals(profiler.metrics, NAMES.count) == {"stream": 16, "stream/item": 16, "after": 1}
+
+    def test_a_profiled_with_block_in_an_async_generator_ends_in_the_task_that_resumes_it(self, tmp_path: Path) -> None:
+        """On a profiled step, a plain ``with`` block inside an undecorated async generator,
+        finished by a sibling task, is found there (it is listed open with its region): its
+        region closes and its time counts once, and the first task's later stages do not nest
+        in it. (Timed only, it is not found there: docs/dsl.md.)"""
+
+        async def stream() -> Any:
+            with profile_stage("item"):
+                yield 1
+                yield 2
+
+        cfg = config(tmp_path, metrics=Metrics(enabled=True))
+        with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
+            with profiler.step(1):
+                asyncio.run(_begun_here_finished_by_a_sibling(stream()))
+            counts = totals(profiler.metrics, NAMES.count)
+        assert counts == {"item": 1, "after": 1}
+        assert not PROCESS.registry.opened
+
+
+async def _begun_here_finished_by_a_sibling(stream: Any) -> None:
+    """Take ``stream``'s first item in one task, the rest in a sibling task (created beside the
+    first, so without its entries), then enter stage ``after`` in the first."""
+    first, rest = asyncio.Event(), asyncio.Event()
+
+    async def begins() -> None:
+        await stream.__anext__()
+        first.set()
+        await rest.wait()
+        with profile_stage("after"):
+            pass
+
+    async def finishes() -> None:
+        await first.wait()
+        async for _ in stream:
+            pass
+        rest.set()
+
+    await asyncio.gather(begins(), finishes())
+
 
 class TestStepBoundaries:
     def test_entry_open_across_stop_is_dropped_and_does_not_nest_later(self, clock: FakeClock) -> None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import profdsl.testing
-from profdsl import FinishHook, Metrics, Profiler, mini_batch_window, profile_stage
+from profdsl import FinishHook, Metrics, Profiler, ProfilerConfig, mini_batch_window, profile_stage
 from profdsl._runtime.process import PROCESS, Process
 from profdsl.core._log import once
 
@@ -73,6 +74,67 @@ class TestReset:
                 pass
         [(_, trace)] = parsed(tmp_path / "b")
         assert sorted(trace["profdsl"]["regions"]["stages"]) == ["decorated_before", "shared_before"]
+
+    def test_a_stage_open_on_a_thread_that_lives_on_ends_its_capture_after_the_reset(self, tmp_path: Path) -> None:
+        """A discrete stage open on a pool thread (which outlives the test) across the reset:
+        its exit still ends its capture there, so no torch profiler is left running for the
+        next test, whose profiler captures as usual (the exit used to find the new registry off
+        and do nothing: the next step's trace was lost, another torch profiler running)."""
+        profiler = Profiler(config(tmp_path / "a", discrete=True), role="actor", rank=0, world_size=1)
+        profiler.start(1)
+        inside, go = threading.Event(), threading.Event()
+
+        def stage() -> None:
+            with profile_stage("gen"):
+                inside.set()
+                go.wait(60)
+
+        with ThreadPoolExecutor(1) as pool:
+            left = pool.submit(stage)
+            assert inside.wait(60)
+            profdsl.testing.reset()
+            go.set()
+            left.result(60)  # (raises what the exit raised)
+            assert not torch_profiler_running() and not PROCESS.registry.on
+            assert pool.submit(torch_profiler_running).result(60) is False  # the thread lives on
+
+            profdsl.testing.reset()  # the next test
+            fresh = Profiler(config(tmp_path / "b", discrete=True), role="actor", rank=0, world_size=1)
+            with fresh, fresh.step(1):
+                pool.submit(profile_stage("fresh")(torch.ones(2).sum)).result(60)
+        assert [t["profdsl"]["stage"] for _, t in parsed(tmp_path / "b")] == ["fresh"]
+        assert not (tmp_path / "a").exists() or parsed(tmp_path / "a") == []
+
+    def test_an_entry_left_open_on_a_thread_that_lives_on_takes_nothing_of_a_later_step(self) -> None:
+        """A timed stage open on a pool thread across the reset, then exited: the next test's
+        step times its stages on that thread at the top of its own tree (they used to nest in
+        the forgotten step's tree, under the stale entry: absent from the new step's metrics)."""
+        metrics = ProfilerConfig(metrics=Metrics(enabled=True))
+        profiler = Profiler(metrics, role="actor", rank=0, world_size=1)
+        profiler.start(1)
+        inside, go = threading.Event(), threading.Event()
+
+        def stage() -> None:
+            with profile_stage("left"):
+                inside.set()
+                go.wait(60)
+
+        with ThreadPoolExecutor(1) as pool:
+            left = pool.submit(stage)
+            assert inside.wait(60)
+            profdsl.testing.reset()
+            go.set()
+            left.result(60)
+
+            profdsl.testing.reset()  # the next test
+            fresh = Profiler(metrics, role="actor", rank=0, world_size=1)
+            with fresh:
+                with fresh.step(1):
+                    pool.submit(profile_stage("fresh")(lambda: None)).result(60)
+                    with profile_stage("main"):
+                        pass
+                counts = {k: v for k, v in fresh.metrics.items() if k.startswith("timing_count/")}
+        assert counts == {"timing_count/fresh": 1, "timing_count/main": 1}
 
 
 class TestOtherProcessState:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,31 @@ def test_reset_while_a_stage_is_open_on_another_thread_leaves_no_profiler_runnin
     profiler.close()
     assert not thread.is_alive() and not torch_profiler_running()
     assert PROCESS.slot.current is None
+
+
+def test_close_while_a_stage_is_open_on_a_thread_that_lives_on_leaves_no_profiler_running(tmp_path: Path) -> None:
+    """``close()`` while a discrete stage is open on a pool thread (which never comes back to
+    profdsl but for the stage's exit): the stage's capture is recorded lost, and its exit, on
+    its owner, stops it (it used to run on until the thread ended: the next profiler's capture
+    was refused)."""
+    profiler = Profiler(config(tmp_path, discrete=True), role="actor", rank=0, world_size=1)
+    profiler.start(1)
+    inside, go = threading.Event(), threading.Event()
+
+    def stage() -> None:
+        with profile_stage("gen"):
+            work()
+            inside.set()
+            go.wait(60)
+
+    with ThreadPoolExecutor(1) as pool:
+        left = pool.submit(stage)
+        assert inside.wait(60)
+        profiler.close()
+        go.set()
+        left.result(60)
+        assert not torch_profiler_running()
+    assert [status for _, status in statuses(tmp_path, "trace")] == ["failed"]
 
 
 def test_a_background_hook_does_not_hold_up_another_roles_steps(tmp_path: Path) -> None:

@@ -170,9 +170,11 @@ def _async_generator(annotation: Word, func: Func) -> Func:
 
 
 async def _closed(body: Any, slices: Slices | None) -> None:
-    """An async generator closed at a ``yield``: its entries back, then its own cleanup."""
+    """An async generator closed at a ``yield``: its entries back, then its own cleanup (what
+    it held that the event loop closed first ends here)."""
     if slices is None:
         await body.aclose()
         return
     slices.resume(True)
     await Driven(body.aclose(), slices)
+    slices.closed()

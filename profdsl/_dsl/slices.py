@@ -61,6 +61,18 @@ class Slices:
         except Exception as exc:
             internal_error("stage resume", exc)
 
+    def closed(self) -> None:
+        """The body was closed at a ``yield``: a timed block of it (an entry without a handle)
+        that is still held missed its exit, which ran elsewhere first (the event loop closes an
+        async generator's body too, in its own context, where the stage holds the block's
+        entry): it ends here. One with a handle is listed open, found wherever its exit runs."""
+        try:
+            for entry in context.segment(self.entry)[:-1]:
+                if entry.handle is None:
+                    entry.end()
+        except Exception as exc:
+            internal_error("stage close", exc)
+
 
 def drive(body: Any, slices: Slices, paused: bool) -> Generator[Any, Any, Any]:
     """Delegate to ``body`` (a generator, or a coroutine: ``send``, ``throw`` and ``close``

@@ -40,6 +40,7 @@ from profdsl._runtime.writer.rounds import HookRounds
 from profdsl._runtime.writer.writer import RECORD_BUDGET_S, Writer
 from profdsl.core._log import ONCE, OnceLog, logger
 from profdsl.metrics._prometheus import Servers
+from profdsl.metrics._tree import close
 
 if TYPE_CHECKING:
     from profdsl._runtime.step import Closable
@@ -110,10 +111,26 @@ class Process:
     def reset(self) -> None:
         """Forget every profiler, recorder, open entry, step being timed, hook round and logged
         key; stop an open session (when this thread owns it) and the Prometheus endpoints, and
-        let the writer finish what it was given. Profilers forgotten here are not closed at exit."""
+        let the writer finish what it was given. Profilers forgotten here are not closed at exit.
+
+        What other contexts (threads, tasks) still hold open is theirs to end: a ``with`` entry
+        with a handle stays listed in the new registry (``opened``), so that its exit still
+        closes what it opened there (a stage's capture, on its owner thread); the forgotten steps
+        end as the DSL sees them (their metrics trees closed), so that an entry left open
+        elsewhere takes nothing of a later step."""
         self.slot.reset()
         self.writer.wait(timeout=self.writer.budget())
-        self.registry = Registry()
+        old, mine = self.registry, set(context.walk(context.STACK.get()))
+        for step in old.steps:
+            if step.root is not None:
+                close(step.root)
+        registry = Registry()
+        registry.opened.update((entry, None) for entry in list(old.opened) if entry not in mine)
+        self.registry = registry
+        for entry in list(registry.opened):  # (after the switch: one ended meanwhile unlisted itself from either)
+            if not entry.live:
+                registry.opened.pop(entry, None)
+        registry.refresh()
         self.rounds.clear()
         self.live.clear()
         self.inbox.clear()

@@ -143,10 +143,13 @@ class CaptureSlot:
             self._lock.release()
 
     def end_stage(self, session: Session) -> None:
-        """A stage session ends; a step session it cut resumes as the next part."""
+        """A stage session ends; a step session it cut resumes as the next part. One recorded
+        lost meanwhile (its owner is this thread) is stopped here: its owner's next call."""
         with self._lock:
             if self.current is session and self.open.stop(session):
                 self._resume()
+            else:
+                self.open.flush()
 
     # -- threads that end, close and exit ---------------------------------------------------
     def _thread_ended(self, ident: int) -> None:
