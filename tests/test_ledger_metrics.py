@@ -248,6 +248,43 @@ def test_a_generator_stage_leaves_each_stretch(monkeypatch: pytest.MonkeyPatch) 
     assert timings.ledger["generation"] == 3.0 and timings.ledger["outside"] == 6.0
 
 
+def test_a_generator_stage_still_open_at_the_steps_end_leaves_no_stretch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decorated generator stage suspended at a ``yield`` when its step ends is still open: it
+    is not in the step's timings, and the stretches it ran are not in its ledger either (its time
+    there is ``outside``, as for any entry open across the boundary); nor in the next step's, where
+    it ends. One that ends inside its step keeps them all, with its count."""
+    clock = FakeClock()
+    monkeypatch.setattr(tree, "clock", clock)
+
+    @profile_stage("generate_samples")
+    def samples() -> Any:
+        for _ in range(3):
+            clock.advance(1.0)
+            yield None
+
+    with metered() as profiler:
+        profiler.start(1)
+        batches = samples()
+        for _ in range(2):
+            next(batches)
+            clock.advance(2.0)  # the consumer, outside the stage
+        first = profiler.stop()
+        profiler.start(2)
+        for _ in batches:
+            clock.advance(2.0)
+        second = profiler.stop()
+        profiler.start(3)
+        for _ in samples():
+            pass
+        third = profiler.stop()
+    assert first is not None and first.ledger is not None and second is not None and second.ledger is not None
+    assert "generate_samples" not in first.stages and "generate_samples" not in second.stages
+    assert first.ledger["generation"] == 0.0 and first.ledger["outside"] == first.wall_s == 6.0
+    assert second.ledger["generation"] == 0.0 and second.ledger["outside"] == second.wall_s == 3.0
+    assert third is not None and third.ledger is not None and third.stages["generate_samples"].count == 1
+    assert third.ledger["generation"] == third.stages["generate_samples"].total_s == 3.0
+
+
 def test_a_discrete_stage_capture_is_the_steps_overhead(tmp_path: Path) -> None:
     """A profiled discrete stage starts and stops its own capture inside the step, outside the
     stage's time: that wait is the ledger's overhead (real torch profiler), the buckets still

@@ -75,8 +75,9 @@ def test_a_scheduled_stages_schedule_steps_are_overhead_not_update(
     found = load_ledger(str(tmp_path), catalog(tmp_path).artifacts, bad)
     assert bad == []
     [traced] = [r for r in found.ranks if r.role == "actor" and r.step == 1]
-    assert traced.ledger is not None
-    assert traced.ledger.buckets["overhead"] + traced.ledger.overhead_unplaced >= round(held * 1e9)
+    assert traced.ledger is None  # its traces hold the recorded windows only: the metrics log's ledger
+    [logged] = [r for r in found.metrics if r.role == "actor" and r.step == 1]
+    assert logged.ledger is not None and logged.ledger.buckets["overhead"] >= round(held * 1e9)
 
 
 def _discrete_step(tmp_path: Path) -> None:
@@ -181,3 +182,32 @@ def test_a_wait_known_only_by_its_length_keeps_the_old_rule() -> None:
     ledger = step_ledger(placed, began=0.0, wall_s=1.0)
     assert ledger.buckets_s is not None and ledger.overhead_unplaced_s == 0.0
     assert (ledger.buckets_s["overhead"], ledger.buckets_s["update"], ledger.buckets_s["outside"]) == (0.5, 0.25, 0.25)
+
+
+def test_a_scheduled_stage_recorded_in_windows_has_its_ledger_from_the_metrics(tmp_path: Path) -> None:
+    """A scheduled stage's traces hold only its recorded windows (here mini-batches 2 and 5 of 6,
+    through a real CPU torch profiler): split from them, the step's other mini-batches would read
+    as ``outside``. The traced step gets no ledger from its traces and says why; its ledger is the
+    metrics log line's, whole, in the view from the metrics log, and it is not placed in the
+    groups' idle times by its partial traces."""
+    cfg = config(
+        tmp_path,
+        discrete=True,
+        torch=TorchOptions(contents=["cpu"], schedule=Schedule(wait=2, active=1)),
+        metrics=Metrics(enabled=True, log=True),
+    )
+    with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
+        with profiler.step(1), profile_stage("update_actor", scheduled=True):
+            for _ in mini_batch_window(range(6)):
+                work()
+    found = catalog(tmp_path).artifacts
+    assert sorted(a.window for a in found if a.kind == "trace") == [(2, 2), (5, 5)]
+    ledger = load_ledger(str(tmp_path), found, [])
+    [traced] = [r for r in ledger.ranks if (r.role, r.step, r.rank) == ("actor", 1, 0)]
+    assert traced.ledger is None and traced.why is not None
+    assert "update_actor" in traced.why and "2, 5" in traced.why and "metrics log" in traced.why
+    assert not traced.busy and not traced.work and not traced.placed
+    [line] = [line for line in read_log(tmp_path)[0] if line.step == 1]
+    [logged] = [r for r in ledger.metrics if (r.role, r.step, r.rank) == ("actor", 1, 0)]
+    assert line.ledger is not None and logged.ledger is not None
+    assert logged.ledger.buckets == {k: round(v * 1e9) for k, v in line.ledger.items()}

@@ -55,7 +55,7 @@ class Entry:
     when its current stretch began (None while paused), ``spent`` the seconds of earlier
     stretches, ``mark`` the device event of the stretch (CUDA device time)."""
 
-    __slots__ = ("below", "handle", "key", "live", "mark", "node", "spent", "start")
+    __slots__ = ("below", "handle", "kept", "key", "live", "mark", "node", "spent", "start")
     # No __init__: made by :func:`make` (or inlined: a plain `Entry()` is the cheapest object).
 
     key: object
@@ -66,6 +66,7 @@ class Entry:
     spent: float
     mark: Any
     start: float | None
+    kept: list[float]  # a suspended top-level stage's stretches (set when it becomes a Held)
 
     def run(self) -> None:
         """Start (or restart) the clock of a timed entry."""
@@ -74,9 +75,11 @@ class Entry:
             self.mark = device.mark()
         self.start = tree.clock()
 
-    def pause(self) -> None:
+    def pause(self, hold: bool = True) -> None:
         """Stop the clock, keeping the stretch's seconds (a generator's ``yield``), and the
-        stretch itself for the ledger when the entry is a top-level stage."""
+        stretch itself when the entry is a top-level stage: ``hold``, on the entry (a
+        :class:`Held` from now on) until it ends, so that one still open when its step ends
+        leaves none; else (at its end) for the ledger."""
         start = self.start
         if start is None:
             return
@@ -93,8 +96,14 @@ class Entry:
             end = device.mark()
             with node.root.lock:
                 device.add(node, self.mark, end)
-        if not node.closed:
-            tree.stretch(node, start, now)
+        if node.spans is not None and not node.closed:
+            if not hold:
+                tree.stretch(node, start, now)
+            elif self.__class__ is Held:
+                self.kept += (start, now)
+            else:
+                self.kept = [start, now]
+                self.__class__ = Held
 
     def end(self, innermost: bool = False) -> None:
         """The entry ended: its node gets one entry of the seconds it ran (unless its step has ended
@@ -110,7 +119,7 @@ class Entry:
                     self.start = None
                     spans = node.spans  # a top-level stage's: its stretch goes to the step's ledger
                 else:
-                    self.pause()  # (which keeps the stretch)
+                    self.pause(False)  # (which keeps the stretch)
                     spent, spans = self.spent, None
                 if not node.closed:  # node.add(spent) and tree.stretch(), inlined: this runs for every timed entry
                     ended = node.ended
@@ -148,6 +157,26 @@ class Timed(Entry):
     __slots__ = ()
     handle = None  # (hiding the slot of the same name: read-only on a Timed)
     spent = 0.0
+
+
+class Held(Entry):
+    """A top-level stage's entry that was suspended (:meth:`Entry.pause`): the stretches it ran
+    (``kept``) go to its step's ledger when it ends, with its count (:meth:`Entry.end`), unless
+    its step has ended since (then neither)."""
+
+    __slots__ = ()
+
+    def end(self, innermost: bool = False) -> None:
+        node: Node = self.node  # type: ignore[assignment]
+        try:
+            self.pause()  # its last stretch, when it runs
+            if not node.closed:  # its stretches, then its count (Entry.end)
+                kept = self.kept
+                for i in range(0, len(kept), 2):
+                    tree.stretch(node, kept[i], kept[i + 1])
+        except Exception as exc:  # a device error
+            internal_error("metrics exit", exc)
+        Entry.end(self, innermost)
 
 
 _HANDLE: Any = Entry.__dict__["handle"]  # the slots themselves, which a Timed's class hides

@@ -198,9 +198,12 @@ def fleet(ranks: Sequence[RankLedger]) -> tuple[list[GroupStep], dict[int | None
         start = min(b[0][0] for b in busy.values() if b)
         end = max(b[-1][1] for b in busy.values() if b)
         spans[step] = (start, end)
+        seen = {g for g, members in groups.items() if any(r.placed for r in members)}  # where each worked is known
         for group, members in groups.items():
             placed = [r for r in members if r.placed]
             ledgers = [r.ledger for r in members if r.ledger is not None]
+            if not placed and not ledgers:  # nothing of it to show: no zeros standing for it
+                continue
             result.append(
                 GroupStep(
                     step,
@@ -210,7 +213,7 @@ def fleet(ranks: Sequence[RankLedger]) -> tuple[list[GroupStep], dict[int | None
                     _mean_buckets(ledgers),
                     _mean(intervals.length(r.busy) for r in placed),
                     _idle(placed, [(start, end)]),
-                    {other: _idle(placed, work) for other, work in busy.items() if other != group},
+                    {other: _idle(placed, work) for other, work in busy.items() if other != group and other in seen},
                     {kind: _idle(placed, work) for kind, work in _work_by_kind(group, groups).items()},
                 )
             )

@@ -11,7 +11,9 @@ What it reads, each from its one home:
 - the step's wall time: the metrics log's ``wall_s`` (:mod:`profdsl.analysis._walls`). Only its
   length is known, not where it sits: the ledger places it over the stages, which is exact when
   they fit in it (they are inside ``start()`` .. ``stop()``); stages that spread over more than
-  the wall time cannot be placed, and that rank's step gets no ledger;
+  the wall time cannot be placed, and that rank's step gets no ledger, nor does one with a
+  scheduled stage's windows (:func:`_windowed`: its traces hold its recorded mini-batches only;
+  its ledger is the metrics log's);
 - profiling's overhead: the waits inside the step its metrics log line timed
   (``ledger_waits_s``: a stage capture's start and stop, a scheduled stage's schedule steps
   between its mini-batches, rollout engines' profilers), charged, as durations, to the time no
@@ -67,6 +69,10 @@ __all__ = ["FolderLedger", "GroupStep", "RankLedger", "group_name", "load_ledger
 #: Why a rank's step has no ledger.
 NO_WALL = "no wall time: no metrics log line for it (Metrics(log=True) writes one per step)"
 ENGINE = "an engine replica has no steps of its own: its busy time is in the step's fleet view only"
+WINDOWED = (
+    "its traces hold only the recorded windows of its scheduled stage {stages} (mini-batches {windows}), "
+    "not the rest of its step: its ledger is the metrics log's (Metrics(log=True))"
+)
 
 
 @attrs.frozen
@@ -157,6 +163,23 @@ def _overheads(artifacts: Iterable[Artifact]) -> tuple[dict[Key, int | None], di
     return waits([a for a in traces if a.stage is not None]), waits([a for a in traces if a.stage is None])
 
 
+def _windowed(artifacts: Iterable[Artifact]) -> dict[Key, str]:
+    """Per (role, step, rank) whose traces include a scheduled stage's windows, why its traces
+    cannot split its step: a window's trace holds the stage's recorded mini-batches only."""
+    found: dict[Key, tuple[set[str], set[tuple[int, int]]]] = {}
+    for a in artifacts:
+        if a.kind == "trace" and a.stage is not None and a.window is not None:
+            stages, windows = found.setdefault((a.role or "unknown", a.step, a.rank), (set(), set()))
+            stages.add(a.stage)
+            windows.add(a.window)
+    out = {}
+    for key, (stages, windows) in found.items():
+        listed = [str(a) if a == b else f"{a}-{b}" for a, b in sorted(windows)[:5]]
+        more = f" and {len(windows) - 5} more" if len(windows) > 5 else ""
+        out[key] = WINDOWED.format(stages=", ".join(sorted(stages)), windows=", ".join(listed) + more)
+    return out
+
+
 def _stages(
     model: StageModel, kinds: Mapping[int, Mapping[str, str]], origin_us: float
 ) -> dict[Key, tuple[Group, list[Stage]]]:
@@ -184,7 +207,10 @@ def _rank(
     inside: int | None,
     outside: int | None,
     line: MetricsLine | None,
+    windowed: str | None = None,
 ) -> RankLedger:
+    if windowed is not None:  # its traces' stages are part of its step: neither split nor placed by them
+        return RankLedger(key[0], key[1], key[2], group, None, windowed, [], outside or 0, placed=False)
     busy = intervals.union((s.start, s.end) for s in stages)
     by_kind: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for stage in stages:
@@ -237,8 +263,18 @@ def load_ledger(
     inside, outside = _overheads(artifacts)
     origin_us = math.floor(min((s.start_us for _, spans in model.spans() for s in spans), default=0.0))
     lines = _lines(log)
+    windowed = _windowed(artifacts)
     ranks = [
-        _rank(key, group, stages, model.wall_us(*key), inside.get(key, 0), outside.get(key, 0), lines.get(key))
+        _rank(
+            key,
+            group,
+            stages,
+            model.wall_us(*key),
+            inside.get(key, 0),
+            outside.get(key, 0),
+            lines.get(key),
+            windowed.get(key),
+        )
         for key, (group, stages) in sorted(_stages(model, kinds, origin_us).items(), key=lambda kv: _order(kv[0]))
         if stages
     ]
