@@ -208,6 +208,43 @@ def test_waiting_for_an_export_counts_as_blocked(tmp_path: Path, gated: tuple[th
     assert record["blocked_ms"] <= 1.0 + waited[0] + 1
 
 
+def test_a_wait_that_ran_out_still_counts_as_blocked(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """A caller's wait for a trace that runs out before the trace is recorded (the last step's
+    wait past ``export_timeout_s``) held the training thread all the same: it is in the trace's
+    ``wait_ms`` and ``blocked_ms``, though no caller waits any more when the writer records it (a
+    lower bound: the wait lasted its timeout)."""
+    gate, _ = gated
+    writer = Writer()
+    ticket = submit(writer, attrs.evolve(pending(tmp_path, 1), wait_ms=0.0))
+    assert writer.wait_settled(ticket, timeout=60)  # type: ignore[arg-type]  # running, held at its compression
+    assert not writer.wait(ticket, timeout=0.3)  # type: ignore[arg-type]
+    gate.set()
+    assert ticket.done.wait(60)  # type: ignore[attr-defined]  # nobody waits for it now
+    [record] = read_manifest(tmp_path)
+    assert record["wait_ms"] >= 290
+    assert record["blocked_ms"] - record["wait_ms"] == pytest.approx(1.0, abs=0.002)
+
+
+def test_a_given_up_trace_keeps_the_wait_for_it(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """The wait that ran out before a trace was given up (the finish hook due, or the exit) is
+    in its ``incomplete`` record's ``blocked_ms``; a trace queued behind it, which never ran
+    while anyone waited, keeps its own."""
+    gate, _ = gated
+    writer = Writer()
+    running = submit(writer, pending(tmp_path, 7))
+    submit(writer, pending(tmp_path, 8))
+    assert writer.wait_settled(running, timeout=60)  # type: ignore[arg-type]
+    assert not writer.wait(timeout=0.3)
+    assert writer.give_up() == 2
+    last = writer.tail()
+    assert last is not None and last.done.wait(60)  # nobody waits for their records
+    gate.set()
+    records = {r["step"]: r for r in read_manifest(tmp_path)}
+    assert [r["status"] for r in records.values()] == ["incomplete", "incomplete"]
+    assert records[7]["blocked_ms"] >= 1.0 + 290
+    assert records[8]["blocked_ms"] == 1.0
+
+
 def held_write(trace: PendingTrace, gate: threading.Event) -> PendingTrace:
     """``trace`` with its events still to be written, by a write that waits for ``gate`` (torch
     writing a large trace)."""
