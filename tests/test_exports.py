@@ -146,6 +146,37 @@ def test_a_hook_given_up_before_it_ran_is_recorded_in_each_plans_folder(
     assert not ran.exists() and job.finished.is_set()
 
 
+def test_a_hooks_blocked_ms_is_the_time_waited_for_it(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """A wait for the finish hook that runs out (its turn held up behind an export) ends the
+    caller's block: the hook, recorded later, counts that wait, not the time the loop went on
+    meanwhile (an upper bound the test measures: the wait's own length)."""
+    gate, _ = gated
+    writer = Writer()
+    submit(writer, pending(tmp_path, 1))
+    plan = HookPlan(
+        save_path=str(tmp_path),
+        cmd="true",
+        timeout_s=60,
+        background=False,
+        tool="torch",
+        role="actor",
+        rank=0,
+        world_size=1,
+        host="h",
+    )
+    job = HookJob([plan], [1], writer)
+    job.ticket = writer.submit(job)
+    began = time.perf_counter()
+    assert not job.wait(timeout=0.3)
+    waited_ms = (time.perf_counter() - began) * 1000
+    time.sleep(1.0)  # the loop goes on, not waiting
+    gate.set()
+    assert job.finished.wait(60)
+    [hook] = [r for r in read_manifest(tmp_path) if r["kind"] == "hook"]
+    assert hook["status"] == "ok"
+    assert 290 <= hook["blocked_ms"] <= waited_ms
+
+
 def test_exports_given_up_are_recorded_incomplete_once(
     tmp_path: Path, gated: tuple[threading.Event, list[int]]
 ) -> None:
