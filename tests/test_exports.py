@@ -256,6 +256,31 @@ def test_a_wait_that_ran_out_still_counts_as_blocked(tmp_path: Path, gated: tupl
     assert record["blocked_ms"] - record["wait_ms"] == pytest.approx(1.0, abs=0.002)
 
 
+def test_a_wait_inside_another_leaves_the_outer_one_charged(
+    tmp_path: Path, gated: tuple[threading.Event, list[int]]
+) -> None:
+    """A wait on the same thread inside another (a signal handler calling ``close()`` while the
+    step waits) ends first: the outer wait still counts to its end (a lower bound: it lasted its
+    timeout)."""
+    gate, _ = gated
+    writer = Writer()
+    ticket = submit(writer, attrs.evolve(pending(tmp_path, 1), wait_ms=0.0))
+    assert writer.wait_settled(ticket, timeout=60)  # type: ignore[arg-type]
+    looks: list[bool] = []
+
+    def done() -> bool:  # the outer wait looks again: a handler runs in between, and waits too
+        looks.append(False)
+        if len(looks) == 2:
+            assert not writer.wait(ticket, timeout=0.05)  # type: ignore[arg-type]
+        return False
+
+    assert not writer.waits.until(done, 0.5)
+    gate.set()
+    assert ticket.done.wait(60)  # type: ignore[attr-defined]
+    [record] = read_manifest(tmp_path)
+    assert record["wait_ms"] >= 480
+
+
 def test_a_given_up_trace_keeps_the_wait_for_it(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
     """The wait that ran out before a trace was given up (the finish hook due, or the exit) is
     in its ``incomplete`` record's ``blocked_ms``; a trace queued behind it, which never ran

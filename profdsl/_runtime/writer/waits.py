@@ -37,8 +37,9 @@ class Waits:
         me = threading.get_ident()
         deadline = time.monotonic() + timeout
         with self._cond:
-            if charged:
-                self._waiters.setdefault(me, time.perf_counter())
+            mine = charged and me not in self._waiters  # not inside this thread's other wait (a signal handler's)
+            if mine:
+                self._waiters[me] = time.perf_counter()
             try:
                 while not done():
                     remaining = deadline - time.monotonic()
@@ -47,7 +48,7 @@ class Waits:
                     self._cond.wait(min(_SLICE_S, remaining))
                 return True
             finally:
-                since = self._waiters.pop(me, None) if charged else None
+                since = self._waiters.pop(me, None) if mine else None
                 if since is not None:
                     rest = min(self._waiters.values(), default=None)
                     self._left(since if rest is None else min(since, rest), rest)
