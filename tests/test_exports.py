@@ -146,6 +146,37 @@ def test_a_hook_given_up_before_it_ran_is_recorded_in_each_plans_folder(
     assert not ran.exists() and job.finished.is_set()
 
 
+def test_a_hooks_blocked_ms_is_the_time_waited_for_it(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """A wait for the finish hook that runs out (its turn held up behind an export) ends the
+    caller's block: the hook, recorded later, counts that wait, not the time the loop went on
+    meanwhile (an upper bound the test measures: the wait's own length)."""
+    gate, _ = gated
+    writer = Writer()
+    submit(writer, pending(tmp_path, 1))
+    plan = HookPlan(
+        save_path=str(tmp_path),
+        cmd="true",
+        timeout_s=60,
+        background=False,
+        tool="torch",
+        role="actor",
+        rank=0,
+        world_size=1,
+        host="h",
+    )
+    job = HookJob([plan], [1], writer)
+    job.ticket = writer.submit(job)
+    began = time.perf_counter()
+    assert not job.wait(timeout=0.3)
+    waited_ms = (time.perf_counter() - began) * 1000
+    time.sleep(1.0)  # the loop goes on, not waiting
+    gate.set()
+    assert job.finished.wait(60)
+    [hook] = [r for r in read_manifest(tmp_path) if r["kind"] == "hook"]
+    assert hook["status"] == "ok"
+    assert 290 <= hook["blocked_ms"] <= waited_ms
+
+
 def test_exports_given_up_are_recorded_incomplete_once(
     tmp_path: Path, gated: tuple[threading.Event, list[int]]
 ) -> None:
@@ -206,6 +237,68 @@ def test_waiting_for_an_export_counts_as_blocked(tmp_path: Path, gated: tuple[th
     [record] = read_manifest(tmp_path)
     assert record["blocked_ms"] >= 1.0 + held_ms / 2  # the 1 ms before it, and the wait
     assert record["blocked_ms"] <= 1.0 + waited[0] + 1
+
+
+def test_a_wait_that_ran_out_still_counts_as_blocked(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """A caller's wait for a trace that runs out before the trace is recorded (the last step's
+    wait past ``export_timeout_s``) held the training thread all the same: it is in the trace's
+    ``wait_ms`` and ``blocked_ms``, though no caller waits any more when the writer records it (a
+    lower bound: the wait lasted its timeout)."""
+    gate, _ = gated
+    writer = Writer()
+    ticket = submit(writer, attrs.evolve(pending(tmp_path, 1), wait_ms=0.0))
+    assert writer.wait_settled(ticket, timeout=60)  # type: ignore[arg-type]  # running, held at its compression
+    assert not writer.wait(ticket, timeout=0.3)  # type: ignore[arg-type]
+    gate.set()
+    assert ticket.done.wait(60)  # type: ignore[attr-defined]  # nobody waits for it now
+    [record] = read_manifest(tmp_path)
+    assert record["wait_ms"] >= 290
+    assert record["blocked_ms"] - record["wait_ms"] == pytest.approx(1.0, abs=0.002)
+
+
+def test_a_wait_inside_another_leaves_the_outer_one_charged(
+    tmp_path: Path, gated: tuple[threading.Event, list[int]]
+) -> None:
+    """A wait on the same thread inside another (a signal handler calling ``close()`` while the
+    step waits) ends first: the outer wait still counts to its end (a lower bound: it lasted its
+    timeout)."""
+    gate, _ = gated
+    writer = Writer()
+    ticket = submit(writer, attrs.evolve(pending(tmp_path, 1), wait_ms=0.0))
+    assert writer.wait_settled(ticket, timeout=60)  # type: ignore[arg-type]
+    looks: list[bool] = []
+
+    def done() -> bool:  # the outer wait looks again: a handler runs in between, and waits too
+        looks.append(False)
+        if len(looks) == 2:
+            assert not writer.wait(ticket, timeout=0.05)  # type: ignore[arg-type]
+        return False
+
+    assert not writer.waits.until(done, 0.5)
+    gate.set()
+    assert ticket.done.wait(60)  # type: ignore[attr-defined]
+    [record] = read_manifest(tmp_path)
+    assert record["wait_ms"] >= 480
+
+
+def test_a_given_up_trace_keeps_the_wait_for_it(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
+    """The wait that ran out before a trace was given up (the finish hook due, or the exit) is
+    in its ``incomplete`` record's ``blocked_ms``; a trace queued behind it, which never ran
+    while anyone waited, keeps its own."""
+    gate, _ = gated
+    writer = Writer()
+    running = submit(writer, pending(tmp_path, 7))
+    submit(writer, pending(tmp_path, 8))
+    assert writer.wait_settled(running, timeout=60)  # type: ignore[arg-type]
+    assert not writer.wait(timeout=0.3)
+    assert writer.give_up() == 2
+    last = writer.tail()
+    assert last is not None and last.done.wait(60)  # nobody waits for their records
+    gate.set()
+    records = {r["step"]: r for r in read_manifest(tmp_path)}
+    assert [r["status"] for r in records.values()] == ["incomplete", "incomplete"]
+    assert records[7]["blocked_ms"] >= 1.0 + 290
+    assert records[8]["blocked_ms"] == 1.0
 
 
 def held_write(trace: PendingTrace, gate: threading.Event) -> PendingTrace:

@@ -155,6 +155,37 @@ def test_blocked_ms_counts_the_wait_for_the_events(tmp_path: Path, monkeypatch: 
     assert 0.8 * spent_ms <= trace["blocked_ms"] <= all_ms
 
 
+def test_a_wait_for_the_events_that_ran_out_is_in_blocked_ms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """torch's events of the last step's trace still being written when the step's wait runs
+    out (``export_timeout_s``): the step returns, and the wait it did is still in the trace's
+    ``wait_ms`` and ``blocked_ms`` when the writer records the trace later (a lower bound: the
+    wait lasted its timeout)."""
+    import profdsl._capture.torch_traces as torch_traces
+
+    real, gate = torch_traces._write_events, threading.Event()
+
+    def held(*args: Any, **kwargs: Any) -> Any:  # torch writing a large trace
+        gate.wait(120)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch_traces, "_write_events", held)
+    cfg = config(tmp_path, torch=TorchOptions(contents=["cpu"], export_timeout_s=0.5))
+    profiler = Profiler(cfg, role="actor", rank=0, world_size=1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="profdsl"):
+            last_step(profiler)
+        assert STILL_WRITTEN in caplog.text  # the wait ran out
+    finally:
+        gate.set()
+        profiler.close()
+    [trace] = records(tmp_path, "trace")
+    assert trace["status"] == "ok"
+    assert trace["wait_ms"] >= 490
+    assert trace["blocked_ms"] >= trace["wait_ms"] + trace["stop_ms"] - 0.01
+
+
 def test_a_mid_run_step_still_does_not_wait(tmp_path: Path, gate: threading.Event) -> None:
     """A step that is not the last profiled one waits for nothing of its trace (the events
     included): the next step begins while the writer is held."""

@@ -167,6 +167,51 @@ def test_a_scheduled_stage_session_puts_its_start_on_its_first_trace(tmp_path: P
         _consistent(record)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param(dict(schedule=Schedule(wait=1, active=1)), id="left-out-mini-batches"),
+        pytest.param(dict(max_trace_mb=0.004), id="budget-cut"),
+    ],
+)
+def test_a_continuous_steps_pauses_and_resumes_are_in_its_blocked_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    """Continuous: the capture pauses for the mini-batches its schedule leaves out, or for the
+    rest of a window its size budget cut, and resumes (on stop at the latest); every pause and
+    resume is torch's call on the training thread, and is in the trace's ``blocked_ms`` (a lower
+    bound: the toggles' own durations, each made slow)."""
+    real = torch.profiler.profile.toggle_collection_dynamic
+    step = [0]
+    toggled: dict[int, list[float]] = defaultdict(list)
+
+    def slow(self: Any, *args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        time.sleep(0.05)
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            toggled[step[0]].append((time.perf_counter() - began) * 1000)
+
+    monkeypatch.setattr(torch.profiler.profile, "toggle_collection_dynamic", slow)
+    cfg = config(tmp_path, steps=[1, 2], torch=TorchOptions(contents=["cpu"], **options))
+    with Profiler(cfg, role="actor", rank=0, world_size=1) as profiler:
+        for step[0] in (1, 2):
+            with profiler.step(step[0]), profile_stage("update_actor"):
+                for _ in mini_batch_window(range(4)):
+                    for _ in range(20):
+                        work()
+            deadline = time.monotonic() + 120  # the budget learns step 1's size once it is recorded
+            while not records(tmp_path, "trace") and time.monotonic() < deadline:
+                time.sleep(0.05)
+    traces = {r["step"]: r for r in records(tmp_path, "trace")}
+    assert len(toggled[2]) >= 2  # paused and resumed at step 2
+    assert traces[2]["status"] == ("truncated" if "max_trace_mb" in options else "ok")
+    for number, durations in toggled.items():
+        assert traces[number]["blocked_ms"] >= sum(durations), (number, durations, traces[number])
+        _consistent(traces[number])
+
+
 def test_the_writers_cpu_time_is_its_own_not_the_callers(tmp_path: Path) -> None:
     """While the writer exports step 1's trace, the training thread keeps torch's intra-op
     threads busy: the record's CPU time is the writer thread's, within the export's wall time

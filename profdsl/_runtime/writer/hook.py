@@ -13,12 +13,13 @@ for the job with :meth:`HookJob.wait`; an interrupt there, or at exit, stops it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import attrs
 
@@ -103,7 +104,9 @@ class HookJob:
         self.run_s = plans[0].timeout_s + finish_hook.STOP_BOUND_S + RECORD_BUDGET_S  # run and record
         self.started = threading.Event()
         self.finished = threading.Event()  # its records are written
-        self._waiting_since: float | None = None  # when a caller began waiting for it
+        # the seconds callers waited for it in waits over, and when the one going on began (None:
+        # none goes on); one tuple, so that the hook's thread reads both at once
+        self._waits: tuple[float, float | None] = (0.0, None)
         self.ticket: Ticket | None = None  # its place on the writer, once submitted
 
     def run(self, guard: CommitGuard) -> None:
@@ -113,8 +116,8 @@ class HookJob:
 
     def _main(self) -> None:
         """On its own thread: run the command, then hand the records to the writer and wait
-        (bounded) until they are written. The run's ``blocked_ms``: how long a caller waited for
-        it (the last step's stop, or close())."""
+        (bounded) until they are written. The run's ``blocked_ms``: how long callers waited for it
+        (the last step's stop, or close()): the waits over, and the one going on."""
         first = self.plans[0]
         try:
             with finish_hook.steps_file(self.steps) as listed:
@@ -127,8 +130,8 @@ class HookJob:
                 )
         except BaseException as exc:  # run_command never raises an Exception; this is the last guard
             result = finish_hook.HookResult("failed", error=described(exc))
-        since = self._waiting_since
-        blocked_ms = 0.0 if since is None else ms_of(time.perf_counter() - since)
+        waited_s, since = self._waits
+        blocked_ms = ms_of(waited_s if since is None else waited_s + time.perf_counter() - since)
         try:
             tickets = [
                 self._writer.submit(RecordJob(path, record)) for path, record in self._records(result, blocked_ms)
@@ -167,11 +170,25 @@ class HookJob:
         """Wait until the job has reached the writer's turn (at most ``timeout`` seconds; None:
         the writer's budget for the jobs up to it), then until it has run its command and
         written its records (at most its own ``run_s``), in slices: a signal is seen."""
-        if self._waiting_since is None:
-            self._waiting_since = time.perf_counter()
-        if not self._writer.wait(self.ticket, timeout=self._writer.budget(self.ticket) if timeout is None else timeout):
-            return False
-        return Waits.wait_event(self.finished, timeout=self.run_s)
+        turn = self._writer.budget(self.ticket) if timeout is None else timeout
+        with self.waiting():
+            if not self._writer.wait(self.ticket, timeout=turn):
+                return False
+            return Waits.wait_event(self.finished, timeout=self.run_s)
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """A caller waits for the run meanwhile: the run's ``blocked_ms`` counts this time only (a
+        wait inside another, a signal handler's, once)."""
+        waited_s, since = self._waits
+        began = time.perf_counter()
+        if since is None:
+            self._waits = (waited_s, began)
+        try:
+            yield
+        finally:
+            if since is None:
+                self._waits = (waited_s + time.perf_counter() - began, None)
 
 
 def stop_hooks(jobs: list[HookJob], reason: str) -> None:
@@ -183,6 +200,7 @@ def stop_hooks(jobs: list[HookJob], reason: str) -> None:
     try:
         for job in jobs:
             if job.started.is_set():
-                Waits.wait_event(job.finished, timeout=finish_hook.STOP_BOUND_S + RECORD_BUDGET_S)
+                with job.waiting():
+                    Waits.wait_event(job.finished, timeout=finish_hook.STOP_BOUND_S + RECORD_BUDGET_S)
     except BaseException:
         once("hook-wait", logging.ERROR, "profdsl: interrupted again while the finish hook was being stopped")

@@ -77,7 +77,7 @@ class ExportJob:
             f"still being written in the background after export_timeout_s ({label.export.timeout_s:g}s), "
             "when the finish hook or the process exit could wait no longer"
         )
-        record = label.loss("incomplete", why, **kept, **pending.fields())
+        record = label.loss("incomplete", why, **kept, **pending.fields(guard.waited()))
         guard.commit(lambda: append_record(label.save_path, record))
 
 

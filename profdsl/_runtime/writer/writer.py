@@ -68,15 +68,21 @@ class Job(Protocol):
 class Ticket:
     """A submitted job's ticket (what :meth:`Writer.submit` returns and :meth:`Writer.wait`
     takes): the job, whether it was revoked or committed, when it is done, when it began
-    running, and when it settled (None: not yet) with the seconds waited for it until then."""
+    running, and when it settled (None: not yet); ``kept_s``: the seconds callers waited for it
+    in waits now over and, once it settled, until then (a given-up job's record job keeps its)."""
 
-    __slots__ = ("committed", "done", "job", "revoked", "settled", "started", "waited_before")
+    __slots__ = ("committed", "done", "job", "kept_s", "revoked", "settled", "started")
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, kept_s: float = 0.0) -> None:
         self.job, self.done, self.started = job, threading.Event(), 0.0
         self.revoked = self.committed = False
         self.settled: float | None = None
-        self.waited_before = 0.0
+        self.kept_s = kept_s
+
+    @property
+    def charged_from(self) -> float:
+        """Since when a wait going on is charged to it (and not kept yet): its settling, else its start."""
+        return self.started if self.settled is None else self.settled
 
 
 class _Queue:
@@ -110,7 +116,7 @@ class _Queue:
         for ticket in revoked:
             ticket.revoked = True
         self.queued = collections.deque(
-            [Ticket(_Revoked(e)) for e in revoked] + [e for e in self.queued if not e.revoked]
+            [Ticket(_Revoked(e), e.kept_s) for e in revoked] + [e for e in self.queued if not e.revoked]
         )
         return revoked
 
@@ -126,12 +132,12 @@ class CommitGuard:
         self._writer, self.ticket = writer, ticket
 
     def waited(self) -> float:
-        """Seconds a caller has waited for this job (:meth:`Waits.waited`): before it settled,
-        and since (a wait that went on past the settling counted once)."""
+        """Seconds callers have waited for this job (:meth:`Waits.waited`): the waits over, and
+        those going on, before it settled and since (a wait that went on past the settling
+        counted once)."""
         ticket = self.ticket
-        if ticket.settled is None:
-            return self._writer.waits.waited(ticket.started)
-        return ticket.waited_before + self._writer.waits.waited(ticket.settled)
+        with self._writer._cond:
+            return ticket.kept_s + self._writer.waits.waited(ticket.charged_from)
 
     def settle(self) -> None:
         """What only this process can do for the job is done (an export: torch's events are on
@@ -139,7 +145,8 @@ class CommitGuard:
         waited for it so far is kept as its own."""
         writer, ticket = self._writer, self.ticket
         with writer._cond:
-            ticket.waited_before, ticket.settled = writer.waits.waited(ticket.started), time.perf_counter()
+            ticket.kept_s += writer.waits.waited(ticket.started)
+            ticket.settled = time.perf_counter()
             writer._cond.notify_all()
 
     def commit(self, action: Callable[[], T]) -> T | None:
@@ -183,7 +190,16 @@ class Writer:
         self._cond = threading.Condition()  # re-entrant lock
         self._queue = _Queue()
         self._thread: threading.Thread | None = None
-        self.waits = Waits(self._cond)  # the callers waiting on its jobs
+        self.waits = Waits(self._cond, self._left)  # the callers waiting on its jobs
+
+    def _left(self, since: float, rest: float | None) -> None:
+        """A caller's wait ended (under the condition; the waits went on since ``since``, the
+        others since ``rest``): the running job keeps the time only that wait was charged to it,
+        so that a wait that ran out or was interrupted before the job was recorded still counts."""
+        ticket = self._queue.running
+        if ticket is not None:
+            mark = ticket.charged_from
+            ticket.kept_s += max(0.0, max(time.perf_counter() if rest is None else rest, mark) - max(since, mark))
 
     # -- submitting and looking ---------------------------------------------------------------
     def submit(self, job: Job) -> Ticket:
@@ -258,6 +274,8 @@ class Writer:
             with self._cond:
                 running = self._queue.running
                 take_running = locked and running is not None and running.job.kind in kinds and not running.committed
+                if take_running and running is not None:  # the waits for it so far are its record's
+                    running.kept_s += self.waits.waited(running.charged_from)
                 revoked = self._queue.revoke(kinds, running=take_running)
                 if take_running:  # the stuck thread ends after its job; a fresh one goes on
                     self._start_thread()
