@@ -64,6 +64,21 @@ def submit(writer: Writer, trace: PendingTrace) -> object:
     return writer.submit(ExportJob(trace))
 
 
+def hook_plan(save_path: Path, cmd: str, role: str = "actor") -> HookPlan:
+    """A foreground finish hook of rank 0 of 1 running ``cmd`` for ``save_path``."""
+    return HookPlan(
+        save_path=str(save_path),
+        cmd=cmd,
+        timeout_s=60,
+        background=False,
+        tool="torch",
+        role=role,
+        rank=0,
+        world_size=1,
+        host="h",
+    )
+
+
 def test_at_most_limit_in_flight_and_the_next_waits(tmp_path: Path, gated: tuple[threading.Event, list[int]]) -> None:
     gate, done = gated
     writer = Writer()
@@ -90,17 +105,7 @@ def test_hook_runs_after_every_export(tmp_path: Path, gated: tuple[threading.Eve
     rounds.join(str(tmp_path), member)
     submit(writer, pending(tmp_path, 1))
     submit(writer, pending(tmp_path, 2))
-    plan = HookPlan(
-        save_path=str(tmp_path),
-        cmd='ls "$PROFDSL_SAVE_PATH" > "$PROFDSL_SAVE_PATH/../seen"',
-        timeout_s=60,
-        background=False,
-        tool="torch",
-        role="actor",
-        rank=0,
-        world_size=1,
-        host="h",
-    )
+    plan = hook_plan(tmp_path, 'ls "$PROFDSL_SAVE_PATH" > "$PROFDSL_SAVE_PATH/../seen"')
     due = rounds.arrive(str(tmp_path), member, plan, [1, 2])
     assert due is not None
     assert not (tmp_path.parent / "seen").exists()  # the exports are still running
@@ -122,17 +127,7 @@ def test_a_hook_given_up_before_it_ran_is_recorded_in_each_plans_folder(
     submit(writer, pending(tmp_path, 1))
     ran = tmp_path.parent / f"{tmp_path.name}-ran"
     plans = [
-        HookPlan(
-            save_path=str(folder),
-            cmd=f'touch "{ran}"',
-            timeout_s=60,
-            background=False,
-            tool="torch",
-            role=role,
-            rank=0,
-            world_size=1,
-            host="h",
-        )
+        hook_plan(folder, f'touch "{ran}"', role=role)
         for folder, role in ((tmp_path, "actor"), (tmp_path / ".", "ref"))
     ]
     job = HookJob(plans, [1], writer)
@@ -153,17 +148,7 @@ def test_a_hooks_blocked_ms_is_the_time_waited_for_it(tmp_path: Path, gated: tup
     gate, _ = gated
     writer = Writer()
     submit(writer, pending(tmp_path, 1))
-    plan = HookPlan(
-        save_path=str(tmp_path),
-        cmd="true",
-        timeout_s=60,
-        background=False,
-        tool="torch",
-        role="actor",
-        rank=0,
-        world_size=1,
-        host="h",
-    )
+    plan = hook_plan(tmp_path, "true")
     job = HookJob([plan], [1], writer)
     job.ticket = writer.submit(job)
     began = time.perf_counter()
