@@ -29,7 +29,7 @@ from profdsl.metrics._prometheus import PrometheusExporter
 from profdsl.records.requests import CaptureRequest
 
 from .metrics_support import FakeClock, fake_clock
-from .profiling import config, records, work
+from .profiling import config, in_forked_child, records, work
 
 pytest.importorskip("torch")
 
@@ -332,6 +332,152 @@ def test_a_role_joining_a_later_part_of_a_step_session_still_runs_its_hook(tmp_p
     assert [(r["role"], r["status"]) for r in records(tmp_path / "ref", "trace")] == [("ref", "skipped")]
     assert [(h["status"], h["steps"]) for h in records(tmp_path / "ref", "hook")] == [("ok", [1])]
     assert log.read_text() == "ran\n"
+
+
+def _fused_roles_cut_by_a_stage(tmp_path: Path, *hooked: str) -> tuple[Profiler, Profiler, Profiler, Path]:
+    """The actor and the ref, continuous, each with its own save_path, fused into one step
+    session; the critic, discrete. The ``hooked`` roles' hooks each add a line to the log: the
+    role and the number of traces in the actor's save_path."""
+    log = tmp_path / "hooks.txt"
+
+    def role_config(role: str, **kwargs: Any) -> Any:
+        count = f"echo {role} $(find {tmp_path / 'actor'} -name '*.pt.trace.json*' | wc -l) >> {log}"
+        if role in hooked:
+            kwargs["finish_hook"] = FinishHook(cmd=count)
+        return config(tmp_path / role, **kwargs)
+
+    actor = Profiler(role_config("actor"), role="actor", rank=0, world_size=1)
+    ref = Profiler(role_config("ref"), role="ref", rank=0, world_size=1)
+    critic = Profiler(role_config("critic", discrete=True), role="critic", rank=0, world_size=1)
+    return actor, ref, critic, log
+
+
+def settle(profiler: Profiler) -> None:
+    """Wait (bounded) until the writer has done what it was handed and every hook submitted ran."""
+    assert profiler.process.writer.wait(timeout=60)
+    assert all(job.finished.wait(60) for job in profiler.process.rounds.unfinished())
+
+
+def trace_parts(folder: Path) -> list[tuple[str, int, list[str]]]:
+    return [(r["role"], r["part"], r["roles"]) for r in records(folder, "trace")]
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+@pytest.mark.parametrize("end", ["stop", "close"])
+def test_a_step_session_cut_after_its_first_role_stopped_still_runs_that_roles_hook_last(
+    tmp_path: Path, parts: int, end: str
+) -> None:
+    """The actor's step ends while the ref's goes on; discrete stages of the critic then cut the
+    step session: its part 0 is written, and the parts after it, still named after the actor,
+    are written into the actor's save_path as the stages end and the ref stops (or closes). The
+    actor's hook runs once, after them all (before the fix: after part 0, seeing one trace)."""
+    actor, ref, critic, log = _fused_roles_cut_by_a_stage(tmp_path, "actor")
+    critic.start(1)
+    actor.start(1)
+    ref.start(1)
+    profile_stage("update_actor", role="actor")(work)()
+    actor.stop()
+    for _ in range(parts - 1):
+        profile_stage("update_critic", role="critic")(work)()  # cuts the step session
+        settle(actor)  # what is due by now has run: the next part is not written yet
+        profile_stage("compute_ref", role="ref")(work)()
+    if end == "stop":
+        ref.stop()
+    for profiler in (ref, actor, critic):
+        profiler.close()
+    assert trace_parts(tmp_path / "actor") == [("actor", part, ["actor", "ref"]) for part in range(parts)]
+    assert [(h["status"], h["steps"]) for h in records(tmp_path / "actor", "hook")] == [("ok", [1])]
+    assert log.read_text() == f"actor {parts}\n"
+
+
+def test_a_step_session_cut_after_the_joining_role_stopped_runs_each_hook_once(tmp_path: Path) -> None:
+    """The other order: the ref stops first, the critic's stage cuts the step, the actor goes on
+    in part 1 (which no longer writes for the ref) and stops. Each role's hook runs once; the
+    actor's after both parts."""
+    actor, ref, critic, log = _fused_roles_cut_by_a_stage(tmp_path, "actor", "ref")
+    critic.start(1)
+    actor.start(1)
+    ref.start(1)
+    profile_stage("compute_ref", role="ref")(work)()
+    ref.stop()
+    profile_stage("update_critic", role="critic")(work)()
+    profile_stage("update_actor", role="actor")(work)()
+    actor.stop()
+    for profiler in (actor, ref, critic):
+        profiler.close()
+    assert trace_parts(tmp_path / "actor") == [("actor", 0, ["actor", "ref"]), ("actor", 1, ["actor"])]
+    for role in ("actor", "ref"):
+        assert [h["status"] for h in records(tmp_path / role, "hook")] == ["ok"]
+    assert sorted(line.split()[0] for line in log.read_text().splitlines()) == ["actor", "ref"]
+    assert "actor 2" in log.read_text().splitlines()
+
+
+def test_a_step_session_whose_last_role_closes_between_its_parts_runs_the_hook_then(tmp_path: Path) -> None:
+    """The ref closes while the critic's stage has cut the step session: no part follows, and
+    the actor's hook, held by the step between parts, runs once, after part 0."""
+    actor, ref, critic, log = _fused_roles_cut_by_a_stage(tmp_path, "actor")
+    critic.start(1)
+    actor.start(1)
+    ref.start(1)
+    profile_stage("update_actor", role="actor")(work)()
+    actor.stop()
+    with profile_stage("update_critic", role="critic"):
+        work()
+        ref.close()
+        settle(actor)
+        assert log.read_text() == "actor 1\n"
+    for profiler in (actor, critic):
+        profiler.close()
+    assert trace_parts(tmp_path / "actor") == [("actor", 0, ["actor", "ref"])]
+    assert [h["status"] for h in records(tmp_path / "actor", "hook")] == ["ok"]
+
+
+def test_a_reset_between_the_parts_of_a_step_session_leaves_no_hold(tmp_path: Path) -> None:
+    """``reset()`` while the critic's stage has cut the step session forgets the round the step
+    held between parts; the same save_paths' next roles run their hook after all their parts."""
+    from profdsl.testing import reset
+
+    actor, ref, critic, log = _fused_roles_cut_by_a_stage(tmp_path, "actor")
+    critic.start(1)
+    actor.start(1)
+    ref.start(1)
+    actor.stop()
+    with profile_stage("update_critic", role="critic"):
+        reset()
+    actor, ref, critic, log = _fused_roles_cut_by_a_stage(tmp_path, "actor")
+    critic.start(1)
+    actor.start(1)
+    ref.start(1)
+    actor.stop()
+    profile_stage("update_critic", role="critic")(work)()
+    settle(actor)
+    ref.stop()
+    for profiler in (actor, ref, critic):
+        profiler.close()
+    assert [h["status"] for h in records(tmp_path / "actor", "hook")] == ["ok"]
+    assert log.read_text() == "actor 3\n"  # the part written at the reset, and the new step's two
+
+
+def test_a_child_forked_between_the_parts_of_a_step_session_owes_no_hook(tmp_path: Path) -> None:
+    """A fork while the critic's stage has cut the step session: the child holds nothing of the
+    parent's rounds and runs no hook; the parent's hook runs once, after both parts."""
+    actor, ref, critic, log = _fused_roles_cut_by_a_stage(tmp_path, "actor")
+    critic.start(1)
+    actor.start(1)
+    ref.start(1)
+    actor.stop()
+
+    def child() -> dict[str, Any]:
+        ref.stop()
+        return {"hooks": len(ref.process.rounds.jobs)}
+
+    with profile_stage("update_critic", role="critic"):
+        assert in_forked_child(child) == {"hooks": 0}
+    ref.stop()
+    for profiler in (actor, ref, critic):
+        profiler.close()
+    assert [h["status"] for h in records(tmp_path / "actor", "hook")] == ["ok"]
+    assert log.read_text() == "actor 2\n"
 
 
 class TestHttp:

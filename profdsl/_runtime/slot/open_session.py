@@ -35,6 +35,7 @@ class OpenSession:
         self.dropped: list[Session] = []  # recorded lost, still running: their owners stop them
         self._watch = ThreadWatch(thread_ended)
         self._session_thread: SessionThread | None = None
+        self._between: set[tuple[str, str | None]] = set()  # a cut step's save_paths, held between parts
 
     def start(self, session: Session, *, every_thread: bool) -> bool:
         """Open ``session`` and start its capture; the hooks of its save_paths wait for it from
@@ -104,7 +105,7 @@ class OpenSession:
     def reset(self) -> None:
         """Stop the open session when this thread may; otherwise its owner stops it at its next
         call, and nothing of it is written (tests)."""
-        current, self.current = self.current, None
+        current, self.current, self._between = self.current, None, set()  # (the rounds are forgotten too)
         if current is not None and current.owned_here():
             current.stop()
         elif current is not None:
@@ -116,6 +117,7 @@ class OpenSession:
         """Forget every session without touching torch (a forked child: they are not here)."""
         self.current = None
         self.dropped = []
+        self._between = set()  # the rounds are forgotten too
         self._watch, self._session_thread = ThreadWatch(self._thread_ended), None
 
     def _runner(self, every_thread: bool) -> Runner:
@@ -130,6 +132,20 @@ class OpenSession:
         the round it is released from (its request's, or the plan's)."""
         for save_path in save_paths or session.save_paths:
             self._rounds.hold(save_path, session, tag=session.label.request)
+
+    def hold_between(self, session: Session, holder: object) -> None:
+        """``session`` (a step session) is cut: ``holder`` (its claims) holds the hooks of its
+        save_paths until the next part holds them, or no part follows (:meth:`release_between`)."""
+        for save_path in session.save_paths:
+            self._between.add((save_path, session.label.request))
+            self._rounds.hold(save_path, holder, tag=session.label.request)
+
+    def release_between(self, holder: object) -> None:
+        """The next part of the cut step holds its save_paths, or none follows: ``holder``'s
+        hold ends (a hook it alone held up is submitted, behind the parts handed over)."""
+        between, self._between = self._between, set()
+        for save_path, tag in between:
+            self._rounds.release(save_path, holder, tag=tag)
 
     def _release(self, session: Session) -> None:
         for save_path in session.save_paths:

@@ -21,7 +21,8 @@ not written (:meth:`CaptureSlot.abandon`).
 
 Each open session holds up the finish hook of its save_path (:mod:`profdsl._runtime.writer.rounds`;
 of its capture request's round, for a step a request asked for) until its trace is handed to the
-writer or its loss recorded.
+writer or its loss recorded; between the parts of a cut step session, its claims hold the
+save_paths of the part just written, until the next part holds them or none follows.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class CaptureSlot:
             self.open.flush()
             if not self.claims.remove(claim):
                 return
+            self.open.release_between(self.claims)  # no part of a cut step follows
             current = self.current
             if current is not None and current.kind == "step":
                 self.open.stop(current)
@@ -116,6 +118,8 @@ class CaptureSlot:
         session = self.claims.next_session()
         if session is not None:
             self.open.start(session, every_thread=self.claims.every_thread())
+        if session is not None or not self.claims.live():  # the next part holds, or none follows
+            self.open.release_between(self.claims)
 
     # -- discrete stages --------------------------------------------------------------------
     def begin_stage(
@@ -133,6 +137,7 @@ class CaptureSlot:
                 if not cut or current.kind != "step" or current.stop_wanted or not current.owned_here():
                     return Busy(holder(current))
                 self.claims.cut(current)
+                self.open.hold_between(current, self.claims)  # until the next part holds
                 self.open.stop(current)
             session = Session("stage", label, backend, self.writer, schedule, signals=self.signals)
             if self.open.start(session, every_thread=backend.all_threads and backend.every_thread_possible):

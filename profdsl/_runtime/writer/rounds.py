@@ -5,11 +5,13 @@ A round gathers who may still add an artifact to a save_path:
 - its *members*: the roles (profilers) writing there; each *arrives* after its last profiled
   step (or at ``close``), handing in its :class:`~profdsl._runtime.writer.hook.HookPlan` if this
   rank runs a hook;
-- its *open sessions*: capture sessions started and not yet handed to the writer (a discrete
-  stage still open on another thread, a session whose stop waits for its owner thread); each is
-  *released* once its trace is handed over or its loss recorded.
+- its *holds*: capture sessions started and not yet handed to the writer (a discrete stage
+  still open on another thread, a session whose stop waits for its owner thread), each
+  *released* once its trace is handed over or its loss recorded; and, between the parts of a
+  step session a stage cut, the step's claims, released once the next part holds or none follows
+  (:meth:`~profdsl._runtime.slot.open_session.OpenSession.hold_between`).
 
-When every member has arrived and no session is open, the round submits its
+When every member has arrived and nothing holds it, the round submits its
 :class:`~profdsl._runtime.writer.hook.HookJob` to the writer, behind every trace handed over
 before: the hook runs after the last artifact of the round, in whatever order those events came.
 A member or session that comes after the hook was submitted opens a new round, whose hook runs
@@ -99,7 +101,8 @@ class HookRounds:
             return self._submit_if_due(current)
 
     def hold(self, save_path: str, session: object, *, tag: str | None = None) -> None:
-        """A capture session writing into ``save_path`` started: the hook waits for it."""
+        """A capture session writing into ``save_path`` started (or a cut step's claims hold it
+        between parts): the hook waits for it."""
         with self._lock:
             self._round(save_path, tag, joining=True).sessions.add(session)
 
